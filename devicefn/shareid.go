@@ -1,0 +1,45 @@
+package devicefn
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ShareID names one share of one GPU: "<GPU UUID>:<k>", k = 0..shares_per_gpu-1.
+type ShareID struct {
+	UUID  string
+	Index int
+}
+
+// ErrBadShareID is returned for a string that is not a share ID.
+var ErrBadShareID = errors.New("invalid share ID")
+
+// String returns the Nomad instance ID of the share.
+func (s ShareID) String() string { return s.UUID + ":" + strconv.Itoa(s.Index) }
+
+// ParseShareID parses "<GPU UUID>:<k>".
+func ParseShareID(s string) (ShareID, error) {
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || i == len(s)-1 {
+		return ShareID{}, fmt.Errorf("%w %q: want <GPU UUID>:<share index>", ErrBadShareID, s)
+	}
+	k, err := strconv.Atoi(s[i+1:])
+	if err != nil || k < 0 || s[i+1] == '+' {
+		return ShareID{}, fmt.Errorf("%w %q: share index %q is not a non-negative integer", ErrBadShareID, s, s[i+1:])
+	}
+	if strconv.Itoa(k) != s[i+1:] {
+		return ShareID{}, fmt.Errorf("%w %q: share index %q is not in canonical form", ErrBadShareID, s, s[i+1:])
+	}
+	return ShareID{UUID: s[:i], Index: k}, nil
+}
+
+// ShareIDs returns the n share IDs of the GPU with the given UUID.
+func ShareIDs(uuid string, n int) []string {
+	ids := make([]string, n)
+	for k := range n {
+		ids[k] = ShareID{UUID: uuid, Index: k}.String()
+	}
+	return ids
+}
