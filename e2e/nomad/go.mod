@@ -1,6 +1,6 @@
 module github.com/gpushare/gpushare/e2e/nomad
 
-go 1.25.8
+go 1.26
 
 replace github.com/hashicorp/hcl => github.com/hashicorp/hcl v1.0.1-nomad-1
 
@@ -199,7 +199,7 @@ require (
 	github.com/hashicorp/memberlist v0.5.4 // indirect
 	github.com/hashicorp/net-rpc-msgpackrpc/v2 v2.0.1 // indirect
 	github.com/hashicorp/nomad v1.11.3 // indirect
-	github.com/hashicorp/nomad/api v0.0.0-20230103221135-ce00d683f9be // indirect
+	github.com/hashicorp/nomad/api v0.0.0-20260907080526-08ef8f3d26da // indirect
 	github.com/hashicorp/raft v1.7.3 // indirect
 	github.com/hashicorp/raft-autopilot v0.1.6 // indirect
 	github.com/hashicorp/raft-boltdb/v2 v2.3.1 // indirect
@@ -281,7 +281,7 @@ require (
 	github.com/shirou/gopsutil/v3 v3.24.5 // indirect
 	github.com/shoenig/go-landlock v1.2.2 // indirect
 	github.com/shoenig/go-m1cpu v0.1.7 // indirect
-	github.com/shoenig/test v1.12.2 // indirect
+	github.com/shoenig/test v1.13.2 // indirect
 	github.com/shopspring/decimal v1.4.0 // indirect
 	github.com/sirupsen/logrus v1.9.3 // indirect
 	github.com/softlayer/softlayer-go v0.0.0-20180806151055-260589d94c7d // indirect
