@@ -1,0 +1,102 @@
+package plugin
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+)
+
+// configSpec is the plugin's configuration schema with its defaults.
+var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
+	"enabled": hclspec.NewDefault(
+		hclspec.NewAttr("enabled", "bool", false),
+		hclspec.NewLiteral("true"),
+	),
+	"shares_per_gpu": hclspec.NewDefault(
+		hclspec.NewAttr("shares_per_gpu", "number", false),
+		hclspec.NewLiteral("100"),
+	),
+	"sharing": hclspec.NewDefault(
+		hclspec.NewAttr("sharing", "string", false),
+		hclspec.NewLiteral(`"mps"`),
+	),
+	"mps": hclspec.NewDefault(
+		hclspec.NewBlock("mps", false, hclspec.NewObject(map[string]*hclspec.Spec{
+			"pipe_directory": hclspec.NewDefault(
+				hclspec.NewAttr("pipe_directory", "string", false),
+				hclspec.NewLiteral(`"/tmp/nvidia-mps"`),
+			),
+			"log_directory": hclspec.NewDefault(
+				hclspec.NewAttr("log_directory", "string", false),
+				hclspec.NewLiteral(`"/var/log/nvidia-mps"`),
+			),
+		})),
+		hclspec.NewLiteral(`{ pipe_directory = "/tmp/nvidia-mps", log_directory = "/var/log/nvidia-mps" }`),
+	),
+	"fixture": hclspec.NewDefault(
+		hclspec.NewAttr("fixture", "string", false),
+		hclspec.NewLiteral(`""`),
+	),
+	"ignored_gpu_ids": hclspec.NewDefault(
+		hclspec.NewAttr("ignored_gpu_ids", "list(string)", false),
+		hclspec.NewLiteral("[]"),
+	),
+	"fingerprint_period": hclspec.NewDefault(
+		hclspec.NewAttr("fingerprint_period", "string", false),
+		hclspec.NewLiteral(`"1m"`),
+	),
+})
+
+// Config is the decoded plugin block.
+type Config struct {
+	Enabled           bool      `codec:"enabled"`
+	SharesPerGPU      int       `codec:"shares_per_gpu"`
+	Sharing           string    `codec:"sharing"`
+	MPS               MPSConfig `codec:"mps"`
+	Fixture           string    `codec:"fixture"`
+	IgnoredGPUIDs     []string  `codec:"ignored_gpu_ids"`
+	FingerprintPeriod string    `codec:"fingerprint_period"`
+}
+
+// MPSConfig locates the directories of the node's MPS control daemon.
+type MPSConfig struct {
+	PipeDirectory string `codec:"pipe_directory"`
+	LogDirectory  string `codec:"log_directory"`
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("invalid gpushare plugin config")
+
+// validate returns the fingerprint period, or an error that lists every
+// invalid field with its allowed values.
+func (c *Config) validate() (time.Duration, error) {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if c.SharesPerGPU < 1 || c.SharesPerGPU > devicefn.MaxSharesPerGPU {
+		bad("shares_per_gpu = %d: must be between 1 and %d", c.SharesPerGPU, devicefn.MaxSharesPerGPU)
+	}
+	switch c.Sharing {
+	case devicefn.SharingMPS, devicefn.SharingTimeslice, devicefn.SharingExclusive:
+	default:
+		bad("sharing = %q: must be one of %q, %q or %q", c.Sharing, devicefn.SharingMPS, devicefn.SharingTimeslice, devicefn.SharingExclusive)
+	}
+	if c.Sharing == devicefn.SharingMPS && (c.MPS.PipeDirectory == "" || c.MPS.LogDirectory == "") {
+		bad("mps: pipe_directory and log_directory must not be empty when sharing = \"mps\"")
+	}
+	period, err := time.ParseDuration(c.FingerprintPeriod)
+	switch {
+	case err != nil:
+		bad("fingerprint_period = %q: not a duration (for example \"30s\" or \"1m\")", c.FingerprintPeriod)
+	case period < 100*time.Millisecond:
+		bad("fingerprint_period = %q: must be at least 100ms", c.FingerprintPeriod)
+	}
+	if len(errs) > 0 {
+		return 0, fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
+	}
+	return period, nil
+}

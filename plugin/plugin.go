@@ -1,0 +1,288 @@
+package plugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/devicefn/nvml"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+)
+
+// Version is the plugin's version, set at build time.
+var Version = "v0.1.0-dev"
+
+// SourceFactory opens the GPU source for a configuration.
+type SourceFactory func(cfg *Config, logger hclog.Logger) (devicefn.Source, error)
+
+// Plugin is the gpushare device plugin.
+type Plugin struct {
+	logger    hclog.Logger
+	newSource SourceFactory
+	// exists reports whether a host path exists; it decides which
+	// /dev/nvidia* nodes Reserve hands to a task.
+	exists func(path string) bool
+
+	mu     sync.Mutex
+	cfg    *Config
+	period time.Duration
+	source devicefn.Source
+	// gpus is what the last fingerprint told Nomad, by GPU UUID.
+	gpus map[string]*gpuState
+	// groups is the last fingerprint's device groups.
+	groups []devicefn.Group
+}
+
+type gpuState struct {
+	gpu     devicefn.GPU
+	healthy bool
+	reason  string
+}
+
+var (
+	_ device.DevicePlugin = (*Plugin)(nil)
+	_ base.BasePlugin     = (*Plugin)(nil)
+)
+
+// New returns the plugin. newSource opens the GPU source; nil means the
+// default: the fixture file when the config names one, NVML otherwise.
+func New(logger hclog.Logger, newSource SourceFactory) *Plugin {
+	if newSource == nil {
+		newSource = DefaultSource
+	}
+	return &Plugin{
+		logger:    logger.Named(devicefn.PluginName),
+		newSource: newSource,
+		exists:    func(p string) bool { _, err := os.Stat(p); return err == nil },
+	}
+}
+
+// DefaultSource opens the fixture source when cfg.Fixture is set, and the
+// NVML source otherwise.
+func DefaultSource(cfg *Config, logger hclog.Logger) (devicefn.Source, error) {
+	if cfg.Fixture != "" {
+		return fixture.Open(cfg.Fixture, logger, nil)
+	}
+	return nvml.New(nvml.Options{Logger: logger}), nil
+}
+
+// PluginInfo implements base.BasePlugin.
+func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
+	return &base.PluginInfoResponse{
+		Type:              base.PluginTypeDevice,
+		PluginApiVersions: []string{device.ApiVersion010},
+		PluginVersion:     Version,
+		Name:              devicefn.PluginName,
+	}, nil
+}
+
+// ConfigSchema implements base.BasePlugin.
+func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil }
+
+// SetConfig implements base.BasePlugin. Invalid values fail with a message
+// that names each field and its allowed values.
+func (p *Plugin) SetConfig(c *base.Config) error {
+	var cfg Config
+	if len(c.PluginConfig) != 0 {
+		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
+			return fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+	}
+	period, err := cfg.validate()
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.source != nil {
+		_ = p.source.Close()
+		p.source = nil
+	}
+	p.cfg, p.period = &cfg, period
+	p.logger.Info("config set", "enabled", cfg.Enabled, "shares_per_gpu", cfg.SharesPerGPU,
+		"sharing", cfg.Sharing, "fixture", cfg.Fixture, "ignored_gpu_ids", cfg.IgnoredGPUIDs,
+		"fingerprint_period", period)
+	return nil
+}
+
+// config returns the configuration and the open source, opening it on
+// first use.
+func (p *Plugin) config() (*Config, devicefn.Source, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cfg == nil {
+		return nil, nil, errors.New("gpushare plugin used before SetConfig")
+	}
+	if p.source == nil {
+		src, err := p.newSource(p.cfg, p.logger)
+		if err != nil {
+			return p.cfg, nil, err
+		}
+		p.source = src
+		p.logger.Info("gpu source opened", "source", src.Name())
+	}
+	return p.cfg, p.source, nil
+}
+
+// Fingerprint implements device.DevicePlugin. It sends the device groups
+// at once and then whenever they, or the health of a GPU, change.
+func (p *Plugin) Fingerprint(ctx context.Context) (<-chan *device.FingerprintResponse, error) {
+	p.mu.Lock()
+	cfg, period := p.cfg, p.period
+	p.mu.Unlock()
+	if cfg == nil {
+		return nil, errors.New("gpushare plugin fingerprinted before SetConfig")
+	}
+	if !cfg.Enabled {
+		return nil, device.ErrPluginDisabled
+	}
+	out := make(chan *device.FingerprintResponse)
+	go p.fingerprintLoop(ctx, period, out)
+	return out, nil
+}
+
+func (p *Plugin) fingerprintLoop(ctx context.Context, period time.Duration, out chan<- *device.FingerprintResponse) {
+	defer close(out)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var last *device.FingerprintResponse
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+			timer.Reset(period)
+		}
+		resp := p.fingerprintOnce(ctx)
+		if last != nil && sameFingerprint(last, resp) {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case out <- resp:
+			last = resp
+		}
+	}
+}
+
+func sameFingerprint(a, b *device.FingerprintResponse) bool {
+	if (a.Error == nil) != (b.Error == nil) {
+		return false
+	}
+	if a.Error != nil {
+		return a.Error.Error() == b.Error.Error()
+	}
+	return reflect.DeepEqual(a.Devices, b.Devices)
+}
+
+// fingerprintOnce reads the source once and records what it told Nomad.
+func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintResponse {
+	cfg, src, err := p.config()
+	if err != nil {
+		p.logger.Error("cannot open the gpu source; retrying every fingerprint_period", "error", err)
+		return device.NewFingerprintError(err)
+	}
+	inv, err := src.Inventory(ctx)
+	if errors.Is(err, devicefn.ErrUnavailable) {
+		p.logger.Warn("no gpus reported: the gpu source is unavailable", "source", src.Name(), "error", err)
+		p.record(nil, nil, nil)
+		return device.NewFingerprint()
+	}
+	if err != nil {
+		p.logger.Error("failed to list gpus", "source", src.Name(), "error", err)
+		return device.NewFingerprintError(err)
+	}
+	health, err := src.Health(ctx)
+	if err != nil {
+		p.logger.Error("failed to read gpu health; keeping the last known health", "error", err)
+	}
+	healthBy := map[string]devicefn.Health{}
+	for _, h := range health {
+		healthBy[h.UUID] = h
+	}
+
+	skip := map[string]bool{}
+	for _, id := range cfg.IgnoredGPUIDs {
+		skip[id] = true
+	}
+	for _, g := range inv.GPUs {
+		if g.MIG && !skip[g.UUID] {
+			p.logger.Info("skipping MIG-enabled gpu: gpushare shares whole GPUs; disable MIG or use MIG-aware tooling", "gpu", g.UUID)
+		}
+	}
+	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
+	p.record(inv, groups, healthBy)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	resp := &device.FingerprintResponse{}
+	for _, g := range groups {
+		dg := &device.DeviceGroup{
+			Vendor:     devicefn.Vendor,
+			Type:       devicefn.DeviceType,
+			Name:       g.Model,
+			Attributes: g.Attributes(),
+		}
+		for _, gpu := range g.GPUs {
+			st := p.gpus[gpu.UUID]
+			for _, id := range devicefn.ShareIDs(gpu.UUID, cfg.SharesPerGPU) {
+				dg.Devices = append(dg.Devices, &device.Device{
+					ID:         id,
+					Healthy:    st.healthy,
+					HealthDesc: st.reason,
+					HwLocality: &device.DeviceLocality{PciBusID: gpu.PCIBusID},
+				})
+			}
+		}
+		resp.Devices = append(resp.Devices, dg)
+	}
+	return resp
+}
+
+// record keeps what Nomad is told, so Reserve and Stats see the same GPUs,
+// and logs every change of health.
+func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, health map[string]devicefn.Health) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	exposed := map[string]bool{}
+	for _, g := range groups {
+		for _, gpu := range g.GPUs {
+			exposed[gpu.UUID] = true
+		}
+	}
+	next := map[string]*gpuState{}
+	if inv != nil {
+		for _, g := range inv.GPUs {
+			if !exposed[g.UUID] {
+				continue
+			}
+			prev := p.gpus[g.UUID]
+			st := &gpuState{gpu: g, healthy: true}
+			if h, ok := health[g.UUID]; ok {
+				st.healthy, st.reason = h.Healthy, h.Reason
+			} else if prev != nil {
+				st.healthy, st.reason = prev.healthy, prev.reason
+			}
+			switch {
+			case prev != nil && prev.healthy && !st.healthy:
+				p.logger.Warn("gpu unhealthy: its shares are no longer offered", "gpu", g.UUID, "reason", st.reason)
+			case prev != nil && !prev.healthy && st.healthy:
+				p.logger.Info("gpu recovered", "gpu", g.UUID)
+			case prev == nil:
+				p.logger.Info("gpu found", "gpu", g.UUID, "model", g.Model, "pci_bus_id", g.PCIBusID, "healthy", st.healthy)
+			}
+			next[g.UUID] = st
+		}
+	}
+	p.gpus, p.groups = next, groups
+}
