@@ -1,0 +1,305 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// Client describes one Nomad client of the cluster.
+type Client struct {
+	// Name is the node name.
+	Name string
+	// Fixture is the path of the fixture file its plugin serves.
+	Fixture string
+	// PluginConfig is extra HCL inside the plugin's config block.
+	PluginConfig string
+	// Meta is the node's meta (for example rack).
+	Meta map[string]string
+}
+
+// Options configures a cluster.
+type Options struct {
+	// Dir holds the cluster's data, plugins, configs and logs.
+	Dir       string
+	NomadBin  string
+	PluginBin string
+	// Clients: the first runs inside the dev agent with the server; the
+	// others are separate client agents that join it.
+	Clients []Client
+	// Log receives progress lines; nil discards them.
+	Log func(string)
+}
+
+// Cluster is a running local Nomad cluster.
+type Cluster struct {
+	opts   Options
+	addr   string
+	client *api.Client
+
+	mu    sync.Mutex
+	procs []*proc
+}
+
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	log  *os.File
+	done chan struct{}
+}
+
+// Start launches the cluster and waits until every client has registered
+// with its gpushare devices fingerprinted.
+func Start(ctx context.Context, opts Options) (*Cluster, error) {
+	if opts.Log == nil {
+		opts.Log = func(string) {}
+	}
+	if len(opts.Clients) == 0 {
+		return nil, errors.New("a cluster needs at least one client")
+	}
+	pluginDir := filepath.Join(opts.Dir, "plugins")
+	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
+		return nil, err
+	}
+	if err := linkOrCopy(opts.PluginBin, filepath.Join(pluginDir, "nomad-device-gpushare")); err != nil {
+		return nil, err
+	}
+	c := &Cluster{opts: opts}
+	ports, err := freePorts(3 + 2*len(opts.Clients))
+	if err != nil {
+		return nil, err
+	}
+	c.addr = "http://127.0.0.1:" + strconv.Itoa(ports[0])
+	c.client, err = api.NewClient(&api.Config{Address: c.addr})
+	if err != nil {
+		return nil, err
+	}
+	for i, cl := range opts.Clients {
+		name := cl.Name
+		if name == "" {
+			name = fmt.Sprintf("client%d", i)
+		}
+		dir := filepath.Join(opts.Dir, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		var cfg string
+		var args []string
+		if i == 0 {
+			cfg = agentConfig(name, dir, pluginDir, ports[0], ports[1], ports[2], "", cl)
+			args = []string{"agent", "-dev", "-config", filepath.Join(dir, "agent.hcl")}
+		} else {
+			server := "127.0.0.1:" + strconv.Itoa(ports[1])
+			cfg = agentConfig(name, dir, pluginDir, ports[1+2*i], ports[2+2*i], 0, server, cl)
+			args = []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "agent.hcl"), []byte(cfg), 0o644); err != nil {
+			return nil, err
+		}
+		if err := c.spawn(name, dir, args); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
+	opts.Log(fmt.Sprintf("nomad %s at %s with %d client(s); logs in %s", NomadVersion, c.addr, len(opts.Clients), opts.Dir))
+	if err := c.waitReady(ctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+// agentConfig writes the HCL of one agent. server is empty for the dev
+// agent, which runs the server itself.
+func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string, cl Client) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "name = %q\ndata_dir = %q\nbind_addr = \"127.0.0.1\"\nplugin_dir = %q\nlog_level = \"DEBUG\"\n", name, filepath.Join(dir, "data"), pluginDir)
+	if server == "" {
+		fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc = %d\n  serf = %d\n}\n", http, rpc, serf)
+	} else {
+		fmt.Fprintf(&b, "ports {\n  http = %d\n}\nserver {\n  enabled = false\n}\n", http)
+	}
+	b.WriteString("client {\n  enabled = true\n")
+	if server != "" {
+		fmt.Fprintf(&b, "  servers = [%q]\n", server)
+	}
+	// cloud fingerprinters probe the network (and env_aws fails on this
+	// machine's AWS_CA_BUNDLE); a local cluster needs none of them
+	b.WriteString("  options = {\n    \"fingerprint.denylist\" = \"env_aws,env_gce,env_azure,env_digitalocean\"\n  }\n")
+	if len(cl.Meta) > 0 {
+		b.WriteString("  meta {\n")
+		for k, v := range cl.Meta {
+			fmt.Fprintf(&b, "    %q = %q\n", k, v)
+		}
+		b.WriteString("  }\n")
+	}
+	b.WriteString("}\n")
+	b.WriteString("plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n")
+	fmt.Fprintf(&b, "plugin \"nomad-device-gpushare\" {\n  config {\n    fixture = %q\n    fingerprint_period = \"1s\"\n    mps {\n      pipe_directory = %q\n      log_directory = %q\n    }\n%s\n  }\n}\n",
+		cl.Fixture, filepath.Join(dir, "mps-pipe"), filepath.Join(dir, "mps-log"), cl.PluginConfig)
+	return b.String()
+}
+
+func (c *Cluster) spawn(name, dir string, args []string) error {
+	for _, d := range []string{"mps-pipe", "mps-log"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	logf, err := os.Create(filepath.Join(dir, "nomad.log"))
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(c.opts.NomadBin, args...)
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// its own process group, so Stop reaches every child; and killed with
+	// the test process should that die first
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("starting nomad agent %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, log: logf, done: make(chan struct{})}
+	go func() { _ = cmd.Wait(); close(p.done) }()
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	return nil
+}
+
+// waitReady waits until every client is ready and shows gpushare devices.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	want := len(c.opts.Clients)
+	var last string
+	for {
+		ready := 0
+		nodes, _, err := c.client.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+		if err == nil {
+			for _, n := range nodes {
+				if n.Status != "ready" || n.NodeResources == nil {
+					continue
+				}
+				for _, d := range n.NodeResources.Devices {
+					if d.Type == "gpushare" && len(d.Instances) > 0 {
+						ready++
+						break
+					}
+				}
+			}
+			last = fmt.Sprintf("%d of %d clients ready with gpushare devices", ready, want)
+		} else {
+			last = err.Error()
+		}
+		if ready == want {
+			return nil
+		}
+		for _, p := range c.procs {
+			select {
+			case <-p.done:
+				return fmt.Errorf("nomad agent %s exited during start-up; see %s", p.name, p.log.Name())
+			default:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cluster not ready: %s; agent logs are in %s", last, c.opts.Dir)
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// API returns a Nomad API client for the cluster.
+func (c *Cluster) API() *api.Client { return c.client }
+
+// Address is the HTTP address of the server.
+func (c *Cluster) Address() string { return c.addr }
+
+// Stop terminates every agent, then kills whatever they left behind (task
+// processes of raw_exec allocations, executors, plugins). It is safe to
+// call more than once.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	procs := c.procs
+	c.procs = nil
+	c.mu.Unlock()
+	for _, p := range procs {
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGINT)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+		}
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+		p.log.Close()
+	}
+	killUnder(c.opts.Dir)
+}
+
+// killUnder kills every process whose command line or working directory
+// lies under dir: the tasks and executors of the cluster's allocations,
+// which Nomad starts in process groups of their own.
+func killUnder(dir string) {
+	entries, err := os.ReadDir("/proc")
+	if err != nil || dir == "" {
+		return
+	}
+	self := os.Getpid()
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		cwd, _ := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if strings.Contains(string(cmdline), dir) || strings.HasPrefix(cwd, dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
+}
+
+func linkOrCopy(src, dst string) error {
+	_ = os.Remove(dst)
+	if err := os.Link(src, dst); err == nil {
+		return nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o755)
+}

@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/e2e/cluster"
+)
+
+// binaries are built once per test run.
+var nomadBin, pluginBin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("e2e: skipped in -short mode")
+		os.Exit(0)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	root, err := cluster.RepoRoot()
+	if err == nil {
+		nomadBin, err = cluster.NomadBinary(ctx, root, func(s string) { fmt.Println("e2e:", s) })
+	}
+	binDir, _ := os.MkdirTemp("", "gpushare-e2e-bin-")
+	if err == nil {
+		pluginBin, err = cluster.BuildPlugin(ctx, root, binDir)
+	}
+	cancel()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(binDir)
+	os.Exit(code)
+}
+
+// startCluster starts a cluster for one test and stops it, with every
+// process it started, when the test ends, failed or not. The agents' logs
+// are printed when the test failed.
+func startCluster(t *testing.T, clients ...cluster.Client) *cluster.Cluster {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "gpushare-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	c, err := cluster.Start(t.Context(), cluster.Options{
+		Dir: dir, NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients,
+		Log: func(s string) { t.Log(s) },
+	})
+	if err != nil {
+		dumpLogs(t, dir)
+		os.RemoveAll(dir)
+		t.Fatal(err)
+	}
+	t.Logf("cluster ready in %s", time.Since(start).Round(time.Millisecond))
+	t.Cleanup(func() {
+		if t.Failed() {
+			dumpLogs(t, dir)
+		}
+		c.Stop()
+		os.RemoveAll(dir)
+	})
+	return c
+}
+
+func dumpLogs(t *testing.T, dir string) {
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "nomad.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if len(b) > 20000 {
+			b = b[len(b)-20000:]
+		}
+		t.Logf("==== %s (tail) ====\n%s", l, b)
+	}
+}
