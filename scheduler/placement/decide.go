@@ -1,0 +1,246 @@
+package placement
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/cells"
+)
+
+// Decide places one request. It never changes the snapshot as seen from
+// outside (placements of a group are tried on the snapshot and undone).
+func (e *engine) Decide(s *Snapshot, req Request) *Decision {
+	e.sync(s)
+	d := &Decision{Request: req.ID, Policy: e.name}
+	r := &req
+	if err := r.Validate(); err != nil {
+		d.Refusal = &Refusal{Code: RefusedInvalid, Message: err.Error()}
+		return d
+	}
+	e.rng = e.seedFor(s, r)
+	if ref := e.gate(s, r); ref != nil {
+		d.Refusal = ref
+		return d
+	}
+	if r.Count == 1 && !e.randomNode() {
+		n, c, ok := e.best(s, r)
+		if ok {
+			d.Placements = []Placement{e.materialize(s, n, c, r, 0)}
+			return d
+		}
+	} else if e.placeGroup(s, r, d) {
+		return d
+	}
+	d.Placements = nil
+	if r.guaranteed() && r.Count == 1 {
+		if e.preempt(s, r, d) {
+			return d
+		}
+	}
+	d.Refusal = e.explain(s, r)
+	return d
+}
+
+// scan evaluates every node and returns the best (or, for random policies,
+// a uniformly random feasible one). pins restricts nodes a group already
+// uses; rack, when not empty, restricts the scan to one rack.
+func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string) (*Node, cand, bool) {
+	var bestN *Node
+	var best cand
+	seen := 0
+	for _, n := range s.nodes {
+		if rack != nil && n.Rack != *rack {
+			continue
+		}
+		pin := -1
+		if p, used := pins[n.idx]; used {
+			if p < 0 {
+				continue // holds a whole allocation of the group already
+			}
+			pin = p
+		}
+		c := e.eval(n, r, pin)
+		if !c.ok {
+			continue
+		}
+		if e.randomNode() {
+			seen++
+			if e.rng.IntN(seen) == 0 {
+				bestN, best = n, c
+			}
+			continue
+		}
+		if bestN == nil || less(&c.cost, &best.cost) {
+			bestN, best = n, c
+		}
+	}
+	return bestN, best, bestN != nil
+}
+
+// placeGroup places Count allocations one by one, trying each on the
+// snapshot and undoing them all at the end. A node holds either one
+// allocation of the group or fractions stacked on one GPU (DESIGN.md
+// section 4). Groups of more than one allocation prefer one rack.
+func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision) bool {
+	var added []string
+	defer func() {
+		for i := len(added) - 1; i >= 0; i-- {
+			_, _ = s.remove(added[i])
+		}
+	}()
+	var rack *string
+	if r.Count > 1 {
+		rack = e.chooseRack(s, r)
+	}
+	pins := map[int]int{}
+	for i := 0; i < r.Count; i++ {
+		n, c, ok := e.scan(s, r, pins, rack)
+		if !ok && rack != nil {
+			rack = nil
+			n, c, ok = e.scan(s, r, pins, nil)
+		}
+		if !ok {
+			return false
+		}
+		p := e.materialize(s, n, c, r, i)
+		if rack != nil && *rack != "" {
+			p.Reason += "; group kept in rack " + *rack
+		}
+		if err := s.addAlloc(p.alloc()); err != nil {
+			return false
+		}
+		added = append(added, p.AllocID)
+		d.Placements = append(d.Placements, p)
+		if c.gpu >= 0 && r.Count > 1 {
+			pins[n.idx] = c.gpu
+		} else {
+			pins[n.idx] = -1
+		}
+	}
+	return true
+}
+
+// chooseRack returns the rack whose nodes can each take one allocation of
+// the group, enough for all of it, with the lowest total cost of the best
+// Count nodes; nil when no single rack can.
+func (e *engine) chooseRack(s *Snapshot, r *Request) *string {
+	type rackInfo struct {
+		costs []float64
+	}
+	racks := map[string]*rackInfo{}
+	var names []string
+	for _, n := range s.nodes {
+		c := e.eval(n, r, -1)
+		if !c.ok {
+			continue
+		}
+		ri := racks[n.Rack]
+		if ri == nil {
+			ri = &rackInfo{}
+			racks[n.Rack] = ri
+			names = append(names, n.Rack)
+		}
+		ri.costs = append(ri.costs, c.cost[0]*1e6+c.cost[1]*1e3+c.cost[2])
+	}
+	var best *string
+	bestCost := 0.0
+	for _, name := range names {
+		ri := racks[name]
+		if len(ri.costs) < r.Count {
+			continue
+		}
+		slices.Sort(ri.costs)
+		sum := 0.0
+		for _, v := range ri.costs[:r.Count] {
+			sum += v
+		}
+		if best == nil || sum < bestCost {
+			nm := name
+			best, bestCost = &nm, sum
+		}
+	}
+	if len(names) <= 1 {
+		return nil
+	}
+	return best
+}
+
+// materialize turns a node's candidate into a placement with share IDs,
+// cell and reason.
+func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Placement {
+	p := Placement{AllocID: r.ID + "[" + strconv.Itoa(i) + "]", Node: n.ID, Score: c.cost[0], Predicted: c.pred, req: r, res: r.Res}
+	if c.group < 0 {
+		p.Cell = "none"
+		p.Reason = fmt.Sprintf("cpu-only on node %s (%s)", n.ID, e.name)
+		return p
+	}
+	grp := &n.groups[c.group]
+	var local []int
+	if c.gpu >= 0 {
+		g := &n.GPUs[c.gpu]
+		take := c.take
+		if e.rounds() {
+			take = g.Shares
+		}
+		idx := g.lowestFree(take)
+		if e.kind == kNomad {
+			idx = e.randomShares(g, take)
+		}
+		p.GPUs = []string{g.UUID}
+		p.Shares = shareIDs(g.UUID, idx)
+		local = []int{g.local}
+	} else {
+		for m := c.mask; m != 0; m &= m - 1 {
+			li := bits.TrailingZeros64(m)
+			g := &n.GPUs[grp.gpus[li]]
+			local = append(local, li)
+			p.GPUs = append(p.GPUs, g.UUID)
+			p.Shares = append(p.Shares, shareIDs(g.UUID, g.lowestFree(g.Shares))...)
+		}
+	}
+	p.Cell = grp.tree.Name(grp.tree.Smallest(local))
+	var why []string
+	switch {
+	case c.gpu >= 0 && !e.rounds():
+		why = append(why, fmt.Sprintf("%d shares of GPU %d (%s) on node %s", c.take, local[0], p.Cell, n.ID))
+	case c.gpu >= 0:
+		why = append(why, fmt.Sprintf("whole GPU %d for %d shares (%s does not share GPUs) on node %s", local[0], r.Shares, e.name, n.ID))
+	default:
+		why = append(why, fmt.Sprintf("%d GPUs %s in %s on node %s, worst link %s", len(local), cells.FormatGPUs(local), p.Cell, n.ID, cells.Worst(grp.links, local)))
+	}
+	if e.kind == kGpushare || e.kind == kFGD {
+		why = append(why, fmt.Sprintf("fragmentation %+.2f GPU", c.dfrag))
+	}
+	if e.kind == kGpushare && c.gpu >= 0 {
+		why = append(why, e.pairingNote(&n.GPUs[c.gpu], r, c.pred))
+	}
+	p.Reason = strings.Join(why, "; ")
+	return p
+}
+
+func (e *engine) pairingNote(g *GPU, r *Request, pred float64) string {
+	if len(g.allocs) == 0 {
+		return "alone on its GPU"
+	}
+	var names []string
+	for _, a := range g.allocs {
+		names = append(names, a.ID+" ("+a.Profile.String()+")")
+	}
+	return fmt.Sprintf("shares its GPU with %s: predicted %.2fx of alone for %s (%s)", strings.Join(names, ", "), pred, r.ID, r.Profile)
+}
+
+func (e *engine) randomShares(g *GPU, take int) []int {
+	var free []int
+	for k := 0; k < g.Shares; k++ {
+		if !g.isUsed(k) {
+			free = append(free, k)
+		}
+	}
+	e.rng.Shuffle(len(free), func(i, j int) { free[i], free[j] = free[j], free[i] })
+	out := free[:take]
+	slices.Sort(out)
+	return out
+}

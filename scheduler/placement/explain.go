@@ -1,0 +1,112 @@
+package placement
+
+import (
+	"fmt"
+	"math/bits"
+	"strings"
+)
+
+// explain builds the refusal for a request no node could take, naming the
+// rule that failed and the closest the cluster came.
+func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
+	var tally [whyInterference + 1]int
+	var mostFree, mostFrac, largestCell int
+	var mostFreeNode, mostFracNode, cellNode, cellName string
+	var modelSeen []string
+	maxGPUs, spg := 0, 0
+	for _, n := range s.nodes {
+		c := e.eval(n, r, -1)
+		tally[c.why]++
+		for gi := range n.groups {
+			grp := &n.groups[gi]
+			if !r.modelOK(grp.model) {
+				modelSeen = appendUnique(modelSeen, grp.model)
+				continue
+			}
+			spg = n.GPUs[grp.gpus[0]].Shares
+			maxGPUs = max(maxGPUs, len(grp.gpus))
+			var freeMask uint64
+			whole := 0
+			for li, i := range grp.gpus {
+				g := &n.GPUs[i]
+				if g.Whole() {
+					freeMask |= 1 << li
+					whole++
+				}
+				if g.free > mostFrac {
+					mostFrac, mostFracNode = g.free, n.ID
+				}
+			}
+			if whole > mostFree {
+				mostFree, mostFreeNode = whole, n.ID
+			}
+			for ci := range grp.tree.Cells {
+				m := grp.masks[ci]
+				if m&freeMask == m && bits.OnesCount64(m) > largestCell {
+					largestCell, cellNode, cellName = bits.OnesCount64(m), n.ID, grp.tree.Name(ci)
+				}
+			}
+		}
+	}
+	models := "any model"
+	if len(r.Models) > 0 {
+		models = strings.Join(r.Models, " or ")
+	}
+	frac, whole, sizeOK := shareSize(r.Shares, max(spg, 1))
+	if frac > 0 && e.rounds() {
+		frac, whole = 0, 1
+	}
+	switch {
+	case len(s.nodes) == 0:
+		return &Refusal{RefusedNoCapacity, "the cluster has no nodes"}
+	case r.Shares > 0 && spg == 0:
+		return &Refusal{RefusedNoModel, fmt.Sprintf("no node has GPUs of %s (the cluster has %s)", models, strings.Join(modelSeen, ", "))}
+	case r.Shares > 0 && !sizeOK:
+		return &Refusal{RefusedInvalid, fmt.Sprintf("%d shares is neither a fraction of one GPU (fewer than %d) nor whole GPUs (a multiple of %d)", r.Shares, spg, spg)}
+	case whole > maxGPUs:
+		return &Refusal{RefusedTooLarge, fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", whole, models, maxGPUs)}
+	case tally[whyInterference] > 0 && tally[whyGPU] == 0 && tally[whyCPU] == 0:
+		return &Refusal{RefusedInterference, fmt.Sprintf("%d nodes have room, but sharing a GPU there would slow a production job by more than its bound (%.0f%% for this job); give the job a profile, a larger bound, or whole GPUs",
+			tally[whyInterference], 100*r.bound(s))}
+	case r.Shares > 0 && tally[whyGPU] > 0 && whole > 0:
+		msg := fmt.Sprintf("needs %d free GPUs of %s on one node; the most on any node is %d", whole, models, mostFree)
+		if mostFreeNode != "" {
+			msg += " (node " + mostFreeNode + ")"
+		}
+		if e.buddyCells() && largestCell > 0 {
+			msg += fmt.Sprintf(", and the largest free cell is %d GPUs (%s on node %s)", largestCell, cellName, cellNode)
+		}
+		return &Refusal{RefusedTopology, msg}
+	case r.Shares > 0 && tally[whyGPU] > 0:
+		msg := fmt.Sprintf("needs %d shares on one GPU of %s; the most free on any GPU is %d", frac, models, mostFrac)
+		if mostFracNode != "" {
+			msg += " (node " + mostFracNode + ")"
+		}
+		return &Refusal{RefusedNoCapacity, msg}
+	case tally[whyCPU] > 0:
+		best := Resources{}
+		for _, n := range s.nodes {
+			f := n.Free()
+			if f.CPU > best.CPU {
+				best.CPU = f.CPU
+			}
+			if f.MemoryMiB > best.MemoryMiB {
+				best.MemoryMiB = f.MemoryMiB
+			}
+		}
+		return &Refusal{RefusedNoCapacity, fmt.Sprintf("%d nodes have the GPUs but not cpu %d and memory %d MiB free (the most free: cpu %d, memory %d MiB)",
+			tally[whyCPU], r.Res.CPU, r.Res.MemoryMiB, best.CPU, best.MemoryMiB)}
+	case tally[whyAvoid] > 0:
+		return &Refusal{RefusedNoCapacity, fmt.Sprintf("only the %d nodes the request avoids could take it", tally[whyAvoid])}
+	}
+	return &Refusal{RefusedNoCapacity, fmt.Sprintf("no node can hold %d allocations of %d shares of %s with cpu %d and memory %d MiB", r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB)}
+}
+
+func appendUnique(list []string, s string) []string {
+	for _, x := range list {
+		if x == s {
+			return list
+		}
+	}
+	return append(list, s)
+}

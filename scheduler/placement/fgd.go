@@ -1,0 +1,257 @@
+package placement
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Typical is one kind of request in the expected mix that fragmentation is
+// measured against (FGD's "typical pods").
+type Typical struct {
+	CPU int64 `json:"cpu"`
+	// Shares is the request's shares (a fraction, or whole GPUs as a
+	// multiple of shares_per_gpu); 0 is a CPU-only request.
+	Shares int      `json:"shares"`
+	Models []string `json:"models,omitempty"`
+	// Weight is the kind's share of requests; a mix's weights sum to 1.
+	Weight float64 `json:"weight"`
+}
+
+// Mix is the expected mix of requests.
+type Mix []Typical
+
+// DefaultMix is used when no mix is configured: quarter, half and whole
+// GPUs and 2-, 4- and 8-GPU jobs, shaped like the openb traces (shares of
+// 100 per GPU).
+func DefaultMix() Mix {
+	return Mix{
+		{Shares: 25, Weight: 0.15}, {Shares: 50, Weight: 0.2}, {Shares: 100, Weight: 0.4},
+		{Shares: 200, Weight: 0.1}, {Shares: 400, Weight: 0.1}, {Shares: 800, Weight: 0.05},
+	}
+}
+
+// MixFromRequests derives the mix from past requests as FGD does: requests
+// are keyed by (CPU, shares, models), the most popular keys are kept until
+// they cover the given fraction of requests (FGD uses 0.95), and their
+// frequencies are renormalised.
+func MixFromRequests(reqs []Request, coverage float64) Mix {
+	type key struct {
+		cpu    int64
+		shares int
+		models string
+	}
+	count := map[key]int{}
+	for _, r := range reqs {
+		count[key{r.Res.CPU, r.Shares, strings.Join(r.Models, "|")}] += max(r.Count, 1)
+	}
+	keys := make([]key, 0, len(count))
+	total := 0
+	for k, c := range count {
+		keys = append(keys, k)
+		total += c
+	}
+	slices.SortFunc(keys, func(a, b key) int {
+		if c := cmp.Compare(count[b], count[a]); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.cpu, a.cpu); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(b.shares, a.shares); c != 0 {
+			return c
+		}
+		return strings.Compare(b.models, a.models)
+	})
+	var mix Mix
+	sum := 0
+	for _, k := range keys {
+		if total > 0 && float64(sum) >= coverage*float64(total) {
+			break
+		}
+		t := Typical{CPU: k.cpu, Shares: k.shares, Weight: float64(count[k])}
+		if k.models != "" {
+			t.Models = strings.Split(k.models, "|")
+		}
+		mix = append(mix, t)
+		sum += count[k]
+	}
+	for i := range mix {
+		mix[i].Weight /= float64(sum)
+	}
+	return mix
+}
+
+// Validate checks the weights.
+func (m Mix) Validate() error {
+	sum := 0.0
+	for _, t := range m {
+		if t.Weight < 0 || t.Shares < 0 || t.CPU < 0 {
+			return fmt.Errorf("mix entry %+v has a negative value", t)
+		}
+		sum += t.Weight
+	}
+	if len(m) > 0 && (sum < 0.99 || sum > 1.01) {
+		return fmt.Errorf("mix weights sum to %.3f, want 1", sum)
+	}
+	return nil
+}
+
+// fgdSummary caches, for one node at one version, what the fragmentation
+// of each typical request depends on.
+type fgdSummary struct {
+	version uint64
+	valid   bool
+	total   int // free shares on the node
+	per     []fgdEntry
+}
+
+type fgdEntry struct {
+	cnt     int32 // eligible GPUs that can hold the typical request's per-GPU need
+	small   int32 // free shares of eligible GPUs too small for it
+	nonElig int32 // free shares of GPUs of other models
+}
+
+// need returns the per-GPU shares and GPU count of typical t on a GPU with
+// spg shares; k = 0 for CPU-only or impossible kinds.
+func (t *Typical) need(spg int) (need, k int) {
+	frac, whole, ok := shareSize(t.Shares, spg)
+	switch {
+	case !ok || t.Shares == 0:
+		return 0, 0
+	case frac > 0:
+		return frac, 1
+	}
+	return spg, whole
+}
+
+func (t *Typical) eligible(model string) bool {
+	if len(t.Models) == 0 {
+		return true
+	}
+	return slices.Contains(t.Models, model)
+}
+
+func (f *fgd) summary(n *Node) *fgdSummary {
+	s := &f.cache[n.idx]
+	if s.valid && s.version == n.version {
+		return s
+	}
+	s.valid, s.version = true, n.version
+	if cap(s.per) < len(f.mix) {
+		s.per = make([]fgdEntry, len(f.mix))
+	}
+	s.per = s.per[:len(f.mix)]
+	s.total = 0
+	for i := range n.GPUs {
+		s.total += n.GPUs[i].free
+	}
+	for m := range f.mix {
+		t := &f.mix[m]
+		var e fgdEntry
+		for i := range n.GPUs {
+			g := &n.GPUs[i]
+			need, k := t.need(g.Shares)
+			switch {
+			case k == 0 || !t.eligible(g.Model):
+				e.nonElig += int32(g.free)
+			case g.free >= need:
+				e.cnt++
+			default:
+				e.small += int32(g.free)
+			}
+		}
+		s.per[m] = e
+	}
+	return s
+}
+
+type fgd struct {
+	mix   Mix
+	cache []fgdSummary
+}
+
+func (f *fgd) reset(nodes int) {
+	if len(f.cache) != nodes {
+		f.cache = make([]fgdSummary, nodes)
+	}
+}
+
+// change is one GPU's free shares before and after a hypothetical placement.
+type change struct {
+	gpu       int
+	old, new_ int
+}
+
+// delta is F(n') - F(n) in shares for a placement that changes the listed
+// GPUs and takes cpu from the node.
+func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
+	s := f.summary(n)
+	freeCPU := n.Free().CPU
+	taken := 0
+	for _, c := range changes {
+		taken += c.old - c.new_
+	}
+	d := 0.0
+	for m := range f.mix {
+		t := &f.mix[m]
+		e := s.per[m]
+		before := frag(t, e, s.total, freeCPU, n)
+		for _, c := range changes {
+			g := &n.GPUs[c.gpu]
+			need, k := t.need(g.Shares)
+			if k == 0 || !t.eligible(g.Model) {
+				e.nonElig -= int32(c.old - c.new_)
+				continue
+			}
+			if c.old >= need {
+				e.cnt--
+			} else {
+				e.small -= int32(c.old)
+			}
+			if c.new_ >= need {
+				e.cnt++
+			} else {
+				e.small += int32(c.new_)
+			}
+		}
+		after := frag(t, e, s.total-taken, freeCPU-cpu, n)
+		d += t.Weight * float64(after-before)
+	}
+	return d
+}
+
+// frag is f(n, m): the free shares that typical request t could not use.
+func frag(t *Typical, e fgdEntry, total int, freeCPU int64, n *Node) int {
+	if t.Shares == 0 {
+		return total
+	}
+	k := 1
+	if len(n.GPUs) > 0 {
+		_, k = t.need(n.GPUs[0].Shares)
+	}
+	if k > 0 && int(e.cnt) >= k && freeCPU >= t.CPU {
+		return int(e.small + e.nonElig)
+	}
+	return total
+}
+
+// Fragmentation returns F(n) of every node summed, in GPUs, against the mix:
+// the expected free capacity that typical requests could not use.
+func Fragmentation(s *Snapshot, mix Mix) float64 {
+	f := &fgd{mix: mix}
+	f.reset(len(s.nodes))
+	sum := 0.0
+	for _, n := range s.nodes {
+		sm := f.summary(n)
+		for m := range mix {
+			spg := 1
+			if len(n.GPUs) > 0 {
+				spg = n.GPUs[0].Shares
+			}
+			sum += mix[m].Weight * float64(frag(&mix[m], sm.per[m], sm.total, n.Free().CPU, n)) / float64(spg)
+		}
+	}
+	return sum
+}

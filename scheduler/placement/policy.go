@@ -1,0 +1,145 @@
+package placement
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/interference"
+)
+
+// Policy decides where requests go. Decide does not change the snapshot;
+// Snapshot.Apply does. A policy keeps caches of per-node scores between
+// calls (re-scoring only nodes that changed), so one policy value should
+// drive one snapshot at a time; it is not safe for concurrent use.
+type Policy interface {
+	Name() string
+	Decide(s *Snapshot, r Request) *Decision
+}
+
+// Policy names.
+const (
+	PolicyGpushare    = "gpushare"
+	PolicyRandom      = "random"
+	PolicyFirstFit    = "first-fit"
+	PolicyBestFit     = "best-fit"
+	PolicyGPUPacking  = "gpu-packing"
+	PolicyFGD         = "fgd"
+	PolicyHived       = "hived"
+	PolicyNomadNative = "nomad-native"
+)
+
+type kind int
+
+const (
+	kGpushare kind = iota
+	kRandom
+	kFirstFit
+	kBestFit
+	kPacking
+	kFGD
+	kHived
+	kNomad
+)
+
+var kinds = map[string]kind{
+	PolicyGpushare: kGpushare, PolicyRandom: kRandom, PolicyFirstFit: kFirstFit, PolicyBestFit: kBestFit,
+	PolicyGPUPacking: kPacking, PolicyFGD: kFGD, PolicyHived: kHived, PolicyNomadNative: kNomad,
+}
+
+// PolicyNames lists the policies New accepts.
+func PolicyNames() []string {
+	out := make([]string, 0, len(kinds))
+	for n := range kinds {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Options configure a policy.
+type Options struct {
+	// Seed drives the random choices of random and nomad-native; decisions
+	// are a function of the snapshot, the request and the seed.
+	Seed uint64
+	// Mix is the expected mix of requests for fragmentation (fgd,
+	// gpushare); empty means DefaultMix.
+	Mix Mix
+	// Model predicts interference (gpushare); nil means interference.Default.
+	Model *interference.Model
+	// VCs are the virtual clusters with guaranteed capacity.
+	VCs []VirtualCluster
+}
+
+// New returns the policy with the given name.
+func New(name string, opts Options) (Policy, error) {
+	k, ok := kinds[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown policy %q: want one of %s", name, strings.Join(PolicyNames(), ", "))
+	}
+	if len(opts.Mix) == 0 {
+		opts.Mix = DefaultMix()
+	}
+	if err := opts.Mix.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Model == nil {
+		opts.Model = interference.Default()
+	}
+	e := &engine{name: name, kind: k, opts: opts, buddy: map[buddyKey]buddyRes{}, vcs: map[string]*VirtualCluster{}}
+	e.f.mix = opts.Mix
+	for i := range opts.VCs {
+		vc := &opts.VCs[i]
+		if err := vc.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := e.vcs[vc.Name]; dup {
+			return nil, fmt.Errorf("virtual cluster %q is defined twice", vc.Name)
+		}
+		e.vcs[vc.Name] = vc
+	}
+	return e, nil
+}
+
+type engine struct {
+	name  string
+	kind  kind
+	opts  Options
+	f     fgd
+	snap  *Snapshot
+	epoch uint64
+	idx   map[string]*nodeIndex
+	buddy map[buddyKey]buddyRes
+	vcs   map[string]*VirtualCluster
+	rng   *rand.Rand
+	key   []byte
+}
+
+func (e *engine) Name() string { return e.name }
+
+// sync resets the caches when the engine meets another snapshot or nodes
+// were added.
+func (e *engine) sync(s *Snapshot) {
+	if e.snap != s || e.epoch != s.epoch {
+		e.snap, e.epoch = s, s.epoch
+		e.idx = map[string]*nodeIndex{}
+		e.f.cache = nil
+		e.f.reset(len(s.nodes))
+	}
+}
+
+func (e *engine) rounds() bool { return e.kind == kHived || e.kind == kNomad }
+
+func (e *engine) buddyCells() bool { return e.kind == kGpushare || e.kind == kHived }
+
+func (e *engine) randomNode() bool { return e.kind == kRandom || e.kind == kNomad }
+
+// seedFor derives the random stream of one decision.
+func (e *engine) seedFor(s *Snapshot, r *Request) *rand.Rand {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(r.ID); i++ {
+		h = (h ^ uint64(r.ID[i])) * 1099511628211
+	}
+	return rand.New(rand.NewPCG(e.opts.Seed, h^s.Version()))
+}

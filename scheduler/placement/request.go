@@ -1,0 +1,219 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/interference"
+)
+
+// Request is one task group to place: Count allocations, each with CPU,
+// memory and Shares shares of one GPU model.
+type Request struct {
+	// ID names the group (for example "<namespace>/<job>/<group>"); it
+	// names the allocations of the decision and seeds random policies.
+	ID    string `json:"id"`
+	Count int    `json:"count"`
+	// Res is per allocation.
+	Res Resources `json:"resources"`
+	// Shares per allocation: fewer than a GPU's shares_per_gpu is a fraction
+	// of one GPU; otherwise a multiple of shares_per_gpu (whole GPUs).
+	Shares int `json:"shares"`
+	// Models are the allowed GPU models; empty allows any.
+	Models []string `json:"models,omitempty"`
+	VC     string   `json:"vc,omitempty"`
+	Class  Class    `json:"class,omitempty"`
+	// Profile is the job's interference profile (see ResolveProfile).
+	Profile interference.Profile `json:"profile"`
+	// MaxSlowdown bounds a production job's predicted slowdown; 0 means the
+	// snapshot's DefaultMaxSlowdown.
+	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
+	// Avoid lists node IDs not to use (for example nodes that lost it before).
+	Avoid []string `json:"avoid,omitempty"`
+}
+
+// ErrBadRequest is wrapped by every request validation error.
+var ErrBadRequest = errors.New("invalid request")
+
+// Validate checks the request on its own.
+func (r *Request) Validate() error {
+	var errs []string
+	if r.Count < 1 {
+		errs = append(errs, fmt.Sprintf("count %d must be at least 1", r.Count))
+	}
+	if r.Shares < 0 || r.Res.CPU < 0 || r.Res.MemoryMiB < 0 {
+		errs = append(errs, "shares, cpu and memory must not be negative")
+	}
+	switch r.Class {
+	case ClassNormal, ClassProduction, ClassOpportunistic:
+	default:
+		errs = append(errs, fmt.Sprintf("class %q must be %q or %q", r.Class, ClassProduction, ClassOpportunistic))
+	}
+	if err := r.Profile.Validate(); err != nil {
+		errs = append(errs, err.Error())
+	}
+	if !(r.MaxSlowdown >= 0 && r.MaxSlowdown < 1) {
+		errs = append(errs, fmt.Sprintf("max slowdown %v must be within 0..1", r.MaxSlowdown))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w %q: %s", ErrBadRequest, r.ID, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func (r *Request) bound(s *Snapshot) float64 {
+	if r.MaxSlowdown > 0 {
+		return r.MaxSlowdown
+	}
+	return s.DefaultMaxSlowdown
+}
+
+func (r *Request) modelOK(model string) bool {
+	if len(r.Models) == 0 {
+		return true
+	}
+	for _, m := range r.Models {
+		if m == model {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Request) avoids(id string) bool {
+	for _, a := range r.Avoid {
+		if a == id {
+			return true
+		}
+	}
+	return false
+}
+
+// guaranteed reports whether the request counts against its VC's guarantee.
+func (r *Request) guaranteed() bool { return r.Class != ClassOpportunistic }
+
+// Meta keys of the jobspec contract (DESIGN.md section 4).
+const (
+	MetaVC      = "gpushare.vc"
+	MetaClass   = "gpushare.class"
+	MetaProfile = "gpushare.profile"
+	MetaSMUtil  = "gpushare.sm_util"
+	MetaMemBW   = "gpushare.mem_bw"
+)
+
+// ApplyMeta fills VC, class and profile from job or group meta. Named
+// profiles are looked up in model; declared sm_util / mem_bw are used as
+// given (a missing one counts as 0).
+func (r *Request) ApplyMeta(meta map[string]string, model *interference.Model) error {
+	r.VC = meta[MetaVC]
+	r.Class = Class(meta[MetaClass])
+	if name := meta[MetaProfile]; name != "" {
+		p, ok := model.Lookup(name)
+		if !ok {
+			return fmt.Errorf("%w: %s %q is not a known profile (known: %s)", ErrBadRequest, MetaProfile, name, strings.Join(model.Names(), ", "))
+		}
+		r.Profile = p
+		return nil
+	}
+	for key, dst := range map[string]*float64{MetaSMUtil: &r.Profile.SM, MetaMemBW: &r.Profile.MemBW} {
+		if v, ok := meta[key]; ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || f > 1 {
+				return fmt.Errorf("%w: %s %q must be a number within 0..1", ErrBadRequest, key, v)
+			}
+			*dst = f
+		}
+	}
+	return r.Validate()
+}
+
+// Placement is where one allocation goes.
+type Placement struct {
+	AllocID string `json:"alloc_id"`
+	Node    string `json:"node"`
+	// GPUs are the UUIDs of the GPUs used; Shares the exact share IDs.
+	GPUs   []string `json:"gpus"`
+	Shares []string `json:"shares"`
+	// Cell names the smallest topology cell holding the GPUs.
+	Cell string `json:"cell"`
+	// Score is the policy's cost of the choice: lower is better.
+	Score  float64 `json:"score"`
+	Reason string  `json:"reason"`
+	// Predicted is the predicted normalised throughput of the allocation
+	// with the jobs already on its GPU (1 when alone or unprofiled).
+	Predicted float64 `json:"predicted,omitempty"`
+
+	req *Request
+	res Resources
+}
+
+func (p *Placement) alloc() Alloc {
+	a := Alloc{ID: p.AllocID, Node: p.Node, Shares: p.Shares, Res: p.res}
+	if p.req != nil {
+		a.VC, a.Class, a.Profile, a.MaxSlowdown = p.req.VC, p.req.Class, p.req.Profile, p.req.MaxSlowdown
+	}
+	return a
+}
+
+// Refusal codes name why a request could not be placed.
+const (
+	RefusedInvalid      = "invalid request"
+	RefusedNoModel      = "no node has the GPU model"
+	RefusedTooLarge     = "larger than any node"
+	RefusedNoCapacity   = "not enough free capacity"
+	RefusedTopology     = "no connected cell free"
+	RefusedInterference = "interference bound"
+	RefusedQuota        = "virtual cluster quota exhausted"
+	RefusedReserve      = "Reserve would refuse the shares"
+)
+
+// Refusal says why a request was not placed and what the user can do.
+type Refusal struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func (r *Refusal) String() string {
+	if r == nil {
+		return ""
+	}
+	return r.Code + ": " + r.Message
+}
+
+// Decision is the outcome of one request.
+type Decision struct {
+	Request    string      `json:"request"`
+	Policy     string      `json:"policy"`
+	Placements []Placement `json:"placements,omitempty"`
+	// Preempt are opportunistic allocations to stop first.
+	Preempt []string `json:"preempt,omitempty"`
+	Refusal *Refusal `json:"refusal,omitempty"`
+}
+
+// Placed reports whether the request was placed.
+func (d *Decision) Placed() bool { return d.Refusal == nil && len(d.Placements) > 0 }
+
+// shareSize classifies a request on a GPU with spg shares: a fraction
+// (whole=0), whole GPUs (whole=k), or invalid.
+func shareSize(shares, spg int) (frac, whole int, ok bool) {
+	switch {
+	case shares == 0:
+		return 0, 0, true
+	case shares < spg:
+		return shares, 0, true
+	case shares%spg == 0:
+		return 0, shares / spg, true
+	}
+	return 0, 0, false
+}
+
+func shareIDs(uuid string, idx []int) []string {
+	out := make([]string, len(idx))
+	for i, k := range idx {
+		out[i] = devicefn.ShareID{UUID: uuid, Index: k}.String()
+	}
+	return out
+}

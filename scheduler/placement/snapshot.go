@@ -1,0 +1,434 @@
+package placement
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/scheduler/interference"
+)
+
+// Resources are a node's or an allocation's CPU (in the unit the driver
+// chooses: MHz for Nomad, milli-cores for the openb traces) and memory.
+type Resources struct {
+	CPU       int64 `json:"cpu"`
+	MemoryMiB int64 `json:"memory_mib"`
+}
+
+// GPU is one GPU of a node as the snapshot tracks it.
+type GPU struct {
+	UUID   string
+	Model  string
+	NUMA   int
+	Shares int // shares_per_gpu of its group
+	group  int // index into Node.groups
+	local  int // index within its group
+	used   []uint64
+	free   int
+	allocs []*allocRec
+}
+
+// Free returns the number of free shares of the GPU.
+func (g *GPU) Free() int { return g.free }
+
+// Whole reports whether every share of the GPU is free.
+func (g *GPU) Whole() bool { return g.free == g.Shares }
+
+func (g *GPU) isUsed(k int) bool { return g.used[k>>6]&(1<<(k&63)) != 0 }
+
+func (g *GPU) setUsed(k int, v bool) {
+	if v {
+		g.used[k>>6] |= 1 << (k & 63)
+	} else {
+		g.used[k>>6] &^= 1 << (k & 63)
+	}
+}
+
+// lowestFree returns the n lowest free share indices.
+func (g *GPU) lowestFree(n int) []int {
+	out := make([]int, 0, n)
+	for w, word := range g.used {
+		free := ^word
+		for free != 0 && len(out) < n {
+			b := bits.TrailingZeros64(free)
+			k := w*64 + b
+			if k >= g.Shares {
+				return out
+			}
+			out = append(out, k)
+			free &^= 1 << b
+		}
+		if len(out) == n {
+			break
+		}
+	}
+	return out
+}
+
+// gpuGroup is the GPUs of one model on a node, with their cell tree.
+type gpuGroup struct {
+	model  string
+	gpus   []int // node GPU indices, in group order
+	links  devicefn.Matrix
+	tree   *cells.Tree
+	masks  []uint64 // per cell: bit i set for group-local GPU i
+	topoID int      // equal for groups with identical matrices and NUMA
+}
+
+// Node is one node of the snapshot.
+type Node struct {
+	ID       string
+	Name     string
+	Rack     string
+	Meta     map[string]string
+	Capacity Resources
+	used     Resources
+	GPUs     []GPU
+	groups   []gpuGroup
+	allocs   []*allocRec
+	idx      int
+	version  uint64
+}
+
+// Free returns the node's unused CPU and memory.
+func (n *Node) Free() Resources {
+	return Resources{CPU: n.Capacity.CPU - n.used.CPU, MemoryMiB: n.Capacity.MemoryMiB - n.used.MemoryMiB}
+}
+
+// FreeShares is the number of free shares over all the node's GPUs.
+func (n *Node) FreeShares() int {
+	s := 0
+	for i := range n.GPUs {
+		s += n.GPUs[i].free
+	}
+	return s
+}
+
+// Class is the class of a job: production jobs have a slowdown bound,
+// opportunistic jobs may be preempted.
+type Class string
+
+// Classes of jobs (gpushare.class).
+const (
+	ClassNormal        Class = ""
+	ClassProduction    Class = "production"
+	ClassOpportunistic Class = "opportunistic"
+)
+
+// Alloc is a running allocation as the snapshot knows it.
+type Alloc struct {
+	ID     string    `json:"id"`
+	Node   string    `json:"node"`
+	Shares []string  `json:"shares"`
+	Res    Resources `json:"resources"`
+	VC     string    `json:"vc,omitempty"`
+	Class  Class     `json:"class,omitempty"`
+	// Profile is the job's interference profile (zero when unknown).
+	Profile interference.Profile `json:"profile"`
+	// MaxSlowdown is the production bound; 0 means the snapshot's default.
+	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
+}
+
+type allocRec struct {
+	Alloc
+	node   *Node
+	gpus   []int   // node GPU indices
+	shares [][]int // share indices per entry of gpus
+	milli  int     // GPU use in thousandths of a GPU
+	model  string  // model of its GPUs ("" for CPU-only)
+}
+
+// Snapshot is the cluster as the placement core sees it. It is not safe for
+// concurrent use; the driver owns it.
+type Snapshot struct {
+	nodes   []*Node
+	byID    map[string]*Node
+	allocs  map[string]*allocRec
+	byUUID  map[string]gpuRef
+	log     []int32 // node indices in order of change
+	gen     uint64  // public changes only (not the tries of Decide)
+	epoch   uint64  // bumped when nodes are added
+	topos   map[string]int
+	maxCPU  int64
+	maxGPUs int
+	// vc usage: guaranteed milli-GPUs per VC per model.
+	vcUse map[string]map[string]int
+	// capacity: milli-GPUs per model.
+	capacity map[string]int
+	// DefaultMaxSlowdown bounds production jobs without their own bound.
+	DefaultMaxSlowdown float64
+}
+
+type gpuRef struct {
+	node *Node
+	gpu  int
+}
+
+// DefaultMaxSlowdown is the slowdown bound of production jobs (10%).
+const DefaultMaxSlowdown = 0.10
+
+// NewSnapshot returns an empty cluster.
+func NewSnapshot() *Snapshot {
+	return &Snapshot{
+		byID: map[string]*Node{}, allocs: map[string]*allocRec{}, byUUID: map[string]gpuRef{},
+		topos: map[string]int{}, vcUse: map[string]map[string]int{}, capacity: map[string]int{},
+		DefaultMaxSlowdown: DefaultMaxSlowdown,
+	}
+}
+
+// Errors of snapshot updates.
+var (
+	ErrDuplicate = errors.New("already in the snapshot")
+	ErrUnknown   = errors.New("not in the snapshot")
+	ErrConflict  = errors.New("conflicts with the snapshot")
+	ErrBadNode   = errors.New("invalid node")
+)
+
+// Nodes returns the nodes in the order they were added.
+func (s *Snapshot) Nodes() []*Node { return s.nodes }
+
+// Node returns a node by ID.
+func (s *Snapshot) Node(id string) (*Node, bool) { n, ok := s.byID[id]; return n, ok }
+
+// Allocs returns the running allocations sorted by ID.
+func (s *Snapshot) Allocs() []Alloc {
+	out := make([]Alloc, 0, len(s.allocs))
+	for _, a := range s.allocs {
+		out = append(out, a.Alloc)
+	}
+	slices.SortFunc(out, func(a, b Alloc) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Alloc returns a running allocation by ID.
+func (s *Snapshot) Alloc(id string) (Alloc, bool) {
+	a, ok := s.allocs[id]
+	if !ok {
+		return Alloc{}, false
+	}
+	return a.Alloc, true
+}
+
+// Version is a counter that changes whenever the snapshot does.
+// Decide's own tries, undone before it returns, do not count.
+func (s *Snapshot) Version() uint64 { return s.gen }
+
+func (s *Snapshot) touch(n *Node) {
+	n.version++
+	s.log = append(s.log, int32(n.idx))
+}
+
+// AddNode adds a node built by NodeFromGroups or NodeFromSpec.
+func (s *Snapshot) AddNode(n *Node) error {
+	if n.ID == "" {
+		return fmt.Errorf("%w: node has no ID", ErrBadNode)
+	}
+	if _, dup := s.byID[n.ID]; dup {
+		return fmt.Errorf("node %q: %w", n.ID, ErrDuplicate)
+	}
+	for i := range n.GPUs {
+		if _, dup := s.byUUID[n.GPUs[i].UUID]; dup {
+			return fmt.Errorf("node %q GPU %q: %w", n.ID, n.GPUs[i].UUID, ErrDuplicate)
+		}
+	}
+	for gi := range n.groups {
+		g := &n.groups[gi]
+		key := g.model + "|" + fmt.Sprint(g.links) + fmt.Sprint(numaOf(n, g))
+		id, ok := s.topos[key]
+		if !ok {
+			id = len(s.topos)
+			s.topos[key] = id
+		}
+		g.topoID = id
+	}
+	n.idx = len(s.nodes)
+	s.nodes = append(s.nodes, n)
+	s.byID[n.ID] = n
+	for i := range n.GPUs {
+		s.byUUID[n.GPUs[i].UUID] = gpuRef{n, i}
+		s.capacity[n.GPUs[i].Model] += 1000
+	}
+	s.maxCPU = max(s.maxCPU, n.Capacity.CPU)
+	s.maxGPUs = max(s.maxGPUs, len(n.GPUs))
+	s.epoch++
+	s.gen++
+	s.touch(n)
+	return nil
+}
+
+func numaOf(n *Node, g *gpuGroup) []int {
+	out := make([]int, len(g.gpus))
+	for i, gi := range g.gpus {
+		out[i] = n.GPUs[gi].NUMA
+	}
+	return out
+}
+
+// AddAlloc records a running allocation with its exact share IDs (as Nomad
+// reports it). A share must not be in use already.
+func (s *Snapshot) AddAlloc(a Alloc) error {
+	if err := s.addAlloc(a); err != nil {
+		return err
+	}
+	s.gen++
+	return nil
+}
+
+func (s *Snapshot) addAlloc(a Alloc) error {
+	if a.ID == "" {
+		return fmt.Errorf("%w: allocation has no ID", ErrConflict)
+	}
+	if _, dup := s.allocs[a.ID]; dup {
+		return fmt.Errorf("allocation %q: %w", a.ID, ErrDuplicate)
+	}
+	n, ok := s.byID[a.Node]
+	if !ok {
+		return fmt.Errorf("allocation %q: node %q: %w", a.ID, a.Node, ErrUnknown)
+	}
+	rec := &allocRec{Alloc: a, node: n}
+	rec.Shares = slices.Clone(a.Shares)
+	seen := map[string]bool{}
+	for _, id := range a.Shares {
+		sid, err := devicefn.ParseShareID(id)
+		if err != nil {
+			return fmt.Errorf("allocation %q: %w", a.ID, err)
+		}
+		ref, ok := s.byUUID[sid.UUID]
+		if !ok || ref.node != n {
+			return fmt.Errorf("allocation %q: share %s: GPU %s is not on node %q: %w", a.ID, id, sid.UUID, n.ID, ErrUnknown)
+		}
+		g := &n.GPUs[ref.gpu]
+		if sid.Index >= g.Shares {
+			return fmt.Errorf("allocation %q: share %s: GPU %s has only %d shares: %w", a.ID, id, sid.UUID, g.Shares, ErrUnknown)
+		}
+		if seen[id] || g.isUsed(sid.Index) {
+			return fmt.Errorf("allocation %q: share %s is already in use: %w", a.ID, id, ErrConflict)
+		}
+		seen[id] = true
+		k := slices.Index(rec.gpus, ref.gpu)
+		if k < 0 {
+			rec.gpus = append(rec.gpus, ref.gpu)
+			rec.shares = append(rec.shares, nil)
+			k = len(rec.gpus) - 1
+		}
+		rec.shares[k] = append(rec.shares[k], sid.Index)
+	}
+	if a.Res.CPU < 0 || a.Res.MemoryMiB < 0 {
+		return fmt.Errorf("allocation %q: negative resources: %w", a.ID, ErrConflict)
+	}
+	free := n.Free()
+	if a.Res.CPU > free.CPU || a.Res.MemoryMiB > free.MemoryMiB {
+		return fmt.Errorf("allocation %q needs cpu %d and memory %d MiB but node %q has %d and %d MiB free: %w",
+			a.ID, a.Res.CPU, a.Res.MemoryMiB, n.ID, free.CPU, free.MemoryMiB, ErrConflict)
+	}
+	s.commit(rec)
+	return nil
+}
+
+func (s *Snapshot) commit(rec *allocRec) {
+	n := rec.node
+	for k, gi := range rec.gpus {
+		g := &n.GPUs[gi]
+		for _, idx := range rec.shares[k] {
+			g.setUsed(idx, true)
+		}
+		g.free -= len(rec.shares[k])
+		g.allocs = append(g.allocs, rec)
+		rec.milli += len(rec.shares[k]) * 1000 / g.Shares
+		rec.model = g.Model
+	}
+	n.used.CPU += rec.Res.CPU
+	n.used.MemoryMiB += rec.Res.MemoryMiB
+	n.allocs = append(n.allocs, rec)
+	s.allocs[rec.ID] = rec
+	if rec.Class != ClassOpportunistic && rec.milli > 0 {
+		m := s.vcUse[rec.VC]
+		if m == nil {
+			m = map[string]int{}
+			s.vcUse[rec.VC] = m
+		}
+		m[rec.model] += rec.milli
+	}
+	s.touch(n)
+}
+
+// Remove deletes a running allocation and frees its shares, CPU and memory.
+func (s *Snapshot) Remove(id string) (Alloc, error) {
+	a, err := s.remove(id)
+	if err == nil {
+		s.gen++
+	}
+	return a, err
+}
+
+func (s *Snapshot) remove(id string) (Alloc, error) {
+	rec, ok := s.allocs[id]
+	if !ok {
+		return Alloc{}, fmt.Errorf("allocation %q: %w", id, ErrUnknown)
+	}
+	n := rec.node
+	for k, gi := range rec.gpus {
+		g := &n.GPUs[gi]
+		for _, idx := range rec.shares[k] {
+			g.setUsed(idx, false)
+		}
+		g.free += len(rec.shares[k])
+		g.allocs = deleteRec(g.allocs, rec)
+	}
+	n.used.CPU -= rec.Res.CPU
+	n.used.MemoryMiB -= rec.Res.MemoryMiB
+	n.allocs = deleteRec(n.allocs, rec)
+	delete(s.allocs, id)
+	if rec.Class != ClassOpportunistic && rec.milli > 0 {
+		s.vcUse[rec.VC][rec.model] -= rec.milli
+	}
+	s.touch(n)
+	return rec.Alloc, nil
+}
+
+// deleteRec removes rec keeping the order of the others.
+func deleteRec(list []*allocRec, rec *allocRec) []*allocRec {
+	if i := slices.Index(list, rec); i >= 0 {
+		return slices.Delete(list, i, i+1)
+	}
+	return list
+}
+
+// Apply carries out a decision: it stops the preempted allocations, then
+// adds one allocation per placement. A decision must be applied to the
+// snapshot it was made on; on error the snapshot is left unchanged.
+func (s *Snapshot) Apply(d *Decision) error {
+	if !d.Placed() {
+		return fmt.Errorf("decision for %q was a refusal: %s", d.Request, d.Refusal)
+	}
+	var removed []Alloc
+	var added []string
+	undo := func() {
+		for _, id := range added {
+			_, _ = s.Remove(id)
+		}
+		for _, a := range removed {
+			_ = s.AddAlloc(a)
+		}
+	}
+	for _, id := range d.Preempt {
+		a, err := s.Remove(id)
+		if err != nil {
+			undo()
+			return fmt.Errorf("apply %q: preempt: %w", d.Request, err)
+		}
+		removed = append(removed, a)
+	}
+	for _, p := range d.Placements {
+		if err := s.AddAlloc(p.alloc()); err != nil {
+			undo()
+			return fmt.Errorf("apply %q: %w", d.Request, err)
+		}
+		added = append(added, p.AllocID)
+	}
+	return nil
+}
