@@ -89,7 +89,7 @@ func TestDecodeGroupErrors(t *testing.T) {
 		`attribute "gpu1.links"`:                      func(a map[string]*structs.Attribute) { a["gpu1.links"] = structs.NewStringAttribute("X,QPI") },
 		`attribute "shares_per_gpu": want an integer`: func(a map[string]*structs.Attribute) { a[AttrSharesPerGPU] = structs.NewStringAttribute("100") },
 		`attribute "shares_per_gpu": 0 is outside`:    func(a map[string]*structs.Attribute) { a[AttrSharesPerGPU] = structs.NewIntAttribute(0, "") },
-		`link matrix`:                                 func(a map[string]*structs.Attribute) { a["gpu0.links"] = structs.NewStringAttribute("X") },
+		`link matrix`: func(a map[string]*structs.Attribute) { a["gpu0.links"] = structs.NewStringAttribute("X") },
 	}
 	for want, mutate := range cases {
 		t.Run(want, func(t *testing.T) {

@@ -1,0 +1,141 @@
+package gpumap
+
+import (
+	"sort"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/nomad/plugins/shared/structs"
+)
+
+// Map is the GPU map of a cluster.
+type Map struct {
+	Nodes []Node `json:"nodes"`
+	// Problems are nodes whose gpushare attributes could not be decoded.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Node is one Nomad node with gpushare devices.
+type Node struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Status       string `json:"status"`
+	Model        string `json:"model"`
+	Sharing      string `json:"sharing"`
+	SharesPerGPU int    `json:"shares_per_gpu"`
+	GPUs         []GPU  `json:"gpus"`
+}
+
+// GPU is one GPU and the allocations using its shares.
+type GPU struct {
+	Index    int     `json:"index"`
+	UUID     string  `json:"uuid"`
+	NUMANode int     `json:"numa_node"`
+	Links    string  `json:"links"`
+	Healthy  bool    `json:"healthy"`
+	Health   string  `json:"health,omitempty"`
+	Shares   int     `json:"shares"`
+	Used     int     `json:"used"`
+	Users    []Usage `json:"users,omitempty"`
+}
+
+// Usage is one allocation's shares of a GPU.
+type Usage struct {
+	AllocID string `json:"alloc_id"`
+	Job     string `json:"job"`
+	Group   string `json:"group"`
+	Shares  int    `json:"shares"`
+}
+
+// APIAttributes converts the attributes Nomad's API returns into the plugin
+// SDK's form, which devicefn decodes.
+func APIAttributes(in map[string]*api.Attribute) map[string]*structs.Attribute {
+	out := make(map[string]*structs.Attribute, len(in))
+	for k, a := range in {
+		if a == nil {
+			continue
+		}
+		out[k] = &structs.Attribute{Float: a.FloatVal, Int: a.IntVal, String: a.StringVal, Bool: a.BoolVal, Unit: a.Unit}
+	}
+	return out
+}
+
+// Build makes the map from full node objects and the cluster's allocations;
+// terminal allocations are ignored.
+func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
+	m := &Map{}
+	where := map[string]*GPU{} // GPU UUID -> GPU in m
+	for _, n := range nodes {
+		if n.NodeResources == nil {
+			continue
+		}
+		for _, d := range n.NodeResources.Devices {
+			if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+				continue
+			}
+			g, err := devicefn.DecodeGroup(d.Name, APIAttributes(d.Attributes))
+			if err != nil {
+				m.Problems = append(m.Problems, "node "+n.Name+": "+err.Error())
+				continue
+			}
+			health := map[string]*api.NodeDevice{}
+			for _, inst := range d.Instances {
+				if id, err := devicefn.ParseShareID(inst.ID); err == nil {
+					if prev, ok := health[id.UUID]; !ok || (prev.Healthy && !inst.Healthy) {
+						health[id.UUID] = inst
+					}
+				}
+			}
+			node := Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: g.Model, Sharing: g.Sharing, SharesPerGPU: g.SharesPerGPU}
+			for i, gpu := range g.GPUs {
+				out := GPU{Index: i, UUID: gpu.UUID, NUMANode: gpu.NUMANode, Links: devicefn.EncodeRow(gpu.Links), Shares: g.SharesPerGPU, Healthy: true}
+				if inst := health[gpu.UUID]; inst != nil {
+					out.Healthy, out.Health = inst.Healthy, inst.HealthDescription
+				}
+				node.GPUs = append(node.GPUs, out)
+			}
+			m.Nodes = append(m.Nodes, node)
+		}
+	}
+	sort.Slice(m.Nodes, func(i, j int) bool {
+		if m.Nodes[i].Name != m.Nodes[j].Name {
+			return m.Nodes[i].Name < m.Nodes[j].Name
+		}
+		return m.Nodes[i].Model < m.Nodes[j].Model
+	})
+	for i := range m.Nodes {
+		for j := range m.Nodes[i].GPUs {
+			where[m.Nodes[i].GPUs[j].UUID] = &m.Nodes[i].GPUs[j]
+		}
+	}
+	for _, a := range allocs {
+		if a.ClientTerminalStatus() || a.ServerTerminalStatus() || a.AllocatedResources == nil {
+			continue
+		}
+		per := map[string]int{}
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+					continue
+				}
+				for _, id := range d.DeviceIDs {
+					if sid, err := devicefn.ParseShareID(id); err == nil {
+						per[sid.UUID]++
+					}
+				}
+			}
+		}
+		for uuid, n := range per {
+			g := where[uuid]
+			if g == nil {
+				continue
+			}
+			g.Used += n
+			g.Users = append(g.Users, Usage{AllocID: a.ID, Job: a.JobID, Group: a.TaskGroup, Shares: n})
+		}
+	}
+	for _, g := range where {
+		sort.Slice(g.Users, func(i, j int) bool { return g.Users[i].AllocID < g.Users[j].AllocID })
+	}
+	return m
+}

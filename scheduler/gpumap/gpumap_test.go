@@ -1,0 +1,84 @@
+package gpumap
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// node builds what Nomad's API returns for a client running the plugin on
+// the named fixture.
+func node(t *testing.T, name, fx string, sick string) *api.Node {
+	t.Helper()
+	src, err := fixtures.FS.ReadFile(fx)
+	must.NoError(t, err)
+	st, err := fixture.Parse(fx, src)
+	must.NoError(t, err)
+	n := &api.Node{ID: name + "-0000-1111", Name: name, Status: "ready", NodeResources: &api.NodeResources{}}
+	for _, g := range devicefn.Groups(&st.Inventory, 100, "mps", nil) {
+		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: map[string]*api.Attribute{}}
+		for k, a := range g.Attributes() {
+			d.Attributes[k] = &api.Attribute{FloatVal: a.Float, IntVal: a.Int, StringVal: a.String, BoolVal: a.Bool, Unit: a.Unit}
+		}
+		for _, gpu := range g.GPUs {
+			for _, id := range devicefn.ShareIDs(gpu.UUID, 100) {
+				inst := &api.NodeDevice{ID: id, Healthy: gpu.UUID != sick}
+				if !inst.Healthy {
+					inst.HealthDescription = "XID 79"
+				}
+				d.Instances = append(d.Instances, inst)
+			}
+		}
+		n.NodeResources.Devices = append(n.NodeResources.Devices, d)
+	}
+	return n
+}
+
+func alloc(id, job, status string, uuid string, from, to int) *api.Allocation {
+	var ids []string
+	for k := from; k < to; k++ {
+		ids = append(ids, fmt.Sprintf("%s:%d", uuid, k))
+	}
+	return &api.Allocation{ID: id, JobID: job, TaskGroup: "g", ClientStatus: status, DesiredStatus: "run",
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"t": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", Name: "x", DeviceIDs: ids}}},
+		}}}
+}
+
+func TestBuildAndRender(t *testing.T) {
+	const gpu3 = "GPU-d1000000-0000-4000-8000-000000000003"
+	nodes := []*api.Node{node(t, "pcie", fixtures.PCIe4GPU, ""), node(t, "dgx1", fixtures.DGX1V100, "GPU-d1000000-0000-4000-8000-000000000007")}
+	allocs := []*api.Allocation{
+		alloc("aaaaaaaa-1", "train", "running", gpu3, 0, 25),
+		alloc("bbbbbbbb-2", "infer", "running", gpu3, 25, 75),
+		alloc("cccccccc-3", "old", "complete", gpu3, 75, 100),
+	}
+	m := Build(nodes, allocs)
+	must.SliceLen(t, 2, m.Nodes)
+	must.Eq(t, "dgx1", m.Nodes[0].Name)
+	g := m.Nodes[0].GPUs[3]
+	must.Eq(t, 75, g.Used)
+	must.SliceLen(t, 2, g.Users)
+	must.Eq(t, "NV2,NV1,NV2,X,SYS,SYS,SYS,NV1", g.Links)
+	must.False(t, m.Nodes[0].GPUs[7].Healthy)
+
+	var b strings.Builder
+	must.NoError(t, Render(&b, m))
+	out := b.String()
+	must.StrContains(t, out, "dgx1  dgx1-000  8 x Tesla V100-SXM2-16GB  sharing=mps  75/800 shares used (9%)")
+	must.StrContains(t, out, "  GPU3  numa 0  [###############.....]   75/100  train/g[aaaaaaaa]:25 infer/g[bbbbbbbb]:50")
+	must.StrContains(t, out, "UNHEALTHY: XID 79")
+	must.StrContains(t, out, "cluster: 75/1200 shares used (6.2%)")
+}
+
+func TestRenderEmpty(t *testing.T) {
+	var b strings.Builder
+	must.NoError(t, Render(&b, &Map{}))
+	must.StrContains(t, b.String(), "no nodes with gpushare devices")
+}
