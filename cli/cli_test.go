@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/shoenig/test/must"
+)
+
+func run(args ...string) (code int, out, errOut string) {
+	var o, e strings.Builder
+	code = Main(args, IO{Out: &o, Err: &e})
+	return code, o.String(), e.String()
+}
+
+func TestUsage(t *testing.T) {
+	code, _, errOut := run()
+	must.Eq(t, 2, code)
+	must.StrContains(t, errOut, "Commands:")
+	code, _, errOut = run("frobnicate")
+	must.Eq(t, 2, code)
+	must.StrContains(t, errOut, `unknown command "frobnicate"`)
+	code, out, _ := run("version")
+	must.Eq(t, 0, code)
+	must.StrContains(t, out, "gpushare v")
+}
+
+func TestFixtureFromTopoAndCheck(t *testing.T) {
+	topo := filepath.Join("..", "fixtures", "topo", "dgx1_v100_topo_m.txt")
+	code, out, errOut := run("fixture", "from-topo", "-model", "Tesla V100-SXM2-16GB", "-memory-mib", "16384", "-uuid-prefix", "abcdef01", topo)
+	must.Eq(t, 0, code, must.Sprint(errOut))
+	st, err := fixture.Parse("out.hcl", []byte(out))
+	must.NoError(t, err)
+	must.SliceLen(t, 8, st.Inventory.GPUs)
+	must.Eq(t, "NV2", st.Inventory.Links[0][3].String())
+
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.hcl")
+	bad := filepath.Join(dir, "bad.hcl")
+	must.NoError(t, os.WriteFile(good, []byte(out), 0o644))
+	must.NoError(t, os.WriteFile(bad, []byte("gpu \"GPU-a\" {\n  model = \"m\"\n  memory_mib = -1\n  pci_bus_id = \"x\"\n}\n"), 0o644))
+	code, out, errOut = run("fixture", "check", good, bad)
+	must.Eq(t, 1, code)
+	must.StrContains(t, out, "good.hcl: ok (8 x Tesla V100-SXM2-16GB)")
+	must.StrContains(t, errOut, "bad.hcl:1,1-12: gpu \"GPU-a\": memory_mib must be positive")
+}
+
+func TestStatusWithoutNomad(t *testing.T) {
+	code, _, errOut := run("status", "-address", "http://127.0.0.1:1")
+	must.Eq(t, 1, code)
+	must.StrContains(t, errOut, "is Nomad running?")
+}
