@@ -1,9 +1,6 @@
 package placement
 
-import (
-	"container/heap"
-	"strconv"
-)
+import "strconv"
 
 // nodeIndex keeps the nodes ordered by their cost for one kind of request,
 // re-scoring only the nodes that changed since it was last used: it replays
@@ -21,22 +18,61 @@ type entry struct {
 	ver  uint64
 }
 
+// entryHeap is a binary min-heap of entries (by cost, then node index),
+// written out so that pushes do not box entries.
 type entryHeap []entry
 
-func (h entryHeap) Len() int { return len(h) }
-func (h entryHeap) Less(i, j int) bool {
+func (h entryHeap) less(i, j int) bool {
 	if h[i].cost != h[j].cost {
 		return less(&h[i].cost, &h[j].cost)
 	}
 	return h[i].node < h[j].node
 }
-func (h entryHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *entryHeap) Push(x any)   { *h = append(*h, x.(entry)) }
-func (h *entryHeap) Pop() any {
+
+func (h entryHeap) up(j int) {
+	for j > 0 {
+		i := (j - 1) / 2
+		if !h.less(j, i) {
+			break
+		}
+		h[i], h[j] = h[j], h[i]
+		j = i
+	}
+}
+
+func (h entryHeap) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && h.less(r, l) {
+			j = r
+		}
+		if !h.less(j, i) {
+			return
+		}
+		h[i], h[j] = h[j], h[i]
+		i = j
+	}
+}
+
+func (h entryHeap) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *entryHeap) pop() entry {
 	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+	top := old[0]
+	last := len(old) - 1
+	old[0] = old[last]
+	*h = old[:last]
+	h.down(0)
+	return top
 }
 
 // indexKey identifies requests whose per-node costs are equal.
@@ -65,7 +101,10 @@ func (e *engine) indexKey(r *Request) string {
 
 // best returns the lowest-cost node for one allocation of r, using and
 // updating the index for r's kind of request. ok is false when no node fits.
-func (e *engine) best(s *Snapshot, r *Request) (n *Node, c cand, ok bool) {
+func (e *engine) best(s *Snapshot, req *Request) (n *Node, c cand, ok bool) {
+	ir := *req
+	ir.Avoid = nil
+	r := &ir
 	key := e.indexKey(r)
 	ix := e.idx[key]
 	if ix == nil || len(s.log)-ix.cursor > len(s.nodes) || len(ix.h) > 4*len(s.nodes)+64 {
@@ -79,7 +118,7 @@ func (e *engine) best(s *Snapshot, r *Request) (n *Node, c cand, ok bool) {
 		for _, nd := range s.nodes {
 			e.push(ix, nd, r)
 		}
-		heap.Init(&ix.h)
+		ix.h.init()
 		ix.cursor = len(s.log)
 	}
 	for _, ni := range s.log[ix.cursor:] {
@@ -88,28 +127,29 @@ func (e *engine) best(s *Snapshot, r *Request) (n *Node, c cand, ok bool) {
 			continue
 		}
 		if e.push(ix, nd, r) {
-			heap.Fix(&ix.h, len(ix.h)-1)
+			ix.h.up(len(ix.h) - 1)
 		}
 	}
 	ix.cursor = len(s.log)
 	var aside []entry
 	defer func() {
 		for _, x := range aside {
-			heap.Push(&ix.h, x)
+			ix.h = append(ix.h, x)
+			ix.h.up(len(ix.h) - 1)
 		}
 	}()
 	for len(ix.h) > 0 {
 		top := ix.h[0]
 		nd := s.nodes[top.node]
 		if top.ver != nd.version {
-			heap.Pop(&ix.h)
+			ix.h.pop()
 			continue
 		}
-		if r.avoids(nd.ID) {
-			aside = append(aside, heap.Pop(&ix.h).(entry))
+		if req.avoids(nd.ID) {
+			aside = append(aside, ix.h.pop())
 			continue
 		}
-		c := e.eval(nd, r, -1)
+		c := e.eval(nd, req, -1)
 		return nd, c, c.ok
 	}
 	return nil, cand{}, false
@@ -119,10 +159,7 @@ func (e *engine) best(s *Snapshot, r *Request) (n *Node, c cand, ok bool) {
 // heap order: callers Fix or Init). It reports whether it appended.
 func (e *engine) push(ix *nodeIndex, nd *Node, r *Request) bool {
 	ix.seen[nd.idx] = nd.version + 1
-	saved := r.Avoid
-	r.Avoid = nil
 	c := e.eval(nd, r, -1)
-	r.Avoid = saved
 	if !c.ok {
 		return false
 	}

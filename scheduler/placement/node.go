@@ -3,6 +3,7 @@ package placement
 import (
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/cells"
@@ -104,7 +105,7 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 	var links devicefn.Matrix
 	numa := make([]int, spec.GPUs)
 	if spec.Topology != "" {
-		t, err := topologies.Get(spec.Topology)
+		t, err := cachedTopology(spec.Topology)
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: %v", ErrBadNode, spec.ID, err)
 		}
@@ -138,4 +139,25 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 		groups = append(groups, g)
 	}
 	return NodeFromGroups(spec.ID, spec.ID, Resources{CPU: spec.CPU, MemoryMiB: spec.MemoryMiB}, meta, groups)
+}
+
+var (
+	topoOnce  sync.Once
+	topoCache map[string]topologies.Topology
+)
+
+// cachedTopology parses the embedded topologies once; they are immutable.
+func cachedTopology(name string) (topologies.Topology, error) {
+	topoOnce.Do(func() {
+		topoCache = map[string]topologies.Topology{}
+		for _, n := range topologies.Names() {
+			if t, err := topologies.Get(n); err == nil {
+				topoCache[n] = t
+			}
+		}
+	})
+	if t, ok := topoCache[name]; ok {
+		return t, nil
+	}
+	return topologies.Get(name)
 }
