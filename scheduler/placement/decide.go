@@ -205,7 +205,7 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 	var why []string
 	switch {
 	case c.gpu >= 0 && !e.rounds():
-		why = append(why, fmt.Sprintf("%d shares of GPU %d (%s) on node %s", c.take, local[0], p.Cell, n.ID))
+		why = append(why, fmt.Sprintf("%d shares of GPU %d on node %s", c.take, local[0], n.ID))
 	case c.gpu >= 0:
 		why = append(why, fmt.Sprintf("whole GPU %d for %d shares (%s does not share GPUs) on node %s", local[0], r.Shares, e.name, n.ID))
 	default:

@@ -1,0 +1,223 @@
+package pin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// The gate: a constraint no node satisfies, so Nomad waits for gpushare.
+const (
+	GateAttribute = "${node.unique.id}"
+	GateValue     = "gpushare:pending"
+)
+
+// Meta keys read from the job or group (group wins) and written by the pin.
+const (
+	MetaVC          = "gpushare.vc"
+	MetaClass       = "gpushare.class"
+	MetaProfile     = "gpushare.profile"
+	MetaSMUtil      = "gpushare.sm_util"
+	MetaMemBW       = "gpushare.mem_bw"
+	MetaMaxSlowdown = "gpushare.max_slowdown"
+	MetaPlacement   = "gpushare.placement"
+)
+
+// DeviceName is what a task asks for: "nvidia/gpushare" or
+// "nvidia/gpushare/<model>".
+const DeviceName = devicefn.Vendor + "/" + devicefn.DeviceType
+
+// ErrNotPlaceable is wrapped by errors about a group that gpushare cannot
+// turn into a request; the message says what to change in the jobspec.
+var ErrNotPlaceable = errors.New("cannot place this group")
+
+// isGate reports whether c is the gate constraint.
+func isGate(c *api.Constraint) bool {
+	return c != nil && c.LTarget == GateAttribute && c.RTarget == GateValue && (c.Operand == "" || c.Operand == "=" || c.Operand == "==")
+}
+
+// Gate returns the gate constraint.
+func Gate() *api.Constraint {
+	return &api.Constraint{LTarget: GateAttribute, RTarget: GateValue, Operand: "="}
+}
+
+// Gated lists the groups of job that wait for gpushare: those with the gate
+// in the group's constraints, or all groups when the gate is on the job.
+func Gated(job *api.Job) []string {
+	jobGate := slices.ContainsFunc(job.Constraints, isGate)
+	var out []string
+	for _, tg := range job.TaskGroups {
+		if jobGate || slices.ContainsFunc(tg.Constraints, isGate) {
+			out = append(out, *tg.Name)
+		}
+	}
+	return out
+}
+
+// AddGate puts the gate on every group that asks for gpushare devices and
+// is not gated yet; it returns the groups it gated.
+func AddGate(job *api.Job) []string {
+	var out []string
+	for _, tg := range job.TaskGroups {
+		if slices.ContainsFunc(tg.Constraints, isGate) || deviceRequests(tg) == 0 {
+			continue
+		}
+		tg.Constraints = append(tg.Constraints, Gate())
+		out = append(out, *tg.Name)
+	}
+	return out
+}
+
+func deviceRequests(tg *api.TaskGroup) int {
+	n := 0
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for _, d := range t.Resources.Devices {
+			if isOurs(d.Name) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func isOurs(name string) bool {
+	return name == DeviceName || strings.HasPrefix(name, DeviceName+"/")
+}
+
+// Group returns the task group with the given name.
+func Group(job *api.Job, name string) *api.TaskGroup {
+	for _, tg := range job.TaskGroups {
+		if tg.Name != nil && *tg.Name == name {
+			return tg
+		}
+	}
+	return nil
+}
+
+// GroupKey names a group across the cluster: "<namespace>/<job>/<group>".
+func GroupKey(job *api.Job, group string) string {
+	ns := "default"
+	if job.Namespace != nil && *job.Namespace != "" {
+		ns = *job.Namespace
+	}
+	return ns + "/" + *job.ID + "/" + group
+}
+
+// Request turns a gated group into a placement request; named profiles are
+// looked up in model (the service's configured and learned profiles).
+// Errors wrap ErrNotPlaceable and say what to change.
+func Request(job *api.Job, group string, model *interference.Model) (placement.Request, error) {
+	tg := Group(job, group)
+	if tg == nil {
+		return placement.Request{}, fmt.Errorf("%w: job %q has no group %q", ErrNotPlaceable, *job.ID, group)
+	}
+	r := placement.Request{ID: GroupKey(job, group), Count: 1}
+	if tg.Count != nil {
+		r.Count = *tg.Count
+	}
+	var devices int
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		if t.Resources.CPU != nil {
+			r.Res.CPU += int64(*t.Resources.CPU)
+		}
+		if t.Resources.MemoryMB != nil {
+			r.Res.MemoryMiB += int64(*t.Resources.MemoryMB)
+		}
+		for _, d := range t.Resources.Devices {
+			if !isOurs(d.Name) {
+				continue
+			}
+			devices++
+			if d.Count != nil {
+				r.Shares = int(*d.Count)
+			} else {
+				r.Shares = 1
+			}
+			if model, ok := strings.CutPrefix(d.Name, DeviceName+"/"); ok {
+				r.Models = []string{model}
+			}
+		}
+	}
+	switch {
+	case devices == 0:
+		return r, fmt.Errorf("%w %q: it carries the gpushare gate but no task asks for a %q device; remove the gate or add a device block", ErrNotPlaceable, r.ID, DeviceName)
+	case devices > 1:
+		return r, fmt.Errorf("%w %q: %d device blocks ask for %q; gpushare places one GPU request per group: put the GPU work in one task", ErrNotPlaceable, r.ID, devices, DeviceName)
+	}
+	meta := func(k string) string {
+		if v, ok := tg.Meta[k]; ok {
+			return v
+		}
+		return job.Meta[k]
+	}
+	r.VC = meta(MetaVC)
+	switch c := meta(MetaClass); c {
+	case "", "normal":
+	case string(placement.ClassProduction), string(placement.ClassOpportunistic):
+		r.Class = placement.Class(c)
+	default:
+		return r, fmt.Errorf("%w %q: meta %s = %q: want %q or %q", ErrNotPlaceable, r.ID, MetaClass, c, placement.ClassProduction, placement.ClassOpportunistic)
+	}
+	if name := meta(MetaProfile); name != "" {
+		if model == nil {
+			model = interference.Default()
+		}
+		p, ok := model.Lookup(name)
+		if !ok {
+			return r, fmt.Errorf("%w %q: meta %s = %q is not a known profile; known: %s", ErrNotPlaceable, r.ID, MetaProfile, name, strings.Join(model.Names(), ", "))
+		}
+		r.Profile = p
+	}
+	for key, dst := range map[string]*float64{MetaSMUtil: &r.Profile.SM, MetaMemBW: &r.Profile.MemBW, MetaMaxSlowdown: &r.MaxSlowdown} {
+		v := meta(key)
+		if v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 1 {
+			return r, fmt.Errorf("%w %q: meta %s = %q: want a number between 0 and 1", ErrNotPlaceable, r.ID, key, v)
+		}
+		*dst = f
+	}
+	if err := r.Validate(); err != nil {
+		return r, fmt.Errorf("%w: %v", ErrNotPlaceable, err)
+	}
+	return r, nil
+}
+
+// Record is the gpushare.placement meta of a pinned group.
+type Record struct {
+	Nodes  []string `json:"nodes"`
+	GPUs   []string `json:"gpus"`
+	Shares []string `json:"shares"`
+	Cell   string   `json:"cell,omitempty"`
+	Policy string   `json:"policy"`
+	Reason string   `json:"reason"`
+}
+
+// ParseRecord reads a group's gpushare.placement meta, if any.
+func ParseRecord(job *api.Job, group string) (*Record, bool) {
+	tg := Group(job, group)
+	if tg == nil || tg.Meta[MetaPlacement] == "" {
+		return nil, false
+	}
+	var r Record
+	if err := json.Unmarshal([]byte(tg.Meta[MetaPlacement]), &r); err != nil {
+		return nil, false
+	}
+	return &r, true
+}
