@@ -26,7 +26,7 @@ type Request struct {
 	Models []string `json:"models,omitempty"`
 	VC     string   `json:"vc,omitempty"`
 	Class  Class    `json:"class,omitempty"`
-	// Profile is the job's interference profile (see ResolveProfile).
+	// Profile is the job's interference profile (see ApplyMeta).
 	Profile interference.Profile `json:"profile"`
 	// MaxSlowdown bounds a production job's predicted slowdown; 0 means the
 	// snapshot's DefaultMaxSlowdown.

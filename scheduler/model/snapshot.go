@@ -1,0 +1,240 @@
+package model
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// PendingPrefix starts the IDs of the holds that keep a pinned group's
+// shares reserved until its allocations appear.
+const PendingPrefix = "pinned:"
+
+// Snapshot builds the placement core's input from the state. Nodes that
+// are down, ineligible or draining are left out, as are nodes whose
+// gpushare attributes cannot be decoded (listed in problems).
+func (s *State) Snapshot(profiles *interference.Model) (*placement.Snapshot, []string) {
+	snap := placement.NewSnapshot()
+	var problems []string
+	ids := make([]string, 0, len(s.Nodes))
+	for id := range s.Nodes {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		n := s.Nodes[id]
+		if !Usable(n) {
+			continue
+		}
+		node, err := NodeOf(n)
+		if err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if err := snap.AddNode(node); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
+
+	held := map[string]bool{} // share IDs held by live allocations
+	allocIDs := make([]string, 0, len(s.Allocs))
+	for id := range s.Allocs {
+		allocIDs = append(allocIDs, id)
+	}
+	sort.Strings(allocIDs)
+	for _, id := range allocIDs {
+		a := s.Allocs[id]
+		if !Live(a) {
+			continue
+		}
+		if _, ok := snap.Node(a.NodeID); !ok {
+			continue
+		}
+		pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
+		if job := s.Jobs[JobKey(a.Namespace, a.JobID)]; job != nil {
+			if r, err := pin.Request(job, a.TaskGroup, profiles); err == nil {
+				pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
+			}
+		}
+		if err := snap.AddAlloc(pa); err != nil {
+			problems = append(problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
+			continue
+		}
+		for _, sh := range pa.Shares {
+			held[sh] = true
+		}
+	}
+
+	// pinned groups whose allocations are not all there yet keep their shares
+	keys := make([]string, 0, len(s.Jobs))
+	for k := range s.Jobs {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		job := s.Jobs[k]
+		if job.Stop != nil && *job.Stop {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			if !pin.Pinned(job, *tg.Name) {
+				continue
+			}
+			rec, _ := pin.ParseRecord(job, *tg.Name)
+			r, err := pin.Request(job, *tg.Name, profiles)
+			if err != nil {
+				continue
+			}
+			live := s.GroupAllocs(namespaceOf(job), *job.ID, *tg.Name)
+			missing := r.Count - len(live)
+			if missing <= 0 {
+				continue
+			}
+			if batchDone(job, s, *tg.Name) {
+				continue
+			}
+			for _, h := range holds(rec, held, r, missing, snap) {
+				if err := snap.AddAlloc(h); err != nil {
+					problems = append(problems, fmt.Sprintf("hold for %s: %v", r.ID, err))
+				}
+			}
+		}
+	}
+	return snap, problems
+}
+
+// batchDone reports whether a batch group already finished its work (its
+// allocations completed), so its pinned shares are free again.
+func batchDone(job *api.Job, s *State, group string) bool {
+	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysBatch) {
+		return false
+	}
+	for _, a := range s.Allocs {
+		if a.JobID == *job.ID && a.TaskGroup == group && a.ClientStatus == api.AllocClientStatusComplete {
+			return true
+		}
+	}
+	return false
+}
+
+// holds reserves, per node, the pinned shares that no live allocation
+// holds, with the CPU and memory of the allocations still to come.
+func holds(rec *pin.Record, held map[string]bool, r placement.Request, missing int, snap *placement.Snapshot) []placement.Alloc {
+	byNode := map[string][]string{}
+	for _, sh := range rec.Shares {
+		if held[sh] {
+			continue
+		}
+		sid, err := devicefn.ParseShareID(sh)
+		if err != nil {
+			continue
+		}
+		for _, nodeID := range rec.Nodes {
+			n, ok := snap.Node(nodeID)
+			if !ok {
+				continue
+			}
+			for _, g := range n.GPUs {
+				if g.UUID == sid.UUID {
+					byNode[nodeID] = append(byNode[nodeID], sh)
+				}
+			}
+		}
+	}
+	var out []placement.Alloc
+	nodes := make([]string, 0, len(byNode))
+	for n := range byNode {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	for _, nodeID := range nodes {
+		if missing <= 0 {
+			break
+		}
+		shares := byNode[nodeID]
+		worth := 1
+		if r.Shares > 0 {
+			worth = max(1, min(missing, len(shares)/r.Shares))
+		}
+		missing -= worth
+		out = append(out, placement.Alloc{
+			ID: PendingPrefix + r.ID + "@" + nodeID, Node: nodeID, Shares: shares,
+			Res: placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
+			VC:  r.VC, Class: r.Class, Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
+		})
+	}
+	return out
+}
+
+func namespaceOf(job *api.Job) string {
+	if job.Namespace == nil {
+		return ""
+	}
+	return *job.Namespace
+}
+
+// Usable reports whether new work may be placed on the node.
+func Usable(n *api.Node) bool {
+	return n.Status == api.NodeStatusReady && n.SchedulingEligibility == api.NodeSchedulingEligible && !n.Drain && n.NodeResources != nil
+}
+
+// NodeOf converts a Nomad node into the placement core's node.
+func NodeOf(n *api.Node) (*placement.Node, error) {
+	var groups []devicefn.Group
+	for _, d := range n.NodeResources.Devices {
+		if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+			continue
+		}
+		g, err := devicefn.DecodeGroup(d.Name, gpumap.APIAttributes(d.Attributes))
+		if err != nil {
+			return nil, fmt.Errorf("node %s: %w", n.Name, err)
+		}
+		groups = append(groups, *g)
+	}
+	capacity := placement.Resources{CPU: n.NodeResources.Cpu.CpuShares, MemoryMiB: n.NodeResources.Memory.MemoryMB}
+	if rr := n.ReservedResources; rr != nil {
+		capacity.CPU -= int64(rr.Cpu.CpuShares)
+		capacity.MemoryMiB -= int64(rr.Memory.MemoryMB)
+	}
+	return placement.NodeFromGroups(n.ID, n.Name, capacity, n.Meta, groups)
+}
+
+// Shares returns the gpushare share IDs an allocation holds.
+func Shares(a *api.Allocation) []string {
+	if a.AllocatedResources == nil {
+		return nil
+	}
+	var ids []string
+	for _, tr := range a.AllocatedResources.Tasks {
+		for _, d := range tr.Devices {
+			if d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
+				ids = append(ids, d.DeviceIDs...)
+			}
+		}
+	}
+	sort.Strings(ids)
+	return ids
+}
+
+// Resources returns the CPU and memory an allocation holds.
+func Resources(a *api.Allocation) placement.Resources {
+	var r placement.Resources
+	if a.AllocatedResources == nil {
+		return r
+	}
+	for _, tr := range a.AllocatedResources.Tasks {
+		r.CPU += tr.Cpu.CpuShares
+		r.MemoryMiB += tr.Memory.MemoryMB
+	}
+	return r
+}
+
+// IsHold reports whether an allocation ID in a snapshot is a hold.
+func IsHold(id string) bool { return strings.HasPrefix(id, PendingPrefix) }

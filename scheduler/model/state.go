@@ -1,0 +1,101 @@
+package model
+
+import (
+	"github.com/hashicorp/nomad/api"
+)
+
+// State is the cluster as the service last saw it. It is not safe for
+// concurrent use; the service owns it in one goroutine.
+type State struct {
+	Nodes  map[string]*api.Node
+	Jobs   map[string]*api.Job // by "<namespace>/<job ID>"
+	Allocs map[string]*api.Allocation
+	// Index is the Nomad raft index the state reflects.
+	Index uint64
+}
+
+// New returns an empty state.
+func New() *State {
+	return &State{Nodes: map[string]*api.Node{}, Jobs: map[string]*api.Job{}, Allocs: map[string]*api.Allocation{}}
+}
+
+// JobKey is the key of a job in State.Jobs.
+func JobKey(namespace, id string) string {
+	if namespace == "" {
+		namespace = "default"
+	}
+	return namespace + "/" + id
+}
+
+func jobKey(j *api.Job) string {
+	ns := ""
+	if j.Namespace != nil {
+		ns = *j.Namespace
+	}
+	return JobKey(ns, *j.ID)
+}
+
+// PutJob records a job (registered or updated).
+func (s *State) PutJob(j *api.Job) {
+	if j == nil || j.ID == nil {
+		return
+	}
+	s.Jobs[jobKey(j)] = j
+}
+
+// DeleteJob forgets a job.
+func (s *State) DeleteJob(namespace, id string) { delete(s.Jobs, JobKey(namespace, id)) }
+
+// PutAlloc records an allocation.
+func (s *State) PutAlloc(a *api.Allocation) {
+	if a == nil || a.ID == "" {
+		return
+	}
+	if prev, ok := s.Allocs[a.ID]; ok && a.AllocatedResources == nil {
+		// event payloads may omit resources; keep what we knew
+		a.AllocatedResources = prev.AllocatedResources
+	}
+	s.Allocs[a.ID] = a
+}
+
+// PutNode records a node.
+func (s *State) PutNode(n *api.Node) {
+	if n == nil || n.ID == "" {
+		return
+	}
+	s.Nodes[n.ID] = n
+}
+
+// DeleteNode forgets a node.
+func (s *State) DeleteNode(id string) { delete(s.Nodes, id) }
+
+// Live reports whether an allocation holds resources: not terminal on the
+// client and meant to run.
+func Live(a *api.Allocation) bool {
+	if a.DesiredStatus != "" && a.DesiredStatus != api.AllocDesiredStatusRun {
+		return false
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		return false
+	}
+	return true
+}
+
+// GroupAllocs returns the live allocations of a job's group.
+func (s *State) GroupAllocs(namespace, job, group string) []*api.Allocation {
+	if namespace == "" {
+		namespace = "default"
+	}
+	var out []*api.Allocation
+	for _, a := range s.Allocs {
+		ns := a.Namespace
+		if ns == "" {
+			ns = "default"
+		}
+		if ns == namespace && a.JobID == job && a.TaskGroup == group && Live(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}

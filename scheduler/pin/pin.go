@@ -1,0 +1,134 @@
+package pin
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Constraint targets and operator of a pin.
+const (
+	NodeAttribute   = "${node.unique.id}"
+	DeviceAttribute = "${device.ids}"
+	OpSetContains   = "set_contains_any"
+)
+
+// Pin rewrites job so that Nomad places group exactly as d decided: the
+// gate is replaced by `${node.unique.id} set_contains_any <nodes>`, the
+// device block gets `${device.ids} set_contains_any <shares>` and the
+// group's meta gpushare.placement records the decision. A gate on the job
+// is moved onto its other gpushare groups first, so they keep waiting.
+func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
+	tg := Group(job, group)
+	if tg == nil {
+		return nil, fmt.Errorf("job %q has no group %q", *job.ID, group)
+	}
+	if !d.Placed() {
+		return nil, fmt.Errorf("decision for %q placed nothing: %s", group, d.Refusal)
+	}
+	if slices.ContainsFunc(job.Constraints, isGate) {
+		job.Constraints = slices.DeleteFunc(job.Constraints, isGate)
+		for _, other := range job.TaskGroups {
+			if *other.Name != group && deviceRequests(other) > 0 && !slices.ContainsFunc(other.Constraints, isGate) {
+				other.Constraints = append(other.Constraints, Gate())
+			}
+		}
+	}
+	rec := &Record{Policy: d.Policy}
+	nodes, gpus, shares := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	var reasons, cells []string
+	for _, p := range d.Placements {
+		nodes[p.Node] = true
+		for _, g := range p.GPUs {
+			gpus[g] = true
+		}
+		for _, s := range p.Shares {
+			shares[s] = true
+		}
+		reasons = appendNew(reasons, p.Reason)
+		cells = appendNew(cells, p.Cell)
+	}
+	rec.Nodes, rec.GPUs, rec.Shares = keys(nodes), keys(gpus), keys(shares)
+	rec.Reason = strings.Join(reasons, "; ")
+	rec.Cell = strings.Join(cells, ",")
+
+	tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool {
+		return isGate(c) || (c.LTarget == NodeAttribute && c.Operand == OpSetContains)
+	})
+	tg.Constraints = append(tg.Constraints, &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Nodes, ",")})
+	if len(rec.Shares) > 0 {
+		dev := device(tg)
+		if dev == nil {
+			return nil, fmt.Errorf("group %q has no %q device to pin", group, DeviceName)
+		}
+		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
+		dev.Constraints = append(dev.Constraints, &api.Constraint{LTarget: DeviceAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Shares, ",")})
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	if tg.Meta == nil {
+		tg.Meta = map[string]string{}
+	}
+	tg.Meta[MetaPlacement] = string(b)
+	return rec, nil
+}
+
+// Unpin gates group again and drops its pins, so the service decides it
+// anew (after a preemption, or when its pinned capacity is gone).
+func Unpin(job *api.Job, group string) {
+	tg := Group(job, group)
+	if tg == nil {
+		return
+	}
+	tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool {
+		return isGate(c) || (c.LTarget == NodeAttribute && c.Operand == OpSetContains)
+	})
+	tg.Constraints = append(tg.Constraints, Gate())
+	if dev := device(tg); dev != nil {
+		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
+	}
+	delete(tg.Meta, MetaPlacement)
+}
+
+// Pinned reports whether the group carries a gpushare pin.
+func Pinned(job *api.Job, group string) bool {
+	_, ok := ParseRecord(job, group)
+	return ok && !slices.Contains(Gated(job), group)
+}
+
+func device(tg *api.TaskGroup) *api.RequestedDevice {
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		for _, d := range t.Resources.Devices {
+			if isOurs(d.Name) {
+				return d
+			}
+		}
+	}
+	return nil
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func appendNew(list []string, s string) []string {
+	if s == "" || slices.Contains(list, s) {
+		return list
+	}
+	return append(list, s)
+}
