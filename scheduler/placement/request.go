@@ -35,14 +35,17 @@ type Request struct {
 	Avoid []string `json:"avoid,omitempty"`
 }
 
+// MaxCount bounds the allocations of one request.
+const MaxCount = 10000
+
 // ErrBadRequest is wrapped by every request validation error.
 var ErrBadRequest = errors.New("invalid request")
 
 // Validate checks the request on its own.
 func (r *Request) Validate() error {
 	var errs []string
-	if r.Count < 1 {
-		errs = append(errs, fmt.Sprintf("count %d must be at least 1", r.Count))
+	if r.Count < 1 || r.Count > MaxCount {
+		errs = append(errs, fmt.Sprintf("count %d must be within 1..%d", r.Count, MaxCount))
 	}
 	if r.Shares < 0 || r.Res.CPU < 0 || r.Res.MemoryMiB < 0 {
 		errs = append(errs, "shares, cpu and memory must not be negative")
