@@ -124,6 +124,7 @@ func (e *engine) sync(s *Snapshot) {
 	if e.snap != s || e.epoch != s.epoch {
 		e.snap, e.epoch = s, s.epoch
 		e.idx = map[string]*nodeIndex{}
+		clear(e.buddy) // topology IDs are per snapshot
 		e.f.cache = nil
 		e.f.reset(len(s.nodes))
 	}
