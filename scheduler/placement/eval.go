@@ -110,10 +110,27 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 	best := cand{why: whyGPU, group: gi, gpu: -1}
 	seen := 0
 	freeShares := n.FreeShares()
+	// GPUs without profiled jobs that have the same free shares cost the
+	// same, and the first of them wins ties: score only the first.
+	var neutral [8]int
+	nNeutral := 0
 	for _, i := range grp.gpus {
 		g := &n.GPUs[i]
 		if g.free < frac || (pin >= 0 && i != pin) {
 			continue
+		}
+		if (e.kind == kFGD || e.kind == kGpushare) && neutralGPU(g) {
+			dup := false
+			for _, f := range neutral[:nNeutral] {
+				dup = dup || f == g.free
+			}
+			if dup {
+				continue
+			}
+			if nNeutral < len(neutral) {
+				neutral[nNeutral] = g.free
+				nNeutral++
+			}
 		}
 		c := cand{ok: true, group: gi, gpu: i, take: frac, pred: 1}
 		switch e.kind {
@@ -151,6 +168,16 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 		}
 	}
 	return best
+}
+
+// neutralGPU reports whether no job on g has an interference profile.
+func neutralGPU(g *GPU) bool {
+	for _, a := range g.allocs {
+		if a.Profile.Known() || a.Class == ClassProduction {
+			return false
+		}
+	}
+	return true
 }
 
 // interfere predicts the new job's normalised throughput on g and the loss
