@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 
@@ -64,8 +65,28 @@ func TestHeldOutError(t *testing.T) {
 	t.Logf("overhead %.2f", m.Overhead)
 	t.Logf("fitted on %d pairs: %s", len(train), trainErr)
 	t.Logf("held out %d pairs: %s", len(test), testErr)
-	// The model must beat predicting "no slowdown" on pairs it never saw.
+	// A model that ignores the partner: each job's mean on training pairs.
+	sum, cnt := map[string]float64{}, map[string]float64{}
+	for _, p := range train {
+		if p.Fits() {
+			sum[p.A] += min(p.NormA, 1)
+			cnt[p.A]++
+			sum[p.B] += min(p.NormB, 1)
+			cnt[p.B]++
+		}
+	}
+	meanErr, n := 0.0, 0
+	for _, p := range test {
+		if p.Fits() {
+			meanErr += math.Abs(sum[p.A]/cnt[p.A]-min(p.NormA, 1)) + math.Abs(sum[p.B]/cnt[p.B]-min(p.NormB, 1))
+			n += 2
+		}
+	}
+	meanErr /= float64(n)
+	t.Logf("held out, per-job mean ignoring the partner: MAE %.4f", meanErr)
+	// The model must beat both baselines on pairs it never saw.
 	must.Less(t, testErr.BaselineMAE*0.6, testErr.MAE)
+	must.Less(t, meanErr, testErr.MAE)
 	must.Less(t, 0.16, testErr.MAE)
 }
 

@@ -119,7 +119,7 @@ func (r *Request) ApplyMeta(meta map[string]string, model *interference.Model) e
 			return fmt.Errorf("%w: %s %q is not a known profile (known: %s)", ErrBadRequest, MetaProfile, name, strings.Join(model.Names(), ", "))
 		}
 		r.Profile = p
-		return nil
+		return r.Validate()
 	}
 	for key, dst := range map[string]*float64{MetaSMUtil: &r.Profile.SM, MetaMemBW: &r.Profile.MemBW} {
 		if v, ok := meta[key]; ok {

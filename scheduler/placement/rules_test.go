@@ -243,3 +243,45 @@ func TestApplyRejectsStaleDecisions(t *testing.T) {
 	_, err := s.Remove("nope")
 	must.ErrorIs(t, err, ErrUnknown)
 }
+
+func TestApplyMeta(t *testing.T) {
+	m := interference.Default()
+	var r Request
+	must.NoError(t, r.ApplyMeta(map[string]string{MetaVC: "research", MetaClass: "production", MetaProfile: "ResNet-50 (batch size 32)"}, m))
+	must.Eq(t, "research", r.VC)
+	must.Eq(t, ClassProduction, r.Class)
+	must.Eq(t, "ResNet-50 (batch size 32)", r.Profile.Name)
+
+	r = Request{Count: 1}
+	must.NoError(t, r.ApplyMeta(map[string]string{MetaSMUtil: "0.7", MetaMemBW: "0.2"}, m))
+	must.Eq(t, interference.Profile{SM: 0.7, MemBW: 0.2}, r.Profile)
+
+	// A profile learned from the stats of the job running alone.
+	learned, ok := interference.Learn([]interference.Observation{{SMUtilPct: 90, MemUtilPct: 40}})
+	must.True(t, ok)
+	r.Profile = learned
+	must.NoError(t, r.Validate())
+
+	for _, meta := range []map[string]string{
+		{MetaProfile: "no-such-model"},
+		{MetaSMUtil: "1.5"},
+		{MetaMemBW: "lots"},
+		{MetaClass: "vip"},
+		{MetaClass: "vip", MetaProfile: "A3C"},
+	} {
+		r := Request{Count: 1}
+		must.ErrorIs(t, r.ApplyMeta(meta, m), ErrBadRequest, must.Sprint(meta))
+	}
+}
+
+func TestAvoidNodes(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 1}, NodeSpec{ID: "b", GPUs: 1})
+	for _, name := range PolicyNames() {
+		p := policy(t, name, Options{})
+		d := p.Decide(s, Request{ID: "j", Count: 1, Shares: 10, Avoid: []string{"a"}})
+		must.Eq(t, "b", d.Placements[0].Node, must.Sprint(name))
+		d = p.Decide(s, Request{ID: "j", Count: 1, Shares: 10, Avoid: []string{"a", "b"}})
+		must.False(t, d.Placed())
+		must.StrContains(t, d.Refusal.Message, "avoids")
+	}
+}
