@@ -246,7 +246,7 @@ func TestApplyRejectsStaleDecisions(t *testing.T) {
 
 func TestApplyMeta(t *testing.T) {
 	m := interference.Default()
-	var r Request
+	r := Request{Count: 1}
 	must.NoError(t, r.ApplyMeta(map[string]string{MetaVC: "research", MetaClass: "production", MetaProfile: "ResNet-50 (batch size 32)"}, m))
 	must.Eq(t, "research", r.VC)
 	must.Eq(t, ClassProduction, r.Class)
