@@ -29,6 +29,7 @@ func Commands() map[string]Command {
 		{"version", "print the version", runVersion},
 		{"status", "print the GPU map of a Nomad cluster: per node and GPU, the shares in use and by whom", runStatus},
 		{"fixture", "make or check GPU fixture files (for machines without GPUs)", runFixture},
+		{"scheduler", "run the scheduling service: watch Nomad, place gated GPU jobs, pin them", runScheduler},
 	}
 	m := map[string]Command{}
 	for _, c := range cmds {

@@ -13,7 +13,7 @@ import (
 )
 
 // binaries are built once per test run.
-var nomadBin, pluginBin string
+var nomadBin, pluginBin, cliBin string
 
 func TestMain(m *testing.M) {
 	flag.Parse()
@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if err == nil {
 		pluginBin, err = cluster.BuildPlugin(ctx, root, binDir)
 	}
+	if err == nil {
+		cliBin, err = cluster.BuildCLI(ctx, root, binDir)
+	}
 	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
@@ -45,13 +48,18 @@ func TestMain(m *testing.M) {
 // are printed when the test failed.
 func startCluster(t *testing.T, clients ...cluster.Client) *cluster.Cluster {
 	t.Helper()
+	return startClusterOpts(t, false, clients...)
+}
+
+func startClusterOpts(t *testing.T, persistent bool, clients ...cluster.Client) *cluster.Cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gpushare-e2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
 	c, err := cluster.Start(t.Context(), cluster.Options{
-		Dir: dir, NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients,
+		Dir: dir, NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients, Persistent: persistent,
 		Log: func(s string) { t.Log(s) },
 	})
 	if err != nil {
@@ -71,7 +79,7 @@ func startCluster(t *testing.T, clients ...cluster.Client) *cluster.Cluster {
 }
 
 func dumpLogs(t *testing.T, dir string) {
-	logs, _ := filepath.Glob(filepath.Join(dir, "*", "nomad.log"))
+	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		if len(b) > 20000 {

@@ -53,12 +53,21 @@ func NomadBinary(ctx context.Context, root string, log func(string)) (string, er
 
 // BuildPlugin builds the device plugin into dir/nomad-device-gpushare.
 func BuildPlugin(ctx context.Context, root, dir string) (string, error) {
-	bin := filepath.Join(dir, "nomad-device-gpushare")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/nomad-device-gpushare")
+	return build(ctx, root, dir, "nomad-device-gpushare")
+}
+
+// BuildCLI builds the gpushare command into dir/gpushare.
+func BuildCLI(ctx context.Context, root, dir string) (string, error) {
+	return build(ctx, root, dir, "gpushare")
+}
+
+func build(ctx context.Context, root, dir, name string) (string, error) {
+	bin := filepath.Join(dir, name)
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/"+name)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_CFLAGS=-O2 -g -Wno-deprecated-declarations")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("building the plugin: %v\n%s", err, out)
+		return "", fmt.Errorf("building %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }

@@ -38,6 +38,9 @@ type Options struct {
 	// Clients: the first runs inside the dev agent with the server; the
 	// others are separate client agents that join it.
 	Clients []Client
+	// Persistent runs the first agent as a regular server (with its state
+	// on disk) instead of -dev, so RestartServer keeps jobs and indexes.
+	Persistent bool
 	// Log receives progress lines; nil discards them.
 	Log func(string)
 }
@@ -54,6 +57,8 @@ type Cluster struct {
 
 type proc struct {
 	name string
+	dir  string
+	args []string
 	cmd  *exec.Cmd
 	log  *os.File
 	done chan struct{}
@@ -99,6 +104,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if i == 0 {
 			cfg = agentConfig(name, dir, pluginDir, ports[0], ports[1], ports[2], "", cl)
 			args = []string{"agent", "-dev", "-config", filepath.Join(dir, "agent.hcl")}
+			if opts.Persistent {
+				cfg += "server {\n  enabled = true\n  bootstrap_expect = 1\n}\n"
+				args = []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}
+			}
 		} else {
 			server := "127.0.0.1:" + strconv.Itoa(ports[1])
 			cfg = agentConfig(name, dir, pluginDir, ports[1+2*i], ports[2+2*i], 0, server, cl)
@@ -125,6 +134,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string, cl Client) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "name = %q\ndata_dir = %q\nbind_addr = \"127.0.0.1\"\nplugin_dir = %q\nlog_level = \"DEBUG\"\n", name, filepath.Join(dir, "data"), pluginDir)
+	b.WriteString("advertise {\n  http = \"127.0.0.1\"\n  rpc = \"127.0.0.1\"\n  serf = \"127.0.0.1\"\n}\n")
 	if server == "" {
 		fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc = %d\n  serf = %d\n}\n", http, rpc, serf)
 	} else {
@@ -157,7 +167,7 @@ func (c *Cluster) spawn(name, dir string, args []string) error {
 			return err
 		}
 	}
-	logf, err := os.Create(filepath.Join(dir, "nomad.log"))
+	logf, err := os.OpenFile(filepath.Join(dir, "nomad.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
@@ -171,7 +181,7 @@ func (c *Cluster) spawn(name, dir string, args []string) error {
 		logf.Close()
 		return fmt.Errorf("starting nomad agent %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, log: logf, done: make(chan struct{})}
+	p := &proc{name: name, dir: dir, args: args, cmd: cmd, log: logf, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	c.mu.Lock()
 	c.procs = append(c.procs, p)
@@ -220,6 +230,38 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
+}
+
+// RestartServer stops the first agent (the server) with SIGTERM, waits for
+// it to exit and starts it again with the same configuration. Allocations
+// on its own client keep running.
+func (c *Cluster) RestartServer(ctx context.Context) error {
+	c.mu.Lock()
+	if len(c.procs) == 0 {
+		c.mu.Unlock()
+		return errors.New("cluster is stopped")
+	}
+	p := c.procs[0]
+	c.procs = c.procs[1:]
+	c.mu.Unlock()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	}
+	p.log.Close()
+	if err := c.spawn(p.name, p.dir, p.args); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	// keep the server first
+	last := c.procs[len(c.procs)-1]
+	copy(c.procs[1:], c.procs[:len(c.procs)-1])
+	c.procs[0] = last
+	c.mu.Unlock()
+	return c.waitReady(ctx)
 }
 
 // API returns a Nomad API client for the cluster.

@@ -113,7 +113,7 @@ func (s *State) Snapshot(profiles *interference.Model) (*placement.Snapshot, []s
 // batchDone reports whether a batch group already finished its work (its
 // allocations completed), so its pinned shares are free again.
 func batchDone(job *api.Job, s *State, group string) bool {
-	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysBatch) {
+	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysbatch) {
 		return false
 	}
 	for _, a := range s.Allocs {

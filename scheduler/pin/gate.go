@@ -150,6 +150,11 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 			if model, ok := strings.CutPrefix(d.Name, DeviceName+"/"); ok {
 				r.Models = []string{model}
 			}
+			for _, c := range d.Constraints {
+				if c.LTarget == "${device.model}" && (c.Operand == "" || c.Operand == "=" || c.Operand == "==") {
+					r.Models = []string{c.RTarget}
+				}
+			}
 		}
 	}
 	switch {

@@ -1,0 +1,68 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/service"
+	"github.com/hashicorp/go-hclog"
+)
+
+func runScheduler(args []string, io IO) int {
+	fs := newFlags("scheduler", "scheduler [-config FILE] [-nomad-address URL] [-http-address ADDR]", io)
+	file := fs.String("config", "", "HCL configuration file (see README: nomad, policy, virtual_cluster, profile, leader)")
+	addr := fs.String("nomad-address", "", "Nomad HTTP address; overrides the file")
+	httpAddr := fs.String("http-address", "", "address of the HTTP API and /metrics; overrides the file")
+	check := fs.Bool("check", false, "validate the configuration and exit")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	cfg := config.Default()
+	if *file != "" {
+		c, err := config.Load(*file)
+		if err != nil {
+			fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
+			return 1
+		}
+		cfg = c
+	} else if env := os.Getenv("NOMAD_ADDR"); env != "" {
+		cfg.Nomad.Address = env
+	}
+	if *addr != "" {
+		cfg.Nomad.Address = *addr
+	}
+	if *httpAddr != "" {
+		cfg.HTTPAddress = *httpAddr
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
+		return 1
+	}
+	if *check {
+		fmt.Fprintln(io.Out, "configuration is valid")
+		return 0
+	}
+	logger := hclog.New(&hclog.LoggerOptions{Name: "gpushare", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: io.Err})
+	svc, err := service.New(cfg, logger)
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
+		return 1
+	}
+	bound, err := svc.Listen()
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(io.Err, "gpushare scheduler: serving http on %s\n", bound)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := svc.Run(ctx); err != nil {
+		fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
+		return 1
+	}
+	return 0
+}

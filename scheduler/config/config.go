@@ -1,0 +1,264 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// Config is the service configuration.
+type Config struct {
+	Nomad  Nomad  `hcl:"nomad,block"`
+	Policy string `hcl:"policy,optional"`
+	// ProductionMaxSlowdown bounds a production job's predicted slowdown.
+	ProductionMaxSlowdown float64 `hcl:"production_max_slowdown,optional"`
+	// HTTPAddress serves /v1/health, /v1/gpus, /v1/jobs/<id> and /metrics.
+	HTTPAddress string `hcl:"http_address,optional"`
+	LogLevel    string `hcl:"log_level,optional"`
+	LogJSON     bool   `hcl:"log_json,optional"`
+	// ResyncInterval bounds how long a missed event can go unnoticed.
+	ResyncInterval string           `hcl:"resync_interval,optional"`
+	Leader         Leader           `hcl:"leader,block"`
+	VCs            []VirtualCluster `hcl:"virtual_cluster,block"`
+	Profiles       []Profile        `hcl:"profile,block"`
+	// Seed drives the random choices of randomised policies.
+	Seed uint64 `hcl:"seed,optional"`
+}
+
+// Nomad is how the service reaches Nomad.
+type Nomad struct {
+	Address    string   `hcl:"address,optional"`
+	Token      string   `hcl:"token,optional"`
+	TokenFile  string   `hcl:"token_file,optional"`
+	Region     string   `hcl:"region,optional"`
+	Namespaces []string `hcl:"namespaces,optional"`
+	CACert     string   `hcl:"ca_cert,optional"`
+	ClientCert string   `hcl:"client_cert,optional"`
+	ClientKey  string   `hcl:"client_key,optional"`
+	TLSServer  string   `hcl:"tls_server_name,optional"`
+	Insecure   bool     `hcl:"tls_skip_verify,optional"`
+}
+
+// Leader configures leader election through a Nomad Variable lock.
+type Leader struct {
+	VariablePath string `hcl:"variable_path,optional"`
+	TTL          string `hcl:"ttl,optional"`
+	LockDelay    string `hcl:"lock_delay,optional"`
+}
+
+// VirtualCluster is a tenant's guaranteed capacity, in cells.
+type VirtualCluster struct {
+	Name  string `hcl:"name,label"`
+	Cells []Cell `hcl:"cell,block"`
+}
+
+// Cell is Count cells of GPUs GPUs each (of one model, when set).
+type Cell struct {
+	GPUs  int    `hcl:"gpus"`
+	Count int    `hcl:"count"`
+	Model string `hcl:"model,optional"`
+}
+
+// Profile is a named interference profile.
+type Profile struct {
+	Name   string  `hcl:"name,label"`
+	SMUtil float64 `hcl:"sm_util"`
+	MemBW  float64 `hcl:"mem_bw"`
+}
+
+// Default returns the configuration with every default.
+func Default() *Config {
+	return &Config{
+		Nomad:                 Nomad{Address: "http://127.0.0.1:4646", Namespaces: []string{"*"}},
+		Policy:                placement.PolicyGpushare,
+		ProductionMaxSlowdown: placement.DefaultMaxSlowdown,
+		HTTPAddress:           "127.0.0.1:8646",
+		LogLevel:              "info",
+		ResyncInterval:        "5m",
+		Leader:                Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
+	}
+}
+
+// Load reads an HCL file over the defaults. Syntax errors carry the file,
+// line and column.
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(path, src)
+}
+
+// Parse reads HCL source over the defaults.
+func Parse(filename string, src []byte) (*Config, error) {
+	f, diags := hclparse.NewParser().ParseHCL(src, filename)
+	if diags.HasErrors() {
+		return nil, diagErr(diags)
+	}
+	var file Config
+	if diags := gohcl.DecodeBody(f.Body, nil, &file); diags.HasErrors() {
+		return nil, diagErr(diags)
+	}
+	c := Default()
+	c.Merge(&file)
+	return c, nil
+}
+
+func diagErr(diags hcl.Diagnostics) error {
+	var msgs []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagError {
+			continue
+		}
+		m := d.Summary
+		if d.Detail != "" {
+			m += ": " + d.Detail
+		}
+		if d.Subject != nil {
+			m = d.Subject.String() + ": " + m
+		}
+		msgs = append(msgs, m)
+	}
+	return errors.New(strings.Join(msgs, "\n"))
+}
+
+// Merge overlays the set fields of o on c.
+func (c *Config) Merge(o *Config) {
+	str := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	str(&c.Nomad.Address, o.Nomad.Address)
+	str(&c.Nomad.Token, o.Nomad.Token)
+	str(&c.Nomad.TokenFile, o.Nomad.TokenFile)
+	str(&c.Nomad.Region, o.Nomad.Region)
+	str(&c.Nomad.CACert, o.Nomad.CACert)
+	str(&c.Nomad.ClientCert, o.Nomad.ClientCert)
+	str(&c.Nomad.ClientKey, o.Nomad.ClientKey)
+	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
+	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
+	if len(o.Nomad.Namespaces) > 0 {
+		c.Nomad.Namespaces = o.Nomad.Namespaces
+	}
+	str(&c.Policy, o.Policy)
+	if o.ProductionMaxSlowdown != 0 {
+		c.ProductionMaxSlowdown = o.ProductionMaxSlowdown
+	}
+	str(&c.HTTPAddress, o.HTTPAddress)
+	str(&c.LogLevel, o.LogLevel)
+	c.LogJSON = c.LogJSON || o.LogJSON
+	str(&c.ResyncInterval, o.ResyncInterval)
+	str(&c.Leader.VariablePath, o.Leader.VariablePath)
+	str(&c.Leader.TTL, o.Leader.TTL)
+	str(&c.Leader.LockDelay, o.Leader.LockDelay)
+	c.VCs = append(c.VCs, o.VCs...)
+	c.Profiles = append(c.Profiles, o.Profiles...)
+	if o.Seed != 0 {
+		c.Seed = o.Seed
+	}
+}
+
+// ErrInvalid wraps the list of every problem Validate found.
+var ErrInvalid = errors.New("invalid gpushare scheduler config")
+
+// Validate reports every problem at once.
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
+	if !strings.HasPrefix(c.Nomad.Address, "http://") && !strings.HasPrefix(c.Nomad.Address, "https://") {
+		bad("nomad.address %q: must start with http:// or https://", c.Nomad.Address)
+	}
+	if c.Nomad.Token != "" && c.Nomad.TokenFile != "" {
+		bad("nomad: set token or token_file, not both")
+	}
+	if (c.Nomad.ClientCert == "") != (c.Nomad.ClientKey == "") {
+		bad("nomad: client_cert and client_key go together")
+	}
+	if _, err := placement.New(c.Policy, placement.Options{}); err != nil {
+		bad("policy: %v", err)
+	}
+	if !(c.ProductionMaxSlowdown > 0 && c.ProductionMaxSlowdown < 1) {
+		bad("production_max_slowdown = %v: must be between 0 and 1 (0.1 = at most 10%% slower)", c.ProductionMaxSlowdown)
+	}
+	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
+		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
+		}
+	}
+	if c.Leader.VariablePath == "" {
+		bad("leader.variable_path must not be empty")
+	}
+	seen := map[string]bool{}
+	for _, vc := range c.VCs {
+		if seen["vc:"+vc.Name] {
+			bad("virtual_cluster %q is defined twice", vc.Name)
+		}
+		seen["vc:"+vc.Name] = true
+		for i, cell := range vc.Cells {
+			if cell.GPUs < 1 || cell.Count < 1 {
+				bad("virtual_cluster %q cell %d: gpus and count must be at least 1", vc.Name, i)
+			}
+		}
+	}
+	for _, p := range c.Profiles {
+		if seen["p:"+p.Name] {
+			bad("profile %q is defined twice", p.Name)
+		}
+		seen["p:"+p.Name] = true
+		if p.SMUtil < 0 || p.SMUtil > 1 || p.MemBW < 0 || p.MemBW > 1 {
+			bad("profile %q: sm_util and mem_bw must be between 0 and 1", p.Name)
+		}
+	}
+	switch strings.ToLower(c.LogLevel) {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		bad("log_level %q: want trace, debug, info, warn or error", c.LogLevel)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w:\n  %s", ErrInvalid, strings.Join(errs, "\n  "))
+	}
+	return nil
+}
+
+// Token returns the Nomad token: token, else the contents of token_file,
+// else $NOMAD_TOKEN. It is never logged.
+func (c *Config) Token() (string, error) {
+	switch {
+	case c.Nomad.Token != "":
+		return c.Nomad.Token, nil
+	case c.Nomad.TokenFile != "":
+		b, err := os.ReadFile(c.Nomad.TokenFile)
+		if err != nil {
+			return "", fmt.Errorf("nomad.token_file: %w", err)
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	return os.Getenv("NOMAD_TOKEN"), nil
+}
+
+// VirtualClusters converts the VCs for the placement core.
+func (c *Config) VirtualClusters() []placement.VirtualCluster {
+	out := make([]placement.VirtualCluster, 0, len(c.VCs))
+	for _, vc := range c.VCs {
+		pvc := placement.VirtualCluster{Name: vc.Name}
+		for _, cell := range vc.Cells {
+			pvc.Cells = append(pvc.Cells, placement.CellQuota{Model: cell.Model, GPUs: cell.GPUs, Count: cell.Count})
+		}
+		out = append(out, pvc)
+	}
+	return out
+}
+
+// Duration parses a validated duration field.
+func Duration(s string) time.Duration {
+	d, _ := time.ParseDuration(s)
+	return d
+}

@@ -1,0 +1,89 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+const sample = `
+nomad {
+  address    = "http://127.0.0.1:4646"
+  token_file = "/etc/gpushare/token"
+  namespaces = ["default", "ml"]
+}
+policy                  = "gpushare"
+production_max_slowdown = 0.2
+http_address            = "127.0.0.1:9000"
+
+leader {
+  ttl = "10s"
+}
+
+virtual_cluster "research" {
+  cell {
+    gpus  = 4
+    count = 1
+    model = "Tesla V100-SXM2-16GB"
+  }
+}
+
+profile "bert" {
+  sm_util = 0.6
+  mem_bw  = 0.4
+}
+`
+
+func TestParse(t *testing.T) {
+	c, err := Parse("s.hcl", []byte(sample))
+	must.NoError(t, err)
+	must.NoError(t, c.Validate())
+	must.Eq(t, 0.2, c.ProductionMaxSlowdown)
+	must.Eq(t, []string{"default", "ml"}, c.Nomad.Namespaces)
+	must.Eq(t, "10s", c.Leader.TTL)
+	must.Eq(t, "5s", c.Leader.LockDelay) // default kept
+	must.Eq(t, "gpushare/leader", c.Leader.VariablePath)
+	must.SliceLen(t, 1, c.VirtualClusters())
+	must.Eq(t, 4, c.VirtualClusters()[0].Cells[0].GPUs)
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	must.NoError(t, Default().Validate())
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	c := Default()
+	c.Nomad.Address = "127.0.0.1:4646"
+	c.Policy = "magic"
+	c.ProductionMaxSlowdown = 2
+	c.Leader.TTL = "soon"
+	c.VCs = []VirtualCluster{{Name: "a", Cells: []Cell{{GPUs: 0, Count: 1}}}, {Name: "a"}}
+	c.Profiles = []Profile{{Name: "x", SMUtil: 3}}
+	err := c.Validate()
+	must.True(t, errors.Is(err, ErrInvalid))
+	for _, want := range []string{"nomad.address", `unknown policy "magic"`, "production_max_slowdown = 2", `leader.ttl = "soon"`,
+		`virtual_cluster "a" is defined twice`, `virtual_cluster "a" cell 0`, `profile "x"`} {
+		must.ErrorContains(t, err, want)
+	}
+}
+
+func TestSyntaxErrorsArePrecise(t *testing.T) {
+	_, err := Parse("bad.hcl", []byte("policy = \n"))
+	must.ErrorContains(t, err, "bad.hcl:1,")
+	_, err = Parse("bad.hcl", []byte("polcy = \"x\"\n"))
+	must.ErrorContains(t, err, "bad.hcl:1,1-6: Unsupported argument")
+}
+
+func TestToken(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "tok")
+	must.NoError(t, os.WriteFile(p, []byte("secret\n"), 0o600))
+	c := Default()
+	c.Nomad.TokenFile = p
+	tok, err := c.Token()
+	must.NoError(t, err)
+	must.Eq(t, "secret", tok)
+}

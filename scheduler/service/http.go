@@ -1,0 +1,132 @@
+package service
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Handler serves the HTTP API:
+//
+//	GET /v1/health          liveness, leadership and the model's index
+//	GET /v1/gpus            the GPU map
+//	GET /v1/jobs/<id>       each gpushare group's placement, or why it waits (?namespace=)
+//	GET /metrics            Prometheus metrics
+func (s *Service) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/health", s.handleHealth)
+	mux.HandleFunc("GET /v1/gpus", s.handleGPUs)
+	mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// Health is the body of /v1/health.
+type Health struct {
+	Status string `json:"status"`
+	Leader bool   `json:"leader"`
+	Synced bool   `json:"synced"`
+	Index  uint64 `json:"index"`
+	Nodes  int    `json:"nodes"`
+	Jobs   int    `json:"jobs"`
+}
+
+func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	h := Health{Status: "ok", Leader: s.IsLeader(), Synced: s.synced, Index: s.state.Index, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs)}
+	s.mu.Unlock()
+	code := http.StatusOK
+	if !h.Synced {
+		h.Status = "starting"
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+func (s *Service) handleGPUs(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	nodes := make([]*api.Node, 0, len(s.state.Nodes))
+	for _, n := range s.state.Nodes {
+		nodes = append(nodes, n)
+	}
+	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
+	for _, a := range s.state.Allocs {
+		if model.Live(a) {
+			allocs = append(allocs, a)
+		}
+	}
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, gpumap.Build(nodes, allocs))
+}
+
+// JobStatus is the body of /v1/jobs/<id>.
+type JobStatus struct {
+	Namespace string        `json:"namespace"`
+	ID        string        `json:"id"`
+	Groups    []GroupStatus `json:"groups"`
+}
+
+// GroupStatus says where a group is pinned, or why it waits.
+type GroupStatus struct {
+	Name      string      `json:"name"`
+	State     string      `json:"state"` // "pinned", "pending" or "not-gpushare"
+	Placement *pin.Record `json:"placement,omitempty"`
+	Reason    string      `json:"reason,omitempty"`
+	Allocs    []string    `json:"allocations,omitempty"`
+}
+
+func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
+	ns := r.URL.Query().Get("namespace")
+	id := r.PathValue("id")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	job := s.state.Jobs[model.JobKey(ns, id)]
+	if job == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + id + " in namespace " + model.JobKey(ns, "")[:len(model.JobKey(ns, ""))-1] + " (use ?namespace=)"})
+		return
+	}
+	out := JobStatus{Namespace: strings.TrimSuffix(model.JobKey(ns, ""), "/"), ID: id}
+	gated := pin.Gated(job)
+	for _, tg := range job.TaskGroups {
+		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
+		key := groupKey(job, *tg.Name)
+		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
+			gs.Allocs = append(gs.Allocs, a.ID)
+		}
+		switch rec, ok := pin.ParseRecord(job, *tg.Name); {
+		case contains(gated, *tg.Name):
+			gs.State = "pending"
+			gs.Reason = s.pending[key]
+			if gs.Reason == "" {
+				gs.Reason = "waiting for the next decision"
+			}
+		case ok:
+			gs.State, gs.Placement = "pinned", rec
+		}
+		out.Groups = append(out.Groups, gs)
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

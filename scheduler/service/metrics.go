@@ -1,0 +1,45 @@
+package service
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	reg              *prometheus.Registry
+	pending          prometheus.Gauge
+	leader           prometheus.Gauge
+	decisions        *prometheus.CounterVec
+	pins             prometheus.Counter
+	conflicts        prometheus.Counter
+	preemptions      prometheus.Counter
+	confirmations    prometheus.Counter
+	reconnects       prometheus.Counter
+	resyncs          prometheus.Counter
+	events           prometheus.Counter
+	pinLatency       prometheus.Histogram
+	placementLatency prometheus.Histogram
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg:     prometheus.NewRegistry(),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_pending_groups", Help: "Task groups waiting at the gpushare gate."}),
+		leader:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_leader", Help: "1 while this replica holds the leader lock."}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_decisions_total", Help: "Placement decisions by outcome."},
+			[]string{"outcome"}),
+		pins:          prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pins_total", Help: "Groups pinned into their job."}),
+		conflicts:     prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pin_conflicts_total", Help: "Pins refused because the job changed meanwhile."}),
+		preemptions:   prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_preemptions_total", Help: "Opportunistic allocations preempted."}),
+		confirmations: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_confirmations_total", Help: "Pinned groups whose allocations appeared."}),
+		reconnects:    prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_stream_reconnects_total", Help: "Event stream reconnections."}),
+		resyncs:       prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_resyncs_total", Help: "Full listings of the cluster."}),
+		events:        prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_events_total", Help: "Events received from Nomad."}),
+		pinLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pin_seconds", Help: "Time to decide and pin one group.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
+		placementLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pin_to_alloc_seconds", Help: "Time from pin to the group's first allocation.",
+			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+	}
+	m.reg.MustRegister(m.pending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
+		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency)
+	return m
+}

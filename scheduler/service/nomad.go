@@ -1,0 +1,144 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// ErrConflict is returned by Register when the job changed since it was
+// read (EnforceIndex failed): someone else registered a new version.
+var ErrConflict = errors.New("job changed since it was read")
+
+// nomadAPI is the part of Nomad the service uses.
+type nomadAPI interface {
+	Nodes(ctx context.Context) ([]*api.Node, uint64, error)
+	Node(ctx context.Context, id string) (*api.Node, error)
+	Jobs(ctx context.Context) ([]*api.Job, uint64, error)
+	Job(ctx context.Context, namespace, id string) (*api.Job, error)
+	Allocs(ctx context.Context) ([]*api.Allocation, uint64, error)
+	Alloc(ctx context.Context, id string) (*api.Allocation, error)
+	// Register re-registers job if its modify index is still index.
+	Register(ctx context.Context, job *api.Job, index uint64) error
+	Stream(ctx context.Context, index uint64) (<-chan *api.Events, error)
+	Client() *api.Client
+}
+
+type nomadClient struct{ c *api.Client }
+
+var _ nomadAPI = nomadClient{}
+
+func (n nomadClient) Client() *api.Client { return n.c }
+
+func q(ctx context.Context) *api.QueryOptions {
+	return (&api.QueryOptions{Namespace: "*"}).WithContext(ctx)
+}
+
+func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
+	stubs, meta, err := n.c.Nodes().List(q(ctx))
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*api.Node, 0, len(stubs))
+	for _, s := range stubs {
+		node, err := n.Node(ctx, s.ID)
+		if err != nil {
+			if isNotFound(err) {
+				continue
+			}
+			return nil, 0, err
+		}
+		out = append(out, node)
+	}
+	return out, meta.LastIndex, nil
+}
+
+func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
+	node, _, err := n.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	return node, err
+}
+
+func (n nomadClient) Jobs(ctx context.Context) ([]*api.Job, uint64, error) {
+	stubs, meta, err := n.c.Jobs().List(q(ctx))
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*api.Job, 0, len(stubs))
+	for _, s := range stubs {
+		job, err := n.Job(ctx, s.Namespace, s.ID)
+		if err != nil {
+			if isNotFound(err) {
+				continue
+			}
+			return nil, 0, err
+		}
+		out = append(out, job)
+	}
+	return out, meta.LastIndex, nil
+}
+
+func (n nomadClient) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
+	job, _, err := n.c.Jobs().Info(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	return job, err
+}
+
+func (n nomadClient) Allocs(ctx context.Context) ([]*api.Allocation, uint64, error) {
+	qo := q(ctx)
+	qo.Params = map[string]string{"resources": "true"}
+	stubs, meta, err := n.c.Allocations().List(qo)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*api.Allocation, 0, len(stubs))
+	for _, s := range stubs {
+		out = append(out, &api.Allocation{
+			ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
+			TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus,
+			ClientStatus: s.ClientStatus, AllocatedResources: s.AllocatedResources,
+			CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
+		})
+	}
+	return out, meta.LastIndex, nil
+}
+
+func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, error) {
+	a, _, err := n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	return a, err
+}
+
+func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) error {
+	wo := (&api.WriteOptions{}).WithContext(ctx)
+	if job.Namespace != nil {
+		wo.Namespace = *job.Namespace
+	}
+	_, _, err := n.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: index}, wo)
+	if err != nil && isConflict(err) {
+		return errors.Join(ErrConflict, err)
+	}
+	return err
+}
+
+func (n nomadClient) Stream(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+	topics := map[api.Topic][]string{
+		api.TopicJob: {"*"}, api.TopicAllocation: {"*"}, api.TopicNode: {"*"}, api.TopicDeployment: {"*"},
+	}
+	return n.c.EventStream().Stream(ctx, topics, index, &api.QueryOptions{Namespace: "*"})
+}
+
+// isConflict recognises Nomad's EnforceIndex refusal, which the HTTP API
+// reports only as text ("job exists with conflicting job modify index").
+func isConflict(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) && ue.StatusCode() != http.StatusBadRequest && ue.StatusCode() != http.StatusInternalServerError {
+		return false
+	}
+	return strings.Contains(err.Error(), "conflicting job modify index") || strings.Contains(err.Error(), "job not found for index")
+}
+
+func isNotFound(err error) bool {
+	var ue api.UnexpectedResponseError
+	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
+}

@@ -1,0 +1,204 @@
+package service
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Service is one replica of the scheduling service.
+type Service struct {
+	cfg     *config.Config
+	log     hclog.Logger
+	nomad   nomadAPI
+	policy  placement.Policy
+	profile *interference.Model
+	metrics *metrics
+	now     func() time.Time
+
+	mu      sync.Mutex
+	state   *model.State
+	pending map[string]string    // group key -> why it waits
+	pinned  map[string]time.Time // group key -> when it was pinned (unconfirmed)
+	synced  bool
+
+	dirty    chan struct{}
+	leader   atomic.Bool
+	listener net.Listener
+}
+
+// New builds a service from a validated configuration.
+func New(cfg *config.Config, logger hclog.Logger) (*Service, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	token, err := cfg.Token()
+	if err != nil {
+		return nil, err
+	}
+	acfg := api.DefaultConfig()
+	acfg.Address = cfg.Nomad.Address
+	acfg.SecretID = token
+	acfg.Region = cfg.Nomad.Region
+	acfg.TLSConfig = &api.TLSConfig{CACert: cfg.Nomad.CACert, ClientCert: cfg.Nomad.ClientCert, ClientKey: cfg.Nomad.ClientKey,
+		TLSServerName: cfg.Nomad.TLSServer, Insecure: cfg.Nomad.Insecure}
+	client, err := api.NewClient(acfg)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	return newService(cfg, logger, nomadClient{c: client}, time.Now)
+}
+
+func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() time.Time) (*Service, error) {
+	prof := interference.Default()
+	for _, p := range cfg.Profiles {
+		prof.Profiles[normalize(p.Name)] = interference.Profile{Name: p.Name, SM: p.SMUtil, MemBW: p.MemBW}
+	}
+	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters()})
+	if err != nil {
+		return nil, err
+	}
+	return &Service{
+		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
+		metrics: newMetrics(), now: now, state: model.New(),
+		pending: map[string]string{}, pinned: map[string]time.Time{},
+		dirty: make(chan struct{}, 1),
+	}, nil
+}
+
+// Listen binds the HTTP address; Run serves on it. Separate so callers
+// learn a bad address before the service starts.
+func (s *Service) Listen() (string, error) {
+	l, err := net.Listen("tcp", s.cfg.HTTPAddress)
+	if err != nil {
+		return "", fmt.Errorf("http_address %q: %w", s.cfg.HTTPAddress, err)
+	}
+	s.listener = l
+	return l.Addr().String(), nil
+}
+
+// Run watches Nomad, serves HTTP and, while it holds the leader lock,
+// places gated groups. It returns when ctx is cancelled.
+func (s *Service) Run(ctx context.Context) error {
+	if s.listener == nil {
+		if _, err := s.Listen(); err != nil {
+			return err
+		}
+	}
+	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if err := srv.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("http server stopped", "error", err)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		s.watch(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.campaign(ctx)
+	}()
+	s.log.Info("scheduler started", "nomad", s.cfg.Nomad.Address, "http", s.listener.Addr().String(), "policy", s.cfg.Policy)
+	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = srv.Shutdown(shutdown)
+	wg.Wait()
+	s.log.Info("scheduler stopped")
+	return nil
+}
+
+// campaign competes for the leader lock and leads while it holds it.
+func (s *Service) campaign(ctx context.Context) {
+	ttl := s.cfg.Leader.TTL
+	v := api.Variable{Path: s.cfg.Leader.VariablePath, Lock: &api.VariableLock{TTL: ttl, LockDelay: s.cfg.Leader.LockDelay}}
+	for ctx.Err() == nil {
+		locks, err := s.nomad.Client().Locks(api.WriteOptions{}, v)
+		if err != nil {
+			s.log.Error("cannot create the leader lock", "error", err)
+			sleep(ctx, 2*time.Second)
+			continue
+		}
+		leaser := s.nomad.Client().NewLockLeaser(locks, api.LockLeaserOptionWithWaitPeriod(time.Second))
+		err = leaser.Start(ctx, s.lead)
+		if ctx.Err() != nil {
+			return
+		}
+		s.log.Warn("lost or could not take the leader lock; campaigning again", "error", err)
+		sleep(ctx, time.Second)
+	}
+}
+
+// lead runs the decision loop while this replica holds the lock.
+func (s *Service) lead(ctx context.Context) error {
+	s.leader.Store(true)
+	s.metrics.leader.Set(1)
+	defer func() {
+		s.leader.Store(false)
+		s.metrics.leader.Set(0)
+	}()
+	s.log.Info("became leader: placing gated jobs")
+	s.markDirty()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.log.Info("leadership ended")
+			return nil
+		case <-s.dirty:
+		case <-tick.C:
+		}
+		s.reconcile(ctx)
+	}
+}
+
+// IsLeader reports whether this replica currently pins.
+func (s *Service) IsLeader() bool { return s.leader.Load() }
+
+func (s *Service) markDirty() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func normalize(name string) string {
+	b := []byte(name)
+	for i, c := range b {
+		if c >= 'A' && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// groupKey is pin.GroupKey for a job in the state.
+func groupKey(job *api.Job, group string) string { return pin.GroupKey(job, group) }
