@@ -116,7 +116,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 	nNeutral := 0
 	for _, i := range grp.gpus {
 		g := &n.GPUs[i]
-		if g.free < frac || (pin >= 0 && i != pin) {
+		if g.free < frac || g.Down || (pin >= 0 && i != pin) {
 			continue
 		}
 		if (e.kind == kFGD || e.kind == kGpushare) && neutralGPU(g) {
@@ -256,7 +256,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 	var freeMask uint64
 	wholeFree := 0
 	for li, i := range grp.gpus {
-		if n.GPUs[i].Whole() {
+		if n.GPUs[i].Whole() && !n.GPUs[i].Down {
 			freeMask |= 1 << li
 			wholeFree++
 		}

@@ -29,6 +29,9 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 			whole := 0
 			for li, i := range grp.gpus {
 				g := &n.GPUs[i]
+				if g.Down {
+					continue
+				}
 				if g.Whole() {
 					freeMask |= 1 << li
 					whole++

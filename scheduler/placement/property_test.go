@@ -125,6 +125,7 @@ func TestPropertyInvariants(t *testing.T) {
 						}
 					}
 					for _, pl := range d.Placements {
+						checkCell(t, s, pl)
 						live = append(live, pl.AllocID)
 						if r.Shares > 0 && r.Shares < 100 && name != PolicyHived && name != PolicyNomadNative {
 							must.Eq(t, r.Shares, len(pl.Shares))
@@ -174,4 +175,40 @@ func jsonOf(t testing.TB, v any) string {
 	b, err := json.Marshal(v)
 	must.NoError(t, err)
 	return string(b)
+}
+
+// checkCell asserts that a placement's GPUs lie in the cell it names, and
+// that the node's cells are nested or disjoint (cells never overlap).
+func checkCell(t testing.TB, s *Snapshot, pl Placement) {
+	if len(pl.GPUs) == 0 {
+		return
+	}
+	n, _ := s.Node(pl.Node)
+	cs := n.Cells()
+	found := false
+	for _, c := range cs {
+		if c.Name == pl.Cell {
+			must.SliceContainsAll(t, intersect(c.GPUs, pl.GPUs), pl.GPUs, must.Sprintf("cell %s of %s", pl.Cell, pl.AllocID))
+			found = true
+		}
+	}
+	must.True(t, found, must.Sprintf("cell %q not on node %s", pl.Cell, pl.Node))
+	for i := range cs {
+		for j := range cs {
+			in := len(intersect(cs[i].GPUs, cs[j].GPUs))
+			must.True(t, in == 0 || in == len(cs[i].GPUs) || in == len(cs[j].GPUs), must.Sprintf("cells %s and %s overlap", cs[i].Name, cs[j].Name))
+		}
+	}
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
 }

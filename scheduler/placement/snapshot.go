@@ -25,6 +25,8 @@ type GPU struct {
 	Model  string
 	NUMA   int
 	Shares int // shares_per_gpu of its group
+	// Down is set for an unhealthy GPU: nothing new is placed on it.
+	Down   bool
 	group  int // index into Node.groups
 	local  int // index within its group
 	used   []uint64

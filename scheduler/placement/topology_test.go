@@ -113,3 +113,44 @@ func TestHivedBaselineUsesCellsWithoutSharing(t *testing.T) {
 	d = place(t, s, p, Request{ID: "pair", Shares: 200})
 	must.StrContains(t, d.Placements[0].Cell, "NV2 pair")
 }
+
+func TestDGXA100AndPCIeViewCells(t *testing.T) {
+	s := cluster(t,
+		NodeSpec{ID: "a100", GPUs: 8, Topology: topologies.DGXA100},
+		NodeSpec{ID: "pcie", GPUs: 8, Topology: topologies.DGX1PCIe})
+	p := policy(t, PolicyGpushare, Options{})
+	// NVLink everywhere beats the PCIe-only server for a 4-GPU job.
+	d := place(t, s, p, Request{ID: "four", Shares: 400})
+	must.Eq(t, "a100", d.Placements[0].Node)
+	must.StrContains(t, d.Placements[0].Reason, "worst link NV12")
+	// On the PCIe-only view a pair under one PCIe switch (PIX) is chosen.
+	d = place(t, s, p, Request{ID: "pair", Shares: 200, Avoid: []string{"a100"}})
+	must.StrContains(t, d.Placements[0].Reason, "worst link PIX")
+}
+
+func TestUnhealthyGPUsAreSkipped(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "n", GPUs: 4, Topology: topologies.PCIe2Socket})
+	must.NoError(t, s.SetHealth("GPU-n-0", false))
+	p := policy(t, PolicyGpushare, Options{})
+	d := place(t, s, p, Request{ID: "pair", Shares: 200})
+	must.Eq(t, []int{2, 3}, gpuIdx(d.Placements[0]))
+	d = p.Decide(s, Request{ID: "pair-2", Count: 1, Shares: 200})
+	must.False(t, d.Placed())
+	must.NoError(t, s.SetHealth("GPU-n-0", true))
+	d = place(t, s, p, Request{ID: "pair-3", Shares: 200})
+	must.Eq(t, []int{0, 1}, gpuIdx(d.Placements[0]))
+	must.ErrorIs(t, s.SetHealth("GPU-x", true), ErrUnknown)
+}
+
+func TestNodeCells(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "dgx", GPUs: 8, Topology: topologies.DGX1V100})
+	place(t, s, policy(t, PolicyGpushare, Options{}), Request{ID: "pair", Shares: 200})
+	n, _ := s.Node("dgx")
+	cs := n.Cells()
+	must.Eq(t, 15, len(cs)) // 8 GPUs, 4 pairs, 2 quads, the node
+	must.Eq(t, "SYS node octet {0-7}", cs[0].Name)
+	must.Eq(t, 6, cs[0].FreeGPUs)
+	u := s.Usage()
+	must.Eq(t, 2.0, u.AllocatedGPUs)
+	must.Eq(t, 6, u.WholeFreeGPUs)
+}
