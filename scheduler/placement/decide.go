@@ -114,9 +114,11 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision) bool {
 		}
 		added = append(added, p.AllocID)
 		d.Placements = append(d.Placements, p)
-		if c.gpu >= 0 && r.Count > 1 {
+		switch {
+		case r.Shares == 0: // CPU-only allocations pin no shares
+		case c.gpu >= 0:
 			pins[n.idx] = c.gpu
-		} else {
+		default:
 			pins[n.idx] = -1
 		}
 	}

@@ -109,7 +109,6 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 	grp := &n.groups[gi]
 	best := cand{why: whyGPU, group: gi, gpu: -1}
 	seen := 0
-	freeShares := n.FreeShares()
 	// GPUs without profiled jobs that have the same free shares cost the
 	// same, and the first of them wins ties: score only the first.
 	var neutral [8]int
@@ -158,7 +157,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			}
 			c.pred = pred
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
-			c.cost = [3]float64{c.dfrag + loss, float64(freeShares), float64(i)}
+			c.cost = [3]float64{c.dfrag + loss, float64(i)}
 		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
 			best = c
@@ -184,12 +183,16 @@ func neutralGPU(g *GPU) bool {
 // of total normalised throughput the pairing causes; ok is false when a
 // production job would exceed its slowdown bound.
 func (e *engine) interfere(g *GPU, r *Request) (pred, loss float64, ok bool) {
-	if len(g.allocs) == 0 || len(g.allocs) > 7 {
+	if len(g.allocs) == 0 {
 		return 1, 0, true
 	}
-	var profs [8]interference.Profile
-	var out [8]float64
 	k := len(g.allocs)
+	var profBuf [8]interference.Profile
+	var outBuf [8]float64
+	profs, out := profBuf[:], outBuf[:]
+	if k+1 > len(profBuf) {
+		profs, out = make([]interference.Profile, k+1), make([]float64, k+1)
+	}
 	for j, a := range g.allocs {
 		profs[j] = a.Profile
 	}
@@ -274,7 +277,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 		c.ok = true
 		if e.kind == kGpushare {
 			c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res.CPU) / float64(n.GPUs[grp.gpus[0]].Shares)
-			c.cost = [3]float64{-float64(cells.Score(b.worst)), float64(b.waste), c.dfrag}
+			c.cost = [3]float64{-float64(cells.Score(b.worst)), c.dfrag, float64(b.waste)}
 		} else {
 			c.cost = [3]float64{-float64(cells.Score(b.worst)), float64(b.waste), float64(wholeFree - k)}
 		}
