@@ -31,14 +31,18 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 			d.Placements = []Placement{e.materialize(s, n, c, r, 0)}
 			return d
 		}
-	} else if e.placeGroup(s, r, d) {
+	} else if e.placeGroup(s, r, d, false) {
 		return d
 	}
-	d.Placements = nil
-	if r.guaranteed() && r.Count == 1 {
-		if e.preempt(s, r, d) {
+	d.Placements, d.Preempt = nil, nil
+	if r.guaranteed() {
+		if r.Count == 1 && !e.randomNode() && e.preempt(s, r, d) {
 			return d
 		}
+		if (r.Count > 1 || e.randomNode()) && e.placeGroup(s, r, d, true) {
+			return d
+		}
+		d.Placements, d.Preempt = nil, nil
 	}
 	d.Refusal = e.explain(s, r)
 	return d
@@ -84,11 +88,18 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string) (
 // snapshot and undoing them all at the end. A node holds either one
 // allocation of the group or fractions stacked on one GPU (DESIGN.md
 // section 4). Groups of more than one allocation prefer one rack.
-func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision) bool {
+//
+// With preempt, an allocation that fits nowhere may stop opportunistic
+// allocations (the victims are listed in d.Preempt).
+func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) bool {
 	var added []string
+	var stopped []Alloc
 	defer func() {
 		for i := len(added) - 1; i >= 0; i-- {
 			_, _ = s.remove(added[i])
+		}
+		for _, v := range stopped {
+			_ = s.addAlloc(v)
 		}
 	}()
 	var rack *string
@@ -102,10 +113,25 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision) bool {
 			rack = nil
 			n, c, ok = e.scan(s, r, pins, nil)
 		}
+		var victims []Alloc
+		if !ok && preempt {
+			n, victims, ok = e.victimsFor(s, r, pins)
+			if ok {
+				for _, v := range victims {
+					_, _ = s.remove(v.ID)
+				}
+				stopped = append(stopped, victims...)
+				c = e.eval(n, r, pins0(pins, n.idx))
+				ok = c.ok
+			}
+		}
 		if !ok {
 			return false
 		}
 		p := e.materialize(s, n, c, r, i)
+		if len(victims) > 0 {
+			p.Reason += preemptNote(victimIDs(victims), r)
+		}
 		if rack != nil && *rack != "" {
 			p.Reason += "; group kept in rack " + *rack
 		}
@@ -122,7 +148,18 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision) bool {
 			pins[n.idx] = -1
 		}
 	}
+	if len(stopped) > 0 {
+		d.Preempt = victimIDs(stopped)
+	}
 	return true
+}
+
+// pins0 is the GPU a group pinned on node idx, or -1.
+func pins0(pins map[int]int, idx int) int {
+	if p, ok := pins[idx]; ok {
+		return p
+	}
+	return -1
 }
 
 // chooseRack returns the rack whose nodes can each take one allocation of

@@ -7,19 +7,27 @@ import (
 	"strings"
 )
 
-// preempt finds the node where a guaranteed request fits by stopping the
-// fewest opportunistic allocations (least GPU capacity first, then fewest
-// allocations, then the policy's cost), and fills d with the placement and
-// the victims. Only opportunistic allocations are ever preempted.
-func (e *engine) preempt(s *Snapshot, r *Request, d *Decision) bool {
+// victimsFor finds the node where one allocation of a guaranteed request
+// fits by stopping the fewest opportunistic allocations (least GPU capacity
+// first, then fewest allocations, then the policy's cost). It leaves the
+// snapshot as it found it. Only opportunistic allocations are candidates.
+// pins is as for scan: nodes a group already uses.
+func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, []Alloc, bool) {
 	type option struct {
 		node    *Node
-		victims []*allocRec
+		victims []Alloc
 		milli   int
 		cost    [3]float64
 	}
 	var best *option
 	for _, n := range s.nodes {
+		pin := -1
+		if p, used := pins[n.idx]; used {
+			if p < 0 {
+				continue
+			}
+			pin = p
+		}
 		var opp []*allocRec
 		for _, a := range n.allocs {
 			if a.Class == ClassOpportunistic {
@@ -32,7 +40,7 @@ func (e *engine) preempt(s *Snapshot, r *Request, d *Decision) bool {
 		for _, a := range opp {
 			_, _ = s.remove(a.ID)
 		}
-		if c := e.eval(n, r, -1); !c.ok {
+		if c := e.eval(n, r, pin); !c.ok {
 			for _, a := range opp {
 				_ = s.addAlloc(a.Alloc)
 			}
@@ -45,21 +53,18 @@ func (e *engine) preempt(s *Snapshot, r *Request, d *Decision) bool {
 			}
 			return strings.Compare(a.ID, b.ID)
 		})
-		var victims []*allocRec
+		o := option{node: n}
 		for _, a := range opp {
 			_ = s.addAlloc(a.Alloc)
-			if c := e.eval(n, r, -1); !c.ok {
+			if c := e.eval(n, r, pin); !c.ok {
 				_, _ = s.remove(a.ID)
-				victims = append(victims, a)
+				o.victims = append(o.victims, a.Alloc)
+				o.milli += a.milli
 			}
 		}
-		c := e.eval(n, r, -1)
-		o := option{node: n, victims: victims, cost: c.cost}
-		for _, v := range victims {
-			o.milli += v.milli
-		}
-		for _, v := range victims {
-			_ = s.addAlloc(v.Alloc)
+		o.cost = e.eval(n, r, pin).cost
+		for _, v := range o.victims {
+			_ = s.addAlloc(v)
 		}
 		if best == nil || o.milli < best.milli || (o.milli == best.milli && (len(o.victims) < len(best.victims) ||
 			(len(o.victims) == len(best.victims) && less(&o.cost, &best.cost)))) {
@@ -67,23 +72,43 @@ func (e *engine) preempt(s *Snapshot, r *Request, d *Decision) bool {
 		}
 	}
 	if best == nil {
+		return nil, nil, false
+	}
+	return best.node, best.victims, true
+}
+
+// preempt places a single allocation of a guaranteed request by stopping
+// opportunistic allocations, and fills d with the placement and victims.
+func (e *engine) preempt(s *Snapshot, r *Request, d *Decision) bool {
+	n, victims, ok := e.victimsFor(s, r, nil)
+	if !ok {
 		return false
 	}
-	for _, v := range best.victims {
+	for _, v := range victims {
 		_, _ = s.remove(v.ID)
 	}
-	c := e.eval(best.node, r, -1)
-	p := e.materialize(s, best.node, c, r, 0)
-	var ids []string
-	for _, v := range best.victims {
-		ids = append(ids, v.ID)
-		_ = s.addAlloc(v.Alloc)
+	c := e.eval(n, r, -1)
+	p := e.materialize(s, n, c, r, 0)
+	for _, v := range victims {
+		_ = s.addAlloc(v)
+	}
+	d.Preempt = victimIDs(victims)
+	p.Reason += preemptNote(d.Preempt, r)
+	d.Placements = []Placement{p}
+	return true
+}
+
+func victimIDs(vs []Alloc) []string {
+	ids := make([]string, len(vs))
+	for i, v := range vs {
+		ids[i] = v.ID
 	}
 	slices.Sort(ids)
-	p.Reason += fmt.Sprintf("; preempts opportunistic %s to give %s its guaranteed capacity", strings.Join(ids, ", "), vcName(r.VC))
-	d.Placements = []Placement{p}
-	d.Preempt = ids
-	return true
+	return ids
+}
+
+func preemptNote(ids []string, r *Request) string {
+	return fmt.Sprintf("; preempts opportunistic %s to give %s its guaranteed capacity", strings.Join(ids, ", "), vcName(r.VC))
 }
 
 func vcName(vc string) string {

@@ -285,3 +285,29 @@ func TestAvoidNodes(t *testing.T) {
 		must.StrContains(t, d.Refusal.Message, "avoids")
 	}
 }
+
+func TestGroupPreemptsOpportunisticJobs(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "a", Rack: "r", GPUs: 4}, NodeSpec{ID: "b", Rack: "r", GPUs: 4}, NodeSpec{ID: "c", Rack: "q", GPUs: 4})
+	p := policy(t, PolicyGpushare, Options{})
+	for i := range 12 {
+		class := ClassOpportunistic
+		if i%4 == 0 {
+			class = ClassNormal
+		}
+		place(t, s, p, Request{ID: "o" + itoa(i), Shares: 100, Class: class})
+	}
+	d := p.Decide(s, Request{ID: "dist", Count: 2, Shares: 300})
+	must.True(t, d.Placed(), must.Sprint(d.Refusal))
+	must.Eq(t, 6, len(d.Preempt))
+	for _, id := range d.Preempt {
+		a, _ := s.Alloc(id)
+		must.Eq(t, ClassOpportunistic, a.Class)
+	}
+	must.NotEq(t, d.Placements[0].Node, d.Placements[1].Node)
+	must.NoError(t, s.Apply(d))
+	must.NoError(t, s.Check())
+	// Opportunistic requests never preempt.
+	d = p.Decide(s, Request{ID: "opp", Count: 2, Shares: 100, Class: ClassOpportunistic})
+	must.False(t, d.Placed())
+	must.Eq(t, 0, len(d.Preempt))
+}
