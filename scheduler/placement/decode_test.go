@@ -89,7 +89,7 @@ func FuzzDecodeSnapshot(f *testing.F) {
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add([]byte(`{"id": "j", "shares": 25}`))
 	f.Add([]byte(`{"id": "g", "count": 3, "shares": 200, "resources": {"cpu": 100, "memory_mib": 64}, "avoid": ["a"]}`))
-	f.Add([]byte(`{"shares": 0, "vc": "t", "class": "opportunistic", "max_slowdown": 0.2}`))
+	f.Add([]byte(`{"id": "c", "shares": 0, "vc": "t", "class": "opportunistic", "max_slowdown": 0.2}`))
 	s, err := DecodeSnapshot([]byte(snapJSON))
 	if err != nil {
 		f.Fatal(err)

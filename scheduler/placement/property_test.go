@@ -212,3 +212,52 @@ func intersect(a, b []string) []string {
 	}
 	return out
 }
+
+// TestPropertyIndexMatchesFullScan checks incremental scoring: the node the
+// per-request-kind index returns is the one a full scan of every node finds.
+func TestPropertyIndexMatchesFullScan(t *testing.T) {
+	for _, name := range []string{PolicyGpushare, PolicyFGD, PolicyBestFit, PolicyFirstFit, PolicyGPUPacking, PolicyHived} {
+		for seed := range uint64(6) {
+			rng := rand.New(rand.NewPCG(seed, 7))
+			s := randomCluster(t, rng)
+			e := policy(t, name, Options{}).(*engine)
+			var live []string
+			for i := range 300 {
+				if len(live) > 0 && rng.IntN(3) == 0 {
+					k := rng.IntN(len(live))
+					_, _ = s.Remove(live[k])
+					live = append(live[:k], live[k+1:]...)
+					continue
+				}
+				r := randomRequest(rng, i)
+				r.Count = 1
+				if i%5 == 0 {
+					r = Request{ID: r.ID, Count: 1, Shares: 30} // a frequent kind keeps its index warm
+				}
+				e.sync(s)
+				n1, c1, ok1 := e.best(s, &r)
+				n2, c2, ok2 := e.scan(s, &r, nil, nil)
+				must.Eq(t, ok2, ok1, must.Sprintf("%s seed %d step %d", name, seed, i))
+				if ok1 {
+					must.Eq(t, n2.ID, n1.ID, must.Sprintf("%s seed %d step %d", name, seed, i))
+					must.Eq(t, c2.cost, c1.cost)
+				}
+				d := e.Decide(s, r)
+				if d.Placed() {
+					must.NoError(t, s.Apply(d))
+					for _, p := range d.Placements {
+						live = append(live, p.AllocID)
+					}
+					for _, id := range d.Preempt {
+						for k, l := range live {
+							if l == id {
+								live = append(live[:k], live[k+1:]...)
+								break
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}

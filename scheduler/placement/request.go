@@ -44,6 +44,9 @@ var ErrBadRequest = errors.New("invalid request")
 // Validate checks the request on its own.
 func (r *Request) Validate() error {
 	var errs []string
+	if r.ID == "" {
+		errs = append(errs, "the request needs an ID (it names the allocations)")
+	}
 	if r.Count < 1 || r.Count > MaxCount {
 		errs = append(errs, fmt.Sprintf("count %d must be within 1..%d", r.Count, MaxCount))
 	}

@@ -246,13 +246,13 @@ func TestApplyRejectsStaleDecisions(t *testing.T) {
 
 func TestApplyMeta(t *testing.T) {
 	m := interference.Default()
-	r := Request{Count: 1}
+	r := Request{ID: "j", Count: 1}
 	must.NoError(t, r.ApplyMeta(map[string]string{MetaVC: "research", MetaClass: "production", MetaProfile: "ResNet-50 (batch size 32)"}, m))
 	must.Eq(t, "research", r.VC)
 	must.Eq(t, ClassProduction, r.Class)
 	must.Eq(t, "ResNet-50 (batch size 32)", r.Profile.Name)
 
-	r = Request{Count: 1}
+	r = Request{ID: "j", Count: 1}
 	must.NoError(t, r.ApplyMeta(map[string]string{MetaSMUtil: "0.7", MetaMemBW: "0.2"}, m))
 	must.Eq(t, interference.Profile{SM: 0.7, MemBW: 0.2}, r.Profile)
 
@@ -269,7 +269,7 @@ func TestApplyMeta(t *testing.T) {
 		{MetaClass: "vip"},
 		{MetaClass: "vip", MetaProfile: "A3C"},
 	} {
-		r := Request{Count: 1}
+		r := Request{ID: "j", Count: 1}
 		must.ErrorIs(t, r.ApplyMeta(meta, m), ErrBadRequest, must.Sprint(meta))
 	}
 }
