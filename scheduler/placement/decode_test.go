@@ -137,3 +137,21 @@ func TestNodeFromGroupsRoundTrip(t *testing.T) {
 	_, err = NodeFromGroups("bad", "", Resources{}, nil, []devicefn.Group{{Model: "x", SharesPerGPU: 0}})
 	must.ErrorIs(t, err, ErrBadNode)
 }
+
+func TestRemoveNode(t *testing.T) {
+	s, err := DecodeSnapshot([]byte(snapJSON))
+	must.NoError(t, err)
+	p := policy(t, PolicyGpushare, Options{})
+	place(t, s, p, Request{ID: "x", Shares: 300, Models: []string{"V100"}})
+	lost, err := s.RemoveNode("dgx")
+	must.NoError(t, err)
+	must.Eq(t, 2, len(lost))
+	must.Eq(t, 1, len(s.Nodes()))
+	must.Eq(t, 0, len(s.Allocs()))
+	_, err = s.RemoveNode("dgx")
+	must.ErrorIs(t, err, ErrUnknown)
+	// The policy notices and places on what is left.
+	d := place(t, s, p, Request{ID: "y", Shares: 20})
+	must.Eq(t, "pcie", d.Placements[0].Node)
+	must.NoError(t, s.Check())
+}

@@ -19,7 +19,8 @@ type Resources struct {
 	MemoryMiB int64 `json:"memory_mib"`
 }
 
-// GPU is one GPU of a node as the snapshot tracks it.
+// GPU is one GPU of a node as the snapshot tracks it (read-only; see
+// Snapshot.SetHealth).
 type GPU struct {
 	UUID   string
 	Model  string
@@ -81,7 +82,8 @@ type gpuGroup struct {
 	topoID int      // equal for groups with identical matrices and NUMA
 }
 
-// Node is one node of the snapshot.
+// Node is one node of the snapshot. Its fields are read-only: change the
+// snapshot through its methods, which keep the policies' caches right.
 type Node struct {
 	ID       string
 	Name     string
@@ -260,6 +262,41 @@ func (s *Snapshot) AddNode(n *Node) error {
 	s.gen++
 	s.touch(n)
 	return nil
+}
+
+// RemoveNode deletes a node and the allocations on it (a node that left the
+// cluster, with its allocations lost), returning those allocations.
+func (s *Snapshot) RemoveNode(id string) ([]Alloc, error) {
+	n, ok := s.byID[id]
+	if !ok {
+		return nil, fmt.Errorf("node %q: %w", id, ErrUnknown)
+	}
+	var lost []Alloc
+	for len(n.allocs) > 0 {
+		a, _ := s.remove(n.allocs[0].ID)
+		lost = append(lost, a)
+	}
+	slices.SortFunc(lost, func(a, b Alloc) int { return strings.Compare(a.ID, b.ID) })
+	for i := range n.GPUs {
+		delete(s.byUUID, n.GPUs[i].UUID)
+		s.capacity[n.GPUs[i].Model] -= 1000
+		if s.capacity[n.GPUs[i].Model] == 0 {
+			delete(s.capacity, n.GPUs[i].Model)
+		}
+	}
+	delete(s.byID, id)
+	s.nodes = slices.Delete(s.nodes, n.idx, n.idx+1)
+	s.maxCPU, s.maxGPUs = 0, 0
+	for i, m := range s.nodes {
+		m.idx = i
+		s.maxCPU = max(s.maxCPU, m.Capacity.CPU)
+		s.maxGPUs = max(s.maxGPUs, len(m.GPUs))
+	}
+	// Node indices changed: the log restarts and policies rebuild.
+	s.log = s.log[:0]
+	s.epoch++
+	s.gen++
+	return lost, nil
 }
 
 func numaOf(n *Node, g *gpuGroup) []int {
