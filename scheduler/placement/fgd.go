@@ -152,7 +152,7 @@ func (f *fgd) summary(n *Node) *fgdSummary {
 		var e fgdEntry
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
-			need, k := t.need(g.Shares)
+			need, k := f.need(m, g.Shares)
 			switch {
 			case k == 0 || !t.eligible(g.Model):
 				e.nonElig += int32(g.free)
@@ -170,6 +170,22 @@ func (f *fgd) summary(n *Node) *fgdSummary {
 type fgd struct {
 	mix   Mix
 	cache []fgdSummary
+	needs []needMemo
+}
+
+// needMemo remembers Typical.need for one shares-per-GPU value.
+type needMemo struct{ spg, need, k int }
+
+func (f *fgd) need(m, spg int) (need, k int) {
+	if len(f.needs) != len(f.mix) {
+		f.needs = make([]needMemo, len(f.mix))
+	}
+	c := &f.needs[m]
+	if c.spg != spg {
+		c.need, c.k = f.mix[m].need(spg)
+		c.spg = spg
+	}
+	return c.need, c.k
 }
 
 func (f *fgd) reset(nodes int) {
@@ -197,10 +213,10 @@ func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
 	for m := range f.mix {
 		t := &f.mix[m]
 		e := s.per[m]
-		before := frag(t, e, s.total, freeCPU, n)
+		before := f.frag(m, e, s.total, freeCPU, n)
 		for _, c := range changes {
 			g := &n.GPUs[c.gpu]
-			need, k := t.need(g.Shares)
+			need, k := f.need(m, g.Shares)
 			if k == 0 || !t.eligible(g.Model) {
 				e.nonElig -= int32(c.old - c.new_)
 				continue
@@ -216,20 +232,21 @@ func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
 				e.small += int32(c.new_)
 			}
 		}
-		after := frag(t, e, s.total-taken, freeCPU-cpu, n)
+		after := f.frag(m, e, s.total-taken, freeCPU-cpu, n)
 		d += t.Weight * float64(after-before)
 	}
 	return d
 }
 
-// frag is f(n, m): the free shares that typical request t could not use.
-func frag(t *Typical, e fgdEntry, total int, freeCPU int64, n *Node) int {
+// frag is f(n, m): the free shares that typical request m could not use.
+func (f *fgd) frag(m int, e fgdEntry, total int, freeCPU int64, n *Node) int {
+	t := &f.mix[m]
 	if t.Shares == 0 {
 		return total
 	}
 	k := 1
 	if len(n.GPUs) > 0 {
-		_, k = t.need(n.GPUs[0].Shares)
+		_, k = f.need(m, n.GPUs[0].Shares)
 	}
 	if k > 0 && int(e.cnt) >= k && freeCPU >= t.CPU {
 		return int(e.small + e.nonElig)
@@ -250,7 +267,7 @@ func Fragmentation(s *Snapshot, mix Mix) float64 {
 			if len(n.GPUs) > 0 {
 				spg = n.GPUs[0].Shares
 			}
-			sum += mix[m].Weight * float64(frag(&mix[m], sm.per[m], sm.total, n.Free().CPU, n)) / float64(spg)
+			sum += mix[m].Weight * float64(f.frag(m, sm.per[m], sm.total, n.Free().CPU, n)) / float64(spg)
 		}
 	}
 	return sum

@@ -330,27 +330,40 @@ func (s *Snapshot) addAlloc(a Alloc) error {
 	}
 	rec := &allocRec{Alloc: a, node: n}
 	rec.Shares = slices.Clone(a.Shares)
-	seen := map[string]bool{}
+	// Mark shares as they are checked (catching repeats within the
+	// allocation), then clear the marks: commit sets them for good.
+	type mark struct{ gpu, idx int }
+	var marks []mark
+	defer func() {
+		for _, m := range marks {
+			n.GPUs[m.gpu].setUsed(m.idx, false)
+		}
+	}()
+	lastUUID, lastGPU := "", -1
 	for _, id := range a.Shares {
 		sid, err := devicefn.ParseShareID(id)
 		if err != nil {
 			return fmt.Errorf("allocation %q: %w", a.ID, err)
 		}
-		ref, ok := s.byUUID[sid.UUID]
-		if !ok || ref.node != n {
-			return fmt.Errorf("allocation %q: share %s: GPU %s is not on node %q: %w", a.ID, id, sid.UUID, n.ID, ErrUnknown)
+		if sid.UUID != lastUUID {
+			ref, ok := s.byUUID[sid.UUID]
+			if !ok || ref.node != n {
+				return fmt.Errorf("allocation %q: share %s: GPU %s is not on node %q: %w", a.ID, id, sid.UUID, n.ID, ErrUnknown)
+			}
+			lastUUID, lastGPU = sid.UUID, ref.gpu
 		}
-		g := &n.GPUs[ref.gpu]
+		g := &n.GPUs[lastGPU]
 		if sid.Index >= g.Shares {
 			return fmt.Errorf("allocation %q: share %s: GPU %s has only %d shares: %w", a.ID, id, sid.UUID, g.Shares, ErrUnknown)
 		}
-		if seen[id] || g.isUsed(sid.Index) {
+		if g.isUsed(sid.Index) {
 			return fmt.Errorf("allocation %q: share %s is already in use: %w", a.ID, id, ErrConflict)
 		}
-		seen[id] = true
-		k := slices.Index(rec.gpus, ref.gpu)
+		g.setUsed(sid.Index, true)
+		marks = append(marks, mark{lastGPU, sid.Index})
+		k := slices.Index(rec.gpus, lastGPU)
 		if k < 0 {
-			rec.gpus = append(rec.gpus, ref.gpu)
+			rec.gpus = append(rec.gpus, lastGPU)
 			rec.shares = append(rec.shares, nil)
 			k = len(rec.gpus) - 1
 		}
@@ -364,6 +377,10 @@ func (s *Snapshot) addAlloc(a Alloc) error {
 		return fmt.Errorf("allocation %q needs cpu %d and memory %d MiB but node %q has %d and %d MiB free: %w",
 			a.ID, a.Res.CPU, a.Res.MemoryMiB, n.ID, free.CPU, free.MemoryMiB, ErrConflict)
 	}
+	for _, m := range marks {
+		n.GPUs[m.gpu].setUsed(m.idx, false)
+	}
+	marks = nil
 	s.commit(rec)
 	return nil
 }
