@@ -14,10 +14,9 @@ const (
 	whyAvoid
 	whyModel
 	whySize
-	whyCPU
 	whyGPU
-	whyLink
 	whyInterference
+	whyCPU // the GPUs fit; the CPU or memory does not
 )
 
 // cand is a node's best way to hold one allocation of a request.
@@ -84,17 +83,14 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		if frac > 0 && e.rounds() {
 			frac, whole = 0, 1
 		}
-		if !cpuOK {
-			if best.why < whyCPU {
-				best.why = whyCPU
-			}
-			continue
-		}
 		var c cand
 		if frac > 0 {
 			c = e.evalFraction(n, r, gi, frac, pin)
 		} else {
 			c = e.evalWhole(n, r, gi, whole)
+		}
+		if c.ok && !cpuOK { // the GPUs are there, the CPU or memory is not
+			c = cand{why: whyCPU, group: -1, gpu: -1}
 		}
 		if c.ok && (!best.ok || less(&c.cost, &best.cost)) {
 			best = c

@@ -9,7 +9,7 @@ import (
 // explain builds the refusal for a request no node could take, naming the
 // rule that failed and the closest the cluster came.
 func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
-	var tally [whyInterference + 1]int
+	var tally [whyCPU + 1]int
 	var mostFree, mostFrac, largestCell int
 	var mostFreeNode, mostFracNode, cellNode, cellName string
 	var modelSeen []string
