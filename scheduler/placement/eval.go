@@ -203,16 +203,12 @@ func (e *engine) interfere(g *GPU, r *Request) (pred, loss float64, ok bool) {
 	for _, v := range out[:k+1] {
 		after += v
 	}
-	if r.Class == ClassProduction && 1-out[k] > r.bound(e.snap)+1e-9 {
+	if r.Class == ClassProduction && 1-out[k] > e.bound(r.MaxSlowdown)+1e-9 {
 		return out[k], 0, false
 	}
 	for j, a := range g.allocs {
 		if a.Class == ClassProduction {
-			b := a.MaxSlowdown
-			if b == 0 {
-				b = e.snap.DefaultMaxSlowdown
-			}
-			if 1-out[j] > b+1e-9 {
+			if 1-out[j] > e.bound(a.MaxSlowdown)+1e-9 {
 				return out[k], 0, false
 			}
 		}

@@ -70,7 +70,7 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 		return &Refusal{RefusedTooLarge, fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", whole, models, maxGPUs)}
 	case tally[whyInterference] > 0 && tally[whyGPU] == 0 && tally[whyCPU] == 0:
 		return &Refusal{RefusedInterference, fmt.Sprintf("%d nodes have room, but sharing a GPU there would slow a production job by more than its bound (%.0f%% for this job); give the job a profile, a larger bound, or whole GPUs",
-			tally[whyInterference], 100*r.bound(s))}
+			tally[whyInterference], 100*e.bound(r.MaxSlowdown))}
 	case r.Shares > 0 && tally[whyGPU] > 0 && whole > 0:
 		msg := fmt.Sprintf("needs %d free GPUs of %s on one node; the most on any node is %d", whole, models, mostFree)
 		if mostFreeNode != "" {

@@ -70,6 +70,9 @@ type Options struct {
 	Model *interference.Model
 	// VCs are the virtual clusters with guaranteed capacity.
 	VCs []VirtualCluster
+	// MaxSlowdown is the default slowdown bound of production jobs
+	// (gpushare); 0 means the snapshot's DefaultMaxSlowdown (10%).
+	MaxSlowdown float64
 }
 
 // New returns the policy with the given name.
@@ -83,6 +86,9 @@ func New(name string, opts Options) (Policy, error) {
 	}
 	if err := opts.Mix.Validate(); err != nil {
 		return nil, err
+	}
+	if !(opts.MaxSlowdown >= 0 && opts.MaxSlowdown < 1) {
+		return nil, fmt.Errorf("max slowdown %v must be within 0..1", opts.MaxSlowdown)
 	}
 	if opts.Model == nil {
 		opts.Model = interference.Default()

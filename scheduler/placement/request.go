@@ -29,7 +29,7 @@ type Request struct {
 	// Profile is the job's interference profile (see ApplyMeta).
 	Profile interference.Profile `json:"profile"`
 	// MaxSlowdown bounds a production job's predicted slowdown; 0 means the
-	// snapshot's DefaultMaxSlowdown.
+	// policy's Options.MaxSlowdown, else the snapshot's DefaultMaxSlowdown.
 	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
 	// Avoid lists node IDs not to use (for example nodes that lost it before).
 	Avoid []string `json:"avoid,omitempty"`
@@ -70,11 +70,16 @@ func (r *Request) Validate() error {
 	return nil
 }
 
-func (r *Request) bound(s *Snapshot) float64 {
-	if r.MaxSlowdown > 0 {
-		return r.MaxSlowdown
+// bound is the slowdown bound of a production job: its own, else the
+// policy's, else the snapshot's default.
+func (e *engine) bound(own float64) float64 {
+	switch {
+	case own > 0:
+		return own
+	case e.opts.MaxSlowdown > 0:
+		return e.opts.MaxSlowdown
 	}
-	return s.DefaultMaxSlowdown
+	return e.snap.DefaultMaxSlowdown
 }
 
 func (r *Request) modelOK(model string) bool {

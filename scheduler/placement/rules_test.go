@@ -141,6 +141,10 @@ func TestProductionSlowdownBound(t *testing.T) {
 	d = p.Decide(s, prod)
 	must.True(t, d.Placed())
 	must.StrContains(t, d.Placements[0].Reason, "predicted 0.")
+	// So does a looser default bound of the policy.
+	loose := policy(t, PolicyGpushare, Options{Model: m, MaxSlowdown: 0.6})
+	prod.MaxSlowdown = 0
+	must.True(t, loose.Decide(s, prod).Placed())
 	// A production job already running is protected too.
 	s2 := cluster(t, NodeSpec{ID: "n", GPUs: 1})
 	must.NoError(t, s2.AddAlloc(Alloc{ID: "prod", Node: "n", Class: ClassProduction, Shares: shareRange("GPU-n-0", 0, 50), Profile: hog}))
