@@ -54,7 +54,10 @@ func ReadGavelPairs(r io.Reader) ([]Pair, error) {
 // Split divides pairs into a training and a held-out set by a hash of the
 // unordered pair of names, so that (a, b) and (b, a) land on the same side.
 // About one pair in every `every` is held out.
-func Split(pairs []Pair, every uint32) (train, test []Pair) {
+func Split(pairs []Pair, every uint32) (train, test []Pair) { return Fold(pairs, every, 0) }
+
+// Fold is fold i of a k-fold split by the same hash as Split.
+func Fold(pairs []Pair, k, i uint32) (train, test []Pair) {
 	for _, p := range pairs {
 		a, b := p.A, p.B
 		if b < a {
@@ -62,7 +65,7 @@ func Split(pairs []Pair, every uint32) (train, test []Pair) {
 		}
 		h := fnv.New32a()
 		_, _ = h.Write([]byte(a + "\x00" + b))
-		if every > 0 && h.Sum32()%every == 0 {
+		if k > 0 && h.Sum32()%k == i {
 			test = append(test, p)
 		} else {
 			train = append(train, p)

@@ -90,6 +90,27 @@ func TestHeldOutError(t *testing.T) {
 	must.Less(t, 0.16, testErr.MAE)
 }
 
+// TestCrossValidatedError fits on four fifths of the pairs and predicts the
+// fifth, for each fifth.
+func TestCrossValidatedError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fits five models")
+	}
+	pairs := gavelPairs(t)
+	var abs, base float64
+	var n int
+	for fold := range uint32(5) {
+		train, test := Fold(pairs, 5, fold)
+		e := Fit(train).Evaluate(test)
+		t.Logf("fold %d: %s", fold, e)
+		abs += e.MAE * float64(e.Jobs)
+		base += e.BaselineMAE * float64(e.Jobs)
+		n += e.Jobs
+	}
+	t.Logf("5-fold cross-validated MAE %.4f over %d predictions (no-slowdown baseline %.4f)", abs/float64(n), n, base/float64(n))
+	must.Less(t, 0.16, abs/float64(n))
+}
+
 func TestDefaultIsFittedOnAllPairs(t *testing.T) {
 	m := Default()
 	must.Eq(t, 26, len(m.Profiles))
