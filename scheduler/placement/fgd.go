@@ -105,6 +105,7 @@ type fgdSummary struct {
 	valid   bool
 	total   int // free shares on the node
 	per     []fgdEntry
+	frag    float64 // F(n) in shares
 }
 
 type fgdEntry struct {
@@ -164,6 +165,11 @@ func (f *fgd) summary(n *Node) *fgdSummary {
 		}
 		s.per[m] = e
 	}
+	s.frag = 0
+	freeCPU := n.Free().CPU
+	for m := range f.mix {
+		s.frag += f.mix[m].Weight * float64(f.frag(m, s.per[m], s.total, freeCPU, n))
+	}
 	return s
 }
 
@@ -209,11 +215,10 @@ func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
 	for _, c := range changes {
 		taken += c.old - c.new_
 	}
-	d := 0.0
+	after := 0.0
 	for m := range f.mix {
 		t := &f.mix[m]
 		e := s.per[m]
-		before := f.frag(m, e, s.total, freeCPU, n)
 		for _, c := range changes {
 			g := &n.GPUs[c.gpu]
 			need, k := f.need(m, g.Shares)
@@ -232,10 +237,9 @@ func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
 				e.small += int32(c.new_)
 			}
 		}
-		after := f.frag(m, e, s.total-taken, freeCPU-cpu, n)
-		d += t.Weight * float64(after-before)
+		after += t.Weight * float64(f.frag(m, e, s.total-taken, freeCPU-cpu, n))
 	}
-	return d
+	return after - s.frag
 }
 
 // frag is f(n, m): the free shares that typical request m could not use.
