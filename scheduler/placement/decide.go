@@ -268,6 +268,7 @@ func (e *engine) pairingNote(g *GPU, r *Request, pred float64) string {
 	for _, a := range g.allocs {
 		names = append(names, a.ID+" ("+a.Profile.String()+")")
 	}
+	slices.Sort(names) // the order of g.allocs is not part of the state
 	return fmt.Sprintf("shares its GPU with %s: predicted %.2fx of alone for %s (%s)", strings.Join(names, ", "), pred, r.ID, r.Profile)
 }
 

@@ -34,7 +34,7 @@ func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, [
 				opp = append(opp, a)
 			}
 		}
-		if len(opp) == 0 || r.avoids(n.ID) {
+		if len(opp) == 0 || r.avoids(n.ID) || !couldFree(n, r, opp) {
 			continue
 		}
 		for _, a := range opp {
@@ -116,4 +116,56 @@ func vcName(vc string) string {
 		return "the shared pool"
 	}
 	return "virtual cluster " + vc
+}
+
+// couldFree is a quick bound: whether stopping every opportunistic
+// allocation on n could make room for one allocation of r.
+func couldFree(n *Node, r *Request, opp []*allocRec) bool {
+	free := n.Free()
+	var perGPU [64]int
+	reclaim := perGPU[:0]
+	if len(n.GPUs) <= len(perGPU) {
+		reclaim = perGPU[:len(n.GPUs)]
+	} else {
+		reclaim = make([]int, len(n.GPUs))
+	}
+	for _, a := range opp {
+		free.CPU += a.Res.CPU
+		free.MemoryMiB += a.Res.MemoryMiB
+		for k, gi := range a.gpus {
+			reclaim[gi] += len(a.shares[k])
+		}
+	}
+	if free.CPU < r.Res.CPU || free.MemoryMiB < r.Res.MemoryMiB {
+		return false
+	}
+	if r.Shares == 0 {
+		return true
+	}
+	for gi := range n.groups {
+		grp := &n.groups[gi]
+		if !r.modelOK(grp.model) {
+			continue
+		}
+		whole := 0
+		for _, i := range grp.gpus {
+			g := &n.GPUs[i]
+			if g.Down {
+				continue
+			}
+			avail := g.free + reclaim[i]
+			frac, k, ok := shareSize(r.Shares, g.Shares)
+			switch {
+			case !ok:
+			case frac > 0 && avail >= frac:
+				return true
+			case avail == g.Shares:
+				whole++
+				if whole >= max(k, 1) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

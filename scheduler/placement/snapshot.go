@@ -393,13 +393,13 @@ func (s *Snapshot) commit(rec *allocRec) {
 			g.setUsed(idx, true)
 		}
 		g.free -= len(rec.shares[k])
-		g.allocs = append(g.allocs, rec)
+		g.allocs = insertRec(g.allocs, rec)
 		rec.milli += len(rec.shares[k]) * 1000 / g.Shares
 		rec.model = g.Model
 	}
 	n.used.CPU += rec.Res.CPU
 	n.used.MemoryMiB += rec.Res.MemoryMiB
-	n.allocs = append(n.allocs, rec)
+	n.allocs = insertRec(n.allocs, rec)
 	s.allocs[rec.ID] = rec
 	if rec.Class != ClassOpportunistic && rec.milli > 0 {
 		m := s.vcUse[rec.VC]
@@ -444,6 +444,13 @@ func (s *Snapshot) remove(id string) (Alloc, error) {
 	}
 	s.touch(n)
 	return rec.Alloc, nil
+}
+
+// insertRec adds rec keeping the list sorted by allocation ID, so that the
+// state does not depend on the order of past changes.
+func insertRec(list []*allocRec, rec *allocRec) []*allocRec {
+	i, _ := slices.BinarySearchFunc(list, rec.ID, func(a *allocRec, id string) int { return strings.Compare(a.ID, id) })
+	return slices.Insert(list, i, rec)
 }
 
 // deleteRec removes rec keeping the order of the others.
