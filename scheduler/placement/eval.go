@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"math"
 	"math/bits"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -60,10 +61,13 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		c := cand{ok: true, group: -1, gpu: -1, pred: 1}
 		switch e.kind {
 		case kBestFit:
-			c.cost[0] = float64(free.CPU-r.Res.CPU) / float64(max(e.snap.maxCPU, 1))
-		case kFGD, kGpushare:
+			c.cost[0] = -bestFitScore(e.bestFit(n, r, 0))
+		case kFGD:
 			c.dfrag = e.f.delta(n, nil, r.Res.CPU) / 100
-			c.cost[0] = c.dfrag
+			c.cost[0] = -fgdScore(c.dfrag)
+		case kGpushare:
+			c.dfrag = e.f.delta(n, nil, r.Res.CPU) / 100
+			c.cost[0] = -fgdScore(c.dfrag)
 		}
 		return c
 	}
@@ -132,12 +136,12 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 		case kFirstFit:
 			c.cost = [3]float64{float64(n.idx), float64(i)}
 		case kBestFit:
-			c.cost = [3]float64{e.bestFit(n, r, frac), float64(g.free), float64(i)}
+			c.cost = [3]float64{-bestFitScore(e.bestFit(n, r, frac)), float64(g.free), float64(i)}
 		case kPacking:
 			c.cost = [3]float64{-e.packing(n, frac), float64(g.free), float64(i)}
 		case kFGD:
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
-			c.cost = [3]float64{c.dfrag, float64(i)}
+			c.cost = [3]float64{-fgdScore(c.dfrag), float64(i)}
 		case kRandom:
 			seen++
 			if e.rng.IntN(seen) != 0 {
@@ -153,7 +157,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			}
 			c.pred = pred
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
-			c.cost = [3]float64{c.dfrag + loss, float64(i)}
+			c.cost = [3]float64{-fgdScore(c.dfrag + loss), float64(i)}
 		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
 			best = c
@@ -269,7 +273,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 		c.ok = true
 		if e.kind == kGpushare {
 			c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res.CPU) / float64(n.GPUs[grp.gpus[0]].Shares)
-			c.cost = [3]float64{-float64(cells.Score(b.worst)), c.dfrag, float64(b.waste)}
+			c.cost = [3]float64{-float64(cells.Score(b.worst)), -fgdScore(c.dfrag)}
 		} else {
 			c.cost = [3]float64{-float64(cells.Score(b.worst)), float64(b.waste), float64(wholeFree - k)}
 		}
@@ -287,15 +291,25 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 	case kFirstFit:
 		c.cost = [3]float64{float64(n.idx)}
 	case kBestFit:
-		c.cost = [3]float64{e.bestFit(n, r, k*spg)}
+		c.cost = [3]float64{-bestFitScore(e.bestFit(n, r, k*spg))}
 	case kPacking:
 		c.cost = [3]float64{-e.packing(n, 0)}
 	case kFGD:
 		c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res.CPU) / float64(spg)
-		c.cost = [3]float64{c.dfrag}
+		c.cost = [3]float64{-fgdScore(c.dfrag)}
 	}
 	return c
 }
+
+// fgdScore is the FGD simulator's integer score for a placement that
+// changes the node's fragmentation by dfrag GPUs: ⌊100·sigmoid(-dfrag)⌋.
+// Its coarseness (about 0.04 GPU near 0) makes ties, which go to the node
+// order, as in that simulator.
+func fgdScore(dfrag float64) float64 { return math.Floor(100 / (1 + math.Exp(dfrag))) }
+
+// bestFitScore is the FGD simulator's integer BestFit score for a cost in
+// 0..1 (before its min-max normalisation across nodes).
+func bestFitScore(cost float64) float64 { return math.Floor(100 * (1 - cost)) }
 
 func (e *engine) wholeChanges(n *Node, grp *gpuGroup, mask uint64) []change {
 	out := make([]change, 0, bits.OnesCount64(mask))
