@@ -1,0 +1,227 @@
+package openb
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Baselines are the policies validated against the published numbers.
+var Baselines = []string{placement.PolicyRandom, placement.PolicyBestFit, placement.PolicyGPUPacking, placement.PolicyFGD}
+
+// DefaultPolicies are the baselines and gpushare.
+var DefaultPolicies = append(slices.Clone(Baselines), placement.PolicyGpushare)
+
+// DefaultSeeds are the FGD paper's seeds.
+var DefaultSeeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
+
+// Config selects what Run replays.
+type Config struct {
+	Data     Data
+	Traces   []string
+	Policies []string
+	Seeds    []int64
+	// Workers replay in parallel (default 1).
+	Workers int
+	// Progress, when not nil, receives one line per finished replay.
+	Progress func(line string)
+}
+
+// Report is every replay of a run and the published numbers.
+type Report struct {
+	Results   []*Result
+	Published Published
+}
+
+type job struct {
+	trace, policy string
+	seed          int64
+}
+
+// Run replays every trace x policy x seed. Workloads are generated once per
+// trace and seed and shared by the policies.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	nodes, err := cfg.Data.Nodes()
+	if err != nil {
+		return nil, err
+	}
+	pub, err := cfg.Data.Published()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.Policies {
+		if _, err := placement.New(p, placement.Options{}); err != nil {
+			return nil, err
+		}
+	}
+	type traceData struct {
+		pods []Pod
+		mix  placement.Mix
+	}
+	traces := map[string]traceData{}
+	for _, tr := range cfg.Traces {
+		pods, err := cfg.Data.Pods(tr)
+		if err != nil {
+			return nil, err
+		}
+		traces[tr] = traceData{pods, Mix(pods)}
+	}
+	var jobs []job
+	for _, tr := range cfg.Traces {
+		for _, seed := range cfg.Seeds {
+			for _, p := range cfg.Policies {
+				jobs = append(jobs, job{tr, p, seed})
+			}
+		}
+	}
+	workers := max(cfg.Workers, 1)
+	results := make([]*Result, len(jobs))
+	errs := make([]error, len(jobs))
+	var (
+		mu       sync.Mutex
+		done     int
+		wlMu     sync.Mutex
+		wlCache  = map[job]Workload{}
+		next     = make(chan int)
+		wg       sync.WaitGroup
+		workload = func(tr string, seed int64) Workload {
+			wlMu.Lock()
+			defer wlMu.Unlock()
+			k := job{trace: tr, seed: seed}
+			w, ok := wlCache[k]
+			if !ok {
+				w = Generate(nodes, traces[tr].pods, seed, Tune)
+				wlCache[k] = w
+			}
+			return w
+		}
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				j := jobs[i]
+				results[i], errs[i] = Replay(j.trace, j.policy, j.seed, nodes, workload(j.trace, j.seed), traces[j.trace].mix, nil)
+				mu.Lock()
+				done++
+				if cfg.Progress != nil && errs[i] == nil {
+					r := results[i]
+					cfg.Progress(fmt.Sprintf("openb %d/%d: %s %s seed %d: %.2f%% allocated at 100%%, %.2f%% at 130%% arrived demand",
+						done, len(jobs), j.trace, j.policy, j.seed, r.Alloc[100], r.Alloc[MaxDemand]))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var cerr error
+feed:
+	for i := range jobs {
+		select {
+		case <-ctx.Done():
+			cerr = ctx.Err()
+			break feed
+		case next <- i:
+		}
+	}
+	close(next)
+	wg.Wait()
+	if cerr != nil {
+		return nil, cerr
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &Report{Results: results, Published: pub}, nil
+}
+
+// Summary is one policy on one trace, over seeds.
+type Summary struct {
+	Trace  string `json:"trace"`
+	Policy string `json:"policy"`
+	Seeds  int    `json:"seeds"`
+	// Alloc100 and Alloc130 are the mean allocation ratios (%) at 100% and
+	// 130% arrived demand; SD130 the seeds' standard deviation at 130%.
+	Alloc100 float64 `json:"alloc_ratio_100"`
+	Alloc130 float64 `json:"alloc_ratio_130"`
+	SD130    float64 `json:"alloc_ratio_130_sd"`
+	Frag130  float64 `json:"frag_ratio_130"`
+	// BestCellShare is the share (%) of placed multi-GPU pods that got the
+	// best-connected GPUs of their node.
+	BestCellShare float64 `json:"best_cell_share"`
+	MultiGPU      int     `json:"multi_gpu_pods"`
+	// Curve is the mean allocation ratio per bin of arrived demand.
+	Curve Curve `json:"-"`
+}
+
+// Summaries averages the results per trace and policy, in run order.
+func (r *Report) Summaries() []Summary {
+	var out []Summary
+	index := map[[2]string]int{}
+	group := map[[2]string][]*Result{}
+	for _, res := range r.Results {
+		k := [2]string{res.Trace, res.Policy}
+		if _, ok := index[k]; !ok {
+			index[k] = len(out)
+			out = append(out, Summary{Trace: res.Trace, Policy: res.Policy})
+		}
+		group[k] = append(group[k], res)
+	}
+	for i := range out {
+		rs := group[[2]string{out[i].Trace, out[i].Policy}]
+		s := &out[i]
+		s.Seeds = len(rs)
+		s.Curve = NewCurve()
+		for b := range s.Curve {
+			s.Curve[b] = mean(rs, func(r *Result) float64 { return r.Alloc[b] })
+		}
+		s.Alloc100, s.Alloc130 = s.Curve[100], s.Curve[MaxDemand]
+		s.SD130 = sd(rs, func(r *Result) float64 { return r.Alloc[MaxDemand] })
+		s.Frag130 = mean(rs, func(r *Result) float64 { return r.Frag[MaxDemand] })
+		best := 0
+		for _, r := range rs {
+			s.MultiGPU += r.MultiGPU
+			best += r.BestCell
+		}
+		s.BestCellShare = math.NaN()
+		if s.MultiGPU > 0 {
+			s.BestCellShare = 100 * float64(best) / float64(s.MultiGPU)
+		}
+	}
+	return out
+}
+
+func mean(rs []*Result, f func(*Result) float64) float64 {
+	sum, n := 0.0, 0
+	for _, r := range rs {
+		if v := f(r); !math.IsNaN(v) {
+			sum += v
+			n++
+		}
+	}
+	if n == 0 {
+		return math.NaN()
+	}
+	return sum / float64(n)
+}
+
+func sd(rs []*Result, f func(*Result) float64) float64 {
+	m := mean(rs, f)
+	sum, n := 0.0, 0
+	for _, r := range rs {
+		if v := f(r); !math.IsNaN(v) {
+			sum += (v - m) * (v - m)
+			n++
+		}
+	}
+	if n < 2 {
+		return 0
+	}
+	return math.Sqrt(sum / float64(n-1))
+}
