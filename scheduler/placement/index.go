@@ -80,6 +80,8 @@ func (e *engine) indexKey(r *Request) string {
 	b := e.key[:0]
 	b = strconv.AppendInt(b, r.Res.CPU, 10)
 	b = append(b, '|')
+	b = strconv.AppendInt(b, r.Res.MemoryMiB, 10)
+	b = append(b, '|')
 	b = strconv.AppendInt(b, int64(r.Shares), 10)
 	b = append(b, '|')
 	b = append(b, r.Class...)
@@ -102,10 +104,6 @@ func (e *engine) indexKey(r *Request) string {
 func (e *engine) best(s *Snapshot, req *Request) (n *Node, c cand, ok bool) {
 	ir := *req
 	ir.Avoid = nil
-	// Memory only decides whether a node fits, never its cost: requests
-	// that differ only in memory share an index, and nodes short of memory
-	// are passed over when they reach the top.
-	ir.Res.MemoryMiB = 0
 	r := &ir
 	key := e.indexKey(r)
 	ix := e.idx[key]
@@ -147,12 +145,12 @@ func (e *engine) best(s *Snapshot, req *Request) (n *Node, c cand, ok bool) {
 			ix.h.pop()
 			continue
 		}
-		c := e.eval(nd, req, -1)
-		if !c.ok { // avoided, or short of memory
+		if req.avoids(nd.ID) {
 			aside = append(aside, ix.h.pop())
 			continue
 		}
-		return nd, c, true
+		c := e.eval(nd, req, -1)
+		return nd, c, c.ok
 	}
 	return nil, cand{}, false
 }
