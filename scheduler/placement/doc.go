@@ -15,4 +15,9 @@
 // clusters, fragmentation gradient descent and interference-aware pairing)
 // and the baselines "random", "first-fit", "best-fit", "gpu-packing", "fgd",
 // "hived" and "nomad-native".
+//
+// The snapshot also answers what a status page needs (Node.Cells,
+// Snapshot.Usage, Fragmentation) and follows the cluster as it changes
+// (AddAlloc, Remove, SetHealth, AddNode, RemoveNode). Check verifies its
+// invariants; tests call it after every change.
 package placement
