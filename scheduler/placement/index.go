@@ -90,7 +90,7 @@ func (e *engine) indexKey(r *Request) string {
 	b = append(b, '|')
 	b = strconv.AppendFloat(b, r.Profile.MemBW, 'g', -1, 64)
 	b = append(b, '|')
-	b = strconv.AppendFloat(b, r.MaxSlowdown, 'g', -1, 64)
+	b = strconv.AppendFloat(b, e.bound(r.MaxSlowdown), 'g', -1, 64)
 	for _, m := range r.Models {
 		b = append(b, '|')
 		b = append(b, m...)
