@@ -157,7 +157,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			}
 			c.pred = pred
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
-			c.cost = [3]float64{-fgdScore(c.dfrag + loss), float64(i)}
+			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss, float64(i)}
 		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
 			best = c
