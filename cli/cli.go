@@ -30,6 +30,7 @@ func Commands() map[string]Command {
 		{"status", "print the GPU map of a Nomad cluster: per node and GPU, the shares in use and by whom", runStatus},
 		{"fixture", "make or check GPU fixture files (for machines without GPUs)", runFixture},
 		{"scheduler", "run the scheduling service: watch Nomad, place gated GPU jobs, pin them", runScheduler},
+		{"sim", "replay real cluster traces through the placement core and compare policies", runSim},
 	}
 	m := map[string]Command{}
 	for _, c := range cmds {

@@ -1,0 +1,236 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/sim/gavel"
+	"github.com/gpushare/gpushare/scheduler/sim/openb"
+)
+
+const simUsage = `Usage: gpushare sim <trace set> [flags]
+
+  openb   Alibaba openb traces with the FGD paper's method: GPU allocation ratio
+          as arrived demand grows to 130%, validated against the published numbers
+  gavel   Gavel MSR traces in time with measured co-location throughputs:
+          job completion time, queueing delay, makespan, GPU utilisation
+
+Run 'gpushare sim openb -h' or 'gpushare sim gavel -h' for flags.
+`
+
+func runSim(args []string, io IO) int {
+	if len(args) == 0 || (args[0] != "openb" && args[0] != "gavel") {
+		fmt.Fprint(io.Err, simUsage)
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+			return 0
+		}
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if args[0] == "openb" {
+		return simOpenb(ctx, args[1:], io)
+	}
+	return simGavel(ctx, args[1:], io)
+}
+
+// simCommon are the flags both trace sets share.
+type simCommon struct {
+	traces, policies, data, out, format string
+	workers                             int
+	asJSON, quiet                       bool
+}
+
+func (c *simCommon) register(fs *flag.FlagSet, traces, policies string) {
+	fs.StringVar(&c.traces, "traces", traces, "comma-separated traces")
+	fs.StringVar(&c.policies, "policies", policies, "comma-separated policies, compared in one run")
+	fs.StringVar(&c.data, "data", "", "read traces from this directory instead of the copies built into gpushare")
+	fs.StringVar(&c.out, "out", "", "write CSV files, a markdown summary and plots into this directory")
+	fs.StringVar(&c.format, "format", "svg", "plot format: svg or png")
+	fs.IntVar(&c.workers, "workers", runtime.NumCPU(), "simulations run in parallel")
+	fs.BoolVar(&c.asJSON, "json", false, "print a machine-readable result on stdout")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+}
+
+func (c *simCommon) check() error {
+	if c.format != "svg" && c.format != "png" {
+		return fmt.Errorf("-format %q: want svg or png", c.format)
+	}
+	if c.workers < 1 {
+		return fmt.Errorf("-workers %d: want at least 1", c.workers)
+	}
+	return nil
+}
+
+func (c *simCommon) progress(io IO) func(string) {
+	if c.quiet {
+		return nil
+	}
+	return func(line string) { fmt.Fprintln(io.Err, line) }
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parseSeeds reads "42-51" or "42,45,50".
+func parseSeeds(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range splitList(s) {
+		lo, hi, isRange := strings.Cut(f, "-")
+		a, err := strconv.ParseInt(lo, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("seed %q: want a number or a range like 42-51", f)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.ParseInt(hi, 10, 64); err != nil || b < a || b-a > 1000 {
+				return nil, fmt.Errorf("seed range %q: want low-high with at most 1000 seeds", f)
+			}
+		}
+		for v := a; v <= b; v++ {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no seeds given")
+	}
+	return out, nil
+}
+
+func simFail(io IO, err error) int {
+	fmt.Fprintf(io.Err, "gpushare sim: %v\n", err)
+	return 1
+}
+
+func simOpenb(ctx context.Context, args []string, io IO) int {
+	fs := newFlags("sim openb", "sim openb [flags]", io)
+	var c simCommon
+	c.register(fs, strings.Join(openb.Traces, ","), strings.Join(openb.DefaultPolicies, ","))
+	seeds := fs.String("seeds", "42-51", "seeds (the FGD paper uses 42-51)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	sd, err := parseSeeds(*seeds)
+	if err == nil {
+		err = c.check()
+	}
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare sim openb: %v\n", err)
+		return 2
+	}
+	data := openb.Embedded()
+	if c.data != "" {
+		data = openb.Dir(c.data)
+	}
+	rep, err := openb.Run(ctx, openb.Config{Data: data, Traces: splitList(c.traces), Policies: splitList(c.policies), Seeds: sd,
+		Workers: c.workers, Progress: c.progress(io)})
+	if err != nil {
+		return simFail(io, err)
+	}
+	j := rep.JSON()
+	if c.out != "" {
+		if err := rep.WriteDir(c.out, c.format); err != nil {
+			return simFail(io, err)
+		}
+	}
+	if c.asJSON {
+		enc := json.NewEncoder(io.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(j); err != nil {
+			return simFail(io, err)
+		}
+		return 0
+	}
+	fmt.Fprintf(io.Out, "Validation against the published FGD means (tolerance %.1f pp):\n\n%s\n", openb.Tolerance, openb.ValidationTable(j.Validation).Text())
+	if len(j.VsFGD) > 0 {
+		fmt.Fprintf(io.Out, "gpushare vs FGD at 130%% arrived demand:\n\n%s\n", openb.VsFGDTable(j.VsFGD).Text())
+	}
+	fmt.Fprintf(io.Out, "All policies:\n\n%s", openb.SummaryTable(j.Summaries).Text())
+	if c.out != "" {
+		fmt.Fprintf(io.Out, "\nwrote %s/openb.md, CSV files and plots\n", c.out)
+	}
+	return 0
+}
+
+func simGavel(ctx context.Context, args []string, io IO) int {
+	fs := newFlags("sim gavel", "sim gavel [flags]", io)
+	var c simCommon
+	c.register(fs, strings.Join(gavel.DefaultTraces, ","), strings.Join(gavel.Policies, ","))
+	clusters := fs.String("cluster", "pcie,dgx1", "clusters: pcie (16 x 4 V100 on PCIe), dgx1 (8 x DGX-1 V100); name:N sets the node count")
+	slowdown := fs.Float64("max-slowdown", gavel.DefaultMaxSlowdown, "gpushare: the largest predicted slowdown a pairing may cause a job")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return 2
+	}
+	err := c.check()
+	var cl []gavel.Cluster
+	for _, name := range splitList(*clusters) {
+		if err != nil {
+			break
+		}
+		var one gavel.Cluster
+		one, err = gavel.ParseCluster(name)
+		cl = append(cl, one)
+	}
+	if err == nil && !(*slowdown > 0 && *slowdown < 1) {
+		err = fmt.Errorf("-max-slowdown %v: want a value within (0, 1)", *slowdown)
+	}
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare sim gavel: %v\n", err)
+		return 2
+	}
+	data := gavel.Embedded()
+	if c.data != "" {
+		data = gavel.Dir(c.data)
+	}
+	traces := splitList(c.traces)
+	if len(traces) == 1 && traces[0] == "all" {
+		if traces, err = data.TraceNames(); err != nil {
+			return simFail(io, err)
+		}
+	}
+	rep, err := gavel.Run(ctx, gavel.Config{Data: data, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
+		Options: gavel.Options{MaxSlowdown: *slowdown}, Workers: c.workers, Progress: c.progress(io)})
+	if err != nil {
+		return simFail(io, err)
+	}
+	if c.out != "" {
+		if err := rep.WriteDir(c.out, c.format); err != nil {
+			return simFail(io, err)
+		}
+	}
+	if c.asJSON {
+		enc := json.NewEncoder(io.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep.Metrics); err != nil {
+			return simFail(io, err)
+		}
+		return 0
+	}
+	fmt.Fprint(io.Out, rep.Table().Text())
+	if c.out != "" {
+		fmt.Fprintf(io.Out, "\nwrote %s/gavel.md, gavel_metrics.csv and plots\n", c.out)
+	}
+	return 0
+}

@@ -1,0 +1,83 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestSimUsageAndFlags(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no trace set", []string{"sim"}, 2, "openb"},
+		{"unknown trace set", []string{"sim", "philly"}, 2, "gavel"},
+		{"bad seeds", []string{"sim", "openb", "-seeds", "x"}, 2, "seed"},
+		{"bad format", []string{"sim", "gavel", "-format", "pdf"}, 2, "svg or png"},
+		{"bad cluster", []string{"sim", "gavel", "-cluster", "tpu"}, 2, "unknown cluster"},
+		{"bad slowdown", []string{"sim", "gavel", "-max-slowdown", "1.5"}, 2, "max-slowdown"},
+		{"unknown policy", []string{"sim", "gavel", "-traces", "795a4c", "-policies", "magic", "-quiet"}, 1, "unknown gavel policy"},
+		{"unknown trace", []string{"sim", "openb", "-traces", "nope", "-seeds", "42", "-quiet"}, 1, "nope"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, _, errOut := run(c.args...)
+			must.EqOp(t, c.code, code, must.Sprint(errOut))
+			must.StrContains(t, errOut, c.msg)
+		})
+	}
+}
+
+func TestParseSeeds(t *testing.T) {
+	s, err := parseSeeds("42-44,50")
+	must.NoError(t, err)
+	must.Eq(t, []int64{42, 43, 44, 50}, s)
+	_, err = parseSeeds("44-42")
+	must.Error(t, err)
+}
+
+func TestSimGavelJSONAndOut(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := run("sim", "gavel", "-traces", "925e2b", "-cluster", "pcie:2", "-json", "-out", dir)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	var ms []map[string]any
+	must.NoError(t, json.Unmarshal([]byte(out), &ms))
+	must.SliceLen(t, 5, ms) // one per policy
+	for _, m := range ms {
+		must.MapContainsKeys(t, m, []string{"avg_jct_h", "p99_jct_h", "avg_queueing_h", "makespan_h", "avg_gpu_util"})
+	}
+	must.StrContains(t, errOut, "gavel 5/5")
+	for _, f := range []string{"gavel.md", "gavel_metrics.csv", "gavel_jct_cdf_925e2b_pcie-2.svg"} {
+		_, err := os.Stat(filepath.Join(dir, f))
+		must.NoError(t, err)
+	}
+}
+
+func TestSimOpenbJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("replays the openb default trace")
+	}
+	code, out, errOut := run("sim", "openb", "-traces", "default", "-policies", "best-fit", "-seeds", "42", "-json")
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	var j struct {
+		Summaries []struct {
+			Policy   string  `json:"policy"`
+			Alloc100 float64 `json:"alloc_ratio_100"`
+			Alloc130 float64 `json:"alloc_ratio_130"`
+		} `json:"summaries"`
+		Validation []struct {
+			Demand int  `json:"arrived_demand"`
+			OK     bool `json:"ok"`
+		} `json:"validation"`
+	}
+	must.NoError(t, json.Unmarshal([]byte(out), &j))
+	must.SliceLen(t, 1, j.Summaries)
+	must.Between(t, 80, j.Summaries[0].Alloc130, 100)
+	must.SliceLen(t, 2, j.Validation)
+}

@@ -1,0 +1,168 @@
+package gavel
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/gpushare/gpushare/scheduler/sim/report"
+)
+
+// DefaultTraces are the MSR traces replayed by default: those with at least
+// 500 jobs (the others hold 3 to 18 jobs).
+var DefaultTraces = []string{"0e4a51", "103959", "11cb48", "2869ce", "6214e9", "6c71a0", "7f04ca", "b436b2", "e13805", "ed69ec", "ee9e8c"}
+
+// Config selects what Run simulates.
+type Config struct {
+	Data     Data
+	Traces   []string
+	Clusters []Cluster
+	Policies []string
+	Options  Options
+	Workers  int
+	Progress func(line string)
+}
+
+// Report holds the metrics of every trace x cluster x policy.
+type Report struct {
+	Metrics []Metrics
+}
+
+// Run simulates every combination, Workers at a time.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	thr, err := cfg.Data.Throughputs()
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.Policies {
+		if _, err := specFor(p); err != nil {
+			return nil, err
+		}
+	}
+	traces := map[string][]Job{}
+	for _, tr := range cfg.Traces {
+		if traces[tr], err = cfg.Data.Trace(tr); err != nil {
+			return nil, err
+		}
+	}
+	type job struct {
+		trace, policy string
+		cluster       Cluster
+	}
+	var jobs []job
+	for _, tr := range cfg.Traces {
+		for _, c := range cfg.Clusters {
+			for _, p := range cfg.Policies {
+				jobs = append(jobs, job{tr, p, c})
+			}
+		}
+	}
+	out := make([]Metrics, len(jobs))
+	errs := make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	for range max(cfg.Workers, 1) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				j := jobs[i]
+				res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, cfg.Options)
+				if err != nil {
+					errs[i] = fmt.Errorf("%s on %s with %s: %w", j.trace, j.cluster.Name, j.policy, err)
+					continue
+				}
+				out[i] = Summarise(j.trace, j.cluster.Name, j.policy, res, util)
+				mu.Lock()
+				done++
+				if cfg.Progress != nil {
+					m := out[i]
+					cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, m.AvgJCT, m.P99JCT))
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	var cerr error
+feed:
+	for i := range jobs {
+		select {
+		case <-ctx.Done():
+			cerr = ctx.Err()
+			break feed
+		case next <- i:
+		}
+	}
+	close(next)
+	wg.Wait()
+	if cerr != nil {
+		return nil, cerr
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &Report{Metrics: out}, nil
+}
+
+// Table lists the metrics.
+func (r *Report) Table() report.Table {
+	t := report.Table{Header: []string{"trace", "cluster", "policy", "jobs", "avg JCT (h)", "p99 JCT (h)", "avg queueing (h)", "makespan (h)", "avg GPU util %", "jobs that shared"}}
+	for _, m := range r.Metrics {
+		t.Rows = append(t.Rows, []string{m.Trace, m.Cluster, m.Policy, strconv.Itoa(m.Jobs - m.Unplaced), report.F1(m.AvgJCT), report.F1(m.P99JCT),
+			report.F1(m.AvgQueue), report.F1(m.Makespan), report.F1(m.Util), strconv.Itoa(m.Shared)})
+	}
+	return t
+}
+
+// WriteDir writes gavel_metrics.csv, gavel.md and one JCT CDF plot per
+// trace and cluster (format "svg" or "png").
+func (r *Report) WriteDir(dir, format string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	t := r.Table()
+	if err := t.WriteCSV(filepath.Join(dir, "gavel_metrics.csv")); err != nil {
+		return err
+	}
+	var md strings.Builder
+	md.WriteString("# Gavel MSR traces: job completion time\n\n")
+	md.WriteString("Measured V100 throughputs alone and co-located (Gavel, OSDI'20). Policies:\n\n")
+	for _, p := range Policies {
+		fmt.Fprintf(&md, "- `%s`: %s\n", p, PolicyInfo[p])
+	}
+	md.WriteString("\n" + t.Markdown() + "\n## JCT CDFs\n\n")
+	type key struct{ trace, cluster string }
+	groups := map[key][]Metrics{}
+	var order []key
+	for _, m := range r.Metrics {
+		k := key{m.Trace, m.Cluster}
+		if _, ok := groups[k]; !ok {
+			order = append(order, k)
+		}
+		groups[k] = append(groups[k], m)
+	}
+	for _, k := range order {
+		p := report.Plot{Title: fmt.Sprintf("Gavel %s on %s: JCT CDF", k.trace, k.cluster), XLabel: "job completion time (h, log scale)", YLabel: "fraction of jobs", LogX: true, YMin: 0, YMax: 1}
+		for _, m := range groups[k] {
+			y := make([]float64, len(m.JCTs))
+			for i := range y {
+				y[i] = float64(i+1) / float64(len(y))
+			}
+			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y})
+		}
+		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.trace, strings.ReplaceAll(k.cluster, ":", "-"), format)
+		if err := p.Save(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+		fmt.Fprintf(&md, "![%s %s](%s)\n\n", k.trace, k.cluster, name)
+	}
+	return os.WriteFile(filepath.Join(dir, "gavel.md"), []byte(md.String()), 0o644)
+}

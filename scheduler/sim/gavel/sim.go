@@ -1,0 +1,393 @@
+package gavel
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Options tune a simulation.
+type Options struct {
+	// MaxSlowdown bounds each job's predicted slowdown when gpushare pairs
+	// it (default DefaultMaxSlowdown).
+	MaxSlowdown float64
+	// Model predicts interference for gpushare (default interference.Default).
+	Model *interference.Model
+}
+
+// DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
+const DefaultMaxSlowdown = 0.4
+
+// Outcome is one job's life.
+type Outcome struct {
+	Job    Job
+	Start  float64
+	Finish float64
+	// Placed is false when the job could never run (larger than the cluster).
+	Placed bool
+	// SharedFor is the time it spent sharing a GPU.
+	SharedFor float64
+}
+
+// JCT is the job completion time.
+func (o Outcome) JCT() float64 { return o.Finish - o.Job.Arrival }
+
+// Queueing is the time from arrival to start.
+func (o Outcome) Queueing() float64 { return o.Start - o.Job.Arrival }
+
+type running struct {
+	job       Job
+	allocs    []string
+	gpus      []string // UUIDs
+	shares    []string // share IDs, for single-GPU jobs
+	rem       float64  // steps left
+	iso       float64  // steps/s alone
+	rate      float64
+	out       *Outcome
+	multiNode bool
+}
+
+type sim struct {
+	spec    policySpec
+	opts    Options
+	cluster Cluster
+	thr     *Throughputs
+	snap    *placement.Snapshot
+	pol     placement.Policy
+	now     float64
+	run     map[int]*running
+	onGPU   map[string][]int // GPU UUID -> running job IDs
+	busyGPU float64          // integral of busy GPUs over time
+	out     []Outcome
+}
+
+// Simulate runs one policy over a trace on a cluster.
+func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Options) ([]Outcome, float64, error) {
+	spec, err := specFor(policy)
+	if err != nil {
+		return nil, 0, err
+	}
+	if opts.MaxSlowdown == 0 {
+		opts.MaxSlowdown = DefaultMaxSlowdown
+	}
+	if opts.Model == nil {
+		opts.Model = interference.Default()
+	}
+	snap, err := c.snapshot()
+	if err != nil {
+		return nil, 0, err
+	}
+	pol, err := placement.New(spec.core, placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown})
+	if err != nil {
+		return nil, 0, err
+	}
+	jobs = slices.Clone(jobs)
+	slices.SortStableFunc(jobs, func(a, b Job) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	for i := range jobs {
+		jobs[i].ID = i // jobs are numbered in arrival order
+	}
+	s := &sim{spec: spec, opts: opts, cluster: c, thr: thr, snap: snap, pol: pol,
+		run: map[int]*running{}, onGPU: map[string][]int{}, out: make([]Outcome, len(jobs))}
+	for i := range jobs {
+		s.out[i] = Outcome{Job: jobs[i]}
+		if _, err := thr.Isolated(jobs[i].Type, jobs[i].Scale, true); err != nil {
+			return nil, 0, fmt.Errorf("job %d: %w", jobs[i].ID, err)
+		}
+	}
+	var queue []int // indices into jobs
+	next := 0
+	for next < len(jobs) || len(queue) > 0 || len(s.run) > 0 {
+		// The next event: an arrival or the first completion.
+		t := math.Inf(1)
+		if next < len(jobs) {
+			t = jobs[next].Arrival
+		}
+		for _, r := range s.run {
+			t = min(t, s.now+r.rem/r.rate)
+		}
+		if math.IsInf(t, 1) {
+			break // only jobs that can never be placed are left
+		}
+		s.advance(t)
+		for next < len(jobs) && jobs[next].Arrival <= s.now {
+			queue = append(queue, next)
+			next++
+		}
+		queue = s.schedule(queue)
+	}
+	end := 0.0
+	for _, o := range s.out {
+		if o.Placed {
+			end = max(end, o.Finish)
+		}
+	}
+	util := 0.0
+	if end > 0 {
+		util = s.busyGPU / (end * float64(c.GPUs()))
+	}
+	return s.out, util, nil
+}
+
+// advance moves time to t, finishing the jobs that complete by then.
+func (s *sim) advance(t float64) {
+	dt := t - s.now
+	s.busyGPU += dt * float64(len(s.onGPU))
+	var done []int
+	for id, r := range s.run {
+		r.rem -= r.rate * dt
+		if len(r.gpus) == 1 && len(s.onGPU[r.gpus[0]]) > 1 {
+			r.out.SharedFor += dt
+		}
+		if r.rem <= 1e-9*r.job.Steps || r.rem/r.rate <= 1e-6 {
+			done = append(done, id)
+		}
+	}
+	s.now = t
+	slices.Sort(done)
+	for _, id := range done {
+		r := s.run[id]
+		r.out.Finish = t
+		for _, a := range r.allocs {
+			if _, err := s.snap.Remove(a); err != nil {
+				panic(err) // the simulator added it
+			}
+		}
+		for _, g := range r.gpus {
+			s.onGPU[g] = slices.DeleteFunc(s.onGPU[g], func(j int) bool { return j == id })
+			if len(s.onGPU[g]) == 0 {
+				delete(s.onGPU, g)
+			}
+		}
+		delete(s.run, id)
+	}
+	if len(done) > 0 {
+		s.rates()
+	}
+}
+
+// rates sets every running job's throughput from its GPU's company.
+func (s *sim) rates() {
+	for _, r := range s.run {
+		r.rate = r.iso
+		if len(r.gpus) == 1 {
+			if others := s.onGPU[r.gpus[0]]; len(others) == 2 {
+				p := others[0]
+				if p == r.job.ID {
+					p = others[1]
+				}
+				na, _, ok := s.thr.Pair(r.job.Type, s.run[p].job.Type)
+				if !ok {
+					panic(fmt.Sprintf("jobs %d and %d share a GPU but cannot", r.job.ID, p))
+				}
+				r.rate = r.iso * na
+			}
+		}
+	}
+}
+
+// schedule tries the queued jobs in the policy's order and returns those
+// still waiting.
+func (s *sim) schedule(queue []int) []int {
+	if len(queue) == 0 {
+		return queue
+	}
+	if s.spec.sjf {
+		slices.SortStableFunc(queue, func(a, b int) int {
+			da, db := s.aloneTime(s.out[a].Job), s.aloneTime(s.out[b].Job)
+			switch {
+			case da < db:
+				return -1
+			case da > db:
+				return 1
+			}
+			return a - b
+		})
+	}
+	failed := map[string]bool{} // shapes that did not fit since the last placement
+	left := queue[:0:0]
+	placed := false
+	for _, i := range queue {
+		j := s.out[i].Job
+		key := strconv.Itoa(j.Scale)
+		if s.spec.share != shareNever && j.Scale == 1 {
+			key = j.Type
+		}
+		if j.Scale > s.cluster.GPUs() {
+			continue // can never run: dropped, Placed stays false
+		}
+		if failed[key] || !s.place(j) {
+			failed[key] = true
+			left = append(left, i)
+			continue
+		}
+		placed = true
+		failed = map[string]bool{}
+	}
+	if placed {
+		s.rates()
+	}
+	return left
+}
+
+func (s *sim) aloneTime(j Job) float64 {
+	v, _ := s.thr.Isolated(j.Type, j.Scale, true)
+	return j.Steps / v
+}
+
+func (s *sim) reqFor(j Job, shares int) placement.Request {
+	r := placement.Request{ID: "job-" + strconv.Itoa(j.ID), Count: 1, Shares: shares}
+	if s.spec.share == shareModel {
+		if p, ok := s.opts.Model.Lookup(j.Type); ok {
+			r.Profile = p
+		}
+		r.Class = placement.ClassProduction
+		r.MaxSlowdown = s.opts.MaxSlowdown
+	}
+	return r
+}
+
+// place tries to start job j now.
+func (s *sim) place(j Job) bool {
+	const spg = devicefn.DefaultSharesPerGPU
+	if j.Scale > 1 || s.spec.share == shareNever {
+		per := min(j.Scale, s.cluster.GPUsPerNode)
+		r := s.reqFor(j, per*spg)
+		r.Count = (j.Scale + per - 1) / per
+		d := s.pol.Decide(s.snap, r)
+		if !d.Placed() {
+			return false
+		}
+		if err := s.snap.Apply(d); err != nil {
+			panic(err)
+		}
+		s.start(j, d.Placements, nil)
+		return true
+	}
+	half := spg / 2
+	if s.spec.share != shareAlways {
+		// A free GPU first; the job holds half of it so that another may
+		// pair with it later.
+		d := s.pol.Decide(s.snap, s.reqFor(j, spg))
+		if d.Placed() {
+			p := d.Placements[0]
+			s.addHalf(j, p.Node, p.GPUs[0], p.Shares[:half])
+			return true
+		}
+	}
+	switch s.spec.share {
+	case shareBSBF:
+		return s.pairBSBF(j)
+	default: // shareAlways, shareModel: the core chooses, memory decides
+		r := s.reqFor(j, half)
+		for range s.cluster.Nodes {
+			d := s.pol.Decide(s.snap, r)
+			if !d.Placed() {
+				return false
+			}
+			p := d.Placements[0]
+			if partner, ok := s.partnerOn(p.GPUs[0]); ok {
+				if _, _, fits := s.thr.Pair(j.Type, partner.job.Type); !fits {
+					r.Avoid = append(r.Avoid, p.Node) // does not fit in memory with its partner
+					continue
+				}
+			}
+			if err := s.snap.Apply(d); err != nil {
+				panic(err)
+			}
+			s.start(j, d.Placements, p.Shares)
+			return true
+		}
+	}
+	return false
+}
+
+// partnerOn returns the single-GPU job alone on a GPU.
+func (s *sim) partnerOn(uuid string) (*running, bool) {
+	ids := s.onGPU[uuid]
+	if len(ids) != 1 {
+		return nil, false
+	}
+	r := s.run[ids[0]]
+	return r, len(r.gpus) == 1
+}
+
+// pairBSBF pairs j with the running job whose pairing saves the most summed
+// completion time, if any saves some.
+func (s *sim) pairBSBF(j Job) bool {
+	tj := s.aloneTime(j)
+	best, bestGPU := 0.0, ""
+	gpus := make([]string, 0, len(s.onGPU))
+	for g := range s.onGPU {
+		gpus = append(gpus, g)
+	}
+	slices.Sort(gpus)
+	for _, g := range gpus {
+		r, ok := s.partnerOn(g)
+		if !ok {
+			continue
+		}
+		nj, nr, fits := s.thr.Pair(j.Type, r.job.Type)
+		if !fits {
+			continue
+		}
+		if b := pairBenefit(r.rem/r.iso, tj, nr, nj); b > best {
+			best, bestGPU = b, g
+		}
+	}
+	if bestGPU == "" {
+		return false
+	}
+	r, _ := s.partnerOn(bestGPU)
+	node := s.snap.Nodes()[0].ID
+	for _, n := range s.snap.Nodes() {
+		for i := range n.GPUs {
+			if n.GPUs[i].UUID == bestGPU {
+				node = n.ID
+			}
+		}
+	}
+	var free []string
+	used := map[string]bool{}
+	for _, sh := range r.shares {
+		used[sh] = true
+	}
+	for k := 0; k < devicefn.DefaultSharesPerGPU && len(free) < devicefn.DefaultSharesPerGPU/2; k++ {
+		if id := (devicefn.ShareID{UUID: bestGPU, Index: k}).String(); !used[id] {
+			free = append(free, id)
+		}
+	}
+	s.addHalf(j, node, bestGPU, free)
+	return true
+}
+
+// addHalf records j on the given shares of one GPU.
+func (s *sim) addHalf(j Job, node, uuid string, shares []string) {
+	r := s.reqFor(j, len(shares))
+	a := placement.Alloc{ID: r.ID + "[0]", Node: node, Shares: shares, Profile: r.Profile, Class: r.Class, MaxSlowdown: r.MaxSlowdown}
+	if err := s.snap.AddAlloc(a); err != nil {
+		panic(err)
+	}
+	s.start(j, []placement.Placement{{AllocID: a.ID, Node: node, GPUs: []string{uuid}}}, shares)
+}
+
+func (s *sim) start(j Job, ps []placement.Placement, shares []string) {
+	r := &running{job: j, rem: j.Steps, out: &s.out[j.ID], shares: shares}
+	for _, p := range ps {
+		r.allocs = append(r.allocs, p.AllocID)
+		r.gpus = append(r.gpus, p.GPUs...)
+		r.multiNode = r.multiNode || p.Node != ps[0].Node
+	}
+	r.iso, _ = s.thr.Isolated(j.Type, j.Scale, !r.multiNode)
+	r.rate = r.iso
+	for _, g := range r.gpus {
+		s.onGPU[g] = append(s.onGPU[g], j.ID)
+	}
+	s.run[j.ID] = r
+	r.out.Start, r.out.Placed = s.now, true
+}

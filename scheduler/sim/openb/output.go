@@ -1,0 +1,176 @@
+package openb
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/sim/report"
+)
+
+// JSON is the machine-readable result of a run.
+type JSON struct {
+	Summaries  []Summary     `json:"summaries"`
+	Validation []Check       `json:"validation"`
+	VsFGD      []Improvement `json:"gpushare_vs_fgd,omitempty"`
+}
+
+// Improvement compares gpushare with FGD on one trace at 130% demand.
+type Improvement struct {
+	Trace        string  `json:"trace"`
+	Gpushare     float64 `json:"gpushare"`
+	FGDOurs      float64 `json:"fgd_ours"`
+	FGDPublished float64 `json:"fgd_published"`
+	// BestCell is gpushare's best-cell share (%); FGDBestCell FGD's.
+	BestCell    float64 `json:"best_cell_share"`
+	FGDBestCell float64 `json:"fgd_best_cell_share"`
+}
+
+// JSON returns the result for --json.
+func (r *Report) JSON() JSON {
+	sums := r.Summaries()
+	return JSON{Summaries: sums, Validation: Validate(sums, r.Published), VsFGD: r.VsFGD(sums)}
+}
+
+// VsFGD compares gpushare with our and the published FGD at 130%.
+func (r *Report) VsFGD(sums []Summary) []Improvement {
+	by := map[[2]string]Summary{}
+	var traces []string
+	for _, s := range sums {
+		if _, seen := by[[2]string{s.Trace, placement.PolicyFGD}]; !seen && s.Policy == placement.PolicyGpushare {
+			traces = append(traces, s.Trace)
+		}
+		by[[2]string{s.Trace, s.Policy}] = s
+	}
+	var out []Improvement
+	for _, tr := range traces {
+		g := by[[2]string{tr, placement.PolicyGpushare}]
+		f, hasF := by[[2]string{tr, placement.PolicyFGD}]
+		pub, _ := r.Published.Mean(tr, "FGD", MaxDemand)
+		imp := Improvement{Trace: tr, Gpushare: g.Alloc130, FGDPublished: pub, BestCell: g.BestCellShare}
+		imp.FGDOurs, imp.FGDBestCell = nan(), nan()
+		if hasF {
+			imp.FGDOurs, imp.FGDBestCell = f.Alloc130, f.BestCellShare
+		}
+		out = append(out, imp)
+	}
+	return out
+}
+
+func nan() float64 { var z float64; return z / z }
+
+// SummaryTable lists every policy on every trace.
+func SummaryTable(sums []Summary) report.Table {
+	t := report.Table{Header: []string{"trace", "policy", "seeds", "alloc % @100", "alloc % @130", "sd @130", "frag % @130", "best-cell %"}}
+	for _, s := range sums {
+		t.Rows = append(t.Rows, []string{s.Trace, s.Policy, strconv.Itoa(s.Seeds), report.F(s.Alloc100), report.F(s.Alloc130),
+			report.F(s.SD130), report.F1(s.Frag130), report.F1(s.BestCellShare)})
+	}
+	return t
+}
+
+// ValidationTable shows our baselines against the published means.
+func ValidationTable(cs []Check) report.Table {
+	t := report.Table{Header: []string{"trace", "policy", "demand %", "ours", "published", "diff (pp)", "within 1.0 pp"}}
+	for _, c := range cs {
+		ok := "yes"
+		if !c.OK {
+			ok = "NO"
+		}
+		t.Rows = append(t.Rows, []string{c.Trace, c.Policy, strconv.Itoa(c.Demand), report.F(c.Ours), report.F(c.Published), fmt.Sprintf("%+.2f", c.Diff), ok})
+	}
+	return t
+}
+
+// VsFGDTable shows gpushare against FGD at 130%.
+func VsFGDTable(is []Improvement) report.Table {
+	t := report.Table{Header: []string{"trace", "gpushare @130", "fgd (ours) @130", "FGD published @130", "gpushare - published", "gpushare best-cell %", "fgd best-cell %"}}
+	for _, i := range is {
+		t.Rows = append(t.Rows, []string{i.Trace, report.F(i.Gpushare), report.F(i.FGDOurs), report.F(i.FGDPublished),
+			fmt.Sprintf("%+.2f", i.Gpushare-i.FGDPublished), report.F1(i.BestCell), report.F1(i.FGDBestCell)})
+	}
+	return t
+}
+
+// WriteDir writes CSV files, a markdown summary and one plot per trace
+// (format "svg" or "png") into dir.
+func (r *Report) WriteDir(dir, format string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	j := r.JSON()
+	curves := report.Table{Header: []string{"trace", "policy", "seed"}}
+	for b := 0; b <= MaxDemand; b++ {
+		curves.Header = append(curves.Header, strconv.Itoa(b))
+	}
+	for _, res := range r.Results {
+		row := []string{res.Trace, res.Policy, strconv.FormatInt(res.Seed, 10)}
+		for _, v := range res.Alloc {
+			row = append(row, report.F(v))
+		}
+		curves.Rows = append(curves.Rows, row)
+	}
+	files := map[string]report.Table{
+		"openb_alloc_ratio.csv": curves,
+		"openb_summary.csv":     SummaryTable(j.Summaries),
+		"openb_validation.csv":  ValidationTable(j.Validation),
+	}
+	if len(j.VsFGD) > 0 {
+		files["openb_gpushare_vs_fgd.csv"] = VsFGDTable(j.VsFGD)
+	}
+	for name, t := range files {
+		if err := t.WriteCSV(filepath.Join(dir, name)); err != nil {
+			return err
+		}
+	}
+	var md strings.Builder
+	md.WriteString("# openb: GPU allocation ratio (FGD paper's method)\n\n")
+	md.WriteString("Allocation ratio = GPU milli allocated / cluster capacity (6,212 GPUs), at 100% and 130% arrived GPU demand; mean over seeds. " +
+		"Best-cell % = placed multi-GPU pods whose GPUs have the best worst link their node allows (8-GPU nodes as DGX-1 V100, 4-GPU nodes as two-socket PCIe).\n\n")
+	md.WriteString("## Validation against the published FGD numbers\n\n" + ValidationTable(j.Validation).Markdown())
+	if len(j.VsFGD) > 0 {
+		md.WriteString("\n## gpushare vs FGD at 130%\n\n" + VsFGDTable(j.VsFGD).Markdown())
+	}
+	md.WriteString("\n## All policies\n\n" + SummaryTable(j.Summaries).Markdown())
+	traces := map[string]bool{}
+	var order []string
+	for _, s := range j.Summaries {
+		if !traces[s.Trace] {
+			traces[s.Trace] = true
+			order = append(order, s.Trace)
+		}
+	}
+	md.WriteString("\n## Plots\n\n")
+	for _, tr := range order {
+		name := "openb_alloc_" + tr + "." + format
+		if err := r.plot(tr, j.Summaries, filepath.Join(dir, name)); err != nil {
+			return err
+		}
+		fmt.Fprintf(&md, "![%s](%s)\n\n", tr, name)
+	}
+	return os.WriteFile(filepath.Join(dir, "openb.md"), []byte(md.String()), 0o644)
+}
+
+func (r *Report) plot(trace string, sums []Summary, path string) error {
+	x := make([]float64, MaxDemand+1)
+	for i := range x {
+		x[i] = float64(i)
+	}
+	p := report.Plot{Title: "openb " + trace + ": GPU allocation ratio", XLabel: "arrived GPU demand (% of capacity)", YLabel: "GPU allocation ratio (%)"}
+	for _, s := range sums {
+		if s.Trace == trace {
+			p.Series = append(p.Series, report.Series{Name: s.Policy, X: x, Y: s.Curve[:]})
+		}
+	}
+	if pub, ok := r.Published[trace]["FGD"]; ok && len(pub) > 0 {
+		y := make([]float64, MaxDemand+1)
+		for b := range y {
+			y[b], _ = r.Published.Mean(trace, "FGD", b)
+		}
+		p.Series = append(p.Series, report.Series{Name: "FGD (published)", X: x, Y: y, Dashed: true})
+	}
+	return p.Save(path)
+}

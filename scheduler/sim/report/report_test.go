@@ -1,0 +1,39 @@
+package report
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestTable(t *testing.T) {
+	tb := Table{Header: []string{"policy", "alloc"}, Rows: [][]string{{"fgd", F(95.391)}, {"random", F(math.NaN())}}}
+	must.EqOp(t, "| policy | alloc |\n|---|---|\n| fgd | 95.39 |\n| random | - |\n", tb.Markdown())
+	must.StrContains(t, tb.Text(), "random  -")
+	p := filepath.Join(t.TempDir(), "t.csv")
+	must.NoError(t, tb.WriteCSV(p))
+	b, err := os.ReadFile(p)
+	must.NoError(t, err)
+	must.EqOp(t, "policy,alloc\nfgd,95.39\nrandom,-\n", string(b))
+}
+
+func TestPlotSave(t *testing.T) {
+	dir := t.TempDir()
+	p := Plot{Title: "t", XLabel: "x", YLabel: "y", Series: []Series{
+		{Name: "a", X: []float64{0, 1, 2}, Y: []float64{0, 1, math.NaN()}},
+		{Name: "b", X: []float64{0, 1}, Y: []float64{1, 0}, Dashed: true},
+	}}
+	for _, name := range []string{"p.svg", "p.png"} {
+		must.NoError(t, p.Save(filepath.Join(dir, name)))
+		st, err := os.Stat(filepath.Join(dir, name))
+		must.NoError(t, err)
+		must.Greater(t, 100, st.Size())
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "p.svg"))
+	must.True(t, strings.HasPrefix(string(b), "<?xml"))
+	must.Error(t, p.Save(filepath.Join(dir, "p.pdf")))
+}
