@@ -121,6 +121,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	var c simCommon
 	c.register(fs, strings.Join(openb.Traces, ","), strings.Join(openb.DefaultPolicies, ","))
 	seeds := fs.String("seeds", "42-51", "seeds (the FGD paper uses 42-51)")
+	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (the baselines use FGD's 0.95)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -141,7 +142,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 		data = openb.Dir(c.data)
 	}
 	rep, err := openb.Run(ctx, openb.Config{Data: data, Traces: splitList(c.traces), Policies: splitList(c.policies), Seeds: sd,
-		Workers: c.workers, Progress: c.progress(io)})
+		GpushareCoverage: *coverage, Workers: c.workers, Progress: c.progress(io)})
 	if err != nil {
 		return simFail(io, err)
 	}

@@ -80,6 +80,8 @@ func startClusterOpts(t *testing.T, persistent bool, clients ...cluster.Client) 
 
 func dumpLogs(t *testing.T, dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
+	top, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	logs = append(logs, top...)
 	for _, l := range logs {
 		b, _ := os.ReadFile(l)
 		if len(b) > 20000 {

@@ -31,10 +31,11 @@ const (
 // env is a cluster of three clients (HGX H100, DGX-1 V100, 4 PCIe GPUs on
 // two sockets) with gpushare schedulers.
 type env struct {
-	t     *testing.T
-	c     *cluster.Cluster
-	nomad *api.Client
-	dir   string
+	t      *testing.T
+	c      *cluster.Cluster
+	nomad  *api.Client
+	dir    string
+	scheds []*scheduler
 }
 
 func newEnv(t *testing.T) *env {
@@ -55,6 +56,10 @@ func newEnv(t *testing.T) *env {
 		if t.Failed() {
 			dumpLogs(t, dir)
 		}
+		if os.Getenv("GPUSHARE_E2E_KEEP") != "" {
+			t.Logf("kept scheduler logs in %s", dir)
+			return
+		}
 		os.RemoveAll(dir)
 	})
 	return &env{t: t, c: c, nomad: c.API(), dir: dir}
@@ -71,13 +76,14 @@ type scheduler struct {
 func (e *env) startScheduler(name, extra string) *scheduler {
 	e.t.Helper()
 	port := freePort(e.t)
-	cfg := fmt.Sprintf("nomad {\n  address = %q\n}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = \"debug\"\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
+	cfg := fmt.Sprintf("nomad {\n  address = %q\n}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = \"trace\"\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
 		e.c.Address(), port, extra)
 	path := filepath.Join(e.dir, name+".hcl")
 	must.NoError(e.t, os.WriteFile(path, []byte(cfg), 0o644))
 	p, err := cluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)
 	must.NoError(e.t, err)
 	s := &scheduler{proc: p, http: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	e.scheds = append(e.scheds, s)
 	e.t.Cleanup(p.Stop)
 	e.eventually(30*time.Second, "scheduler "+name+" healthy", func() bool {
 		var h struct{ Synced bool }
@@ -116,6 +122,17 @@ func (e *env) eventually(timeout time.Duration, what string, cond func() bool) {
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
+			for _, s := range e.scheds {
+				if s.proc.Exited() {
+					continue
+				}
+				var m gpumap.Map
+				if getJSON(s.http+"/v1/gpus", &m) == nil {
+					var b strings.Builder
+					_ = gpumap.Render(&b, &m)
+					e.t.Logf("GPU map of scheduler %s:\n%s", s.http, b.String())
+				}
+			}
 			e.t.Fatalf("timed out after %s waiting for %s", timeout, what)
 		}
 		time.Sleep(200 * time.Millisecond)

@@ -92,3 +92,129 @@ func TestSchedulerInterference(t *testing.T) {
 	rec, _ := pin.ParseRecord(job, "g")
 	must.StrContains(t, rec.Reason, "predicted")
 }
+
+// Scenario 4: a guaranteed job preempts an opportunistic one, which is
+// placed again once capacity frees.
+func TestSchedulerPreemption(t *testing.T) {
+	e := newEnv(t)
+	s := e.startScheduler("s1", `virtual_cluster "team" {
+  cell {
+    gpus  = 2
+    count = 1
+    model = "Tesla P100-PCIE-16GB"
+  }
+}`)
+	e.register("scavenger", map[string]any{"shares": 400, "model": modelP100, "class": "opportunistic"})
+	old := e.running("scavenger", 1, 60*time.Second)[0]
+	must.SliceLen(t, 4, gpus(old))
+
+	e.register("owner", map[string]any{"shares": 200, "model": modelP100, "vc": "team"})
+	must.SliceLen(t, 2, gpus(e.running("owner", 1, 90*time.Second)[0]))
+	e.eventually(60*time.Second, "the opportunistic job to be gated again", func() bool {
+		job, _, err := e.nomad.Jobs().Info("scavenger", nil)
+		return err == nil && len(pin.Gated(job)) == 1
+	})
+	a, _, err := e.nomad.Allocations().Info(old.ID, nil)
+	must.NoError(t, err)
+	must.Eq(t, "stop", a.DesiredStatus)
+	var st struct {
+		Groups []struct{ State, Reason string }
+	}
+	must.NoError(t, getJSON(s.http+"/v1/jobs/scavenger", &st))
+	must.Eq(t, "pending", st.Groups[0].State)
+
+	e.purge("owner")
+	must.SliceLen(t, 4, gpus(e.running("scavenger", 1, 90*time.Second)[0]))
+}
+
+// Scenario 5: the scheduler is killed in the middle of a burst of 50 jobs
+// and restarted: every job is placed exactly once, none lost.
+func TestSchedulerCrashDuringBurst(t *testing.T) {
+	e := newEnv(t)
+	s := e.startScheduler("s1", "")
+	const n = 50
+	for i := range n {
+		e.register(fmt.Sprintf("burst-%02d", i), map[string]any{"shares": 10})
+	}
+	e.eventually(60*time.Second, "a few pins before the crash", func() bool {
+		pinned := 0
+		for i := range n {
+			if e.version(fmt.Sprintf("burst-%02d", i)) > 0 {
+				pinned++
+			}
+		}
+		return pinned >= 5
+	})
+	s.proc.Kill()
+	t.Log("scheduler killed with SIGKILL")
+	e.startScheduler("s1-restarted", "")
+	seen := map[string]string{}
+	for i := range n {
+		id := fmt.Sprintf("burst-%02d", i)
+		a := e.running(id, 1, 120*time.Second)[0]
+		must.Eq(t, uint64(1), e.version(id), must.Sprintf("%s was registered more than once by the scheduler", id))
+		for _, sh := range allocatedIDs(a) {
+			other, dup := seen[sh]
+			must.False(t, dup, must.Sprintf("share %s given to %s and %s", sh, other, id))
+			seen[sh] = id
+		}
+	}
+	must.MapLen(t, n*10, seen)
+}
+
+// Scenario 6: two replicas; the leader is killed and the other takes over
+// and keeps placing.
+func TestSchedulerFailover(t *testing.T) {
+	e := newEnv(t)
+	a := e.startScheduler("a", "")
+	b := e.startScheduler("b", "")
+	e.eventually(30*time.Second, "one leader", func() bool { return a.leader() != b.leader() })
+	leader, follower := a, b
+	if b.leader() {
+		leader, follower = b, a
+	}
+	e.register("before", map[string]any{"shares": 50})
+	e.running("before", 1, 60*time.Second)
+	leader.proc.Kill()
+	start := time.Now()
+	e.eventually(60*time.Second, "the follower to take over", follower.leader)
+	t.Logf("follower took over %s after the leader was killed (lock ttl 10s)", time.Since(start).Round(100*time.Millisecond))
+	e.register("after", map[string]any{"shares": 50})
+	e.running("after", 1, 60*time.Second)
+}
+
+// Scenario 7: the Nomad server restarts; the stream resumes and new jobs
+// are still placed.
+func TestSchedulerSurvivesNomadRestart(t *testing.T) {
+	e := newEnv(t)
+	s := e.startScheduler("s1", "")
+	e.register("before", map[string]any{"shares": 30})
+	e.running("before", 1, 60*time.Second)
+	must.NoError(t, e.c.RestartServer(t.Context()))
+	t.Log("nomad server restarted")
+	e.register("after", map[string]any{"shares": 30})
+	e.running("after", 1, 90*time.Second)
+	must.False(t, s.proc.Exited())
+	var h struct{ Synced bool }
+	must.NoError(t, getJSON(s.http+"/v1/health", &h))
+	must.True(t, h.Synced)
+}
+
+// Scenario 8: a user edits a job between decision and pin: the edit is
+// kept and the job is placed.
+func TestSchedulerKeepsConcurrentEdit(t *testing.T) {
+	e := newEnv(t)
+	e.startScheduler("s1", `pin_delay = "4s"`)
+	job := e.register("edited", map[string]any{"shares": 20})
+	time.Sleep(1500 * time.Millisecond) // the scheduler has decided and waits to pin
+	job.TaskGroups[0].Meta["owner"] = "alice"
+	_, _, err := e.nomad.Jobs().Register(job, nil)
+	must.NoError(t, err)
+	e.running("edited", 1, 90*time.Second)
+	final, _, err := e.nomad.Jobs().Info("edited", nil)
+	must.NoError(t, err)
+	must.Eq(t, "alice", final.TaskGroups[0].Meta["owner"])
+	_, pinned := pin.ParseRecord(final, "g")
+	must.True(t, pinned)
+	must.SliceEmpty(t, pin.Gated(final))
+}

@@ -30,6 +30,9 @@ type Config struct {
 	Profiles       []Profile        `hcl:"profile,block"`
 	// Seed drives the random choices of randomised policies.
 	Seed uint64 `hcl:"seed,optional"`
+	// PinDelay waits between a decision and its pin. For tests of
+	// concurrent edits only; leave unset in production.
+	PinDelay string `hcl:"pin_delay,optional"`
 }
 
 // Nomad is how the service reaches Nomad.
@@ -164,6 +167,7 @@ func (c *Config) Merge(o *Config) {
 	if o.Seed != 0 {
 		c.Seed = o.Seed
 	}
+	str(&c.PinDelay, o.PinDelay)
 }
 
 // ErrInvalid wraps the list of every problem Validate found.
@@ -191,6 +195,11 @@ func (c *Config) Validate() error {
 	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
+		}
+	}
+	if c.PinDelay != "" {
+		if d, err := time.ParseDuration(c.PinDelay); err != nil || d < 0 {
+			bad("pin_delay = %q: not a duration", c.PinDelay)
 		}
 	}
 	if c.Leader.VariablePath == "" {

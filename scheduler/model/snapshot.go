@@ -19,8 +19,9 @@ const PendingPrefix = "pinned:"
 
 // Snapshot builds the placement core's input from the state. Nodes that
 // are down, ineligible or draining are left out, as are nodes whose
-// gpushare attributes cannot be decoded (listed in problems).
-func (s *State) Snapshot(profiles *interference.Model) (*placement.Snapshot, []string) {
+// gpushare attributes cannot be decoded (listed in problems), and the
+// allocations gone reports as gone (preempted ones Nomad is stopping).
+func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) (*placement.Snapshot, []string) {
 	snap := placement.NewSnapshot()
 	var problems []string
 	ids := make([]string, 0, len(s.Nodes))
@@ -51,7 +52,7 @@ func (s *State) Snapshot(profiles *interference.Model) (*placement.Snapshot, []s
 	sort.Strings(allocIDs)
 	for _, id := range allocIDs {
 		a := s.Allocs[id]
-		if !Live(a) {
+		if !Live(a) || (gone != nil && gone(a.ID)) {
 			continue
 		}
 		if _, ok := snap.Node(a.NodeID); !ok {

@@ -40,20 +40,45 @@ func (s *State) PutJob(j *api.Job) {
 	if j == nil || j.ID == nil {
 		return
 	}
+	// events can arrive after a fresher read of the same job: keep the newer
+	if prev, ok := s.Jobs[jobKey(j)]; ok && prev.ModifyIndex != nil && j.ModifyIndex != nil && *j.ModifyIndex < *prev.ModifyIndex {
+		return
+	}
 	s.Jobs[jobKey(j)] = j
 }
 
-// DeleteJob forgets a job.
-func (s *State) DeleteJob(namespace, id string) { delete(s.Jobs, JobKey(namespace, id)) }
+// DeleteJob forgets a purged job and its allocations: Nomad stops them,
+// and publishes no allocation events for a job that no longer exists.
+func (s *State) DeleteJob(namespace, id string) {
+	delete(s.Jobs, JobKey(namespace, id))
+	for aid, a := range s.Allocs {
+		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") {
+			delete(s.Allocs, aid)
+		}
+	}
+}
+
+// HasResources reports whether the state holds the allocation with its
+// allocated resources.
+func (s *State) HasResources(id string) bool {
+	a, ok := s.Allocs[id]
+	return ok && a.AllocatedResources != nil
+}
 
 // PutAlloc records an allocation.
 func (s *State) PutAlloc(a *api.Allocation) {
 	if a == nil || a.ID == "" {
 		return
 	}
-	if prev, ok := s.Allocs[a.ID]; ok && a.AllocatedResources == nil {
-		// event payloads may omit resources; keep what we knew
-		a.AllocatedResources = prev.AllocatedResources
+	if prev, ok := s.Allocs[a.ID]; ok {
+		if a.ModifyIndex < prev.ModifyIndex {
+			return
+		}
+		if prev.AllocatedResources != nil {
+			// event payloads may omit or trim resources, and an
+			// allocation's devices never change: keep what we read
+			a.AllocatedResources = prev.AllocatedResources
+		}
 	}
 	s.Allocs[a.ID] = a
 }
@@ -61,6 +86,9 @@ func (s *State) PutAlloc(a *api.Allocation) {
 // PutNode records a node.
 func (s *State) PutNode(n *api.Node) {
 	if n == nil || n.ID == "" {
+		return
+	}
+	if prev, ok := s.Nodes[n.ID]; ok && n.ModifyIndex < prev.ModifyIndex {
 		return
 	}
 	s.Nodes[n.ID] = n

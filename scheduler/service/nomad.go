@@ -23,6 +23,9 @@ type nomadAPI interface {
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
 	// Register re-registers job if its modify index is still index.
 	Register(ctx context.Context, job *api.Job, index uint64) error
+	// StopAlloc stops an allocation; Nomad places a replacement, which a
+	// gated group keeps waiting.
+	StopAlloc(ctx context.Context, id string) error
 	Stream(ctx context.Context, index uint64) (<-chan *api.Events, error)
 	Client() *api.Client
 }
@@ -107,6 +110,15 @@ func (n nomadClient) Allocs(ctx context.Context) ([]*api.Allocation, uint64, err
 func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, error) {
 	a, _, err := n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	return a, err
+}
+
+func (n nomadClient) StopAlloc(ctx context.Context, id string) error {
+	a, _, err := n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return err
+	}
+	_, err = n.c.Allocations().Stop(a, (&api.QueryOptions{Namespace: a.Namespace}).WithContext(ctx))
+	return err
 }
 
 func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) error {

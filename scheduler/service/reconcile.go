@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -35,7 +36,12 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	snap, problems := s.state.Snapshot(s.profile)
+	for id, at := range s.preempted {
+		if a, ok := s.state.Allocs[id]; !ok || !model.Live(a) || s.now().Sub(at) > 10*time.Minute {
+			delete(s.preempted, id)
+		}
+	}
+	snap, problems := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
 	todo, waiting := s.collect()
 	s.confirm()
 	s.mu.Unlock()
@@ -81,6 +87,9 @@ func (s *Service) reconcile(ctx context.Context) {
 				pending[key] = "waiting for preemption: " + err.Error()
 				continue
 			}
+		}
+		if s.cfg.PinDelay != "" {
+			sleep(ctx, config.Duration(s.cfg.PinDelay))
 		}
 		if err := s.pinGroup(ctx, w, d); err != nil {
 			for _, pa := range restore {
@@ -275,6 +284,17 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey string)
 		if err := s.nomad.Register(ctx, job, index); err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.job, t.group, err)
 		}
+		// a gated version does not stop running allocations by itself
+		for _, id := range ids {
+			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
+				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.job, t.group, err)
+			}
+		}
+		s.mu.Lock()
+		for _, id := range ids {
+			s.preempted[id] = s.now()
+		}
+		s.mu.Unlock()
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
 			"job_id", t.job, "group", t.group, "allocations", ids, "for", forKey)

@@ -34,6 +34,9 @@ type Service struct {
 	state   *model.State
 	pending map[string]string    // group key -> why it waits
 	pinned  map[string]time.Time // group key -> when it was pinned (unconfirmed)
+	// preempted allocations Nomad is stopping: their capacity is already
+	// given to the guaranteed job that preempted them
+	preempted map[string]time.Time
 	synced  bool
 
 	dirty    chan struct{}
@@ -75,7 +78,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	return &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[string]string{}, pinned: map[string]time.Time{},
+		pending: map[string]string{}, pinned: map[string]time.Time{}, preempted: map[string]time.Time{},
 		dirty: make(chan struct{}, 1),
 	}, nil
 }

@@ -81,23 +81,29 @@ func (s *Service) consume(ctx context.Context, ch <-chan *api.Events, interval t
 
 func (s *Service) apply(ctx context.Context, evs *api.Events) {
 	for _, e := range evs.Events {
+		s.log.Trace("event", "topic", e.Topic, "type", e.Type, "key", e.Key, "index", e.Index)
 		switch e.Topic {
 		case api.TopicJob:
-			if job, err := e.Job(); err == nil && job != nil {
+			if e.Type == "JobDeregistered" {
+				job, purged, err := e.DeregisteredJob()
+				if err != nil || job == nil || job.ID == nil {
+					// cannot tell which job: list everything again
+					s.log.Warn("job deregistration event without a job; relisting", "key", e.Key)
+					go s.resyncSoon(ctx)
+					continue
+				}
 				s.mu.Lock()
-				if e.Type == "JobDeregistered" {
-					ns := ""
-					if job.Namespace != nil {
-						ns = *job.Namespace
-					}
-					if job.Stop != nil && *job.Stop {
-						s.state.PutJob(job)
-					} else {
-						s.state.DeleteJob(ns, *job.ID)
-					}
+				if purged {
+					s.state.DeleteJob(nsOf(job), *job.ID)
 				} else {
 					s.state.PutJob(job)
 				}
+				s.mu.Unlock()
+				continue
+			}
+			if job, err := e.Job(); err == nil && job != nil {
+				s.mu.Lock()
+				s.state.PutJob(job)
 				s.mu.Unlock()
 			}
 		case api.TopicAllocation:
@@ -105,9 +111,14 @@ func (s *Service) apply(ctx context.Context, evs *api.Events) {
 			if err != nil || a == nil {
 				continue
 			}
-			if a.AllocatedResources == nil && model.Live(a) {
+			s.mu.Lock()
+			known := s.state.HasResources(a.ID)
+			s.mu.Unlock()
+			if !known && model.Live(a) {
+				// read the allocation once in full: event payloads may
+				// lack its devices
 				if full, err := s.nomad.Alloc(ctx, a.ID); err == nil {
-					a = full
+					a.AllocatedResources = full.AllocatedResources
 				}
 			}
 			s.mu.Lock()
@@ -169,4 +180,11 @@ func (s *Service) resync(ctx context.Context) error {
 	s.log.Info("listed the cluster", "nodes", len(nodes), "jobs", len(jobs), "allocations", len(allocs), "index", st.Index, "previous_index", prev)
 	s.markDirty()
 	return nil
+}
+
+// resyncSoon lists the cluster again outside the event loop.
+func (s *Service) resyncSoon(ctx context.Context) {
+	if err := s.resync(ctx); err != nil {
+		s.log.Warn("relisting failed; the periodic resync will catch up", "error", err)
+	}
 }
