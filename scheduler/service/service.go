@@ -37,7 +37,7 @@ type Service struct {
 	// preempted allocations Nomad is stopping: their capacity is already
 	// given to the guaranteed job that preempted them
 	preempted map[string]time.Time
-	synced  bool
+	synced    bool
 
 	dirty    chan struct{}
 	leader   atomic.Bool
