@@ -142,6 +142,15 @@ func (e *env) eventually(timeout time.Duration, what string, cond func() bool) {
 // register submits testdata/shares.nomad.hcl (gated) as job id.
 func (e *env) register(id string, vars map[string]any) *api.Job {
 	e.t.Helper()
+	job := e.parse(id, vars)
+	_, _, err := e.nomad.Jobs().Register(job, nil)
+	must.NoError(e.t, err)
+	return job
+}
+
+// parse reads testdata/shares.nomad.hcl with the given variables as job id.
+func (e *env) parse(id string, vars map[string]any) *api.Job {
+	e.t.Helper()
 	src, err := os.ReadFile(filepath.Join("testdata", "shares.nomad.hcl"))
 	must.NoError(e.t, err)
 	var b strings.Builder
@@ -156,8 +165,6 @@ func (e *env) register(id string, vars map[string]any) *api.Job {
 	job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: b.String(), Canonicalize: true})
 	must.NoError(e.t, err)
 	job.ID, job.Name = &id, &id
-	_, _, err = e.nomad.Jobs().Register(job, nil)
-	must.NoError(e.t, err)
 	return job
 }
 
