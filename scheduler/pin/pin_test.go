@@ -1,0 +1,131 @@
+package pin
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func job(shares int64) *api.Job {
+	return &api.Job{
+		ID: ptr("train"), Namespace: ptr("default"),
+		Meta: map[string]string{MetaVC: "research"},
+		TaskGroups: []*api.TaskGroup{{
+			Name: ptr("g"), Count: ptr(2),
+			Constraints: []*api.Constraint{Gate()},
+			Meta:        map[string]string{MetaClass: "production", MetaSMUtil: "0.8", MetaMemBW: "0.3"},
+			Tasks: []*api.Task{
+				{Name: "sidecar", Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(64)}},
+				{Name: "t", Resources: &api.Resources{CPU: ptr(500), MemoryMB: ptr(1024), Devices: []*api.RequestedDevice{
+					{Name: "nvidia/gpushare", Count: ptr(uint64(shares)), Constraints: []*api.Constraint{{LTarget: "${device.model}", RTarget: "Tesla V100-SXM2-16GB", Operand: "="}}},
+				}}},
+			},
+		}},
+	}
+}
+
+func TestRequest(t *testing.T) {
+	r, err := Request(job(25), "g", nil)
+	must.NoError(t, err)
+	must.Eq(t, "default/train/g", r.ID)
+	must.Eq(t, 2, r.Count)
+	must.Eq(t, 25, r.Shares)
+	must.Eq(t, placement.Resources{CPU: 600, MemoryMiB: 1088}, r.Res)
+	must.Eq(t, []string{"Tesla V100-SXM2-16GB"}, r.Models)
+	must.Eq(t, "research", r.VC)
+	must.Eq(t, placement.ClassProduction, r.Class)
+	must.Eq(t, 0.8, r.Profile.SM)
+	must.Eq(t, 0.3, r.Profile.MemBW)
+}
+
+func TestRequestErrorsSayWhatToChange(t *testing.T) {
+	cases := map[string]func(*api.Job){
+		"no task asks for": func(j *api.Job) { j.TaskGroups[0].Tasks[1].Resources.Devices = nil },
+		"put the GPU work in one": func(j *api.Job) {
+			j.TaskGroups[0].Tasks[0].Resources.Devices = j.TaskGroups[0].Tasks[1].Resources.Devices
+		},
+		`want "production" or`:     func(j *api.Job) { j.TaskGroups[0].Meta[MetaClass] = "gold" },
+		"want a number between 0":  func(j *api.Job) { j.TaskGroups[0].Meta[MetaSMUtil] = "lots" },
+		`is not a known profile`:   func(j *api.Job) { j.TaskGroups[0].Meta[MetaProfile] = "no-such-model" },
+		`job "train" has no group`: func(j *api.Job) { j.TaskGroups[0].Name = ptr("other") },
+	}
+	for want, mutate := range cases {
+		t.Run(want, func(t *testing.T) {
+			j := job(25)
+			mutate(j)
+			_, err := Request(j, "g", nil)
+			must.True(t, errors.Is(err, ErrNotPlaceable))
+			must.ErrorContains(t, err, want)
+		})
+	}
+}
+
+func TestNamedProfile(t *testing.T) {
+	j := job(25)
+	delete(j.TaskGroups[0].Meta, MetaSMUtil)
+	delete(j.TaskGroups[0].Meta, MetaMemBW)
+	j.Meta[MetaProfile] = "resnet-50 (batch size 64)"
+	r, err := Request(j, "g", nil)
+	must.NoError(t, err)
+	must.Eq(t, "ResNet-50 (batch size 64)", r.Profile.Name)
+}
+
+func TestPinAndUnpin(t *testing.T) {
+	j := job(25)
+	must.Eq(t, []string{"g"}, Gated(j))
+	d := &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+		{Node: "n1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:0", "GPU-a:1"}, Cell: "gpu 0", Reason: "packs GPU-a"},
+		{Node: "n1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:2", "GPU-a:3"}, Cell: "gpu 0", Reason: "packs GPU-a"},
+	}}
+	rec, err := Pin(j, "g", d)
+	must.NoError(t, err)
+	must.SliceEmpty(t, Gated(j))
+	must.True(t, Pinned(j, "g"))
+	tg := j.TaskGroups[0]
+	must.Eq(t, &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: "n1"}, tg.Constraints[0])
+	dev := tg.Tasks[1].Resources.Devices[0]
+	must.SliceLen(t, 2, dev.Constraints) // the model constraint stays
+	must.Eq(t, "GPU-a:0,GPU-a:1,GPU-a:2,GPU-a:3", dev.Constraints[1].RTarget)
+	var stored Record
+	must.NoError(t, json.Unmarshal([]byte(tg.Meta[MetaPlacement]), &stored))
+	must.Eq(t, *rec, stored)
+	must.Eq(t, "packs GPU-a", stored.Reason)
+
+	// pinning again replaces, never stacks, the pins
+	_, err = Pin(j, "g", d)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, tg.Constraints)
+	must.SliceLen(t, 2, dev.Constraints)
+
+	Unpin(j, "g")
+	must.Eq(t, []string{"g"}, Gated(j))
+	must.SliceLen(t, 1, dev.Constraints)
+	must.MapNotContainsKey(t, tg.Meta, MetaPlacement)
+}
+
+func TestJobLevelGateMovesToOtherGroups(t *testing.T) {
+	j := job(25)
+	other := *j.TaskGroups[0]
+	other.Name = ptr("h")
+	other.Constraints = nil
+	j.TaskGroups = append(j.TaskGroups, &other)
+	j.TaskGroups[0].Constraints = nil
+	j.Constraints = []*api.Constraint{Gate()}
+	must.Eq(t, []string{"g", "h"}, Gated(j))
+	_, err := Pin(j, "g", &placement.Decision{Placements: []placement.Placement{{Node: "n", Shares: []string{"G:0"}}}})
+	must.NoError(t, err)
+	must.Eq(t, []string{"h"}, Gated(j))
+}
+
+func TestAddGate(t *testing.T) {
+	j := job(25)
+	j.TaskGroups[0].Constraints = nil
+	must.Eq(t, []string{"g"}, AddGate(j))
+	must.SliceEmpty(t, AddGate(j))
+}
