@@ -147,3 +147,41 @@ func TestBuildRejectsBadInput(t *testing.T) {
 	_, err = Build(topo.Links, []int{0})
 	must.Error(t, err)
 }
+
+// FuzzBuild derives trees from arbitrary symmetric matrices (the upper
+// triangle is taken from the input bytes) and checks the tree invariants.
+func FuzzBuild(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5}, uint8(4))
+	f.Add([]byte{6, 6, 6, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4}, uint8(8))
+	f.Fuzz(func(t *testing.T, data []byte, size uint8) {
+		n := int(size%12) + 1
+		kinds := []devicefn.Link{{Kind: devicefn.LinkNVLink, NVLinks: 1}, {Kind: devicefn.LinkNVLink, NVLinks: 2},
+			{Kind: devicefn.LinkPIX}, {Kind: devicefn.LinkPXB}, {Kind: devicefn.LinkPHB}, {Kind: devicefn.LinkNODE}, {Kind: devicefn.LinkSYS}}
+		m := make(devicefn.Matrix, n)
+		for i := range m {
+			m[i] = make([]devicefn.Link, n)
+			m[i][i] = devicefn.Link{Kind: devicefn.LinkSelf}
+		}
+		k := 0
+		for i := range n {
+			for j := i + 1; j < n; j++ {
+				var b byte
+				if k < len(data) {
+					b = data[k]
+				}
+				k++
+				m[i][j] = kinds[int(b)%len(kinds)]
+				m[j][i] = m[i][j]
+			}
+		}
+		numa := make([]int, n)
+		for i := range numa {
+			numa[i] = -1
+		}
+		tree, err := Build(m, numa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkTree(t, tree, n)
+	})
+}
