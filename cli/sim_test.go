@@ -48,11 +48,11 @@ func TestSimGavelJSONAndOut(t *testing.T) {
 	must.EqOp(t, 0, code, must.Sprint(errOut))
 	var ms []map[string]any
 	must.NoError(t, json.Unmarshal([]byte(out), &ms))
-	must.SliceLen(t, 5, ms) // one per policy
+	must.SliceLen(t, 6, ms) // one per policy
 	for _, m := range ms {
 		must.MapContainsKeys(t, m, []string{"avg_jct_h", "p99_jct_h", "avg_queueing_h", "makespan_h", "avg_gpu_util"})
 	}
-	must.StrContains(t, errOut, "gavel 5/5")
+	must.StrContains(t, errOut, "gavel 6/6")
 	for _, f := range []string{"gavel.md", "gavel_metrics.csv", "gavel_jct_cdf_925e2b_pcie-2.svg"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		must.NoError(t, err)

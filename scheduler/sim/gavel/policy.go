@@ -9,15 +9,16 @@ import (
 )
 
 // Policies compared by default, in report order.
-var Policies = []string{"exclusive", "hived", "packing", "sjf-bsbf", "gpushare"}
+var Policies = []string{"exclusive", "hived", "packing", "sjf-bsbf", "gpushare", "gpushare-sjf"}
 
 // PolicyInfo describes each policy.
 var PolicyInfo = map[string]string{
-	"exclusive": "no sharing, FIFO; whole GPUs by best-fit",
-	"hived":     "no sharing, FIFO; whole GPUs in the lowest free topology cell (placement policy hived)",
-	"packing":   "interference-oblivious: a single-GPU job shares a GPU whenever half of one is free (gpu-packing), FIFO",
-	"sjf-bsbf":  "shortest job first; a job takes a free GPU, else pairs with the running job whose predicted concurrent completion beats waiting by the most (measured throughputs)",
-	"gpushare":  "FIFO; a job takes a free GPU, else the placement core pairs it by predicted interference within its slowdown bound (policy gpushare)",
+	"exclusive":    "no sharing, FIFO; whole GPUs by best-fit",
+	"hived":        "no sharing, FIFO; whole GPUs in the lowest free topology cell (placement policy hived)",
+	"packing":      "interference-oblivious: a single-GPU job shares a GPU whenever half of one is free (gpu-packing), FIFO",
+	"sjf-bsbf":     "shortest job first; a job takes a free GPU, else pairs with the running job whose predicted concurrent completion beats waiting by the most (measured throughputs)",
+	"gpushare":     "FIFO; a job takes a free GPU, else the placement core pairs it by predicted interference within its slowdown bound (policy gpushare)",
+	"gpushare-sjf": "ablation: gpushare's placement and pairing with SJF-BSBF's queue order (shortest job first, job lengths known in advance)",
 }
 
 type shareMode int
@@ -36,11 +37,12 @@ type policySpec struct {
 }
 
 var specs = map[string]policySpec{
-	"exclusive": {core: placement.PolicyBestFit},
-	"hived":     {core: placement.PolicyHived},
-	"packing":   {core: placement.PolicyGPUPacking, share: shareAlways},
-	"sjf-bsbf":  {core: placement.PolicyBestFit, share: shareBSBF, sjf: true},
-	"gpushare":  {core: placement.PolicyGpushare, share: shareModel},
+	"exclusive":    {core: placement.PolicyBestFit},
+	"hived":        {core: placement.PolicyHived},
+	"packing":      {core: placement.PolicyGPUPacking, share: shareAlways},
+	"sjf-bsbf":     {core: placement.PolicyBestFit, share: shareBSBF, sjf: true},
+	"gpushare":     {core: placement.PolicyGpushare, share: shareModel},
+	"gpushare-sjf": {core: placement.PolicyGpushare, share: shareModel, sjf: true},
 }
 
 func specFor(name string) (policySpec, error) {

@@ -187,6 +187,8 @@ func ReadPods(r io.Reader) ([]Pod, error) {
 			return nil, fmt.Errorf("%w: line %d: pod has no name", ErrFormat, i+2)
 		case p.GPUMilli > 1000 || (p.NumGPU == 0) != (p.GPUMilli == 0):
 			return nil, fmt.Errorf("%w: line %d: pod %s: num_gpu %d with gpu_milli %d", ErrFormat, i+2, p.Name, p.NumGPU, p.GPUMilli)
+		case p.GPUMilli%(1000/SharesPerGPU) != 0:
+			return nil, fmt.Errorf("%w: line %d: pod %s: gpu_milli %d is not a multiple of %d", ErrFormat, i+2, p.Name, p.GPUMilli, 1000/SharesPerGPU)
 		case p.NumGPU > 1 && p.GPUMilli != 1000:
 			return nil, fmt.Errorf("%w: line %d: pod %s: %d GPUs of %d milli each (multi-GPU pods take whole GPUs)", ErrFormat, i+2, p.Name, p.NumGPU, p.GPUMilli)
 		}

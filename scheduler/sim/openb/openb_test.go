@@ -226,3 +226,12 @@ func TestBestWorst(t *testing.T) {
 	must.NoError(t, err)
 	must.False(t, ok)
 }
+
+// TestTypicalPods pins FGD's typical pods of the default trace
+// (FGD_METHOD.md section 6): 35 of 91 kinds cover 95.3% of pods.
+func TestTypicalPods(t *testing.T) {
+	pods, err := Embedded().Pods("default")
+	must.NoError(t, err)
+	must.SliceLen(t, 35, Mix(pods, Coverage))
+	must.SliceLen(t, 91, Mix(pods, 1))
+}

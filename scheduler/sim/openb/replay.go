@@ -12,9 +12,10 @@ import (
 	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
-// SharesPerGPU is the GPU granularity of the replay: openb requests are in
-// thousandths of a GPU.
-const SharesPerGPU = 1000
+// SharesPerGPU is the GPU granularity of the replay. openb requests are in
+// thousandths of a GPU, all multiples of 10 (ReadPods checks), so shares of
+// 1/100 GPU are exact; they keep share IDs ten times fewer than milli would.
+const SharesPerGPU = 100
 
 // Coverage is the share of pods the typical-pod mix covers (FGD: 95%).
 const Coverage = 0.95
@@ -64,22 +65,23 @@ func TopologyFor(gpus int) string {
 func Request(p Pod) placement.Request {
 	r := placement.Request{ID: p.Name, Count: 1, Res: placement.Resources{CPU: p.CPU, MemoryMiB: p.MemoryMiB}, Models: p.Spec}
 	switch {
-	case p.NumGPU == 1 && p.GPUMilli < SharesPerGPU:
-		r.Shares = p.GPUMilli
+	case p.NumGPU == 1 && p.GPUMilli < 1000:
+		r.Shares = p.GPUMilli * SharesPerGPU / 1000
 	default:
 		r.Shares = p.NumGPU * SharesPerGPU
 	}
 	return r
 }
 
-// Mix is FGD's typical-pod mix: from the original, untuned pod list,
-// CPU-only pods included, the most popular kinds covering 95% of pods.
-func Mix(pods []Pod) placement.Mix {
+// Mix is the expected mix of requests from the original, untuned pod list,
+// CPU-only pods included: the most popular kinds covering the given share
+// of pods (FGD's typical pods: Coverage, 95%).
+func Mix(pods []Pod, coverage float64) placement.Mix {
 	reqs := make([]placement.Request, len(pods))
 	for i, p := range pods {
 		reqs[i] = Request(p)
 	}
-	return placement.MixFromRequests(reqs, Coverage)
+	return placement.MixFromRequests(reqs, coverage)
 }
 
 // Snapshot builds the cluster with nodes added in the given order (the

@@ -13,8 +13,28 @@ import (
 // Baselines are the policies validated against the published numbers.
 var Baselines = []string{placement.PolicyRandom, placement.PolicyBestFit, placement.PolicyGPUPacking, placement.PolicyFGD}
 
-// DefaultPolicies are the baselines and gpushare.
-var DefaultPolicies = append(slices.Clone(Baselines), placement.PolicyGpushare)
+// PolicyFGDOwnMix is an ablation: FGD scoring with gpushare's mix of
+// expected requests, to tell the policy's gain from the mix's.
+const PolicyFGDOwnMix = "fgd-own-mix"
+
+// DefaultPolicies are the baselines, gpushare and the FGD ablation.
+var DefaultPolicies = append(slices.Clone(Baselines), placement.PolicyGpushare, PolicyFGDOwnMix)
+
+// corePolicy maps a policy name of this package to the placement core's,
+// and says whether it uses gpushare's mix.
+func corePolicy(name string) (string, bool) {
+	switch name {
+	case PolicyFGDOwnMix:
+		return placement.PolicyFGD, true
+	case placement.PolicyGpushare:
+		return name, true
+	}
+	return name, false
+}
+
+// DefaultGpushareCoverage: gpushare expects every kind of request seen in
+// the trace, not only the most popular ones that cover 95% of pods.
+const DefaultGpushareCoverage = 1.0
 
 // DefaultSeeds are the FGD paper's seeds.
 var DefaultSeeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
@@ -25,6 +45,10 @@ type Config struct {
 	Traces   []string
 	Policies []string
 	Seeds    []int64
+	// GpushareCoverage is the share of pods the gpushare policy's mix of
+	// expected requests covers (0 means DefaultGpushareCoverage). The
+	// baselines use FGD's typical pods (95%), as published.
+	GpushareCoverage float64
 	// Workers replay in parallel (default 1).
 	Workers int
 	// Progress, when not nil, receives one line per finished replay.
@@ -54,13 +78,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	for _, p := range cfg.Policies {
-		if _, err := placement.New(p, placement.Options{}); err != nil {
+		core, _ := corePolicy(p)
+		if _, err := placement.New(core, placement.Options{}); err != nil {
 			return nil, err
 		}
 	}
 	type traceData struct {
-		pods []Pod
-		mix  placement.Mix
+		pods        []Pod
+		mix, ownMix placement.Mix
+	}
+	cov := cfg.GpushareCoverage
+	if cov == 0 {
+		cov = DefaultGpushareCoverage
+	}
+	if !(cov > 0 && cov <= 1) {
+		return nil, fmt.Errorf("gpushare mix coverage %v must be within (0, 1]", cov)
 	}
 	traces := map[string]traceData{}
 	for _, tr := range cfg.Traces {
@@ -68,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if err != nil {
 			return nil, err
 		}
-		traces[tr] = traceData{pods, Mix(pods)}
+		traces[tr] = traceData{pods, Mix(pods, Coverage), Mix(pods, cov)}
 	}
 	var jobs []job
 	for _, tr := range cfg.Traces {
@@ -106,7 +138,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			defer wg.Done()
 			for i := range next {
 				j := jobs[i]
-				results[i], errs[i] = Replay(j.trace, j.policy, j.seed, nodes, workload(j.trace, j.seed), traces[j.trace].mix, nil)
+				mix := traces[j.trace].mix
+				core, own := corePolicy(j.policy)
+				if own {
+					mix = traces[j.trace].ownMix
+				}
+				results[i], errs[i] = Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
+				if errs[i] == nil {
+					results[i].Policy = j.policy
+				}
 				mu.Lock()
 				done++
 				if cfg.Progress != nil && errs[i] == nil {

@@ -1,0 +1,24 @@
+package gavel
+
+import (
+	"context"
+	"testing"
+)
+
+// BenchmarkShort is the short Gavel run for `make bench`: trace 6c71a0 (2,000
+// jobs) on 16 x 4 V100 (PCIe), every policy; it reports each policy's
+// average JCT in hours.
+//
+//	go test -run '^$' -bench Short -benchtime 1x ./scheduler/sim/...
+func BenchmarkShort(b *testing.B) {
+	for range b.N {
+		rep, err := Run(context.Background(), Config{Data: Embedded(), Traces: []string{"6c71a0"}, Clusters: []Cluster{Clusters["pcie"]},
+			Policies: Policies, Workers: 2})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range rep.Metrics {
+			b.ReportMetric(m.AvgJCT, m.Policy+"-avgJCT-h")
+		}
+	}
+}
