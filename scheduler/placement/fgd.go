@@ -174,9 +174,11 @@ func (f *fgd) summary(n *Node) *fgdSummary {
 }
 
 type fgd struct {
-	mix   Mix
-	cache []fgdSummary
-	needs []needMemo
+	mix     Mix
+	cache   []fgdSummary
+	needs   []needMemo
+	rows    []mixRow
+	rowsSPG int
 }
 
 // needMemo remembers Typical.need for one shares-per-GPU value.
@@ -210,11 +212,20 @@ type change struct {
 // GPUs and takes cpu from the node.
 func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
 	s := f.summary(n)
-	freeCPU := n.Free().CPU
+	freeCPU := n.Free().CPU - cpu
 	taken := 0
 	for _, c := range changes {
 		taken += c.old - c.new_
 	}
+	total := s.total - taken
+	if len(n.groups) == 1 {
+		return f.deltaUniform(n, s, changes, freeCPU, total, taken)
+	}
+	return f.deltaGeneral(n, s, changes, freeCPU, total)
+}
+
+// deltaGeneral is delta for any node: per GPU model and shares-per-GPU.
+func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, freeCPU int64, total int) float64 {
 	after := 0.0
 	for m := range f.mix {
 		t := &f.mix[m]
@@ -237,7 +248,68 @@ func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
 				e.small += int32(c.new_)
 			}
 		}
-		after += t.Weight * float64(f.frag(m, e, s.total-taken, freeCPU-cpu, n))
+		after += t.Weight * float64(f.frag(m, e, total, freeCPU, n))
+	}
+	return after - s.frag
+}
+
+// mixRow is a typical request's needs on GPUs of one shares-per-GPU value.
+type mixRow struct {
+	need, k  int32
+	cpu      int64
+	weight   float64
+	cpuOnly  bool
+	anyModel bool
+}
+
+func (f *fgd) rowsFor(spg int) []mixRow {
+	if f.rowsSPG == spg && len(f.rows) == len(f.mix) {
+		return f.rows
+	}
+	f.rows = f.rows[:0]
+	for m := range f.mix {
+		t := &f.mix[m]
+		need, k := t.need(spg)
+		f.rows = append(f.rows, mixRow{need: int32(need), k: int32(k), cpu: t.CPU, weight: t.Weight, cpuOnly: t.Shares == 0, anyModel: len(t.Models) == 0})
+	}
+	f.rowsSPG = spg
+	return f.rows
+}
+
+// deltaUniform is delta for a node whose GPUs are all of one model and
+// shares-per-GPU value, the common case, without per-GPU lookups.
+func (f *fgd) deltaUniform(n *Node, s *fgdSummary, changes []change, freeCPU int64, total, taken int) float64 {
+	rows := f.rowsFor(n.GPUs[0].Shares)
+	model := n.GPUs[0].Model
+	after := 0.0
+	for m := range rows {
+		row := &rows[m]
+		if row.cpuOnly {
+			after += row.weight * float64(total)
+			continue
+		}
+		e := s.per[m]
+		if row.k == 0 || !(row.anyModel || f.mix[m].eligible(model)) {
+			e.nonElig -= int32(taken)
+		} else {
+			for _, c := range changes {
+				if int32(c.old) >= row.need {
+					e.cnt--
+				} else {
+					e.small -= int32(c.old)
+				}
+				if int32(c.new_) >= row.need {
+					e.cnt++
+				} else {
+					e.small += int32(c.new_)
+				}
+			}
+		}
+		if row.k > 0 && e.cnt >= row.k && freeCPU >= row.cpu {
+			after += row.weight * float64(e.small+e.nonElig)
+		} else {
+			after += row.weight * float64(total)
+		}
 	}
 	return after - s.frag
 }

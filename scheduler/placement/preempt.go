@@ -20,6 +20,9 @@ func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, [
 		cost    [3]float64
 	}
 	var best *option
+	if s.opportunistic == 0 {
+		return nil, nil, false
+	}
 	for _, n := range s.nodes {
 		pin := -1
 		if p, used := pins[n.idx]; used {

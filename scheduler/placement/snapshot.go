@@ -163,6 +163,8 @@ type Snapshot struct {
 	vcUse map[string]map[string]int
 	// capacity: milli-GPUs per model.
 	capacity map[string]int
+	// opportunistic counts the opportunistic allocations.
+	opportunistic int
 	// DefaultMaxSlowdown bounds production jobs without their own bound.
 	DefaultMaxSlowdown float64
 }
@@ -401,6 +403,9 @@ func (s *Snapshot) commit(rec *allocRec) {
 	n.used.MemoryMiB += rec.Res.MemoryMiB
 	n.allocs = insertRec(n.allocs, rec)
 	s.allocs[rec.ID] = rec
+	if rec.Class == ClassOpportunistic {
+		s.opportunistic++
+	}
 	if rec.Class != ClassOpportunistic && rec.milli > 0 {
 		m := s.vcUse[rec.VC]
 		if m == nil {
@@ -439,6 +444,9 @@ func (s *Snapshot) remove(id string) (Alloc, error) {
 	n.used.MemoryMiB -= rec.Res.MemoryMiB
 	n.allocs = deleteRec(n.allocs, rec)
 	delete(s.allocs, id)
+	if rec.Class == ClassOpportunistic {
+		s.opportunistic--
+	}
 	if rec.Class != ClassOpportunistic && rec.milli > 0 {
 		s.vcUse[rec.VC][rec.model] -= rec.milli
 	}
