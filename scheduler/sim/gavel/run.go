@@ -156,7 +156,7 @@ func (r *Report) WriteDir(dir, format string) error {
 			for i := range y {
 				y[i] = float64(i+1) / float64(len(y))
 			}
-			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y})
+			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y, Dashed: m.Policy == "gpushare-sjf"})
 		}
 		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.trace, strings.ReplaceAll(k.cluster, ":", "-"), format)
 		if err := p.Save(filepath.Join(dir, name)); err != nil {

@@ -151,16 +151,22 @@ func (r *Report) WriteDir(dir, format string) error {
 	}
 	md.WriteString("\n## Plots\n\n")
 	for _, tr := range order {
-		name := "openb_alloc_" + tr + "." + format
-		if err := r.plot(tr, j.Summaries, filepath.Join(dir, name)); err != nil {
-			return err
+		for _, zoom := range []bool{false, true} {
+			name := "openb_alloc_" + tr
+			if zoom {
+				name += "_zoom"
+			}
+			name += "." + format
+			if err := r.plot(tr, j.Summaries, zoom, filepath.Join(dir, name)); err != nil {
+				return err
+			}
+			fmt.Fprintf(&md, "![%s](%s)\n\n", tr, name)
 		}
-		fmt.Fprintf(&md, "![%s](%s)\n\n", tr, name)
 	}
 	return os.WriteFile(filepath.Join(dir, "openb.md"), []byte(md.String()), 0o644)
 }
 
-func (r *Report) plot(trace string, sums []Summary, path string) error {
+func (r *Report) plot(trace string, sums []Summary, zoom bool, path string) error {
 	x := make([]float64, MaxDemand+1)
 	for i := range x {
 		x[i] = float64(i)
@@ -168,7 +174,7 @@ func (r *Report) plot(trace string, sums []Summary, path string) error {
 	p := report.Plot{Title: "openb " + trace + ": GPU allocation ratio", XLabel: "arrived GPU demand (% of capacity)", YLabel: "GPU allocation ratio (%)"}
 	for _, s := range sums {
 		if s.Trace == trace {
-			p.Series = append(p.Series, report.Series{Name: s.Policy, X: x, Y: s.Curve[:]})
+			p.Series = append(p.Series, report.Series{Name: s.Policy, X: x, Y: s.Curve[:], Dashed: s.Policy == PolicyFGDOwnMix})
 		}
 	}
 	if pub, ok := r.Published[trace]["FGD"]; ok && len(pub) > 0 {
@@ -177,6 +183,10 @@ func (r *Report) plot(trace string, sums []Summary, path string) error {
 			y[b], _ = r.Published.Mean(trace, "FGD", b)
 		}
 		p.Series = append(p.Series, report.Series{Name: "FGD (published)", X: x, Y: y, Dashed: true})
+	}
+	if zoom {
+		p.Title += " (from 80% demand)"
+		p.XMin, p.XMax, p.YMin, p.YMax = 80, MaxDemand, 75, 100
 	}
 	return p.Save(path)
 }

@@ -110,6 +110,8 @@ type Plot struct {
 	Series                []Series
 	// YMin and YMax fix the Y range when YMax > YMin.
 	YMin, YMax float64
+	// XMin and XMax fix the X range when XMax > XMin.
+	XMin, XMax float64
 	// LogX draws the X axis on a log scale (values <= 0 are left out).
 	LogX bool
 }
@@ -153,6 +155,9 @@ func (p Plot) Save(path string) error {
 	if p.LogX {
 		pl.X.Scale = plot.LogScale{}
 		pl.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	if p.XMax > p.XMin {
+		pl.X.Min, pl.X.Max = p.XMin, p.XMax
 	}
 	if p.YMax > p.YMin {
 		pl.Y.Min, pl.Y.Max = p.YMin, p.YMax
