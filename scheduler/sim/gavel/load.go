@@ -178,7 +178,7 @@ func ReadThroughputs(isolated, pairs io.Reader) (*Throughputs, error) {
 	for i, m := range rows {
 		scale, err1 := strconv.Atoi(m["scale_factor"])
 		thr, err2 := strconv.ParseFloat(m["throughput_steps_per_s"], 64)
-		if err1 != nil || err2 != nil || scale < 1 || thr < 0 {
+		if err1 != nil || err2 != nil || scale < 1 || thr <= 0 {
 			return nil, fmt.Errorf("%w: isolated line %d: %v", ErrFormat, i+2, m)
 		}
 		t.iso[isoKey{m["job_type"], scale, m["gpu_type"] == "v100"}] = thr
