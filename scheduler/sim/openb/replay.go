@@ -29,7 +29,8 @@ type Result struct {
 	// binned as the FGD authors' merge_alloc_discrete.py does.
 	Alloc Curve `json:"-"`
 	// Frag is the fragmentation ratio (% of idle GPU capacity that the
-	// typical pods could not use) at the first event of each bin.
+	// typical pods could not use), binned like Alloc
+	// (merge_frag_ratio_discrete.py).
 	Frag   Curve `json:"-"`
 	Pods   int   `json:"pods"`
 	Placed int   `json:"placed"`
@@ -113,12 +114,12 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Trace: trace, Policy: policy, Seed: seed, Frag: NewCurve(), Pods: len(w.Pods)}
-	var bins binner
-	bins.capacity = float64(w.CapacityMilli)
+	res := &Result{Trace: trace, Policy: policy, Seed: seed, Pods: len(w.Pods)}
+	bins := binner{capacity: float64(w.CapacityMilli)}
+	fbins := binner{capacity: float64(w.CapacityMilli)}
 	best := bestLinks{}
 	var arrived, used int64
-	lastBin := -1
+	frag := newFragTracker(s, mix)
 	for i, p := range w.Pods {
 		d := pol.Decide(s, Request(p))
 		arrived += p.TotalMilli()
@@ -128,6 +129,9 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 			}
 			used += p.TotalMilli()
 			res.Placed++
+			for _, pl := range d.Placements {
+				frag.update(s, pl.Node)
+			}
 			if p.NumGPU > 1 {
 				res.MultiGPU++
 				if ok, err := best.isBest(s, d.Placements[0]); err != nil {
@@ -137,26 +141,15 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 				}
 			}
 		}
-		if b := bins.add(arrived, used); b != lastBin && b >= 0 && b <= MaxDemand {
-			lastBin = b
-			res.Frag[b] = fragRatio(s, mix)
-		}
+		b := bins.add(arrived, used)
+		fbins.addValue(b, frag.ratio())
 		if progress != nil && (i+1)%1000 == 0 {
 			progress(i+1, len(w.Pods))
 		}
 	}
 	res.Alloc = bins.curve()
+	res.Frag = fbins.curve()
 	return res, nil
-}
-
-// fragRatio is 100 x frag / idle GPUs (FGD's frag ratio).
-func fragRatio(s *placement.Snapshot, mix placement.Mix) float64 {
-	u := s.Usage()
-	idle := float64(u.FreeShares) / SharesPerGPU
-	if idle == 0 {
-		return 0
-	}
-	return 100 * placement.Fragmentation(s, mix) / idle
 }
 
 // binner reproduces merge_alloc_discrete.py: every event's arrived% is
@@ -171,12 +164,17 @@ type binner struct {
 
 func (b *binner) add(arrived, used int64) int {
 	x := int(math.RoundToEven(float64(arrived) / (b.capacity / 100)))
-	if x < 0 || x > MaxDemand {
-		return x
-	}
-	b.sum[x] += round2(100 * float64(used) / b.capacity)
-	b.n[x]++
+	b.addValue(x, round2(100*float64(used)/b.capacity))
 	return x
+}
+
+// addValue records one event's value in bin x.
+func (b *binner) addValue(x int, v float64) {
+	if x < 0 || x > MaxDemand {
+		return
+	}
+	b.sum[x] += v
+	b.n[x]++
 }
 
 func (b *binner) mean(x int) (float64, bool) {
