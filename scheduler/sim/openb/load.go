@@ -82,6 +82,16 @@ func (d Data) Published() (Published, error) {
 	return ReadPublished(f)
 }
 
+// PublishedFrag reads the FGD authors' published fragmentation ratios.
+func (d Data) PublishedFrag() (Published, error) {
+	f, err := d.fsys.Open("fgd_published_frag_ratio.csv")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return ReadPublished(f)
+}
+
 // ErrFormat is wrapped by every parse error.
 var ErrFormat = errors.New("malformed openb file")
 

@@ -65,14 +65,21 @@ func (r *Report) VsFGD(sums []Summary) []Improvement {
 	return out
 }
 
+func nanIfZero(v float64) float64 {
+	if v == 0 {
+		return nan()
+	}
+	return v
+}
+
 func nan() float64 { var z float64; return z / z }
 
 // SummaryTable lists every policy on every trace.
 func SummaryTable(sums []Summary) report.Table {
-	t := report.Table{Header: []string{"trace", "policy", "seeds", "alloc % @100", "alloc % @130", "sd @130", "frag % @130", "best-cell %"}}
+	t := report.Table{Header: []string{"trace", "policy", "seeds", "alloc % @100", "alloc % @130", "sd @130", "frag % @130", "frag % @130 published", "best-cell %"}}
 	for _, s := range sums {
 		t.Rows = append(t.Rows, []string{s.Trace, s.Policy, strconv.Itoa(s.Seeds), report.F(s.Alloc100), report.F(s.Alloc130),
-			report.F(s.SD130), report.F1(s.Frag130), report.F1(s.BestCellShare)})
+			report.F(s.SD130), report.F1(s.Frag130), report.F1(nanIfZero(s.PublishedFrag130)), report.F1(s.BestCellShare)})
 	}
 	return t
 }

@@ -59,6 +59,8 @@ type Config struct {
 type Report struct {
 	Results   []*Result
 	Published Published
+	// PublishedFrag are the published fragmentation ratios.
+	PublishedFrag Published
 }
 
 type job struct {
@@ -74,6 +76,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	pub, err := cfg.Data.Published()
+	if err != nil {
+		return nil, err
+	}
+	pubFrag, err := cfg.Data.PublishedFrag()
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +184,7 @@ feed:
 			return nil, err
 		}
 	}
-	return &Report{Results: results, Published: pub}, nil
+	return &Report{Results: results, Published: pub, PublishedFrag: pubFrag}, nil
 }
 
 // Summary is one policy on one trace, over seeds.
@@ -192,6 +198,9 @@ type Summary struct {
 	Alloc130 float64 `json:"alloc_ratio_130"`
 	SD130    float64 `json:"alloc_ratio_130_sd"`
 	Frag130  float64 `json:"frag_ratio_130"`
+	// PublishedFrag130 is the published mean fragmentation ratio at 130%
+	// of the same policy (baselines only).
+	PublishedFrag130 float64 `json:"published_frag_ratio_130,omitempty"`
 	// BestCellShare is the share (%) of placed multi-GPU pods that got the
 	// best-connected GPUs of their node.
 	BestCellShare float64 `json:"best_cell_share"`
@@ -224,6 +233,9 @@ func (r *Report) Summaries() []Summary {
 		s.Alloc100, s.Alloc130 = s.Curve[100], s.Curve[MaxDemand]
 		s.SD130 = sd(rs, func(r *Result) float64 { return r.Alloc[MaxDemand] })
 		s.Frag130 = mean(rs, func(r *Result) float64 { return r.Frag[MaxDemand] })
+		if name, ok := FGDName[s.Policy]; ok {
+			s.PublishedFrag130, _ = r.PublishedFrag.Mean(s.Trace, name, MaxDemand)
+		}
 		best := 0
 		for _, r := range rs {
 			s.MultiGPU += r.MultiGPU
