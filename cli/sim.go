@@ -121,7 +121,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	var c simCommon
 	c.register(fs, strings.Join(openb.Traces, ","), strings.Join(openb.DefaultPolicies, ","))
 	seeds := fs.String("seeds", "42-51", "seeds (the FGD paper uses 42-51)")
-	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (the baselines use FGD's 0.95)")
+	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (FGD's typical pods: 0.95; compare with policy fgd-own-mix)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}

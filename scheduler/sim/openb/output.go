@@ -142,7 +142,7 @@ func (r *Report) WriteDir(dir, format string) error {
 	md.WriteString("# openb: GPU allocation ratio (FGD paper's method)\n\n")
 	md.WriteString("Allocation ratio = GPU milli allocated / cluster capacity (6,212 GPUs), at 100% and 130% arrived GPU demand; mean over seeds. " +
 		"Best-cell % = placed multi-GPU pods whose GPUs have the best worst link their node allows (8-GPU nodes as DGX-1 V100, 4-GPU nodes as two-socket PCIe). " +
-		"The baselines use FGD's typical pods (95% of pods); gpushare expects every kind of request in the trace; `fgd-own-mix` is FGD with gpushare's mix, an ablation that separates the mix's gain from the policy's.\n\n")
+		"Every policy uses FGD's typical pods (the most popular kinds covering 95% of pods) as its expected mix of requests, so gpushare and fgd differ only in the policy.\n\n")
 	md.WriteString("## Validation against the published FGD numbers\n\n" + ValidationTable(j.Validation).Markdown())
 	if len(j.VsFGD) > 0 {
 		md.WriteString("\n## gpushare vs FGD at 130%\n\n" + VsFGDTable(j.VsFGD).Markdown())

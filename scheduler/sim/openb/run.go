@@ -13,12 +13,13 @@ import (
 // Baselines are the policies validated against the published numbers.
 var Baselines = []string{placement.PolicyRandom, placement.PolicyBestFit, placement.PolicyGPUPacking, placement.PolicyFGD}
 
-// PolicyFGDOwnMix is an ablation: FGD scoring with gpushare's mix of
-// expected requests, to tell the policy's gain from the mix's.
+// PolicyFGDOwnMix is an ablation for -gpushare-mix-coverage experiments:
+// FGD scoring with gpushare's mix of expected requests, to tell the
+// policy's gain from the mix's.
 const PolicyFGDOwnMix = "fgd-own-mix"
 
-// DefaultPolicies are the baselines, gpushare and the FGD ablation.
-var DefaultPolicies = append(slices.Clone(Baselines), placement.PolicyGpushare, PolicyFGDOwnMix)
+// DefaultPolicies are the baselines and gpushare.
+var DefaultPolicies = append(slices.Clone(Baselines), placement.PolicyGpushare)
 
 // corePolicy maps a policy name of this package to the placement core's,
 // and says whether it uses gpushare's mix.
@@ -32,9 +33,10 @@ func corePolicy(name string) (string, bool) {
 	return name, false
 }
 
-// DefaultGpushareCoverage: gpushare expects every kind of request seen in
-// the trace, not only the most popular ones that cover 95% of pods.
-const DefaultGpushareCoverage = 1.0
+// DefaultGpushareCoverage: gpushare expects the same mix as FGD's typical
+// pods, so that gpushare and fgd differ only in the policy. Other values
+// are an experiment (compare with policy fgd-own-mix).
+const DefaultGpushareCoverage = Coverage
 
 // DefaultSeeds are the FGD paper's seeds.
 var DefaultSeeds = []int64{42, 43, 44, 45, 46, 47, 48, 49, 50, 51}
