@@ -211,3 +211,12 @@ func TestSummarise(t *testing.T) {
 	must.Eq(t, 50.0, m.Util)
 	must.EqOp(t, 1, m.Shared)
 }
+
+// TestUtilisationFromFirstArrival: one job of 100 s arriving at 50 s on
+// one GPU keeps it busy for the whole makespan.
+func TestUtilisationFromFirstArrival(t *testing.T) {
+	out, util, err := Simulate("exclusive", []Job{{Type: "A", Steps: 100, Arrival: 50, Scale: 1}}, oneGPU, tinyThroughputs(t), Options{})
+	must.NoError(t, err)
+	must.Eq(t, 150.0, out[0].Finish)
+	must.Eq(t, 1.0, util)
+}

@@ -121,15 +121,18 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 		}
 		queue = s.schedule(queue)
 	}
-	end := 0.0
+	// Utilisation over the makespan, from the first arrival to the last
+	// completion (no GPU is busy before the first arrival).
+	end, first := 0.0, math.Inf(1)
 	for _, o := range s.out {
+		first = min(first, o.Job.Arrival)
 		if o.Placed {
 			end = max(end, o.Finish)
 		}
 	}
 	util := 0.0
-	if end > 0 {
-		util = s.busyGPU / (end * float64(c.GPUs()))
+	if end > first {
+		util = s.busyGPU / ((end - first) * float64(c.GPUs()))
 	}
 	return s.out, util, nil
 }
