@@ -143,6 +143,15 @@ func (r *Report) WriteDir(dir, format string) error {
 	md.WriteString("Allocation ratio = GPU milli allocated / cluster capacity (6,212 GPUs), at 100% and 130% arrived GPU demand; mean over seeds. " +
 		"Best-cell % = placed multi-GPU pods whose GPUs have the best worst link their node allows (8-GPU nodes as DGX-1 V100, 4-GPU nodes as two-socket PCIe). " +
 		"Every policy uses FGD's typical pods (the most popular kinds covering 95% of pods) as its expected mix of requests, so gpushare and fgd differ only in the policy.\n\n")
+	seeds := map[int64]bool{}
+	var seedList []string
+	for _, res := range r.Results {
+		if !seeds[res.Seed] {
+			seeds[res.Seed] = true
+			seedList = append(seedList, strconv.FormatInt(res.Seed, 10))
+		}
+	}
+	fmt.Fprintf(&md, "Seeds: %s. Regenerate with `gpushare sim openb --out DIR`.\n\n", strings.Join(seedList, ", "))
 	md.WriteString("## Validation against the published FGD numbers\n\n" + ValidationTable(j.Validation).Markdown())
 	if len(j.VsFGD) > 0 {
 		md.WriteString("\n## gpushare vs FGD at 130%\n\n" + VsFGDTable(j.VsFGD).Markdown())
