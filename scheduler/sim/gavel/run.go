@@ -112,6 +112,17 @@ feed:
 	return &Report{Metrics: out}, nil
 }
 
+const modelNotes = `Model: a single-GPU job that shares holds half of its GPU, so at most two
+jobs share one; they run at Gavel's measured co-located throughputs, and pairs
+Gavel measured as unable to share (0) never do. Multi-GPU jobs hold whole GPUs
+at the throughput measured for their scale factor (jobs larger than a server
+take whole servers and run at the unconsolidated throughput; unmeasured scale
+factors scale the largest measured one linearly). FIFO serves the queue in
+arrival order, starting every job that fits (a job that does not fit does not
+hold back later ones); SJF orders it by isolated run time, known in advance.
+Times are in hours; utilisation counts GPUs with at least one job.
+`
+
 // Table lists the metrics.
 func (r *Report) Table() report.Table {
 	t := report.Table{Header: []string{"trace", "cluster", "policy", "jobs", "avg JCT (h)", "p99 JCT (h)", "avg queueing (h)", "makespan (h)", "avg GPU util %", "jobs that shared"}}
@@ -138,7 +149,7 @@ func (r *Report) WriteDir(dir, format string) error {
 	for _, p := range Policies {
 		fmt.Fprintf(&md, "- `%s`: %s\n", p, PolicyInfo[p])
 	}
-	md.WriteString("\n" + t.Markdown() + "\n## JCT CDFs\n\n")
+	md.WriteString("\n" + modelNotes + "\n" + t.Markdown() + "\n## JCT CDFs\n\n")
 	type key struct{ trace, cluster string }
 	groups := map[key][]Metrics{}
 	var order []key
