@@ -28,7 +28,9 @@ func Commands() map[string]Command {
 	cmds := []Command{
 		{"version", "print the version", runVersion},
 		{"status", "print the GPU map of a Nomad cluster: per node and GPU, the shares in use and by whom", runStatus},
+		{"demo", "start a local Nomad cluster with fixture GPUs, the plugin, the scheduler and example jobs, then show the GPU map", runDemo},
 		{"fixture", "make or check GPU fixture files (for machines without GPUs)", runFixture},
+		{"job", "lint a jobspec's GPU request, or run it through gpushare (adds the gate, checks the fit)", runJob},
 		{"scheduler", "run the scheduling service: watch Nomad, place gated GPU jobs, pin them", runScheduler},
 		{"sim", "replay real cluster traces through the placement core and compare policies", runSim},
 	}

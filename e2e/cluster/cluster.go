@@ -73,6 +73,13 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if len(opts.Clients) == 0 {
 		return nil, errors.New("a cluster needs at least one client")
 	}
+	for _, p := range []*string{&opts.NomadBin, &opts.PluginBin, &opts.Dir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, err
+		}
+		*p = abs
+	}
 	pluginDir := filepath.Join(opts.Dir, "plugins")
 	if err := os.MkdirAll(pluginDir, 0o755); err != nil {
 		return nil, err

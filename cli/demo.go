@@ -1,0 +1,199 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/gpushare/gpushare/e2e/cluster"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/jobspecs"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/service"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+)
+
+func runDemo(args []string, io IO) int {
+	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep]", io)
+	nomadBin := fs.String("nomad", "", "Nomad v1.11.3 binary (default: build bin/nomad from the Go module proxy)")
+	pluginBin := fs.String("plugin", "", "nomad-device-gpushare binary (default: build it)")
+	keep := fs.Bool("keep", isTerminal(os.Stdin), "keep the cluster running until Ctrl-C (default when run from a terminal)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if err := demo(*nomadBin, *pluginBin, *keep, io); err != nil {
+		fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+func demo(nomadBin, pluginBin string, keep bool, io IO) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	say := func(format string, a ...any) { fmt.Fprintf(io.Out, "==> "+format+"\n", a...) }
+	root, err := cluster.RepoRoot()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "gpushare-demo-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if nomadBin == "" {
+		if nomadBin, err = cluster.NomadBinary(ctx, root, func(s string) { say("%s", s) }); err != nil {
+			return err
+		}
+	}
+	if pluginBin == "" {
+		say("building the device plugin")
+		if pluginBin, err = cluster.BuildPlugin(ctx, root, dir); err != nil {
+			return err
+		}
+	}
+	var clients []cluster.Client
+	for _, c := range []struct{ name, fixture, rack string }{
+		{"hgx-h100", fixtures.HGXH100, "r1"}, {"dgx1-v100", fixtures.DGX1V100, "r1"}, {"pcie-p100", fixtures.PCIe4GPU, "r2"},
+	} {
+		p, err := fixtures.WriteTo(c.fixture, dir)
+		if err != nil {
+			return err
+		}
+		clients = append(clients, cluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
+	}
+	say("starting Nomad %s: one server and three clients with fixture GPUs (HGX H100, DGX-1 V100, 4 x PCIe P100)", cluster.NomadVersion)
+	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients,
+		Log: func(s string) { say("%s", s) }})
+	if err != nil {
+		return err
+	}
+	defer c.Stop()
+
+	cfg := config.Default()
+	cfg.Nomad.Address = c.Address()
+	cfg.HTTPAddress = "127.0.0.1:0"
+	cfg.Leader.TTL, cfg.Leader.LockDelay = "10s", "1s"
+	logf, err := os.Create(filepath.Join(dir, "scheduler.log"))
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	svc, err := service.New(cfg, hclog.New(&hclog.LoggerOptions{Name: "gpushare", Level: hclog.Info, Output: logf}))
+	if err != nil {
+		return err
+	}
+	httpAddr, err := svc.Listen()
+	if err != nil {
+		return err
+	}
+	svcCtx, stopSvc := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); _ = svc.Run(svcCtx) }()
+	defer func() { stopSvc(); <-done }()
+	say("gpushare scheduler running, API at http://%s (/v1/gpus, /v1/jobs/<id>, /metrics)", httpAddr)
+
+	var ids []string
+	for _, name := range jobspecs.ExampleNames() {
+		src, err := fs.ReadFile(jobspecs.Examples, name)
+		if err != nil {
+			return err
+		}
+		job, err := jobspecs.Parse(name, src, nil)
+		if err != nil {
+			return err
+		}
+		if _, _, err := c.API().Jobs().Register(job, nil); err != nil {
+			return fmt.Errorf("registering %s: %w", name, err)
+		}
+		ids = append(ids, *job.ID)
+		say("registered jobspecs/%s (job %q, gated: gpushare places it)", name, *job.ID)
+	}
+	if err := waitJobs(ctx, c.API(), ids, io); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		job, _, err := c.API().Jobs().Info(id, nil)
+		if err != nil {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			if rec, ok := pin.ParseRecord(job, *tg.Name); ok {
+				say("%s/%s: %s", id, *tg.Name, rec.Reason)
+			}
+		}
+	}
+	m, err := FetchMap(c.Address())
+	if err != nil {
+		return err
+	}
+	say("the GPU map (`gpushare status`):\n")
+	if err := gpumap.Render(io.Out, m); err != nil {
+		return err
+	}
+	if keep {
+		say("cluster is up: Nomad UI at %s/ui, scheduler API at http://%s; press Ctrl-C to stop", c.Address(), httpAddr)
+		<-ctx.Done()
+	}
+	say("stopping the cluster")
+	return nil
+}
+
+// waitJobs waits until every job's allocations are running (or done, for
+// batch jobs), printing progress.
+func waitJobs(ctx context.Context, client *api.Client, ids []string, io IO) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	last := ""
+	for {
+		ready := 0
+		for _, id := range ids {
+			job, _, err := client.Jobs().Info(id, nil)
+			if err != nil {
+				continue
+			}
+			want := 0
+			for _, tg := range job.TaskGroups {
+				want += *tg.Count
+			}
+			allocs, _, _ := client.Jobs().Allocations(id, false, nil)
+			got := 0
+			for _, a := range allocs {
+				if a.ClientStatus == "running" || a.ClientStatus == "complete" {
+					got++
+				}
+			}
+			if got >= want && len(pin.Gated(job)) == 0 {
+				ready++
+			}
+		}
+		line := fmt.Sprintf("==> %d of %d example jobs placed and running", ready, len(ids))
+		if line != last {
+			fmt.Fprintln(io.Out, line)
+			last = line
+		}
+		if ready == len(ids) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("example jobs not all running after 3 minutes")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,256 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/jobspecs"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+type varFlags []string
+
+func (v *varFlags) String() string     { return strings.Join(*v, ",") }
+func (v *varFlags) Set(s string) error { *v = append(*v, s); return nil }
+
+func runJob(args []string, io IO) int {
+	if len(args) == 0 || (args[0] != "lint" && args[0] != "run") {
+		fmt.Fprint(io.Err, `Usage: gpushare job <subcommand>
+
+  lint [flags] FILE...   check how jobspecs ask for gpushare devices
+  run  [flags] FILE      add the gate, check the request against the cluster, register
+`)
+		return 2
+	}
+	if args[0] == "lint" {
+		return jobLint(args[1:], io)
+	}
+	return jobRun(args[1:], io)
+}
+
+func jobLint(args []string, io IO) int {
+	fs := newFlags("job lint", "job lint [-var name=value]... [-shares-per-gpu N] FILE...", io)
+	var vars varFlags
+	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
+	spg := fs.Int("shares-per-gpu", 100, "the plugin's shares_per_gpu")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	code := 0
+	for _, file := range fs.Args() {
+		job, err := parseFile(file, vars)
+		if err != nil {
+			fmt.Fprintln(io.Err, err)
+			code = 1
+			continue
+		}
+		findings := jobspecs.Lint(job, *spg)
+		for _, f := range findings {
+			fmt.Fprintf(io.Out, "%s: %s\n", file, f)
+		}
+		if jobspecs.HasErrors(findings) {
+			code = 1
+		} else if len(findings) == 0 {
+			fmt.Fprintf(io.Out, "%s: ok\n", file)
+		}
+	}
+	return code
+}
+
+func parseFile(file string, vars []string) (*api.Job, error) {
+	src, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return jobspecs.Parse(file, src, vars)
+}
+
+func jobRun(args []string, io IO) int {
+	fs := newFlags("job run", "job run [-address URL] [-var name=value]... [-detach] FILE", io)
+	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646)")
+	var vars varFlags
+	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
+	detach := fs.Bool("detach", false, "register and return without waiting for the placement")
+	check := fs.Bool("check", false, "check against the cluster and stop before registering")
+	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the job to run")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	job, err := parseFile(fs.Arg(0), vars)
+	if err != nil {
+		fmt.Fprintln(io.Err, err)
+		return 1
+	}
+	added := pin.AddGate(job)
+	findings := jobspecs.Lint(job, 0)
+	for _, f := range findings {
+		fmt.Fprintln(io.Err, f)
+	}
+	if jobspecs.HasErrors(findings) {
+		return 1
+	}
+	if len(added) > 0 {
+		fmt.Fprintf(io.Out, "added the gpushare gate to %s\n", strings.Join(added, ", "))
+	}
+	cfg := api.DefaultConfig()
+	if *addr != "" {
+		cfg.Address = *addr
+	}
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := checkFit(ctx, client, job, io); err != nil {
+		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
+		return 1
+	}
+	carried := carryPins(client, job)
+	if len(carried) > 0 {
+		fmt.Fprintf(io.Out, "kept the existing placement of %s (request unchanged)\n", strings.Join(carried, ", "))
+	}
+	if *check {
+		return 0
+	}
+	resp, _, err := client.Jobs().Register(job, nil)
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare job run: registering %s: %v\n", *job.ID, err)
+		return 1
+	}
+	fmt.Fprintf(io.Out, "registered %s (evaluation %s)\n", *job.ID, resp.EvalID)
+	if *detach {
+		return 0
+	}
+	return waitPlaced(ctx, client, *job.ID, io)
+}
+
+// checkFit asks the placement core whether each gated group fits the
+// cluster now; a group that does not fit is reported and waits at the gate.
+func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) error {
+	st := model.New()
+	nodes, _, err := client.Nodes().List((&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w (is Nomad running? set -address or NOMAD_ADDR)", err)
+	}
+	for _, s := range nodes {
+		n, _, err := client.Nodes().Info(s.ID, nil)
+		if err == nil {
+			st.PutNode(n)
+		}
+	}
+	allocs, _, err := client.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err == nil {
+		for _, s := range allocs {
+			st.PutAlloc(&api.Allocation{ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, JobID: s.JobID, TaskGroup: s.TaskGroup,
+				DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus, AllocatedResources: s.AllocatedResources})
+		}
+	}
+	snap, _ := st.Snapshot(nil, nil)
+	policy, err := placement.New(placement.PolicyGpushare, placement.Options{})
+	if err != nil {
+		return err
+	}
+	for _, group := range pin.Gated(job) {
+		req, err := pin.Request(job, group, nil)
+		if err != nil {
+			return err
+		}
+		d := policy.Decide(snap, req)
+		if d.Placed() {
+			fmt.Fprintf(io.Out, "group %s fits now: %s\n", group, d.Placements[0].Reason)
+		} else {
+			fmt.Fprintf(io.Out, "group %s does not fit now and will wait at the gate: %s\n", group, d.Refusal)
+		}
+	}
+	return nil
+}
+
+// carryPins copies the pins of the registered version into the new one
+// for groups whose request did not change, so they need no new decision.
+func carryPins(client *api.Client, job *api.Job) []string {
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	old, _, err := client.Jobs().Info(*job.ID, &api.QueryOptions{Namespace: ns})
+	if err != nil {
+		return nil
+	}
+	var carried []string
+	for _, group := range pin.Gated(job) {
+		rec, ok := pin.ParseRecord(old, group)
+		if !ok || !pin.Pinned(old, group) {
+			continue
+		}
+		before, err1 := pin.Request(old, group, nil)
+		after, err2 := pin.Request(job, group, nil)
+		if err1 != nil || err2 != nil || before.Shares != after.Shares || before.Count != after.Count ||
+			strings.Join(before.Models, ",") != strings.Join(after.Models, ",") {
+			continue
+		}
+		d := &placement.Decision{Policy: rec.Policy}
+		for i, node := range rec.Nodes {
+			p := placement.Placement{Node: node, Cell: rec.Cell, Reason: rec.Reason}
+			if i == 0 {
+				p.GPUs, p.Shares = rec.GPUs, rec.Shares
+			}
+			d.Placements = append(d.Placements, p)
+		}
+		if _, err := pin.Pin(job, group, d); err == nil {
+			carried = append(carried, group)
+		}
+	}
+	return carried
+}
+
+func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
+	last := ""
+	for {
+		job, _, err := client.Jobs().Info(id, nil)
+		if err == nil {
+			gated := pin.Gated(job)
+			allocs, _, _ := client.Jobs().Allocations(id, false, nil)
+			running := 0
+			for _, a := range allocs {
+				if a.ClientStatus == "running" || a.ClientStatus == "complete" {
+					running++
+				}
+			}
+			line := fmt.Sprintf("%d group(s) waiting for gpushare, %d allocation(s) running or done", len(gated), running)
+			if line != last {
+				fmt.Fprintln(io.Err, line)
+				last = line
+			}
+			if len(gated) == 0 && running > 0 {
+				for _, tg := range job.TaskGroups {
+					if rec, ok := pin.ParseRecord(job, *tg.Name); ok {
+						fmt.Fprintf(io.Out, "group %s: %s\n", *tg.Name, rec.Reason)
+					}
+				}
+				return 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			fmt.Fprintf(io.Err, "gpushare job run: %s not running yet; `gpushare status` or the scheduler's /v1/jobs/%s says why\n", id, id)
+			return 1
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}

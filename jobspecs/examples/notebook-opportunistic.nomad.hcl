@@ -1,0 +1,33 @@
+# A notebook on a tenth of a GPU. Opportunistic: it may use idle capacity
+# that a virtual cluster guarantees to someone else, and is preempted (and
+# placed again later) when the owner needs it back.
+job "notebook" {
+  type        = "service"
+  datacenters = ["*"]
+
+  group "jupyter" {
+    constraint {
+      attribute = "${node.unique.id}"
+      value     = "gpushare:pending"
+    }
+
+    meta = {
+      "gpushare.class" = "opportunistic"
+    }
+
+    task "lab" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", "echo notebook on $CUDA_VISIBLE_DEVICES; exec sleep 86400"]
+      }
+      resources {
+        cpu    = 50
+        memory = 64
+        device "nvidia/gpushare" {
+          count = 10
+        }
+      }
+    }
+  }
+}

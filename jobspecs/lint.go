@@ -1,0 +1,104 @@
+package jobspecs
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Severity of a finding.
+type Severity string
+
+const (
+	Error   Severity = "error"
+	Warning Severity = "warning"
+)
+
+// Finding is one problem in a jobspec.
+type Finding struct {
+	Severity Severity
+	Group    string
+	Message  string
+}
+
+func (f Finding) String() string {
+	where := "job"
+	if f.Group != "" {
+		where = "group " + f.Group
+	}
+	return fmt.Sprintf("%s: %s: %s", f.Severity, where, f.Message)
+}
+
+// Lint checks how a job asks for gpushare devices. sharesPerGPU is the
+// cluster's shares_per_gpu (100 unless the plugin is configured otherwise).
+func Lint(job *api.Job, sharesPerGPU int) []Finding {
+	if sharesPerGPU <= 0 {
+		sharesPerGPU = devicefn.DefaultSharesPerGPU
+	}
+	var out []Finding
+	add := func(sev Severity, group, format string, a ...any) {
+		out = append(out, Finding{Severity: sev, Group: group, Message: fmt.Sprintf(format, a...)})
+	}
+	gated := pin.Gated(job)
+	any := false
+	for _, tg := range job.TaskGroups {
+		name := *tg.Name
+		var devs []*api.RequestedDevice
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				if d.Name == pin.DeviceName || strings.HasPrefix(d.Name, pin.DeviceName+"/") {
+					devs = append(devs, d)
+				}
+			}
+		}
+		if len(devs) == 0 {
+			if slices.Contains(gated, name) {
+				add(Error, name, "carries the gpushare gate but asks for no %q device: it would wait forever; remove the gate or add a device block", pin.DeviceName)
+			}
+			continue
+		}
+		any = true
+		if len(devs) > 1 {
+			add(Error, name, "%d tasks ask for %q; gpushare places one GPU request per group: put the GPU work in one task", len(devs), pin.DeviceName)
+			continue
+		}
+		count := 1
+		if devs[0].Count != nil {
+			count = int(*devs[0].Count)
+		}
+		switch {
+		case count == 0:
+			add(Error, name, "device count is 0: ask for at least 1 share")
+		case count > sharesPerGPU && count%sharesPerGPU != 0:
+			add(Error, name, "count = %d shares is more than one GPU (%d shares) but not whole GPUs: ask for %d or %d",
+				count, sharesPerGPU, count/sharesPerGPU*sharesPerGPU, (count/sharesPerGPU+1)*sharesPerGPU)
+		}
+		for _, c := range devs[0].Constraints {
+			if c.LTarget == pin.DeviceAttribute {
+				add(Warning, name, "has a ${device.ids} constraint: pins are written by the gpushare scheduler; a hand-written one is replaced when it places the group")
+			}
+		}
+		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
+			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${node.unique.id} = gpushare:pending) or use `gpushare job run`, which adds it")
+		}
+		if _, err := pin.Request(job, name, nil); err != nil && !strings.Contains(err.Error(), "no task asks") {
+			add(Error, name, "%v", err)
+		}
+	}
+	if !any {
+		add(Warning, "", "asks for no %q device; gpushare has nothing to do with this job", pin.DeviceName)
+	}
+	return out
+}
+
+// HasErrors reports whether any finding is an error.
+func HasErrors(fs []Finding) bool {
+	return slices.ContainsFunc(fs, func(f Finding) bool { return f.Severity == Error })
+}

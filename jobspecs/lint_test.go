@@ -1,0 +1,76 @@
+package jobspecs
+
+import (
+	"io/fs"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestExamplesAreClean(t *testing.T) {
+	names := ExampleNames()
+	must.SliceNotEmpty(t, names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			src, err := fs.ReadFile(Examples, name)
+			must.NoError(t, err)
+			job, err := Parse(name, src, nil)
+			must.NoError(t, err)
+			must.SliceEmpty(t, Lint(job, 100))
+		})
+	}
+}
+
+const bad = `
+job "bad" {
+  group "split" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "true"
+      }
+      resources {
+        device "nvidia/gpushare" {
+          count = 150
+        }
+      }
+    }
+  }
+  group "gated-no-device" {
+    constraint {
+      attribute = "${node.unique.id}"
+      value     = "gpushare:pending"
+    }
+    meta = {
+      "gpushare.class" = "gold"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "true"
+      }
+    }
+  }
+}
+`
+
+func TestLintFindsProblems(t *testing.T) {
+	job, err := Parse("bad.nomad.hcl", []byte(bad), nil)
+	must.NoError(t, err)
+	findings := Lint(job, 100)
+	var all []string
+	for _, f := range findings {
+		all = append(all, f.String())
+	}
+	text := strings.Join(all, "\n")
+	must.StrContains(t, text, "error: group split: count = 150 shares is more than one GPU (100 shares) but not whole GPUs: ask for 100 or 200")
+	must.StrContains(t, text, "warning: group split: has no gpushare gate")
+	must.StrContains(t, text, "error: group gated-no-device: carries the gpushare gate but asks for no")
+	must.True(t, HasErrors(findings))
+}
+
+func TestParseErrorsNameTheLine(t *testing.T) {
+	_, err := Parse("broken.nomad.hcl", []byte("job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n"), nil)
+	must.ErrorContains(t, err, "broken.nomad.hcl:")
+}
