@@ -73,6 +73,10 @@ func startClusterOpts(t *testing.T, persistent bool, clients ...cluster.Client) 
 			dumpLogs(t, dir)
 		}
 		c.Stop()
+		if os.Getenv("GPUSHARE_E2E_KEEP") != "" {
+			t.Logf("kept cluster logs in %s", dir)
+			return
+		}
 		os.RemoveAll(dir)
 	})
 	return c

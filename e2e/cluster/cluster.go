@@ -97,6 +97,27 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	server := "127.0.0.1:" + strconv.Itoa(ports[1])
+	if opts.Persistent {
+		// a server-only agent with its state on disk, so it can restart
+		dir := filepath.Join(opts.Dir, "server")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		cfg := serverConfig(dir, ports[0], ports[1], ports[2])
+		if err := os.WriteFile(filepath.Join(dir, "agent.hcl"), []byte(cfg), 0o644); err != nil {
+			return nil, err
+		}
+		if err := c.spawn("server", dir, []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}); err != nil {
+			return nil, err
+		}
+		// clients that find no server, or a server without its keyring,
+		// back off for many seconds
+		if err := c.waitLeader(ctx); err != nil {
+			c.Stop()
+			return nil, err
+		}
+	}
 	for i, cl := range opts.Clients {
 		name := cl.Name
 		if name == "" {
@@ -108,16 +129,11 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		}
 		var cfg string
 		var args []string
-		if i == 0 {
+		if i == 0 && !opts.Persistent {
 			cfg = agentConfig(name, dir, pluginDir, ports[0], ports[1], ports[2], "", cl)
 			args = []string{"agent", "-dev", "-config", filepath.Join(dir, "agent.hcl")}
-			if opts.Persistent {
-				cfg += "server {\n  enabled = true\n  bootstrap_expect = 1\n}\n"
-				args = []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}
-			}
 		} else {
-			server := "127.0.0.1:" + strconv.Itoa(ports[1])
-			cfg = agentConfig(name, dir, pluginDir, ports[1+2*i], ports[2+2*i], 0, server, cl)
+			cfg = agentConfig(name, dir, pluginDir, ports[3+2*i], 0, 0, server, cl)
 			args = []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}
 		}
 		if err := os.WriteFile(filepath.Join(dir, "agent.hcl"), []byte(cfg), 0o644); err != nil {
@@ -127,6 +143,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, err
 		}
+		if i == 0 && !opts.Persistent && len(opts.Clients) > 1 {
+			if err := c.waitLeader(ctx); err != nil {
+				c.Stop()
+				return nil, err
+			}
+		}
 	}
 	opts.Log(fmt.Sprintf("nomad %s at %s with %d client(s); logs in %s", NomadVersion, c.addr, len(opts.Clients), opts.Dir))
 	if err := c.waitReady(ctx); err != nil {
@@ -134,6 +156,32 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// serverConfig writes the HCL of a server-only agent.
+func serverConfig(dir string, http, rpc, serf int) string {
+	return fmt.Sprintf(`name = "server"
+data_dir = %q
+bind_addr = "127.0.0.1"
+log_level = "DEBUG"
+advertise {
+  http = "127.0.0.1"
+  rpc = "127.0.0.1"
+  serf = "127.0.0.1"
+}
+ports {
+  http = %d
+  rpc = %d
+  serf = %d
+}
+server {
+  enabled = true
+  bootstrap_expect = 1
+}
+client {
+  enabled = false
+}
+`, filepath.Join(dir, "data"), http, rpc, serf)
 }
 
 // agentConfig writes the HCL of one agent. server is empty for the dev
@@ -196,6 +244,25 @@ func (c *Cluster) spawn(name, dir string, args []string) error {
 	return nil
 }
 
+// waitLeader waits until the server has elected a leader and initialised
+// its keyring (clients cannot register before).
+func (c *Cluster) waitLeader(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for {
+		if leader, err := c.client.Status().Leader(); err == nil && leader != "" {
+			if keys, _, err := c.client.Keyring().List(nil); err == nil && len(keys) > 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("nomad server elected no leader within a minute; agent logs are in %s", c.opts.Dir)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // waitReady waits until every client is ready and shows gpushare devices.
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
@@ -239,9 +306,8 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 }
 
-// RestartServer stops the first agent (the server) with SIGTERM, waits for
-// it to exit and starts it again with the same configuration. Allocations
-// on its own client keep running.
+// RestartServer stops the server agent with SIGTERM, waits for it to exit
+// and starts it again with the same configuration (Persistent clusters).
 func (c *Cluster) RestartServer(ctx context.Context) error {
 	c.mu.Lock()
 	if len(c.procs) == 0 {

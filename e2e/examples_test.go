@@ -1,0 +1,53 @@
+package e2e
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/jobspecs"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/shoenig/test/must"
+)
+
+// TestExampleJobspecs runs every example jobspec through `gpushare job
+// run` against a cluster with the scheduler, and checks `gpushare status`.
+func TestExampleJobspecs(t *testing.T) {
+	e := newEnv(t)
+	e.startScheduler("s1", "")
+	for _, name := range jobspecs.ExampleNames() {
+		path := filepath.Join("..", "jobspecs", name)
+		out, err := exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-timeout", "2m", path).CombinedOutput()
+		must.NoError(t, err, must.Sprintf("gpushare job run %s:\n%s", name, out))
+		must.StrContains(t, string(out), "fits now", must.Sprintf("%s", out))
+		t.Logf("gpushare job run %s:\n%s", name, out)
+	}
+	// every example is pinned, none waits at the gate
+	jobs, _, err := e.nomad.Jobs().List(nil)
+	must.NoError(t, err)
+	must.SliceLen(t, len(jobspecs.ExampleNames()), jobs)
+	for _, stub := range jobs {
+		job, _, err := e.nomad.Jobs().Info(stub.ID, nil)
+		must.NoError(t, err)
+		must.SliceEmpty(t, pin.Gated(job), must.Sprintf("job %s", stub.ID))
+	}
+	out, err := exec.Command(cliBin, "status", "-address", e.c.Address()).CombinedOutput()
+	must.NoError(t, err)
+	must.StrContains(t, string(out), "train-pair/trainer")
+	must.StrContains(t, string(out), "inference/api")
+	t.Logf("gpushare status:\n%s", out)
+
+	// re-running an unchanged jobspec keeps its placement: no new decision
+	before := e.version("train-pair")
+	out, err = exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-detach", filepath.Join("..", "jobspecs", "examples", "training-nvlink-pair.nomad.hcl")).CombinedOutput()
+	must.NoError(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "kept the existing placement of trainer")
+	time.Sleep(2 * time.Second)
+	job, _, err := e.nomad.Jobs().Info("train-pair", nil)
+	must.NoError(t, err)
+	must.SliceEmpty(t, pin.Gated(job))
+	must.True(t, *job.Version <= before+1, must.Sprintf("version went from %d to %d", before, *job.Version))
+	must.False(t, strings.Contains(string(out), "does not fit"))
+}
