@@ -1,0 +1,193 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// fakeNomad keeps jobs in memory and enforces modify indexes like Nomad.
+type fakeNomad struct {
+	nodes  []*api.Node
+	jobs   map[string]*api.Job
+	allocs []*api.Allocation
+	index  uint64
+	// beforeRegister runs before a registration is checked (a concurrent user edit).
+	beforeRegister func()
+	registers      int
+}
+
+func (f *fakeNomad) Nodes(context.Context) ([]*api.Node, uint64, error) { return f.nodes, f.index, nil }
+func (f *fakeNomad) Node(_ context.Context, id string) (*api.Node, error) {
+	for _, n := range f.nodes {
+		if n.ID == id {
+			return n, nil
+		}
+	}
+	return nil, errors.New("not found")
+}
+func (f *fakeNomad) Jobs(context.Context) ([]*api.Job, uint64, error) {
+	var out []*api.Job
+	for _, j := range f.jobs {
+		c, _ := copyJob(j)
+		out = append(out, c)
+	}
+	return out, f.index, nil
+}
+func (f *fakeNomad) Job(_ context.Context, _, id string) (*api.Job, error) {
+	j, ok := f.jobs[id]
+	if !ok {
+		return nil, errors.New("not found")
+	}
+	return copyJob(j)
+}
+func (f *fakeNomad) Allocs(context.Context) ([]*api.Allocation, uint64, error) { return f.allocs, f.index, nil }
+func (f *fakeNomad) Alloc(context.Context, string) (*api.Allocation, error) {
+	return nil, errors.New("not found")
+}
+func (f *fakeNomad) StopAlloc(context.Context, string) error { return nil }
+func (f *fakeNomad) Stream(context.Context, uint64) (<-chan *api.Events, error) {
+	return nil, errors.New("no stream in tests")
+}
+func (f *fakeNomad) Client() *api.Client { return nil }
+
+func (f *fakeNomad) put(j *api.Job) {
+	f.index++
+	j.ModifyIndex, j.JobModifyIndex = ptr(f.index), ptr(f.index)
+	if prev, ok := f.jobs[*j.ID]; ok {
+		j.Version = ptr(*prev.Version + 1)
+	} else {
+		j.Version = ptr(uint64(0))
+	}
+	c, _ := copyJob(j)
+	f.jobs[*j.ID] = c
+}
+
+func (f *fakeNomad) Register(_ context.Context, j *api.Job, index uint64) error {
+	if f.beforeRegister != nil {
+		f.beforeRegister()
+		f.beforeRegister = nil
+	}
+	f.registers++
+	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
+		return ErrConflict
+	}
+	f.put(j)
+	return nil
+}
+
+func dgx1(t *testing.T) *api.Node {
+	src, err := fixtures.FS.ReadFile(fixtures.DGX1V100)
+	must.NoError(t, err)
+	st, err := fixture.Parse("dgx1", src)
+	must.NoError(t, err)
+	g := devicefn.Groups(&st.Inventory, 100, "mps", nil)[0]
+	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: map[string]*api.Attribute{}}
+	for k, a := range g.Attributes() {
+		d.Attributes[k] = &api.Attribute{FloatVal: a.Float, IntVal: a.Int, StringVal: a.String, BoolVal: a.Bool, Unit: a.Unit}
+	}
+	return &api.Node{ID: "node-1", Name: "dgx1", Status: "ready", SchedulingEligibility: "eligible",
+		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536},
+			Devices: []*api.NodeDeviceResource{d}}}
+}
+
+func gated(id string, shares uint64) *api.Job {
+	return &api.Job{ID: ptr(id), Name: ptr(id), Namespace: ptr("default"), Type: ptr("service"), Meta: map[string]string{},
+		TaskGroups: []*api.TaskGroup{{Name: ptr("g"), Count: ptr(1), Constraints: []*api.Constraint{pin.Gate()}, Meta: map[string]string{},
+			Tasks: []*api.Task{{Name: "t", Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(128),
+				Devices: []*api.RequestedDevice{{Name: "nvidia/gpushare", Count: ptr(shares)}}}}}}}}
+}
+
+func newTestService(t *testing.T, f *fakeNomad) *Service {
+	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	return s
+}
+
+func TestReconcilePinsGatedGroups(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("pair", 200))
+	f.put(gated("quarter", 25))
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+
+	pair := f.jobs["pair"]
+	must.SliceEmpty(t, pin.Gated(pair))
+	rec, ok := pin.ParseRecord(pair, "g")
+	must.True(t, ok)
+	must.SliceLen(t, 200, rec.Shares)
+	must.StrContains(t, rec.Reason, "NV2 pair")
+	q, _ := pin.ParseRecord(f.jobs["quarter"], "g")
+	must.SliceLen(t, 25, q.Shares)
+	// no share is pinned twice
+	for _, sh := range q.Shares {
+		for _, other := range rec.Shares {
+			must.NotEq(t, sh, other)
+		}
+	}
+
+	// the API says where it went
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/pair", nil))
+	must.Eq(t, 200, rr.Code)
+	must.StrContains(t, rr.Body.String(), `"state": "pinned"`)
+}
+
+func TestReconcileKeepsAConcurrentEdit(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("edited", 30))
+	s := newTestService(t, f)
+	f.beforeRegister = func() {
+		j, _ := f.Job(t.Context(), "", "edited")
+		j.TaskGroups[0].Meta["owner"] = "alice"
+		f.put(j)
+	}
+	s.reconcile(t.Context())
+	must.Eq(t, 1, f.registers)
+	must.Eq(t, "alice", f.jobs["edited"].TaskGroups[0].Meta["owner"])
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["edited"])) // not pinned over the edit
+	must.MapContainsKey(t, s.pending, "default/edited/g")
+
+	s.reconcile(t.Context()) // the next pass decides on the new version
+	must.SliceEmpty(t, pin.Gated(f.jobs["edited"]))
+	must.Eq(t, "alice", f.jobs["edited"].TaskGroups[0].Meta["owner"])
+}
+
+func TestReconcileExplainsWhyAGroupWaits(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("huge", 1600))
+	bad := gated("bad", 150)
+	f.put(bad)
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["huge"]))
+	must.StrContains(t, s.pending["default/huge/g"], "16")
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/huge", nil))
+	must.StrContains(t, rr.Body.String(), `"state": "pending"`)
+	must.NotEq(t, "", s.pending["default/bad/g"])
+}
+
+func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("once", 10))
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	s.reconcile(t.Context())
+	must.Eq(t, 1, f.registers)
+	must.Eq(t, uint64(1), *f.jobs["once"].Version)
+}
