@@ -54,7 +54,9 @@ func (f *fakeNomad) Job(_ context.Context, _, id string) (*api.Job, error) {
 	}
 	return copyJob(j)
 }
-func (f *fakeNomad) Allocs(context.Context) ([]*api.Allocation, uint64, error) { return f.allocs, f.index, nil }
+func (f *fakeNomad) Allocs(context.Context) ([]*api.Allocation, uint64, error) {
+	return f.allocs, f.index, nil
+}
 func (f *fakeNomad) Alloc(context.Context, string) (*api.Allocation, error) {
 	return nil, errors.New("not found")
 }
