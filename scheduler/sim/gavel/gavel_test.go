@@ -1,6 +1,7 @@
 package gavel
 
 import (
+	"context"
 	"errors"
 	"math"
 	"strings"
@@ -219,4 +220,20 @@ func TestUtilisationFromFirstArrival(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 150.0, out[0].Finish)
 	must.Eq(t, 1.0, util)
+}
+
+func TestRunCancelledAndBadInput(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cfg := Config{Data: Embedded(), Traces: []string{"925e2b"}, Clusters: []Cluster{Clusters["pcie"]}, Policies: Policies}
+	_, err := Run(ctx, cfg)
+	must.ErrorIs(t, err, context.Canceled)
+	cfg.Traces = []string{"nope"}
+	_, err = Run(t.Context(), cfg)
+	must.ErrorContains(t, err, "known: ")
+	_, err = ParseCluster("pcie:0")
+	must.Error(t, err)
+	c, err := ParseCluster("dgx1:3")
+	must.NoError(t, err)
+	must.EqOp(t, 24, c.GPUs())
 }

@@ -101,6 +101,9 @@ feed:
 	}
 	close(next)
 	wg.Wait()
+	if cerr == nil {
+		cerr = ctx.Err() // cancelled while the last jobs ran
+	}
 	if cerr != nil {
 		return nil, cerr
 	}

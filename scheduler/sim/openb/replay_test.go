@@ -1,6 +1,7 @@
 package openb
 
 import (
+	"context"
 	"math"
 	"os"
 	"path/filepath"
@@ -51,4 +52,15 @@ func TestWriteDir(t *testing.T) {
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "openb.md"))
 	must.StrContains(t, string(md), "| default | best-fit | 130 |")
+}
+
+func TestRunCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := Run(ctx, Config{Data: Embedded(), Traces: []string{"default"}, Policies: []string{"fgd"}, Seeds: []int64{42}})
+	must.ErrorIs(t, err, context.Canceled)
+	_, err = Run(t.Context(), Config{Data: Embedded(), Traces: []string{"default"}, Policies: []string{"magic"}, Seeds: []int64{42}})
+	must.ErrorContains(t, err, "unknown policy")
+	_, err = Run(t.Context(), Config{Data: Embedded(), Traces: []string{"default"}, Policies: []string{"fgd"}, Seeds: []int64{42}, GpushareCoverage: 2})
+	must.ErrorContains(t, err, "coverage")
 }
