@@ -142,7 +142,7 @@ func (r *Report) WriteDir(dir, format string) error {
 	md.WriteString("# openb: GPU allocation ratio (FGD paper's method)\n\n")
 	md.WriteString("Allocation ratio = GPU milli allocated / cluster capacity (6,212 GPUs), at 100% and 130% arrived GPU demand; mean over seeds. " +
 		"Best-cell % = placed multi-GPU pods whose GPUs have the best worst link their node allows (8-GPU nodes as DGX-1 V100, 4-GPU nodes as two-socket PCIe). " +
-		"Every policy uses FGD's typical pods (the most popular kinds covering 95% of pods) as its expected mix of requests, so gpushare and fgd differ only in the policy.\n\n")
+		"For hived and nomad-native, which give a fractional pod a whole GPU, the ratio counts the GPU milli pods requested. Every policy uses FGD's typical pods (the most popular kinds covering 95% of pods) as its expected mix of requests, so gpushare and fgd differ only in the policy.\n\n")
 	seeds := map[int64]bool{}
 	var seedList []string
 	for _, res := range r.Results {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -18,8 +17,12 @@ var Baselines = []string{placement.PolicyRandom, placement.PolicyBestFit, placem
 // policy's gain from the mix's.
 const PolicyFGDOwnMix = "fgd-own-mix"
 
-// DefaultPolicies are the baselines and gpushare.
-var DefaultPolicies = append(slices.Clone(Baselines), placement.PolicyGpushare)
+// DefaultPolicies are every policy of the placement core: the validated
+// baselines, the other baselines (first-fit, HiveD without sharing and
+// Nomad's own random instance choice, the last two rounding fractions up to
+// whole GPUs) and gpushare.
+var DefaultPolicies = []string{placement.PolicyRandom, placement.PolicyFirstFit, placement.PolicyBestFit, placement.PolicyGPUPacking,
+	placement.PolicyFGD, placement.PolicyHived, placement.PolicyNomadNative, placement.PolicyGpushare}
 
 // corePolicy maps a policy name of this package to the placement core's,
 // and says whether it uses gpushare's mix.
