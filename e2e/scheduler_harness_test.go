@@ -36,17 +36,21 @@ type env struct {
 	nomad  *api.Client
 	dir    string
 	scheds []*scheduler
+	// fixtures are the clients' fixture files, by client name.
+	fixtures map[string]string
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	fx := t.TempDir()
 	var clients []cluster.Client
+	paths := map[string]string{}
 	for _, c := range []struct{ name, fixture, rack string }{
 		{"h100", fixtures.HGXH100, "r1"}, {"dgx1", fixtures.DGX1V100, "r1"}, {"pcie", fixtures.PCIe4GPU, "r2"},
 	} {
 		p, err := fixtures.WriteTo(c.fixture, fx)
 		must.NoError(t, err)
+		paths[c.name] = p
 		clients = append(clients, cluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
 	}
 	c := startClusterOpts(t, true, clients...)
@@ -62,7 +66,7 @@ func newEnv(t *testing.T) *env {
 		}
 		os.RemoveAll(dir)
 	})
-	return &env{t: t, c: c, nomad: c.API(), dir: dir}
+	return &env{t: t, c: c, nomad: c.API(), dir: dir, fixtures: paths}
 }
 
 // scheduler is one running `gpushare scheduler` replica.

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,4 +219,35 @@ func TestSchedulerKeepsConcurrentEdit(t *testing.T) {
 	_, pinned := pin.ParseRecord(final, "g")
 	must.True(t, pinned)
 	must.SliceEmpty(t, pin.Gated(final))
+}
+
+// Observed profiles: a group without a declared profile that runs alone
+// on its GPU gets the profile its GPU's stats show.
+func TestSchedulerLearnsProfiles(t *testing.T) {
+	e := newEnv(t)
+	s := e.startScheduler("s1", `observe_interval = "1s"`)
+	e.register("unprofiled", map[string]any{"shares": 30, "model": modelP100})
+	a := e.running("unprofiled", 1, 60*time.Second)[0]
+	gpu := gpus(a)[0]
+	// the plugin reads its fixture again when it changes: the GPU gets busy
+	src, err := os.ReadFile(e.fixtures["pcie"])
+	must.NoError(t, err)
+	block := fmt.Sprintf("gpu %q {\n", gpu)
+	busy := strings.Replace(string(src), block, block+"  utilization_pct = 85\n  memory_utilization_pct = 40\n", 1)
+	must.NotEq(t, string(src), busy)
+	replaceFile(t, e.fixtures["pcie"], busy)
+	var st struct {
+		Groups []struct {
+			Profile *struct {
+				Name  string  `json:"name"`
+				SM    float64 `json:"sm_util"`
+				MemBW float64 `json:"mem_bw"`
+			}
+		}
+	}
+	e.eventually(60*time.Second, "a learned profile", func() bool {
+		return getJSON(s.http+"/v1/jobs/unprofiled", &st) == nil && len(st.Groups) == 1 && st.Groups[0].Profile != nil && st.Groups[0].Profile.SM > 0.8
+	})
+	must.Eq(t, "learned", st.Groups[0].Profile.Name)
+	must.Between(t, 0.35, st.Groups[0].Profile.MemBW, 0.41)
 }

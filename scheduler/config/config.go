@@ -24,10 +24,13 @@ type Config struct {
 	LogLevel    string `hcl:"log_level,optional"`
 	LogJSON     bool   `hcl:"log_json,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
-	ResyncInterval string           `hcl:"resync_interval,optional"`
-	Leader         Leader           `hcl:"leader,block"`
-	VCs            []VirtualCluster `hcl:"virtual_cluster,block"`
-	Profiles       []Profile        `hcl:"profile,block"`
+	ResyncInterval string `hcl:"resync_interval,optional"`
+	// ObserveInterval is how often the device stats of allocations running
+	// alone are sampled to learn interference profiles.
+	ObserveInterval string           `hcl:"observe_interval,optional"`
+	Leader          Leader           `hcl:"leader,block"`
+	VCs             []VirtualCluster `hcl:"virtual_cluster,block"`
+	Profiles        []Profile        `hcl:"profile,block"`
 	// Seed drives the random choices of randomised policies.
 	Seed uint64 `hcl:"seed,optional"`
 	// PinDelay waits between a decision and its pin. For tests of
@@ -85,6 +88,7 @@ func Default() *Config {
 		HTTPAddress:           "127.0.0.1:8646",
 		LogLevel:              "info",
 		ResyncInterval:        "5m",
+		ObserveInterval:       "30s",
 		Leader:                Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
 	}
 }
@@ -159,6 +163,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.LogLevel, o.LogLevel)
 	c.LogJSON = c.LogJSON || o.LogJSON
 	str(&c.ResyncInterval, o.ResyncInterval)
+	str(&c.ObserveInterval, o.ObserveInterval)
 	str(&c.Leader.VariablePath, o.Leader.VariablePath)
 	str(&c.Leader.TTL, o.Leader.TTL)
 	str(&c.Leader.LockDelay, o.Leader.LockDelay)
@@ -192,7 +197,7 @@ func (c *Config) Validate() error {
 	if !(c.ProductionMaxSlowdown > 0 && c.ProductionMaxSlowdown < 1) {
 		bad("production_max_slowdown = %v: must be between 0 and 1 (0.1 = at most 10%% slower)", c.ProductionMaxSlowdown)
 	}
-	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
+	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
 		}

@@ -60,7 +60,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 		}
 		pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
 		if job := s.Jobs[JobKey(a.Namespace, a.JobID)]; job != nil {
-			if r, err := pin.Request(job, a.TaskGroup, profiles); err == nil {
+			if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
 				pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
 			}
 		}
@@ -89,7 +89,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 				continue
 			}
 			rec, _ := pin.ParseRecord(job, *tg.Name)
-			r, err := pin.Request(job, *tg.Name, profiles)
+			r, err := s.Request(job, *tg.Name, profiles)
 			if err != nil {
 				continue
 			}

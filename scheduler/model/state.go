@@ -1,8 +1,23 @@
 package model
 
 import (
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
+
+// Request is pin.Request with the learned profile filled in when the
+// group declares none.
+func (s *State) Request(job *api.Job, group string, profiles *interference.Model) (placement.Request, error) {
+	r, err := pin.Request(job, group, profiles)
+	if err == nil && !r.Profile.Known() {
+		if p, ok := s.Learned[r.ID]; ok {
+			r.Profile = p
+		}
+	}
+	return r, err
+}
 
 // State is the cluster as the service last saw it. It is not safe for
 // concurrent use; the service owns it in one goroutine.
@@ -12,11 +27,14 @@ type State struct {
 	Allocs map[string]*api.Allocation
 	// Index is the Nomad raft index the state reflects.
 	Index uint64
+	// Learned are interference profiles observed from groups that ran
+	// alone on their GPU, by group key; used when a group declares none.
+	Learned map[string]interference.Profile
 }
 
 // New returns an empty state.
 func New() *State {
-	return &State{Nodes: map[string]*api.Node{}, Jobs: map[string]*api.Job{}, Allocs: map[string]*api.Allocation{}}
+	return &State{Nodes: map[string]*api.Node{}, Jobs: map[string]*api.Job{}, Allocs: map[string]*api.Allocation{}, Learned: map[string]interference.Profile{}}
 }
 
 // JobKey is the key of a job in State.Jobs.

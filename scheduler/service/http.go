@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
@@ -87,6 +88,9 @@ type GroupStatus struct {
 	Placement *pin.Record `json:"placement,omitempty"`
 	Reason    string      `json:"reason,omitempty"`
 	Allocs    []string    `json:"allocations,omitempty"`
+	// Profile is the interference profile decisions use: declared in meta,
+	// named, or learned from the group's stats while it ran alone.
+	Profile *interference.Profile `json:"profile,omitempty"`
 }
 
 func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
@@ -104,6 +108,9 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
 		key := groupKey(job, *tg.Name)
+		if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Profile.Known() {
+			gs.Profile = &r.Profile
+		}
 		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}

@@ -23,6 +23,9 @@ type nomadAPI interface {
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
 	// Register re-registers job if its modify index is still index.
 	Register(ctx context.Context, job *api.Job, index uint64) error
+	// DeviceStats reads the latest device stats of a node's client: the
+	// stats the gpushare plugin reports for every share.
+	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
 	// StopAlloc stops an allocation; Nomad places a replacement, which a
 	// gated group keeps waiting.
 	StopAlloc(ctx context.Context, id string) error
@@ -110,6 +113,14 @@ func (n nomadClient) Allocs(ctx context.Context) ([]*api.Allocation, uint64, err
 func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, error) {
 	a, _, err := n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	return a, err
+}
+
+func (n nomadClient) DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error) {
+	hs, err := n.c.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return hs.DeviceStats, nil
 }
 
 func (n nomadClient) StopAlloc(ctx context.Context, id string) error {

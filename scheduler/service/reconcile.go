@@ -138,7 +138,7 @@ func (s *Service) collect() ([]work, map[string]string) {
 					continue
 				}
 			}
-			req, err := pin.Request(job, group, s.profile)
+			req, err := s.state.Request(job, group, s.profile)
 			if err != nil {
 				waiting[groupKey(job, group)] = err.Error()
 				continue

@@ -37,7 +37,9 @@ type Service struct {
 	// preempted allocations Nomad is stopping: their capacity is already
 	// given to the guaranteed job that preempted them
 	preempted map[string]time.Time
-	synced    bool
+	// observations of groups running alone, by group key
+	observations map[string][]interference.Observation
+	synced       bool
 
 	dirty    chan struct{}
 	leader   atomic.Bool
@@ -79,7 +81,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
 		pending: map[string]string{}, pinned: map[string]time.Time{}, preempted: map[string]time.Time{},
-		dirty: make(chan struct{}, 1),
+		observations: map[string][]interference.Observation{},
+		dirty:        make(chan struct{}, 1),
 	}, nil
 }
 
@@ -104,7 +107,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		s.observeLoop(ctx, config.Duration(s.cfg.ObserveInterval))
+	}()
 	go func() {
 		defer wg.Done()
 		if err := srv.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -61,6 +61,9 @@ func (f *fakeNomad) Alloc(context.Context, string) (*api.Allocation, error) {
 	return nil, errors.New("not found")
 }
 func (f *fakeNomad) StopAlloc(context.Context, string) error { return nil }
+func (f *fakeNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupStats, error) {
+	return nil, errors.New("no stats in tests")
+}
 func (f *fakeNomad) Stream(context.Context, uint64) (<-chan *api.Events, error) {
 	return nil, errors.New("no stream in tests")
 }

@@ -174,6 +174,7 @@ func (s *Service) resync(ctx context.Context) error {
 	st.Index = max(i1, i2, i3)
 	s.mu.Lock()
 	prev := s.state.Index
+	st.Learned = s.state.Learned
 	s.state, s.synced = st, true
 	s.mu.Unlock()
 	s.metrics.resyncs.Inc()
