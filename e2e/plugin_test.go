@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/e2e/cluster"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/hashicorp/nomad/api"
@@ -240,11 +241,7 @@ func waitInstances(t *testing.T, nomad *api.Client, nodeID string, ok func(*api.
 
 func replaceFile(t *testing.T, path, content string) {
 	t.Helper()
-	fi, err := os.Stat(path)
-	must.NoError(t, err)
-	must.NoError(t, os.WriteFile(path, []byte(content), 0o644))
-	next := fi.ModTime().Add(time.Second)
-	must.NoError(t, os.Chtimes(path, next, next))
+	must.NoError(t, fixture.Rewrite(path, []byte(content)))
 }
 
 func sorted(s []string) []string {

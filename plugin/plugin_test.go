@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
@@ -157,11 +158,7 @@ func TestFingerprintHealthFollowsFixture(t *testing.T) {
 
 func writeLater(t *testing.T, path, content string) {
 	t.Helper()
-	fi, err := os.Stat(path)
-	must.NoError(t, err)
-	must.NoError(t, os.WriteFile(path, []byte(content), 0o644))
-	next := fi.ModTime().Add(time.Second)
-	must.NoError(t, os.Chtimes(path, next, next))
+	must.NoError(t, fixture.Rewrite(path, []byte(content)))
 }
 
 func TestFingerprintBrokenFixtureIsAnError(t *testing.T) {

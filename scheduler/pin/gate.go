@@ -20,13 +20,14 @@ const (
 	GateValue     = "gpushare:pending"
 )
 
-// Meta keys read from the job or group (group wins) and written by the pin.
+// Meta keys read from the job or group (group wins) and written by the pin;
+// the placement core parses the request's keys (placement.Request.ApplyMeta).
 const (
-	MetaVC          = "gpushare.vc"
-	MetaClass       = "gpushare.class"
-	MetaProfile     = "gpushare.profile"
-	MetaSMUtil      = "gpushare.sm_util"
-	MetaMemBW       = "gpushare.mem_bw"
+	MetaVC          = placement.MetaVC
+	MetaClass       = placement.MetaClass
+	MetaProfile     = placement.MetaProfile
+	MetaSMUtil      = placement.MetaSMUtil
+	MetaMemBW       = placement.MetaMemBW
 	MetaMaxSlowdown = "gpushare.max_slowdown"
 	MetaPlacement   = "gpushare.placement"
 )
@@ -163,40 +164,33 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	case devices > 1:
 		return r, fmt.Errorf("%w %q: %d device blocks ask for %q; gpushare places one GPU request per group: put the GPU work in one task", ErrNotPlaceable, r.ID, devices, DeviceName)
 	}
-	meta := func(k string) string {
-		if v, ok := tg.Meta[k]; ok {
-			return v
+	// group meta wins over job meta; empty values count as unset
+	meta := map[string]string{}
+	for _, m := range []map[string]string{job.Meta, tg.Meta} {
+		for k, v := range m {
+			if strings.HasPrefix(k, "gpushare.") && v != "" {
+				meta[k] = v
+			}
 		}
-		return job.Meta[k]
 	}
-	r.VC = meta(MetaVC)
-	switch c := meta(MetaClass); c {
-	case "", "normal":
-	case string(placement.ClassProduction), string(placement.ClassOpportunistic):
-		r.Class = placement.Class(c)
-	default:
+	if meta[MetaClass] == "normal" {
+		delete(meta, MetaClass)
+	}
+	if c := meta[MetaClass]; c != "" && c != string(placement.ClassProduction) && c != string(placement.ClassOpportunistic) {
 		return r, fmt.Errorf("%w %q: meta %s = %q: want %q or %q", ErrNotPlaceable, r.ID, MetaClass, c, placement.ClassProduction, placement.ClassOpportunistic)
 	}
-	if name := meta(MetaProfile); name != "" {
-		if model == nil {
-			model = interference.Default()
-		}
-		p, ok := model.Lookup(name)
-		if !ok {
-			return r, fmt.Errorf("%w %q: meta %s = %q is not a known profile; known: %s", ErrNotPlaceable, r.ID, MetaProfile, name, strings.Join(model.Names(), ", "))
-		}
-		r.Profile = p
-	}
-	for key, dst := range map[string]*float64{MetaSMUtil: &r.Profile.SM, MetaMemBW: &r.Profile.MemBW, MetaMaxSlowdown: &r.MaxSlowdown} {
-		v := meta(key)
-		if v == "" {
-			continue
-		}
+	if v := meta[MetaMaxSlowdown]; v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 1 {
-			return r, fmt.Errorf("%w %q: meta %s = %q: want a number between 0 and 1", ErrNotPlaceable, r.ID, key, v)
+		if err != nil || f < 0 || f >= 1 {
+			return r, fmt.Errorf("%w %q: meta %s = %q: want a number between 0 and 1", ErrNotPlaceable, r.ID, MetaMaxSlowdown, v)
 		}
-		*dst = f
+		r.MaxSlowdown = f
+	}
+	if model == nil {
+		model = interference.Default()
+	}
+	if err := r.ApplyMeta(meta, model); err != nil {
+		return r, fmt.Errorf("%w %q: %v", ErrNotPlaceable, r.ID, err)
 	}
 	if err := r.Validate(); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrNotPlaceable, err)

@@ -50,10 +50,10 @@ func TestRequestErrorsSayWhatToChange(t *testing.T) {
 		"put the GPU work in one": func(j *api.Job) {
 			j.TaskGroups[0].Tasks[0].Resources.Devices = j.TaskGroups[0].Tasks[1].Resources.Devices
 		},
-		`want "production" or`:     func(j *api.Job) { j.TaskGroups[0].Meta[MetaClass] = "gold" },
-		"want a number between 0":  func(j *api.Job) { j.TaskGroups[0].Meta[MetaSMUtil] = "lots" },
-		`is not a known profile`:   func(j *api.Job) { j.TaskGroups[0].Meta[MetaProfile] = "no-such-model" },
-		`job "train" has no group`: func(j *api.Job) { j.TaskGroups[0].Name = ptr("other") },
+		`want "production" or`:         func(j *api.Job) { j.TaskGroups[0].Meta[MetaClass] = "gold" },
+		"must be a number within 0..1": func(j *api.Job) { j.TaskGroups[0].Meta[MetaSMUtil] = "lots" },
+		`is not a known profile`:       func(j *api.Job) { j.TaskGroups[0].Meta[MetaProfile] = "no-such-model" },
+		`job "train" has no group`:     func(j *api.Job) { j.TaskGroups[0].Name = ptr("other") },
 	}
 	for want, mutate := range cases {
 		t.Run(want, func(t *testing.T) {
