@@ -2,18 +2,21 @@ package openb
 
 import (
 	"context"
+	"slices"
 	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
 // BenchmarkShort is the short openb run for `make bench`: the three traces,
-// one seed (42), every policy. It reports each policy's allocation ratio at
+// one seed (42), the validated baselines and gpushare. It reports each policy's allocation ratio at
 // 130% arrived demand per trace (the published 10-seed means on default:
 // random 87.47, best-fit 93.08, gpu-packing 92.00, FGD 95.39).
 //
 //	go test -run '^$' -bench Short -benchtime 1x ./scheduler/sim/...
 func BenchmarkShort(b *testing.B) {
 	for range b.N {
-		rep, err := Run(context.Background(), Config{Data: Embedded(), Traces: Traces, Policies: DefaultPolicies,
+		rep, err := Run(context.Background(), Config{Data: Embedded(), Traces: Traces, Policies: append(slices.Clone(Baselines), placement.PolicyGpushare),
 			Seeds: []int64{42}, Workers: 2})
 		if err != nil {
 			b.Fatal(err)
