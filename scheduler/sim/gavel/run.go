@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 
+	simrun "github.com/gpushare/gpushare/scheduler/sim"
 	"github.com/gpushare/gpushare/scheduler/sim/report"
 )
 
@@ -62,55 +62,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	out := make([]Metrics, len(jobs))
-	errs := make([]error, len(jobs))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	done := 0
-	for range max(cfg.Workers, 1) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				j := jobs[i]
-				res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, cfg.Options)
-				if err != nil {
-					errs[i] = fmt.Errorf("%s on %s with %s: %w", j.trace, j.cluster.Name, j.policy, err)
-					continue
-				}
-				out[i] = Summarise(j.trace, j.cluster.Name, j.policy, res, util)
-				mu.Lock()
-				done++
-				if cfg.Progress != nil {
-					m := out[i]
-					cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, m.AvgJCT, m.P99JCT))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	var cerr error
-feed:
-	for i := range jobs {
-		select {
-		case <-ctx.Done():
-			cerr = ctx.Err()
-			break feed
-		case next <- i:
-		}
-	}
-	close(next)
-	wg.Wait()
-	if cerr == nil {
-		cerr = ctx.Err() // cancelled while the last jobs ran
-	}
-	if cerr != nil {
-		return nil, cerr
-	}
-	for _, err := range errs {
+	err = simrun.Parallel(ctx, len(jobs), cfg.Workers, func(i int) error {
+		j := jobs[i]
+		res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, cfg.Options)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("%s on %s with %s: %w", j.trace, j.cluster.Name, j.policy, err)
 		}
+		out[i] = Summarise(j.trace, j.cluster.Name, j.policy, res, util)
+		return nil
+	}, func(i, done int) {
+		if cfg.Progress != nil {
+			j, m := jobs[i], out[i]
+			cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, m.AvgJCT, m.P99JCT))
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &Report{Metrics: out}, nil
 }

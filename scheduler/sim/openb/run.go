@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/sim"
 )
 
 // Baselines are the policies validated against the published numbers.
@@ -121,16 +122,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 		}
 	}
-	workers := max(cfg.Workers, 1)
 	results := make([]*Result, len(jobs))
-	errs := make([]error, len(jobs))
 	var (
-		mu       sync.Mutex
-		done     int
 		wlMu     sync.Mutex
 		wlCache  = map[job]Workload{}
-		next     = make(chan int)
-		wg       sync.WaitGroup
 		workload = func(tr string, seed int64) Workload {
 			wlMu.Lock()
 			defer wlMu.Unlock()
@@ -143,54 +138,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return w
 		}
 	)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				j := jobs[i]
-				mix := traces[j.trace].mix
-				core, own := corePolicy(j.policy)
-				if own {
-					mix = traces[j.trace].ownMix
-				}
-				results[i], errs[i] = Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
-				if errs[i] == nil {
-					results[i].Policy = j.policy
-				}
-				mu.Lock()
-				done++
-				if cfg.Progress != nil && errs[i] == nil {
-					r := results[i]
-					cfg.Progress(fmt.Sprintf("openb %d/%d: %s %s seed %d: %.2f%% allocated at 100%%, %.2f%% at 130%% arrived demand",
-						done, len(jobs), j.trace, j.policy, j.seed, r.Alloc[100], r.Alloc[MaxDemand]))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	var cerr error
-feed:
-	for i := range jobs {
-		select {
-		case <-ctx.Done():
-			cerr = ctx.Err()
-			break feed
-		case next <- i:
+	err = sim.Parallel(ctx, len(jobs), cfg.Workers, func(i int) error {
+		j := jobs[i]
+		mix := traces[j.trace].mix
+		core, own := corePolicy(j.policy)
+		if own {
+			mix = traces[j.trace].ownMix
 		}
-	}
-	close(next)
-	wg.Wait()
-	if cerr == nil {
-		cerr = ctx.Err() // cancelled while the last jobs ran
-	}
-	if cerr != nil {
-		return nil, cerr
-	}
-	for _, err := range errs {
+		r, err := Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
 		if err != nil {
-			return nil, err
+			return err
 		}
+		r.Policy = j.policy
+		results[i] = r
+		return nil
+	}, func(i, done int) {
+		if cfg.Progress != nil {
+			j, r := jobs[i], results[i]
+			cfg.Progress(fmt.Sprintf("openb %d/%d: %s %s seed %d: %.2f%% allocated at 100%%, %.2f%% at 130%% arrived demand",
+				done, len(jobs), j.trace, j.policy, j.seed, r.Alloc[100], r.Alloc[MaxDemand]))
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return &Report{Results: results, Published: pub, PublishedFrag: pubFrag}, nil
 }
