@@ -62,11 +62,13 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		switch e.kind {
 		case kBestFit:
 			c.cost[0] = -bestFitScore(e.bestFit(n, r, 0))
-		case kFGD:
-			c.dfrag = e.f.delta(n, nil, r.Res.CPU) / 100
-			c.cost[0] = -fgdScore(c.dfrag)
-		case kGpushare:
-			c.dfrag = e.f.delta(n, nil, r.Res.CPU) / 100
+		case kFGD, kGpushare:
+			// fragmentation is counted in shares: express it in GPUs
+			spg := 100
+			if len(n.GPUs) > 0 {
+				spg = n.GPUs[0].Shares
+			}
+			c.dfrag = e.f.delta(n, nil, r.Res.CPU) / float64(spg)
 			c.cost[0] = -fgdScore(c.dfrag)
 		}
 		return c
@@ -141,7 +143,9 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			c.cost = [3]float64{-e.packing(n, frac), float64(g.free), float64(i)}
 		case kFGD:
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
-			c.cost = [3]float64{-fgdScore(c.dfrag), float64(i)}
+			// equal scores across nodes are broken by node order only, as
+			// in FGD; inside a node the first GPU wins (strict less below)
+			c.cost = [3]float64{-fgdScore(c.dfrag)}
 		case kRandom:
 			seen++
 			if e.rng.IntN(seen) != 0 {
@@ -157,7 +161,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			}
 			c.pred = pred
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
-			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss, float64(i)}
+			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss}
 		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
 			best = c
