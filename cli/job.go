@@ -143,23 +143,16 @@ func jobRun(args []string, io IO) int {
 // checkFit asks the placement core whether each gated group fits the
 // cluster now; a group that does not fit is reported and waits at the gate.
 func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) error {
-	st := model.New()
-	nodes, _, err := client.Nodes().List((&api.QueryOptions{}).WithContext(ctx))
+	nodes, allocs, err := listCluster(client)
 	if err != nil {
-		return fmt.Errorf("listing nodes: %w (is Nomad running? set -address or NOMAD_ADDR)", err)
+		return err
 	}
-	for _, s := range nodes {
-		n, _, err := client.Nodes().Info(s.ID, nil)
-		if err == nil {
-			st.PutNode(n)
-		}
+	st := model.New()
+	for _, n := range nodes {
+		st.PutNode(n)
 	}
-	allocs, _, err := client.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
-	if err == nil {
-		for _, s := range allocs {
-			st.PutAlloc(&api.Allocation{ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, JobID: s.JobID, TaskGroup: s.TaskGroup,
-				DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus, AllocatedResources: s.AllocatedResources})
-		}
+	for _, a := range allocs {
+		st.PutAlloc(a)
 	}
 	snap, _ := st.Snapshot(nil, nil)
 	policy, err := placement.New(placement.PolicyGpushare, placement.Options{})

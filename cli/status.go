@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -48,32 +49,35 @@ func FetchMap(addr string) (*gpumap.Map, error) {
 }
 
 func fetchMap(client *api.Client) (*gpumap.Map, error) {
+	nodes, allocs, err := listCluster(client)
+	if err != nil {
+		return nil, err
+	}
+	return gpumap.Build(nodes, allocs), nil
+}
+
+// listCluster reads every node in full and every allocation with its
+// resources, in one listing.
+func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 	stubs, _, err := client.Nodes().List(nil)
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes at %s: %w (is Nomad running? set -address or NOMAD_ADDR)", client.Address(), err)
+		return nil, nil, fmt.Errorf("listing nodes at %s: %w (is Nomad running? set -address or NOMAD_ADDR)", client.Address(), err)
 	}
 	var nodes []*api.Node
 	for _, s := range stubs {
 		n, _, err := client.Nodes().Info(s.ID, nil)
 		if err != nil {
-			return nil, fmt.Errorf("reading node %s: %w", s.Name, err)
+			return nil, nil, fmt.Errorf("reading node %s: %w", s.Name, err)
 		}
 		nodes = append(nodes, n)
 	}
 	stubsA, _, err := client.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	if err != nil {
-		return nil, fmt.Errorf("listing allocations: %w", err)
+		return nil, nil, fmt.Errorf("listing allocations: %w", err)
 	}
 	allocs := make([]*api.Allocation, 0, len(stubsA))
 	for _, s := range stubsA {
-		if s.ClientStatus != "running" && s.ClientStatus != "pending" {
-			continue
-		}
-		a, _, err := client.Allocations().Info(s.ID, nil)
-		if err != nil {
-			continue // gone since the list
-		}
-		allocs = append(allocs, a)
+		allocs = append(allocs, model.FromStub(s))
 	}
-	return gpumap.Build(nodes, allocs), nil
+	return nodes, allocs, nil
 }

@@ -14,8 +14,8 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/e2e/cluster"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/hashicorp/nomad/api"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
 	"github.com/shoenig/test/must"
 )
 
@@ -48,7 +48,7 @@ func TestPlugin(t *testing.T) {
 		for _, inst := range g.Instances {
 			must.True(t, inst.Healthy, must.Sprintf("instance %s", inst.ID))
 		}
-		decoded, err := devicefn.DecodeGroup(g.Name, pluginAttrs(g.Attributes))
+		decoded, err := devicefn.DecodeGroup(g.Name, gpumap.APIAttributes(g.Attributes))
 		must.NoError(t, err)
 		must.SliceLen(t, 8, decoded.GPUs)
 		must.Eq(t, "NV2,SYS,SYS,SYS,X,NV1,NV1,NV2", devicefn.EncodeRow(decoded.GPUs[4].Links))
@@ -130,16 +130,6 @@ func gpushareGroup(t *testing.T, node *api.Node) *api.NodeDeviceResource {
 	}
 	t.Fatalf("node %s has no nvidia/gpushare device group", node.Name)
 	return nil
-}
-
-// pluginAttrs converts the API's attributes into the plugin SDK's, which
-// devicefn decodes.
-func pluginAttrs(in map[string]*api.Attribute) map[string]*structs.Attribute {
-	out := make(map[string]*structs.Attribute, len(in))
-	for k, a := range in {
-		out[k] = &structs.Attribute{Float: a.FloatVal, Int: a.IntVal, String: a.StringVal, Bool: a.BoolVal, Unit: a.Unit}
-	}
-	return out
 }
 
 // runPinned registers testdata/pinned.nomad.hcl pinned to ids and waits for

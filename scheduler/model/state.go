@@ -76,6 +76,17 @@ func (s *State) DeleteJob(namespace, id string) {
 	}
 }
 
+// FromStub turns an allocation from a listing (with ?resources=true) into
+// the fields the model reads, so a listing needs no request per allocation.
+func FromStub(s *api.AllocationListStub) *api.Allocation {
+	return &api.Allocation{
+		ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
+		TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus,
+		AllocatedResources: s.AllocatedResources,
+		CreateIndex:        s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
+	}
+}
+
 // HasResources reports whether the state holds the allocation with its
 // allocated resources.
 func (s *State) HasResources(id string) bool {

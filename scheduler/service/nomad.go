@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -100,12 +101,7 @@ func (n nomadClient) Allocs(ctx context.Context) ([]*api.Allocation, uint64, err
 	}
 	out := make([]*api.Allocation, 0, len(stubs))
 	for _, s := range stubs {
-		out = append(out, &api.Allocation{
-			ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
-			TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus,
-			ClientStatus: s.ClientStatus, AllocatedResources: s.AllocatedResources,
-			CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
-		})
+		out = append(out, model.FromStub(s))
 	}
 	return out, meta.LastIndex, nil
 }
