@@ -69,6 +69,26 @@ func (c *simCommon) check() error {
 	return nil
 }
 
+// emit writes the report's files when -out is set, then prints the result
+// as JSON with -json, or as text.
+func (c *simCommon) emit(io IO, writeDir func(dir, format string) error, asJSON any, text func()) int {
+	if c.out != "" {
+		if err := writeDir(c.out, c.format); err != nil {
+			return simFail(io, err)
+		}
+	}
+	if c.asJSON {
+		enc := json.NewEncoder(io.Out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(asJSON); err != nil {
+			return simFail(io, err)
+		}
+		return 0
+	}
+	text()
+	return 0
+}
+
 func (c *simCommon) progress(io IO) func(string) {
 	if c.quiet {
 		return nil
@@ -147,28 +167,16 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 		return simFail(io, err)
 	}
 	j := rep.JSON()
-	if c.out != "" {
-		if err := rep.WriteDir(c.out, c.format); err != nil {
-			return simFail(io, err)
+	return c.emit(io, rep.WriteDir, j, func() {
+		fmt.Fprintf(io.Out, "Validation against the published FGD means (tolerance %.1f pp):\n\n%s\n", openb.Tolerance, openb.ValidationTable(j.Validation).Text())
+		if len(j.VsFGD) > 0 {
+			fmt.Fprintf(io.Out, "gpushare vs FGD at 130%% arrived demand:\n\n%s\n", openb.VsFGDTable(j.VsFGD).Text())
 		}
-	}
-	if c.asJSON {
-		enc := json.NewEncoder(io.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(j); err != nil {
-			return simFail(io, err)
+		fmt.Fprintf(io.Out, "All policies:\n\n%s", openb.SummaryTable(j.Summaries).Text())
+		if c.out != "" {
+			fmt.Fprintf(io.Out, "\nwrote %s/openb.md, CSV files and plots\n", c.out)
 		}
-		return 0
-	}
-	fmt.Fprintf(io.Out, "Validation against the published FGD means (tolerance %.1f pp):\n\n%s\n", openb.Tolerance, openb.ValidationTable(j.Validation).Text())
-	if len(j.VsFGD) > 0 {
-		fmt.Fprintf(io.Out, "gpushare vs FGD at 130%% arrived demand:\n\n%s\n", openb.VsFGDTable(j.VsFGD).Text())
-	}
-	fmt.Fprintf(io.Out, "All policies:\n\n%s", openb.SummaryTable(j.Summaries).Text())
-	if c.out != "" {
-		fmt.Fprintf(io.Out, "\nwrote %s/openb.md, CSV files and plots\n", c.out)
-	}
-	return 0
+	})
 }
 
 func simGavel(ctx context.Context, args []string, io IO) int {
@@ -216,22 +224,10 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	if err != nil {
 		return simFail(io, err)
 	}
-	if c.out != "" {
-		if err := rep.WriteDir(c.out, c.format); err != nil {
-			return simFail(io, err)
+	return c.emit(io, rep.WriteDir, rep.Metrics, func() {
+		fmt.Fprint(io.Out, rep.Table().Text())
+		if c.out != "" {
+			fmt.Fprintf(io.Out, "\nwrote %s/gavel.md, gavel_metrics.csv and plots\n", c.out)
 		}
-	}
-	if c.asJSON {
-		enc := json.NewEncoder(io.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep.Metrics); err != nil {
-			return simFail(io, err)
-		}
-		return 0
-	}
-	fmt.Fprint(io.Out, rep.Table().Text())
-	if c.out != "" {
-		fmt.Fprintf(io.Out, "\nwrote %s/gavel.md, gavel_metrics.csv and plots\n", c.out)
-	}
-	return 0
+	})
 }
