@@ -2,6 +2,8 @@ package model
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 
@@ -24,12 +26,7 @@ const PendingPrefix = "pinned:"
 func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) (*placement.Snapshot, []string) {
 	snap := placement.NewSnapshot()
 	var problems []string
-	ids := make([]string, 0, len(s.Nodes))
-	for id := range s.Nodes {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
 		n := s.Nodes[id]
 		if !Usable(n) {
 			continue
@@ -45,12 +42,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 	}
 
 	held := map[string]bool{} // share IDs held by live allocations
-	allocIDs := make([]string, 0, len(s.Allocs))
-	for id := range s.Allocs {
-		allocIDs = append(allocIDs, id)
-	}
-	sort.Strings(allocIDs)
-	for _, id := range allocIDs {
+	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
 		a := s.Allocs[id]
 		if !Live(a) || (gone != nil && gone(a.ID)) {
 			continue
@@ -74,12 +66,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 	}
 
 	// pinned groups whose allocations are not all there yet keep their shares
-	keys := make([]string, 0, len(s.Jobs))
-	for k := range s.Jobs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(s.Jobs)) {
 		job := s.Jobs[k]
 		if job.Stop != nil && *job.Stop {
 			continue
@@ -150,12 +137,7 @@ func holds(rec *pin.Record, held map[string]bool, r placement.Request, missing i
 		}
 	}
 	var out []placement.Alloc
-	nodes := make([]string, 0, len(byNode))
-	for n := range byNode {
-		nodes = append(nodes, n)
-	}
-	sort.Strings(nodes)
-	for _, nodeID := range nodes {
+	for _, nodeID := range slices.Sorted(maps.Keys(byNode)) {
 		if missing <= 0 {
 			break
 		}
