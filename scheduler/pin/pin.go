@@ -3,8 +3,8 @@ package pin
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -53,7 +53,7 @@ func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
 		reasons = appendNew(reasons, p.Reason)
 		cells = appendNew(cells, p.Cell)
 	}
-	rec.Nodes, rec.GPUs, rec.Shares = keys(nodes), keys(gpus), keys(shares)
+	rec.Nodes, rec.GPUs, rec.Shares = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus)), slices.Sorted(maps.Keys(shares))
 	rec.Reason = strings.Join(reasons, "; ")
 	rec.Cell = strings.Join(cells, ",")
 
@@ -115,15 +115,6 @@ func device(tg *api.TaskGroup) *api.RequestedDevice {
 		}
 	}
 	return nil
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func appendNew(list []string, s string) []string {

@@ -3,6 +3,7 @@ package service
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/gpumap"
@@ -115,7 +116,7 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}
 		switch rec, ok := pin.ParseRecord(job, *tg.Name); {
-		case contains(gated, *tg.Name):
+		case slices.Contains(gated, *tg.Name):
 			gs.State = "pending"
 			gs.Reason = s.pending[key]
 			if gs.Reason == "" {
@@ -127,13 +128,4 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 		out.Groups = append(out.Groups, gs)
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
