@@ -63,7 +63,7 @@ func TestSimOpenbJSON(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays the openb default trace")
 	}
-	code, out, errOut := run("sim", "openb", "-traces", "default", "-policies", "best-fit", "-seeds", "42", "-json")
+	code, out, errOut := run("sim", "openb", "-traces", "default", "-policies", "best-fit,gpushare", "-seeds", "42", "-json")
 	must.EqOp(t, 0, code, must.Sprint(errOut))
 	var j struct {
 		Summaries []struct {
@@ -75,9 +75,17 @@ func TestSimOpenbJSON(t *testing.T) {
 			Demand int  `json:"arrived_demand"`
 			OK     bool `json:"ok"`
 		} `json:"validation"`
+		// fgd did not run: its numbers are null, not an encoding error
+		VsFGD []struct {
+			Gpushare float64  `json:"gpushare"`
+			FGDOurs  *float64 `json:"fgd_ours"`
+		} `json:"gpushare_vs_fgd"`
 	}
 	must.NoError(t, json.Unmarshal([]byte(out), &j))
-	must.SliceLen(t, 1, j.Summaries)
+	must.SliceLen(t, 2, j.Summaries)
 	must.Between(t, 80, j.Summaries[0].Alloc130, 100)
-	must.SliceLen(t, 2, j.Validation)
+	must.SliceLen(t, 2, j.Validation) // best-fit at 100% and 130%
+	must.SliceLen(t, 1, j.VsFGD)
+	must.Nil(t, j.VsFGD[0].FGDOurs)
+	must.Between(t, 80, j.VsFGD[0].Gpushare, 100)
 }

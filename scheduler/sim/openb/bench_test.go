@@ -22,9 +22,9 @@ func BenchmarkShort(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, s := range rep.Summaries() {
-			b.ReportMetric(s.Alloc130, s.Trace+"/"+s.Policy+"-alloc%@130")
+			b.ReportMetric(float64(s.Alloc130), s.Trace+"/"+s.Policy+"-alloc%@130")
 			if s.Policy == "gpushare" {
-				b.ReportMetric(s.BestCellShare, s.Trace+"/gpushare-best-cell%")
+				b.ReportMetric(float64(s.BestCellShare), s.Trace+"/gpushare-best-cell%")
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpushare/gpushare/scheduler/sim/report"
 	"github.com/shoenig/test/must"
 )
 
@@ -201,7 +202,7 @@ func TestValidate(t *testing.T) {
 		{Trace: "default", Policy: "fgd", Demand: 100, Ours: 94.0, Published: 95.25, Diff: -1.25, Seeds: 2, OK: false},
 		{Trace: "default", Policy: "fgd", Demand: 130, Ours: 97.5, Published: 96.25, Diff: 1.25, Seeds: 2, OK: false},
 		{Trace: "default", Policy: "best-fit", Demand: 100, Ours: 90.5, Published: 90, Diff: 0.5, Seeds: 1, OK: true},
-		{Trace: "default", Policy: "best-fit", Demand: 130, Ours: 88.9, Published: 90, Diff: low - 90, Seeds: 1, OK: false},
+		{Trace: "default", Policy: "best-fit", Demand: 130, Ours: 88.9, Published: 90, Diff: report.Num(low - 90), Seeds: 1, OK: false},
 	}
 	must.Eq(t, want, got)
 }

@@ -20,15 +20,15 @@ type JSON struct {
 
 // Improvement compares gpushare with FGD on one trace at 130% demand.
 type Improvement struct {
-	Trace        string  `json:"trace"`
-	Gpushare     float64 `json:"gpushare"`
-	FGDOurs      float64 `json:"fgd_ours"`
-	FGDPublished float64 `json:"fgd_published"`
+	Trace        string     `json:"trace"`
+	Gpushare     report.Num `json:"gpushare"`
+	FGDOurs      report.Num `json:"fgd_ours"`
+	FGDPublished report.Num `json:"fgd_published"`
 	// FGDOwnMix is FGD scoring with gpushare's mix (the ablation).
-	FGDOwnMix float64 `json:"fgd_own_mix"`
+	FGDOwnMix report.Num `json:"fgd_own_mix"`
 	// BestCell is gpushare's best-cell share (%); FGDBestCell FGD's.
-	BestCell    float64 `json:"best_cell_share"`
-	FGDBestCell float64 `json:"fgd_best_cell_share"`
+	BestCell    report.Num `json:"best_cell_share"`
+	FGDBestCell report.Num `json:"fgd_best_cell_share"`
 }
 
 // JSON returns the result for --json.
@@ -52,8 +52,8 @@ func (r *Report) VsFGD(sums []Summary) []Improvement {
 		g := by[[2]string{tr, placement.PolicyGpushare}]
 		f, hasF := by[[2]string{tr, placement.PolicyFGD}]
 		pub, _ := r.Published.Mean(tr, "FGD", MaxDemand)
-		imp := Improvement{Trace: tr, Gpushare: g.Alloc130, FGDPublished: pub, BestCell: g.BestCellShare}
-		imp.FGDOurs, imp.FGDBestCell, imp.FGDOwnMix = nan(), nan(), nan()
+		imp := Improvement{Trace: tr, Gpushare: g.Alloc130, FGDPublished: report.Num(pub), BestCell: g.BestCellShare}
+		imp.FGDOurs, imp.FGDBestCell, imp.FGDOwnMix = report.Num(nan()), report.Num(nan()), report.Num(nan())
 		if hasF {
 			imp.FGDOurs, imp.FGDBestCell = f.Alloc130, f.BestCellShare
 		}
@@ -79,7 +79,7 @@ func SummaryTable(sums []Summary) report.Table {
 	t := report.Table{Header: []string{"trace", "policy", "seeds", "alloc % @100", "alloc % @130", "sd @130", "frag % @130", "frag % @130 published", "best-cell %"}}
 	for _, s := range sums {
 		t.Rows = append(t.Rows, []string{s.Trace, s.Policy, strconv.Itoa(s.Seeds), report.F(s.Alloc100), report.F(s.Alloc130),
-			report.F(s.SD130), report.F1(s.Frag130), report.F1(nanIfZero(s.PublishedFrag130)), report.F1(s.BestCellShare)})
+			report.F(s.SD130), report.F1(s.Frag130), report.F1(nanIfZero(float64(s.PublishedFrag130))), report.F1(s.BestCellShare)})
 	}
 	return t
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/gpushare/gpushare/scheduler/sim"
+	"github.com/gpushare/gpushare/scheduler/sim/report"
 )
 
 // Baselines are the policies validated against the published numbers.
@@ -172,17 +173,17 @@ type Summary struct {
 	Seeds  int    `json:"seeds"`
 	// Alloc100 and Alloc130 are the mean allocation ratios (%) at 100% and
 	// 130% arrived demand; SD130 the seeds' standard deviation at 130%.
-	Alloc100 float64 `json:"alloc_ratio_100"`
-	Alloc130 float64 `json:"alloc_ratio_130"`
-	SD130    float64 `json:"alloc_ratio_130_sd"`
-	Frag130  float64 `json:"frag_ratio_130"`
+	Alloc100 report.Num `json:"alloc_ratio_100"`
+	Alloc130 report.Num `json:"alloc_ratio_130"`
+	SD130    report.Num `json:"alloc_ratio_130_sd"`
+	Frag130  report.Num `json:"frag_ratio_130"`
 	// PublishedFrag130 is the published mean fragmentation ratio at 130%
 	// of the same policy (baselines only).
-	PublishedFrag130 float64 `json:"published_frag_ratio_130,omitempty"`
+	PublishedFrag130 report.Num `json:"published_frag_ratio_130,omitempty"`
 	// BestCellShare is the share (%) of placed multi-GPU pods that got the
 	// best-connected GPUs of their node.
-	BestCellShare float64 `json:"best_cell_share"`
-	MultiGPU      int     `json:"multi_gpu_pods"`
+	BestCellShare report.Num `json:"best_cell_share"`
+	MultiGPU      int        `json:"multi_gpu_pods"`
 	// Curve is the mean allocation ratio per bin of arrived demand.
 	Curve Curve `json:"-"`
 }
@@ -208,20 +209,21 @@ func (r *Report) Summaries() []Summary {
 		for b := range s.Curve {
 			s.Curve[b] = mean(rs, func(r *Result) float64 { return r.Alloc[b] })
 		}
-		s.Alloc100, s.Alloc130 = s.Curve[100], s.Curve[MaxDemand]
-		s.SD130 = sd(rs, func(r *Result) float64 { return r.Alloc[MaxDemand] })
-		s.Frag130 = mean(rs, func(r *Result) float64 { return r.Frag[MaxDemand] })
+		s.Alloc100, s.Alloc130 = report.Num(s.Curve[100]), report.Num(s.Curve[MaxDemand])
+		s.SD130 = report.Num(sd(rs, func(r *Result) float64 { return r.Alloc[MaxDemand] }))
+		s.Frag130 = report.Num(mean(rs, func(r *Result) float64 { return r.Frag[MaxDemand] }))
 		if name, ok := FGDName[s.Policy]; ok {
-			s.PublishedFrag130, _ = r.PublishedFrag.Mean(s.Trace, name, MaxDemand)
+			pf, _ := r.PublishedFrag.Mean(s.Trace, name, MaxDemand)
+			s.PublishedFrag130 = report.Num(pf)
 		}
 		best := 0
 		for _, r := range rs {
 			s.MultiGPU += r.MultiGPU
 			best += r.BestCell
 		}
-		s.BestCellShare = math.NaN()
+		s.BestCellShare = report.Num(math.NaN())
 		if s.MultiGPU > 0 {
-			s.BestCellShare = 100 * float64(best) / float64(s.MultiGPU)
+			s.BestCellShare = report.Num(100 * float64(best) / float64(s.MultiGPU))
 		}
 	}
 	return out

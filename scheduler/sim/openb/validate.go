@@ -1,6 +1,10 @@
 package openb
 
-import "math"
+import (
+	"math"
+
+	"github.com/gpushare/gpushare/scheduler/sim/report"
+)
 
 // Tolerance is how far (percentage points) a baseline's mean may be from
 // the published mean.
@@ -8,14 +12,14 @@ const Tolerance = 1.0
 
 // Check is one comparison of our mean with the published mean.
 type Check struct {
-	Trace     string  `json:"trace"`
-	Policy    string  `json:"policy"`
-	Demand    int     `json:"arrived_demand"`
-	Ours      float64 `json:"ours"`
-	Published float64 `json:"published"`
-	Diff      float64 `json:"diff"`
-	Seeds     int     `json:"seeds"`
-	OK        bool    `json:"ok"`
+	Trace     string     `json:"trace"`
+	Policy    string     `json:"policy"`
+	Demand    int        `json:"arrived_demand"`
+	Ours      report.Num `json:"ours"`
+	Published report.Num `json:"published"`
+	Diff      report.Num `json:"diff"`
+	Seeds     int        `json:"seeds"`
+	OK        bool       `json:"ok"`
 }
 
 // ValidationBins are the arrived demands compared.
@@ -35,9 +39,9 @@ func Validate(sums []Summary, pub Published) []Check {
 			if n == 0 {
 				continue
 			}
-			c := Check{Trace: s.Trace, Policy: s.Policy, Demand: b, Ours: s.Curve[b], Published: p, Seeds: s.Seeds}
+			c := Check{Trace: s.Trace, Policy: s.Policy, Demand: b, Ours: report.Num(s.Curve[b]), Published: report.Num(p), Seeds: s.Seeds}
 			c.Diff = c.Ours - c.Published
-			c.OK = math.Abs(c.Diff) <= Tolerance+1e-9
+			c.OK = math.Abs(float64(c.Diff)) <= Tolerance+1e-9
 			out = append(out, c)
 		}
 	}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -80,17 +81,31 @@ func (t Table) WriteCSV(path string) error {
 	return f.Close()
 }
 
+// Num is a number in a machine-readable result: NaN (not measured, for
+// example a share of zero pods) and infinities are written as JSON null,
+// which encoding/json cannot do for a float64.
+type Num float64
+
+// MarshalJSON writes null for NaN and infinities.
+func (n Num) MarshalJSON() ([]byte, error) {
+	v := float64(n)
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(v)
+}
+
 // F formats a number with two decimals ("-" for NaN).
-func F(v float64) string {
-	if math.IsNaN(v) {
+func F[T ~float64](v T) string {
+	if math.IsNaN(float64(v)) {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", v)
 }
 
 // F1 formats a number with one decimal ("-" for NaN).
-func F1(v float64) string {
-	if math.IsNaN(v) {
+func F1[T ~float64](v T) string {
+	if math.IsNaN(float64(v)) {
 		return "-"
 	}
 	return fmt.Sprintf("%.1f", v)

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -36,4 +37,10 @@ func TestPlotSave(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "p.svg"))
 	must.True(t, strings.HasPrefix(string(b), "<?xml"))
 	must.Error(t, p.Save(filepath.Join(dir, "p.pdf")))
+}
+
+func TestNumJSON(t *testing.T) {
+	b, err := json.Marshal([]Num{95.39, Num(math.NaN()), Num(math.Inf(1))})
+	must.NoError(t, err)
+	must.EqOp(t, "[95.39,null,null]", string(b))
 }
