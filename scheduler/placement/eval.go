@@ -68,7 +68,7 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 			if len(n.GPUs) > 0 {
 				spg = n.GPUs[0].Shares
 			}
-			c.dfrag = e.f.delta(n, nil, r.Res.CPU) / float64(spg)
+			c.dfrag = e.f.delta(n, nil, r.Res) / float64(spg)
 			c.cost[0] = -fgdScore(c.dfrag)
 		}
 		return c
@@ -142,7 +142,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 		case kPacking:
 			c.cost = [3]float64{-e.packing(n, frac), float64(g.free), float64(i)}
 		case kFGD:
-			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
+			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res) / float64(g.Shares)
 			// equal scores across nodes are broken by node order only, as
 			// in FGD; inside a node the first GPU wins (strict less below)
 			c.cost = [3]float64{-fgdScore(c.dfrag)}
@@ -160,7 +160,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 				continue
 			}
 			c.pred = pred
-			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res.CPU) / float64(g.Shares)
+			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res) / float64(g.Shares)
 			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss}
 		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
@@ -276,7 +276,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 		c.mask, c.worst = b.mask, b.worst
 		c.ok = true
 		if e.kind == kGpushare {
-			c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res.CPU) / float64(n.GPUs[grp.gpus[0]].Shares)
+			c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res) / float64(n.GPUs[grp.gpus[0]].Shares)
 			c.cost = [3]float64{-float64(cells.Score(b.worst)), -fgdScore(c.dfrag)}
 		} else {
 			c.cost = [3]float64{-float64(cells.Score(b.worst)), float64(b.waste), float64(wholeFree - k)}
@@ -299,7 +299,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 	case kPacking:
 		c.cost = [3]float64{-e.packing(n, 0)}
 	case kFGD:
-		c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res.CPU) / float64(spg)
+		c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res) / float64(spg)
 		c.cost = [3]float64{-fgdScore(c.dfrag)}
 	}
 	return c

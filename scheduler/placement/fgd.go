@@ -11,6 +11,10 @@ import (
 // measured against (FGD's "typical pods").
 type Typical struct {
 	CPU int64 `json:"cpu"`
+	// MemoryMiB is the kind's memory; FGD ignores memory, gpushare counts
+	// a node's free GPUs as fragmented for the kind when its free memory
+	// is short (0: any).
+	MemoryMiB int64 `json:"memory_mib,omitempty"`
 	// Shares is the request's shares (a fraction, or whole GPUs as a
 	// multiple of shares_per_gpu); 0 is a CPU-only request.
 	Shares int      `json:"shares"`
@@ -35,7 +39,8 @@ func DefaultMix() Mix {
 // MixFromRequests derives the mix from past requests as FGD does: requests
 // are keyed by (CPU, shares, models), the most popular keys are kept until
 // they cover the given fraction of requests (FGD uses 0.95), and their
-// frequencies are renormalised.
+// frequencies are renormalised. Each kind's memory is the median memory of
+// its requests (FGD's key leaves memory out, so the kinds stay FGD's).
 func MixFromRequests(reqs []Request, coverage float64) Mix {
 	type key struct {
 		cpu    int64
@@ -43,8 +48,11 @@ func MixFromRequests(reqs []Request, coverage float64) Mix {
 		models string
 	}
 	count := map[key]int{}
+	mems := map[key][]int64{}
 	for _, r := range reqs {
-		count[key{r.Res.CPU, r.Shares, strings.Join(r.Models, "|")}] += max(r.Count, 1)
+		k := key{r.Res.CPU, r.Shares, strings.Join(r.Models, "|")}
+		count[k] += max(r.Count, 1)
+		mems[k] = append(mems[k], r.Res.MemoryMiB)
 	}
 	keys := make([]key, 0, len(count))
 	total := 0
@@ -70,7 +78,9 @@ func MixFromRequests(reqs []Request, coverage float64) Mix {
 		if total > 0 && float64(sum) >= coverage*float64(total) {
 			break
 		}
-		t := Typical{CPU: k.cpu, Shares: k.shares, Weight: float64(count[k])}
+		ms := mems[k]
+		slices.Sort(ms)
+		t := Typical{CPU: k.cpu, MemoryMiB: ms[len(ms)/2], Shares: k.shares, Weight: float64(count[k])}
 		if k.models != "" {
 			t.Models = strings.Split(k.models, "|")
 		}
@@ -166,15 +176,18 @@ func (f *fgd) summary(n *Node) *fgdSummary {
 		s.per[m] = e
 	}
 	s.frag = 0
-	freeCPU := n.Free().CPU
+	free := n.Free()
 	for m := range f.mix {
-		s.frag += f.mix[m].Weight * float64(f.frag(m, s.per[m], s.total, freeCPU, n))
+		s.frag += f.mix[m].Weight * float64(f.frag(m, s.per[m], s.total, free, n))
 	}
 	return s
 }
 
 type fgd struct {
-	mix     Mix
+	mix Mix
+	// memory makes a kind's fit need its memory too (gpushare); FGD
+	// checks only GPUs and CPU.
+	memory  bool
 	cache   []fgdSummary
 	needs   []needMemo
 	rows    []mixRow
@@ -209,23 +222,25 @@ type change struct {
 }
 
 // delta is F(n') - F(n) in shares for a placement that changes the listed
-// GPUs and takes cpu from the node.
-func (f *fgd) delta(n *Node, changes []change, cpu int64) float64 {
+// GPUs and takes res from the node.
+func (f *fgd) delta(n *Node, changes []change, res Resources) float64 {
 	s := f.summary(n)
-	freeCPU := n.Free().CPU - cpu
+	free := n.Free()
+	free.CPU -= res.CPU
+	free.MemoryMiB -= res.MemoryMiB
 	taken := 0
 	for _, c := range changes {
 		taken += c.old - c.new_
 	}
 	total := s.total - taken
 	if len(n.groups) == 1 {
-		return f.deltaUniform(n, s, changes, freeCPU, total, taken)
+		return f.deltaUniform(n, s, changes, free, total, taken)
 	}
-	return f.deltaGeneral(n, s, changes, freeCPU, total)
+	return f.deltaGeneral(n, s, changes, free, total)
 }
 
 // deltaGeneral is delta for any node: per GPU model and shares-per-GPU.
-func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, freeCPU int64, total int) float64 {
+func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, free Resources, total int) float64 {
 	after := 0.0
 	for m := range f.mix {
 		t := &f.mix[m]
@@ -248,7 +263,7 @@ func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, freeCPU int
 				e.small += int32(c.new_)
 			}
 		}
-		after += t.Weight * float64(f.frag(m, e, total, freeCPU, n))
+		after += t.Weight * float64(f.frag(m, e, total, free, n))
 	}
 	return after - s.frag
 }
@@ -256,7 +271,7 @@ func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, freeCPU int
 // mixRow is a typical request's needs on GPUs of one shares-per-GPU value.
 type mixRow struct {
 	need, k  int32
-	cpu      int64
+	cpu, mem int64
 	weight   float64
 	cpuOnly  bool
 	anyModel bool
@@ -270,7 +285,11 @@ func (f *fgd) rowsFor(spg int) []mixRow {
 	for m := range f.mix {
 		t := &f.mix[m]
 		need, k := t.need(spg)
-		f.rows = append(f.rows, mixRow{need: int32(need), k: int32(k), cpu: t.CPU, weight: t.Weight, cpuOnly: t.Shares == 0, anyModel: len(t.Models) == 0})
+		row := mixRow{need: int32(need), k: int32(k), cpu: t.CPU, weight: t.Weight, cpuOnly: t.Shares == 0, anyModel: len(t.Models) == 0}
+		if f.memory {
+			row.mem = t.MemoryMiB
+		}
+		f.rows = append(f.rows, row)
 	}
 	f.rowsSPG = spg
 	return f.rows
@@ -278,7 +297,7 @@ func (f *fgd) rowsFor(spg int) []mixRow {
 
 // deltaUniform is delta for a node whose GPUs are all of one model and
 // shares-per-GPU value, the common case, without per-GPU lookups.
-func (f *fgd) deltaUniform(n *Node, s *fgdSummary, changes []change, freeCPU int64, total, taken int) float64 {
+func (f *fgd) deltaUniform(n *Node, s *fgdSummary, changes []change, free Resources, total, taken int) float64 {
 	rows := f.rowsFor(n.GPUs[0].Shares)
 	model := n.GPUs[0].Model
 	after := 0.0
@@ -305,7 +324,7 @@ func (f *fgd) deltaUniform(n *Node, s *fgdSummary, changes []change, freeCPU int
 				}
 			}
 		}
-		if row.k > 0 && e.cnt >= row.k && freeCPU >= row.cpu {
+		if row.k > 0 && e.cnt >= row.k && free.CPU >= row.cpu && free.MemoryMiB >= row.mem {
 			after += row.weight * float64(e.small+e.nonElig)
 		} else {
 			after += row.weight * float64(total)
@@ -315,7 +334,7 @@ func (f *fgd) deltaUniform(n *Node, s *fgdSummary, changes []change, freeCPU int
 }
 
 // frag is f(n, m): the free shares that typical request m could not use.
-func (f *fgd) frag(m int, e fgdEntry, total int, freeCPU int64, n *Node) int {
+func (f *fgd) frag(m int, e fgdEntry, total int, free Resources, n *Node) int {
 	t := &f.mix[m]
 	if t.Shares == 0 {
 		return total
@@ -324,7 +343,7 @@ func (f *fgd) frag(m int, e fgdEntry, total int, freeCPU int64, n *Node) int {
 	if len(n.GPUs) > 0 {
 		_, k = f.need(m, n.GPUs[0].Shares)
 	}
-	if k > 0 && int(e.cnt) >= k && freeCPU >= t.CPU {
+	if k > 0 && int(e.cnt) >= k && free.CPU >= t.CPU && (!f.memory || free.MemoryMiB >= t.MemoryMiB) {
 		return int(e.small + e.nonElig)
 	}
 	return total
@@ -343,7 +362,7 @@ func Fragmentation(s *Snapshot, mix Mix) float64 {
 			if len(n.GPUs) > 0 {
 				spg = n.GPUs[0].Shares
 			}
-			sum += mix[m].Weight * float64(f.frag(m, sm.per[m], sm.total, n.Free().CPU, n)) / float64(spg)
+			sum += mix[m].Weight * float64(f.frag(m, sm.per[m], sm.total, n.Free(), n)) / float64(spg)
 		}
 	}
 	return sum

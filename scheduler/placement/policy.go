@@ -95,6 +95,7 @@ func New(name string, opts Options) (Policy, error) {
 	}
 	e := &engine{name: name, kind: k, opts: opts, buddy: map[buddyKey]buddyRes{}, vcs: map[string]*VirtualCluster{}}
 	e.f.mix = opts.Mix
+	e.f.memory = k == kGpushare
 	for i := range opts.VCs {
 		vc := &opts.VCs[i]
 		if err := vc.Validate(); err != nil {
