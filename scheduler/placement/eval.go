@@ -111,6 +111,10 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 	grp := &n.groups[gi]
 	best := cand{why: whyGPU, group: gi, gpu: -1}
 	seen := 0
+	idle := 0.0
+	if n.gpusIdle() {
+		idle = 1
+	}
 	// GPUs without profiled jobs that have the same free shares cost the
 	// same, and the first of them wins ties: score only the first.
 	var neutral [8]int
@@ -161,7 +165,9 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			}
 			c.pred = pred
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res) / float64(g.Shares)
-			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss}
+			// equal scores: a node already in use before an idle one, which
+			// stays whole for larger requests; then node order, as in FGD
+			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss, idle}
 		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
 			best = c

@@ -73,3 +73,18 @@ func TestMixFromRequestsMemory(t *testing.T) {
 	mix := MixFromRequests([]Request{req(10), req(30), req(20), {Count: 1, Shares: 100, Res: Resources{CPU: 1000, MemoryMiB: 7}}}, 1)
 	must.Eq(t, Mix{{CPU: 4000, MemoryMiB: 20, Shares: 50, Weight: 0.75}, {CPU: 1000, MemoryMiB: 7, Shares: 100, Weight: 0.25}}, mix)
 }
+
+// TestEqualScoresPreferUsedNode: placing a quarter GPU costs no
+// fragmentation on either node; fgd takes the first node in order, gpushare
+// the node already in use, keeping the idle one whole.
+func TestEqualScoresPreferUsedNode(t *testing.T) {
+	mix := Mix{{Shares: 25, Weight: 1}}
+	for name, want := range map[string]string{PolicyFGD: "idle", PolicyGpushare: "used"} {
+		s := cluster(t, NodeSpec{ID: "idle", GPUs: 1, CPU: 8000}, NodeSpec{ID: "used", GPUs: 1, CPU: 8000})
+		first := Request{ID: "first", Count: 1, Shares: 25, Avoid: []string{"idle"}}
+		must.NoError(t, s.Apply(policy(t, PolicyFirstFit, Options{}).Decide(s, first)))
+		d := policy(t, name, Options{Mix: mix}).Decide(s, Request{ID: "r", Count: 1, Shares: 25})
+		must.True(t, d.Placed())
+		must.EqOp(t, want, d.Placements[0].Node, must.Sprint(name))
+	}
+}

@@ -112,6 +112,16 @@ func (n *Node) FreeShares() int {
 	return s
 }
 
+// gpusIdle reports whether no share of the node's GPUs is in use.
+func (n *Node) gpusIdle() bool {
+	for i := range n.GPUs {
+		if !n.GPUs[i].Whole() {
+			return false
+		}
+	}
+	return true
+}
+
 // Class is the class of a job: production jobs have a slowdown bound,
 // opportunistic jobs may be preempted.
 type Class string
