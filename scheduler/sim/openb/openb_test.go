@@ -236,3 +236,20 @@ func TestTypicalPods(t *testing.T) {
 	must.SliceLen(t, 35, Mix(pods, Coverage))
 	must.SliceLen(t, 91, Mix(pods, 1))
 }
+
+func TestVsFGDSeedsAhead(t *testing.T) {
+	res := func(policy string, seed int64, at130 float64) *Result {
+		return &Result{Trace: "default", Policy: policy, Seed: seed, Alloc: curveAt(at130, at130), Frag: NewCurve()}
+	}
+	r := &Report{Results: []*Result{
+		res("fgd", 42, 95.0), res("gpushare", 42, 95.2),
+		res("fgd", 43, 95.4), res("gpushare", 43, 95.3),
+		res("fgd", 44, 95.1), res("gpushare", 44, 95.1), // a tie is not ahead
+		res("gpushare", 45, 99), // no fgd run for this seed: not paired
+	}}
+	is := r.VsFGD(r.Summaries())
+	must.SliceLen(t, 1, is)
+	must.EqOp(t, 1, is[0].Ahead)
+	must.EqOp(t, 3, is[0].Paired)
+	must.StrContains(t, VsFGDTable(is).Markdown(), "| 1/3 |")
+}
