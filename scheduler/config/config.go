@@ -31,6 +31,9 @@ type Config struct {
 	Leader          Leader           `hcl:"leader,block"`
 	VCs             []VirtualCluster `hcl:"virtual_cluster,block"`
 	Profiles        []Profile        `hcl:"profile,block"`
+	// Typical is the expected mix of requests that fragmentation is
+	// measured against; empty means placement.DefaultMix.
+	Typical []TypicalRequest `hcl:"typical_request,block"`
 	// Seed drives the random choices of randomised policies.
 	Seed uint64 `hcl:"seed,optional"`
 	// PinDelay waits between a decision and its pin. For tests of
@@ -77,6 +80,18 @@ type Profile struct {
 	Name   string  `hcl:"name,label"`
 	SMUtil float64 `hcl:"sm_util"`
 	MemBW  float64 `hcl:"mem_bw"`
+}
+
+// TypicalRequest is one kind of request in the expected mix (FGD's
+// typical pods): Shares per allocation (a fraction of shares_per_gpu, or
+// whole GPUs as its multiple; 0 is CPU-only), its CPU (MHz) and memory
+// (MiB), and its share of requests.
+type TypicalRequest struct {
+	Shares int      `hcl:"shares"`
+	CPU    int64    `hcl:"cpu,optional"`
+	Memory int64    `hcl:"memory,optional"`
+	Models []string `hcl:"models,optional"`
+	Weight float64  `hcl:"weight"`
 }
 
 // Default returns the configuration with every default.
@@ -169,6 +184,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Leader.LockDelay, o.Leader.LockDelay)
 	c.VCs = append(c.VCs, o.VCs...)
 	c.Profiles = append(c.Profiles, o.Profiles...)
+	c.Typical = append(c.Typical, o.Typical...)
 	if o.Seed != 0 {
 		c.Seed = o.Seed
 	}
@@ -231,6 +247,9 @@ func (c *Config) Validate() error {
 			bad("profile %q: sm_util and mem_bw must be between 0 and 1", p.Name)
 		}
 	}
+	if err := c.Mix().Validate(); err != nil {
+		bad("typical_request: %v (the weights are shares of requests)", err)
+	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
@@ -269,6 +288,16 @@ func (c *Config) VirtualClusters() []placement.VirtualCluster {
 		out = append(out, pvc)
 	}
 	return out
+}
+
+// Mix converts the typical requests for the placement core (nil: the
+// core's default mix).
+func (c *Config) Mix() placement.Mix {
+	var m placement.Mix
+	for _, t := range c.Typical {
+		m = append(m, placement.Typical{CPU: t.CPU, MemoryMiB: t.Memory, Shares: t.Shares, Models: t.Models, Weight: t.Weight})
+	}
+	return m
 }
 
 // Duration parses a validated duration field.

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/shoenig/test/must"
 )
 
@@ -35,6 +36,18 @@ profile "bert" {
   sm_util = 0.6
   mem_bw  = 0.4
 }
+
+typical_request {
+  shares = 50
+  cpu    = 4000
+  memory = 16384
+  weight = 0.75
+}
+typical_request {
+  shares = 200
+  models = ["Tesla V100-SXM2-16GB"]
+  weight = 0.25
+}
 `
 
 func TestParse(t *testing.T) {
@@ -48,6 +61,8 @@ func TestParse(t *testing.T) {
 	must.Eq(t, "gpushare/leader", c.Leader.VariablePath)
 	must.SliceLen(t, 1, c.VirtualClusters())
 	must.Eq(t, 4, c.VirtualClusters()[0].Cells[0].GPUs)
+	must.Eq(t, placement.Mix{{CPU: 4000, MemoryMiB: 16384, Shares: 50, Weight: 0.75},
+		{Shares: 200, Models: []string{"Tesla V100-SXM2-16GB"}, Weight: 0.25}}, c.Mix())
 }
 
 func TestDefaultsAreValid(t *testing.T) {
@@ -62,10 +77,11 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.Leader.TTL = "soon"
 	c.VCs = []VirtualCluster{{Name: "a", Cells: []Cell{{GPUs: 0, Count: 1}}}, {Name: "a"}}
 	c.Profiles = []Profile{{Name: "x", SMUtil: 3}}
+	c.Typical = []TypicalRequest{{Shares: 50, Weight: 0.5}}
 	err := c.Validate()
 	must.True(t, errors.Is(err, ErrInvalid))
 	for _, want := range []string{"nomad.address", `unknown policy "magic"`, "production_max_slowdown = 2", `leader.ttl = "soon"`,
-		`virtual_cluster "a" is defined twice`, `virtual_cluster "a" cell 0`, `profile "x"`} {
+		`virtual_cluster "a" is defined twice`, `virtual_cluster "a" cell 0`, `profile "x"`, "typical_request: mix weights sum to 0.500"} {
 		must.ErrorContains(t, err, want)
 	}
 }

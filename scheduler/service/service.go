@@ -73,7 +73,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	for _, p := range cfg.Profiles {
 		prof.Profiles[normalize(p.Name)] = interference.Profile{Name: p.Name, SM: p.SMUtil, MemBW: p.MemBW}
 	}
-	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters()})
+	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters(), Mix: cfg.Mix()})
 	if err != nil {
 		return nil, err
 	}
