@@ -11,7 +11,8 @@ import (
 // BenchmarkShort is the short openb run for `make bench`: the three traces,
 // one seed (42), the validated baselines and gpushare. It reports each policy's allocation ratio at
 // 130% arrived demand per trace (the published 10-seed means on default:
-// random 87.47, best-fit 93.08, gpu-packing 92.00, FGD 95.39).
+// random 87.47, best-fit 93.08, gpu-packing 92.00, FGD 95.39) and gpushare's
+// lead over fgd in points.
 //
 //	go test -run '^$' -bench Short -benchtime 1x ./scheduler/sim/...
 func BenchmarkShort(b *testing.B) {
@@ -21,11 +22,16 @@ func BenchmarkShort(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, s := range rep.Summaries() {
+		sums := rep.Summaries()
+		for _, s := range sums {
 			b.ReportMetric(float64(s.Alloc130), s.Trace+"/"+s.Policy+"-alloc%@130")
 			if s.Policy == "gpushare" {
 				b.ReportMetric(float64(s.BestCellShare), s.Trace+"/gpushare-best-cell%")
 			}
+		}
+		// against the baseline run in the same process: fgd on the same seed
+		for _, imp := range rep.VsFGD(sums) {
+			b.ReportMetric(float64(imp.Gpushare-imp.FGDOurs), imp.Trace+"/gpushare-minus-fgd-pp@130")
 		}
 	}
 }
