@@ -9,16 +9,19 @@ import (
 )
 
 // Policies compared by default, in report order.
-var Policies = []string{"exclusive", "hived", "packing", "sjf-bsbf", "gpushare", "gpushare-sjf"}
+var Policies = []string{"exclusive", "hived", "packing", "sjf-bsbf", "gpushare", "gpushare-fifo"}
 
 // PolicyInfo describes each policy.
 var PolicyInfo = map[string]string{
-	"exclusive":    "no sharing, FIFO; whole GPUs by best-fit",
-	"hived":        "no sharing, FIFO; whole GPUs in the lowest free topology cell (placement policy hived)",
-	"packing":      "interference-oblivious: a single-GPU job shares a GPU whenever half of one is free (gpu-packing), FIFO",
-	"sjf-bsbf":     "shortest job first; a job takes a free GPU, else pairs with the running job whose predicted concurrent completion beats waiting by the most (measured throughputs)",
-	"gpushare":     "FIFO; a job takes a free GPU, else the placement core pairs it by predicted interference within its slowdown bound (policy gpushare)",
-	"gpushare-sjf": "ablation: gpushare's placement and pairing with SJF-BSBF's queue order (shortest job first, job lengths known in advance)",
+	"exclusive": "no sharing, FIFO; whole GPUs by best-fit",
+	"hived":     "no sharing, FIFO; whole GPUs in the lowest free topology cell (placement policy hived)",
+	"packing":   "interference-oblivious: a single-GPU job shares a GPU whenever half of one is free (gpu-packing), FIFO",
+	"sjf-bsbf":  "shortest job first; a job takes a free GPU, else pairs with the running job whose predicted concurrent completion beats waiting by the most (measured throughputs)",
+	"gpushare": "highest response ratio first ((wait + expected run time) / expected run time, run times known in advance as for SJF-BSBF); " +
+		"a multi-GPU job that cannot start holds the servers that free first for it when they free within its own run time, and other jobs use them only if they end before (backfilling); " +
+		"a single-GPU job takes a free GPU (placement policy gpushare), else pairs with the running job whose pairing saves the most summed completion time over waiting for the first GPU, " +
+		"keeping both within their slowdown bound as predicted by the interference model, or as observed once the two job types have shared",
+	"gpushare-fifo": "ablation, the previous gpushare: FIFO; a job takes a free GPU, else the placement core pairs it by predicted interference within its slowdown bound",
 }
 
 type shareMode int
@@ -28,21 +31,33 @@ const (
 	shareAlways           // oblivious packing
 	shareBSBF             // SJF-BSBF pairing rule
 	shareModel            // the placement core's interference-aware pairing
+	shareGain             // gpushare: pairs by predicted interference and saved completion time
+)
+
+// queueOrder is the order in which a policy serves its queue.
+type queueOrder int
+
+const (
+	orderFIFO queueOrder = iota // arrival order
+	orderSJF                    // isolated run time, shortest first (SJF-BSBF)
+	orderHRRN                   // highest response ratio first
 )
 
 type policySpec struct {
 	core  string
 	share shareMode
-	sjf   bool
+	order queueOrder
+	// reserve holds servers for a waiting multi-GPU job (see reserveFor).
+	reserve bool
 }
 
 var specs = map[string]policySpec{
-	"exclusive":    {core: placement.PolicyBestFit},
-	"hived":        {core: placement.PolicyHived},
-	"packing":      {core: placement.PolicyGPUPacking, share: shareAlways},
-	"sjf-bsbf":     {core: placement.PolicyBestFit, share: shareBSBF, sjf: true},
-	"gpushare":     {core: placement.PolicyGpushare, share: shareModel},
-	"gpushare-sjf": {core: placement.PolicyGpushare, share: shareModel, sjf: true},
+	"exclusive":     {core: placement.PolicyBestFit},
+	"hived":         {core: placement.PolicyHived},
+	"packing":       {core: placement.PolicyGPUPacking, share: shareAlways},
+	"sjf-bsbf":      {core: placement.PolicyBestFit, share: shareBSBF, order: orderSJF},
+	"gpushare":      {core: placement.PolicyGpushare, share: shareGain, order: orderHRRN, reserve: true},
+	"gpushare-fifo": {core: placement.PolicyGpushare, share: shareModel},
 }
 
 func specFor(name string) (policySpec, error) {
@@ -56,20 +71,4 @@ func specFor(name string) (policySpec, error) {
 		return s, fmt.Errorf("unknown gavel policy %q: want one of %s", name, strings.Join(names, ", "))
 	}
 	return s, nil
-}
-
-// pairBenefit is the SJF-BSBF rule: the saving in the two jobs' summed
-// completion times (from now) when job j (alone: tj seconds) shares the GPU
-// of running job r (alone: tr seconds left) at normalised throughputs nj and
-// nr, instead of waiting for r to finish. Positive means pairing wins.
-func pairBenefit(tr, tj, nr, nj float64) float64 {
-	wait := tr + (tr + tj)
-	var pair float64
-	if a := tr / nr; a <= tj/nj {
-		pair = a + a + (tj - a*nj) // r first; j finishes alone
-	} else {
-		b := tj / nj
-		pair = b + b + (tr - b*nr)
-	}
-	return wait - pair
 }

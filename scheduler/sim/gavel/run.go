@@ -89,7 +89,10 @@ at the throughput measured for their scale factor (jobs larger than a server
 take whole servers and run at the unconsolidated throughput; unmeasured scale
 factors scale the largest measured one linearly). FIFO serves the queue in
 arrival order, starting every job that fits (a job that does not fit does not
-hold back later ones); SJF orders it by isolated run time, known in advance.
+hold back later ones); SJF orders it by isolated run time, known in advance;
+gpushare by response ratio, (waited + expected run time) / expected run time,
+with the same run times, and lets a multi-GPU job that cannot start hold
+servers (later jobs use them only if they end before it could start).
 Times are in hours; utilisation counts GPUs with at least one job.
 `
 
@@ -137,7 +140,7 @@ func (r *Report) WriteDir(dir, format string) error {
 			for i := range y {
 				y[i] = float64(i+1) / float64(len(y))
 			}
-			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y, Dashed: m.Policy == "gpushare-sjf"})
+			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y, Dashed: m.Policy == "gpushare-fifo"})
 		}
 		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.trace, strings.ReplaceAll(k.cluster, ":", "-"), format)
 		if err := p.Save(filepath.Join(dir, name)); err != nil {

@@ -65,6 +65,16 @@ type sim struct {
 	onGPU   map[string][]int // GPU UUID -> running job IDs
 	busyGPU float64          // integral of busy GPUs over time
 	out     []Outcome
+	gpuNode map[string]string // GPU UUID -> node ID
+	// ahead counts the GPUs wanted by the jobs served before the current
+	// one in this scheduling round that are still waiting.
+	ahead int
+	// reserved are the servers held in this round for a waiting
+	// multi-GPU job (see reserveFor).
+	reserved []reservation
+	// seen holds the normalised throughputs observed for pairs of job
+	// types that have shared a GPU, keyed by (running, new).
+	seen map[pairKey][2]float64
 }
 
 // Simulate runs one policy over a trace on a cluster.
@@ -93,7 +103,13 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 		jobs[i].ID = i // jobs are numbered in arrival order
 	}
 	s := &sim{spec: spec, opts: opts, cluster: c, thr: thr, snap: snap, pol: pol,
-		run: map[int]*running{}, onGPU: map[string][]int{}, out: make([]Outcome, len(jobs))}
+		run: map[int]*running{}, onGPU: map[string][]int{}, out: make([]Outcome, len(jobs)),
+		gpuNode: map[string]string{}, seen: map[pairKey][2]float64{}}
+	for _, n := range snap.Nodes() {
+		for _, g := range n.GPUs {
+			s.gpuNode[g.UUID] = n.ID
+		}
+	}
 	for i := range jobs {
 		s.out[i] = Outcome{Job: jobs[i]}
 		if _, err := thr.Isolated(jobs[i].Type, jobs[i].Scale, true); err != nil {
@@ -184,11 +200,12 @@ func (s *sim) rates() {
 				if p == r.job.ID {
 					p = others[1]
 				}
-				na, _, ok := s.thr.Pair(r.job.Type, s.run[p].job.Type)
+				na, np, ok := s.thr.Pair(r.job.Type, s.run[p].job.Type)
 				if !ok {
 					panic(fmt.Sprintf("jobs %d and %d share a GPU but cannot", r.job.ID, p))
 				}
 				r.rate = r.iso * na
+				s.seen[pairKey{r.job.Type, s.run[p].job.Type}] = [2]float64{na, np}
 			}
 		}
 	}
@@ -200,21 +217,11 @@ func (s *sim) schedule(queue []int) []int {
 	if len(queue) == 0 {
 		return queue
 	}
-	if s.spec.sjf {
-		slices.SortStableFunc(queue, func(a, b int) int {
-			da, db := s.aloneTime(s.out[a].Job), s.aloneTime(s.out[b].Job)
-			switch {
-			case da < db:
-				return -1
-			case da > db:
-				return 1
-			}
-			return a - b
-		})
-	}
+	s.order(queue)
 	failed := map[string]bool{} // shapes that did not fit since the last placement
 	left := queue[:0:0]
 	placed := false
+	s.ahead, s.reserved = 0, nil
 	for _, i := range queue {
 		j := s.out[i].Job
 		key := strconv.Itoa(j.Scale)
@@ -224,9 +231,17 @@ func (s *sim) schedule(queue []int) []int {
 		if j.Scale > s.cluster.GPUs() {
 			continue // can never run: dropped, Placed stays false
 		}
+		if len(s.reserved) > 0 {
+			// a job short enough to run before a reservation is another shape
+			key += "/" + strconv.Itoa(len(s.reserved)-len(s.avoid(j.ID, s.expected(j))))
+		}
 		if failed[key] || !s.place(j) {
 			failed[key] = true
 			left = append(left, i)
+			s.ahead += j.Scale
+			if s.spec.reserve && j.Scale > 1 && s.reserved == nil {
+				s.reserved = s.reserveFor(j)
+			}
 			continue
 		}
 		placed = true
@@ -238,14 +253,9 @@ func (s *sim) schedule(queue []int) []int {
 	return left
 }
 
-func (s *sim) aloneTime(j Job) float64 {
-	v, _ := s.thr.Isolated(j.Type, j.Scale, true)
-	return j.Steps / v
-}
-
 func (s *sim) reqFor(j Job, shares int) placement.Request {
-	r := placement.Request{ID: "job-" + strconv.Itoa(j.ID), Count: 1, Shares: shares}
-	if s.spec.share == shareModel {
+	r := placement.Request{ID: "job-" + strconv.Itoa(j.ID), Count: 1, Shares: shares, Avoid: s.avoid(j.ID, s.expected(j))}
+	if s.spec.share == shareModel || s.spec.share == shareGain {
 		if p, ok := s.opts.Model.Lookup(j.Type); ok {
 			r.Profile = p
 		}
@@ -286,6 +296,8 @@ func (s *sim) place(j Job) bool {
 	switch s.spec.share {
 	case shareBSBF:
 		return s.pairBSBF(j)
+	case shareGain:
+		return s.pairShare(j)
 	default: // shareAlways, shareModel: the core chooses, memory decides
 		r := s.reqFor(j, half)
 		for range s.cluster.Nodes {
@@ -308,65 +320,6 @@ func (s *sim) place(j Job) bool {
 		}
 	}
 	return false
-}
-
-// partnerOn returns the single-GPU job alone on a GPU.
-func (s *sim) partnerOn(uuid string) (*running, bool) {
-	ids := s.onGPU[uuid]
-	if len(ids) != 1 {
-		return nil, false
-	}
-	r := s.run[ids[0]]
-	return r, len(r.gpus) == 1
-}
-
-// pairBSBF pairs j with the running job whose pairing saves the most summed
-// completion time, if any saves some.
-func (s *sim) pairBSBF(j Job) bool {
-	tj := s.aloneTime(j)
-	best, bestGPU := 0.0, ""
-	gpus := make([]string, 0, len(s.onGPU))
-	for g := range s.onGPU {
-		gpus = append(gpus, g)
-	}
-	slices.Sort(gpus)
-	for _, g := range gpus {
-		r, ok := s.partnerOn(g)
-		if !ok {
-			continue
-		}
-		nj, nr, fits := s.thr.Pair(j.Type, r.job.Type)
-		if !fits {
-			continue
-		}
-		if b := pairBenefit(r.rem/r.iso, tj, nr, nj); b > best {
-			best, bestGPU = b, g
-		}
-	}
-	if bestGPU == "" {
-		return false
-	}
-	r, _ := s.partnerOn(bestGPU)
-	node := s.snap.Nodes()[0].ID
-	for _, n := range s.snap.Nodes() {
-		for i := range n.GPUs {
-			if n.GPUs[i].UUID == bestGPU {
-				node = n.ID
-			}
-		}
-	}
-	var free []string
-	used := map[string]bool{}
-	for _, sh := range r.shares {
-		used[sh] = true
-	}
-	for k := 0; k < devicefn.DefaultSharesPerGPU && len(free) < devicefn.DefaultSharesPerGPU/2; k++ {
-		if id := (devicefn.ShareID{UUID: bestGPU, Index: k}).String(); !used[id] {
-			free = append(free, id)
-		}
-	}
-	s.addHalf(j, node, bestGPU, free)
-	return true
 }
 
 // addHalf records j on the given shares of one GPU.

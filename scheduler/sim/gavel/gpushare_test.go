@@ -1,0 +1,163 @@
+package gavel
+
+import (
+	"math"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/shoenig/test/must"
+)
+
+// tinyModel profiles the tiny job types: two A jobs demand 1.2 of the SMs
+// and get 0.5/0.6 = 0.833 of their speed each (slowdown 0.17); two C jobs
+// get 0.5 each (slowdown 0.5, beyond gpushare's bound of 0.4).
+func tinyModel() *interference.Model {
+	return &interference.Model{Profiles: map[string]interference.Profile{
+		"a": {Name: "A", SM: 0.6},
+		"c": {Name: "C", SM: 1},
+	}}
+}
+
+func TestResponseRatioOrder(t *testing.T) {
+	thr := tinyThroughputs(t)
+	// Type A runs 1 step/s alone: steps are seconds. IDs in arrival order.
+	jobs := []Job{
+		{ID: 0, Type: "A", Steps: 100, Arrival: 0, Scale: 1},
+		{ID: 1, Type: "A", Steps: 400, Arrival: 0, Scale: 1},
+		{ID: 2, Type: "A", Steps: 50, Arrival: 50, Scale: 1},
+		{ID: 3, Type: "A", Steps: 10, Arrival: 60, Scale: 1},
+	}
+	cases := []struct {
+		name  string
+		order queueOrder
+		now   float64
+		want  []int
+	}{
+		{"fifo", orderFIFO, 100, []int{0, 1, 2, 3}},
+		{"sjf", orderSJF, 100, []int{3, 2, 0, 1}},
+		// At 100 s the ratios (waited + run) / run are 200/100 = 2,
+		// 500/400 = 1.25, 100/50 = 2 and 50/10 = 5; 0 and 2 tie and keep
+		// arrival order.
+		{"hrrn", orderHRRN, 100, []int{3, 0, 2, 1}},
+		// At 1000 s the 400 s job has waited 2.5 times its length: 3.5,
+		// against 11, 20.8 and 95: the short ones still go first...
+		{"hrrn later", orderHRRN, 1000, []int{3, 2, 0, 1}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &sim{spec: policySpec{order: c.order}, thr: thr, cluster: oneGPU, now: c.now}
+			for _, j := range jobs {
+				s.out = append(s.out, Outcome{Job: j})
+			}
+			q := []int{0, 1, 2, 3}
+			s.order(q)
+			must.Eq(t, c.want, q)
+		})
+	}
+	// ...but a job that has just arrived does not overtake one that has
+	// waited as long as it will run: (400 + 400) / 400 = 2 > (0 + 10) / 10.
+	must.Greater(t, responseRatio(0, 10), responseRatio(400, 400))
+	must.Eq(t, 2.0, responseRatio(400, 400))
+	must.Eq(t, 1.5, responseRatio(0.5, 0.1)) // run times below 1 s count as 1 s
+}
+
+func TestExpectedRunTime(t *testing.T) {
+	s := &sim{thr: tinyThroughputs(t), cluster: Cluster{Name: "2x1", Nodes: 2, GPUsPerNode: 1}}
+	j := Job{Type: "A", Steps: 300, Scale: 2}
+	must.Eq(t, 250.0, s.expected(j))  // across servers: 1.2 step/s
+	must.Eq(t, 200.0, s.aloneTime(j)) // SJF-BSBF's length: on one server
+}
+
+func TestPairGain(t *testing.T) {
+	// r has 90 s left, j needs 50 s, 0.6 each together: j ends at 83.3 s,
+	// r at 83.3 + 40 = 123.3 s; summed 206.7 s.
+	must.InDelta(t, 50/0.6+40, pairEnd(90, 50, 0.6, 0.6), 1e-9)
+	// Waiting for r (SJF-BSBF): 90 + 140 = 230 s.
+	must.InDelta(t, 230-(2*50/0.6+40), pairGain(90, 50, 0.6, 0.6, math.Inf(1)), 1e-9)
+	must.Eq(t, pairBenefit(90, 50, 0.6, 0.6), pairGain(90, 50, 0.6, 0.6, math.Inf(1)))
+	// If another GPU frees in 10 s, waiting costs 90 + 10 + 50 = 150 s:
+	// pairing loses.
+	must.InDelta(t, 150-(2*50/0.6+40), pairGain(90, 50, 0.6, 0.6, 10), 1e-9)
+	// j longer than r: r ends at 10/0.5 = 20 s, j has 60 - 20*0.9 = 42 s
+	// left: 62 s; summed 82 s against waiting 10 + 10 + 60 = 80 s.
+	must.InDelta(t, 62.0, pairEnd(10, 60, 0.5, 0.9), 1e-9)
+	must.InDelta(t, -2.0, pairGain(10, 60, 0.5, 0.9, math.Inf(1)), 1e-9)
+}
+
+func TestPredictPairLearns(t *testing.T) {
+	s := &sim{opts: Options{Model: tinyModel()}, seen: map[pairKey][2]float64{}}
+	pa, _ := s.opts.Model.Lookup("A")
+	na, nb, ok := s.predictPair("A", "A", pa)
+	must.True(t, ok)
+	must.InDelta(t, 0.5/0.6, na, 1e-9) // the model
+	must.InDelta(t, 0.5/0.6, nb, 1e-9)
+	s.seen[pairKey{"A", "A"}] = [2]float64{0.6, 0.6} // observed once they shared
+	na, nb, _ = s.predictPair("A", "A", pa)
+	must.Eq(t, 0.6, na)
+	must.Eq(t, 0.6, nb)
+	_, _, ok = s.predictPair("Z", "A", pa) // unprofiled and never seen
+	must.False(t, ok)
+}
+
+// TestGpushareByHand replays tiny traces through gpushare with the
+// completion times worked out by hand.
+func TestGpushareByHand(t *testing.T) {
+	thr := tinyThroughputs(t)
+	oneByTwo := Cluster{Name: "1x2", Nodes: 1, GPUsPerNode: 2}
+	cases := []struct {
+		name, policy string
+		jobs         []Job
+		cluster      Cluster
+		jct, start   []float64
+	}{
+		// Job 1 finds the GPU busy for 90 s more: the model predicts 0.833
+		// each together, so waiting costs 90 + 90 + 50 = 230 s of summed
+		// completion and pairing 60 + 60 + 40 = 160 s. They run at the
+		// measured 0.6: job 1 ends at 10 + 50/0.6 s; job 0, 60 steps done,
+		// 40 s later.
+		{"pairs when it beats waiting", "gpushare",
+			[]Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}, oneGPU,
+			[]float64{10 + 50/0.6 + 40, 50 / 0.6}, []float64{0, 10}},
+		// Two C jobs would each slow down by a predicted 0.5 > 0.4: in turn.
+		{"slowdown bound", "gpushare",
+			[]Job{{Type: "C", Steps: 100, Scale: 1}, {Type: "C", Steps: 50, Arrival: 10, Scale: 1}}, oneGPU,
+			[]float64{100, 140}, []float64{0, 100}},
+		// Job 2 finds job 0 with 90 s left and job 1 with 2 s left, so it
+		// would wait w = 2 s for a GPU. With job 0 waiting costs
+		// 90 + 2 + 50 = 142 s, pairing 160 s; with job 1, 2 + 2 + 50 = 54
+		// s against 2.4 + 2.4 + 48 = 52.8 s: it pairs with job 1
+		// (SJF-BSBF, which waits for the partner, would take job 0: 230 -
+		// 160 > 54 - 52.8). At 0.6, job 1 ends at 10 + 2/0.6 s and job 2
+		// 48 s later.
+		{"pairs with the job that frees soon", "gpushare",
+			[]Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 12, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}, oneByTwo,
+			[]float64{100, 10 + 2/0.6, 2/0.6 + 48}, []float64{0, 0, 10}},
+		// Job 2 (2 GPUs, 200 s) cannot start at 1 s; the server frees in 99
+		// s, within its 200 s, so it holds the server: job 3 (1000 s) may
+		// not take job 1's GPU when it frees at 20 s, job 4 (10 s) may, at
+		// 30 s, as it ends before the reservation (70 s later). Job 2
+		// starts at 100 s, job 3 when it ends.
+		{"reservation with backfilling", "gpushare",
+			[]Job{{Type: "C", Steps: 100, Scale: 1}, {Type: "C", Steps: 20, Scale: 1}, {Type: "A", Steps: 300, Arrival: 1, Scale: 2},
+				{Type: "C", Steps: 1000, Arrival: 5, Scale: 1}, {Type: "C", Steps: 10, Arrival: 30, Scale: 1}}, oneByTwo,
+			[]float64{100, 20, 299, 1295, 10}, []float64{0, 0, 100, 300, 30}},
+		// FIFO without reservations: job 3 takes the GPU freed at 20 s and
+		// job 2 waits for both until 1020 s; job 4 gets job 0's at 100 s.
+		{"fifo starves the 2-GPU job", "gpushare-fifo",
+			[]Job{{Type: "C", Steps: 100, Scale: 1}, {Type: "C", Steps: 20, Scale: 1}, {Type: "A", Steps: 300, Arrival: 1, Scale: 2},
+				{Type: "C", Steps: 1000, Arrival: 5, Scale: 1}, {Type: "C", Steps: 10, Arrival: 30, Scale: 1}}, oneByTwo,
+			[]float64{100, 20, 1219, 1015, 80}, []float64{0, 0, 1020, 20, 100}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			out, _, err := Simulate(c.policy, c.jobs, c.cluster, thr, Options{Model: tinyModel()})
+			must.NoError(t, err)
+			must.SliceLen(t, len(c.jct), out)
+			for i, o := range out {
+				must.True(t, o.Placed)
+				must.InDelta(t, c.jct[i], o.JCT(), 1e-6, must.Sprintf("job %d JCT", i))
+				must.InDelta(t, c.start[i], o.Start, 1e-6, must.Sprintf("job %d start", i))
+			}
+		})
+	}
+}
