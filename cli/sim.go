@@ -224,10 +224,14 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	if err != nil {
 		return simFail(io, err)
 	}
-	return c.emit(io, rep.WriteDir, rep.Metrics, func() {
-		fmt.Fprint(io.Out, rep.Table().Text())
+	j := rep.JSON()
+	return c.emit(io, rep.WriteDir, j, func() {
+		if len(j.Goals) > 0 {
+			fmt.Fprintf(io.Out, "gpushare's goal: the lowest average JCT, and a p99 JCT no worse than exclusive's:\n\n%s\n", gavel.GoalsTable(j.Goals).Text())
+		}
+		fmt.Fprintf(io.Out, "All policies:\n\n%s", rep.Table().Text())
 		if c.out != "" {
-			fmt.Fprintf(io.Out, "\nwrote %s/gavel.md, gavel_metrics.csv and plots\n", c.out)
+			fmt.Fprintf(io.Out, "\nwrote %s/gavel.md, CSV files and plots\n", c.out)
 		}
 	})
 }

@@ -106,8 +106,8 @@ func (r *Report) Table() report.Table {
 	return t
 }
 
-// WriteDir writes gavel_metrics.csv, gavel.md and one JCT CDF plot per
-// trace and cluster (format "svg" or "png").
+// WriteDir writes gavel_metrics.csv, gavel_goals.csv (when gpushare ran
+// with other policies), gavel.md and one JCT CDF plot per trace and cluster (format "svg" or "png").
 func (r *Report) WriteDir(dir, format string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -116,13 +116,23 @@ func (r *Report) WriteDir(dir, format string) error {
 	if err := t.WriteCSV(filepath.Join(dir, "gavel_metrics.csv")); err != nil {
 		return err
 	}
+	goals := GoalsTable(r.Goals())
+	if len(goals.Rows) > 1 {
+		if err := goals.WriteCSV(filepath.Join(dir, "gavel_goals.csv")); err != nil {
+			return err
+		}
+	}
 	var md strings.Builder
 	md.WriteString("# Gavel MSR traces: job completion time\n\n")
 	md.WriteString("Measured V100 throughputs alone and co-located (Gavel, OSDI'20). Policies:\n\n")
 	for _, p := range Policies {
 		fmt.Fprintf(&md, "- `%s`: %s\n", p, PolicyInfo[p])
 	}
-	md.WriteString("\n" + modelNotes + "\n" + t.Markdown() + "\n## JCT CDFs\n\n")
+	md.WriteString("\n" + modelNotes + "\n")
+	if len(goals.Rows) > 1 {
+		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the policies run, and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
+	}
+	md.WriteString(t.Markdown() + "\n## JCT CDFs\n\n")
 	type key struct{ trace, cluster string }
 	groups := map[key][]Metrics{}
 	var order []key
