@@ -43,23 +43,13 @@ const sameTime = 1e-9
 // Goals checks gpushare on every trace and cluster where it and at least
 // one other policy ran, in report order.
 func (r *Report) Goals() []Goal {
-	type key struct{ trace, cluster string }
-	by := map[key][]Metrics{}
-	var order []key
-	for _, m := range r.Metrics {
-		k := key{m.Trace, m.Cluster}
-		if _, ok := by[k]; !ok {
-			order = append(order, k)
-		}
-		by[k] = append(by[k], m)
-	}
 	var out []Goal
-	for _, k := range order {
+	for _, ms := range r.byRun() {
 		var g *Metrics
 		var others []Metrics
-		for i, m := range by[k] {
+		for i, m := range ms {
 			if m.Policy == "gpushare" {
-				g = &by[k][i]
+				g = &ms[i]
 			} else {
 				others = append(others, m)
 			}
@@ -67,7 +57,7 @@ func (r *Report) Goals() []Goal {
 		if g == nil || len(others) == 0 {
 			continue
 		}
-		goal := Goal{Trace: k.trace, Cluster: k.cluster, AvgJCT: g.AvgJCT, P99JCT: g.P99JCT, ExclusiveP99JCT: report.Num(math.NaN())}
+		goal := Goal{Trace: g.Trace, Cluster: g.Cluster, AvgJCT: g.AvgJCT, P99JCT: g.P99JCT, ExclusiveP99JCT: report.Num(math.NaN())}
 		for i, m := range others {
 			if i == 0 || m.AvgJCT < goal.RunnerAvgJCT {
 				goal.Runner, goal.RunnerAvgJCT = m.Policy, m.AvgJCT

@@ -133,30 +133,39 @@ func (r *Report) WriteDir(dir, format string) error {
 		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the policies run, and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
 	}
 	md.WriteString(t.Markdown() + "\n## JCT CDFs\n\n")
-	type key struct{ trace, cluster string }
-	groups := map[key][]Metrics{}
-	var order []key
-	for _, m := range r.Metrics {
-		k := key{m.Trace, m.Cluster}
-		if _, ok := groups[k]; !ok {
-			order = append(order, k)
-		}
-		groups[k] = append(groups[k], m)
-	}
-	for _, k := range order {
-		p := report.Plot{Title: fmt.Sprintf("Gavel %s on %s: JCT CDF", k.trace, k.cluster), XLabel: "job completion time (h, log scale)", YLabel: "fraction of jobs", LogX: true, YMin: 0, YMax: 1}
-		for _, m := range groups[k] {
+	for _, ms := range r.byRun() {
+		k := ms[0]
+		p := report.Plot{Title: fmt.Sprintf("Gavel %s on %s: JCT CDF", k.Trace, k.Cluster), XLabel: "job completion time (h, log scale)", YLabel: "fraction of jobs", LogX: true, YMin: 0, YMax: 1}
+		for _, m := range ms {
 			y := make([]float64, len(m.JCTs))
 			for i := range y {
 				y[i] = float64(i+1) / float64(len(y))
 			}
 			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y, Dashed: m.Policy == "gpushare-fifo"})
 		}
-		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.trace, strings.ReplaceAll(k.cluster, ":", "-"), format)
+		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.Trace, strings.ReplaceAll(k.Cluster, ":", "-"), format)
 		if err := p.Save(filepath.Join(dir, name)); err != nil {
 			return err
 		}
-		fmt.Fprintf(&md, "![%s %s](%s)\n\n", k.trace, k.cluster, name)
+		fmt.Fprintf(&md, "![%s %s](%s)\n\n", k.Trace, k.Cluster, name)
 	}
 	return os.WriteFile(filepath.Join(dir, "gavel.md"), []byte(md.String()), 0o644)
+}
+
+// byRun groups the metrics by trace and cluster, in report order.
+func (r *Report) byRun() [][]Metrics {
+	type key struct{ trace, cluster string }
+	at := map[key]int{}
+	var out [][]Metrics
+	for _, m := range r.Metrics {
+		k := key{m.Trace, m.Cluster}
+		i, ok := at[k]
+		if !ok {
+			i = len(out)
+			at[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], m)
+	}
+	return out
 }
