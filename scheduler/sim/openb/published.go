@@ -3,7 +3,9 @@ package openb
 import (
 	"fmt"
 	"io"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -36,8 +38,9 @@ var FGDName = map[string]string{
 // Mean returns the published mean over seeds at a bin, and the seed count.
 func (p Published) Mean(trace, fgdPolicy string, bin int) (float64, int) {
 	sum, n := 0.0, 0
-	for _, c := range p[trace][fgdPolicy] {
-		if !math.IsNaN(c[bin]) {
+	curves := p[trace][fgdPolicy]
+	for _, seed := range slices.Sorted(maps.Keys(curves)) { // one summation order: the same mean to the last bit
+		if c := curves[seed]; !math.IsNaN(c[bin]) {
 			sum += c[bin]
 			n++
 		}
