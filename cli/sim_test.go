@@ -58,7 +58,7 @@ func TestSimGavelJSONAndOut(t *testing.T) {
 	must.SliceLen(t, 1, j.Goals) // one trace on one cluster
 	must.MapContainsKeys(t, j.Goals[0], []string{"gpushare_avg_jct_h", "runner_up", "lowest_avg_jct", "p99_no_worse_than_exclusive"})
 	must.StrContains(t, errOut, "gavel 6/6")
-	for _, f := range []string{"gavel.md", "gavel_metrics.csv", "gavel_goals.csv", "gavel_jct_cdf_925e2b_pcie-2.svg"} {
+	for _, f := range []string{"gavel.md", "gavel_metrics.csv", "gavel_goals.csv", "gavel_avg_jct_pcie-2.svg", "gavel_jct_cdf_925e2b_pcie-2.svg"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		must.NoError(t, err)
 	}

@@ -38,3 +38,26 @@ func TestGoals(t *testing.T) {
 	must.Eq(t, []string{"all", "", "", "", "", "2/3", "", "", "1/3"}, tab.Rows[len(tab.Rows)-1])
 	must.Eq(t, "+0.001", tab.Rows[0][4])
 }
+
+func TestRelativeBars(t *testing.T) {
+	r := &Report{Metrics: []Metrics{
+		{Trace: "a", Cluster: "pcie", Policy: "exclusive", AvgJCT: 10},
+		{Trace: "a", Cluster: "pcie", Policy: "gpushare", AvgJCT: 5},
+		{Trace: "b", Cluster: "pcie", Policy: "exclusive", AvgJCT: 4},
+		{Trace: "b", Cluster: "pcie", Policy: "packing", AvgJCT: 6},
+		{Trace: "b", Cluster: "pcie", Policy: "gpushare", AvgJCT: 2},
+		{Trace: "a", Cluster: "dgx1:2", Policy: "gpushare", AvgJCT: 5}, // no exclusive: no chart
+	}}
+	bs := r.relativeBars()
+	must.SliceLen(t, 1, bs)
+	must.EqOp(t, "pcie", bs[0].cluster)
+	b := bs[0].bars
+	must.Eq(t, []string{"a", "b"}, b.Categories)
+	must.SliceLen(t, 2, b.Series)
+	must.EqOp(t, "gpushare", b.Series[0].Name)
+	must.Eq(t, []float64{0.5, 0.5}, b.Series[0].Values)
+	must.EqOp(t, "packing", b.Series[1].Name) // first seen on trace b
+	must.True(t, math.IsNaN(b.Series[1].Values[0]))
+	must.EqOp(t, 1.5, b.Series[1].Values[1])
+	must.EqOp(t, "dgx1-2", fileSafe("dgx1:2"))
+}

@@ -132,7 +132,18 @@ func (r *Report) WriteDir(dir, format string) error {
 	if len(goals.Rows) > 1 {
 		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the policies run, and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
 	}
-	md.WriteString(t.Markdown() + "\n## JCT CDFs\n\n")
+	md.WriteString(t.Markdown())
+	if bars := r.relativeBars(); len(bars) > 0 {
+		md.WriteString("\n## Average JCT relative to exclusive\n\n")
+		for _, cb := range bars {
+			name := fmt.Sprintf("gavel_avg_jct_%s.%s", fileSafe(cb.cluster), format)
+			if err := cb.bars.Save(filepath.Join(dir, name)); err != nil {
+				return err
+			}
+			fmt.Fprintf(&md, "![%s](%s)\n\n", cb.bars.Title, name)
+		}
+	}
+	md.WriteString("\n## JCT CDFs\n\n")
 	for _, ms := range r.byRun() {
 		k := ms[0]
 		p := report.Plot{Title: fmt.Sprintf("Gavel %s on %s: JCT CDF", k.Trace, k.Cluster), XLabel: "job completion time (h, log scale)", YLabel: "fraction of jobs", LogX: true, YMin: 0, YMax: 1}
@@ -143,7 +154,7 @@ func (r *Report) WriteDir(dir, format string) error {
 			}
 			p.Series = append(p.Series, report.Series{Name: m.Policy, X: m.JCTs, Y: y, Dashed: m.Policy == "gpushare-fifo"})
 		}
-		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.Trace, strings.ReplaceAll(k.Cluster, ":", "-"), format)
+		name := fmt.Sprintf("gavel_jct_cdf_%s_%s.%s", k.Trace, fileSafe(k.Cluster), format)
 		if err := p.Save(filepath.Join(dir, name)); err != nil {
 			return err
 		}

@@ -134,9 +134,8 @@ type Plot struct {
 // Save writes the plot to path; the extension (.svg or .png) picks the
 // format.
 func (p Plot) Save(path string) error {
-	ext := strings.ToLower(filepath.Ext(path))
-	if ext != ".svg" && ext != ".png" {
-		return fmt.Errorf("plot %s: want a .svg or .png file", path)
+	if err := checkFormat(path); err != nil {
+		return err
 	}
 	pl := plot.New()
 	pl.Title.Text = p.Title
@@ -178,4 +177,12 @@ func (p Plot) Save(path string) error {
 		pl.Y.Min, pl.Y.Max = p.YMin, p.YMax
 	}
 	return pl.Save(18*vg.Centimeter, 12*vg.Centimeter, path)
+}
+
+// checkFormat accepts the plot files gonum can write for us: .svg and .png.
+func checkFormat(path string) error {
+	if ext := strings.ToLower(filepath.Ext(path)); ext != ".svg" && ext != ".png" {
+		return fmt.Errorf("plot %s: want a .svg or .png file", path)
+	}
+	return nil
 }

@@ -44,3 +44,24 @@ func TestNumJSON(t *testing.T) {
 	must.NoError(t, err)
 	must.EqOp(t, "[95.39,null,null]", string(b))
 }
+
+func TestBarsSave(t *testing.T) {
+	dir := t.TempDir()
+	b := Bars{Title: "t", YLabel: "avg JCT / exclusive", Categories: []string{"a", "b", "c"}, RefY: 1, Series: []BarSeries{
+		{Name: "x", Values: []float64{1, 0.5, math.NaN()}},
+		{Name: "y", Values: []float64{0.9, 0.4, 0.7}},
+	}}
+	for _, name := range []string{"b.svg", "b.png"} {
+		must.NoError(t, b.Save(filepath.Join(dir, name)))
+		st, err := os.Stat(filepath.Join(dir, name))
+		must.NoError(t, err)
+		must.Greater(t, 100, st.Size())
+	}
+	svg, _ := os.ReadFile(filepath.Join(dir, "b.svg"))
+	for _, s := range []string{"avg JCT / exclusive", ">a<", ">c<", ">x<", ">y<"} {
+		must.StrContains(t, string(svg), s)
+	}
+	must.Error(t, b.Save(filepath.Join(dir, "b.pdf")))
+	b.Series[0].Values = []float64{1}
+	must.ErrorContains(t, b.Save(filepath.Join(dir, "b.svg")), "series x has 1 values for 3 categories")
+}
