@@ -3,6 +3,11 @@ job "batch-half" {
   type        = "batch"
   datacenters = ["*"]
 
+  meta = {
+    # served ahead of longer jobs that have waited about as long (response ratio)
+    "gpushare.expected_runtime" = "1m"
+  }
+
   group "work" {
     constraint {
       attribute = "${node.unique.id}"

@@ -27,10 +27,14 @@ type Config struct {
 	ResyncInterval string `hcl:"resync_interval,optional"`
 	// ObserveInterval is how often the device stats of allocations running
 	// alone are sampled to learn interference profiles.
-	ObserveInterval string           `hcl:"observe_interval,optional"`
-	Leader          Leader           `hcl:"leader,block"`
-	VCs             []VirtualCluster `hcl:"virtual_cluster,block"`
-	Profiles        []Profile        `hcl:"profile,block"`
+	ObserveInterval string `hcl:"observe_interval,optional"`
+	// DefaultExpectedRuntime is the run time assumed for a job that
+	// declares no gpushare.expected_runtime when the waiting groups are
+	// ordered by response ratio.
+	DefaultExpectedRuntime string           `hcl:"default_expected_runtime,optional"`
+	Leader                 Leader           `hcl:"leader,block"`
+	VCs                    []VirtualCluster `hcl:"virtual_cluster,block"`
+	Profiles               []Profile        `hcl:"profile,block"`
 	// Typical is the expected mix of requests that fragmentation is
 	// measured against; empty means placement.DefaultMix.
 	Typical []TypicalRequest `hcl:"typical_request,block"`
@@ -97,14 +101,15 @@ type TypicalRequest struct {
 // Default returns the configuration with every default.
 func Default() *Config {
 	return &Config{
-		Nomad:                 Nomad{Address: "http://127.0.0.1:4646", Namespaces: []string{"*"}},
-		Policy:                placement.PolicyGpushare,
-		ProductionMaxSlowdown: placement.DefaultMaxSlowdown,
-		HTTPAddress:           "127.0.0.1:8646",
-		LogLevel:              "info",
-		ResyncInterval:        "5m",
-		ObserveInterval:       "30s",
-		Leader:                Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
+		Nomad:                  Nomad{Address: "http://127.0.0.1:4646", Namespaces: []string{"*"}},
+		Policy:                 placement.PolicyGpushare,
+		ProductionMaxSlowdown:  placement.DefaultMaxSlowdown,
+		HTTPAddress:            "127.0.0.1:8646",
+		LogLevel:               "info",
+		ResyncInterval:         "5m",
+		ObserveInterval:        "30s",
+		DefaultExpectedRuntime: "1h",
+		Leader:                 Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
 	}
 }
 
@@ -179,6 +184,7 @@ func (c *Config) Merge(o *Config) {
 	c.LogJSON = c.LogJSON || o.LogJSON
 	str(&c.ResyncInterval, o.ResyncInterval)
 	str(&c.ObserveInterval, o.ObserveInterval)
+	str(&c.DefaultExpectedRuntime, o.DefaultExpectedRuntime)
 	str(&c.Leader.VariablePath, o.Leader.VariablePath)
 	str(&c.Leader.TTL, o.Leader.TTL)
 	str(&c.Leader.LockDelay, o.Leader.LockDelay)
@@ -213,7 +219,7 @@ func (c *Config) Validate() error {
 	if !(c.ProductionMaxSlowdown > 0 && c.ProductionMaxSlowdown < 1) {
 		bad("production_max_slowdown = %v: must be between 0 and 1 (0.1 = at most 10%% slower)", c.ProductionMaxSlowdown)
 	}
-	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
+	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "default_expected_runtime": c.DefaultExpectedRuntime, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
 		}

@@ -19,6 +19,7 @@ nomad {
 policy                  = "gpushare"
 production_max_slowdown = 0.2
 http_address            = "127.0.0.1:9000"
+default_expected_runtime = "30m"
 
 leader {
   ttl = "10s"
@@ -59,6 +60,7 @@ func TestParse(t *testing.T) {
 	must.Eq(t, "10s", c.Leader.TTL)
 	must.Eq(t, "5s", c.Leader.LockDelay) // default kept
 	must.Eq(t, "gpushare/leader", c.Leader.VariablePath)
+	must.Eq(t, "30m", c.DefaultExpectedRuntime)
 	must.SliceLen(t, 1, c.VirtualClusters())
 	must.Eq(t, 4, c.VirtualClusters()[0].Cells[0].GPUs)
 	must.Eq(t, placement.Mix{{CPU: 4000, MemoryMiB: 16384, Shares: 50, Weight: 0.75},
@@ -75,12 +77,13 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.Policy = "magic"
 	c.ProductionMaxSlowdown = 2
 	c.Leader.TTL = "soon"
+	c.DefaultExpectedRuntime = "0s"
 	c.VCs = []VirtualCluster{{Name: "a", Cells: []Cell{{GPUs: 0, Count: 1}}}, {Name: "a"}}
 	c.Profiles = []Profile{{Name: "x", SMUtil: 3}}
 	c.Typical = []TypicalRequest{{Shares: 50, Weight: 0.5}}
 	err := c.Validate()
 	must.True(t, errors.Is(err, ErrInvalid))
-	for _, want := range []string{"nomad.address", `unknown policy "magic"`, "production_max_slowdown = 2", `leader.ttl = "soon"`,
+	for _, want := range []string{"nomad.address", `unknown policy "magic"`, "production_max_slowdown = 2", `leader.ttl = "soon"`, `default_expected_runtime = "0s"`,
 		`virtual_cluster "a" is defined twice`, `virtual_cluster "a" cell 0`, `profile "x"`, "typical_request: mix weights sum to 0.500"} {
 		must.ErrorContains(t, err, want)
 	}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/interference"
@@ -29,7 +30,11 @@ const (
 	MetaSMUtil      = placement.MetaSMUtil
 	MetaMemBW       = placement.MetaMemBW
 	MetaMaxSlowdown = "gpushare.max_slowdown"
-	MetaPlacement   = "gpushare.placement"
+	// MetaExpected is how long the job expects to run, as a Go duration
+	// ("90m", "6h"): the service serves short jobs sooner (see
+	// service.responseRatio).
+	MetaExpected  = "gpushare.expected_runtime"
+	MetaPlacement = "gpushare.placement"
 )
 
 // DeviceName is what a task asks for: "nvidia/gpushare" or
@@ -185,6 +190,13 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 			return r, fmt.Errorf("%w %q: meta %s = %q: want a number between 0 and 1", ErrNotPlaceable, r.ID, MetaMaxSlowdown, v)
 		}
 		r.MaxSlowdown = f
+	}
+	if v := meta[MetaExpected]; v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return r, fmt.Errorf("%w %q: meta %s = %q: want a positive duration such as \"90m\" or \"6h\"", ErrNotPlaceable, r.ID, MetaExpected, v)
+		}
+		r.Expected = d
 	}
 	if model == nil {
 		model = interference.Default()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
@@ -42,6 +43,13 @@ func TestRequest(t *testing.T) {
 	must.Eq(t, placement.ClassProduction, r.Class)
 	must.Eq(t, 0.8, r.Profile.SM)
 	must.Eq(t, 0.3, r.Profile.MemBW)
+	must.EqOp(t, 0, r.Expected) // not declared
+
+	j := job(25)
+	j.Meta[MetaExpected] = "90m"
+	r, err = Request(j, "g", nil)
+	must.NoError(t, err)
+	must.EqOp(t, 90*time.Minute, r.Expected)
 }
 
 func TestRequestErrorsSayWhatToChange(t *testing.T) {
@@ -50,10 +58,12 @@ func TestRequestErrorsSayWhatToChange(t *testing.T) {
 		"put the GPU work in one": func(j *api.Job) {
 			j.TaskGroups[0].Tasks[0].Resources.Devices = j.TaskGroups[0].Tasks[1].Resources.Devices
 		},
-		`want "production" or`:         func(j *api.Job) { j.TaskGroups[0].Meta[MetaClass] = "gold" },
-		"must be a number within 0..1": func(j *api.Job) { j.TaskGroups[0].Meta[MetaSMUtil] = "lots" },
-		`is not a known profile`:       func(j *api.Job) { j.TaskGroups[0].Meta[MetaProfile] = "no-such-model" },
-		`job "train" has no group`:     func(j *api.Job) { j.TaskGroups[0].Name = ptr("other") },
+		`want "production" or`:                   func(j *api.Job) { j.TaskGroups[0].Meta[MetaClass] = "gold" },
+		"must be a number within 0..1":           func(j *api.Job) { j.TaskGroups[0].Meta[MetaSMUtil] = "lots" },
+		`is not a known profile`:                 func(j *api.Job) { j.TaskGroups[0].Meta[MetaProfile] = "no-such-model" },
+		`job "train" has no group`:               func(j *api.Job) { j.TaskGroups[0].Name = ptr("other") },
+		`want a positive duration such as "90m"`: func(j *api.Job) { j.TaskGroups[0].Meta[MetaExpected] = "2 hours" },
+		`expected_runtime = "-1h"`:               func(j *api.Job) { j.Meta[MetaExpected] = "-1h" },
 	}
 	for want, mutate := range cases {
 		t.Run(want, func(t *testing.T) {

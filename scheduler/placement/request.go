@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/interference"
@@ -33,6 +34,10 @@ type Request struct {
 	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
 	// Avoid lists node IDs not to use (for example nodes that lost it before).
 	Avoid []string `json:"avoid,omitempty"`
+	// Expected is how long the job expects to run (0: not declared). The
+	// placement policies do not use it; the service orders waiting groups
+	// by it (see service.responseRatio).
+	Expected time.Duration `json:"expected_runtime,omitempty"`
 }
 
 // MaxCount bounds the allocations of one request.
@@ -63,6 +68,9 @@ func (r *Request) Validate() error {
 	}
 	if !(r.MaxSlowdown >= 0 && r.MaxSlowdown < 1) {
 		errs = append(errs, fmt.Sprintf("max slowdown %v must be within 0..1", r.MaxSlowdown))
+	}
+	if r.Expected < 0 {
+		errs = append(errs, fmt.Sprintf("expected run time %v must not be negative", r.Expected))
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%w %q: %s", ErrBadRequest, r.ID, strings.Join(errs, "; "))

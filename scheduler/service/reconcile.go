@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -116,8 +115,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.mu.Unlock()
 }
 
-// collect lists the groups to decide, in a fair order: groups of tenants
-// with guaranteed capacity first, then by submission time. Groups that
+// collect lists the groups to decide, in a fair order (see order). Groups that
 // cannot be turned into a request are returned as waiting, with why.
 // The caller holds s.mu.
 func (s *Service) collect() ([]work, map[string]string) {
@@ -151,16 +149,7 @@ func (s *Service) collect() ([]work, map[string]string) {
 			todo = append(todo, w)
 		}
 	}
-	sort.SliceStable(todo, func(i, j int) bool {
-		gi, gj := guaranteed(todo[i].req), guaranteed(todo[j].req)
-		if gi != gj {
-			return gi
-		}
-		if todo[i].submit != todo[j].submit {
-			return todo[i].submit < todo[j].submit
-		}
-		return todo[i].req.ID < todo[j].req.ID
-	})
+	order(todo, s.now(), config.Duration(s.cfg.DefaultExpectedRuntime))
 	return todo, waiting
 }
 
