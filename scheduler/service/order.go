@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"slices"
 	"time"
+
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // order sorts the groups to decide, fairest first: groups of tenants with
@@ -40,17 +42,16 @@ func order(todo []work, now time.Time, def time.Duration) {
 	})
 }
 
-// responseRatio is (waited + expected) / expected for a group submitted at
-// w.submit (Unix nanoseconds; 0: unknown, counts as just submitted).
+// responseRatio is queue.ResponseRatio for a group submitted at w.submit
+// (Unix nanoseconds; 0: unknown, counts as just submitted).
 func responseRatio(w work, now time.Time, def time.Duration) float64 {
 	expected := w.req.Expected
 	if expected <= 0 {
 		expected = def
 	}
-	expected = max(expected, time.Second)
 	var waited time.Duration
 	if w.submit > 0 {
-		waited = max(now.Sub(time.Unix(0, w.submit)), 0)
+		waited = now.Sub(time.Unix(0, w.submit))
 	}
-	return float64(waited+expected) / float64(expected)
+	return queue.ResponseRatio(waited, expected)
 }

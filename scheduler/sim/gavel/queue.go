@@ -3,21 +3,17 @@ package gavel
 import (
 	"cmp"
 	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // order sorts the queue in the policy's order; ties keep arrival order.
 //
-// gpushare serves the highest response ratio first (HRRN):
-//
-//	ratio = (waited + expected) / expected
-//
-// where expected is the job's run time alone on this cluster, known in
-// advance as SJF-BSBF knows it. Among jobs that have waited as long, the
-// shortest goes first, as in SJF; but every waiting job's ratio grows with
-// its wait, and the longer a job is, the less it takes to overtake a
-// shorter one, so no job is starved by a stream of shorter ones. The rule
-// has no parameter.
-func (s *sim) order(queue []int) {
+// gpushare serves the highest response ratio first (queue.ResponseRatio,
+// the scheduler service's order): (waited + expected) / expected, where
+// expected is the job's run time alone on this cluster, known in advance
+// as SJF-BSBF knows it.
+func (s *sim) order(waiting []int) {
 	var key func(j Job) float64 // smaller first
 	switch s.spec.order {
 	case orderFIFO:
@@ -27,11 +23,11 @@ func (s *sim) order(queue []int) {
 	case orderHRRN:
 		key = func(j Job) float64 { return -responseRatio(s.now-j.Arrival, s.expected(j)) }
 	}
-	keys := make(map[int]float64, len(queue))
-	for _, i := range queue {
+	keys := make(map[int]float64, len(waiting))
+	for _, i := range waiting {
 		keys[i] = key(s.out[i].Job)
 	}
-	slices.SortStableFunc(queue, func(a, b int) int {
+	slices.SortStableFunc(waiting, func(a, b int) int {
 		if c := cmp.Compare(keys[a], keys[b]); c != 0 {
 			return c
 		}
@@ -39,11 +35,10 @@ func (s *sim) order(queue []int) {
 	})
 }
 
-// responseRatio is (waited + expected) / expected; run times below a second
-// count as a second.
+// responseRatio is queue.ResponseRatio, the service's order, on the
+// simulator's seconds.
 func responseRatio(waited, expected float64) float64 {
-	expected = max(expected, 1)
-	return (waited + expected) / expected
+	return queue.ResponseRatio(queue.Seconds(waited), queue.Seconds(expected))
 }
 
 // expected is job j's run time alone on this cluster, as a user who knows
