@@ -32,7 +32,7 @@ const (
 	MetaMaxSlowdown = "gpushare.max_slowdown"
 	// MetaExpected is how long the job expects to run, as a Go duration
 	// ("90m", "6h"): the service serves short jobs sooner (see
-	// service.responseRatio).
+	// queue.ResponseRatio).
 	MetaExpected  = "gpushare.expected_runtime"
 	MetaPlacement = "gpushare.placement"
 )

@@ -36,7 +36,7 @@ type Request struct {
 	Avoid []string `json:"avoid,omitempty"`
 	// Expected is how long the job expects to run (0: not declared). The
 	// placement policies do not use it; the service orders waiting groups
-	// by it (see service.responseRatio).
+	// by it (see queue.ResponseRatio).
 	Expected time.Duration `json:"expected_runtime,omitempty"`
 }
 

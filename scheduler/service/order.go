@@ -9,17 +9,12 @@ import (
 )
 
 // order sorts the groups to decide, fairest first: groups of tenants with
-// guaranteed capacity, then the highest response ratio,
-//
-//	ratio = (waited + expected) / expected
-//
-// where expected is the group's gpushare.expected_runtime, else def. When
-// no group declares a run time they all expect def and the order is the
-// submission order. A short job overtakes a longer one that has waited
-// about as long, as in shortest-job-first, but every waiting job's ratio
-// grows with its wait, so a stream of short jobs cannot starve a long one.
-// It is the queue order that gives gpushare the lowest average JCT on the
-// Gavel traces (docs/results). Ties keep submission order, then request ID.
+// guaranteed capacity, then the highest response ratio (waited + expected)
+// / expected (queue.ResponseRatio), where expected is the group's
+// gpushare.expected_runtime, else def. When no group declares a run time
+// they all expect def and the order is the submission order. It is the
+// queue order behind gpushare's average JCT on the Gavel traces
+// (docs/results). Ties keep submission order, then request ID.
 func order(todo []work, now time.Time, def time.Duration) {
 	ratio := make(map[string]float64, len(todo))
 	for _, w := range todo {

@@ -107,7 +107,9 @@ func (r *Report) Table() report.Table {
 }
 
 // WriteDir writes gavel_metrics.csv, gavel_goals.csv (when gpushare ran
-// with other policies), gavel.md and one JCT CDF plot per trace and cluster (format "svg" or "png").
+// with other policies), gavel.md, a chart per cluster of average JCT
+// relative to exclusive and one JCT CDF plot per trace and cluster
+// (format "svg" or "png").
 func (r *Report) WriteDir(dir, format string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
