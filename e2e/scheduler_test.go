@@ -251,3 +251,36 @@ func TestSchedulerLearnsProfiles(t *testing.T) {
 	must.Eq(t, "learned", st.Groups[0].Profile.Name)
 	must.Between(t, 0.35, st.Groups[0].Profile.MemBW, 0.41)
 }
+
+// Scenario 9: while the PCIe node is full, a 10-hour job and then a
+// 1-minute job wait for all of it; when it frees, the short job goes
+// first (response ratio: it has waited a larger share of its run time),
+// where submission order would have served the long one.
+func TestSchedulerServesShortJobsFirst(t *testing.T) {
+	e := newEnv(t)
+	s := e.startScheduler("s1", "")
+	whole := func(expected string) map[string]any {
+		return map[string]any{"shares": 400, "model": modelP100, "expected": expected}
+	}
+	e.register("blocker", whole(""))
+	e.running("blocker", 1, 60*time.Second)
+	pending := func(id string) func() bool {
+		return func() bool {
+			var st struct {
+				Groups []struct{ State, Reason string }
+			}
+			return getJSON(s.http+"/v1/jobs/"+id, &st) == nil && len(st.Groups) == 1 && st.Groups[0].State == "pending"
+		}
+	}
+	e.register("long", whole("10h"))
+	e.eventually(30*time.Second, "the long job to wait", pending("long"))
+	e.register("short", whole("1m"))
+	e.eventually(30*time.Second, "the short job to wait", pending("short"))
+
+	e.purge("blocker")
+	must.SliceLen(t, 4, gpus(e.running("short", 1, 90*time.Second)[0]))
+	job, _, err := e.nomad.Jobs().Info("long", nil)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, pin.Gated(job), must.Sprint("the 10-hour job was placed before the 1-minute job"))
+	must.True(t, pending("long")())
+}

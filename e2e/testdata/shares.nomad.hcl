@@ -27,6 +27,11 @@ variable "count" {
   type    = number
   default = 1
 }
+variable "expected" {
+  type        = string
+  default     = ""
+  description = "gpushare.expected_runtime: how long the job expects to run"
+}
 
 job "shares" {
   type        = "service"
@@ -45,6 +50,8 @@ job "shares" {
       "gpushare.sm_util" = var.sm_util
       "gpushare.mem_bw"  = var.mem_bw
       "gpushare.vc"      = var.vc
+
+      "gpushare.expected_runtime" = var.expected
     }
 
     restart {
