@@ -41,7 +41,7 @@ func isTerminal(f *os.File) bool {
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
-func demo(nomadBin, pluginBin string, keep bool, io IO) error {
+func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	say := func(format string, a ...any) { fmt.Fprintf(io.Out, "==> "+format+"\n", a...) }
@@ -53,7 +53,14 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err == nil {
+			os.RemoveAll(dir)
+			return
+		}
+		// the error may point at the agents' logs: keep them
+		fmt.Fprintf(io.Err, "gpushare demo: logs kept in %s (remove it when done)\n", dir)
+	}()
 	if nomadBin == "" {
 		if nomadBin, err = cluster.NomadBinary(ctx, root, func(s string) { say("%s", s) }); err != nil {
 			return err

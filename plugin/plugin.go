@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/devicefn/nvml"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-version"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
@@ -20,6 +22,26 @@ import (
 
 // Version is the plugin's version, set at build time.
 var Version = "v0.1.0-dev"
+
+// pluginVersion is Version when it is a semantic version, else Version as
+// the build metadata of v0.0.0: Nomad refuses to load a plugin whose
+// version it cannot parse, and a build stamped with a bare commit hash
+// ("b0a6d7d") would otherwise leave every client without GPUs.
+func pluginVersion() string {
+	if _, err := version.NewVersion(Version); err == nil { // as Nomad parses it
+		return Version
+	}
+	meta := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' {
+			return r
+		}
+		return '-'
+	}, Version)
+	if meta == "" {
+		return "v0.0.0"
+	}
+	return "v0.0.0+" + meta
+}
 
 // SourceFactory opens the GPU source for a configuration.
 type SourceFactory func(cfg *Config, logger hclog.Logger) (devicefn.Source, error)
@@ -80,7 +102,7 @@ func (p *Plugin) PluginInfo() (*base.PluginInfoResponse, error) {
 	return &base.PluginInfoResponse{
 		Type:              base.PluginTypeDevice,
 		PluginApiVersions: []string{device.ApiVersion010},
-		PluginVersion:     Version,
+		PluginVersion:     pluginVersion(),
 		Name:              devicefn.PluginName,
 	}, nil
 }

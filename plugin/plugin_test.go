@@ -14,6 +14,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-version"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -222,4 +223,26 @@ func TestStats(t *testing.T) {
 	must.NotNil(t, s)
 	must.Eq(t, int64(81559), *s.Stats.Attributes[StatMemoryUsed].IntDenominatorVal)
 	must.MapContainsKeys(t, s.Stats.Attributes, []string{StatUtilization, StatPower, StatTemperature, StatMemoryUtilization})
+}
+
+// Nomad refuses to load a plugin whose version it cannot parse
+// (helper/pluginutils/loader: version.NewVersion), leaving the client
+// without GPUs: whatever the build stamped, PluginInfo reports one it can.
+func TestPluginVersionIsParseable(t *testing.T) {
+	defer func(v string) { Version = v }(Version)
+	for in, want := range map[string]string{
+		"v0.1.0-dev":               "v0.1.0-dev",
+		"v0.1.0-dev+b0a6d7d-dirty": "v0.1.0-dev+b0a6d7d-dirty",
+		"161dba4":                  "161dba4", // 161 with a pre-release: Nomad accepts it
+		"b0a6d7d":                  "v0.0.0+b0a6d7d",
+		"dev build":                "v0.0.0+dev-build",
+		"":                         "v0.0.0",
+	} {
+		Version = in
+		info, err := (&Plugin{}).PluginInfo()
+		must.NoError(t, err)
+		must.EqOp(t, want, info.PluginVersion, must.Sprintf("version %q", in))
+		_, err = version.NewVersion(info.PluginVersion)
+		must.NoError(t, err, must.Sprintf("Nomad would refuse %q", info.PluginVersion))
+	}
 }
