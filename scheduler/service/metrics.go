@@ -7,6 +7,7 @@ import (
 type metrics struct {
 	reg              *prometheus.Registry
 	pending          prometheus.Gauge
+	oldestPending    prometheus.Gauge
 	leader           prometheus.Gauge
 	decisions        *prometheus.CounterVec
 	pins             prometheus.Counter
@@ -24,7 +25,9 @@ func newMetrics() *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_pending_groups", Help: "Task groups waiting at the gpushare gate."}),
-		leader:  prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_leader", Help: "1 while this replica holds the leader lock."}),
+		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_oldest_pending_seconds",
+			Help: "How long the longest-waiting group at the gate has waited since its job was submitted."}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_leader", Help: "1 while this replica holds the leader lock."}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_decisions_total", Help: "Placement decisions by outcome."},
 			[]string{"outcome"}),
 		pins:          prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pins_total", Help: "Groups pinned into their job."}),
@@ -39,7 +42,7 @@ func newMetrics() *metrics {
 		placementLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pin_to_alloc_seconds", Help: "Time from pin to the group's first allocation.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
 	}
-	m.reg.MustRegister(m.pending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
+	m.reg.MustRegister(m.pending, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
 		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency)
 	return m
 }

@@ -48,12 +48,20 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.log.Warn("model problem", "problem", p)
 	}
 	s.metrics.pending.Set(float64(len(todo)))
+	now, def := s.now(), config.Duration(s.cfg.DefaultExpectedRuntime)
+	oldest := 0.0
+	for _, w := range todo {
+		if w.submit > 0 {
+			oldest = max(oldest, now.Sub(time.Unix(0, w.submit)).Seconds())
+		}
+	}
+	s.metrics.oldestPending.Set(oldest)
 
 	pending := map[string]string{}
 	for k, why := range waiting {
 		pending[k] = why
 	}
-	for _, w := range todo {
+	for i, w := range todo {
 		if ctx.Err() != nil {
 			return
 		}
@@ -76,8 +84,8 @@ func (s *Service) reconcile(ctx context.Context) {
 			for _, pa := range restore {
 				_ = snap.AddAlloc(pa)
 			}
-			pending[key] = d.Refusal.String()
-			log.Debug("group waits", "reason", d.Refusal.String())
+			pending[key] = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(todo), responseRatio(w, now, def))
+			log.Debug("group waits", "reason", pending[key])
 			continue
 		}
 		if len(d.Preempt) > 0 {

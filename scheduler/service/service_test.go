@@ -174,17 +174,24 @@ func TestReconcileKeepsAConcurrentEdit(t *testing.T) {
 
 func TestReconcileExplainsWhyAGroupWaits(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	f.put(gated("huge", 1600))
+	huge := gated("huge", 1600)
+	huge.SubmitTime = ptr(time.Unix(880, 0).UnixNano()) // 2 minutes before the test clock's now
+	f.put(huge)
 	bad := gated("bad", 150)
 	f.put(bad)
 	s := newTestService(t, f)
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["huge"]))
 	must.StrContains(t, s.pending["default/huge/g"], "16")
+	// where it stands: 2 minutes waited of the 1h default run time
+	must.StrContains(t, s.pending["default/huge/g"], "; position 1 of 2 in the queue (response ratio 1.03)")
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/huge", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "pending"`)
 	must.NotEq(t, "", s.pending["default/bad/g"])
+	rr = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	must.StrContains(t, rr.Body.String(), "gpushare_oldest_pending_seconds 120")
 }
 
 func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {
