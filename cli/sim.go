@@ -227,7 +227,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	j := rep.JSON()
 	return c.emit(io, rep.WriteDir, j, func() {
 		if len(j.Goals) > 0 {
-			fmt.Fprintf(io.Out, "gpushare's goal: the lowest average JCT, and a p99 JCT no worse than exclusive's:\n\n%s\n", gavel.GoalsTable(j.Goals).Text())
+			fmt.Fprintf(io.Out, "gpushare's goal: the lowest average JCT of the baselines, and a p99 JCT no worse than exclusive's:\n\n%s\n", gavel.GoalsTable(j.Goals).Text())
 		}
 		fmt.Fprintf(io.Out, "All policies:\n\n%s", rep.Table().Text())
 		if c.out != "" {

@@ -13,11 +13,13 @@ func TestGoals(t *testing.T) {
 		{Trace: "a", Cluster: "pcie", Policy: "exclusive", AvgJCT: 10, P99JCT: 50},
 		{Trace: "a", Cluster: "pcie", Policy: "sjf-bsbf", AvgJCT: 8.001, P99JCT: 70},
 		{Trace: "a", Cluster: "pcie", Policy: "gpushare", AvgJCT: 8.002, P99JCT: 50},
+		{Trace: "a", Cluster: "pcie", Policy: "gpushare-gain", AvgJCT: 7, P99JCT: 40}, // an ablation, not a baseline
 		{Trace: "b", Cluster: "dgx1", Policy: "exclusive", AvgJCT: 10, P99JCT: 40},
 		{Trace: "b", Cluster: "dgx1", Policy: "gpushare", AvgJCT: 9, P99JCT: 40.5},
 		{Trace: "c", Cluster: "dgx1", Policy: "sjf-bsbf", AvgJCT: 9, P99JCT: 40},
 		{Trace: "c", Cluster: "dgx1", Policy: "gpushare", AvgJCT: 9, P99JCT: 30},
-		{Trace: "d", Cluster: "dgx1", Policy: "gpushare", AvgJCT: 9, P99JCT: 30}, // alone: no goal
+		{Trace: "d", Cluster: "dgx1", Policy: "gpushare", AvgJCT: 9, P99JCT: 30}, // with its ablation only: no goal
+		{Trace: "d", Cluster: "dgx1", Policy: "gpushare-fifo", AvgJCT: 9, P99JCT: 30},
 	}}
 	gs := r.Goals()
 	must.SliceLen(t, 3, gs)

@@ -115,7 +115,11 @@ func TestGpushareByHand(t *testing.T) {
 		// completion and pairing 60 + 60 + 40 = 160 s. They run at the
 		// measured 0.6: job 1 ends at 10 + 50/0.6 s; job 0, 60 steps done,
 		// 40 s later.
-		{"pairs when it beats waiting", "gpushare",
+		{"pairs when it beats waiting", "gpushare-gain",
+			[]Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}, oneGPU,
+			[]float64{10 + 50/0.6 + 40, 50 / 0.6}, []float64{0, 10}},
+		// The placement core pairs them too: 0.833 is within the bound.
+		{"the core pairs within the bound", "gpushare",
 			[]Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}, oneGPU,
 			[]float64{10 + 50/0.6 + 40, 50 / 0.6}, []float64{0, 10}},
 		// Two C jobs would each slow down by a predicted 0.5 > 0.4: in turn.
@@ -129,7 +133,7 @@ func TestGpushareByHand(t *testing.T) {
 		// (SJF-BSBF, which waits for the partner, would take job 0: 230 -
 		// 160 > 54 - 52.8). At 0.6, job 1 ends at 10 + 2/0.6 s and job 2
 		// 48 s later.
-		{"pairs with the job that frees soon", "gpushare",
+		{"pairs with the job that frees soon", "gpushare-gain",
 			[]Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 12, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}, oneByTwo,
 			[]float64{100, 10 + 2/0.6, 2/0.6 + 48}, []float64{0, 0, 10}},
 		// Job 2 (2 GPUs, 200 s) cannot start at 1 s; the server frees in 99

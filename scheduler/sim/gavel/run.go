@@ -132,7 +132,7 @@ func (r *Report) WriteDir(dir, format string) error {
 	}
 	md.WriteString("\n" + modelNotes + "\n")
 	if len(goals.Rows) > 1 {
-		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the policies run, and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
+		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the baselines run (exclusive, hived, packing, sjf-bsbf; not gpushare's own ablations), and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
 	}
 	md.WriteString(t.Markdown())
 	if bars := r.relativeBars(); len(bars) > 0 {
