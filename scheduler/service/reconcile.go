@@ -43,12 +43,13 @@ func (s *Service) reconcile(ctx context.Context) {
 	snap, problems := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
 	todo, waiting := s.collect()
 	s.confirm()
+	now, def := s.now(), config.Duration(s.cfg.DefaultExpectedRuntime)
+	ends := s.expectedEnds(snap, now, def)
 	s.mu.Unlock()
 	for _, p := range problems {
 		s.log.Warn("model problem", "problem", p)
 	}
 	s.metrics.pending.Set(float64(len(todo)))
-	now, def := s.now(), config.Duration(s.cfg.DefaultExpectedRuntime)
 	oldest := 0.0
 	for _, w := range todo {
 		if w.submit > 0 {
@@ -61,6 +62,8 @@ func (s *Service) reconcile(ctx context.Context) {
 	for k, why := range waiting {
 		pending[k] = why
 	}
+	var held map[string]time.Time // nodes reserved for the group heldFor (see reserve.go)
+	var heldFor string
 	for i, w := range todo {
 		if ctx.Err() != nil {
 			return
@@ -77,6 +80,10 @@ func (s *Service) reconcile(ctx context.Context) {
 				}
 			}
 		}
+		avoided := backfill(held, now, expectedOf(w.req, def))
+		if len(avoided) > 0 {
+			w.req.Avoid = append(slices.Clip(w.req.Avoid), avoided...)
+		}
 		start := s.now()
 		d := s.policy.Decide(snap, w.req)
 		s.metrics.decisions.WithLabelValues(outcome(d)).Inc()
@@ -84,8 +91,18 @@ func (s *Service) reconcile(ctx context.Context) {
 			for _, pa := range restore {
 				_ = snap.AddAlloc(pa)
 			}
-			pending[key] = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(todo), responseRatio(w, now, def))
-			log.Debug("group waits", "reason", pending[key])
+			why := fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(todo), responseRatio(w, now, def))
+			if len(avoided) > 0 {
+				why += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
+			}
+			if held == nil && reservable(d) {
+				if held = reserveFor(snap, w.req, ends, now, def); held != nil {
+					heldFor = key
+					why += "; " + heldReason(held, now)
+				}
+			}
+			pending[key] = why
+			log.Debug("group waits", "reason", why)
 			continue
 		}
 		if len(d.Preempt) > 0 {
@@ -116,6 +133,9 @@ func (s *Service) reconcile(ctx context.Context) {
 		if err := snap.Apply(d); err != nil {
 			log.Warn("placement could not be applied to the local snapshot; relisting", "error", err)
 			s.markDirty()
+		}
+		for _, p := range d.Placements {
+			ends[p.AllocID] = now.Add(expectedOf(w.req, def))
 		}
 	}
 	s.mu.Lock()
