@@ -284,3 +284,35 @@ func TestSchedulerServesShortJobsFirst(t *testing.T) {
 	must.SliceLen(t, 1, pin.Gated(job), must.Sprint("the 10-hour job was placed before the 1-minute job"))
 	must.True(t, pending("long")())
 }
+
+// Scenario 10: reservations with backfilling. The PCIe node runs a 3-GPU
+// job that expects 2 hours; a 4-GPU job that expects 3 hours cannot start
+// and holds the node. A 5-hour single-GPU job may not take the free GPU
+// (it would delay the 4-GPU job); a 30-minute one may.
+func TestSchedulerReservesForMultiGPUJobs(t *testing.T) {
+	e := newEnv(t)
+	s := e.startScheduler("s1", "")
+	job := func(shares int, expected string) map[string]any {
+		return map[string]any{"shares": shares, "model": modelP100, "expected": expected}
+	}
+	e.register("three", job(300, "2h"))
+	e.running("three", 1, 60*time.Second)
+	reason := func(id string) string {
+		var st struct {
+			Groups []struct{ State, Reason string }
+		}
+		if getJSON(s.http+"/v1/jobs/"+id, &st) != nil || len(st.Groups) != 1 || st.Groups[0].State != "pending" {
+			return ""
+		}
+		return st.Groups[0].Reason
+	}
+	e.register("four", job(400, "3h"))
+	e.eventually(30*time.Second, "the 4-GPU job to hold the node", func() bool { return strings.Contains(reason("four"), "holds 1 node(s)") })
+	e.register("long", job(100, "5h"))
+	e.eventually(30*time.Second, "the 5-hour job to wait for the held node", func() bool {
+		return strings.Contains(reason("long"), "held for default/four/g")
+	})
+	e.register("short", job(100, "30m"))
+	must.SliceLen(t, 1, gpus(e.running("short", 1, 60*time.Second)[0]))
+	must.StrContains(t, reason("long"), "held for default/four/g")
+}
