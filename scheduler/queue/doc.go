@@ -1,4 +1,5 @@
-// Package queue holds the order in which gpushare serves waiting jobs,
-// shared by the scheduler service and the simulator so that the order the
-// simulator measures is the one the service runs.
+// Package queue holds how gpushare serves waiting jobs: the order
+// (ResponseRatio) and the reservation a waiting multi-GPU job holds (Hold,
+// EASY backfilling). The scheduler service and the simulator both use it,
+// so that what the simulator measures is what the service runs.
 package queue

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +9,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // Reservations (EASY backfilling): the first waiting multi-GPU group in
@@ -76,12 +76,11 @@ func later(a, b time.Time) time.Time {
 	return b
 }
 
-// reserveFor returns the nodes held for request r, each with the time its
-// GPUs are expected to be free for one of r's allocations, or nil when r
-// should not hold any: r needs fewer than two GPUs per allocation, the
-// cluster lacks the nodes, or they would not free within r's own expected
-// run time (holding GPUs idle longer than the job then uses them costs the
-// others more than it saves r).
+// reserveFor returns the nodes held for request r (queue.Hold), each with
+// the time its GPUs are expected to be free for one of r's allocations, or
+// nil when r should not hold any: r needs fewer than two GPUs per
+// allocation, the cluster lacks the nodes, or they would not free within
+// r's own expected run time.
 func reserveFor(snap *placement.Snapshot, r placement.Request, ends map[string]time.Time, now time.Time, def time.Duration) map[string]time.Time {
 	gpuEnd := map[string]time.Time{} // GPU UUID -> when its last allocation ends
 	for _, a := range snap.Allocs() {
@@ -95,43 +94,28 @@ func reserveFor(snap *placement.Snapshot, r placement.Request, ends map[string]t
 			}
 		}
 	}
-	type cand struct {
-		node string
-		at   time.Time
-	}
-	var cands []cand
+	var rooms []queue.Room // in the snapshot's node order
 	for _, n := range snap.Nodes() {
-		var free []time.Time
+		var free []time.Duration
 		need := 0
 		for _, g := range n.GPUs {
 			if g.Down || (len(r.Models) > 0 && !slices.Contains(r.Models, g.Model)) {
 				continue
 			}
 			need = (r.Shares + g.Shares - 1) / g.Shares
-			free = append(free, later(gpuEnd[g.UUID], now))
+			free = append(free, max(gpuEnd[g.UUID].Sub(now), 0))
 		}
-		if need < 2 || need > len(free) {
-			continue
+		if in, ok := queue.RoomIn(free, need); ok && need >= 2 {
+			rooms = append(rooms, queue.Room{Node: n.ID, In: in})
 		}
-		slices.SortFunc(free, func(a, b time.Time) int { return a.Compare(b) })
-		cands = append(cands, cand{n.ID, free[need-1]})
 	}
-	if len(cands) < r.Count {
-		return nil
-	}
-	slices.SortStableFunc(cands, func(a, b cand) int {
-		if c := a.at.Compare(b.at); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.node, b.node)
-	})
-	cands = cands[:r.Count]
-	if cands[len(cands)-1].at.After(now.Add(expectedOf(r, def))) {
+	hold := queue.Hold(rooms, r.Count, expectedOf(r, def))
+	if hold == nil {
 		return nil
 	}
 	held := map[string]time.Time{}
-	for _, c := range cands {
-		held[c.node] = c.at
+	for _, h := range hold {
+		held[h.Node] = now.Add(h.In)
 	}
 	return held
 }

@@ -1,8 +1,9 @@
 package gavel
 
 import (
-	"cmp"
-	"slices"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // reservation holds a server for a waiting multi-GPU job (EASY
@@ -31,24 +32,19 @@ func (s *sim) reserveFor(j Job) []reservation {
 		}
 		busy[s.gpuNode[g]] = append(busy[s.gpuNode[g]], t)
 	}
-	var rs []reservation
+	var rooms []queue.Room
 	for _, n := range s.snap.Nodes() {
-		ts := busy[n.ID]
-		free := len(n.GPUs) - len(ts)
-		at := 0.0
-		if free < per {
-			slices.Sort(ts)
-			at = ts[per-free-1]
+		free := make([]time.Duration, len(n.GPUs)) // idle GPUs: 0
+		for i, t := range busy[n.ID] {
+			free[i] = queue.Seconds(t)
 		}
-		rs = append(rs, reservation{j.ID, n.ID, at})
+		if in, ok := queue.RoomIn(free, per); ok {
+			rooms = append(rooms, queue.Room{Node: n.ID, In: in})
+		}
 	}
-	if len(rs) < count {
-		return nil
-	}
-	slices.SortStableFunc(rs, func(a, b reservation) int { return cmp.Compare(a.at, b.at) })
-	rs = rs[:count]
-	if rs[count-1].at > s.expected(j) {
-		return nil
+	var rs []reservation
+	for _, r := range queue.Hold(rooms, count, queue.Seconds(s.expected(j))) {
+		rs = append(rs, reservation{j.ID, r.Node, r.In.Seconds()})
 	}
 	return rs
 }
