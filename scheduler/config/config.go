@@ -31,10 +31,14 @@ type Config struct {
 	// DefaultExpectedRuntime is the run time assumed for a job that
 	// declares no gpushare.expected_runtime when the waiting groups are
 	// ordered by response ratio.
-	DefaultExpectedRuntime string           `hcl:"default_expected_runtime,optional"`
-	Leader                 Leader           `hcl:"leader,block"`
-	VCs                    []VirtualCluster `hcl:"virtual_cluster,block"`
-	Profiles               []Profile        `hcl:"profile,block"`
+	DefaultExpectedRuntime string `hcl:"default_expected_runtime,optional"`
+	// Reservations lets the first waiting multi-GPU group that does not
+	// fit hold the nodes that free first for it (backfilling); nil means
+	// true.
+	Reservations *bool            `hcl:"reservations,optional"`
+	Leader       Leader           `hcl:"leader,block"`
+	VCs          []VirtualCluster `hcl:"virtual_cluster,block"`
+	Profiles     []Profile        `hcl:"profile,block"`
 	// Typical is the expected mix of requests that fragmentation is
 	// measured against; empty means placement.DefaultMix.
 	Typical []TypicalRequest `hcl:"typical_request,block"`
@@ -185,6 +189,9 @@ func (c *Config) Merge(o *Config) {
 	str(&c.ResyncInterval, o.ResyncInterval)
 	str(&c.ObserveInterval, o.ObserveInterval)
 	str(&c.DefaultExpectedRuntime, o.DefaultExpectedRuntime)
+	if o.Reservations != nil {
+		c.Reservations = o.Reservations
+	}
 	str(&c.Leader.VariablePath, o.Leader.VariablePath)
 	str(&c.Leader.TTL, o.Leader.TTL)
 	str(&c.Leader.LockDelay, o.Leader.LockDelay)
@@ -305,6 +312,9 @@ func (c *Config) Mix() placement.Mix {
 	}
 	return m
 }
+
+// ReservationsOn reports whether waiting multi-GPU groups hold nodes.
+func (c *Config) ReservationsOn() bool { return c.Reservations == nil || *c.Reservations }
 
 // Duration parses a validated duration field.
 func Duration(s string) time.Duration {

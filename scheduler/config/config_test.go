@@ -20,6 +20,7 @@ policy                  = "gpushare"
 production_max_slowdown = 0.2
 http_address            = "127.0.0.1:9000"
 default_expected_runtime = "30m"
+reservations             = false
 
 leader {
   ttl = "10s"
@@ -61,6 +62,8 @@ func TestParse(t *testing.T) {
 	must.Eq(t, "5s", c.Leader.LockDelay) // default kept
 	must.Eq(t, "gpushare/leader", c.Leader.VariablePath)
 	must.Eq(t, "30m", c.DefaultExpectedRuntime)
+	must.False(t, c.ReservationsOn())
+	must.True(t, Default().ReservationsOn())
 	must.SliceLen(t, 1, c.VirtualClusters())
 	must.Eq(t, 4, c.VirtualClusters()[0].Cells[0].GPUs)
 	must.Eq(t, placement.Mix{{CPU: 4000, MemoryMiB: 16384, Shares: 50, Weight: 0.75},

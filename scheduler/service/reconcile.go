@@ -95,7 +95,7 @@ func (s *Service) reconcile(ctx context.Context) {
 			if len(avoided) > 0 {
 				why += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
 			}
-			if held == nil && reservable(d) {
+			if held == nil && reservable(d) && s.cfg.ReservationsOn() {
 				if held = reserveFor(snap, w.req, ends, now, def); held != nil {
 					heldFor = key
 					why += "; " + heldReason(held, now)

@@ -5,8 +5,10 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -65,6 +67,24 @@ func TestReservationWithBackfilling(t *testing.T) {
 	rec, ok := pin.ParseRecord(f.jobs["short"], "g")
 	must.True(t, ok)
 	must.Eq(t, []string{"node-1"}, rec.Nodes)
+}
+
+// An operator can turn reservations off: the 5-hour job takes the free GPU.
+func TestReservationsOff(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	running(t, f, "a", []int{0, 1, 2}, 5*time.Minute, "10m")
+	running(t, f, "b", []int{3, 4, 5, 6}, 0, "2h")
+	f.put(waiting("big", 800, "3h"))
+	f.put(waiting("long", 100, "5h"))
+	cfg := config.Default()
+	cfg.Reservations = ptr(false)
+	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
+	must.StrNotContains(t, s.pending["default/big/g"], "holds")
+	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
 
 // No reservation when the GPUs would stay idle longer than the waiting job
