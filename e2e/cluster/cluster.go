@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -364,6 +365,54 @@ func (c *Cluster) Stop() {
 		p.log.Close()
 	}
 	killUnder(c.opts.Dir)
+	unmountUnder(c.opts.Dir)
+}
+
+// unmountUnder detaches every mount below dir, deepest first: the secrets
+// and private directories a Nomad client mounts for each allocation, which
+// it leaves behind when it stops before its allocations are collected.
+// Without this every run leaves mounts in the host's mount table and
+// directories nobody can remove.
+func unmountUnder(dir string) {
+	if dir == "" {
+		return
+	}
+	data, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	prefix := filepath.Clean(dir) + "/"
+	var points []string
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		if mp := unescapeMount(f[1]); strings.HasPrefix(mp, prefix) {
+			points = append(points, mp)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, mp := range points {
+		_ = syscall.Unmount(mp, syscall.MNT_DETACH)
+	}
+}
+
+// unescapeMount undoes the octal escapes of /proc/self/mounts (\040 for a
+// space).
+func unescapeMount(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // killUnder kills every process whose command line or working directory
