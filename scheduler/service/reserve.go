@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/gpushare/gpushare/scheduler/queue"
 )
@@ -36,7 +37,7 @@ func expectedOf(r placement.Request, def time.Duration) time.Duration {
 // that for the holds of pinned groups not yet allocated; never before now
 // (an overdue job may end at any moment). The caller holds s.mu.
 func (s *Service) expectedEnds(snap *placement.Snapshot, now time.Time, def time.Duration) map[string]time.Time {
-	expected := map[string]time.Duration{} // request ID -> expected run time
+	expected := map[string]time.Duration{} // request ID (pin.GroupKey) -> expected run time
 	for _, job := range s.state.Jobs {
 		for _, tg := range job.TaskGroups {
 			if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil {
@@ -56,8 +57,8 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, now time.Time, def time
 		} else if al, ok := s.state.Allocs[a.ID]; ok {
 			d := def
 			if job := s.state.Jobs[model.JobKey(al.Namespace, al.JobID)]; job != nil {
-				if r, err := s.state.Request(job, al.TaskGroup, s.profile); err == nil {
-					d = expectedOf(r, def)
+				if e, ok := expected[pin.GroupKey(job, al.TaskGroup)]; ok {
+					d = e
 				}
 			}
 			if al.CreateTime > 0 {
