@@ -14,42 +14,43 @@ import (
 // than exclusive), keyed by cluster in report order. It returns nothing
 // when exclusive did not run with another policy.
 func (r *Report) relativeBars() []clusterBars {
-	var clusters []string
-	byCluster := map[string][][]Metrics{}
-	for _, ms := range r.byRun() {
-		c := ms[0].Cluster
-		if _, ok := byCluster[c]; !ok {
-			clusters = append(clusters, c)
-		}
-		byCluster[c] = append(byCluster[c], ms)
-	}
 	var out []clusterBars
-	for _, c := range clusters {
+	for _, runs := range groupBy(r.byRun(), func(ms []Metrics) string { return ms[0].Cluster }) {
+		c := runs[0][0].Cluster
 		b := report.Bars{Title: fmt.Sprintf("Gavel on %s: average JCT relative to exclusive", c), YLabel: "average JCT / exclusive's", RefY: 1}
-		col := map[string]int{} // policy -> series
-		for _, ms := range byCluster[c] {
+		exclusive := func(ms []Metrics) int {
 			i := slices.IndexFunc(ms, func(m Metrics) bool { return m.Policy == "exclusive" })
-			if i < 0 || ms[i].AvgJCT <= 0 {
+			if i >= 0 && ms[i].AvgJCT <= 0 {
+				return -1
+			}
+			return i
+		}
+		var policies []string // in order of first appearance beside exclusive
+		for _, ms := range runs {
+			if exclusive(ms) < 0 {
 				continue
 			}
-			base := ms[i].AvgJCT
-			b.Categories = append(b.Categories, ms[0].Trace)
 			for _, m := range ms {
-				if m.Policy == "exclusive" {
-					continue
+				if m.Policy != "exclusive" && !slices.Contains(policies, m.Policy) {
+					policies = append(policies, m.Policy)
 				}
-				k, ok := col[m.Policy]
-				if !ok {
-					k = len(b.Series)
-					col[m.Policy] = k
-					b.Series = append(b.Series, report.BarSeries{Name: m.Policy, Values: nanSlice(len(b.Categories) - 1)})
-				}
-				b.Series[k].Values = append(b.Series[k].Values, m.AvgJCT/base)
 			}
-			for k := range b.Series { // a policy missing from this trace
-				if len(b.Series[k].Values) < len(b.Categories) {
-					b.Series[k].Values = append(b.Series[k].Values, math.NaN())
+		}
+		for _, p := range policies {
+			b.Series = append(b.Series, report.BarSeries{Name: p})
+		}
+		for _, ms := range runs {
+			i := exclusive(ms)
+			if i < 0 {
+				continue
+			}
+			b.Categories = append(b.Categories, ms[0].Trace)
+			for k, p := range policies {
+				v := math.NaN() // the policy did not run on this trace
+				if j := slices.IndexFunc(ms, func(m Metrics) bool { return m.Policy == p }); j >= 0 {
+					v = ms[j].AvgJCT / ms[i].AvgJCT
 				}
+				b.Series[k].Values = append(b.Series[k].Values, v)
 			}
 		}
 		if len(b.Series) > 0 {
@@ -66,11 +67,3 @@ type clusterBars struct {
 
 // fileSafe turns a cluster name such as "pcie:2" into "pcie-2" for file names.
 func fileSafe(cluster string) string { return strings.ReplaceAll(cluster, ":", "-") }
-
-func nanSlice(n int) []float64 {
-	v := make([]float64, n)
-	for i := range v {
-		v[i] = math.NaN()
-	}
-	return v
-}

@@ -168,17 +168,23 @@ func (r *Report) WriteDir(dir, format string) error {
 // byRun groups the metrics by trace and cluster, in report order.
 func (r *Report) byRun() [][]Metrics {
 	type key struct{ trace, cluster string }
-	at := map[key]int{}
-	var out [][]Metrics
-	for _, m := range r.Metrics {
-		k := key{m.Trace, m.Cluster}
+	return groupBy(r.Metrics, func(m Metrics) key { return key{m.Trace, m.Cluster} })
+}
+
+// groupBy groups vs by key, groups and their members in order of first
+// appearance.
+func groupBy[V any, K comparable](vs []V, key func(V) K) [][]V {
+	at := map[K]int{}
+	var out [][]V
+	for _, v := range vs {
+		k := key(v)
 		i, ok := at[k]
 		if !ok {
 			i = len(out)
 			at[k] = i
 			out = append(out, nil)
 		}
-		out[i] = append(out[i], m)
+		out[i] = append(out[i], v)
 	}
 	return out
 }
