@@ -44,17 +44,25 @@ func waiting(id string, shares uint64, expected string) *api.Job {
 	return j
 }
 
+// busyDGX1 is a DGX-1 running a 3-GPU job that ends in 5 minutes and a
+// 4-GPU job that ends in 2 hours (one GPU free), with an 8-GPU job that
+// expects 3 hours and a 5-hour single-GPU job waiting behind it.
+func busyDGX1(t *testing.T) *fakeNomad {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	running(t, f, "a", []int{0, 1, 2}, 5*time.Minute, "10m")
+	running(t, f, "b", []int{3, 4, 5, 6}, 0, "2h")
+	f.put(waiting("big", 800, "3h"))
+	f.put(waiting("long", 100, "5h"))
+	return f
+}
+
 // The DGX-1 runs a 3-GPU job ending in 5 minutes and a 4-GPU job ending
 // in 2 hours; one GPU is free. An 8-GPU job that expects 3 hours cannot
 // start, and the node frees within its run time, so it holds the node:
 // a 5-hour single-GPU job behind it may not take the free GPU, a
 // 30-minute one may (it ends before the 8-GPU job could start).
 func TestReservationWithBackfilling(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	running(t, f, "a", []int{0, 1, 2}, 5*time.Minute, "10m")
-	running(t, f, "b", []int{3, 4, 5, 6}, 0, "2h")
-	f.put(waiting("big", 800, "3h"))
-	f.put(waiting("long", 100, "5h"))
+	f := busyDGX1(t)
 	f.put(waiting("short", 100, "30m"))
 	s := newTestService(t, f)
 	s.reconcile(t.Context())
@@ -71,11 +79,7 @@ func TestReservationWithBackfilling(t *testing.T) {
 
 // An operator can turn reservations off: the 5-hour job takes the free GPU.
 func TestReservationsOff(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	running(t, f, "a", []int{0, 1, 2}, 5*time.Minute, "10m")
-	running(t, f, "b", []int{3, 4, 5, 6}, 0, "2h")
-	f.put(waiting("big", 800, "3h"))
-	f.put(waiting("long", 100, "5h"))
+	f := busyDGX1(t)
 	cfg := config.Default()
 	cfg.Reservations = ptr(false)
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })

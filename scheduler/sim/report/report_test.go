@@ -28,12 +28,7 @@ func TestPlotSave(t *testing.T) {
 		{Name: "a", X: []float64{0, 1, 2}, Y: []float64{0, 1, math.NaN()}},
 		{Name: "b", X: []float64{0, 1}, Y: []float64{1, 0}, Dashed: true},
 	}}
-	for _, name := range []string{"p.svg", "p.png"} {
-		must.NoError(t, p.Save(filepath.Join(dir, name)))
-		st, err := os.Stat(filepath.Join(dir, name))
-		must.NoError(t, err)
-		must.Greater(t, 100, st.Size())
-	}
+	saveBoth(t, dir, "p", p.Save)
 	b, _ := os.ReadFile(filepath.Join(dir, "p.svg"))
 	must.True(t, strings.HasPrefix(string(b), "<?xml"))
 	must.Error(t, p.Save(filepath.Join(dir, "p.pdf")))
@@ -51,12 +46,7 @@ func TestBarsSave(t *testing.T) {
 		{Name: "x", Values: []float64{1, 0.5, math.NaN()}},
 		{Name: "y", Values: []float64{0.9, 0.4, 0.7}},
 	}}
-	for _, name := range []string{"b.svg", "b.png"} {
-		must.NoError(t, b.Save(filepath.Join(dir, name)))
-		st, err := os.Stat(filepath.Join(dir, name))
-		must.NoError(t, err)
-		must.Greater(t, 100, st.Size())
-	}
+	saveBoth(t, dir, "b", b.Save)
 	svg, _ := os.ReadFile(filepath.Join(dir, "b.svg"))
 	for _, s := range []string{"avg JCT / exclusive", ">a<", ">c<", ">x<", ">y<"} {
 		must.StrContains(t, string(svg), s)
@@ -64,4 +54,17 @@ func TestBarsSave(t *testing.T) {
 	must.Error(t, b.Save(filepath.Join(dir, "b.pdf")))
 	b.Series[0].Values = []float64{1}
 	must.ErrorContains(t, b.Save(filepath.Join(dir, "b.svg")), "series x has 1 values for 3 categories")
+}
+
+// saveBoth saves a plot as name.svg and name.png in dir and checks both
+// files have content.
+func saveBoth(t *testing.T, dir, name string, save func(path string) error) {
+	t.Helper()
+	for _, ext := range []string{".svg", ".png"} {
+		path := filepath.Join(dir, name+ext)
+		must.NoError(t, save(path))
+		st, err := os.Stat(path)
+		must.NoError(t, err)
+		must.Greater(t, 100, st.Size())
+	}
 }
