@@ -154,7 +154,7 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) erro
 	for _, a := range allocs {
 		st.PutAlloc(a)
 	}
-	snap, _ := st.Snapshot(nil, nil)
+	snap, _, _ := st.Snapshot(nil, nil)
 	policy, err := placement.New(placement.PolicyGpushare, placement.Options{})
 	if err != nil {
 		return err
@@ -163,6 +163,9 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) erro
 		req, err := pin.Request(job, group, nil)
 		if err != nil {
 			return err
+		}
+		if never := placement.Impossible(snap, req); never != nil {
+			return fmt.Errorf("group %s can never be placed on this cluster (%s): change the request", group, never)
 		}
 		d := policy.Decide(snap, req)
 		if d.Placed() {

@@ -44,9 +44,15 @@ type Config struct {
 	Typical []TypicalRequest `hcl:"typical_request,block"`
 	// Seed drives the random choices of randomised policies.
 	Seed uint64 `hcl:"seed,optional"`
-	// PinDelay waits between a decision and its pin. For tests of
-	// concurrent edits only; leave unset in production.
-	PinDelay string `hcl:"pin_delay,optional"`
+	// AdoptUngated places groups that ask for nvidia/gpushare without the
+	// gate (registered with plain `nomad job run`) as if they were gated;
+	// nil means true.
+	AdoptUngated *bool `hcl:"adopt_ungated,optional"`
+	// IdleGPUFirst gives a fractional group a GPU nobody uses while one is
+	// free and shares GPUs only when none is (training clusters); off, the
+	// placement core packs fractions to keep whole GPUs free (inference
+	// clusters).
+	IdleGPUFirst bool `hcl:"idle_gpu_first,optional"`
 }
 
 // Nomad is how the service reaches Nomad.
@@ -201,7 +207,10 @@ func (c *Config) Merge(o *Config) {
 	if o.Seed != 0 {
 		c.Seed = o.Seed
 	}
-	str(&c.PinDelay, o.PinDelay)
+	if o.AdoptUngated != nil {
+		c.AdoptUngated = o.AdoptUngated
+	}
+	c.IdleGPUFirst = c.IdleGPUFirst || o.IdleGPUFirst
 }
 
 // ErrInvalid wraps the list of every problem Validate found.
@@ -231,11 +240,7 @@ func (c *Config) Validate() error {
 			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
 		}
 	}
-	if c.PinDelay != "" {
-		if d, err := time.ParseDuration(c.PinDelay); err != nil || d < 0 {
-			bad("pin_delay = %q: not a duration", c.PinDelay)
-		}
-	}
+
 	if c.Leader.VariablePath == "" {
 		bad("leader.variable_path must not be empty")
 	}
@@ -315,6 +320,18 @@ func (c *Config) Mix() placement.Mix {
 
 // ReservationsOn reports whether waiting multi-GPU groups hold nodes.
 func (c *Config) ReservationsOn() bool { return c.Reservations == nil || *c.Reservations }
+
+// AdoptUngatedOn reports whether ungated gpushare groups are placed.
+func (c *Config) AdoptUngatedOn() bool { return c.AdoptUngated == nil || *c.AdoptUngated }
+
+// VCNames lists the configured virtual clusters.
+func (c *Config) VCNames() []string {
+	out := make([]string, 0, len(c.VCs))
+	for _, v := range c.VCs {
+		out = append(out, v.Name)
+	}
+	return out
+}
 
 // Duration parses a validated duration field.
 func Duration(s string) time.Duration {

@@ -63,7 +63,7 @@ func TestSnapshotCountsAllocationsAndHolds(t *testing.T) {
 	}})
 	must.NoError(t, err)
 	s.PutJob(pinned)
-	snap, problems := s.Snapshot(nil, nil)
+	snap, _, problems := s.Snapshot(nil, nil)
 	must.SliceEmpty(t, problems)
 	n, ok := snap.Node("n1")
 	must.True(t, ok)
@@ -72,14 +72,14 @@ func TestSnapshotCountsAllocationsAndHolds(t *testing.T) {
 
 	// once the allocation appears the hold goes
 	s.PutAlloc(shareAlloc("a2", "pinned", "n1", 30, 32))
-	snap, _ = s.Snapshot(nil, nil)
+	snap, _, _ = s.Snapshot(nil, nil)
 	n, _ = snap.Node("n1")
 	must.Eq(t, 68, n.GPUs[0].Free())
 	_, isHold := snap.Alloc(PendingPrefix + "default/pinned/g@n1")
 	must.False(t, isHold)
 
 	// allocations reported gone (preempted) free their shares
-	snap, _ = s.Snapshot(nil, func(id string) bool { return id == "a1" })
+	snap, _, _ = s.Snapshot(nil, func(id string) bool { return id == "a1" })
 	n, _ = snap.Node("n1")
 	must.Eq(t, 98, n.GPUs[0].Free())
 }
@@ -93,7 +93,7 @@ func TestUnusableNodesAreLeftOut(t *testing.T) {
 	s.PutNode(down)
 	s.PutNode(drained)
 	s.PutNode(pcieNode(t, "up"))
-	snap, _ := s.Snapshot(nil, nil)
+	snap, _, _ := s.Snapshot(nil, nil)
 	must.SliceLen(t, 1, snap.Nodes())
 }
 
@@ -133,7 +133,7 @@ func TestBrokenNodeAttributesAreAProblem(t *testing.T) {
 	n := pcieNode(t, "bad")
 	delete(n.NodeResources.Devices[0].Attributes, "gpus")
 	s.PutNode(n)
-	snap, problems := s.Snapshot(nil, nil)
+	snap, _, problems := s.Snapshot(nil, nil)
 	must.SliceEmpty(t, snap.Nodes())
 	must.SliceLen(t, 1, problems)
 	must.StrContains(t, problems[0], `attribute "gpus": missing`)

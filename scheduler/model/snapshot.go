@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -23,8 +24,9 @@ const PendingPrefix = "pinned:"
 // are down, ineligible or draining are left out, as are nodes whose
 // gpushare attributes cannot be decoded (listed in problems), and the
 // allocations gone reports as gone (preempted ones Nomad is stopping).
-func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) (*placement.Snapshot, []string) {
+func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) (*placement.Snapshot, map[string]decide.Key, []string) {
 	snap := placement.NewSnapshot()
+	heldFor := map[string]decide.Key{}
 	var problems []string
 	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
 		n := s.Nodes[id]
@@ -38,6 +40,10 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 		}
 		if err := snap.AddNode(node); err != nil {
 			problems = append(problems, err.Error())
+			continue
+		}
+		for _, uuid := range UnhealthyGPUs(n) {
+			_ = snap.SetHealth(uuid, false)
 		}
 	}
 
@@ -85,36 +91,25 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			if missing <= 0 {
 				continue
 			}
-			if batchDone(job, s, *tg.Name) {
+			if s.BatchDone(job, *tg.Name) {
 				continue
 			}
-			for _, h := range holds(rec, held, r, missing, snap) {
+			key := KeyOf(job, *tg.Name)
+			for _, h := range holds(key, rec, held, r, missing, snap) {
 				if err := snap.AddAlloc(h); err != nil {
 					problems = append(problems, fmt.Sprintf("hold for %s: %v", r.ID, err))
+					continue
 				}
+				heldFor[h.ID] = key
 			}
 		}
 	}
-	return snap, problems
+	return snap, heldFor, problems
 }
 
-// batchDone reports whether a batch group already finished its work (its
-// allocations completed), so its pinned shares are free again.
-func batchDone(job *api.Job, s *State, group string) bool {
-	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysbatch) {
-		return false
-	}
-	for _, a := range s.Allocs {
-		if a.JobID == *job.ID && a.TaskGroup == group && a.ClientStatus == api.AllocClientStatusComplete {
-			return true
-		}
-	}
-	return false
-}
-
-// holds reserves, per node, the pinned shares that no live allocation
-// holds, with the CPU and memory of the allocations still to come.
-func holds(rec *pin.Record, held map[string]bool, r placement.Request, missing int, snap *placement.Snapshot) []placement.Alloc {
+// holds keeps the shares a pinned group is still to be given, one
+// allocation's worth per node, while its allocations are missing.
+func holds(key decide.Key, rec *pin.Record, held map[string]bool, r placement.Request, missing int, snap *placement.Snapshot) []placement.Alloc {
 	byNode := map[string][]string{}
 	for _, sh := range rec.Shares {
 		if held[sh] {
@@ -148,7 +143,7 @@ func holds(rec *pin.Record, held map[string]bool, r placement.Request, missing i
 		}
 		missing -= worth
 		out = append(out, placement.Alloc{
-			ID: PendingPrefix + r.ID + "@" + nodeID, Node: nodeID, Shares: shares,
+			ID: PendingPrefix + key.String() + "@" + nodeID, Node: nodeID, Shares: shares,
 			Res: placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
 			VC:  r.VC, Class: r.Class, Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
 		})

@@ -232,3 +232,6 @@ func ParseRecord(job *api.Job, group string) (*Record, bool) {
 	}
 	return &r, true
 }
+
+// Wants reports whether a group asks for gpushare devices.
+func Wants(tg *api.TaskGroup) bool { return deviceRequests(tg) > 0 }

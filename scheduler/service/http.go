@@ -108,7 +108,7 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	gated := pin.Gated(job)
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
-		key := groupKey(job, *tg.Name)
+		key := model.KeyOf(job, *tg.Name)
 		if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Profile.Known() {
 			gs.Profile = &r.Profile
 		}

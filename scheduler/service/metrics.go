@@ -19,6 +19,7 @@ type metrics struct {
 	events           prometheus.Counter
 	pinLatency       prometheus.Histogram
 	placementLatency prometheus.Histogram
+	stepSeconds      prometheus.Histogram
 }
 
 func newMetrics() *metrics {
@@ -41,8 +42,10 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		placementLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pin_to_alloc_seconds", Help: "Time from pin to the group's first allocation.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	m.reg.MustRegister(m.pending, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
-		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency)
+		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds)
 	return m
 }

@@ -5,120 +5,125 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
 
-// work is one group to decide.
-type work struct {
-	job   *api.Job
-	group string
-	req   placement.Request
-	// repin: the group is pinned but its pinned capacity is gone.
-	repin  bool
-	submit int64
+// refusal is a group refused for good: it is not decided again until its
+// job or the cluster's nodes change.
+type refusal struct {
+	reason   string
+	jobIndex uint64
+	nodes    uint64 // clusterShape when refused
 }
 
-// reconcile is one pass of the decision loop: decide every gated group in
-// a fair order, pin what fits, preempt where a guarantee needs it, and
-// re-pin groups whose allocations were lost with their node.
+// pass is what one reconcile needs beside the step's input.
+type pass struct {
+	jobs map[decide.Key]*api.Job
+}
+
+// reconcile is one pass of the decision loop: build the step's input from
+// the model, let decide.Step choose the actions, execute them against
+// Nomad.
 func (s *Service) reconcile(ctx context.Context) {
 	s.mu.Lock()
 	if !s.synced {
 		s.mu.Unlock()
 		return
 	}
+	now := s.now()
 	for id, at := range s.preempted {
-		if a, ok := s.state.Allocs[id]; !ok || !model.Live(a) || s.now().Sub(at) > 10*time.Minute {
+		if a, ok := s.state.Allocs[id]; !ok || !model.Live(a) || now.Sub(at) > 10*time.Minute {
 			delete(s.preempted, id)
 		}
 	}
-	snap, problems := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
-	todo, waiting := s.collect()
+	snap, holds, problems := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
+	shape := clusterShape(snap)
+	groups, p, pending := s.collect(snap, shape)
+	ends := s.expectedEnds(snap, holds, now)
 	s.confirm()
-	now, def := s.now(), config.Duration(s.cfg.DefaultExpectedRuntime)
-	ends := s.expectedEnds(snap, now, def)
 	s.mu.Unlock()
-	for _, p := range problems {
-		s.log.Warn("model problem", "problem", p)
+	for _, pr := range problems {
+		s.log.Warn("model problem", "problem", pr)
 	}
-	s.metrics.pending.Set(float64(len(todo)))
+	s.metrics.pending.Set(float64(len(groups)))
 	oldest := 0.0
-	for _, w := range todo {
-		if w.submit > 0 {
-			oldest = max(oldest, now.Sub(time.Unix(0, w.submit)).Seconds())
+	for _, g := range groups {
+		if !g.Submit.IsZero() {
+			oldest = max(oldest, now.Sub(g.Submit).Seconds())
 		}
 	}
 	s.metrics.oldestPending.Set(oldest)
 
-	pending := map[string]string{}
-	for k, why := range waiting {
-		pending[k] = why
-	}
-	var held map[string]time.Time // nodes reserved for the group heldFor (see reserve.go)
-	var heldFor string
-	for i, w := range todo {
+	start := s.now()
+	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now}, s.stepConfig())
+	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
+	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
+	for _, a := range actions {
 		if ctx.Err() != nil {
 			return
 		}
-		key := w.req.ID
-		log := s.log.With("job_id", *w.job.ID, "group", w.group)
-		// a new version of a running group may take the shares its old
-		// allocations hold: Nomad stops them in the same plan
-		var restore []placement.Alloc
-		for _, a := range s.groupAllocs(w.job, w.group) {
-			if pa, ok := snap.Alloc(a.ID); ok && !w.repin {
-				if _, err := snap.Remove(a.ID); err == nil {
-					restore = append(restore, pa)
-				}
-			}
+		s.execute(ctx, a, p.jobs[a.Group], shape, pending, failed, start)
+	}
+	s.mu.Lock()
+	s.pending = pending
+	s.mu.Unlock()
+}
+
+// stepConfig is the configuration as decide.Step reads it.
+func (s *Service) stepConfig() decide.Config {
+	return decide.Config{
+		DefaultExpected: config.Duration(s.cfg.DefaultExpectedRuntime),
+		Reservations:    s.cfg.ReservationsOn(),
+		IdleFirst:       s.cfg.IdleGPUFirst,
+		VCs:             s.cfg.VCNames(),
+	}
+}
+
+// execute carries out one action of the step.
+func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool, start time.Time) {
+	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
+	switch a.Kind {
+	case decide.Wait:
+		s.metrics.decisions.WithLabelValues("refused").Inc()
+		pending[a.Group] = a.Reason
+		log.Debug("group waits", "reason", a.Reason)
+	case decide.Reserve:
+		log.Debug("group holds nodes", "nodes", len(a.Hold), "reason", a.Reason)
+	case decide.Refuse:
+		s.metrics.decisions.WithLabelValues("never").Inc()
+		pending[a.Group] = a.Reason
+		var idx uint64
+		if job != nil && job.JobModifyIndex != nil {
+			idx = *job.JobModifyIndex
 		}
-		avoided := backfill(held, now, expectedOf(w.req, def))
-		if len(avoided) > 0 {
-			w.req.Avoid = append(slices.Clip(w.req.Avoid), avoided...)
+		s.mu.Lock()
+		s.refused[a.Group] = refusal{reason: a.Reason, jobIndex: idx, nodes: shape}
+		s.mu.Unlock()
+		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
+	case decide.Preempt:
+		if err := s.preempt(ctx, a.Allocs, a.Group); err != nil {
+			log.Warn("preemption failed; will retry", "error", err)
+			pending[a.Group] = "waiting for preemption: " + err.Error()
+			failed[a.Group] = true
 		}
-		start := s.now()
-		d := s.policy.Decide(snap, w.req)
-		s.metrics.decisions.WithLabelValues(outcome(d)).Inc()
-		if !d.Placed() {
-			for _, pa := range restore {
-				_ = snap.AddAlloc(pa)
-			}
-			why := fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(todo), responseRatio(w, now, def))
-			if len(avoided) > 0 {
-				why += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
-			}
-			if held == nil && reservable(d) && s.cfg.ReservationsOn() {
-				if held = reserveFor(snap, w.req, ends, now, def); held != nil {
-					heldFor = key
-					why += "; " + heldReason(held, now)
-				}
-			}
-			pending[key] = why
-			log.Debug("group waits", "reason", why)
-			continue
+	case decide.Pin, decide.Repin:
+		if failed[a.Group] || job == nil {
+			return
 		}
-		if len(d.Preempt) > 0 {
-			if err := s.preempt(ctx, d.Preempt, key); err != nil {
-				log.Warn("preemption failed; will retry", "error", err)
-				pending[key] = "waiting for preemption: " + err.Error()
-				continue
-			}
+		s.metrics.decisions.WithLabelValues("placed").Inc()
+		if s.pinDelay > 0 {
+			sleep(ctx, s.pinDelay)
 		}
-		if s.cfg.PinDelay != "" {
-			sleep(ctx, config.Duration(s.cfg.PinDelay))
-		}
-		if err := s.pinGroup(ctx, w, d); err != nil {
-			for _, pa := range restore {
-				_ = snap.AddAlloc(pa)
-			}
+		if err := s.pinGroup(ctx, job, a); err != nil {
 			if errors.Is(err, ErrConflict) {
 				s.metrics.conflicts.Inc()
 				log.Info("job changed while deciding; deciding again on the new version")
@@ -126,69 +131,120 @@ func (s *Service) reconcile(ctx context.Context) {
 			} else {
 				log.Error("cannot pin the placement", "error", err)
 			}
-			pending[key] = "pin failed: " + err.Error()
-			continue
+			pending[a.Group] = "pin failed: " + err.Error()
+			return
 		}
 		s.metrics.pinLatency.Observe(s.now().Sub(start).Seconds())
-		if err := snap.Apply(d); err != nil {
-			log.Warn("placement could not be applied to the local snapshot; relisting", "error", err)
-			s.markDirty()
-		}
-		for _, p := range d.Placements {
-			ends[p.AllocID] = now.Add(expectedOf(w.req, def))
-		}
 	}
-	s.mu.Lock()
-	s.pending = pending
-	s.mu.Unlock()
 }
 
-// collect lists the groups to decide, in a fair order (see order). Groups that
-// cannot be turned into a request are returned as waiting, with why.
-// The caller holds s.mu.
-func (s *Service) collect() ([]work, map[string]string) {
-	var todo []work
-	waiting := map[string]string{}
+// collect lists the groups to decide: gated groups, ungated gpushare
+// groups to adopt (adopt_ungated), and pinned groups whose capacity is
+// gone. Groups that cannot be turned into a request, or that were refused
+// for good and neither their job nor the cluster's nodes changed since,
+// are returned as pending, with why. The caller holds s.mu.
+func (s *Service) collect(snap *placement.Snapshot, shape uint64) ([]decide.Group, pass, map[decide.Key]string) {
+	var groups []decide.Group
+	p := pass{jobs: map[decide.Key]*api.Job{}}
+	pending := map[decide.Key]string{}
 	for _, job := range s.state.Jobs {
-		if job.Stop != nil && *job.Stop {
+		if (job.Stop != nil && *job.Stop) || model.Template(job) {
 			continue
 		}
 		gated := pin.Gated(job)
 		for _, tg := range job.TaskGroups {
-			group := *tg.Name
-			isGated := slices.Contains(gated, group)
-			repin, avoid := false, []string(nil)
-			if !isGated {
-				repin, avoid = s.lost(job, group)
+			name := *tg.Name
+			key := model.KeyOf(job, name)
+			g := decide.Group{Key: key}
+			switch {
+			case slices.Contains(gated, name):
+			case pin.Pinned(job, name):
+				repin, avoid := s.lost(job, name)
 				if !repin {
 					continue
 				}
-			}
-			req, err := s.state.Request(job, group, s.profile)
-			if err != nil {
-				waiting[groupKey(job, group)] = err.Error()
+				g.Repin, g.Req.Avoid = true, avoid
+			case s.cfg.AdoptUngatedOn() && pin.Wants(tg) && s.adopt(snap, job, tg):
+				// registered without the gate: Nomad placed it, or will,
+				// from several GPUs, which Reserve refuses
+			default:
 				continue
 			}
-			req.Avoid = avoid
-			w := work{job: job, group: group, req: req, repin: repin}
-			if job.SubmitTime != nil {
-				w.submit = *job.SubmitTime
+			if r, ok := s.refused[key]; ok {
+				if job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape {
+					pending[key] = r.reason
+					continue
+				}
+				delete(s.refused, key)
 			}
-			todo = append(todo, w)
+			req, err := s.state.Request(job, name, s.profile)
+			if err != nil {
+				pending[key] = err.Error()
+				continue
+			}
+			req.Avoid = g.Req.Avoid
+			g.Req = req
+			if !g.Repin {
+				for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, name) {
+					if !slices.Contains(g.Replaces, a.ID) {
+						g.Replaces = append(g.Replaces, a.ID) // a new version takes its old shares
+					}
+				}
+			}
+			if job.SubmitTime != nil && *job.SubmitTime > 0 {
+				g.Submit = time.Unix(0, *job.SubmitTime)
+			}
+			p.jobs[key] = job
+			groups = append(groups, g)
 		}
 	}
-	order(todo, s.now(), config.Duration(s.cfg.DefaultExpectedRuntime))
-	return todo, waiting
+	return groups, p, pending
 }
 
-func guaranteed(r placement.Request) bool {
-	return r.VC != "" && r.Class != placement.ClassOpportunistic
+// adopt reports whether an ungated, unpinned gpushare group needs placing:
+// it misses allocations, or Nomad gave one of them shares that Reserve
+// refuses (Nomad takes a request's shares from one device group in map
+// order, so a fraction usually spans GPUs). Allocations that run on valid
+// shares are left alone. The caller holds s.mu.
+func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGroup) bool {
+	if s.state.BatchDone(job, *tg.Name) {
+		return false
+	}
+	key := model.KeyOf(job, *tg.Name)
+	live := s.state.GroupAllocs(key.Namespace, key.Job, key.Group)
+	count := 1
+	if tg.Count != nil {
+		count = *tg.Count
+	}
+	if len(live) < count {
+		return true
+	}
+	for _, a := range live {
+		if !snap.Reservable(model.Shares(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterShape hashes what decides whether a group could ever fit: the
+// usable nodes, their capacity and their GPUs (not their health or use).
+func clusterShape(snap *placement.Snapshot) uint64 {
+	h := fnv.New64a()
+	for _, n := range snap.Nodes() {
+		fmt.Fprintf(h, "%s|%d|%d|", n.ID, n.Capacity.CPU, n.Capacity.MemoryMiB)
+		for i := range n.GPUs {
+			fmt.Fprintf(h, "%s/%s/%d,", n.GPUs[i].UUID, n.GPUs[i].Model, n.GPUs[i].Shares)
+		}
+	}
+	return h.Sum64()
 }
 
 // lost reports whether a pinned group lost allocations together with the
-// capacity it was pinned to (its node is down, drained or gone), so that
-// the replacements cannot be placed until it is pinned elsewhere. The
-// caller holds s.mu.
+// capacity it was pinned to — its node is down, drained or gone, or a GPU
+// its missing allocations were pinned to turned unhealthy — so that the
+// replacements cannot be placed until it is pinned elsewhere. It returns
+// the nodes to avoid. The caller holds s.mu.
 func (s *Service) lost(job *api.Job, group string) (bool, []string) {
 	rec, ok := pin.ParseRecord(job, group)
 	if !ok {
@@ -199,8 +255,9 @@ func (s *Service) lost(job *api.Job, group string) (bool, []string) {
 	if tg.Count != nil {
 		count = *tg.Count
 	}
-	live := s.state.GroupAllocs(nsOf(job), *job.ID, group)
-	if len(live) >= count || (job.Type != nil && *job.Type == api.JobTypeBatch && len(live) == 0 && s.anyComplete(job, group)) {
+	key := model.KeyOf(job, group)
+	live := s.state.GroupAllocs(key.Namespace, key.Job, group)
+	if len(live) >= count || s.state.BatchDone(job, group) {
 		return false, nil
 	}
 	var gone []string
@@ -210,53 +267,85 @@ func (s *Service) lost(job *api.Job, group string) (bool, []string) {
 			gone = append(gone, n)
 		}
 	}
-	if len(gone) == 0 {
-		return false, nil
+	if len(gone) > 0 {
+		return true, gone
 	}
-	// a live allocation still on a good node keeps its shares; the rest
-	// must go elsewhere
-	return true, gone
-}
-
-func (s *Service) anyComplete(job *api.Job, group string) bool {
-	for _, a := range s.state.Allocs {
-		if a.JobID == *job.ID && a.TaskGroup == group && a.ClientStatus == api.AllocClientStatusComplete {
-			return true
+	inUse := map[string]bool{} // GPUs the live allocations hold
+	for _, a := range live {
+		for _, sh := range model.Shares(a) {
+			inUse[model.GPUOf(sh)] = true
 		}
 	}
-	return false
-}
-
-func (s *Service) groupAllocs(job *api.Job, group string) []*api.Allocation {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state.GroupAllocs(nsOf(job), *job.ID, group)
-}
-
-func nsOf(job *api.Job) string {
-	if job.Namespace == nil {
-		return ""
+	for _, n := range rec.Nodes {
+		for _, uuid := range model.UnhealthyGPUs(s.state.Nodes[n]) {
+			if slices.Contains(rec.GPUs, uuid) && !inUse[uuid] {
+				return true, nil // the core never chooses an unhealthy GPU
+			}
+		}
 	}
-	return *job.Namespace
+	return false, nil
 }
 
-// pinGroup re-registers the job with the group pinned, enforcing the
-// job's modify index so a concurrent edit is never overwritten.
-func (s *Service) pinGroup(ctx context.Context, w work, d *placement.Decision) error {
-	job, err := copyJob(w.job)
+// expectedEnds returns when each allocation of the snapshot is expected to
+// end: its creation time plus its group's expected run time (declared,
+// else default_expected_runtime), or now plus that for the holds of pinned
+// groups not yet allocated. The caller holds s.mu.
+func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
+	def := config.Duration(s.cfg.DefaultExpectedRuntime)
+	expected := map[decide.Key]time.Duration{}
+	runFor := func(k decide.Key) time.Duration {
+		if d, ok := expected[k]; ok {
+			return d
+		}
+		d := def
+		if job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]; job != nil {
+			if r, err := s.state.Request(job, k.Group, s.profile); err == nil && r.Expected > 0 {
+				d = r.Expected
+			}
+		}
+		expected[k] = d
+		return d
+	}
+	ends := map[string]time.Time{}
+	for _, a := range snap.Allocs() {
+		if k, ok := holds[a.ID]; ok {
+			ends[a.ID] = now.Add(runFor(k))
+			continue
+		}
+		al, ok := s.state.Allocs[a.ID]
+		if !ok || al.CreateTime <= 0 {
+			continue
+		}
+		ends[a.ID] = time.Unix(0, al.CreateTime).Add(runFor(decide.Key{Namespace: orDefault(al.Namespace), Job: al.JobID, Group: al.TaskGroup}))
+	}
+	return ends
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
+}
+
+// pinGroup re-registers the job with the group pinned as the action
+// decided, enforcing the job's modify index so a concurrent edit is never
+// overwritten.
+func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) error {
+	job, err := copyJob(orig)
 	if err != nil {
 		return err
 	}
-	rec, err := pin.Pin(job, w.group, d)
+	rec, err := pin.Pin(job, a.Group.Group, a.Decision)
 	if err != nil {
 		return err
 	}
 	index := uint64(0)
-	if w.job.JobModifyIndex != nil {
-		index = *w.job.JobModifyIndex
+	if orig.JobModifyIndex != nil {
+		index = *orig.JobModifyIndex
 	}
 	err = s.nomad.Register(ctx, job, index)
-	if fresh, ferr := s.nomad.Job(ctx, nsOf(w.job), *w.job.ID); ferr == nil {
+	if fresh, ferr := s.nomad.Job(ctx, a.Group.Namespace, a.Group.Job); ferr == nil {
 		s.mu.Lock()
 		s.state.PutJob(fresh)
 		s.mu.Unlock()
@@ -265,46 +354,46 @@ func (s *Service) pinGroup(ctx context.Context, w work, d *placement.Decision) e
 		return err
 	}
 	s.mu.Lock()
-	s.pinned[w.req.ID] = s.now()
+	s.pinned[a.Group] = s.now()
 	s.mu.Unlock()
 	s.metrics.pins.Inc()
-	if w.repin {
-		s.log.Warn("re-pinned a group whose pinned node is gone; Nomad replaces its allocations", "job_id", *w.job.ID, "group", w.group, "avoid", w.req.Avoid, "nodes", rec.Nodes)
+	if a.Kind == decide.Repin {
+		s.log.Warn("re-pinned a group whose pinned capacity is gone; Nomad replaces its allocations", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
 	}
-	s.log.Info("pinned", "job_id", *w.job.ID, "group", w.group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares), "cell", rec.Cell, "reason", rec.Reason)
+	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
+		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason)
 	return nil
 }
 
 // preempt stops opportunistic allocations by gating their groups again:
 // Nomad replaces the allocations, and the replacements wait at the gate
 // until capacity frees.
-func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey string) error {
-	type target struct{ ns, job, group string }
-	targets := map[target][]string{}
+func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
+	targets := map[decide.Key][]string{}
 	s.mu.Lock()
 	for _, id := range allocIDs {
 		a, ok := s.state.Allocs[id]
 		if !ok {
 			continue
 		}
-		t := target{a.Namespace, a.JobID, a.TaskGroup}
+		t := decide.Key{Namespace: orDefault(a.Namespace), Job: a.JobID, Group: a.TaskGroup}
 		targets[t] = append(targets[t], id)
 	}
 	s.mu.Unlock()
 	for t, ids := range targets {
-		job, err := s.nomad.Job(ctx, t.ns, t.job)
+		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
 		if err != nil {
-			return fmt.Errorf("reading job %s: %w", t.job, err)
+			return fmt.Errorf("reading job %s: %w", t.Job, err)
 		}
 		index := *job.JobModifyIndex
-		pin.Unpin(job, t.group)
+		pin.Unpin(job, t.Group)
 		if err := s.nomad.Register(ctx, job, index); err != nil {
-			return fmt.Errorf("gating %s/%s again: %w", t.job, t.group, err)
+			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
 		// a gated version does not stop running allocations by itself
 		for _, id := range ids {
 			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
-				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.job, t.group, err)
+				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
 			}
 		}
 		s.mu.Lock()
@@ -314,7 +403,7 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey string)
 		s.mu.Unlock()
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
-			"job_id", t.job, "group", t.group, "allocations", ids, "for", forKey)
+			"job_id", t.Job, "group", t.Group, "allocations", ids, "for", forKey.String())
 	}
 	return nil
 }
@@ -323,25 +412,22 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey string)
 // caller holds s.mu.
 func (s *Service) confirm() {
 	for key, at := range s.pinned {
-		parts := strings.SplitN(key, "/", 3)
-		if len(parts) != 3 {
-			delete(s.pinned, key)
-			continue
+		job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
+		rec, ok := pin.Record{}, false
+		if job != nil {
+			var r *pin.Record
+			if r, ok = pin.ParseRecord(job, key.Group); ok {
+				rec = *r
+			}
 		}
-		job := s.state.Jobs[model.JobKey(parts[0], parts[1])]
-		if job == nil {
-			delete(s.pinned, key)
-			continue
-		}
-		rec, ok := pin.ParseRecord(job, parts[2])
 		if !ok {
 			delete(s.pinned, key)
 			continue
 		}
-		allocs := s.state.GroupAllocs(parts[0], parts[1], parts[2])
+		allocs := s.state.GroupAllocs(key.Namespace, key.Job, key.Group)
 		if len(allocs) == 0 {
 			if s.now().Sub(at) > 5*time.Minute {
-				s.log.Warn("pinned group has no allocation after 5m", "group", key)
+				s.log.Warn("pinned group has no allocation after 5m", "group", key.String())
 				delete(s.pinned, key)
 			}
 			continue
@@ -349,7 +435,7 @@ func (s *Service) confirm() {
 		for _, a := range allocs {
 			for _, sh := range model.Shares(a) {
 				if !slices.Contains(rec.Shares, sh) {
-					s.log.Warn("allocation holds a share outside its pin", "group", key, "alloc_id", a.ID, "share", sh)
+					s.log.Warn("allocation holds a share outside its pin", "group", key.String(), "alloc_id", a.ID, "share", sh)
 				}
 			}
 		}
@@ -357,13 +443,6 @@ func (s *Service) confirm() {
 		s.metrics.placementLatency.Observe(s.now().Sub(at).Seconds())
 		delete(s.pinned, key)
 	}
-}
-
-func outcome(d *placement.Decision) string {
-	if d.Placed() {
-		return "placed"
-	}
-	return "refused"
 }
 
 // copyJob deep-copies a job through JSON.
@@ -374,4 +453,11 @@ func copyJob(j *api.Job) (*api.Job, error) {
 	}
 	var out api.Job
 	return &out, json.Unmarshal(b, &out)
+}
+
+func nsOf(job *api.Job) string {
+	if job.Namespace == nil {
+		return ""
+	}
+	return *job.Namespace
 }

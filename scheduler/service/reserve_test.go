@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
@@ -68,9 +69,9 @@ func TestReservationWithBackfilling(t *testing.T) {
 	s.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrContains(t, s.pending["default/big/g"], "holds 1 node(s) expected to free within 2h0m0s")
+	must.StrContains(t, s.pending[key("big")], "holds 1 node(s) expected to free within 2h0m0s")
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["long"]))
-	must.StrContains(t, s.pending["default/long/g"], "1 node(s) are held for default/big/g")
+	must.StrContains(t, s.pending[key("long")], "1 node(s) are held for default/big/g")
 	must.SliceEmpty(t, pin.Gated(f.jobs["short"]))
 	rec, ok := pin.ParseRecord(f.jobs["short"], "g")
 	must.True(t, ok)
@@ -87,7 +88,7 @@ func TestReservationsOff(t *testing.T) {
 	must.NoError(t, s.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrNotContains(t, s.pending["default/big/g"], "holds")
+	must.StrNotContains(t, s.pending[key("big")], "holds")
 	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
 
@@ -102,6 +103,9 @@ func TestNoReservationLongerThanTheJob(t *testing.T) {
 	s := newTestService(t, f)
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrNotContains(t, s.pending["default/big/g"], "holds")
+	must.StrNotContains(t, s.pending[key("big")], "holds")
 	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
+
+// key names group g of a job in the default namespace.
+func key(job string) decide.Key { return decide.Key{Namespace: "default", Job: job, Group: "g"} }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -32,8 +33,11 @@ type Service struct {
 
 	mu      sync.Mutex
 	state   *model.State
-	pending map[string]string    // group key -> why it waits
-	pinned  map[string]time.Time // group key -> when it was pinned (unconfirmed)
+	pending map[decide.Key]string    // why each group waits
+	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
+	refused map[decide.Key]refusal   // groups refused for good
+	// pinDelay waits between a decision and its pin (SetPinDelay).
+	pinDelay time.Duration
 	// preempted allocations Nomad is stopping: their capacity is already
 	// given to the guaranteed job that preempted them
 	preempted map[string]time.Time
@@ -73,14 +77,15 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	for _, p := range cfg.Profiles {
 		prof.Profiles[normalize(p.Name)] = interference.Profile{Name: p.Name, SM: p.SMUtil, MemBW: p.MemBW}
 	}
-	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters(), Mix: cfg.Mix()})
+	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters(), Mix: cfg.Mix(),
+		MaxSlowdown: cfg.ProductionMaxSlowdown})
 	if err != nil {
 		return nil, err
 	}
 	return &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[string]string{}, pinned: map[string]time.Time{}, preempted: map[string]time.Time{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
 	}, nil
@@ -180,6 +185,10 @@ func (s *Service) lead(ctx context.Context) error {
 		s.reconcile(ctx)
 	}
 }
+
+// SetPinDelay makes the service wait d between a decision and its pin,
+// for tests of a user's edit racing the pin; never set it in production.
+func (s *Service) SetPinDelay(d time.Duration) { s.pinDelay = d }
 
 // IsLeader reports whether this replica currently pins.
 func (s *Service) IsLeader() bool { return s.leader.Load() }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -165,7 +167,7 @@ func TestReconcileKeepsAConcurrentEdit(t *testing.T) {
 	must.Eq(t, 1, f.registers)
 	must.Eq(t, "alice", f.jobs["edited"].TaskGroups[0].Meta["owner"])
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["edited"])) // not pinned over the edit
-	must.MapContainsKey(t, s.pending, "default/edited/g")
+	must.MapContainsKey(t, s.pending, key("edited"))
 
 	s.reconcile(t.Context()) // the next pass decides on the new version
 	must.SliceEmpty(t, pin.Gated(f.jobs["edited"]))
@@ -174,24 +176,72 @@ func TestReconcileKeepsAConcurrentEdit(t *testing.T) {
 
 func TestReconcileExplainsWhyAGroupWaits(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	huge := gated("huge", 1600)
-	huge.SubmitTime = ptr(time.Unix(880, 0).UnixNano()) // 2 minutes before the test clock's now
-	f.put(huge)
+	running(t, f, "b", []int{0}, 0, "2h")
+	big := gated("big", 800)
+	big.SubmitTime = ptr(time.Unix(880, 0).UnixNano()) // 2 minutes before the test clock's now
+	f.put(big)
 	bad := gated("bad", 150)
 	f.put(bad)
 	s := newTestService(t, f)
 	s.reconcile(t.Context())
-	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["huge"]))
-	must.StrContains(t, s.pending["default/huge/g"], "16")
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
+	must.StrContains(t, s.pending[key("big")], "needs 8 free GPUs")
 	// where it stands: 2 minutes waited of the 1h default run time
-	must.StrContains(t, s.pending["default/huge/g"], "; position 1 of 2 in the queue (response ratio 1.03)")
+	must.StrContains(t, s.pending[key("big")], "; position 1 of 2 in the queue (response ratio 1.03)")
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/huge", nil))
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/big", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "pending"`)
-	must.NotEq(t, "", s.pending["default/bad/g"])
+	must.NotEq(t, "", s.pending[key("bad")])
 	rr = httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
 	must.StrContains(t, rr.Body.String(), "gpushare_oldest_pending_seconds 120")
+}
+
+// A group no node could ever hold is refused once, with what to change,
+// and not decided again until its job or the cluster's nodes change.
+func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("huge", 1600))
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	must.StrContains(t, s.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
+	must.StrContains(t, s.pending[key("huge")], "can never hold it")
+	must.MapContainsKey(t, s.refused, key("huge"))
+	s.reconcile(t.Context())
+	s.reconcile(t.Context())
+	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`)) // decided once
+	must.StrContains(t, s.pending[key("huge")], "can never hold it")
+
+	// a second DGX-1 joins: still too large for one node, decided again
+	n2 := dgx1(t)
+	n2.ID, n2.Name = "node-2", "dgx1-b"
+	for _, d := range n2.NodeResources.Devices {
+		for k, a := range d.Attributes {
+			if a.StringVal != nil && strings.HasPrefix(*a.StringVal, "GPU-") {
+				d.Attributes[k] = &api.Attribute{StringVal: ptr(strings.Replace(*a.StringVal, "GPU-", "GPU-b", 1))}
+			}
+		}
+	}
+	f.nodes = append(f.nodes, n2)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, 2.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
+}
+
+// counterValue reads one series of the service's /metrics.
+func counterValue(t *testing.T, s *Service, series string) float64 {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(rr.Body.String(), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			must.NoError(t, err)
+			return f
+		}
+	}
+	t.Fatalf("no series %s in /metrics", series)
+	return 0
 }
 
 func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {

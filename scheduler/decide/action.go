@@ -1,0 +1,98 @@
+package decide
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Key names a task group: its namespace, job and group. It is a value, not
+// a string to split: job IDs of periodic and dispatched children contain
+// "/".
+type Key struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Group     string `json:"group"`
+}
+
+// String is "<namespace>/<job>/<group>", for logs and request IDs only.
+func (k Key) String() string { return k.Namespace + "/" + k.Job + "/" + k.Group }
+
+// Kind is what an action does.
+type Kind int
+
+// Kinds of action, in the order Step emits them for one group.
+const (
+	// Preempt stops Allocs (opportunistic allocations) so that the
+	// group's Pin that follows can take their capacity.
+	Preempt Kind = iota + 1
+	// Pin places a waiting group as Decision says.
+	Pin
+	// Repin places again a pinned group whose capacity is gone or whose
+	// GPU turned unhealthy; its running allocations are replaced.
+	Repin
+	// Reserve holds Nodes for the group until they free (Hold).
+	Reserve
+	// Refuse says the group can never be placed on this cluster, with a
+	// reason that says what to change; decide it again only when the
+	// cluster's nodes change.
+	Refuse
+	// Wait leaves the group waiting, with its reason and queue position.
+	Wait
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Preempt:
+		return "preempt"
+	case Pin:
+		return "pin"
+	case Repin:
+		return "repin"
+	case Reserve:
+		return "reserve"
+	case Refuse:
+		return "refuse"
+	case Wait:
+		return "wait"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Action is one thing for the executor to do.
+type Action struct {
+	Kind  Kind
+	Group Key
+	// Decision is the placement of a Pin or Repin.
+	Decision *placement.Decision
+	// Allocs are the allocations a Preempt stops.
+	Allocs []string
+	// Hold is a Reserve's nodes, each with when it is expected to free.
+	Hold map[string]time.Time
+	// Refusal is why a Wait or Refuse did not place (nil for a Wait
+	// caused only by a reservation's hold).
+	Refusal *placement.Refusal
+	// Reason says why, in words a user can act on (Wait, Refuse, Reserve).
+	Reason string
+	// Position is the group's place in the queue (1-based) of Of groups.
+	Position, Of int
+	// Ratio is the group's response ratio when it was ordered.
+	Ratio float64
+}
+
+func (a Action) String() string {
+	switch a.Kind {
+	case Pin, Repin:
+		nodes := []string{}
+		for _, p := range a.Decision.Placements {
+			nodes = append(nodes, p.Node)
+		}
+		return fmt.Sprintf("%s %s on %v", a.Kind, a.Group, nodes)
+	case Preempt:
+		return fmt.Sprintf("preempt %v for %s", a.Allocs, a.Group)
+	case Reserve:
+		return fmt.Sprintf("reserve %d node(s) for %s", len(a.Hold), a.Group)
+	}
+	return fmt.Sprintf("%s %s: %s", a.Kind, a.Group, a.Reason)
+}

@@ -1,0 +1,124 @@
+package decide
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
+)
+
+// Reservations (EASY backfilling): the first waiting multi-GPU group in
+// the queue order that does not fit holds the nodes whose GPUs free first
+// for it, by the expected ends of what runs there; groups behind it may use
+// those nodes only if they expect to end before it could start. Without
+// them a stream of small jobs keeps taking the GPUs a large job waits for
+// (on the Gavel traces the reservation halves the average JCT). Expected
+// ends are an input: the service derives them from declared run times,
+// the simulator from the jobs' true remaining work.
+
+// reserveFor returns the nodes held for request r (queue.Hold), each with
+// the time its GPUs are expected to be free for one of r's allocations, or
+// nil when r should not hold any: r needs fewer than two GPUs per
+// allocation, the cluster lacks the nodes, or they would not free within
+// r's own expected run time.
+func (st *step) reserveFor(r placement.Request) map[string]time.Time {
+	key := fmt.Sprintf("%d|%d|%s|%d", r.Shares, r.Count, strings.Join(r.Models, ","), st.expected(r))
+	if st.rooms == nil {
+		st.rooms = map[string]map[string]time.Time{}
+	}
+	if held, ok := st.rooms[key]; ok {
+		return held
+	}
+	now := st.in.Now
+	ends := st.gpuEnds()
+	var rooms []queue.Room // in the snapshot's node order
+	for _, n := range st.snap.Nodes() {
+		var free []time.Duration
+		need := 0
+		for i := range n.GPUs {
+			g := &n.GPUs[i]
+			if g.Down || (len(r.Models) > 0 && !slices.Contains(r.Models, g.Model)) {
+				continue
+			}
+			need = (r.Shares + g.Shares - 1) / g.Shares
+			free = append(free, max(ends[g.UUID].Sub(now), 0))
+		}
+		if in, ok := queue.RoomIn(free, need); ok && need >= 2 {
+			rooms = append(rooms, queue.Room{Node: n.ID, In: in})
+		}
+	}
+	var held map[string]time.Time
+	if hold := queue.Hold(rooms, r.Count, st.expected(r)); hold != nil {
+		held = map[string]time.Time{}
+		for _, h := range hold {
+			held[h.Node] = now.Add(h.In)
+		}
+	}
+	st.rooms[key] = held
+	return held
+}
+
+// gpuEnds returns when each busy GPU's last allocation is expected to end,
+// never before now (an overdue job may end at any moment).
+func (st *step) gpuEnds() map[string]time.Time {
+	if st.gpuEnd != nil {
+		return st.gpuEnd
+	}
+	now := st.in.Now
+	st.gpuEnd = map[string]time.Time{}
+	for _, a := range st.snap.Allocs() {
+		end, ok := st.ends[a.ID]
+		if !ok {
+			end, ok = st.in.Ends[a.ID]
+		}
+		if !ok {
+			end = now.Add(st.cfg.DefaultExpected)
+		}
+		end = later(end, now)
+		for _, sh := range a.Shares {
+			if id, err := devicefn.ParseShareID(sh); err == nil {
+				st.gpuEnd[id.UUID] = later(st.gpuEnd[id.UUID], end)
+			}
+		}
+	}
+	return st.gpuEnd
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// backfill returns the held nodes a group expected to run for d from now
+// would delay, sorted.
+func backfill(held map[string]time.Time, now time.Time, d time.Duration) []string {
+	var out []string
+	for n, at := range held {
+		if now.Add(d).After(at) {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// reservable reports whether a refusal is for capacity that frees with
+// time, the only kind a reservation can wait out.
+func reservable(d *placement.Decision) bool {
+	return d.Refusal != nil && (d.Refusal.Code == placement.RefusedNoCapacity || d.Refusal.Code == placement.RefusedTopology)
+}
+
+// heldReason says how many nodes a waiting group holds and for how long.
+func heldReason(held map[string]time.Time, now time.Time) string {
+	last := now
+	for _, at := range held {
+		last = later(at, last)
+	}
+	return fmt.Sprintf("holds %d node(s) expected to free within %s", len(held), last.Sub(now).Round(time.Second))
+}

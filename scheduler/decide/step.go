@@ -1,0 +1,299 @@
+package decide
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Group is one group to decide: waiting at the gate, adopted, or pinned to
+// capacity that is gone.
+type Group struct {
+	Key Key
+	// Req is the group's request; Req.ID names its allocations.
+	Req placement.Request
+	// Submit is when the job was submitted (zero: unknown, counts as just
+	// submitted).
+	Submit time.Time
+	// Repin marks a pinned group whose pinned capacity is gone or whose
+	// GPU turned unhealthy before its allocation ran.
+	Repin bool
+	// Replaces are allocations of an older version of the group whose
+	// shares the decision may take: Nomad stops them in the same plan.
+	Replaces []string
+}
+
+// Config is what the configuration says about deciding.
+type Config struct {
+	// DefaultExpected is the run time of a group that declares none.
+	DefaultExpected time.Duration
+	// Reservations lets the first waiting multi-GPU group that does not
+	// fit hold the nodes that free first for it (EASY backfilling).
+	Reservations bool
+	// IdleFirst gives a fractional group of one allocation a GPU nobody
+	// uses when one is free (its shares are still what it asked for), and
+	// shares a GPU only when none is: Gandiva's packing under contention,
+	// for training clusters. Off, the placement core packs fractions by
+	// fragmentation (FGD), for inference clusters.
+	IdleFirst bool
+	// VCs names the virtual clusters with guaranteed capacity; a group
+	// naming another is not guaranteed and does not go first.
+	VCs []string
+}
+
+// Input is the world Step decides on.
+type Input struct {
+	// Snapshot is the cluster: nodes with GPU health, allocations, and the
+	// holds of pinned groups not yet allocated. Step leaves it as found.
+	Snapshot *placement.Snapshot
+	Groups   []Group
+	// Ends is when each allocation of the snapshot is expected to end;
+	// one not listed is expected to end DefaultExpected from now.
+	Ends map[string]time.Time
+	Now  time.Time
+	// Compatible reports whether group g may share a GPU with allocation
+	// alloc (nil: always), for facts the placement core does not model,
+	// such as the simulator's measured memory fit of two job types.
+	Compatible func(g Key, alloc string) bool
+}
+
+// Step decides every group once, in queue order, on the snapshot as
+// changed by the decisions before it, and returns the actions. It is
+// pure: the same input gives the same actions.
+func Step(pol placement.Policy, in Input, cfg Config) []Action {
+	st := &step{pol: pol, in: in, cfg: cfg, snap: in.Snapshot, ends: map[string]time.Time{}}
+	defer st.undo()
+	queue := order(in.Groups, in.Now, cfg)
+	var out []Action
+	failed := map[string]*placement.Refusal{} // request shapes refused since the last placement
+	var held map[string]time.Time             // nodes reserved for heldFor
+	var heldFor Key
+	for i, q := range queue {
+		g := q.Group
+		req := g.Req
+		restored := st.release(g.Replaces)
+		avoided := backfill(held, in.Now, st.expected(req))
+		if len(avoided) > 0 {
+			req.Avoid = append(slices.Clip(req.Avoid), avoided...)
+		}
+		shape := ""
+		if len(restored) == 0 {
+			shape = shapeOf(req)
+		}
+		var d *placement.Decision
+		if ref, ok := failed[shape]; ok && shape != "" {
+			d = &placement.Decision{Request: req.ID, Policy: pol.Name(), Refusal: ref}
+		} else {
+			d = st.place(g.Key, req)
+		}
+		if !d.Placed() {
+			st.restore(restored)
+			if shape != "" {
+				failed[shape] = d.Refusal
+			}
+			if never := st.never(d.Refusal, req); never != nil {
+				out = append(out, Action{Kind: Refuse, Group: g.Key, Refusal: never,
+					Reason: never.String() + "; this cluster can never hold it: change the request (or add nodes that can hold it)"})
+				continue
+			}
+			w := Action{Kind: Wait, Group: g.Key, Refusal: d.Refusal, Position: i + 1, Of: len(queue), Ratio: q.ratio}
+			w.Reason = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(queue), q.ratio)
+			if len(avoided) > 0 {
+				w.Reason += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
+			}
+			var reserve *Action
+			if held == nil && cfg.Reservations && reservable(d) {
+				if held = st.reserveFor(req); held != nil {
+					heldFor = g.Key
+					w.Reason += "; " + heldReason(held, in.Now)
+					reserve = &Action{Kind: Reserve, Group: g.Key, Hold: held, Reason: heldReason(held, in.Now)}
+				}
+			}
+			out = append(out, w)
+			if reserve != nil {
+				out = append(out, *reserve)
+			}
+			continue
+		}
+		if len(d.Preempt) > 0 {
+			out = append(out, Action{Kind: Preempt, Group: g.Key, Allocs: slices.Clone(d.Preempt)})
+		}
+		kind := Pin
+		if g.Repin {
+			kind = Repin
+		}
+		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Position: i + 1, Of: len(queue), Ratio: q.ratio})
+		st.apply(d, st.expected(req))
+		clear(failed)
+	}
+	return out
+}
+
+// step is the state of one Step: what it changed on the snapshot, to undo.
+type step struct {
+	pol  placement.Policy
+	in   Input
+	cfg  Config
+	snap *placement.Snapshot
+	// ends adds the expected ends of this step's placements to in.Ends.
+	ends map[string]time.Time
+	// done undoes the step's changes to the snapshot, last first.
+	done []func()
+	// gpuEnd caches when each GPU frees (see reserveFor); nil until used.
+	gpuEnd map[string]time.Time
+	rooms  map[string]map[string]time.Time
+}
+
+func (st *step) undo() {
+	for i := len(st.done) - 1; i >= 0; i-- {
+		st.done[i]()
+	}
+}
+
+// release takes a group's older allocations out of the snapshot, so that
+// its new version may take their shares; restore puts them back.
+func (st *step) release(ids []string) []placement.Alloc {
+	var out []placement.Alloc
+	for _, id := range ids {
+		if a, err := st.snap.Remove(id); err == nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func (st *step) restore(as []placement.Alloc) {
+	for _, a := range as {
+		_ = st.snap.AddAlloc(a)
+	}
+}
+
+// apply keeps a placement on the snapshot for the rest of the step.
+func (st *step) apply(d *placement.Decision, expected time.Duration) {
+	var stopped []placement.Alloc
+	for _, id := range d.Preempt {
+		if a, ok := st.snap.Alloc(id); ok {
+			stopped = append(stopped, a)
+		}
+	}
+	if err := st.snap.Apply(d); err != nil {
+		return // the core decided on this snapshot: cannot happen
+	}
+	end := st.in.Now.Add(expected)
+	for _, p := range d.Placements {
+		st.ends[p.AllocID] = end
+		if st.gpuEnd != nil {
+			for _, g := range p.GPUs {
+				st.gpuEnd[g] = later(st.gpuEnd[g], end)
+			}
+		}
+	}
+	clear(st.rooms)
+	st.done = append(st.done, func() {
+		for _, p := range d.Placements {
+			_, _ = st.snap.Remove(p.AllocID)
+		}
+		st.restore(stopped)
+	})
+}
+
+// place asks the placement core, first for an idle GPU when IdleFirst
+// says so, and steers it away from nodes where the group could not share
+// with what runs on the chosen GPU.
+func (st *step) place(g Key, req placement.Request) *placement.Decision {
+	if st.cfg.IdleFirst && req.Count == 1 && req.Shares > 0 {
+		for _, spg := range st.sharesPerGPU() {
+			if req.Shares >= spg {
+				continue
+			}
+			whole := req
+			whole.Shares = spg
+			if d := st.pol.Decide(st.snap, whole); d.Placed() && len(d.Placements[0].Shares) == spg {
+				p := &d.Placements[0]
+				p.Shares = p.Shares[:req.Shares:req.Shares]
+				return d
+			}
+		}
+	}
+	d := st.pol.Decide(st.snap, req)
+	if st.in.Compatible == nil || req.Count != 1 {
+		return d
+	}
+	for range st.snap.Nodes() {
+		if !d.Placed() {
+			return d
+		}
+		p := d.Placements[0]
+		if st.compatible(g, p.GPUs) {
+			return d
+		}
+		req.Avoid = append(slices.Clip(req.Avoid), p.Node)
+		d = st.pol.Decide(st.snap, req)
+	}
+	return d
+}
+
+func (st *step) compatible(g Key, gpus []string) bool {
+	for _, u := range gpus {
+		for _, a := range st.snap.OnGPU(u) {
+			if !st.in.Compatible(g, a) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// sharesPerGPU lists the distinct shares_per_gpu of the cluster's GPUs.
+func (st *step) sharesPerGPU() []int {
+	var out []int
+	for _, n := range st.snap.Nodes() {
+		for i := range n.GPUs {
+			if s := n.GPUs[i].Shares; !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// never returns why a refused group can never be placed on this
+// cluster, or nil when it may fit later.
+func (st *step) never(ref *placement.Refusal, req placement.Request) *placement.Refusal {
+	if ref == nil {
+		return nil
+	}
+	switch ref.Code {
+	case placement.RefusedInvalid, placement.RefusedNoModel, placement.RefusedTooLarge:
+		return ref
+	}
+	return placement.Impossible(st.snap, req)
+}
+
+// expected is a request's expected run time: declared, else the default.
+func (st *step) expected(r placement.Request) time.Duration {
+	if r.Expected > 0 {
+		return r.Expected
+	}
+	return st.cfg.DefaultExpected
+}
+
+// shapeOf keys a request by everything a placement depends on except its
+// name, so that a shape refused once is not decided again in the same
+// step until something is placed.
+func shapeOf(r placement.Request) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d|%d|%d|%d|%s|%s|%s|%v|%v|", r.Count, r.Shares, r.Res.CPU, r.Res.MemoryMiB,
+		strings.Join(r.Models, ","), r.VC, r.Class, r.Profile, r.MaxSlowdown)
+	for _, a := range r.Avoid {
+		b.WriteString(a)
+		b.WriteByte(',')
+	}
+	b.WriteString(strconv.Itoa(len(r.Avoid)))
+	return b.String()
+}

@@ -1,0 +1,82 @@
+package model
+
+import (
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/hashicorp/nomad/api"
+)
+
+// KeyOf names a job's group; an empty namespace is "default".
+func KeyOf(job *api.Job, group string) decide.Key {
+	ns := namespaceOf(job)
+	if ns == "" {
+		ns = "default"
+	}
+	return decide.Key{Namespace: ns, Job: *job.ID, Group: group}
+}
+
+// Template reports whether a job is a template Nomad never places itself:
+// a parameterized job (its dispatched children run) or a periodic one (its
+// launched children run). Children carry their parent's gate and are
+// decided like any job; templates never are.
+func Template(job *api.Job) bool {
+	return job.ParameterizedJob != nil || (job.Periodic != nil && (job.Periodic.Enabled == nil || *job.Periodic.Enabled))
+}
+
+// BatchDone reports whether a batch group already finished its work: one
+// of its allocations, in the job's own namespace, completed. Its pinned
+// shares are free again and it is not placed again.
+func (s *State) BatchDone(job *api.Job, group string) bool {
+	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysbatch) {
+		return false
+	}
+	key := KeyOf(job, group)
+	for _, a := range s.Allocs {
+		if a.ClientStatus == api.AllocClientStatusComplete && a.JobID == key.Job && a.TaskGroup == group && orDefault(a.Namespace) == key.Namespace {
+			return true
+		}
+	}
+	return false
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return "default"
+	}
+	return ns
+}
+
+// UnhealthyGPUs lists the UUIDs of a node's gpushare GPUs that have an
+// unhealthy share: the plugin marks every share of a lost GPU, or of one
+// that raised a critical XID, unhealthy.
+func UnhealthyGPUs(n *api.Node) []string {
+	if n.NodeResources == nil {
+		return nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range n.NodeResources.Devices {
+		if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+			continue
+		}
+		for _, inst := range d.Instances {
+			if inst == nil || inst.Healthy {
+				continue
+			}
+			if id, err := devicefn.ParseShareID(inst.ID); err == nil && !seen[id.UUID] {
+				seen[id.UUID] = true
+				out = append(out, id.UUID)
+			}
+		}
+	}
+	return out
+}
+
+// GPUOf returns the GPU UUID of a share ID ("" when it is not one).
+func GPUOf(share string) string {
+	id, err := devicefn.ParseShareID(share)
+	if err != nil {
+		return ""
+	}
+	return id.UUID
+}

@@ -1,0 +1,112 @@
+package placement
+
+import (
+	"fmt"
+	"github.com/gpushare/gpushare/devicefn"
+	"slices"
+	"strings"
+)
+
+// OnGPU lists the allocations that hold shares of a GPU, sorted.
+func (s *Snapshot) OnGPU(uuid string) []string {
+	ref, ok := s.byUUID[uuid]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, a := range ref.node.allocs {
+		if slices.Contains(a.gpus, ref.gpu) {
+			out = append(out, a.ID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Impossible returns why no state of this cluster could ever hold request
+// r — more allocations than its nodes could hold even if they were empty
+// and every GPU healthy, per allocation more GPUs, shares, CPU or memory
+// than any node has, or a GPU model no node has — or nil when r may fit
+// once capacity frees. Avoid is ignored: avoided nodes may come back.
+func Impossible(s *Snapshot, r Request) *Refusal {
+	if err := r.Validate(); err != nil {
+		return &Refusal{Code: RefusedInvalid, Message: err.Error()}
+	}
+	models := "any model"
+	if len(r.Models) > 0 {
+		models = strings.Join(r.Models, " or ")
+	}
+	room, seen := 0, false
+	for _, n := range s.nodes {
+		if n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
+			continue
+		}
+		byRes := r.Count
+		if r.Res.CPU > 0 {
+			byRes = min(byRes, int(n.Capacity.CPU/r.Res.CPU))
+		}
+		if r.Res.MemoryMiB > 0 {
+			byRes = min(byRes, int(n.Capacity.MemoryMiB/r.Res.MemoryMiB))
+		}
+		if r.Shares == 0 {
+			room += byRes
+			seen = true
+			continue
+		}
+		best := 0
+		for gi := range n.groups {
+			grp := &n.groups[gi]
+			if !r.modelOK(grp.model) {
+				continue
+			}
+			seen = true
+			spg := n.GPUs[grp.gpus[0]].Shares
+			frac, whole, ok := shareSize(r.Shares, spg)
+			switch {
+			case !ok:
+			case whole > 0 && whole <= len(grp.gpus):
+				best = max(best, 1) // one allocation of the group per node
+			case frac > 0:
+				best = max(best, min(byRes, spg/frac)) // fractions stack on one GPU
+			}
+		}
+		room += best
+		if room >= r.Count {
+			return nil
+		}
+	}
+	if room >= r.Count {
+		return nil
+	}
+	if !seen {
+		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s with cpu %d and memory %d MiB", models, r.Res.CPU, r.Res.MemoryMiB)}
+	}
+	return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("%d allocations of %d shares of %s with cpu %d and memory %d MiB each: even empty, the cluster's %d nodes could hold %d",
+		r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB, len(s.nodes), room)}
+}
+
+// Reservable reports whether the plugin's Reserve would accept these
+// shares as one allocation's: a fraction of one GPU, or whole GPUs. An
+// empty list, or shares of GPUs the snapshot does not know, is not judged
+// (true).
+func (s *Snapshot) Reservable(shares []string) bool {
+	perGPU := map[string]int{}
+	for _, sh := range shares {
+		id, err := devicefn.ParseShareID(sh)
+		if err != nil {
+			return false
+		}
+		perGPU[id.UUID]++
+	}
+	for uuid, n := range perGPU {
+		ref, ok := s.byUUID[uuid]
+		if !ok {
+			return true
+		}
+		spg := ref.node.GPUs[ref.gpu].Shares
+		if len(shares) < spg && len(perGPU) > 1 || len(shares) >= spg && n != spg {
+			return false
+		}
+	}
+	return true
+}
