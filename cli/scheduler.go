@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 	"os/signal"
 	"syscall"
 
@@ -11,6 +12,10 @@ import (
 	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/go-hclog"
 )
+
+// testPinDelayEnv makes the scheduler wait between a decision and its
+// pin, so that e2e tests can edit a job in between. Not for production.
+const testPinDelayEnv = "GPUSHARE_TEST_PIN_DELAY"
 
 func runScheduler(args []string, io IO) int {
 	fs := newFlags("scheduler", "scheduler [-config FILE] [-nomad-address URL] [-http-address ADDR]", io)
@@ -51,6 +56,15 @@ func runScheduler(args []string, io IO) int {
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
 		return 1
+	}
+	if v := os.Getenv(testPinDelayEnv); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			fmt.Fprintf(io.Err, "gpushare scheduler: %s = %q: not a duration\n", testPinDelayEnv, v)
+			return 1
+		}
+		logger.Warn("test hook: waiting between each decision and its pin", "env", testPinDelayEnv, "delay", d)
+		svc.SetPinDelay(d)
 	}
 	bound, err := svc.Listen()
 	if err != nil {

@@ -206,7 +206,8 @@ func TestSchedulerSurvivesNomadRestart(t *testing.T) {
 // kept and the job is placed.
 func TestSchedulerKeepsConcurrentEdit(t *testing.T) {
 	e := newEnv(t)
-	e.startScheduler("s1", `pin_delay = "4s"`)
+	t.Setenv("GPUSHARE_TEST_PIN_DELAY", "4s") // inherited by the scheduler process
+	e.startScheduler("s1", "")
 	job := e.register("edited", map[string]any{"shares": 20})
 	time.Sleep(1500 * time.Millisecond) // the scheduler has decided and waits to pin
 	job.TaskGroups[0].Meta["owner"] = "alice"
