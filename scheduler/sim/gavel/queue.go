@@ -4,15 +4,10 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
-// order sorts the queue in the policy's order; ties keep arrival order.
-//
-// gpushare serves the highest response ratio first (queue.ResponseRatio,
-// the scheduler service's order): (waited + expected) / expected, where
-// expected is the job's run time alone on this cluster, known in advance
-// as SJF-BSBF knows it.
+// order sorts the queue of a baseline in its order; ties keep arrival
+// order. (The gpushare policies are ordered by the service's step.)
 func (s *sim) order(waiting []int) {
 	var key func(j Job) float64 // smaller first
 	switch s.spec.order {
@@ -20,8 +15,6 @@ func (s *sim) order(waiting []int) {
 		return
 	case orderSJF:
 		key = s.aloneTime
-	case orderHRRN:
-		key = func(j Job) float64 { return -responseRatio(s.now-j.Arrival, s.expected(j)) }
 	}
 	keys := make(map[int]float64, len(waiting))
 	for _, i := range waiting {
@@ -33,12 +26,6 @@ func (s *sim) order(waiting []int) {
 		}
 		return a - b
 	})
-}
-
-// responseRatio is queue.ResponseRatio, the service's order, on the
-// simulator's seconds.
-func responseRatio(waited, expected float64) float64 {
-	return queue.ResponseRatio(queue.Seconds(waited), queue.Seconds(expected))
 }
 
 // expected is job j's run time alone on this cluster, as a user who knows

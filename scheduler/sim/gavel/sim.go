@@ -66,15 +66,8 @@ type sim struct {
 	busyGPU float64          // integral of busy GPUs over time
 	out     []Outcome
 	gpuNode map[string]string // GPU UUID -> node ID
-	// ahead counts the GPUs wanted by the jobs served before the current
-	// one in this scheduling round that are still waiting.
-	ahead int
-	// reserved are the servers held in this round for a waiting
-	// multi-GPU job (see reserveFor).
-	reserved []reservation
-	// seen holds the normalised throughputs observed for pairs of job
-	// types that have shared a GPU, keyed by (running, new).
-	seen map[pairKey][2]float64
+	// allocJob maps each running allocation to its job.
+	allocJob map[string]int
 }
 
 // Simulate runs one policy over a trace on a cluster.
@@ -104,7 +97,7 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	}
 	s := &sim{spec: spec, opts: opts, cluster: c, thr: thr, snap: snap, pol: pol,
 		run: map[int]*running{}, onGPU: map[string][]int{}, out: make([]Outcome, len(jobs)),
-		gpuNode: map[string]string{}, seen: map[pairKey][2]float64{}}
+		gpuNode: map[string]string{}, allocJob: map[string]int{}}
 	for _, n := range snap.Nodes() {
 		for _, g := range n.GPUs {
 			s.gpuNode[g.UUID] = n.ID
@@ -176,6 +169,7 @@ func (s *sim) advance(t float64) {
 			if _, err := s.snap.Remove(a); err != nil {
 				panic(err) // the simulator added it
 			}
+			delete(s.allocJob, a)
 		}
 		for _, g := range r.gpus {
 			s.onGPU[g] = slices.DeleteFunc(s.onGPU[g], func(j int) bool { return j == id })
@@ -200,12 +194,11 @@ func (s *sim) rates() {
 				if p == r.job.ID {
 					p = others[1]
 				}
-				na, np, ok := s.thr.Pair(r.job.Type, s.run[p].job.Type)
+				na, _, ok := s.thr.Pair(r.job.Type, s.run[p].job.Type)
 				if !ok {
 					panic(fmt.Sprintf("jobs %d and %d share a GPU but cannot", r.job.ID, p))
 				}
 				r.rate = r.iso * na
-				s.seen[pairKey{r.job.Type, s.run[p].job.Type}] = [2]float64{na, np}
 			}
 		}
 	}
@@ -217,11 +210,13 @@ func (s *sim) schedule(queue []int) []int {
 	if len(queue) == 0 {
 		return queue
 	}
+	if s.spec.share == shareModel {
+		return s.scheduleLoop(queue)
+	}
 	s.order(queue)
 	failed := map[string]bool{} // shapes that did not fit since the last placement
 	left := queue[:0:0]
 	placed := false
-	s.ahead, s.reserved = 0, nil
 	for _, i := range queue {
 		j := s.out[i].Job
 		key := strconv.Itoa(j.Scale)
@@ -231,17 +226,9 @@ func (s *sim) schedule(queue []int) []int {
 		if j.Scale > s.cluster.GPUs() {
 			continue // can never run: dropped, Placed stays false
 		}
-		if len(s.reserved) > 0 {
-			// a job short enough to run before a reservation is another shape
-			key += "/" + strconv.Itoa(len(s.reserved)-len(s.avoid(j.ID, s.expected(j))))
-		}
 		if failed[key] || !s.place(j) {
 			failed[key] = true
 			left = append(left, i)
-			s.ahead += j.Scale
-			if s.spec.reserve && j.Scale > 1 && s.reserved == nil {
-				s.reserved = s.reserveFor(j)
-			}
 			continue
 		}
 		placed = true
@@ -254,15 +241,7 @@ func (s *sim) schedule(queue []int) []int {
 }
 
 func (s *sim) reqFor(j Job, shares int) placement.Request {
-	r := placement.Request{ID: "job-" + strconv.Itoa(j.ID), Count: 1, Shares: shares, Avoid: s.avoid(j.ID, s.expected(j))}
-	if s.spec.share == shareModel || s.spec.share == shareGain {
-		if p, ok := s.opts.Model.Lookup(j.Type); ok {
-			r.Profile = p
-		}
-		r.Class = placement.ClassProduction
-		r.MaxSlowdown = s.opts.MaxSlowdown
-	}
-	return r
+	return placement.Request{ID: "job-" + strconv.Itoa(j.ID), Count: 1, Shares: shares}
 }
 
 // place tries to start job j now.
@@ -296,9 +275,7 @@ func (s *sim) place(j Job) bool {
 	switch s.spec.share {
 	case shareBSBF:
 		return s.pairBSBF(j)
-	case shareGain:
-		return s.pairShare(j)
-	default: // shareAlways, shareModel: the core chooses, memory decides
+	default: // shareAlways: the core chooses, memory decides
 		r := s.reqFor(j, half)
 		for range s.cluster.Nodes {
 			d := s.pol.Decide(s.snap, r)
@@ -336,6 +313,7 @@ func (s *sim) start(j Job, ps []placement.Placement, shares []string) {
 	r := &running{job: j, rem: j.Steps, out: &s.out[j.ID], shares: shares}
 	for _, p := range ps {
 		r.allocs = append(r.allocs, p.AllocID)
+		s.allocJob[p.AllocID] = j.ID
 		r.gpus = append(r.gpus, p.GPUs...)
 		r.multiNode = r.multiNode || p.Node != ps[0].Node
 	}

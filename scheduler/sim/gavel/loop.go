@@ -1,0 +1,122 @@
+package gavel
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
+)
+
+// The gpushare policies run the scheduling service's own decision step
+// (decide.Step) and execute its actions on the simulated cluster: a Pin
+// starts the job where the step placed it, a Refuse drops a job the
+// cluster can never hold, a Wait leaves it queued. Queue order,
+// reservations and pairing are the service's; the simulator adds only what
+// a live cluster would tell the service: when running jobs are expected to
+// end (here their true remaining work at their current rates, as SJF-BSBF
+// knows it) and which job types fit in one GPU's memory together (Gavel's
+// measurements).
+
+// epoch is the simulator's time 0 as the step's clock.
+var epoch = time.Unix(0, 0).UTC()
+
+func at(seconds float64) time.Time { return epoch.Add(queue.Seconds(seconds)) }
+
+// defaultExpected is the run time the gpushare-fifo ablation assumes for
+// every job: with one run time for all, the response-ratio order is the
+// arrival order.
+const defaultExpected = time.Hour
+
+// jobKey names job i as the step's group.
+func jobKey(i int) decide.Key { return decide.Key{Job: fmt.Sprintf("job-%06d", i)} }
+
+// scheduleLoop runs one decision step over the queue and executes its
+// actions; it returns the jobs still waiting.
+func (s *sim) scheduleLoop(waiting []int) []int {
+	if len(waiting) == 0 {
+		return waiting
+	}
+	byKey := make(map[decide.Key]int, len(waiting))
+	groups := make([]decide.Group, 0, len(waiting))
+	for _, i := range waiting {
+		j := s.out[i].Job
+		k := jobKey(j.ID)
+		byKey[k] = i
+		groups = append(groups, decide.Group{Key: k, Req: s.loopRequest(j, k), Submit: at(j.Arrival)})
+	}
+	ends := map[string]time.Time{}
+	for _, r := range s.run {
+		end := at(s.now + r.rem/r.rate)
+		for _, a := range r.allocs {
+			ends[a] = end
+		}
+	}
+	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true}
+	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith}
+	left := waiting[:0:0]
+	placed := false
+	for _, a := range decide.Step(s.pol, in, cfg) {
+		i, ok := byKey[a.Group]
+		if !ok {
+			panic(fmt.Sprintf("step acted on unknown group %s", a.Group))
+		}
+		switch a.Kind {
+		case decide.Pin, decide.Repin:
+			if err := s.snap.Apply(a.Decision); err != nil {
+				panic(err) // the step decided on this snapshot
+			}
+			var shares []string
+			if s.out[i].Job.Scale == 1 {
+				shares = a.Decision.Placements[0].Shares
+			}
+			s.start(s.out[i].Job, a.Decision.Placements, shares)
+			placed = true
+		case decide.Refuse:
+			// larger than the cluster: dropped, Placed stays false
+		case decide.Wait:
+			left = append(left, i)
+		}
+	}
+	if placed {
+		s.rates()
+	}
+	return left
+}
+
+// loopRequest is job j's request as a user of the service would write it:
+// whole GPUs per server for a multi-GPU job, half a GPU for a single-GPU
+// job (which gets a GPU of its own while one is idle), as a production job
+// with its type's profile and the slowdown bound.
+func (s *sim) loopRequest(j Job, k decide.Key) placement.Request {
+	const spg = devicefn.DefaultSharesPerGPU
+	r := placement.Request{ID: k.Job, Count: 1, Shares: spg / 2, Class: placement.ClassProduction, MaxSlowdown: s.opts.MaxSlowdown}
+	if p, ok := s.opts.Model.Lookup(j.Type); ok {
+		r.Profile = p
+	}
+	if j.Scale > 1 {
+		per := min(j.Scale, s.cluster.GPUsPerNode)
+		r.Shares, r.Count = per*spg, (j.Scale+per-1)/per
+	}
+	if s.spec.reserve {
+		r.Expected = queue.Seconds(s.expected(j)) // declared run times
+	}
+	return r
+}
+
+// fitsWith reports whether group g's job fits in one GPU's memory with the
+// job of allocation alloc (Gavel measured which pairs of types do).
+func (s *sim) fitsWith(g decide.Key, alloc string) bool {
+	var id int
+	if _, err := fmt.Sscanf(g.Job, "job-%d", &id); err != nil {
+		return false
+	}
+	other, ok := s.allocJob[alloc]
+	if !ok {
+		return true
+	}
+	_, _, fits := s.thr.Pair(s.out[id].Job.Type, s.run[other].job.Type)
+	return fits
+}
