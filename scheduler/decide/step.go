@@ -127,6 +127,9 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			kind = Repin
 		}
 		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Position: i + 1, Of: len(queue), Ratio: q.ratio})
+		if len(restored) > 0 {
+			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
+		}
 		st.apply(d, st.expected(req))
 		clear(failed)
 	}

@@ -109,14 +109,15 @@ func (s *sim) loopRequest(j Job, k decide.Key) placement.Request {
 // fitsWith reports whether group g's job fits in one GPU's memory with the
 // job of allocation alloc (Gavel measured which pairs of types do).
 func (s *sim) fitsWith(g decide.Key, alloc string) bool {
-	var id int
+	var id, other int
 	if _, err := fmt.Sscanf(g.Job, "job-%d", &id); err != nil {
 		return false
 	}
-	other, ok := s.allocJob[alloc]
-	if !ok {
-		return true
+	// running, or placed earlier in this step (the step names a job's
+	// allocations after its request: job-<n>[<k>])
+	if _, err := fmt.Sscanf(alloc, "job-%d", &other); err != nil {
+		return false
 	}
-	_, _, fits := s.thr.Pair(s.out[id].Job.Type, s.run[other].job.Type)
+	_, _, fits := s.thr.Pair(s.out[id].Job.Type, s.out[other].Job.Type)
 	return fits
 }

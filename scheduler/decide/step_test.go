@@ -1,0 +1,252 @@
+package decide
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/shoenig/test/must"
+)
+
+var now = time.Unix(100000, 0)
+
+// node builds a snapshot node from a shipped fixture.
+func node(t *testing.T, id, file string) *placement.Node {
+	t.Helper()
+	src, err := fixtures.FS.ReadFile(file)
+	must.NoError(t, err)
+	st, err := fixture.Parse(file, src)
+	must.NoError(t, err)
+	n, err := placement.NodeFromGroups(id, id, placement.Resources{CPU: 64000, MemoryMiB: 512 << 10}, nil, devicefn.Groups(&st.Inventory, 100, "mps", nil))
+	must.NoError(t, err)
+	return n
+}
+
+func snapshot(t *testing.T, files ...string) *placement.Snapshot {
+	t.Helper()
+	s := placement.NewSnapshot()
+	for i, f := range files {
+		must.NoError(t, s.AddNode(node(t, "n"+string(rune('1'+i)), f)))
+	}
+	return s
+}
+
+func policy(t *testing.T) placement.Policy {
+	t.Helper()
+	p, err := placement.New(placement.PolicyGpushare, placement.Options{})
+	must.NoError(t, err)
+	return p
+}
+
+func group(job string, count, shares int, waited, expected time.Duration) Group {
+	k := Key{Namespace: "default", Job: job, Group: "g"}
+	return Group{Key: k, Req: placement.Request{ID: k.String(), Count: count, Shares: shares, Expected: expected}, Submit: now.Add(-waited)}
+}
+
+// busy runs an allocation of whole GPUs gpus of node n1, ending in d.
+func busy(t *testing.T, s *placement.Snapshot, ends map[string]time.Time, id string, gpus []int, d time.Duration) {
+	t.Helper()
+	n, _ := s.Node("n1")
+	var shares []string
+	for _, g := range gpus {
+		for k := range 100 {
+			shares = append(shares, devicefn.ShareID{UUID: n.GPUs[g].UUID, Index: k}.String())
+		}
+	}
+	must.NoError(t, s.AddAlloc(placement.Alloc{ID: id, Node: "n1", Shares: shares}))
+	ends[id] = now.Add(d)
+}
+
+func kinds(as []Action) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.Kind.String()+" "+a.Group.Job)
+	}
+	return out
+}
+
+func cfg() Config { return Config{DefaultExpected: time.Hour, Reservations: true} }
+
+// The queue: guaranteed tenants first, then the highest response ratio;
+// a VC that is not configured is not guaranteed.
+func TestOrder(t *testing.T) {
+	gs := []Group{
+		group("old-long", 1, 10, 2*time.Hour, 10*time.Hour), // (2+10)/10 = 1.2
+		group("short", 1, 10, time.Second, time.Minute),     // 1.02
+		group("waited", 1, 10, 30*time.Minute, 10*time.Minute),
+		group("forged-vc", 1, 10, 0, time.Hour),
+		group("tenant", 1, 10, 0, time.Hour),
+	}
+	gs[3].Req.VC = "nobody"
+	gs[4].Req.VC = "team-a"
+	c := cfg()
+	c.VCs = []string{"team-a"}
+	var got []string
+	for _, q := range order(gs, now, c) {
+		got = append(got, q.Key.Job)
+	}
+	must.Eq(t, []string{"tenant", "waited", "old-long", "short", "forged-vc"}, got)
+	// first come, first served when nobody declares a run time
+	for i := range gs {
+		gs[i].Req.Expected, gs[i].Req.VC = 0, ""
+	}
+	got = got[:0]
+	for _, q := range order(gs, now, c) {
+		got = append(got, q.Key.Job)
+	}
+	must.Eq(t, []string{"old-long", "waited", "short", "forged-vc", "tenant"}, got)
+}
+
+// Decisions in one step see each other; the snapshot is left as found.
+func TestStepPinsInOrderAndLeavesTheSnapshot(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	before := s.Usage()
+	gs := []Group{group("a", 1, 400, 0, time.Hour), group("b", 1, 400, 0, time.Hour), group("c", 1, 400, 0, time.Hour)}
+	as := Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now}, cfg())
+	must.Eq(t, []string{"pin a", "pin b", "wait c", "reserve c"}, kinds(as))
+	must.Eq(t, before, s.Usage())
+	must.SliceEmpty(t, s.Allocs())
+	must.StrContains(t, as[2].Reason, "position 3 of 3 in the queue")
+	// the two quads are the DGX-1's two NUMA halves
+	gpusA, gpusB := as[0].Decision.Placements[0].GPUs, as[1].Decision.Placements[0].GPUs
+	for _, g := range gpusA {
+		must.SliceNotContains(t, gpusB, g)
+	}
+}
+
+// A group no state of the cluster could hold is refused for good with what
+// to change; one that only needs capacity to free waits.
+func TestRefuseForGood(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	ends := map[string]time.Time{}
+	busy(t, s, ends, "run", []int{0, 1, 2, 3, 4, 5, 6, 7}, time.Hour)
+	gs := []Group{
+		group("sixteen", 1, 1600, 0, 0),
+		group("three-nodes", 3, 800, 0, 0),
+		group("model", 1, 100, 0, 0),
+		group("later", 1, 800, 0, 0),
+		group("huge-count", 1000, 100, 0, 0),
+	}
+	gs[2].Req.Models = []string{"H100"}
+	as := Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, cfg())
+	got := map[string]Action{}
+	for _, a := range as {
+		if _, seen := got[a.Group.Job]; !seen {
+			got[a.Group.Job] = a
+		}
+	}
+	must.Eq(t, Refuse, got["sixteen"].Kind)
+	must.StrContains(t, got["sixteen"].Reason, "the largest node has 8")
+	must.Eq(t, Refuse, got["three-nodes"].Kind)
+	must.StrContains(t, got["three-nodes"].Reason, "even empty, the cluster's 1 nodes could hold 1")
+	must.Eq(t, Refuse, got["model"].Kind)
+	must.Eq(t, Refuse, got["huge-count"].Kind)
+	must.Eq(t, Wait, got["later"].Kind)
+}
+
+// EASY backfilling: the blocked 8-GPU group holds the node that frees
+// within its run time; a group behind it that would end after that may not
+// use the node, one that ends before may.
+func TestReservationWithBackfilling(t *testing.T) {
+	run := func(c Config, tail time.Duration) []Action {
+		s := snapshot(t, fixtures.DGX1V100)
+		ends := map[string]time.Time{}
+		busy(t, s, ends, "three", []int{0, 1, 2}, 5*time.Minute)
+		busy(t, s, ends, "four", []int{3, 4, 5, 6}, 2*time.Hour)
+		gs := []Group{group("big", 1, 800, time.Minute, 3*time.Hour), group("tail", 1, 100, 0, tail)}
+		return Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, c)
+	}
+	as := run(cfg(), 5*time.Hour)
+	must.Eq(t, []string{"wait big", "reserve big", "wait tail"}, kinds(as))
+	must.Eq(t, map[string]time.Time{"n1": now.Add(2 * time.Hour)}, as[1].Hold)
+	must.StrContains(t, as[2].Reason, "1 node(s) are held for default/big/g")
+	must.Eq(t, []string{"wait big", "reserve big", "pin tail"}, kinds(run(cfg(), 30*time.Minute)))
+	off := cfg()
+	off.Reservations = false
+	must.Eq(t, []string{"wait big", "pin tail"}, kinds(run(off, 5*time.Hour)))
+}
+
+// No reservation when the GPUs would idle longer than the group then runs.
+func TestNoReservationLongerThanTheGroup(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	ends := map[string]time.Time{}
+	busy(t, s, ends, "seven", []int{0, 1, 2, 3, 4, 5, 6}, 2*time.Hour)
+	gs := []Group{group("big", 1, 800, time.Minute, time.Hour), group("tail", 1, 100, 0, 5*time.Hour)}
+	must.Eq(t, []string{"wait big", "pin tail"}, kinds(Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, cfg())))
+}
+
+// IdleFirst: fractions take idle GPUs while there are any, then share.
+func TestIdleFirst(t *testing.T) {
+	s := snapshot(t, fixtures.PCIe4GPU)
+	var gs []Group
+	for _, j := range []string{"a", "b", "c", "d", "e"} {
+		gs = append(gs, group(j, 1, 50, 0, time.Hour))
+	}
+	gpus := func(c Config) map[string]int {
+		out := map[string]int{}
+		for _, a := range Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now}, c) {
+			must.Eq(t, Pin, a.Kind)
+			must.SliceLen(t, 50, a.Decision.Placements[0].Shares)
+			out[a.Decision.Placements[0].GPUs[0]]++
+		}
+		return out
+	}
+	c := cfg()
+	must.MapLen(t, 3, gpus(c)) // packed by fragmentation: 2 + 2 + 1
+	c.IdleFirst = true
+	must.MapLen(t, 4, gpus(c)) // one per GPU, then the fifth shares
+}
+
+// Compatible steers a group away from nodes where the GPU the core chose
+// holds an allocation it may not share with.
+func TestCompatible(t *testing.T) {
+	s := snapshot(t, fixtures.PCIe4GPU, fixtures.DGX1V100)
+	for _, id := range []string{"n1", "n2"} {
+		n, _ := s.Node(id)
+		for i := range n.GPUs {
+			var shares []string
+			for k := range 50 {
+				shares = append(shares, devicefn.ShareID{UUID: n.GPUs[i].UUID, Index: k}.String())
+			}
+			must.NoError(t, s.AddAlloc(placement.Alloc{ID: id + "-half" + string(rune('0'+i)), Node: id, Shares: shares}))
+		}
+	}
+	gs := []Group{group("x", 1, 50, 0, time.Hour)}
+	in := Input{Snapshot: s, Groups: gs, Now: now, Compatible: func(Key, string) bool { return false }}
+	must.Eq(t, []string{"wait x"}, kinds(Step(policy(t), in, cfg())))
+	for _, ok := range []string{"n1", "n2"} {
+		in.Compatible = func(_ Key, alloc string) bool { return alloc[:2] == ok }
+		as := Step(policy(t), in, cfg())
+		must.Eq(t, []string{"pin x"}, kinds(as))
+		must.Eq(t, ok, as[0].Decision.Placements[0].Node)
+	}
+}
+
+// A new version may take the shares of the allocations it replaces; when
+// it does not fit they are put back.
+func TestReplaces(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	ends := map[string]time.Time{}
+	busy(t, s, ends, "old", []int{0, 1, 2, 3, 4, 5, 6, 7}, time.Hour)
+	g := group("a", 1, 800, 0, time.Hour)
+	must.Eq(t, []string{"wait a", "reserve a"}, kinds(Step(policy(t), Input{Snapshot: s, Groups: []Group{g}, Now: now, Ends: ends}, cfg())))
+	g.Replaces = []string{"old"}
+	must.Eq(t, []string{"pin a"}, kinds(Step(policy(t), Input{Snapshot: s, Groups: []Group{g}, Now: now, Ends: ends}, cfg())))
+	_, ok := s.Alloc("old")
+	must.True(t, ok)
+}
+
+// Step is deterministic: the same input gives the same actions.
+func TestStepDeterministic(t *testing.T) {
+	var gs []Group
+	for i, sh := range []int{25, 200, 50, 800, 100, 25, 400} {
+		gs = append(gs, group(string(rune('a'+i)), 1, sh, time.Duration(i)*time.Minute, time.Hour))
+	}
+	first := kinds(Step(policy(t), Input{Snapshot: snapshot(t, fixtures.DGX1V100), Groups: gs, Now: now}, cfg()))
+	for range 3 {
+		must.Eq(t, first, kinds(Step(policy(t), Input{Snapshot: snapshot(t, fixtures.DGX1V100), Groups: gs, Now: now}, cfg())))
+	}
+}
