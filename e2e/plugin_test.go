@@ -13,8 +13,8 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
-	"github.com/gpushare/gpushare/e2e/cluster"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -35,7 +35,7 @@ func shareIDs(gpu, from, to int) []string {
 func TestPlugin(t *testing.T) {
 	fixture, err := fixtures.WriteTo(fixtures.DGX1V100, t.TempDir())
 	must.NoError(t, err)
-	c := startCluster(t, cluster.Client{Name: "dgx1", Fixture: fixture})
+	c := startCluster(t, devcluster.Client{Name: "dgx1", Fixture: fixture})
 	nomad := c.API()
 	nodeID := onlyNode(t, nomad)
 
