@@ -248,36 +248,6 @@ func TestApplyRejectsStaleDecisions(t *testing.T) {
 	must.ErrorIs(t, err, ErrUnknown)
 }
 
-func TestApplyMeta(t *testing.T) {
-	m := interference.Default()
-	r := Request{ID: "j", Count: 1}
-	must.NoError(t, r.ApplyMeta(map[string]string{MetaVC: "research", MetaClass: "production", MetaProfile: "ResNet-50 (batch size 32)"}, m))
-	must.Eq(t, "research", r.VC)
-	must.Eq(t, ClassProduction, r.Class)
-	must.Eq(t, "ResNet-50 (batch size 32)", r.Profile.Name)
-
-	r = Request{ID: "j", Count: 1}
-	must.NoError(t, r.ApplyMeta(map[string]string{MetaSMUtil: "0.7", MetaMemBW: "0.2"}, m))
-	must.Eq(t, interference.Profile{SM: 0.7, MemBW: 0.2}, r.Profile)
-
-	// A profile learned from the stats of the job running alone.
-	learned, ok := interference.Learn([]interference.Observation{{SMUtilPct: 90, MemUtilPct: 40}})
-	must.True(t, ok)
-	r.Profile = learned
-	must.NoError(t, r.Validate())
-
-	for _, meta := range []map[string]string{
-		{MetaProfile: "no-such-model"},
-		{MetaSMUtil: "1.5"},
-		{MetaMemBW: "lots"},
-		{MetaClass: "vip"},
-		{MetaClass: "vip", MetaProfile: "A3C"},
-	} {
-		r := Request{ID: "j", Count: 1}
-		must.ErrorIs(t, r.ApplyMeta(meta, m), ErrBadRequest, must.Sprint(meta))
-	}
-}
-
 func TestAvoidNodes(t *testing.T) {
 	s := cluster(t, NodeSpec{ID: "a", GPUs: 1}, NodeSpec{ID: "b", GPUs: 1})
 	for _, name := range PolicyNames() {
