@@ -15,7 +15,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/internal/devcluster"
-	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -49,7 +49,7 @@ func TestPlugin(t *testing.T) {
 		for _, inst := range g.Instances {
 			must.True(t, inst.Healthy, must.Sprintf("instance %s", inst.ID))
 		}
-		decoded, err := devicefn.DecodeGroup(g.Name, gpumap.APIAttributes(g.Attributes))
+		decoded, err := nomadattr.DecodeGroup(g)
 		must.NoError(t, err)
 		must.SliceLen(t, 8, decoded.GPUs)
 		must.Eq(t, "NV2,SYS,SYS,SYS,X,NV1,NV1,NV2", devicefn.EncodeRow(decoded.GPUs[4].Links))

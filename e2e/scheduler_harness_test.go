@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -235,7 +236,7 @@ func (e *env) group(nodeID string) *devicefn.Group {
 	node, _, err := e.nomad.Nodes().Info(nodeID, nil)
 	must.NoError(e.t, err)
 	d := gpushareGroup(e.t, node)
-	g, err := devicefn.DecodeGroup(d.Name, gpumap.APIAttributes(d.Attributes))
+	g, err := nomadattr.DecodeGroup(d)
 	must.NoError(e.t, err)
 	return g
 }
