@@ -72,7 +72,7 @@ func TestGPUModelConstraint(t *testing.T) {
 }
 
 func TestRefusalsSayWhatToDo(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "x", GPUs: 8, Topology: topologies.DGX1V100})
+	s := cluster(t, NodeSpec{ID: "x", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)})
 	p := policy(t, PolicyGpushare, Options{})
 	place(t, s, p, Request{ID: "a", Shares: 200})
 	place(t, s, p, Request{ID: "b", Shares: 200})
@@ -175,7 +175,7 @@ func itoa(k int) string {
 }
 
 func TestVirtualClusterGuarantee(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "a", GPUs: 4, Topology: topologies.PCIe2Socket}, NodeSpec{ID: "b", GPUs: 4, Topology: topologies.PCIe2Socket})
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)}, NodeSpec{ID: "b", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)})
 	opts := Options{VCs: []VirtualCluster{{Name: "team-a", Cells: []CellQuota{{GPUs: 4, Count: 1}}}}}
 	p := policy(t, PolicyGpushare, opts)
 	// Opportunistic jobs of another tenant fill the idle cluster.
