@@ -10,8 +10,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpushare/gpushare/e2e/cluster"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/jobspecs"
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
@@ -45,7 +45,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	say := func(format string, a ...any) { fmt.Fprintf(io.Out, "==> "+format+"\n", a...) }
-	root, err := cluster.RepoRoot()
+	root, err := devcluster.RepoRoot()
 	if err != nil {
 		return err
 	}
@@ -62,17 +62,17 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		fmt.Fprintf(io.Err, "gpushare demo: logs kept in %s (remove it when done)\n", dir)
 	}()
 	if nomadBin == "" {
-		if nomadBin, err = cluster.NomadBinary(ctx, root, func(s string) { say("%s", s) }); err != nil {
+		if nomadBin, err = devcluster.NomadBinary(ctx, root, func(s string) { say("%s", s) }); err != nil {
 			return err
 		}
 	}
 	if pluginBin == "" {
 		say("building the device plugin")
-		if pluginBin, err = cluster.BuildPlugin(ctx, root, dir); err != nil {
+		if pluginBin, err = devcluster.BuildPlugin(ctx, root, dir); err != nil {
 			return err
 		}
 	}
-	var clients []cluster.Client
+	var clients []devcluster.Client
 	for _, c := range []struct{ name, fixture, rack string }{
 		{"hgx-h100", fixtures.HGXH100, "r1"}, {"dgx1-v100", fixtures.DGX1V100, "r1"}, {"pcie-p100", fixtures.PCIe4GPU, "r2"},
 	} {
@@ -80,10 +80,10 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		if err != nil {
 			return err
 		}
-		clients = append(clients, cluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
+		clients = append(clients, devcluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
 	}
-	say("starting Nomad %s: one server and three clients with fixture GPUs (HGX H100, DGX-1 V100, 4 x PCIe P100)", cluster.NomadVersion)
-	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients,
+	say("starting Nomad %s: one server and three clients with fixture GPUs (HGX H100, DGX-1 V100, 4 x PCIe P100)", devcluster.NomadVersion)
+	c, err := devcluster.Start(ctx, devcluster.Options{Dir: filepath.Join(dir, "cluster"), NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients,
 		Log: func(s string) { say("%s", s) }})
 	if err != nil {
 		return err

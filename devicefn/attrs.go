@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
-
-	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
 
 // The device contract of DESIGN.md section 3.
@@ -131,23 +129,24 @@ func Groups(inv *Inventory, sharesPerGPU int, sharing string, skip map[string]bo
 
 func gpuAttr(i int, suffix string) string { return "gpu" + strconv.Itoa(i) + "." + suffix }
 
-// Attributes encodes the group as Nomad device-group attributes.
-func (g *Group) Attributes() map[string]*structs.Attribute {
-	attrs := map[string]*structs.Attribute{
-		AttrSharesPerGPU:      structs.NewIntAttribute(int64(g.SharesPerGPU), ""),
-		AttrGPUs:              structs.NewIntAttribute(int64(len(g.GPUs)), ""),
-		AttrMemory:            structs.NewIntAttribute(int64(g.MemoryMiB), structs.UnitMiB),
-		AttrShareMemory:       structs.NewIntAttribute(int64(g.ShareMemoryMiB()), structs.UnitMiB),
-		AttrSharing:           structs.NewStringAttribute(g.Sharing),
-		AttrDriverVersion:     structs.NewStringAttribute(g.DriverVersion),
-		AttrCUDAVersion:       structs.NewStringAttribute(g.CUDAVersion),
-		AttrComputeCapability: structs.NewStringAttribute(g.ComputeCapability),
+// Attributes encodes the group as Nomad device-group attributes (package
+// plugin hands them to Nomad in the SDK's type).
+func (g *Group) Attributes() map[string]Attr {
+	attrs := map[string]Attr{
+		AttrSharesPerGPU:      IntAttr(int64(g.SharesPerGPU), ""),
+		AttrGPUs:              IntAttr(int64(len(g.GPUs)), ""),
+		AttrMemory:            IntAttr(int64(g.MemoryMiB), UnitMiB),
+		AttrShareMemory:       IntAttr(int64(g.ShareMemoryMiB()), UnitMiB),
+		AttrSharing:           StringAttr(g.Sharing),
+		AttrDriverVersion:     StringAttr(g.DriverVersion),
+		AttrCUDAVersion:       StringAttr(g.CUDAVersion),
+		AttrComputeCapability: StringAttr(g.ComputeCapability),
 	}
 	for i, gpu := range g.GPUs {
-		attrs[gpuAttr(i, attrGPUUUID)] = structs.NewStringAttribute(gpu.UUID)
-		attrs[gpuAttr(i, attrGPUPCIBusID)] = structs.NewStringAttribute(gpu.PCIBusID)
-		attrs[gpuAttr(i, attrGPUNUMANode)] = structs.NewIntAttribute(int64(gpu.NUMANode), "")
-		attrs[gpuAttr(i, attrGPULinks)] = structs.NewStringAttribute(EncodeRow(gpu.Links))
+		attrs[gpuAttr(i, attrGPUUUID)] = StringAttr(gpu.UUID)
+		attrs[gpuAttr(i, attrGPUPCIBusID)] = StringAttr(gpu.PCIBusID)
+		attrs[gpuAttr(i, attrGPUNUMANode)] = IntAttr(int64(gpu.NUMANode), "")
+		attrs[gpuAttr(i, attrGPULinks)] = StringAttr(EncodeRow(gpu.Links))
 	}
 	return attrs
 }
@@ -156,9 +155,10 @@ func (g *Group) Attributes() map[string]*structs.Attribute {
 var ErrBadAttributes = errors.New("invalid gpushare device attributes")
 
 // DecodeGroup rebuilds a Group from the attributes of a device group named
-// model, as the scheduler reads them back from Nomad. It is the exact
+// model, as the scheduler reads them back from Nomad (package
+// scheduler/nomadattr converts the API's attributes). It is the exact
 // inverse of Attributes.
-func DecodeGroup(model string, attrs map[string]*structs.Attribute) (*Group, error) {
+func DecodeGroup(model string, attrs map[string]Attr) (*Group, error) {
 	d := decoder{attrs: attrs}
 	g := &Group{
 		Model:             model,
@@ -201,7 +201,7 @@ func DecodeGroup(model string, attrs map[string]*structs.Attribute) (*Group, err
 }
 
 type decoder struct {
-	attrs map[string]*structs.Attribute
+	attrs map[string]Attr
 	err   error
 }
 
@@ -211,18 +211,17 @@ func (d *decoder) fail(name string, err error) {
 	}
 }
 
-func (d *decoder) get(name string) *structs.Attribute {
+func (d *decoder) get(name string) (Attr, bool) {
 	a, ok := d.attrs[name]
-	if !ok || a == nil {
+	if !ok {
 		d.fail(name, errors.New("missing; is the node running the gpushare plugin of a matching version?"))
-		return nil
 	}
-	return a
+	return a, ok
 }
 
 func (d *decoder) str(name string) string {
-	a := d.get(name)
-	if a == nil {
+	a, ok := d.get(name)
+	if !ok {
 		return ""
 	}
 	v, ok := a.GetString()
@@ -233,8 +232,8 @@ func (d *decoder) str(name string) string {
 }
 
 func (d *decoder) int(name string) int64 {
-	a := d.get(name)
-	if a == nil {
+	a, ok := d.get(name)
+	if !ok {
 		return 0
 	}
 	v, ok := a.GetInt()

@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/hashicorp/nomad/plugins/shared/structs"
 	"github.com/shoenig/test/must"
 )
 
@@ -84,12 +83,12 @@ func TestDecodeGroupErrors(t *testing.T) {
 		inv.GPUs[i].Model = "NVIDIA H100 80GB HBM3"
 	}
 	g := Groups(inv, 100, SharingMPS, nil)[0]
-	cases := map[string]func(map[string]*structs.Attribute){
-		`attribute "gpus": missing`:                   func(a map[string]*structs.Attribute) { delete(a, AttrGPUs) },
-		`attribute "gpu1.links"`:                      func(a map[string]*structs.Attribute) { a["gpu1.links"] = structs.NewStringAttribute("X,QPI") },
-		`attribute "shares_per_gpu": want an integer`: func(a map[string]*structs.Attribute) { a[AttrSharesPerGPU] = structs.NewStringAttribute("100") },
-		`attribute "shares_per_gpu": 0 is outside`:    func(a map[string]*structs.Attribute) { a[AttrSharesPerGPU] = structs.NewIntAttribute(0, "") },
-		`link matrix`: func(a map[string]*structs.Attribute) { a["gpu0.links"] = structs.NewStringAttribute("X") },
+	cases := map[string]func(map[string]Attr){
+		`attribute "gpus": missing`:                   func(a map[string]Attr) { delete(a, AttrGPUs) },
+		`attribute "gpu1.links"`:                      func(a map[string]Attr) { a["gpu1.links"] = StringAttr("X,QPI") },
+		`attribute "shares_per_gpu": want an integer`: func(a map[string]Attr) { a[AttrSharesPerGPU] = StringAttr("100") },
+		`attribute "shares_per_gpu": 0 is outside`:    func(a map[string]Attr) { a[AttrSharesPerGPU] = IntAttr(0, "") },
+		`link matrix`: func(a map[string]Attr) { a["gpu0.links"] = StringAttr("X") },
 	}
 	for want, mutate := range cases {
 		t.Run(want, func(t *testing.T) {
@@ -111,4 +110,16 @@ func BenchmarkDecodeGroup(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestAttrValidate(t *testing.T) {
+	f, b := 1.5, true
+	must.NoError(t, IntAttr(5, UnitMiB).Validate())
+	must.NoError(t, StringAttr("x").Validate())
+	must.NoError(t, Attr{Float: &f, Unit: UnitMiB}.Validate())
+	must.ErrorContains(t, Attr{}.Validate(), "want exactly one value, got 0")
+	must.ErrorContains(t, Attr{Int: IntAttr(1, "").Int, Bool: &b}.Validate(), "got 2")
+	must.ErrorContains(t, Attr{String: StringAttr("x").String, Unit: UnitMiB}.Validate(), "only a number can have a unit")
+	must.Eq(t, `string "100"`, StringAttr("100").GoString())
+	must.Eq(t, "integer 16 MiB", IntAttr(16, UnitMiB).GoString())
 }

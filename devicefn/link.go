@@ -85,6 +85,25 @@ func (l Link) String() string {
 	return l.Kind.String()
 }
 
+// MarshalText writes the topo -m spelling, so that a Matrix reads as
+// [["X","NV2"],["NV2","X"]] in JSON.
+func (l Link) MarshalText() ([]byte, error) {
+	if l.Kind > LinkSYS || (l.Kind == LinkNVLink) != (l.NVLinks > 0) || l.NVLinks > 64 {
+		return nil, fmt.Errorf("%w: cannot encode %+v", ErrBadLink, l)
+	}
+	return []byte(l.String()), nil
+}
+
+// UnmarshalText reads the topo -m spelling (ParseLink).
+func (l *Link) UnmarshalText(b []byte) error {
+	v, err := ParseLink(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 // Better reports whether l is a strictly better connection than o: a closer
 // kind, or more bonded NVLinks.
 func (l Link) Better(o Link) bool {

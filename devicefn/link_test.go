@@ -1,6 +1,7 @@
 package devicefn
 
 import (
+	"encoding/json"
 	"errors"
 	"testing"
 
@@ -102,4 +103,17 @@ func FuzzDecodeRow(f *testing.F) {
 			t.Fatalf("round trip changed %q to %q", EncodeRow(row), EncodeRow(again))
 		}
 	})
+}
+
+func TestMatrixJSON(t *testing.T) {
+	m := Matrix{{{Kind: LinkSelf}, {Kind: LinkNVLink, NVLinks: 2}}, {{Kind: LinkNVLink, NVLinks: 2}, {Kind: LinkSelf}}}
+	b, err := json.Marshal(m)
+	must.NoError(t, err)
+	must.Eq(t, `[["X","NV2"],["NV2","X"]]`, string(b))
+	var got Matrix
+	must.NoError(t, json.Unmarshal(b, &got))
+	must.Eq(t, m, got)
+	must.Error(t, json.Unmarshal([]byte(`[["X","QPI"]]`), &got))
+	_, err = json.Marshal(Link{Kind: LinkSYS, NVLinks: 3})
+	must.Error(t, err)
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/gpushare/e2e/cluster"
+	"github.com/gpushare/gpushare/internal/devcluster"
 )
 
 // binaries are built once per test run.
@@ -22,16 +22,16 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	root, err := cluster.RepoRoot()
+	root, err := devcluster.RepoRoot()
 	if err == nil {
-		nomadBin, err = cluster.NomadBinary(ctx, root, func(s string) { fmt.Println("e2e:", s) })
+		nomadBin, err = devcluster.NomadBinary(ctx, root, func(s string) { fmt.Println("e2e:", s) })
 	}
 	binDir, _ := os.MkdirTemp("", "gpushare-e2e-bin-")
 	if err == nil {
-		pluginBin, err = cluster.BuildPlugin(ctx, root, binDir)
+		pluginBin, err = devcluster.BuildPlugin(ctx, root, binDir)
 	}
 	if err == nil {
-		cliBin, err = cluster.BuildCLI(ctx, root, binDir)
+		cliBin, err = devcluster.BuildCLI(ctx, root, binDir)
 	}
 	cancel()
 	if err != nil {
@@ -46,19 +46,19 @@ func TestMain(m *testing.M) {
 // startCluster starts a cluster for one test and stops it, with every
 // process it started, when the test ends, failed or not. The agents' logs
 // are printed when the test failed.
-func startCluster(t *testing.T, clients ...cluster.Client) *cluster.Cluster {
+func startCluster(t *testing.T, clients ...devcluster.Client) *devcluster.Cluster {
 	t.Helper()
 	return startClusterOpts(t, false, clients...)
 }
 
-func startClusterOpts(t *testing.T, persistent bool, clients ...cluster.Client) *cluster.Cluster {
+func startClusterOpts(t *testing.T, persistent bool, clients ...devcluster.Client) *devcluster.Cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gpushare-e2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	c, err := cluster.Start(t.Context(), cluster.Options{
+	c, err := devcluster.Start(t.Context(), devcluster.Options{
 		Dir: dir, NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients, Persistent: persistent,
 		Log: func(s string) { t.Log(s) },
 	})

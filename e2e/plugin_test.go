@@ -13,9 +13,9 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
-	"github.com/gpushare/gpushare/e2e/cluster"
 	"github.com/gpushare/gpushare/fixtures"
-	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/internal/devcluster"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -35,7 +35,7 @@ func shareIDs(gpu, from, to int) []string {
 func TestPlugin(t *testing.T) {
 	fixture, err := fixtures.WriteTo(fixtures.DGX1V100, t.TempDir())
 	must.NoError(t, err)
-	c := startCluster(t, cluster.Client{Name: "dgx1", Fixture: fixture})
+	c := startCluster(t, devcluster.Client{Name: "dgx1", Fixture: fixture})
 	nomad := c.API()
 	nodeID := onlyNode(t, nomad)
 
@@ -49,7 +49,7 @@ func TestPlugin(t *testing.T) {
 		for _, inst := range g.Instances {
 			must.True(t, inst.Healthy, must.Sprintf("instance %s", inst.ID))
 		}
-		decoded, err := devicefn.DecodeGroup(g.Name, gpumap.APIAttributes(g.Attributes))
+		decoded, err := nomadattr.DecodeGroup(g)
 		must.NoError(t, err)
 		must.SliceLen(t, 8, decoded.GPUs)
 		must.Eq(t, "NV2,SYS,SYS,SYS,X,NV1,NV1,NV2", devicefn.EncodeRow(decoded.GPUs[4].Links))

@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/e2e/cluster"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -32,7 +33,7 @@ const (
 // two sockets) with gpushare schedulers.
 type env struct {
 	t      *testing.T
-	c      *cluster.Cluster
+	c      *devcluster.Cluster
 	nomad  *api.Client
 	dir    string
 	scheds []*scheduler
@@ -43,7 +44,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	fx := t.TempDir()
-	var clients []cluster.Client
+	var clients []devcluster.Client
 	paths := map[string]string{}
 	for _, c := range []struct{ name, fixture, rack string }{
 		{"h100", fixtures.HGXH100, "r1"}, {"dgx1", fixtures.DGX1V100, "r1"}, {"pcie", fixtures.PCIe4GPU, "r2"},
@@ -51,7 +52,7 @@ func newEnv(t *testing.T) *env {
 		p, err := fixtures.WriteTo(c.fixture, fx)
 		must.NoError(t, err)
 		paths[c.name] = p
-		clients = append(clients, cluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
+		clients = append(clients, devcluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
 	}
 	c := startClusterOpts(t, true, clients...)
 	dir, err := os.MkdirTemp("", "gpushare-sched-")
@@ -71,7 +72,7 @@ func newEnv(t *testing.T) *env {
 
 // scheduler is one running `gpushare scheduler` replica.
 type scheduler struct {
-	proc *cluster.Process
+	proc *devcluster.Process
 	http string
 }
 
@@ -84,7 +85,7 @@ func (e *env) startScheduler(name, extra string) *scheduler {
 		e.c.Address(), port, extra)
 	path := filepath.Join(e.dir, name+".hcl")
 	must.NoError(e.t, os.WriteFile(path, []byte(cfg), 0o644))
-	p, err := cluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)
+	p, err := devcluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)
 	must.NoError(e.t, err)
 	s := &scheduler{proc: p, http: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	e.scheds = append(e.scheds, s)
@@ -235,7 +236,7 @@ func (e *env) group(nodeID string) *devicefn.Group {
 	node, _, err := e.nomad.Nodes().Info(nodeID, nil)
 	must.NoError(e.t, err)
 	d := gpushareGroup(e.t, node)
-	g, err := devicefn.DecodeGroup(d.Name, gpumap.APIAttributes(d.Attributes))
+	g, err := nomadattr.DecodeGroup(d)
 	must.NoError(e.t, err)
 	return g
 }

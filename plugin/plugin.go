@@ -253,7 +253,7 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 			Vendor:     devicefn.Vendor,
 			Type:       devicefn.DeviceType,
 			Name:       g.Model,
-			Attributes: g.Attributes(),
+			Attributes: sdkAttributes(g.Attributes()),
 		}
 		for _, gpu := range g.GPUs {
 			st := p.gpus[gpu.UUID]

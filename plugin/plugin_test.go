@@ -121,7 +121,7 @@ func TestFingerprintDGX1(t *testing.T) {
 	}
 	must.Eq(t, "NV2,SYS,SYS,SYS,X,NV1,NV1,NV2", *g.Attributes["gpu4.links"].String)
 	must.Eq(t, int64(163), *g.Attributes["share_memory"].Int)
-	decoded, err := devicefn.DecodeGroup(g.Name, g.Attributes)
+	decoded, err := devicefn.DecodeGroup(g.Name, fromSDKAttributes(g.Attributes))
 	must.NoError(t, err)
 	must.SliceLen(t, 8, decoded.GPUs)
 	must.Eq(t, 1, decoded.GPUs[5].NUMANode)

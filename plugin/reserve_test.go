@@ -144,7 +144,7 @@ func BenchmarkDecodeNode(b *testing.B) {
 	g := p.fingerprintOnce(b.Context()).Devices[0]
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := devicefn.DecodeGroup(g.Name, g.Attributes); err != nil {
+		if _, err := devicefn.DecodeGroup(g.Name, fromSDKAttributes(g.Attributes)); err != nil {
 			b.Fatal(err)
 		}
 	}

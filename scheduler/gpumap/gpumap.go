@@ -4,8 +4,8 @@ import (
 	"sort"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/hashicorp/nomad/api"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
 )
 
 // Map is the GPU map of a cluster.
@@ -47,19 +47,6 @@ type Usage struct {
 	Shares  int    `json:"shares"`
 }
 
-// APIAttributes converts the attributes Nomad's API returns into the plugin
-// SDK's form, which devicefn decodes.
-func APIAttributes(in map[string]*api.Attribute) map[string]*structs.Attribute {
-	out := make(map[string]*structs.Attribute, len(in))
-	for k, a := range in {
-		if a == nil {
-			continue
-		}
-		out[k] = &structs.Attribute{Float: a.FloatVal, Int: a.IntVal, String: a.StringVal, Bool: a.BoolVal, Unit: a.Unit}
-	}
-	return out
-}
-
 // Build makes the map from full node objects and the cluster's allocations;
 // terminal allocations are ignored.
 func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
@@ -73,7 +60,7 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 				continue
 			}
-			g, err := devicefn.DecodeGroup(d.Name, APIAttributes(d.Attributes))
+			g, err := nomadattr.DecodeGroup(d)
 			if err != nil {
 				m.Problems = append(m.Problems, "node "+n.Name+": "+err.Error())
 				continue

@@ -8,6 +8,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -22,10 +23,7 @@ func node(t *testing.T, name, fx string, sick string) *api.Node {
 	must.NoError(t, err)
 	n := &api.Node{ID: name + "-0000-1111", Name: name, Status: "ready", NodeResources: &api.NodeResources{}}
 	for _, g := range devicefn.Groups(&st.Inventory, 100, "mps", nil) {
-		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: map[string]*api.Attribute{}}
-		for k, a := range g.Attributes() {
-			d.Attributes[k] = &api.Attribute{FloatVal: a.Float, IntVal: a.Int, StringVal: a.String, BoolVal: a.Bool, Unit: a.Unit}
-		}
+		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}
 		for _, gpu := range g.GPUs {
 			for _, id := range devicefn.ShareIDs(gpu.UUID, 100) {
 				inst := &api.NodeDevice{ID: id, Healthy: gpu.UUID != sick}

@@ -7,6 +7,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
@@ -24,10 +25,7 @@ func pcieNode(t *testing.T, id string) *api.Node {
 	st, err := fixture.Parse("pcie", src)
 	must.NoError(t, err)
 	g := devicefn.Groups(&st.Inventory, 100, "mps", nil)[0]
-	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: map[string]*api.Attribute{}}
-	for k, a := range g.Attributes() {
-		d.Attributes[k] = &api.Attribute{FloatVal: a.Float, IntVal: a.Int, StringVal: a.String, BoolVal: a.Bool, Unit: a.Unit}
-	}
+	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}
 	return &api.Node{ID: id, Name: id, Status: "ready", SchedulingEligibility: "eligible", ModifyIndex: 5,
 		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 8000}, Memory: api.NodeMemoryResources{MemoryMB: 16384},
 			Devices: []*api.NodeDeviceResource{d}}}

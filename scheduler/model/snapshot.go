@@ -9,8 +9,8 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/decide"
-	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
@@ -170,7 +170,7 @@ func NodeOf(n *api.Node) (*placement.Node, error) {
 		if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 			continue
 		}
-		g, err := devicefn.DecodeGroup(d.Name, gpumap.APIAttributes(d.Attributes))
+		g, err := devicefn.DecodeGroup(d.Name, nomadattr.FromAPI(d.Attributes))
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", n.Name, err)
 		}

@@ -21,22 +21,6 @@ const (
 	GateValue     = "gpushare:pending"
 )
 
-// Meta keys read from the job or group (group wins) and written by the pin;
-// the placement core parses the request's keys (placement.Request.ApplyMeta).
-const (
-	MetaVC          = placement.MetaVC
-	MetaClass       = placement.MetaClass
-	MetaProfile     = placement.MetaProfile
-	MetaSMUtil      = placement.MetaSMUtil
-	MetaMemBW       = placement.MetaMemBW
-	MetaMaxSlowdown = "gpushare.max_slowdown"
-	// MetaExpected is how long the job expects to run, as a Go duration
-	// ("90m", "6h"): the service serves short jobs sooner (see
-	// queue.ResponseRatio).
-	MetaExpected  = "gpushare.expected_runtime"
-	MetaPlacement = "gpushare.placement"
-)
-
 // DeviceName is what a task asks for: "nvidia/gpushare" or
 // "nvidia/gpushare/<model>".
 const DeviceName = devicefn.Vendor + "/" + devicefn.DeviceType
@@ -201,7 +185,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	if model == nil {
 		model = interference.Default()
 	}
-	if err := r.ApplyMeta(meta, model); err != nil {
+	if err := ApplyMeta(&r, meta, model); err != nil {
 		return r, fmt.Errorf("%w %q: %v", ErrNotPlaceable, r.ID, err)
 	}
 	if err := r.Validate(); err != nil {

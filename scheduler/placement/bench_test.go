@@ -51,7 +51,7 @@ func benchCluster(t testing.TB, n int) *Snapshot {
 	s := NewSnapshot()
 	for i := range n {
 		nd, err := NodeFromSpec(NodeSpec{ID: fmt.Sprintf("node-%05d", i), Rack: fmt.Sprintf("rack-%03d", i/32),
-			CPU: 96000, MemoryMiB: 393216, GPUs: 8, Model: "G2", Topology: topologies.HGXH100})
+			CPU: 96000, MemoryMiB: 393216, GPUs: 8, Model: "G2", Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)})
 		must.NoError(t, err)
 		must.NoError(t, s.AddNode(nd))
 	}

@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -8,16 +9,31 @@ import (
 	"github.com/shoenig/test/must"
 )
 
-const snapJSON = `{
+// snapJSON is a DGX-1 V100 and a 4-GPU PCIe server, wired as the real
+// ones (package topologies), with one allocation.
+var snapJSON = `{
   "nodes": [
-    {"id": "dgx", "rack": "r1", "cpu": 80000, "memory_mib": 524288, "gpus": 8, "model": "V100", "topology": "dgx1-v100"},
-    {"id": "pcie", "cpu": 40000, "memory_mib": 262144, "gpus": 4, "topology": "pcie-2socket", "shares_per_gpu": 10}
+    {"id": "dgx", "rack": "r1", "cpu": 80000, "memory_mib": 524288, "gpus": 8, "model": "V100", ` + wiring(topologies.DGX1V100) + `},
+    {"id": "pcie", "cpu": 40000, "memory_mib": 262144, "gpus": 4, ` + wiring(topologies.PCIe2Socket) + `, "shares_per_gpu": 10}
   ],
   "allocs": [
     {"id": "a1", "node": "dgx", "shares": ["GPU-dgx-0:0", "GPU-dgx-0:1"], "resources": {"cpu": 1000, "memory_mib": 1024},
      "class": "production", "profile": {"sm_util": 0.5, "mem_bw": 0.3}}
   ]
 }`
+
+// wiring is the "links" and "numa" fields of a node spec for a real server.
+func wiring(name string) string {
+	l, err := json.Marshal(links(name))
+	if err != nil {
+		panic(err)
+	}
+	n, err := json.Marshal(numa(name))
+	if err != nil {
+		panic(err)
+	}
+	return `"links": ` + string(l) + `, "numa": ` + string(n)
+}
 
 func TestDecodeSnapshot(t *testing.T) {
 	s, err := DecodeSnapshot([]byte(snapJSON))
@@ -32,7 +48,11 @@ func TestDecodeSnapshot(t *testing.T) {
 	must.NoError(t, s.Check())
 
 	bad := []string{
-		`{"nodes": [{"id": "x", "gpus": 2, "topology": "dgx1-v100"}]}`,
+		`{"nodes": [{"id": "x", "gpus": 2, ` + wiring(topologies.DGX1V100) + `}]}`,
+		`{"nodes": [{"id": "x", "gpus": 2, "links": [["X", "NV1"], ["NV2", "X"]]}]}`,
+		`{"nodes": [{"id": "x", "gpus": 2, "links": [["X", "QPI"], ["QPI", "X"]]}]}`,
+		`{"nodes": [{"id": "x", "gpus": 2, "numa": [0]}]}`,
+		`{"nodes": [{"id": "x", "topology": "dgx1-v100"}]}`,
 		`{"nodes": [{"id": "x", "gpus": 1}], "allocs": [{"id": "a", "node": "x", "shares": ["GPU-x-0:100"]}]}`,
 		`{"nodes": [{"id": "x", "gpus": 1}], "allocs": [{"id": "a", "node": "x", "shares": ["GPU-x-0:1", "GPU-x-0:1"]}]}`,
 		`{"nodes": [{"id": "x", "gpus": 1}, {"id": "x"}]}`,
@@ -59,7 +79,8 @@ func TestDecodeRequest(t *testing.T) {
 func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add([]byte(snapJSON))
 	f.Add([]byte(`{"nodes": [{"id": "x", "gpus": 1}], "allocs": [{"id": "a", "node": "x", "shares": ["GPU-x-0:0"]}]}`))
-	f.Add([]byte(`{"nodes": [{"id": "h", "gpus": 8, "topology": "hgx-h100", "shares_per_gpu": 1000}]}`))
+	f.Add([]byte(`{"nodes": [{"id": "h", "gpus": 8, ` + wiring(topologies.HGXH100) + `, "shares_per_gpu": 1000}]}`))
+	f.Add([]byte(`{"nodes": [{"id": "p", "gpus": 2, "links": [["X", "PIX"], ["PIX", "X"]], "numa": [0, 1]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := DecodeSnapshot(data)
 		if err != nil {

@@ -9,9 +9,10 @@ import (
 
 func Example() {
 	s := placement.NewSnapshot()
+	dgx1 := topologies.MustGet(topologies.DGX1V100)
 	for _, id := range []string{"dgx-a", "dgx-b"} {
 		n, _ := placement.NodeFromSpec(placement.NodeSpec{ID: id, Rack: "r1", CPU: 80000, MemoryMiB: 512 << 10,
-			GPUs: 8, Model: "Tesla V100-SXM2-16GB", Topology: topologies.DGX1V100})
+			GPUs: 8, Model: "Tesla V100-SXM2-16GB", Links: dgx1.Links, NUMA: dgx1.NUMA})
 		_ = s.AddNode(n)
 	}
 	p, _ := placement.New(placement.PolicyGpushare, placement.Options{})

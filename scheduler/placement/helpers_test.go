@@ -1,10 +1,41 @@
 package placement
 
 import (
+	"sync"
 	"testing"
 
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/topologies"
 	"github.com/shoenig/test/must"
 )
+
+var servers sync.Map // topology name -> topologies.Topology
+
+// server is a real server of package topologies, parsed once.
+func server(name string) topologies.Topology {
+	if t, ok := servers.Load(name); ok {
+		return t.(topologies.Topology)
+	}
+	t := topologies.MustGet(name)
+	servers.Store(name, t)
+	return t
+}
+
+// links and numa give a NodeSpec the wiring of a named real server; ""
+// keeps the default (every pair NV1, NUMA node 0).
+func links(name string) devicefn.Matrix {
+	if name == "" {
+		return nil
+	}
+	return server(name).Links
+}
+
+func numa(name string) []int {
+	if name == "" {
+		return nil
+	}
+	return server(name).NUMA
+}
 
 func cluster(t testing.TB, specs ...NodeSpec) *Snapshot {
 	t.Helper()

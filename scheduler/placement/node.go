@@ -3,11 +3,9 @@ package placement
 import (
 	"fmt"
 	"strconv"
-	"sync"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/cells"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
 // MetaRack is the node meta key that names a node's rack.
@@ -80,10 +78,12 @@ type NodeSpec struct {
 	// GPUs is the number of GPUs; Model their model.
 	GPUs  int    `json:"gpus"`
 	Model string `json:"model,omitempty"`
-	// Topology names a real server's link matrix (package topologies); it
-	// must have exactly GPUs GPUs. Empty means every pair is NV1 and all the
-	// GPUs share NUMA node 0.
-	Topology string `json:"topology,omitempty"`
+	// Links is the GPUs' link matrix (GPUs x GPUs) and NUMA their NUMA
+	// nodes; package topologies has real servers', which the simulator
+	// names (scheduler/sim.NodeSpec). Nil Links means every pair is NV1, nil
+	// NUMA that all the GPUs share NUMA node 0.
+	Links devicefn.Matrix `json:"links,omitempty"`
+	NUMA  []int           `json:"numa,omitempty"`
 	// SharesPerGPU defaults to devicefn.DefaultSharesPerGPU.
 	SharesPerGPU int `json:"shares_per_gpu,omitempty"`
 }
@@ -102,17 +102,14 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 	if model == "" {
 		model = "GPU"
 	}
-	var links devicefn.Matrix
-	numa := make([]int, spec.GPUs)
-	if spec.Topology != "" {
-		t, err := cachedTopology(spec.Topology)
-		if err != nil {
+	links, numa := spec.Links, spec.NUMA
+	if links != nil {
+		if len(links) != spec.GPUs {
+			return nil, fmt.Errorf("%w %q: the link matrix has %d rows, not %d (one per GPU)", ErrBadNode, spec.ID, len(links), spec.GPUs)
+		}
+		if err := links.Validate(); err != nil {
 			return nil, fmt.Errorf("%w %q: %v", ErrBadNode, spec.ID, err)
 		}
-		if len(t.Links) != spec.GPUs {
-			return nil, fmt.Errorf("%w %q: topology %s has %d GPUs, not %d", ErrBadNode, spec.ID, spec.Topology, len(t.Links), spec.GPUs)
-		}
-		links, numa = t.Links, t.NUMA
 	} else {
 		links = make(devicefn.Matrix, spec.GPUs)
 		for i := range links {
@@ -122,6 +119,11 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 			}
 			links[i][i] = devicefn.Link{Kind: devicefn.LinkSelf}
 		}
+	}
+	if numa == nil {
+		numa = make([]int, spec.GPUs)
+	} else if len(numa) != spec.GPUs {
+		return nil, fmt.Errorf("%w %q: %d NUMA nodes given for %d GPUs; give one per GPU or none", ErrBadNode, spec.ID, len(numa), spec.GPUs)
 	}
 	meta := map[string]string{}
 	for k, v := range spec.Meta {
@@ -139,25 +141,4 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 		groups = append(groups, g)
 	}
 	return NodeFromGroups(spec.ID, spec.ID, Resources{CPU: spec.CPU, MemoryMiB: spec.MemoryMiB}, meta, groups)
-}
-
-var (
-	topoOnce  sync.Once
-	topoCache map[string]topologies.Topology
-)
-
-// cachedTopology parses the embedded topologies once; they are immutable.
-func cachedTopology(name string) (topologies.Topology, error) {
-	topoOnce.Do(func() {
-		topoCache = map[string]topologies.Topology{}
-		for _, n := range topologies.Names() {
-			if t, err := topologies.Get(n); err == nil {
-				topoCache[n] = t
-			}
-		}
-	})
-	if t, ok := topoCache[name]; ok {
-		return t, nil
-	}
-	return topologies.Get(name)
 }

@@ -20,7 +20,7 @@ func randomCluster(t testing.TB, rng *rand.Rand) *Snapshot {
 	for i := range 2 + rng.IntN(6) {
 		tp := propTopos[rng.IntN(len(propTopos))]
 		specs = append(specs, NodeSpec{ID: fmt.Sprintf("n%d", i), Rack: fmt.Sprintf("r%d", rng.IntN(2)),
-			GPUs: tp.gpus, Topology: tp.topo, Model: []string{"A", "B"}[rng.IntN(2)],
+			GPUs: tp.gpus, Links: links(tp.topo), NUMA: numa(tp.topo), Model: []string{"A", "B"}[rng.IntN(2)],
 			CPU: int64(8000 + rng.IntN(4)*8000), MemoryMiB: int64(16384 + rng.IntN(4)*16384)})
 	}
 	return cluster(t, specs...)

@@ -3,7 +3,6 @@ package placement
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +26,8 @@ type Request struct {
 	Models []string `json:"models,omitempty"`
 	VC     string   `json:"vc,omitempty"`
 	Class  Class    `json:"class,omitempty"`
-	// Profile is the job's interference profile (see ApplyMeta).
+	// Profile is the job's interference profile (package pin fills it from
+	// the gpushare.profile, sm_util and mem_bw meta).
 	Profile interference.Profile `json:"profile"`
 	// MaxSlowdown bounds a production job's predicted slowdown; 0 means the
 	// policy's Options.MaxSlowdown, else the snapshot's DefaultMaxSlowdown.
@@ -113,41 +113,6 @@ func (r *Request) avoids(id string) bool {
 
 // guaranteed reports whether the request counts against its VC's guarantee.
 func (r *Request) guaranteed() bool { return r.Class != ClassOpportunistic }
-
-// Meta keys of the jobspec contract (DESIGN.md section 4).
-const (
-	MetaVC      = "gpushare.vc"
-	MetaClass   = "gpushare.class"
-	MetaProfile = "gpushare.profile"
-	MetaSMUtil  = "gpushare.sm_util"
-	MetaMemBW   = "gpushare.mem_bw"
-)
-
-// ApplyMeta fills VC, class and profile from job or group meta. Named
-// profiles are looked up in model; declared sm_util / mem_bw are used as
-// given (a missing one counts as 0).
-func (r *Request) ApplyMeta(meta map[string]string, model *interference.Model) error {
-	r.VC = meta[MetaVC]
-	r.Class = Class(meta[MetaClass])
-	if name := meta[MetaProfile]; name != "" {
-		p, ok := model.Lookup(name)
-		if !ok {
-			return fmt.Errorf("%w: %s %q is not a known profile (known: %s)", ErrBadRequest, MetaProfile, name, strings.Join(model.Names(), ", "))
-		}
-		r.Profile = p
-		return r.Validate()
-	}
-	for key, dst := range map[string]*float64{MetaSMUtil: &r.Profile.SM, MetaMemBW: &r.Profile.MemBW} {
-		if v, ok := meta[key]; ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil || f < 0 || f > 1 {
-				return fmt.Errorf("%w: %s %q must be a number within 0..1", ErrBadRequest, key, v)
-			}
-			*dst = f
-		}
-	}
-	return r.Validate()
-}
 
 // Placement is where one allocation goes.
 type Placement struct {

@@ -72,7 +72,7 @@ func TestGPUModelConstraint(t *testing.T) {
 }
 
 func TestRefusalsSayWhatToDo(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "x", GPUs: 8, Topology: topologies.DGX1V100})
+	s := cluster(t, NodeSpec{ID: "x", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)})
 	p := policy(t, PolicyGpushare, Options{})
 	place(t, s, p, Request{ID: "a", Shares: 200})
 	place(t, s, p, Request{ID: "b", Shares: 200})
@@ -175,7 +175,7 @@ func itoa(k int) string {
 }
 
 func TestVirtualClusterGuarantee(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "a", GPUs: 4, Topology: topologies.PCIe2Socket}, NodeSpec{ID: "b", GPUs: 4, Topology: topologies.PCIe2Socket})
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)}, NodeSpec{ID: "b", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)})
 	opts := Options{VCs: []VirtualCluster{{Name: "team-a", Cells: []CellQuota{{GPUs: 4, Count: 1}}}}}
 	p := policy(t, PolicyGpushare, opts)
 	// Opportunistic jobs of another tenant fill the idle cluster.
@@ -246,36 +246,6 @@ func TestApplyRejectsStaleDecisions(t *testing.T) {
 	must.NoError(t, s.Check())
 	_, err := s.Remove("nope")
 	must.ErrorIs(t, err, ErrUnknown)
-}
-
-func TestApplyMeta(t *testing.T) {
-	m := interference.Default()
-	r := Request{ID: "j", Count: 1}
-	must.NoError(t, r.ApplyMeta(map[string]string{MetaVC: "research", MetaClass: "production", MetaProfile: "ResNet-50 (batch size 32)"}, m))
-	must.Eq(t, "research", r.VC)
-	must.Eq(t, ClassProduction, r.Class)
-	must.Eq(t, "ResNet-50 (batch size 32)", r.Profile.Name)
-
-	r = Request{ID: "j", Count: 1}
-	must.NoError(t, r.ApplyMeta(map[string]string{MetaSMUtil: "0.7", MetaMemBW: "0.2"}, m))
-	must.Eq(t, interference.Profile{SM: 0.7, MemBW: 0.2}, r.Profile)
-
-	// A profile learned from the stats of the job running alone.
-	learned, ok := interference.Learn([]interference.Observation{{SMUtilPct: 90, MemUtilPct: 40}})
-	must.True(t, ok)
-	r.Profile = learned
-	must.NoError(t, r.Validate())
-
-	for _, meta := range []map[string]string{
-		{MetaProfile: "no-such-model"},
-		{MetaSMUtil: "1.5"},
-		{MetaMemBW: "lots"},
-		{MetaClass: "vip"},
-		{MetaClass: "vip", MetaProfile: "A3C"},
-	} {
-		r := Request{ID: "j", Count: 1}
-		must.ErrorIs(t, r.ApplyMeta(meta, m), ErrBadRequest, must.Sprint(meta))
-	}
 }
 
 func TestAvoidNodes(t *testing.T) {

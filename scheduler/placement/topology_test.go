@@ -8,7 +8,7 @@ import (
 )
 
 func TestDGX1CubeMesh(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "dgx1", GPUs: 8, Topology: topologies.DGX1V100, Model: "V100"})
+	s := cluster(t, NodeSpec{ID: "dgx1", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100), Model: "V100"})
 	p := policy(t, PolicyGpushare, Options{})
 
 	// A 2-GPU job gets an NV2 pair.
@@ -27,7 +27,7 @@ func TestDGX1CubeMesh(t *testing.T) {
 }
 
 func TestDGX1NeverCrossesSocketsWhenAQuadIsFree(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "dgx1", GPUs: 8, Topology: topologies.DGX1V100})
+	s := cluster(t, NodeSpec{ID: "dgx1", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)})
 	p := policy(t, PolicyGpushare, Options{})
 	place(t, s, p, Request{ID: "one", Shares: 100})
 	d := place(t, s, p, Request{ID: "four", Shares: 400})
@@ -38,8 +38,8 @@ func TestDGX1NeverCrossesSocketsWhenAQuadIsFree(t *testing.T) {
 
 func TestDGX1PairsAcrossNodesKeepQuadsWhole(t *testing.T) {
 	s := cluster(t,
-		NodeSpec{ID: "a", GPUs: 8, Topology: topologies.DGX1V100},
-		NodeSpec{ID: "b", GPUs: 8, Topology: topologies.DGX1V100})
+		NodeSpec{ID: "a", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)},
+		NodeSpec{ID: "b", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)})
 	p := policy(t, PolicyGpushare, Options{})
 	// Four pairs fill two quads on one node rather than breaking four quads.
 	nodes := map[string]int{}
@@ -56,8 +56,8 @@ func TestDGX1PairsAcrossNodesKeepQuadsWhole(t *testing.T) {
 
 func TestH100AllEqualPackingDecides(t *testing.T) {
 	s := cluster(t,
-		NodeSpec{ID: "h1", GPUs: 8, Topology: topologies.HGXH100},
-		NodeSpec{ID: "h2", GPUs: 8, Topology: topologies.HGXH100})
+		NodeSpec{ID: "h1", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)},
+		NodeSpec{ID: "h2", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)})
 	p := policy(t, PolicyGpushare, Options{})
 	var nodes []string
 	for _, id := range []string{"a", "b", "c"} {
@@ -69,7 +69,7 @@ func TestH100AllEqualPackingDecides(t *testing.T) {
 }
 
 func TestPCIeTwoSocketPairStaysUnderOneSocket(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "pcie", GPUs: 4, Topology: topologies.PCIe2Socket})
+	s := cluster(t, NodeSpec{ID: "pcie", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)})
 	p := policy(t, PolicyGpushare, Options{})
 	place(t, s, p, Request{ID: "one", Shares: 100})
 	d := place(t, s, p, Request{ID: "two", Shares: 200})
@@ -78,7 +78,7 @@ func TestPCIeTwoSocketPairStaysUnderOneSocket(t *testing.T) {
 }
 
 func TestSYSOnlyWhenNothingBetterIsFree(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "pcie", GPUs: 4, Topology: topologies.PCIe2Socket})
+	s := cluster(t, NodeSpec{ID: "pcie", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)})
 	p := policy(t, PolicyGpushare, Options{})
 	place(t, s, p, Request{ID: "a", Shares: 100})
 	place(t, s, p, Request{ID: "b", Shares: 100})
@@ -90,11 +90,11 @@ func TestSYSOnlyWhenNothingBetterIsFree(t *testing.T) {
 
 func TestMultiNodeGroupPrefersOneRack(t *testing.T) {
 	s := cluster(t,
-		NodeSpec{ID: "a1", Rack: "a", GPUs: 8, Topology: topologies.HGXH100},
-		NodeSpec{ID: "b1", Rack: "b", GPUs: 8, Topology: topologies.HGXH100},
-		NodeSpec{ID: "a2", Rack: "a", GPUs: 8, Topology: topologies.HGXH100},
-		NodeSpec{ID: "b2", Rack: "b", GPUs: 8, Topology: topologies.HGXH100},
-		NodeSpec{ID: "b3", Rack: "b", GPUs: 8, Topology: topologies.HGXH100})
+		NodeSpec{ID: "a1", Rack: "a", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)},
+		NodeSpec{ID: "b1", Rack: "b", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)},
+		NodeSpec{ID: "a2", Rack: "a", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)},
+		NodeSpec{ID: "b2", Rack: "b", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)},
+		NodeSpec{ID: "b3", Rack: "b", GPUs: 8, Links: links(topologies.HGXH100), NUMA: numa(topologies.HGXH100)})
 	p := policy(t, PolicyGpushare, Options{})
 	d := place(t, s, p, Request{ID: "dist", Count: 3, Shares: 800})
 	var nodes []string
@@ -106,7 +106,7 @@ func TestMultiNodeGroupPrefersOneRack(t *testing.T) {
 }
 
 func TestHivedBaselineUsesCellsWithoutSharing(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "dgx1", GPUs: 8, Topology: topologies.DGX1V100})
+	s := cluster(t, NodeSpec{ID: "dgx1", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)})
 	p := policy(t, PolicyHived, Options{})
 	d := place(t, s, p, Request{ID: "quarter", Shares: 25})
 	must.Eq(t, 100, len(d.Placements[0].Shares))
@@ -116,8 +116,8 @@ func TestHivedBaselineUsesCellsWithoutSharing(t *testing.T) {
 
 func TestDGXA100AndPCIeViewCells(t *testing.T) {
 	s := cluster(t,
-		NodeSpec{ID: "a100", GPUs: 8, Topology: topologies.DGXA100},
-		NodeSpec{ID: "pcie", GPUs: 8, Topology: topologies.DGX1PCIe})
+		NodeSpec{ID: "a100", GPUs: 8, Links: links(topologies.DGXA100), NUMA: numa(topologies.DGXA100)},
+		NodeSpec{ID: "pcie", GPUs: 8, Links: links(topologies.DGX1PCIe), NUMA: numa(topologies.DGX1PCIe)})
 	p := policy(t, PolicyGpushare, Options{})
 	// NVLink everywhere beats the PCIe-only server for a 4-GPU job.
 	d := place(t, s, p, Request{ID: "four", Shares: 400})
@@ -129,7 +129,7 @@ func TestDGXA100AndPCIeViewCells(t *testing.T) {
 }
 
 func TestUnhealthyGPUsAreSkipped(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "n", GPUs: 4, Topology: topologies.PCIe2Socket})
+	s := cluster(t, NodeSpec{ID: "n", GPUs: 4, Links: links(topologies.PCIe2Socket), NUMA: numa(topologies.PCIe2Socket)})
 	must.NoError(t, s.SetHealth("GPU-n-0", false))
 	p := policy(t, PolicyGpushare, Options{})
 	d := place(t, s, p, Request{ID: "pair", Shares: 200})
@@ -143,7 +143,7 @@ func TestUnhealthyGPUsAreSkipped(t *testing.T) {
 }
 
 func TestNodeCells(t *testing.T) {
-	s := cluster(t, NodeSpec{ID: "dgx", GPUs: 8, Topology: topologies.DGX1V100})
+	s := cluster(t, NodeSpec{ID: "dgx", GPUs: 8, Links: links(topologies.DGX1V100), NUMA: numa(topologies.DGX1V100)})
 	place(t, s, policy(t, PolicyGpushare, Options{}), Request{ID: "pair", Shares: 200})
 	n, _ := s.Node("dgx")
 	cs := n.Cells()

@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -102,10 +103,7 @@ func dgx1(t *testing.T) *api.Node {
 	st, err := fixture.Parse("dgx1", src)
 	must.NoError(t, err)
 	g := devicefn.Groups(&st.Inventory, 100, "mps", nil)[0]
-	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: map[string]*api.Attribute{}}
-	for k, a := range g.Attributes() {
-		d.Attributes[k] = &api.Attribute{FloatVal: a.Float, IntVal: a.Int, StringVal: a.String, BoolVal: a.Bool, Unit: a.Unit}
-	}
+	d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}
 	return &api.Node{ID: "node-1", Name: "dgx1", Status: "ready", SchedulingEligibility: "eligible",
 		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536},
 			Devices: []*api.NodeDeviceResource{d}}}

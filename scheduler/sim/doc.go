@@ -9,5 +9,9 @@
 //     co-location throughputs (job completion time, queueing delay);
 //   - report: CSV, markdown tables and plots of the results.
 //
+// Package sim itself holds what they share: Parallel runs, and NodeSpec, a
+// simulated node wired like a named real server of package topologies (the
+// placement core takes the link matrix and knows no catalog).
+//
 // `gpushare sim openb` and `gpushare sim gavel` (package cli) drive them.
 package sim

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
+	simrun "github.com/gpushare/gpushare/scheduler/sim"
 	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
@@ -49,7 +50,7 @@ func (c Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
 func (c Cluster) snapshot() (*placement.Snapshot, error) {
 	s := placement.NewSnapshot()
 	for i := range c.Nodes {
-		n, err := placement.NodeFromSpec(placement.NodeSpec{ID: fmt.Sprintf("node-%03d", i), CPU: 1 << 40, MemoryMiB: 1 << 40,
+		n, err := simrun.NodeFromSpec(simrun.NodeSpec{ID: fmt.Sprintf("node-%03d", i), CPU: 1 << 40, MemoryMiB: 1 << 40,
 			GPUs: c.GPUsPerNode, Model: "V100", Topology: c.Topology})
 		if err != nil {
 			return nil, err

@@ -9,6 +9,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/cells"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/sim"
 	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
@@ -91,7 +92,7 @@ func Snapshot(nodes []Node, order []int) (*placement.Snapshot, error) {
 	s := placement.NewSnapshot()
 	for _, i := range order {
 		n := nodes[i]
-		nd, err := placement.NodeFromSpec(placement.NodeSpec{ID: n.Name, CPU: n.CPU, MemoryMiB: n.MemoryMiB,
+		nd, err := sim.NodeFromSpec(sim.NodeSpec{ID: n.Name, CPU: n.CPU, MemoryMiB: n.MemoryMiB,
 			GPUs: n.GPUs, Model: n.Model, Topology: TopologyFor(n.GPUs), SharesPerGPU: SharesPerGPU})
 		if err != nil {
 			return nil, err

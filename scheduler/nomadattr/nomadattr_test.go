@@ -1,0 +1,39 @@
+package nomadattr
+
+import (
+	"testing"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// TestRoundTrip: a fixture node's groups survive the trip through Nomad's
+// API type exactly.
+func TestRoundTrip(t *testing.T) {
+	for _, fx := range []string{fixtures.DGX1V100, fixtures.PCIe4GPU} {
+		src, err := fixtures.FS.ReadFile(fx)
+		must.NoError(t, err)
+		st, err := fixture.Parse(fx, src)
+		must.NoError(t, err)
+		for _, g := range devicefn.Groups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
+			attrs := g.Attributes()
+			must.Eq(t, attrs, FromAPI(ToAPI(attrs)))
+			got, err := DecodeGroup(&api.NodeDeviceResource{Name: g.Model, Attributes: ToAPI(attrs)})
+			must.NoError(t, err)
+			must.Eq(t, g, *got)
+		}
+	}
+}
+
+func TestFromAPIKeepsTypes(t *testing.T) {
+	f, b, s := 1.5, true, "x"
+	got := FromAPI(map[string]*api.Attribute{"f": {FloatVal: &f, Unit: "MiB"}, "b": {BoolVal: &b}, "s": {StringVal: &s}, "nil": nil})
+	must.MapLen(t, 3, got)
+	must.Eq(t, "float 1.5 MiB", got["f"].GoString())
+	must.Eq(t, "bool true", got["b"].GoString())
+	_, err := devicefn.DecodeGroup("m", map[string]devicefn.Attr{devicefn.AttrSharesPerGPU: got["b"]})
+	must.ErrorContains(t, err, "want an integer, got bool true")
+}

@@ -1,0 +1,54 @@
+package pin
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Meta keys of the jobspec contract (DESIGN.md section 4), read from the
+// job or group (group wins) by Request and written by the pin. The
+// placement core never sees them: Request and ApplyMeta turn them into the
+// typed fields of a placement.Request.
+const (
+	MetaVC          = "gpushare.vc"
+	MetaClass       = "gpushare.class"
+	MetaProfile     = "gpushare.profile"
+	MetaSMUtil      = "gpushare.sm_util"
+	MetaMemBW       = "gpushare.mem_bw"
+	MetaMaxSlowdown = "gpushare.max_slowdown"
+	// MetaExpected is how long the job expects to run, as a Go duration
+	// ("90m", "6h"): the service serves short jobs sooner (see
+	// queue.ResponseRatio).
+	MetaExpected  = "gpushare.expected_runtime"
+	MetaPlacement = "gpushare.placement"
+)
+
+// ApplyMeta fills r's VC, class and profile from job or group meta. Named
+// profiles are looked up in model; declared sm_util / mem_bw are used as
+// given (a missing one counts as 0). Errors wrap placement.ErrBadRequest.
+func ApplyMeta(r *placement.Request, meta map[string]string, model *interference.Model) error {
+	r.VC = meta[MetaVC]
+	r.Class = placement.Class(meta[MetaClass])
+	if name := meta[MetaProfile]; name != "" {
+		p, ok := model.Lookup(name)
+		if !ok {
+			return fmt.Errorf("%w: %s %q is not a known profile (known: %s)", placement.ErrBadRequest, MetaProfile, name, strings.Join(model.Names(), ", "))
+		}
+		r.Profile = p
+		return r.Validate()
+	}
+	for key, dst := range map[string]*float64{MetaSMUtil: &r.Profile.SM, MetaMemBW: &r.Profile.MemBW} {
+		if v, ok := meta[key]; ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil || f < 0 || f > 1 {
+				return fmt.Errorf("%w: %s %q must be a number within 0..1", placement.ErrBadRequest, key, v)
+			}
+			*dst = f
+		}
+	}
+	return r.Validate()
+}
