@@ -30,6 +30,8 @@ type State struct {
 	// Learned are interference profiles observed from groups that ran
 	// alone on their GPU, by group key; used when a group declares none.
 	Learned map[string]interference.Profile
+	// Gone are deletions seen in events, by kind and ID, at their index (merge.go).
+	Gone map[string]uint64
 }
 
 // New returns an empty state.

@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -66,8 +67,10 @@ func (s *Service) handleGPUs(w http.ResponseWriter, _ *http.Request) {
 		nodes = append(nodes, n)
 	}
 	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
+	ns := s.namespaces()
 	for _, a := range s.state.Allocs {
-		if model.Live(a) {
+		// the model holds no other namespace's; never show one anyway
+		if model.Live(a) && ns.has(a.Namespace) {
 			allocs = append(allocs, a)
 		}
 	}
@@ -97,14 +100,20 @@ type GroupStatus struct {
 func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	id := r.PathValue("id")
+	name := strings.TrimSuffix(model.JobKey(ns, ""), "/")
+	if managed := s.namespaces(); !managed.has(ns) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf(
+			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	job := s.state.Jobs[model.JobKey(ns, id)]
 	if job == nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + id + " in namespace " + model.JobKey(ns, "")[:len(model.JobKey(ns, ""))-1] + " (use ?namespace=)"})
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + id + " in namespace " + name + " (use ?namespace=)"})
 		return
 	}
-	out := JobStatus{Namespace: strings.TrimSuffix(model.JobKey(ns, ""), "/"), ID: id}
+	out := JobStatus{Namespace: name, ID: id}
 	gated := pin.Gated(job)
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}

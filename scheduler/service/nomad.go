@@ -18,9 +18,12 @@ var ErrConflict = errors.New("job changed since it was read")
 type nomadAPI interface {
 	Nodes(ctx context.Context) ([]*api.Node, uint64, error)
 	Node(ctx context.Context, id string) (*api.Node, error)
-	Jobs(ctx context.Context) ([]*api.Job, uint64, error)
+	// Jobs lists the jobs of a namespace ("*" for all) in full.
+	Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error)
 	Job(ctx context.Context, namespace, id string) (*api.Job, error)
-	Allocs(ctx context.Context) ([]*api.Allocation, uint64, error)
+	// Allocs lists the allocations of a namespace ("*" for all) with
+	// their allocated resources.
+	Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error)
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
 	// Register re-registers job if its modify index is still index.
 	Register(ctx context.Context, job *api.Job, index uint64) error
@@ -30,7 +33,9 @@ type nomadAPI interface {
 	// StopAlloc stops an allocation; Nomad places a replacement, which a
 	// gated group keeps waiting.
 	StopAlloc(ctx context.Context, id string) error
-	Stream(ctx context.Context, index uint64) (<-chan *api.Events, error)
+	// Stream subscribes to the job, allocation, node and deployment events
+	// from index on, of one namespace or "*" (node events have none).
+	Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error)
 	Client() *api.Client
 }
 
@@ -40,12 +45,12 @@ var _ nomadAPI = nomadClient{}
 
 func (n nomadClient) Client() *api.Client { return n.c }
 
-func q(ctx context.Context) *api.QueryOptions {
-	return (&api.QueryOptions{Namespace: "*"}).WithContext(ctx)
+func q(ctx context.Context, namespace string) *api.QueryOptions {
+	return (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 }
 
 func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
-	stubs, meta, err := n.c.Nodes().List(q(ctx))
+	stubs, meta, err := n.c.Nodes().List(q(ctx, ""))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -68,8 +73,8 @@ func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
 	return node, err
 }
 
-func (n nomadClient) Jobs(ctx context.Context) ([]*api.Job, uint64, error) {
-	stubs, meta, err := n.c.Jobs().List(q(ctx))
+func (n nomadClient) Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error) {
+	stubs, meta, err := n.c.Jobs().List(q(ctx, namespace))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -92,8 +97,8 @@ func (n nomadClient) Job(ctx context.Context, namespace, id string) (*api.Job, e
 	return job, err
 }
 
-func (n nomadClient) Allocs(ctx context.Context) ([]*api.Allocation, uint64, error) {
-	qo := q(ctx)
+func (n nomadClient) Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error) {
+	qo := q(ctx, namespace)
 	qo.Params = map[string]string{"resources": "true"}
 	stubs, meta, err := n.c.Allocations().List(qo)
 	if err != nil {
@@ -140,11 +145,11 @@ func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) e
 	return err
 }
 
-func (n nomadClient) Stream(ctx context.Context, index uint64) (<-chan *api.Events, error) {
+func (n nomadClient) Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error) {
 	topics := map[api.Topic][]string{
 		api.TopicJob: {"*"}, api.TopicAllocation: {"*"}, api.TopicNode: {"*"}, api.TopicDeployment: {"*"},
 	}
-	return n.c.EventStream().Stream(ctx, topics, index, &api.QueryOptions{Namespace: "*"})
+	return n.c.EventStream().Stream(ctx, topics, index, &api.QueryOptions{Namespace: namespace})
 }
 
 // isConflict recognises Nomad's EnforceIndex refusal, which the HTTP API

@@ -13,6 +13,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
@@ -23,6 +24,7 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 // fakeNomad keeps jobs in memory and enforces modify indexes like Nomad.
+// Jobs are keyed by ID alone: tests use distinct IDs across namespaces.
 type fakeNomad struct {
 	nodes  []*api.Node
 	jobs   map[string]*api.Job
@@ -31,10 +33,39 @@ type fakeNomad struct {
 	// beforeRegister runs before a registration is checked (a concurrent user edit).
 	beforeRegister func()
 	registers      int
+	// beforeList runs before each listing ("nodes", "jobs", "allocs"):
+	// a change while the cluster is listed.
+	beforeList func(kind string)
+	// listed records the namespace of every job and allocation listing.
+	listed []string
+	// nodeErr fails every read of one node.
+	nodeErr error
+	// streams, when set, receives every event stream subscription, which
+	// the test drives; without it there is no stream.
+	streams chan *fakeStream
 }
 
-func (f *fakeNomad) Nodes(context.Context) ([]*api.Node, uint64, error) { return f.nodes, f.index, nil }
+// fakeStream is one subscription to the fake's event stream.
+type fakeStream struct {
+	from uint64
+	ns   string
+	ch   chan *api.Events
+}
+
+func (f *fakeNomad) list(kind string) {
+	if f.beforeList != nil {
+		f.beforeList(kind)
+	}
+}
+
+func (f *fakeNomad) Nodes(context.Context) ([]*api.Node, uint64, error) {
+	f.list("nodes")
+	return f.nodes, f.index, nil
+}
 func (f *fakeNomad) Node(_ context.Context, id string) (*api.Node, error) {
+	if f.nodeErr != nil {
+		return nil, f.nodeErr
+	}
 	for _, n := range f.nodes {
 		if n.ID == id {
 			return n, nil
@@ -42,11 +73,20 @@ func (f *fakeNomad) Node(_ context.Context, id string) (*api.Node, error) {
 	}
 	return nil, errors.New("not found")
 }
-func (f *fakeNomad) Jobs(context.Context) ([]*api.Job, uint64, error) {
+
+func inNamespace(want, ns string) bool {
+	return want == "*" || model.JobKey(want, "") == model.JobKey(ns, "")
+}
+
+func (f *fakeNomad) Jobs(_ context.Context, namespace string) ([]*api.Job, uint64, error) {
+	f.list("jobs")
+	f.listed = append(f.listed, "jobs:"+namespace)
 	var out []*api.Job
 	for _, j := range f.jobs {
-		c, _ := copyJob(j)
-		out = append(out, c)
+		if inNamespace(namespace, nsOf(j)) {
+			c, _ := copyJob(j)
+			out = append(out, c)
+		}
 	}
 	return out, f.index, nil
 }
@@ -57,18 +97,40 @@ func (f *fakeNomad) Job(_ context.Context, _, id string) (*api.Job, error) {
 	}
 	return copyJob(j)
 }
-func (f *fakeNomad) Allocs(context.Context) ([]*api.Allocation, uint64, error) {
-	return f.allocs, f.index, nil
+func (f *fakeNomad) Allocs(_ context.Context, namespace string) ([]*api.Allocation, uint64, error) {
+	f.list("allocs")
+	f.listed = append(f.listed, "allocs:"+namespace)
+	var out []*api.Allocation
+	for _, a := range f.allocs {
+		if inNamespace(namespace, a.Namespace) {
+			out = append(out, a)
+		}
+	}
+	return out, f.index, nil
 }
-func (f *fakeNomad) Alloc(context.Context, string) (*api.Allocation, error) {
+func (f *fakeNomad) Alloc(_ context.Context, id string) (*api.Allocation, error) {
+	for _, a := range f.allocs {
+		if a.ID == id {
+			return a, nil
+		}
+	}
 	return nil, errors.New("not found")
 }
 func (f *fakeNomad) StopAlloc(context.Context, string) error { return nil }
 func (f *fakeNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupStats, error) {
 	return nil, errors.New("no stats in tests")
 }
-func (f *fakeNomad) Stream(context.Context, uint64) (<-chan *api.Events, error) {
-	return nil, errors.New("no stream in tests")
+func (f *fakeNomad) Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error) {
+	if f.streams == nil {
+		return nil, errors.New("no stream in tests")
+	}
+	fs := &fakeStream{from: index, ns: namespace, ch: make(chan *api.Events)}
+	select {
+	case f.streams <- fs:
+		return fs.ch, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 func (f *fakeNomad) Client() *api.Client { return nil }
 

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
@@ -9,133 +10,130 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// watch keeps the model current: a full listing at start, then the event
-// stream from the last index + 1; after a failed reconnect (a Nomad that
-// went away may have lost its event buffer) and every resync_interval, a
-// full listing again.
+// watch keeps the model current: a full listing merged into the model,
+// then the event stream from the listing's lowest index + 1 (nodes, jobs
+// and allocations are listed one after the other: an event between two
+// listings must not be skipped; replaying one the listings already show
+// is harmless). Whenever the stream ends (an error, a clean close, an
+// event that cannot be read, or every resync_interval) the cluster is
+// listed again before the stream resumes. Only this goroutine updates the
+// model from Nomad, and a relist merges (model.State.Relist): a listing
+// older than the events applied never rolls the model back.
 func (s *Service) watch(ctx context.Context) {
-	resync := true
-	backoff := 250 * time.Millisecond
-	lastFull := time.Time{}
 	interval := config.Duration(s.cfg.ResyncInterval)
+	ns := s.namespaces()
+	var backoff time.Duration
+	// bad is the last event that could not be read; covered is the last
+	// such event a completed relist came after, so a replay skips it
+	// instead of relisting again and again.
+	var bad, covered uint64
 	for ctx.Err() == nil {
-		if resync || s.now().Sub(lastFull) > interval {
-			if err := s.resync(ctx); err != nil {
-				s.log.Warn("cannot list the cluster from nomad; retrying", "error", err, "retry_in", backoff)
-				sleep(ctx, backoff)
-				backoff = min(2*backoff, 10*time.Second)
-				continue
-			}
-			resync, lastFull, backoff = false, s.now(), 250*time.Millisecond
-		}
-		s.mu.Lock()
-		from := s.state.Index + 1
-		s.mu.Unlock()
-		streamCtx, cancel := context.WithCancel(ctx)
-		ch, err := s.nomad.Stream(streamCtx, from)
-		if err != nil {
-			cancel()
-			s.metrics.reconnects.Inc()
-			s.log.Warn("event stream unavailable; will list the cluster again", "error", err)
-			resync = true
+		if backoff > 0 {
 			sleep(ctx, backoff)
+		}
+		index, err := s.relist(ctx, ns)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = nextBackoff(backoff)
+			s.log.Warn("cannot list the cluster from nomad; retrying", "error", err, "retry_in", backoff)
 			continue
 		}
-		s.log.Debug("event stream open", "from_index", from)
-		resync = s.consume(ctx, ch, interval)
-		cancel()
-		if ctx.Err() == nil {
+		covered = max(covered, bad)
+		streamCtx, cancel := context.WithCancel(ctx)
+		ch, err := s.nomad.Stream(streamCtx, index+1, ns.stream())
+		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				return
+			}
 			s.metrics.reconnects.Inc()
-			sleep(ctx, backoff)
+			backoff = nextBackoff(backoff)
+			s.log.Warn("event stream unavailable; will list the cluster again", "error", err, "retry_in", backoff)
+			continue
+		}
+		s.log.Debug("event stream open", "from_index", index+1, "namespace", ns.stream())
+		progressed, unread := s.consume(streamCtx, ch, interval, ns, covered)
+		cancel()
+		bad = max(bad, unread)
+		if ctx.Err() != nil {
+			return
+		}
+		s.metrics.reconnects.Inc()
+		if progressed {
+			backoff = 0
+		} else {
+			backoff = nextBackoff(backoff)
 		}
 	}
 }
 
-// consume applies events until the stream ends; it reports whether a full
-// listing is needed before resuming.
-func (s *Service) consume(ctx context.Context, ch <-chan *api.Events, interval time.Duration) bool {
+// nextBackoff waits 250ms after the first failure in a row, doubling up
+// to 10s.
+func nextBackoff(d time.Duration) time.Duration {
+	return min(max(2*d, 250*time.Millisecond), 10*time.Second)
+}
+
+// consume applies events until the stream ends, after which the cluster
+// is listed again. It reports whether the stream delivered anything (if
+// not, the caller backs off) and the index of an event it could not read.
+// Unreadable events at or below covered were seen before a relist and
+// are skipped.
+func (s *Service) consume(ctx context.Context, ch <-chan *api.Events, interval time.Duration, ns namespaces, covered uint64) (progressed bool, unread uint64) {
 	deadline := time.NewTimer(interval)
 	defer deadline.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return progressed, 0
 		case <-deadline.C:
-			return true // periodic full listing
+			s.log.Debug("periodic full listing", "interval", interval)
+			return true, 0
 		case evs, ok := <-ch:
 			if !ok {
-				s.log.Info("event stream closed by nomad; resuming")
-				return false
+				s.log.Info("event stream closed; listing the cluster again before resuming")
+				return progressed, 0
 			}
 			if evs.Err != nil {
-				s.log.Warn("event stream error; resuming after a full listing", "error", evs.Err)
-				return true
+				s.log.Warn("event stream ended; listing the cluster again before resuming", "error", evs.Err)
+				return progressed, 0
 			}
+			progressed = true
 			if evs.IsHeartbeat() {
 				continue
 			}
-			s.apply(ctx, evs)
+			if e, err := s.apply(ctx, evs, ns, covered); err != nil {
+				s.log.Warn("cannot read an event; listing the cluster again instead", "error", err,
+					"topic", e.Topic, "type", e.Type, "key", e.Key, "index", e.Index)
+				return true, e.Index
+			}
 		}
 	}
 }
 
-func (s *Service) apply(ctx context.Context, evs *api.Events) {
+// apply applies a batch of events. On an event it cannot read it stops,
+// without advancing the model's index, and returns that event.
+func (s *Service) apply(ctx context.Context, evs *api.Events, ns namespaces, covered uint64) (api.Event, error) {
 	for _, e := range evs.Events {
 		s.log.Trace("event", "topic", e.Topic, "type", e.Type, "key", e.Key, "index", e.Index)
+		var err error
 		switch e.Topic {
 		case api.TopicJob:
-			if e.Type == "JobDeregistered" {
-				job, purged, err := e.DeregisteredJob()
-				if err != nil || job == nil || job.ID == nil {
-					// cannot tell which job: list everything again
-					s.log.Warn("job deregistration event without a job; relisting", "key", e.Key)
-					go s.resyncSoon(ctx)
-					continue
-				}
-				s.mu.Lock()
-				if purged {
-					s.state.DeleteJob(nsOf(job), *job.ID)
-				} else {
-					s.state.PutJob(job)
-				}
-				s.mu.Unlock()
-				continue
-			}
-			if job, err := e.Job(); err == nil && job != nil {
-				s.mu.Lock()
-				s.state.PutJob(job)
-				s.mu.Unlock()
-			}
+			err = s.applyJob(e, ns)
 		case api.TopicAllocation:
-			a, err := e.Allocation()
-			if err != nil || a == nil {
-				continue
-			}
-			s.mu.Lock()
-			known := s.state.HasResources(a.ID)
-			s.mu.Unlock()
-			if !known && model.Live(a) {
-				// read the allocation once in full: event payloads may
-				// lack its devices
-				if full, err := s.nomad.Alloc(ctx, a.ID); err == nil {
-					a.AllocatedResources = full.AllocatedResources
-				}
-			}
-			s.mu.Lock()
-			s.state.PutAlloc(a)
-			s.mu.Unlock()
+			err = s.applyAlloc(ctx, e, ns)
 		case api.TopicNode:
-			if e.Type == "NodeDeregistration" {
-				s.mu.Lock()
-				s.state.DeleteNode(e.Key)
-				s.mu.Unlock()
-				continue
-			}
-			if n, err := s.nomad.Node(ctx, e.Key); err == nil {
-				s.mu.Lock()
-				s.state.PutNode(n)
-				s.mu.Unlock()
-			}
+			err = s.applyNode(ctx, e)
+		}
+		if err != nil && e.Index <= covered {
+			s.log.Debug("skipping an unreadable event a relist already covers", "error", err, "index", e.Index)
+			continue
+		}
+		if err != nil {
+			s.metrics.events.Add(float64(len(evs.Events)))
+			s.markDirty()
+			return e, err
 		}
 	}
 	s.mu.Lock()
@@ -145,47 +143,150 @@ func (s *Service) apply(ctx context.Context, evs *api.Events) {
 	s.mu.Unlock()
 	s.metrics.events.Add(float64(len(evs.Events)))
 	s.markDirty()
+	return api.Event{}, nil
 }
 
-// resync rebuilds the model from a full listing.
-func (s *Service) resync(ctx context.Context) error {
-	nodes, i1, err := s.nomad.Nodes(ctx)
+func (s *Service) applyJob(e api.Event, ns namespaces) error {
+	if e.Type == "JobDeregistered" {
+		job, purged, err := e.DeregisteredJob()
+		if err != nil {
+			return fmt.Errorf("decode the deregistered job %s: %w", e.Key, err)
+		}
+		if job == nil || job.ID == nil {
+			return fmt.Errorf("job deregistration %s carries no job", e.Key)
+		}
+		if !ns.has(nsOf(job)) {
+			return nil
+		}
+		s.mu.Lock()
+		if purged {
+			s.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
+		} else {
+			s.state.PutJob(job)
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	job, err := e.Job()
 	if err != nil {
-		return err
+		return fmt.Errorf("decode job %s: %w", e.Key, err)
 	}
-	jobs, i2, err := s.nomad.Jobs(ctx)
-	if err != nil {
-		return err
+	if job == nil || job.ID == nil {
+		return fmt.Errorf("job event %s carries no job", e.Key)
 	}
-	allocs, i3, err := s.nomad.Allocs(ctx)
-	if err != nil {
-		return err
+	if !ns.has(nsOf(job)) {
+		return nil
 	}
-	st := model.New()
-	for _, n := range nodes {
-		st.PutNode(n)
-	}
-	for _, j := range jobs {
-		st.PutJob(j)
-	}
-	for _, a := range allocs {
-		st.PutAlloc(a)
-	}
-	st.Index = max(i1, i2, i3)
 	s.mu.Lock()
-	prev := s.state.Index
-	st.Learned = s.state.Learned
-	s.state, s.synced = st, true
+	s.state.PutJob(job)
 	s.mu.Unlock()
-	s.metrics.resyncs.Inc()
-	s.log.Info("listed the cluster", "nodes", len(nodes), "jobs", len(jobs), "allocations", len(allocs), "index", st.Index, "previous_index", prev)
-	s.markDirty()
 	return nil
 }
 
-// resyncSoon lists the cluster again outside the event loop.
-func (s *Service) resyncSoon(ctx context.Context) {
-	if err := s.resync(ctx); err != nil {
-		s.log.Warn("relisting failed; the periodic resync will catch up", "error", err)
+func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) error {
+	a, err := e.Allocation()
+	if err != nil {
+		return fmt.Errorf("decode allocation %s: %w", e.Key, err)
 	}
+	if a == nil || a.ID == "" {
+		return fmt.Errorf("allocation event %s carries no allocation", e.Key)
+	}
+	if !ns.has(a.Namespace) {
+		return nil
+	}
+	s.mu.Lock()
+	known := s.state.HasResources(a.ID)
+	s.mu.Unlock()
+	if !known && model.Live(a) {
+		// read the allocation once in full: event payloads may lack its
+		// devices, and without them its shares would look free
+		full, err := s.nomad.Alloc(ctx, a.ID)
+		switch {
+		case err == nil:
+			a.AllocatedResources = full.AllocatedResources
+		case !isNotFound(err): // gone since: nothing to miss
+			return fmt.Errorf("read allocation %s: %w", a.ID, err)
+		}
+	}
+	s.mu.Lock()
+	s.state.PutAlloc(a)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Service) applyNode(ctx context.Context, e api.Event) error {
+	if e.Type == "NodeDeregistration" {
+		s.mu.Lock()
+		s.state.DeleteNodeAt(e.Key, e.Index)
+		s.mu.Unlock()
+		return nil
+	}
+	n, err := s.nomad.Node(ctx, e.Key)
+	switch {
+	case isNotFound(err):
+		// deregistered since: its deregistration event follows
+		s.log.Debug("node of an event is gone", "node_id", e.Key, "index", e.Index)
+		return nil
+	case err != nil:
+		return fmt.Errorf("read node %s: %w", e.Key, err)
+	}
+	s.mu.Lock()
+	s.state.PutNode(n)
+	s.mu.Unlock()
+	return nil
+}
+
+// resync lists the cluster and merges the listing into the model.
+func (s *Service) resync(ctx context.Context) error {
+	_, err := s.relist(ctx, s.namespaces())
+	return err
+}
+
+// relist lists the cluster (jobs and allocations of the managed
+// namespaces), merges the listing into the model and returns the index
+// the event stream resumes after: the lowest of the listings'.
+func (s *Service) relist(ctx context.Context, ns namespaces) (uint64, error) {
+	l := &model.Listing{}
+	var err error
+	if l.Nodes, l.NodesIndex, err = s.nomad.Nodes(ctx); err != nil {
+		return 0, fmt.Errorf("list nodes: %w", err)
+	}
+	for i, name := range ns.list() {
+		jobs, index, err := s.nomad.Jobs(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("list the jobs of namespace %q: %w", name, err)
+		}
+		for _, j := range jobs {
+			if ns.has(nsOf(j)) {
+				l.Jobs = append(l.Jobs, j)
+			}
+		}
+		if i == 0 || index < l.JobsIndex {
+			l.JobsIndex = index
+		}
+	}
+	for i, name := range ns.list() {
+		allocs, index, err := s.nomad.Allocs(ctx, name)
+		if err != nil {
+			return 0, fmt.Errorf("list the allocations of namespace %q: %w", name, err)
+		}
+		for _, a := range allocs {
+			if ns.has(a.Namespace) {
+				l.Allocs = append(l.Allocs, a)
+			}
+		}
+		if i == 0 || index < l.AllocsIndex {
+			l.AllocsIndex = index
+		}
+	}
+	s.mu.Lock()
+	prev := s.state.Index
+	st := s.state.Relist(l)
+	s.synced = true
+	s.mu.Unlock()
+	s.metrics.resyncs.Inc()
+	s.log.Info("listed the cluster", "nodes", len(l.Nodes), "jobs", len(l.Jobs), "allocations", len(l.Allocs),
+		"index", l.Index(), "previous_index", prev, "kept_newer", st.Kept, "removed", st.Removed, "namespaces", ns.String())
+	s.markDirty()
+	return l.Index(), nil
 }

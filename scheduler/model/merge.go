@@ -1,0 +1,192 @@
+package model
+
+import (
+	"github.com/hashicorp/nomad/api"
+)
+
+// Listing is a full listing of the cluster. Nodes, jobs and allocations
+// are listed one after the other, so each kind carries the Nomad index it
+// was listed at (the X-Nomad-Index of its list request).
+type Listing struct {
+	Nodes       []*api.Node
+	NodesIndex  uint64
+	Jobs        []*api.Job
+	JobsIndex   uint64
+	Allocs      []*api.Allocation
+	AllocsIndex uint64
+}
+
+// Index is the index the listing as a whole reflects: the lowest of its
+// kinds. An event after it may be missing from one of them, so the event
+// stream resumes from Index() + 1.
+func (l *Listing) Index() uint64 { return min(l.NodesIndex, l.JobsIndex, l.AllocsIndex) }
+
+// RelistStats says what a relist changed.
+type RelistStats struct {
+	// Kept are objects the listing lacks or holds in an older version
+	// that the state keeps because it saw them after the listing.
+	Kept int
+	// Removed are objects the listing shows gone.
+	Removed int
+}
+
+// Relist merges a full listing into the state without ever rolling it
+// back to an older picture (a listing read from a lagging server, or read
+// while events were applied):
+//   - a listed object replaces the state's only if its modify index is
+//     not older, and only if the state did not see it deleted after that
+//     version (Delete*At);
+//   - an object the listing lacks is removed only if the listing of its
+//     kind is at or above the object's modify index: one created or
+//     changed after the listing's snapshot stays.
+//
+// The index of the state never goes down. Deletions older than the
+// listing are forgotten: that listing already shows them.
+func (s *State) Relist(l *Listing) RelistStats {
+	var st RelistStats
+	seen := map[string]bool{}
+	for _, n := range l.Nodes {
+		if n == nil || n.ID == "" {
+			continue
+		}
+		seen[n.ID] = true
+		if s.deletedAfter(nodeGone(n.ID), n.ModifyIndex) || newer(s.Nodes[n.ID] != nil, nodeIndex(s.Nodes[n.ID]), n.ModifyIndex) {
+			st.Kept++
+			continue
+		}
+		s.PutNode(n)
+	}
+	for id, n := range s.Nodes {
+		if !seen[id] {
+			st.count(n.ModifyIndex <= l.NodesIndex, func() { delete(s.Nodes, id) })
+		}
+	}
+
+	clear(seen)
+	for _, j := range l.Jobs {
+		if j == nil || j.ID == nil {
+			continue
+		}
+		k := jobKey(j)
+		seen[k] = true
+		prev := s.Jobs[k]
+		if s.deletedAfter(jobGone(k), jobIndex(j)) || newer(prev != nil, jobIndex(prev), jobIndex(j)) {
+			st.Kept++
+			continue
+		}
+		s.PutJob(j)
+	}
+	for k, j := range s.Jobs {
+		if !seen[k] {
+			st.count(jobIndex(j) <= l.JobsIndex, func() { delete(s.Jobs, k) })
+		}
+	}
+
+	clear(seen)
+	for _, a := range l.Allocs {
+		if a == nil || a.ID == "" {
+			continue
+		}
+		seen[a.ID] = true
+		prev := s.Allocs[a.ID]
+		if s.deletedAfter(allocGone(a.ID), a.ModifyIndex) || s.deletedAfter(jobGone(JobKey(a.Namespace, a.JobID)), a.ModifyIndex) ||
+			newer(prev != nil, allocIndex(prev), a.ModifyIndex) {
+			st.Kept++
+			continue
+		}
+		s.PutAlloc(a)
+	}
+	for id, a := range s.Allocs {
+		if !seen[id] {
+			st.count(a.ModifyIndex <= l.AllocsIndex, func() { delete(s.Allocs, id) })
+		}
+	}
+
+	for k, at := range s.Gone {
+		if at <= l.Index() {
+			delete(s.Gone, k)
+		}
+	}
+	s.Index = max(s.Index, l.Index())
+	return st
+}
+
+// DeleteJobAt is DeleteJob for a purge seen at index: a job or allocation
+// changed after index stays (a replayed purge after a re-registration),
+// and no relist listed before index brings them back.
+func (s *State) DeleteJobAt(namespace, id string, index uint64) {
+	k := JobKey(namespace, id)
+	if j := s.Jobs[k]; j != nil && jobIndex(j) > index {
+		return
+	}
+	s.gone(jobGone(k), index)
+	for aid, a := range s.Allocs {
+		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") && a.ModifyIndex <= index {
+			s.gone(allocGone(aid), index)
+			delete(s.Allocs, aid)
+		}
+	}
+	delete(s.Jobs, k)
+}
+
+// DeleteNodeAt is DeleteNode for a deregistration seen at index: a node
+// registered again after index stays, and no relist listed before index
+// brings it back.
+func (s *State) DeleteNodeAt(id string, index uint64) {
+	if n := s.Nodes[id]; n != nil && n.ModifyIndex > index {
+		return
+	}
+	s.gone(nodeGone(id), index)
+	s.DeleteNode(id)
+}
+
+func (s *State) gone(key string, index uint64) {
+	if s.Gone == nil {
+		s.Gone = map[string]uint64{}
+	}
+	s.Gone[key] = max(s.Gone[key], index)
+}
+
+// deletedAfter reports whether the state saw the object deleted after the
+// version modified at index.
+func (s *State) deletedAfter(key string, index uint64) bool {
+	at, ok := s.Gone[key]
+	return ok && at > index
+}
+
+// newer reports whether the state holds a version newer than index.
+func newer(held bool, have, index uint64) bool { return held && have > index }
+
+func (st *RelistStats) count(remove bool, del func()) {
+	if remove {
+		del()
+		st.Removed++
+	} else {
+		st.Kept++
+	}
+}
+
+func nodeGone(id string) string  { return "node/" + id }
+func jobGone(key string) string  { return "job/" + key }
+func allocGone(id string) string { return "alloc/" + id }
+
+func nodeIndex(n *api.Node) uint64 {
+	if n == nil {
+		return 0
+	}
+	return n.ModifyIndex
+}
+
+func allocIndex(a *api.Allocation) uint64 {
+	if a == nil {
+		return 0
+	}
+	return a.ModifyIndex
+}
+
+func jobIndex(j *api.Job) uint64 {
+	if j == nil || j.ModifyIndex == nil {
+		return 0
+	}
+	return *j.ModifyIndex
+}

@@ -1,0 +1,67 @@
+package service
+
+import (
+	"slices"
+	"strings"
+)
+
+// namespaces are the Nomad namespaces the service manages (config
+// nomad.namespaces): "*" for all of them. Jobs and allocations of other
+// namespaces never enter the model and the HTTP API does not show them.
+type namespaces struct {
+	all   bool
+	names []string // sorted, without duplicates; empty when all
+}
+
+func managedNamespaces(cfg []string) namespaces {
+	var n namespaces
+	for _, ns := range cfg {
+		switch ns = strings.TrimSpace(ns); ns {
+		case "*":
+			return namespaces{all: true}
+		case "":
+			ns = "default"
+		}
+		n.names = append(n.names, ns)
+	}
+	if len(n.names) == 0 {
+		return namespaces{all: true}
+	}
+	slices.Sort(n.names)
+	n.names = slices.Compact(n.names)
+	return n
+}
+
+// has reports whether the service manages namespace ns ("" is "default").
+func (n namespaces) has(ns string) bool {
+	if ns == "" {
+		ns = "default"
+	}
+	return n.all || slices.Contains(n.names, ns)
+}
+
+// list is what to list: "*" once, or each namespace.
+func (n namespaces) list() []string {
+	if n.all {
+		return []string{"*"}
+	}
+	return n.names
+}
+
+// stream is the namespace to subscribe to: the only one, or "*" (the
+// events of other namespaces are dropped as they arrive).
+func (n namespaces) stream() string {
+	if len(n.names) == 1 {
+		return n.names[0]
+	}
+	return "*"
+}
+
+func (n namespaces) String() string {
+	if n.all {
+		return "*"
+	}
+	return strings.Join(n.names, ", ")
+}
+
+func (s *Service) namespaces() namespaces { return managedNamespaces(s.cfg.Nomad.Namespaces) }
