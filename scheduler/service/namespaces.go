@@ -6,8 +6,9 @@ import (
 )
 
 // namespaces are the Nomad namespaces the service manages (config
-// nomad.namespaces): "*" for all of them. Jobs and allocations of other
-// namespaces never enter the model and the HTTP API does not show them.
+// nomad.namespaces): "*" for all of them. Jobs of other namespaces never
+// enter the model and the HTTP API does not show them; their allocations
+// do enter it, as the shares they hold are not free.
 type namespaces struct {
 	all   bool
 	names []string // sorted, without duplicates; empty when all
@@ -48,14 +49,10 @@ func (n namespaces) list() []string {
 	return n.names
 }
 
-// stream is the namespace to subscribe to: the only one, or "*" (the
-// events of other namespaces are dropped as they arrive).
-func (n namespaces) stream() string {
-	if len(n.names) == 1 {
-		return n.names[0]
-	}
-	return "*"
-}
+// stream is the namespace to subscribe to: always "*", since the
+// allocations of every namespace hold shares (the job events of other
+// namespaces are dropped as they arrive).
+func (n namespaces) stream() string { return "*" }
 
 func (n namespaces) String() string {
 	if n.all {

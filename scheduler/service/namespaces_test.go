@@ -24,7 +24,7 @@ func TestManagedNamespaces(t *testing.T) {
 
 	one := managedNamespaces([]string{"team-a", "team-a"})
 	must.Eq(t, []string{"team-a"}, one.list())
-	must.Eq(t, "team-a", one.stream()) // node events carry no namespace and still arrive
+	must.Eq(t, "*", one.stream()) // allocations of every namespace hold shares
 	must.False(t, one.has("team-b"))
 	must.False(t, one.has(""))
 
@@ -53,18 +53,23 @@ func nsConfig(namespaces ...string) *config.Config {
 	return cfg
 }
 
-// With namespaces = ["team-a"] only team-a's jobs and allocations are
-// listed and modelled, and the API reveals nothing of team-b's.
+// With namespaces = ["team-a"] only team-a's jobs are listed and decided,
+// and the API reveals nothing of team-b's; the allocations of every
+// namespace are modelled, as the shares they hold are not free.
 func TestNamespacesLimitTheModelAndTheAPI(t *testing.T) {
 	f := teams(t)
 	s, err := newService(nsConfig("team-a"), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.resync(t.Context()))
-	must.Eq(t, []string{"jobs:team-a", "allocs:team-a"}, f.listed)
+	must.Eq(t, []string{"jobs:team-a", "allocs:*"}, f.listed)
 	must.MapLen(t, 1, s.state.Jobs)
 	must.MapContainsKey(t, s.state.Jobs, "team-a/a1")
-	must.MapLen(t, 1, s.state.Allocs)
-	must.MapContainsKey(t, s.state.Allocs, "alloc-a1")
+	must.MapLen(t, 3, s.state.Allocs)
+	snap, _, _ := s.state.Snapshot(nil, nil)
+	for _, id := range []string{"alloc-a1", "alloc-b1", "alloc-c1"} {
+		_, held := snap.Alloc(id)
+		must.True(t, held, must.Sprintf("%s holds its shares", id))
+	}
 
 	get := func(path string) *httptest.ResponseRecorder {
 		rr := httptest.NewRecorder()
@@ -75,7 +80,6 @@ func TestNamespacesLimitTheModelAndTheAPI(t *testing.T) {
 
 	// even if team-b's job and allocation were in the model, the API hides them
 	s.state.PutJob(f.jobs["b1"])
-	s.state.PutAlloc(f.allocs[1])
 	rr := get("/v1/jobs/b1?namespace=team-b")
 	must.Eq(t, 404, rr.Code)
 	must.StrContains(t, rr.Body.String(), "namespace team-b is not managed by this scheduler: it manages team-a")
@@ -93,7 +97,7 @@ func TestWatchFiltersEventsByNamespace(t *testing.T) {
 	w := startWatch(t, f, nsConfig("team-c", "team-a"))
 	fs := w.next()
 	must.Eq(t, "*", fs.ns)
-	must.Eq(t, []string{"jobs:team-a", "jobs:team-c", "allocs:team-a", "allocs:team-c"}, f.listed)
+	must.Eq(t, []string{"jobs:team-a", "jobs:team-c", "allocs:*"}, f.listed)
 	must.NotNil(t, w.job("team-a/a1"))
 	must.NotNil(t, w.job("team-c/c1"))
 	must.Nil(t, w.job("team-b/b1"))
@@ -102,20 +106,20 @@ func TestWatchFiltersEventsByNamespace(t *testing.T) {
 	b2.Namespace, a2.Namespace = ptr("team-b"), ptr("team-a")
 	b2.ModifyIndex, a2.ModifyIndex = ptr(f.index+1), ptr(f.index+2)
 	alloc := &api.Allocation{ID: "alloc-b2", Namespace: "team-b", JobID: "b2", TaskGroup: "g", NodeID: "node-1",
-		DesiredStatus: "run", ClientStatus: "pending", ModifyIndex: f.index + 3}
+		DesiredStatus: "run", ClientStatus: "complete", ModifyIndex: f.index + 3}
 	w.send(fs, jobEvent(t, b2), jobEvent(t, a2), allocEvent(t, alloc))
 	must.NotNil(t, w.job("team-a/a2"))
 	must.Nil(t, w.job("team-b/b2"))
-	must.Nil(t, w.alloc("alloc-b2"))
+	must.NotNil(t, w.alloc("alloc-b2")) // its shares are taken, whoever owns it
 	w.quiet()
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	must.Eq(t, []string{"team-a/a1", "team-a/a2", "team-c/c1"}, slices.Sorted(maps.Keys(w.s.state.Jobs)))
 }
 
-// With one namespace the watch subscribes to it alone (a token limited to
-// it may read its events); node events carry no namespace and still come.
-func TestWatchSubscribesToTheOnlyNamespace(t *testing.T) {
+// With one namespace the watch still subscribes to all of them: the
+// allocations of other namespaces hold shares too.
+func TestWatchSubscribesToAllNamespaces(t *testing.T) {
 	w := startWatch(t, teams(t), nsConfig("team-a"))
-	must.Eq(t, "team-a", w.next().ns)
+	must.Eq(t, "*", w.next().ns)
 }

@@ -191,9 +191,7 @@ func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 	if a == nil || a.ID == "" {
 		return fmt.Errorf("allocation event %s carries no allocation", e.Key)
 	}
-	if !ns.has(a.Namespace) {
-		return nil
-	}
+	// allocations of every namespace: the shares they hold are not free
 	s.mu.Lock()
 	known := s.state.HasResources(a.ID)
 	s.mu.Unlock()
@@ -265,19 +263,9 @@ func (s *Service) relist(ctx context.Context, ns namespaces) (uint64, error) {
 			l.JobsIndex = index
 		}
 	}
-	for i, name := range ns.list() {
-		allocs, index, err := s.nomad.Allocs(ctx, name)
-		if err != nil {
-			return 0, fmt.Errorf("list the allocations of namespace %q: %w", name, err)
-		}
-		for _, a := range allocs {
-			if ns.has(a.Namespace) {
-				l.Allocs = append(l.Allocs, a)
-			}
-		}
-		if i == 0 || index < l.AllocsIndex {
-			l.AllocsIndex = index
-		}
+	// the allocations of every namespace: the shares they hold are not free
+	if l.Allocs, l.AllocsIndex, err = s.nomad.Allocs(ctx, "*"); err != nil {
+		return 0, fmt.Errorf("list the allocations: %w", err)
 	}
 	s.mu.Lock()
 	prev := s.state.Index
