@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,10 +14,11 @@ import (
 
 // TestPlacementLatency measures the time from job registration to a
 // running, pinned allocation for 50 gated jobs, and compares it with the
-// same jobs placed by Nomad alone (gate removed), in one cluster.
+// same jobs placed by Nomad alone (gate removed, adopt_ungated off), in
+// one cluster.
 func TestPlacementLatency(t *testing.T) {
 	e := newEnv(t)
-	e.startScheduler("s1", "")
+	e.startScheduler("s1", "adopt_ungated = false")
 	const n = 50
 
 	ours := e.burst("lat", n, true)
@@ -84,6 +86,57 @@ func (e *env) burst(prefix string, n int, gated bool) burstResult {
 		return len(done) == n
 	})
 	return res
+}
+
+// TestAdoptUngated registers 20 jobs of 25 shares with the Nomad API and
+// no gate: Nomad alone would take each job's shares from several GPUs,
+// which Reserve refuses; the scheduler adopts them and every job ends
+// running on shares of one GPU.
+func TestAdoptUngated(t *testing.T) {
+	e := newEnv(t)
+	e.startScheduler("s1", "")
+	const n = 20
+	for i := range n {
+		id := fmt.Sprintf("plain-%02d", i)
+		job := e.parse(id, map[string]any{"shares": 25})
+		job.TaskGroups[0].Constraints = slices.DeleteFunc(job.TaskGroups[0].Constraints, func(c *api.Constraint) bool {
+			return c.RTarget == pin.GateValue
+		})
+		_, _, err := e.nomad.Jobs().Register(job, nil)
+		must.NoError(t, err)
+	}
+	start := time.Now()
+	var shares map[string][]string
+	e.eventually(3*time.Minute, fmt.Sprintf("%d ungated jobs running on one GPU each", n), func() bool {
+		stubs, _, err := e.nomad.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+		if err != nil {
+			return false
+		}
+		shares = map[string][]string{}
+		for _, a := range stubs {
+			if a.ClientStatus != "running" || a.DesiredStatus != "run" || a.AllocatedResources == nil {
+				continue
+			}
+			for _, tr := range a.AllocatedResources.Tasks {
+				for _, d := range tr.Devices {
+					shares[a.JobID] = append(shares[a.JobID], d.DeviceIDs...)
+				}
+			}
+		}
+		return len(shares) == n
+	})
+	t.Logf("ADOPT %d ungated 25-share jobs running in %s", n, time.Since(start).Round(time.Millisecond))
+	for id, ids := range shares {
+		must.SliceLen(t, 25, ids, must.Sprintf("job %s", id))
+		gpu := ids[0][:strings.LastIndexByte(ids[0], ':')]
+		for _, sh := range ids {
+			must.StrHasPrefix(t, gpu+":", sh, must.Sprintf("job %s runs on one GPU", id))
+		}
+		job, _, err := e.nomad.Jobs().Info(id, nil)
+		must.NoError(t, err)
+		_, pinned := pin.ParseRecord(job, "g")
+		must.True(t, pinned, must.Sprintf("job %s was pinned by the scheduler", id))
+	}
 }
 
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {

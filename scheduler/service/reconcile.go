@@ -66,6 +66,9 @@ func (s *Service) reconcile(ctx context.Context) {
 	start := s.now()
 	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now}, s.stepConfig())
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
+	if s.onStep != nil {
+		s.onStep(actions)
+	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
 	for _, a := range actions {
 		if ctx.Err() != nil {

@@ -58,7 +58,11 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith}
 	left := waiting[:0:0]
 	placed := false
-	for _, a := range decide.Step(s.pol, in, cfg) {
+	actions := decide.Step(s.pol, in, cfg)
+	if s.opts.OnStep != nil {
+		s.opts.OnStep(s.now, actions)
+	}
+	for _, a := range actions {
 		i, ok := byKey[a.Group]
 		if !ok {
 			panic(fmt.Sprintf("step acted on unknown group %s", a.Group))

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
@@ -19,6 +20,9 @@ type Options struct {
 	MaxSlowdown float64
 	// Model predicts interference for gpushare (default interference.Default).
 	Model *interference.Model
+	// OnStep, when set, sees the actions of every decision step of the
+	// gpushare policies, with the simulated time in seconds.
+	OnStep func(now float64, actions []decide.Action)
 }
 
 // DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
