@@ -30,13 +30,7 @@ func (s *State) BatchDone(job *api.Job, group string) bool {
 	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysbatch) {
 		return false
 	}
-	key := KeyOf(job, group)
-	for _, a := range s.Allocs {
-		if a.ClientStatus == api.AllocClientStatusComplete && a.JobID == key.Job && a.TaskGroup == group && orDefault(a.Namespace) == key.Namespace {
-			return true
-		}
-	}
-	return false
+	return s.groups().done[KeyOf(job, group)]
 }
 
 func orDefault(ns string) string {

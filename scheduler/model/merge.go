@@ -98,7 +98,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 	}
 	for id, a := range s.Allocs {
 		if !seen[id] {
-			st.count(a.ModifyIndex <= l.AllocsIndex, func() { delete(s.Allocs, id) })
+			st.count(a.ModifyIndex <= l.AllocsIndex, func() { delete(s.Allocs, id); s.byGroup = nil })
 		}
 	}
 
@@ -124,6 +124,7 @@ func (s *State) DeleteJobAt(namespace, id string, index uint64) {
 		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") && a.ModifyIndex <= index {
 			s.gone(allocGone(aid), index)
 			delete(s.Allocs, aid)
+			s.byGroup = nil
 		}
 	}
 	delete(s.Jobs, k)

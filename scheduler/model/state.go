@@ -1,6 +1,10 @@
 package model
 
 import (
+	"maps"
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -32,6 +36,8 @@ type State struct {
 	Learned map[string]interference.Profile
 	// Gone are deletions seen in events, by kind and ID, at their index (merge.go).
 	Gone map[string]uint64
+	// byGroup indexes Allocs by group; nil after any change to Allocs.
+	byGroup *groupIndex
 }
 
 // New returns an empty state.
@@ -74,6 +80,7 @@ func (s *State) DeleteJob(namespace, id string) {
 	for aid, a := range s.Allocs {
 		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") {
 			delete(s.Allocs, aid)
+			s.byGroup = nil
 		}
 	}
 }
@@ -112,6 +119,7 @@ func (s *State) PutAlloc(a *api.Allocation) {
 		}
 	}
 	s.Allocs[a.ID] = a
+	s.byGroup = nil
 }
 
 // PutNode records a node.
@@ -143,18 +151,32 @@ func Live(a *api.Allocation) bool {
 
 // GroupAllocs returns the live allocations of a job's group.
 func (s *State) GroupAllocs(namespace, job, group string) []*api.Allocation {
-	if namespace == "" {
-		namespace = "default"
+	return s.groups().live[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
+}
+
+// groupIndex is Allocs by group: the live ones, and the groups with a
+// completed allocation.
+type groupIndex struct {
+	live map[decide.Key][]*api.Allocation
+	done map[decide.Key]bool
+}
+
+// groups returns the index of allocations by group, built once after
+// each change to Allocs (a pass asks for every group's allocations).
+func (s *State) groups() *groupIndex {
+	if s.byGroup != nil {
+		return s.byGroup
 	}
-	var out []*api.Allocation
-	for _, a := range s.Allocs {
-		ns := a.Namespace
-		if ns == "" {
-			ns = "default"
-		}
-		if ns == namespace && a.JobID == job && a.TaskGroup == group && Live(a) {
-			out = append(out, a)
+	idx := &groupIndex{live: map[decide.Key][]*api.Allocation{}, done: map[decide.Key]bool{}}
+	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
+		a := s.Allocs[id]
+		k := decide.Key{Namespace: orDefault(a.Namespace), Job: a.JobID, Group: a.TaskGroup}
+		if Live(a) {
+			idx.live[k] = append(idx.live[k], a)
+		} else if a.ClientStatus == api.AllocClientStatusComplete {
+			idx.done[k] = true
 		}
 	}
-	return out
+	s.byGroup = idx
+	return idx
 }
