@@ -78,10 +78,10 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			continue
 		}
 		for _, tg := range job.TaskGroups {
-			if !pin.Pinned(job, *tg.Name) {
+			if !s.Pinned(job, *tg.Name) {
 				continue
 			}
-			rec, _ := pin.ParseRecord(job, *tg.Name)
+			rec, _ := s.Record(job, *tg.Name)
 			r, err := s.Request(job, *tg.Name, profiles)
 			if err != nil {
 				continue

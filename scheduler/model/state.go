@@ -6,7 +6,6 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
-	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
@@ -14,7 +13,7 @@ import (
 // Request is pin.Request with the learned profile filled in when the
 // group declares none.
 func (s *State) Request(job *api.Job, group string, profiles *interference.Model) (placement.Request, error) {
-	r, err := pin.Request(job, group, profiles)
+	r, err := s.request(job, group, profiles)
 	if err == nil && !r.Profile.Known() {
 		if p, ok := s.Learned[r.ID]; ok {
 			r.Profile = p
@@ -38,6 +37,8 @@ type State struct {
 	Gone map[string]uint64
 	// byGroup indexes Allocs by group; nil after any change to Allocs.
 	byGroup *groupIndex
+	// parsed caches each job version's requests and pin records.
+	parsed map[string]*parsed
 }
 
 // New returns an empty state.

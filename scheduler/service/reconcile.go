@@ -35,6 +35,7 @@ type pass struct {
 // Nomad.
 func (s *Service) reconcile(ctx context.Context) {
 	s.mu.Lock()
+	locked := time.Now()
 	if !s.synced {
 		s.mu.Unlock()
 		return
@@ -50,7 +51,9 @@ func (s *Service) reconcile(ctx context.Context) {
 	groups, p, pending := s.collect(snap, shape)
 	ends := s.expectedEnds(snap, holds, now)
 	s.confirm()
+	s.lastLockHold = time.Since(locked)
 	s.mu.Unlock()
+	s.metrics.lockHold.Observe(s.lastLockHold.Seconds())
 	for _, pr := range problems {
 		s.log.Warn("model problem", "problem", pr)
 	}
@@ -161,7 +164,7 @@ func (s *Service) collect(snap *placement.Snapshot, shape uint64) ([]decide.Grou
 			g := decide.Group{Key: key}
 			switch {
 			case slices.Contains(gated, name):
-			case pin.Pinned(job, name):
+			case s.state.Pinned(job, name):
 				repin, avoid := s.lost(job, name)
 				if !repin {
 					continue
@@ -249,7 +252,7 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 // replacements cannot be placed until it is pinned elsewhere. It returns
 // the nodes to avoid. The caller holds s.mu.
 func (s *Service) lost(job *api.Job, group string) (bool, []string) {
-	rec, ok := pin.ParseRecord(job, group)
+	rec, ok := s.state.Record(job, group)
 	if !ok {
 		return false, nil
 	}
@@ -419,7 +422,7 @@ func (s *Service) confirm() {
 		rec, ok := pin.Record{}, false
 		if job != nil {
 			var r *pin.Record
-			if r, ok = pin.ParseRecord(job, key.Group); ok {
+			if r, ok = s.state.Record(job, key.Group); ok {
 				rec = *r
 			}
 		}

@@ -1,0 +1,91 @@
+package model
+
+import (
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// parsed is what was read from one version of a job: a pass reads every
+// group's request and pin record, so each version is parsed once.
+type parsed struct {
+	index    uint64
+	profiles *interference.Model
+	reqs     map[string]reqOrErr
+	recs     map[string]*pin.Record // nil: no record
+}
+
+type reqOrErr struct {
+	req placement.Request
+	err error
+}
+
+// parsedOf returns the parse cache of a job's current version, or nil
+// when the job carries no modify index to tell versions apart.
+func (s *State) parsedOf(job *api.Job, profiles *interference.Model) *parsed {
+	if job.ModifyIndex == nil || job.ID == nil {
+		return nil
+	}
+	if s.parsed == nil {
+		s.parsed = map[string]*parsed{}
+	}
+	if len(s.parsed) > 2*len(s.Jobs)+64 { // drop jobs that are gone
+		for k := range s.parsed {
+			if _, ok := s.Jobs[k]; !ok {
+				delete(s.parsed, k)
+			}
+		}
+	}
+	k := jobKey(job)
+	p := s.parsed[k]
+	if p == nil || p.index != *job.ModifyIndex {
+		p = &parsed{index: *job.ModifyIndex, profiles: profiles, reqs: map[string]reqOrErr{}, recs: map[string]*pin.Record{}}
+		s.parsed[k] = p
+	}
+	if profiles != nil && p.profiles != profiles { // requests depend on the profiles
+		p.profiles, p.reqs = profiles, map[string]reqOrErr{}
+	}
+	return p
+}
+
+// Record is pin.ParseRecord, parsed once per job version.
+func (s *State) Record(job *api.Job, group string) (*pin.Record, bool) {
+	p := s.parsedOf(job, nil)
+	if p == nil {
+		return pin.ParseRecord(job, group)
+	}
+	if rec, ok := p.recs[group]; ok {
+		return rec, rec != nil
+	}
+	rec, ok := pin.ParseRecord(job, group)
+	if !ok {
+		rec = nil
+	}
+	p.recs[group] = rec
+	return rec, ok
+}
+
+// Pinned is pin.Pinned with the record parsed once per job version.
+func (s *State) Pinned(job *api.Job, group string) bool {
+	if _, ok := s.Record(job, group); !ok {
+		return false
+	}
+	return !slices.Contains(pin.Gated(job), group)
+}
+
+// request is pin.Request, parsed once per job version and profile model.
+func (s *State) request(job *api.Job, group string, profiles *interference.Model) (placement.Request, error) {
+	p := s.parsedOf(job, profiles)
+	if p == nil {
+		return pin.Request(job, group, profiles)
+	}
+	if r, ok := p.reqs[group]; ok {
+		return r.req, r.err
+	}
+	r, err := pin.Request(job, group, profiles)
+	p.reqs[group] = reqOrErr{r, err}
+	return r, err
+}

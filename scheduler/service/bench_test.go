@@ -1,0 +1,102 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// benchNomad is a fake Nomad whose registrations succeed without changing
+// anything, so that every pass of a benchmark decides the same cluster.
+type benchNomad struct{ *fakeNomad }
+
+func (benchNomad) Register(context.Context, *api.Job, uint64) error { return nil }
+
+// cluster builds n DGX-1 nodes (8 V100s each, GPU UUIDs of their own),
+// each running perNode pinned jobs of 25 shares on its GPUs, and waiting
+// gated jobs of 25 shares.
+func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
+	src, err := fixtures.FS.ReadFile(fixtures.DGX1V100)
+	must.NoError(tb, err)
+	f := &fakeNomad{jobs: map[string]*api.Job{}}
+	for i := range n {
+		st, err := fixture.Parse("dgx1", src)
+		must.NoError(tb, err)
+		for g := range st.Inventory.GPUs {
+			st.Inventory.GPUs[g].UUID = fmt.Sprintf("GPU-%04d-%d", i, g)
+		}
+		grp := devicefn.Groups(&st.Inventory, 100, "mps", nil)[0]
+		id := fmt.Sprintf("node-%04d", i)
+		f.nodes = append(f.nodes, &api.Node{ID: id, Name: id, Status: "ready", SchedulingEligibility: "eligible",
+			NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 200000}, Memory: api.NodeMemoryResources{MemoryMB: 1 << 20},
+				Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpushare", Name: grp.Model, Attributes: nomadattr.ToAPI(grp.Attributes())}}}})
+		for k := range perNode {
+			uuid := st.Inventory.GPUs[k%8].UUID
+			var shares []string
+			for s := range 25 {
+				shares = append(shares, devicefn.ShareID{UUID: uuid, Index: 25*(k/8) + s}.String())
+			}
+			jid := fmt.Sprintf("run-%04d-%02d", i, k)
+			job := gated(jid, 25)
+			d := &placement.Decision{Request: "default/" + jid + "/g", Policy: "gpushare",
+				Placements: []placement.Placement{{AllocID: jid, Node: id, GPUs: []string{uuid}, Shares: shares}}}
+			_, err := pin.Pin(job, "g", d)
+			must.NoError(tb, err)
+			f.put(job)
+			f.allocs = append(f.allocs, &api.Allocation{ID: "alloc-" + jid, Namespace: "default", JobID: jid, TaskGroup: "g", NodeID: id,
+				DesiredStatus: "run", ClientStatus: "running", CreateTime: time.Unix(900, 0).UnixNano(), ModifyIndex: 1,
+				AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+					Cpu: api.AllocatedCpuResources{CpuShares: 100}, Memory: api.AllocatedMemoryResources{MemoryMB: 128},
+					Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: shares}},
+				}}}})
+		}
+	}
+	for w := range waiting {
+		job := gated(fmt.Sprintf("wait-%05d", w), 25)
+		job.SubmitTime = ptr(time.Unix(int64(w), 0).UnixNano())
+		f.put(job)
+	}
+	return f
+}
+
+// BenchmarkPass is one decision pass (model -> step -> pins) against a
+// fake Nomad at 1,000 nodes x 8 GPUs, 10,000 running allocations and
+// 2,000 waiting groups. It reports the pass time (ns/op) and how long the
+// pass holds the service's lock (lock-ms/op), during which the HTTP API
+// and the event stream wait.
+func BenchmarkPass(b *testing.B) {
+	f := benchCluster(b, 1000, 10, 2000)
+	s, err := newService(config.Default(), hclog.NewNullLogger(), benchNomad{f}, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(b, err)
+	must.NoError(b, s.resync(b.Context()))
+	var pins int
+	s.onStep = func(as []decide.Action) {
+		pins = 0
+		for _, a := range as {
+			if a.Kind == decide.Pin {
+				pins++
+			}
+		}
+	}
+	var held time.Duration
+	b.ResetTimer()
+	for range b.N {
+		s.reconcile(b.Context())
+		held += s.lastLockHold
+	}
+	b.ReportMetric(float64(held.Milliseconds())/float64(b.N), "lock-ms/op")
+	b.ReportMetric(float64(pins), "pins/op")
+}
