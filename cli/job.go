@@ -154,7 +154,7 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) erro
 	for _, a := range allocs {
 		st.PutAlloc(a)
 	}
-	snap, _, _ := st.Snapshot(nil, nil)
+	snap := st.Snapshot(nil, nil).Snapshot
 	policy, err := placement.New(placement.PolicyGpushare, placement.Options{})
 	if err != nil {
 		return err

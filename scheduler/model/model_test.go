@@ -61,7 +61,8 @@ func TestSnapshotCountsAllocationsAndHolds(t *testing.T) {
 	}})
 	must.NoError(t, err)
 	s.PutJob(pinned)
-	snap, _, problems := s.Snapshot(nil, nil)
+	b := s.Snapshot(nil, nil)
+	snap, problems := b.Snapshot, b.Problems
 	must.SliceEmpty(t, problems)
 	n, ok := snap.Node("n1")
 	must.True(t, ok)
@@ -70,14 +71,14 @@ func TestSnapshotCountsAllocationsAndHolds(t *testing.T) {
 
 	// once the allocation appears the hold goes
 	s.PutAlloc(shareAlloc("a2", "pinned", "n1", 30, 32))
-	snap, _, _ = s.Snapshot(nil, nil)
+	snap = s.Snapshot(nil, nil).Snapshot
 	n, _ = snap.Node("n1")
 	must.Eq(t, 68, n.GPUs[0].Free())
 	_, isHold := snap.Alloc(PendingPrefix + "default/pinned/g@n1")
 	must.False(t, isHold)
 
 	// allocations reported gone (preempted) free their shares
-	snap, _, _ = s.Snapshot(nil, func(id string) bool { return id == "a1" })
+	snap = s.Snapshot(nil, func(id string) bool { return id == "a1" }).Snapshot
 	n, _ = snap.Node("n1")
 	must.Eq(t, 98, n.GPUs[0].Free())
 }
@@ -91,7 +92,7 @@ func TestUnusableNodesAreLeftOut(t *testing.T) {
 	s.PutNode(down)
 	s.PutNode(drained)
 	s.PutNode(pcieNode(t, "up"))
-	snap, _, _ := s.Snapshot(nil, nil)
+	snap := s.Snapshot(nil, nil).Snapshot
 	must.SliceLen(t, 1, snap.Nodes())
 }
 
@@ -131,7 +132,8 @@ func TestBrokenNodeAttributesAreAProblem(t *testing.T) {
 	n := pcieNode(t, "bad")
 	delete(n.NodeResources.Devices[0].Attributes, "gpus")
 	s.PutNode(n)
-	snap, _, problems := s.Snapshot(nil, nil)
+	b := s.Snapshot(nil, nil)
+	snap, problems := b.Snapshot, b.Problems
 	must.SliceEmpty(t, snap.Nodes())
 	must.SliceLen(t, 1, problems)
 	must.StrContains(t, problems[0], `attribute "gpus": missing`)

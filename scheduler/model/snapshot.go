@@ -24,9 +24,9 @@ const PendingPrefix = "pinned:"
 // are down, ineligible or draining are left out, as are nodes whose
 // gpushare attributes cannot be decoded (listed in problems), and the
 // allocations gone reports as gone (preempted ones Nomad is stopping).
-func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) (*placement.Snapshot, map[string]decide.Key, []string) {
+func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) *Built {
 	snap := placement.NewSnapshot()
-	heldFor := map[string]decide.Key{}
+	heldFor, short := map[string]decide.Key{}, map[decide.Key]bool{}
 	var problems []string
 	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
 		n := s.Nodes[id]
@@ -95,16 +95,34 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 				continue
 			}
 			key := KeyOf(job, *tg.Name)
+			kept := 0
 			for _, h := range holds(key, rec, held, r, missing, snap) {
 				if err := snap.AddAlloc(h); err != nil {
 					problems = append(problems, fmt.Sprintf("hold for %s: %v", r.ID, err))
 					continue
 				}
 				heldFor[h.ID] = key
+				kept += len(h.Shares)
+			}
+			if kept < missing*r.Shares {
+				short[key] = true
 			}
 		}
 	}
-	return snap, heldFor, problems
+	return &Built{Snapshot: snap, HeldFor: heldFor, Short: short, Problems: problems}
+}
+
+// Built is the placement core's input built from the state.
+type Built struct {
+	Snapshot *placement.Snapshot
+	// HeldFor names the group of each hold in the snapshot.
+	HeldFor map[string]decide.Key
+	// Short are pinned groups missing allocations whose pinned shares are
+	// no longer all free (another allocation took some, or their node or
+	// GPU is gone): Nomad cannot place them where they are pinned.
+	Short map[decide.Key]bool
+	// Problems are what could not be modelled, for the log.
+	Problems []string
 }
 
 // holds keeps the shares a pinned group is still to be given, one

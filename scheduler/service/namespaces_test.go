@@ -65,7 +65,7 @@ func TestNamespacesLimitTheModelAndTheAPI(t *testing.T) {
 	must.MapLen(t, 1, s.state.Jobs)
 	must.MapContainsKey(t, s.state.Jobs, "team-a/a1")
 	must.MapLen(t, 3, s.state.Allocs)
-	snap, _, _ := s.state.Snapshot(nil, nil)
+	snap := s.state.Snapshot(nil, nil).Snapshot
 	for _, id := range []string{"alloc-a1", "alloc-b1", "alloc-c1"} {
 		_, held := snap.Alloc(id)
 		must.True(t, held, must.Sprintf("%s holds its shares", id))

@@ -46,10 +46,11 @@ func (s *Service) reconcile(ctx context.Context) {
 			delete(s.preempted, id)
 		}
 	}
-	snap, holds, problems := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
+	built := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
+	snap, problems := built.Snapshot, built.Problems
 	shape := clusterShape(snap)
-	groups, p, pending := s.collect(snap, shape)
-	ends := s.expectedEnds(snap, holds, now)
+	groups, p, pending := s.collect(built, shape)
+	ends := s.expectedEnds(snap, built.HeldFor, now)
 	s.confirm()
 	s.lastLockHold = time.Since(locked)
 	s.mu.Unlock()
@@ -149,7 +150,7 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 // gone. Groups that cannot be turned into a request, or that were refused
 // for good and neither their job nor the cluster's nodes changed since,
 // are returned as pending, with why. The caller holds s.mu.
-func (s *Service) collect(snap *placement.Snapshot, shape uint64) ([]decide.Group, pass, map[decide.Key]string) {
+func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pass, map[decide.Key]string) {
 	var groups []decide.Group
 	p := pass{jobs: map[decide.Key]*api.Job{}}
 	pending := map[decide.Key]string{}
@@ -165,12 +166,12 @@ func (s *Service) collect(snap *placement.Snapshot, shape uint64) ([]decide.Grou
 			switch {
 			case slices.Contains(gated, name):
 			case s.state.Pinned(job, name):
-				repin, avoid := s.lost(job, name)
+				repin, avoid := s.lost(job, name, built.Short[key])
 				if !repin {
 					continue
 				}
 				g.Repin, g.Req.Avoid = true, avoid
-			case s.cfg.AdoptUngatedOn() && pin.Wants(tg) && s.adopt(snap, job, tg):
+			case s.cfg.AdoptUngatedOn() && pin.Wants(tg) && s.adopt(built.Snapshot, job, tg):
 				// registered without the gate: Nomad placed it, or will,
 				// from several GPUs, which Reserve refuses
 			default:
@@ -247,11 +248,13 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 }
 
 // lost reports whether a pinned group lost allocations together with the
-// capacity it was pinned to — its node is down, drained or gone, or a GPU
-// its missing allocations were pinned to turned unhealthy — so that the
-// replacements cannot be placed until it is pinned elsewhere. It returns
-// the nodes to avoid. The caller holds s.mu.
-func (s *Service) lost(job *api.Job, group string) (bool, []string) {
+// capacity it was pinned to — its node is down, drained or gone, a GPU its
+// missing allocations were pinned to turned unhealthy, or another
+// allocation took some of its pinned shares (short: Nomad placed an
+// ungated job there meanwhile) — so that the replacements cannot be
+// placed until it is pinned elsewhere. It returns the nodes to avoid. The
+// caller holds s.mu.
+func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) {
 	rec, ok := s.state.Record(job, group)
 	if !ok {
 		return false, nil
@@ -275,6 +278,9 @@ func (s *Service) lost(job *api.Job, group string) (bool, []string) {
 	}
 	if len(gone) > 0 {
 		return true, gone
+	}
+	if short {
+		return true, nil
 	}
 	inUse := map[string]bool{} // GPUs the live allocations hold
 	for _, a := range live {

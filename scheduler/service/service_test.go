@@ -313,3 +313,33 @@ func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {
 	must.Eq(t, 1, f.registers)
 	must.Eq(t, uint64(1), *f.jobs["once"].Version)
 }
+
+// A pinned group still waiting for its allocation whose pinned shares were
+// taken meanwhile (Nomad placed an ungated job there) is pinned again
+// elsewhere; it would otherwise wait forever.
+func TestRepinWhenPinnedSharesAreTaken(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["x"], "g")
+	must.True(t, ok)
+	version := *f.jobs["x"].Version
+
+	// another job's allocation now holds one of x's pinned shares
+	f.allocs = append(f.allocs, &api.Allocation{ID: "intruder", Namespace: "default", JobID: "other", TaskGroup: "g", NodeID: "node-1",
+		DesiredStatus: "run", ClientStatus: "pending", ModifyIndex: f.index + 1,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares[:1]}}}}}})
+	f.index++
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Greater(t, version, *f.jobs["x"].Version)
+	again, _ := pin.ParseRecord(f.jobs["x"], "g")
+	must.SliceNotContains(t, again.Shares, rec.Shares[0])
+
+	// with its shares free, a pinned group is never pinned again
+	version = *f.jobs["x"].Version
+	s.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version)
+}
