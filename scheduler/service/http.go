@@ -20,12 +20,14 @@ import (
 //	GET /v1/health          liveness, leadership and the model's index
 //	GET /v1/gpus            the GPU map
 //	GET /v1/jobs/<id>       each gpushare group's placement, or why it waits (?namespace=)
+//	GET /v1/groups          every group that waits or was refused for good, and why
 //	GET /metrics            Prometheus metrics
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("GET /v1/gpus", s.handleGPUs)
 	mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
+	mux.HandleFunc("GET /v1/groups", s.handleGroups)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -106,12 +108,22 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
 		return
 	}
+	// the answer is built under the lock and written after it: a slow
+	// client never holds up scheduling
+	out, found := s.jobStatus(ns, id, name)
+	if !found {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + id + " in namespace " + name + " (use ?namespace=)"})
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	job := s.state.Jobs[model.JobKey(ns, id)]
 	if job == nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + id + " in namespace " + name + " (use ?namespace=)"})
-		return
+		return JobStatus{}, false
 	}
 	out := JobStatus{Namespace: name, ID: id}
 	gated := pin.Gated(job)
@@ -124,10 +136,13 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}
-		switch rec, ok := pin.ParseRecord(job, *tg.Name); {
-		case slices.Contains(gated, *tg.Name):
+		switch rec, ok := s.state.Record(job, *tg.Name); {
+		case slices.Contains(gated, *tg.Name) || (!ok && s.pending[key] != ""):
 			gs.State = "pending"
 			gs.Reason = s.pending[key]
+			if _, never := s.refused[key]; never {
+				gs.State = "refused"
+			}
 			if gs.Reason == "" {
 				gs.Reason = "waiting for the next decision"
 			}
@@ -136,5 +151,38 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 		}
 		out.Groups = append(out.Groups, gs)
 	}
+	return out, true
+}
+
+// Waiting is one entry of /v1/groups: a group that waits, or that was
+// refused for good, and why.
+type Waiting struct {
+	Namespace string `json:"namespace"`
+	Job       string `json:"job"`
+	Group     string `json:"group"`
+	State     string `json:"state"` // "pending" or "refused"
+	Reason    string `json:"reason"`
+}
+
+// handleGroups lists the groups that wait or were refused for good, in
+// the managed namespaces, sorted.
+func (s *Service) handleGroups(w http.ResponseWriter, _ *http.Request) {
+	managed := s.namespaces()
+	s.mu.Lock()
+	out := make([]Waiting, 0, len(s.pending))
+	for k, why := range s.pending {
+		if !managed.has(k.Namespace) {
+			continue
+		}
+		st := "pending"
+		if _, never := s.refused[k]; never {
+			st = "refused"
+		}
+		out = append(out, Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: st, Reason: why})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out, func(a, b Waiting) int {
+		return strings.Compare(a.Namespace+"\x00"+a.Job+"\x00"+a.Group, b.Namespace+"\x00"+b.Job+"\x00"+b.Group)
+	})
 	writeJSON(w, http.StatusOK, out)
 }

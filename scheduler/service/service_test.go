@@ -267,6 +267,12 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	must.StrContains(t, s.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
 	must.StrContains(t, s.pending[key("huge")], "can never hold it")
 	must.MapContainsKey(t, s.refused, key("huge"))
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
+	must.StrContains(t, rr.Body.String(), `"state": "refused"`)
+	rr = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/huge", nil))
+	must.StrContains(t, rr.Body.String(), `"state": "refused"`)
 	s.reconcile(t.Context())
 	s.reconcile(t.Context())
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`)) // decided once
