@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,4 +54,20 @@ func TestStatusWithoutNomad(t *testing.T) {
 	code, _, errOut := run("status", "-address", "http://127.0.0.1:1")
 	must.Eq(t, 1, code)
 	must.StrContains(t, errOut, "is Nomad running?")
+}
+
+// status lists the groups the scheduler says wait, and notes a scheduler
+// it cannot reach.
+func TestStatusShowsWaitingGroups(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		must.EqOp(t, "/v1/groups", r.URL.Path)
+		_, _ = w.Write([]byte(`[{"namespace":"default","job":"huge","group":"g","state":"refused","reason":"larger than any node: needs 16 GPUs"}]`))
+	}))
+	defer srv.Close()
+	var out strings.Builder
+	renderWaiting(IO{Out: &out, Err: &out}, srv.URL)
+	must.StrContains(t, out.String(), "1 group(s) wait for gpushare:\n  default/huge/g  refused: larger than any node: needs 16 GPUs")
+	out.Reset()
+	renderWaiting(IO{Out: &out, Err: &out}, "http://127.0.0.1:1")
+	must.StrContains(t, out.String(), "waiting groups: not shown, the scheduler at http://127.0.0.1:1 did not answer")
 }

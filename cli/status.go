@@ -3,15 +3,20 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/nomad/api"
 )
 
 func runStatus(args []string, io IO) int {
-	fs := newFlags("status", "status [-address URL] [-json]", io)
+	fs := newFlags("status", "status [-address URL] [-scheduler URL] [-json]", io)
 	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646); the token comes from $NOMAD_TOKEN")
+	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, for the groups that wait and why (\"\" to skip)")
 	asJSON := fs.Bool("json", false, "print the map as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -32,7 +37,41 @@ func runStatus(args []string, io IO) int {
 	if err := gpumap.Render(io.Out, m); err != nil {
 		return 1
 	}
+	if *sched != "" {
+		renderWaiting(io, *sched)
+	}
 	return 0
+}
+
+// renderWaiting prints the groups the scheduler says wait or were refused
+// for good, with why; a scheduler that cannot be reached is only noted.
+func renderWaiting(io IO, addr string) {
+	var groups []service.Waiting
+	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/groups", &groups); err != nil {
+		fmt.Fprintf(io.Out, "\nwaiting groups: not shown, the scheduler at %s did not answer (%v); pass -scheduler <its http_address>\n", addr, err)
+		return
+	}
+	if len(groups) == 0 {
+		fmt.Fprintln(io.Out, "\nno group waits for gpushare")
+		return
+	}
+	fmt.Fprintf(io.Out, "\n%d group(s) wait for gpushare:\n", len(groups))
+	for _, g := range groups {
+		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", g.Namespace, g.Job, g.Group, g.State, g.Reason)
+	}
+}
+
+func getJSON(url string, out any) error {
+	c := &http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 // FetchMap reads nodes and allocations from Nomad and builds the GPU map.
