@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -16,7 +17,7 @@ import (
 // run` against a cluster with the scheduler, and checks `gpushare status`.
 func TestExampleJobspecs(t *testing.T) {
 	e := newEnv(t)
-	e.startScheduler("s1", "")
+	sched := e.startScheduler("s1", "")
 	for _, name := range jobspecs.ExampleNames() {
 		path := filepath.Join("..", "jobspecs", name)
 		out, err := exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-timeout", "2m", path).CombinedOutput()
@@ -33,8 +34,9 @@ func TestExampleJobspecs(t *testing.T) {
 		must.NoError(t, err)
 		must.SliceEmpty(t, pin.Gated(job), must.Sprintf("job %s", stub.ID))
 	}
-	out, err := exec.Command(cliBin, "status", "-address", e.c.Address()).CombinedOutput()
+	out, err := exec.Command(cliBin, "status", "-address", e.c.Address(), "-scheduler", sched.http).CombinedOutput()
 	must.NoError(t, err)
+	must.StrContains(t, string(out), "no group waits for gpushare")
 	must.StrContains(t, string(out), "train-pair/trainer")
 	must.StrContains(t, string(out), "inference/api")
 	t.Logf("gpushare status:\n%s", out)
@@ -50,4 +52,36 @@ func TestExampleJobspecs(t *testing.T) {
 	must.SliceEmpty(t, pin.Gated(job))
 	must.True(t, *job.Version <= before+1, must.Sprintf("version went from %d to %d", before, *job.Version))
 	must.False(t, strings.Contains(string(out), "does not fit"))
+
+	// a request no node of the cluster could ever hold is refused before
+	// it is registered, with -check too
+	huge := filepath.Join(t.TempDir(), "huge.nomad.hcl")
+	must.NoError(t, os.WriteFile(huge, []byte(`job "huge" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sleep"
+        args    = ["600"]
+      }
+      resources {
+        cpu    = 100
+        memory = 64
+        device "nvidia/gpushare" {
+          count = 1600
+        }
+      }
+    }
+  }
+}
+`), 0o644))
+	for _, args := range [][]string{{"-check"}, {"-detach"}} {
+		cmd := exec.Command(cliBin, append(append([]string{"job", "run", "-address", e.c.Address()}, args...), huge)...)
+		out, err = cmd.CombinedOutput()
+		must.Error(t, err, must.Sprintf("job run %v of a 16-GPU group:\n%s", args, out))
+		must.StrContains(t, string(out), "can never be placed on this cluster")
+		must.StrContains(t, string(out), "the largest node has 8")
+	}
+	_, _, err = e.nomad.Jobs().Info("huge", nil)
+	must.Error(t, err) // never registered
 }

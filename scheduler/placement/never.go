@@ -36,7 +36,7 @@ func Impossible(s *Snapshot, r Request) *Refusal {
 	if len(r.Models) > 0 {
 		models = strings.Join(r.Models, " or ")
 	}
-	room, seen := 0, false
+	room, seen, maxGPUs, need := 0, false, 0, 0
 	for _, n := range s.nodes {
 		if n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
 			continue
@@ -62,6 +62,7 @@ func Impossible(s *Snapshot, r Request) *Refusal {
 			seen = true
 			spg := n.GPUs[grp.gpus[0]].Shares
 			frac, whole, ok := shareSize(r.Shares, spg)
+			maxGPUs, need = max(maxGPUs, len(grp.gpus)), max(need, whole)
 			switch {
 			case !ok:
 			case whole > 0 && whole <= len(grp.gpus):
@@ -80,6 +81,9 @@ func Impossible(s *Snapshot, r Request) *Refusal {
 	}
 	if !seen {
 		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s with cpu %d and memory %d MiB", models, r.Res.CPU, r.Res.MemoryMiB)}
+	}
+	if need > maxGPUs {
+		return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", need, models, maxGPUs)}
 	}
 	return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("%d allocations of %d shares of %s with cpu %d and memory %d MiB each: even empty, the cluster's %d nodes could hold %d",
 		r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB, len(s.nodes), room)}

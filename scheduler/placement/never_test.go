@@ -1,0 +1,59 @@
+package placement
+
+import (
+	"testing"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/shoenig/test/must"
+)
+
+func TestImpossible(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 8, CPU: 96000, MemoryMiB: 393216}, NodeSpec{ID: "b", GPUs: 2, CPU: 16000, MemoryMiB: 122880, Model: "T4"})
+	cases := []struct {
+		name string
+		r    Request
+		code string // "" = may fit
+	}{
+		{"fits", Request{ID: "r", Count: 2, Shares: 200}, ""},
+		{"more GPUs than any node", Request{ID: "r", Count: 1, Shares: 1600}, RefusedTooLarge},
+		{"more allocations than nodes", Request{ID: "r", Count: 3, Shares: 200}, RefusedTooLarge},
+		{"fractions stack on one GPU per node", Request{ID: "r", Count: 8, Shares: 25}, ""},
+		{"more fractions than one GPU per node holds", Request{ID: "r", Count: 9, Shares: 25}, RefusedTooLarge},
+		{"model nobody has", Request{ID: "r", Count: 1, Shares: 100, Models: []string{"H100"}}, RefusedNoModel},
+		{"more memory than any node", Request{ID: "r", Count: 1, Shares: 10, Res: Resources{MemoryMiB: 1 << 30}}, RefusedNoModel},
+		{"invalid", Request{ID: "r", Count: 0, Shares: 10}, RefusedInvalid},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ref := Impossible(s, c.r)
+			if c.code == "" {
+				must.Nil(t, ref)
+				return
+			}
+			must.NotNil(t, ref)
+			must.EqOp(t, c.code, ref.Code)
+		})
+	}
+	must.StrContains(t, Impossible(s, Request{ID: "r", Count: 1, Shares: 1600}).Message, "the largest node has 8")
+	// a busy cluster may fit later: Impossible ignores use
+	place(t, s, policy(t, PolicyBestFit, Options{}), Request{ID: "busy", Count: 1, Shares: 800})
+	must.False(t, s.Empty())
+	must.Nil(t, Impossible(s, Request{ID: "r", Count: 1, Shares: 800}))
+}
+
+func TestReservableAndOnGPU(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 4})
+	n, _ := s.Node("a")
+	sh := func(g, k int) string { return devicefn.ShareID{UUID: n.GPUs[g].UUID, Index: k}.String() }
+	must.True(t, s.Reservable([]string{sh(0, 0), sh(0, 1)}))  // a fraction of one GPU
+	must.False(t, s.Reservable([]string{sh(0, 0), sh(1, 0)})) // a fraction over two
+	var whole []string
+	for k := range 100 {
+		whole = append(whole, sh(2, k), sh(3, k))
+	}
+	must.True(t, s.Reservable(whole))                             // two whole GPUs
+	must.False(t, s.Reservable(append(whole[:150:150], sh(0, 0)))) // not whole GPUs
+	must.NoError(t, s.AddAlloc(Alloc{ID: "x", Node: "a", Shares: []string{sh(1, 3)}}))
+	must.Eq(t, []string{"x"}, s.OnGPU(n.GPUs[1].UUID))
+	must.SliceEmpty(t, s.OnGPU(n.GPUs[0].UUID))
+}
