@@ -20,56 +20,31 @@ import (
 // shares reserved until its allocations appear.
 const PendingPrefix = "pinned:"
 
-// Snapshot builds the placement core's input from the state. Nodes that
-// are down, ineligible or draining are left out, as are nodes whose
-// gpushare attributes cannot be decoded (listed in problems), and the
-// allocations gone reports as gone (preempted ones Nomad is stopping).
+// Snapshot brings the placement core's input up to date with the state
+// and returns it. The snapshot lives between calls and is changed only
+// where the state changed since (nodes and allocations Nomad reported
+// anew, allocations whose job or learned profile changed); the holds of
+// pinned groups are made anew each time. Callers leave it as they found
+// it (decide.Step does). Nodes that are down, ineligible or draining are
+// left out, as are nodes whose gpushare attributes cannot be decoded
+// (listed in problems), and the allocations gone reports as gone
+// (preempted ones Nomad is stopping).
 func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) *Built {
-	snap := placement.NewSnapshot()
-	heldFor, short := map[string]decide.Key{}, map[decide.Key]bool{}
+	if s.live == nil || s.live.profiles != profiles {
+		s.live = &live{snap: placement.NewSnapshot(), profiles: profiles,
+			nodes: map[string]*api.Node{}, allocs: map[string]allocMark{}, holds: map[string]decide.Key{}}
+	}
+	lv := s.live
+	snap := lv.snap
+	short := map[decide.Key]bool{}
 	var problems []string
-	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
-		n := s.Nodes[id]
-		if !Usable(n) {
-			continue
-		}
-		node, err := NodeOf(n)
-		if err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		if err := snap.AddNode(node); err != nil {
-			problems = append(problems, err.Error())
-			continue
-		}
-		for _, uuid := range UnhealthyGPUs(n) {
-			_ = snap.SetHealth(uuid, false)
-		}
+	for id := range lv.holds {
+		_, _ = snap.Remove(id)
 	}
-
-	held := map[string]bool{} // share IDs held by live allocations
-	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
-		a := s.Allocs[id]
-		if !Live(a) || (gone != nil && gone(a.ID)) {
-			continue
-		}
-		if _, ok := snap.Node(a.NodeID); !ok {
-			continue
-		}
-		pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
-		if job := s.Jobs[JobKey(a.Namespace, a.JobID)]; job != nil {
-			if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
-				pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
-			}
-		}
-		if err := snap.AddAlloc(pa); err != nil {
-			problems = append(problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
-			continue
-		}
-		for _, sh := range pa.Shares {
-			held[sh] = true
-		}
-	}
+	lv.holds = map[string]decide.Key{}
+	s.syncNodes(lv, &problems)
+	s.syncAllocs(lv, gone, &problems)
+	heldFor := lv.holds
 
 	// pinned groups whose allocations are not all there yet keep their shares
 	for _, k := range slices.Sorted(maps.Keys(s.Jobs)) {
@@ -96,7 +71,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			}
 			key := KeyOf(job, *tg.Name)
 			kept := 0
-			for _, h := range holds(key, rec, held, r, missing, snap) {
+			for _, h := range holds(key, rec, snap.InUse, r, missing, snap) {
 				if err := snap.AddAlloc(h); err != nil {
 					problems = append(problems, fmt.Sprintf("hold for %s: %v", r.ID, err))
 					continue
@@ -127,10 +102,10 @@ type Built struct {
 
 // holds keeps the shares a pinned group is still to be given, one
 // allocation's worth per node, while its allocations are missing.
-func holds(key decide.Key, rec *pin.Record, held map[string]bool, r placement.Request, missing int, snap *placement.Snapshot) []placement.Alloc {
+func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r placement.Request, missing int, snap *placement.Snapshot) []placement.Alloc {
 	byNode := map[string][]string{}
 	for _, sh := range rec.Shares {
-		if held[sh] {
+		if inUse(sh) {
 			continue
 		}
 		sid, err := devicefn.ParseShareID(sh)

@@ -39,6 +39,8 @@ type State struct {
 	byGroup *groupIndex
 	// parsed caches each job version's requests and pin records.
 	parsed map[string]*parsed
+	// live is the placement snapshot kept in step with the state (Snapshot).
+	live *live
 }
 
 // New returns an empty state.

@@ -114,3 +114,17 @@ func (s *Snapshot) Reservable(shares []string) bool {
 	}
 	return true
 }
+
+// InUse reports whether an allocation holds a share.
+func (s *Snapshot) InUse(share string) bool {
+	id, err := devicefn.ParseShareID(share)
+	if err != nil {
+		return false
+	}
+	ref, ok := s.byUUID[id.UUID]
+	if !ok {
+		return false
+	}
+	g := &ref.node.GPUs[ref.gpu]
+	return id.Index >= 0 && id.Index < g.Shares && g.isUsed(id.Index)
+}

@@ -1,0 +1,116 @@
+package model
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// live is the placement snapshot kept in step with the state, and what
+// each of its nodes and allocations was made from: a node or allocation
+// Nomad reported anew is a new object, so a pointer that changed means
+// the snapshot's copy must be made again.
+type live struct {
+	snap     *placement.Snapshot
+	profiles *interference.Model
+	nodes    map[string]*api.Node
+	allocs   map[string]allocMark
+	holds    map[string]decide.Key
+}
+
+type allocMark struct {
+	alloc *api.Allocation
+	as    placement.Alloc
+}
+
+// syncNodes removes the nodes that left, changed or became unusable, and
+// adds the usable nodes the snapshot lacks (with their GPUs' health).
+func (s *State) syncNodes(lv *live, problems *[]string) {
+	for id, was := range lv.nodes {
+		if n := s.Nodes[id]; n == was && Usable(n) {
+			continue
+		}
+		if _, err := lv.snap.RemoveNode(id); err != nil {
+			*problems = append(*problems, fmt.Sprintf("node %s: %v", id, err))
+		}
+		delete(lv.nodes, id)
+		for aid, m := range lv.allocs {
+			if m.as.Node == id {
+				delete(lv.allocs, aid) // removed with the node
+			}
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
+		n := s.Nodes[id]
+		if _, ok := lv.nodes[id]; ok || !Usable(n) {
+			continue
+		}
+		node, err := NodeOf(n)
+		if err != nil {
+			*problems = append(*problems, err.Error())
+			continue
+		}
+		if err := lv.snap.AddNode(node); err != nil {
+			*problems = append(*problems, err.Error())
+			continue
+		}
+		for _, uuid := range UnhealthyGPUs(n) {
+			_ = lv.snap.SetHealth(uuid, false)
+		}
+		lv.nodes[id] = n
+	}
+}
+
+// syncAllocs removes the allocations that ended, went, changed or whose
+// job's request changed, and adds the live ones the snapshot lacks.
+func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string) {
+	for id, m := range lv.allocs {
+		a := s.Allocs[id]
+		if a == m.alloc && Live(a) && (gone == nil || !gone(id)) && s.allocOf(a, lv.profiles).equal(m.as) {
+			continue
+		}
+		_, _ = lv.snap.Remove(id)
+		delete(lv.allocs, id)
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
+		a := s.Allocs[id]
+		if _, ok := lv.allocs[id]; ok || !Live(a) || (gone != nil && gone(id)) {
+			continue
+		}
+		if _, ok := lv.nodes[a.NodeID]; !ok {
+			continue
+		}
+		pa := s.allocOf(a, lv.profiles)
+		if err := lv.snap.AddAlloc(pa.Alloc); err != nil {
+			*problems = append(*problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
+			continue
+		}
+		lv.allocs[id] = allocMark{alloc: a, as: pa.Alloc}
+	}
+}
+
+// modelAlloc is an allocation as the snapshot holds it.
+type modelAlloc struct{ placement.Alloc }
+
+// allocOf is allocation a for the snapshot, with its group's VC, class and
+// interference profile.
+func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) modelAlloc {
+	pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
+	if job := s.Jobs[JobKey(a.Namespace, a.JobID)]; job != nil {
+		if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
+			pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
+		}
+	}
+	return modelAlloc{pa}
+}
+
+// equal compares what decisions read of an allocation (its shares and
+// resources come from the same Nomad object when the pointer is equal).
+func (m modelAlloc) equal(o placement.Alloc) bool {
+	return m.VC == o.VC && m.Class == o.Class && m.Profile == o.Profile && m.MaxSlowdown == o.MaxSlowdown
+}
