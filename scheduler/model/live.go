@@ -24,8 +24,10 @@ type live struct {
 }
 
 type allocMark struct {
-	alloc *api.Allocation
-	as    placement.Alloc
+	alloc   *api.Allocation
+	job     *api.Job // its job when added (nil: none)
+	learned uint64   // the state's learnedGen when added
+	as      placement.Alloc
 }
 
 // syncNodes removes the nodes that left, changed or became unusable, and
@@ -71,7 +73,10 @@ func (s *State) syncNodes(lv *live, problems *[]string) {
 func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string) {
 	for id, m := range lv.allocs {
 		a := s.Allocs[id]
-		if a == m.alloc && Live(a) && (gone == nil || !gone(id)) && s.allocOf(a, lv.profiles).equal(m.as) {
+		if a == m.alloc && Live(a) && (gone == nil || !gone(id)) &&
+			((s.jobOf(a) == m.job && s.learnedGen == m.learned) || s.allocOf(a, lv.profiles).equal(m.as)) {
+			m.job, m.learned = s.jobOf(a), s.learnedGen
+			lv.allocs[id] = m
 			continue
 		}
 		_, _ = lv.snap.Remove(id)
@@ -90,7 +95,7 @@ func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string)
 			*problems = append(*problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
 			continue
 		}
-		lv.allocs[id] = allocMark{alloc: a, as: pa.Alloc}
+		lv.allocs[id] = allocMark{alloc: a, job: s.jobOf(a), learned: s.learnedGen, as: pa.Alloc}
 	}
 }
 
@@ -101,7 +106,7 @@ type modelAlloc struct{ placement.Alloc }
 // interference profile.
 func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) modelAlloc {
 	pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
-	if job := s.Jobs[JobKey(a.Namespace, a.JobID)]; job != nil {
+	if job := s.jobOf(a); job != nil {
 		if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
 			pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
 		}
@@ -114,3 +119,6 @@ func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) modelAl
 func (m modelAlloc) equal(o placement.Alloc) bool {
 	return m.VC == o.VC && m.Class == o.Class && m.Profile == o.Profile && m.MaxSlowdown == o.MaxSlowdown
 }
+
+// jobOf returns an allocation's job (nil when the model has none).
+func (s *State) jobOf(a *api.Allocation) *api.Job { return s.Jobs[JobKey(a.Namespace, a.JobID)] }

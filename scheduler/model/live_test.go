@@ -10,6 +10,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -106,7 +107,7 @@ func TestLiveSnapshotMatchesAFreshBuild(t *testing.T) {
 				gone[id] = !gone[id]
 			}
 		case 7: // a learned profile
-			s.Learned[fmt.Sprintf("default/j%d/g", rng.IntN(4))] = placement.Alloc{}.Profile
+			s.Learn(fmt.Sprintf("default/j%d/g", rng.IntN(4)), interference.Profile{Name: "learned", SM: rng.Float64(), MemBW: rng.Float64()})
 		}
 		got := s.Snapshot(nil, goneFn)
 		fresh := New()

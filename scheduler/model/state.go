@@ -41,6 +41,8 @@ type State struct {
 	parsed map[string]*parsed
 	// live is the placement snapshot kept in step with the state (Snapshot).
 	live *live
+	// learnedGen counts the changes to Learned made through Learn.
+	learnedGen uint64
 }
 
 // New returns an empty state.
@@ -182,4 +184,10 @@ func (s *State) groups() *groupIndex {
 	}
 	s.byGroup = idx
 	return idx
+}
+
+// Learn records a profile learned for a group (by request ID).
+func (s *State) Learn(key string, p interference.Profile) {
+	s.Learned[key] = p
+	s.learnedGen++
 }

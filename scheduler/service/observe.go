@@ -94,7 +94,7 @@ func (s *Service) observe(ctx context.Context) {
 			if _, had := s.state.Learned[t.key]; !had {
 				s.log.Info("learned an interference profile from a group running alone", "group", t.key, "sm_util", p.SM, "mem_bw", p.MemBW)
 			}
-			s.state.Learned[t.key] = p
+			s.state.Learn(t.key, p)
 		}
 		s.mu.Unlock()
 	}

@@ -69,6 +69,7 @@ func (s *Service) reconcile(ctx context.Context) {
 
 	start := s.now()
 	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now}, s.stepConfig())
+	s.lastStep = time.Since(locked) - s.lastLockHold
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
 	if s.onStep != nil {
 		s.onStep(actions)

@@ -38,8 +38,9 @@ type Service struct {
 	refused map[decide.Key]refusal   // groups refused for good
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
-	// lastLockHold is how long the last pass held mu to read the model.
-	lastLockHold time.Duration
+	// lastLockHold is how long the last pass held mu to read the model,
+	// lastStep how long it then took to decide (before any pin).
+	lastLockHold, lastStep time.Duration
 	// onStep, when set (tests), sees the actions of every step.
 	onStep func([]decide.Action)
 	// preempted allocations Nomad is stopping: their capacity is already
