@@ -50,7 +50,10 @@ func (s *Service) reconcile(ctx context.Context) {
 	snap, problems := built.Snapshot, built.Problems
 	shape := clusterShape(snap)
 	groups, p, pending := s.collect(built, shape)
-	ends := s.expectedEnds(snap, built.HeldFor, now)
+	var ends map[string]time.Time
+	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
+		ends = s.expectedEnds(snap, built.HeldFor, now)
+	}
 	s.confirm()
 	s.lastLockHold = time.Since(locked)
 	s.mu.Unlock()
@@ -229,6 +232,25 @@ func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGrou
 	}
 	for _, a := range live {
 		if !snap.Reservable(model.Shares(a)) {
+			return true
+		}
+	}
+	return false
+}
+
+// anyMultiGPU reports whether a group asks for two GPUs or more per
+// allocation on some node, the only kind a reservation is made for.
+func anyMultiGPU(snap *placement.Snapshot, groups []decide.Group) bool {
+	least := 0
+	for _, n := range snap.Nodes() {
+		for i := range n.GPUs {
+			if spg := n.GPUs[i].Shares; least == 0 || spg < least {
+				least = spg
+			}
+		}
+	}
+	for _, g := range groups {
+		if least > 0 && g.Req.Shares >= 2*least {
 			return true
 		}
 	}
