@@ -1,0 +1,158 @@
+package service
+
+import (
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// withConfig builds a service on f with the default configuration changed
+// by edit, and runs one pass.
+func withConfig(t *testing.T, f *fakeNomad, edit func(*config.Config)) *Service {
+	t.Helper()
+	cfg := config.Default()
+	if edit != nil {
+		edit(cfg)
+	}
+	must.NoError(t, cfg.Validate())
+	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(10000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	return s
+}
+
+// halves runs a production job of the given SM use on the first half of
+// every GPU of the DGX-1.
+func halves(t *testing.T, f *fakeNomad, sm string) {
+	node, err := model.NodeOf(f.nodes[0])
+	must.NoError(t, err)
+	for g := range node.GPUs {
+		id := "half-" + string(rune('0'+g))
+		job := gated(id, 50)
+		job.TaskGroups[0].Constraints = nil
+		job.Meta[pin.MetaClass], job.Meta[pin.MetaSMUtil], job.Meta[pin.MetaMemBW] = "production", sm, "0.5"
+		f.put(job)
+		var shares []string
+		for k := range 50 {
+			shares = append(shares, devicefn.ShareID{UUID: node.GPUs[g].UUID, Index: k}.String())
+		}
+		f.allocs = append(f.allocs, &api.Allocation{ID: "alloc-" + id, Namespace: "default", JobID: id, TaskGroup: "g", NodeID: node.ID,
+			DesiredStatus: "run", ClientStatus: "running", ModifyIndex: 1,
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: shares}}}}}})
+	}
+}
+
+// Every option that shapes decisions changes one (the options of other
+// parts have their own tests: namespaces, reservations, the leader lock).
+func TestEveryOptionChangesADecision(t *testing.T) {
+	pinned := func(f *fakeNomad, id string) *pin.Record {
+		rec, ok := pin.ParseRecord(f.jobs[id], "g")
+		if !ok || len(pin.Gated(f.jobs[id])) > 0 {
+			return nil
+		}
+		return rec
+	}
+
+	t.Run("production_max_slowdown", func(t *testing.T) {
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			halves(t, f, "0.9")
+			j := gated("new", 50)
+			j.Meta[pin.MetaClass], j.Meta[pin.MetaSMUtil], j.Meta[pin.MetaMemBW] = "production", "0.9", "0.5"
+			f.put(j)
+			return f
+		}
+		f := scenario()
+		s := withConfig(t, f, nil)
+		must.Nil(t, pinned(f, "new"))
+		must.StrContains(t, s.pending[key("new")], "interference bound")
+		f = scenario()
+		withConfig(t, f, func(c *config.Config) { c.ProductionMaxSlowdown = 0.9 })
+		must.NotNil(t, pinned(f, "new"))
+	})
+
+	t.Run("profile", func(t *testing.T) {
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			halves(t, f, "0.3")
+			j := gated("new", 50)
+			j.Meta[pin.MetaClass], j.Meta[pin.MetaProfile] = "production", "tiny-inference"
+			f.put(j)
+			return f
+		}
+		f := scenario()
+		s := withConfig(t, f, nil)
+		must.Nil(t, pinned(f, "new"))
+		must.StrContains(t, s.pending[key("new")], "tiny-inference")
+		f = scenario()
+		withConfig(t, f, func(c *config.Config) {
+			c.Profiles = []config.Profile{{Name: "tiny-inference", SMUtil: 0.05, MemBW: 0.05}}
+		})
+		must.NotNil(t, pinned(f, "new"))
+	})
+
+	t.Run("adopt_ungated", func(t *testing.T) {
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			j := gated("plain", 25)
+			j.TaskGroups[0].Constraints = nil
+			f.put(j)
+			return f
+		}
+		f := scenario()
+		withConfig(t, f, nil)
+		must.NotNil(t, pinned(f, "plain"))
+		f = scenario()
+		withConfig(t, f, func(c *config.Config) { c.AdoptUngated = ptr(false) })
+		_, ok := pin.ParseRecord(f.jobs["plain"], "g")
+		must.False(t, ok)
+	})
+
+	t.Run("idle_gpu_first", func(t *testing.T) {
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			f.put(gated("a", 25))
+			f.put(gated("b", 25))
+			return f
+		}
+		f := scenario()
+		withConfig(t, f, nil)
+		must.Eq(t, pinned(f, "a").GPUs, pinned(f, "b").GPUs) // packed
+		f = scenario()
+		withConfig(t, f, func(c *config.Config) { c.IdleGPUFirst = true })
+		must.NotEq(t, pinned(f, "a").GPUs, pinned(f, "b").GPUs)
+	})
+
+	t.Run("default_expected_runtime", func(t *testing.T) {
+		// one free GPU; "declared" waited 30 minutes of a declared 2 hours
+		// (ratio 1.25); "undeclared" waited 20 minutes
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			running(t, f, "busy", []int{0, 1, 2, 3, 4, 5, 6}, 0, "10h")
+			d := waiting("declared", 100, "2h")
+			d.SubmitTime = ptr(time.Unix(10000-30*60, 0).UnixNano())
+			f.put(d)
+			u := gated("undeclared", 100)
+			u.SubmitTime = ptr(time.Unix(10000-20*60, 0).UnixNano())
+			f.put(u)
+			return f
+		}
+		f := scenario() // default 1h: (20m + 1h) / 1h = 1.33 goes first
+		withConfig(t, f, nil)
+		must.NotNil(t, pinned(f, "undeclared"))
+		must.Nil(t, pinned(f, "declared"))
+		f = scenario() // 10h: (20m + 10h) / 10h = 1.03 goes after 1.25
+		withConfig(t, f, func(c *config.Config) { c.DefaultExpectedRuntime = "10h" })
+		must.NotNil(t, pinned(f, "declared"))
+		must.Nil(t, pinned(f, "undeclared"))
+	})
+}
