@@ -18,13 +18,21 @@ import (
 type live struct {
 	snap     *placement.Snapshot
 	profiles *interference.Model
-	nodes    map[string]*api.Node
+	nodes    map[string]nodeMark
 	allocs   map[string]allocMark
 	holds    map[string]decide.Key
 }
 
+// nodeMark is the node object a snapshot node was made from, and its
+// modify index then (an object changed in place counts as changed too).
+type nodeMark struct {
+	node  *api.Node
+	index uint64
+}
+
 type allocMark struct {
 	alloc   *api.Allocation
+	index   uint64   // its modify index when added
 	job     *api.Job // its job when added (nil: none)
 	learned uint64   // the state's learnedGen when added
 	as      placement.Alloc
@@ -34,7 +42,7 @@ type allocMark struct {
 // adds the usable nodes the snapshot lacks (with their GPUs' health).
 func (s *State) syncNodes(lv *live, problems *[]string) {
 	for id, was := range lv.nodes {
-		if n := s.Nodes[id]; n == was && Usable(n) {
+		if n := s.Nodes[id]; n == was.node && n.ModifyIndex == was.index && Usable(n) {
 			continue
 		}
 		if _, err := lv.snap.RemoveNode(id); err != nil {
@@ -64,7 +72,7 @@ func (s *State) syncNodes(lv *live, problems *[]string) {
 		for _, uuid := range UnhealthyGPUs(n) {
 			_ = lv.snap.SetHealth(uuid, false)
 		}
-		lv.nodes[id] = n
+		lv.nodes[id] = nodeMark{n, n.ModifyIndex}
 	}
 }
 
@@ -73,7 +81,7 @@ func (s *State) syncNodes(lv *live, problems *[]string) {
 func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string) {
 	for id, m := range lv.allocs {
 		a := s.Allocs[id]
-		if a == m.alloc && Live(a) && (gone == nil || !gone(id)) &&
+		if a == m.alloc && a.ModifyIndex == m.index && Live(a) && (gone == nil || !gone(id)) &&
 			((s.jobOf(a) == m.job && s.learnedGen == m.learned) || s.allocOf(a, lv.profiles).equal(m.as)) {
 			m.job, m.learned = s.jobOf(a), s.learnedGen
 			lv.allocs[id] = m
@@ -95,7 +103,7 @@ func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string)
 			*problems = append(*problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
 			continue
 		}
-		lv.allocs[id] = allocMark{alloc: a, job: s.jobOf(a), learned: s.learnedGen, as: pa.Alloc}
+		lv.allocs[id] = allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa.Alloc}
 	}
 }
 

@@ -32,7 +32,7 @@ const PendingPrefix = "pinned:"
 func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) *Built {
 	if s.live == nil || s.live.profiles != profiles {
 		s.live = &live{snap: placement.NewSnapshot(), profiles: profiles,
-			nodes: map[string]*api.Node{}, allocs: map[string]allocMark{}, holds: map[string]decide.Key{}}
+			nodes: map[string]nodeMark{}, allocs: map[string]allocMark{}, holds: map[string]decide.Key{}}
 	}
 	lv := s.live
 	snap := lv.snap
