@@ -51,7 +51,7 @@ func TestReservableAndOnGPU(t *testing.T) {
 	for k := range 100 {
 		whole = append(whole, sh(2, k), sh(3, k))
 	}
-	must.True(t, s.Reservable(whole))                             // two whole GPUs
+	must.True(t, s.Reservable(whole))                              // two whole GPUs
 	must.False(t, s.Reservable(append(whole[:150:150], sh(0, 0)))) // not whole GPUs
 	must.NoError(t, s.AddAlloc(Alloc{ID: "x", Node: "a", Shares: []string{sh(1, 3)}}))
 	must.Eq(t, []string{"x"}, s.OnGPU(n.GPUs[1].UUID))

@@ -3,7 +3,6 @@ package gavel
 import (
 	"cmp"
 	"slices"
-
 )
 
 // order sorts the queue of a baseline in its order; ties keep arrival
