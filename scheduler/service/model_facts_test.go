@@ -51,12 +51,7 @@ func TestUnhealthyGPUIsNeverChosen(t *testing.T) {
 // A pinned group whose GPU turns unhealthy before its allocation runs is
 // pinned again on a healthy one.
 func TestRepinWhenThePinnedGPUTurnsUnhealthy(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	f.put(gated("x", 25))
-	s := newTestService(t, f)
-	s.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["x"], "g")
-	must.True(t, ok)
+	f, s, rec := pinnedX(t)
 	pn, _ := model.NodeOf(f.nodes[0])
 	g := 0
 	for i, gpu := range pn.GPUs {

@@ -324,12 +324,7 @@ func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {
 // taken meanwhile (Nomad placed an ungated job there) is pinned again
 // elsewhere; it would otherwise wait forever.
 func TestRepinWhenPinnedSharesAreTaken(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	f.put(gated("x", 25))
-	s := newTestService(t, f)
-	s.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["x"], "g")
-	must.True(t, ok)
+	f, s, rec := pinnedX(t)
 	version := *f.jobs["x"].Version
 
 	// another job's allocation now holds one of x's pinned shares
@@ -348,4 +343,17 @@ func TestRepinWhenPinnedSharesAreTaken(t *testing.T) {
 	version = *f.jobs["x"].Version
 	s.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version)
+}
+
+// pinnedX is a DGX-1 on which the service pinned job x (25 shares), whose
+// allocation does not exist yet.
+func pinnedX(t *testing.T) (*fakeNomad, *Service, *pin.Record) {
+	t.Helper()
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["x"], "g")
+	must.True(t, ok)
+	return f, s, rec
 }
