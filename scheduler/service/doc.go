@@ -1,8 +1,10 @@
-// Package service is the gpushare scheduling service (DESIGN.md section
-// 5): it watches Nomad's event stream, keeps a model of the cluster, asks
-// the placement core where each gated task group goes, pins the decision
-// into the job, confirms it when the allocation appears, preempts
-// opportunistic work for guaranteed tenants, and serves its state over
-// HTTP with Prometheus metrics. Replicas elect a leader through a Nomad
-// Variable lock; only the leader pins.
+// Package service is the gpushare scheduling service: it watches Nomad's
+// event stream, keeps a live model of the cluster, and on every pass hands
+// the model to the one decision step (package decide) and executes the
+// actions it returns against Nomad: pin a group into its job, re-pin one
+// whose capacity is gone, preempt opportunistic work for a guaranteed
+// tenant, refuse for good a group no node could ever hold, or leave a group
+// waiting with its reason. It confirms pins when allocations appear and
+// serves its state over HTTP with Prometheus metrics. Replicas elect a
+// leader through a Nomad Variable lock; only the leader pins.
 package service
