@@ -379,6 +379,9 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	if orig.JobModifyIndex != nil {
 		index = *orig.JobModifyIndex
 	}
+	if err := s.mayWrite(); err != nil {
+		return err
+	}
 	err = s.nomad.Register(ctx, job, index)
 	if fresh, ferr := s.nomad.Job(ctx, a.Group.Namespace, a.Group.Job); ferr == nil {
 		s.mu.Lock()
@@ -422,11 +425,17 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 		}
 		index := *job.JobModifyIndex
 		pin.Unpin(job, t.Group)
+		if err := s.mayWrite(); err != nil {
+			return err
+		}
 		if err := s.nomad.Register(ctx, job, index); err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
 		// a gated version does not stop running allocations by itself
 		for _, id := range ids {
+			if err := s.mayWrite(); err != nil {
+				return err
+			}
 			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
 				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
 			}

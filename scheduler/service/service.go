@@ -52,6 +52,14 @@ type Service struct {
 
 	dirty    chan struct{}
 	leader   atomic.Bool
+	// leaseEnd is when this replica's leader lease runs out (Unix ns; 0:
+	// no lease); see leader.go.
+	leaseEnd atomic.Int64
+	// needLease is set once the service campaigns: from then on a pin
+	// needs a current lease.
+	needLease atomic.Bool
+	// newLocker makes the leader lock (tests replace it).
+	newLocker func() (locker, error)
 	listener net.Listener
 }
 
@@ -146,27 +154,6 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// campaign competes for the leader lock and leads while it holds it.
-func (s *Service) campaign(ctx context.Context) {
-	ttl := s.cfg.Leader.TTL
-	v := api.Variable{Path: s.cfg.Leader.VariablePath, Lock: &api.VariableLock{TTL: ttl, LockDelay: s.cfg.Leader.LockDelay}}
-	for ctx.Err() == nil {
-		locks, err := s.nomad.Client().Locks(api.WriteOptions{}, v)
-		if err != nil {
-			s.log.Error("cannot create the leader lock", "error", err)
-			sleep(ctx, 2*time.Second)
-			continue
-		}
-		leaser := s.nomad.Client().NewLockLeaser(locks, api.LockLeaserOptionWithWaitPeriod(time.Second))
-		err = leaser.Start(ctx, s.lead)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Warn("lost or could not take the leader lock; campaigning again", "error", err)
-		sleep(ctx, time.Second)
-	}
-}
-
 // lead runs the decision loop while this replica holds the lock.
 func (s *Service) lead(ctx context.Context) error {
 	s.leader.Store(true)
@@ -195,8 +182,9 @@ func (s *Service) lead(ctx context.Context) error {
 // for tests of a user's edit racing the pin; never set it in production.
 func (s *Service) SetPinDelay(d time.Duration) { s.pinDelay = d }
 
-// IsLeader reports whether this replica currently pins.
-func (s *Service) IsLeader() bool { return s.leader.Load() }
+// IsLeader reports whether this replica currently pins: it leads and its
+// lease has not run out.
+func (s *Service) IsLeader() bool { return s.leader.Load() && s.leaseCurrent() }
 
 func (s *Service) markDirty() {
 	select {

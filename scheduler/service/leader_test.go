@@ -1,0 +1,141 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// fakeLocker is a leader lock whose answers a test sets.
+type fakeLocker struct {
+	mu       sync.Mutex
+	acquire  error
+	renew    func(ctx context.Context) error
+	renewals atomic.Int32
+}
+
+func (l *fakeLocker) Acquire(context.Context) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return "gpushare/leader", l.acquire
+}
+
+func (l *fakeLocker) Renew(ctx context.Context) error {
+	l.renewals.Add(1)
+	l.mu.Lock()
+	renew := l.renew
+	l.mu.Unlock()
+	if renew == nil {
+		return nil
+	}
+	return renew(ctx)
+}
+
+func (l *fakeLocker) Release(context.Context) error { return nil }
+
+func (l *fakeLocker) set(f func(*fakeLocker)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(l)
+}
+
+// leaderService campaigns with the fake lock (ttl 600ms) on a DGX-1 with
+// one gated job; it returns a stop function that waits for the campaign.
+func leaderService(t *testing.T, l *fakeLocker) (*Service, *fakeNomad, func()) {
+	t.Helper()
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("first", 25))
+	cfg := config.Default()
+	cfg.Leader.TTL = "600ms"
+	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
+	must.NoError(t, err)
+	s.newLocker = func() (locker, error) { return l, nil }
+	must.NoError(t, s.resync(t.Context()))
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.campaign(ctx)
+	}()
+	stop := func() { cancel(); <-done }
+	t.Cleanup(stop)
+	return s, f, stop
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The leader keeps its lease while renewals succeed, over several TTLs.
+func TestLeaseRenewed(t *testing.T) {
+	l := &fakeLocker{}
+	s, _, _ := leaderService(t, l)
+	waitFor(t, "leading", s.IsLeader)
+	time.Sleep(1500 * time.Millisecond) // 2.5 TTLs
+	must.True(t, s.IsLeader())
+	must.Greater(t, 3, l.renewals.Load())
+}
+
+// A renewal refused with a conflict (another replica holds the lock) stops
+// the decision loop at once; the replica sends no pin afterwards, even
+// from a pass that was still running.
+func TestLostLockStopsLeading(t *testing.T) {
+	l := &fakeLocker{}
+	s, f, stop := leaderService(t, l)
+	waitFor(t, "leading", s.IsLeader)
+	l.set(func(l *fakeLocker) {
+		l.renew = func(context.Context) error { return fmt.Errorf("renew conflict %w", api.ErrLockConflict) }
+		l.acquire = fmt.Errorf("acquire conflict %w", api.ErrLockConflict)
+	})
+	waitFor(t, "leadership to end", func() bool { return !s.IsLeader() && !s.leader.Load() })
+	stop()
+	registers := f.registers
+	f.put(gated("second", 25))
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context()) // a pass of the old loop that was still running
+	must.Eq(t, registers, f.registers)
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
+	must.StrContains(t, s.pending[key("second")], ErrNotLeader.Error())
+}
+
+// A renewal that hangs (Nomad unreachable) does not keep the replica
+// leading past its lease.
+func TestHungRenewalEndsTheLease(t *testing.T) {
+	l := &fakeLocker{}
+	s, _, _ := leaderService(t, l)
+	waitFor(t, "leading", s.IsLeader)
+	hung := time.Now()
+	l.set(func(l *fakeLocker) {
+		l.renew = func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+		l.acquire = fmt.Errorf("acquire conflict %w", api.ErrLockConflict)
+	})
+	waitFor(t, "leadership to end", func() bool { return !s.leader.Load() })
+	must.Less(t, 700*time.Millisecond, time.Since(hung)) // within the 600ms ttl (+ polling)
+	must.False(t, s.IsLeader())
+}
+
+// A replica that cannot take the lock never leads.
+func TestNoLockNoLeading(t *testing.T) {
+	l := &fakeLocker{acquire: fmt.Errorf("acquire conflict %w", api.ErrLockConflict)}
+	s, f, stop := leaderService(t, l)
+	time.Sleep(500 * time.Millisecond)
+	must.False(t, s.IsLeader())
+	stop()
+	must.Eq(t, 0, f.registers)
+}
