@@ -50,8 +50,8 @@ type Service struct {
 	observations map[string][]interference.Observation
 	synced       bool
 
-	dirty    chan struct{}
-	leader   atomic.Bool
+	dirty  chan struct{}
+	leader atomic.Bool
 	// leaseEnd is when this replica's leader lease runs out (Unix ns; 0:
 	// no lease); see leader.go.
 	leaseEnd atomic.Int64
@@ -60,7 +60,7 @@ type Service struct {
 	needLease atomic.Bool
 	// newLocker makes the leader lock (tests replace it).
 	newLocker func() (locker, error)
-	listener net.Listener
+	listener  net.Listener
 }
 
 // New builds a service from a validated configuration.
