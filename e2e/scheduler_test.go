@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -183,6 +186,58 @@ func TestSchedulerFailover(t *testing.T) {
 	t.Logf("follower took over %s after the leader was killed (lock ttl 10s)", time.Since(start).Round(100*time.Millisecond))
 	e.register("after", map[string]any{"shares": 50})
 	e.running("after", 1, 60*time.Second)
+}
+
+// Scenario 6b: the leader is paused (SIGSTOP) past its lease while it
+// waits to pin a decision; the follower takes over and pins the job; when
+// the old leader continues (SIGCONT) it sends no pin, neither the one it
+// was about to send nor any later.
+func TestPausedLeaderSendsNoPin(t *testing.T) {
+	e := newEnv(t)
+	t.Setenv("GPUSHARE_TEST_PIN_DELAY", "3s") // inherited by both replicas
+	a := e.startScheduler("a", "")
+	b := e.startScheduler("b", "")
+	e.eventually(30*time.Second, "one leader", func() bool { return a.leader() != b.leader() })
+	old, next := a, b
+	if b.leader() {
+		old, next = b, a
+	}
+	e.register("race", map[string]any{"shares": 50})
+	time.Sleep(time.Second) // the leader has decided and waits to pin
+	old.proc.Pause()
+	start := time.Now()
+	e.eventually(60*time.Second, "the follower to take over", next.leader)
+	t.Logf("follower took over %s after the leader was paused (lock ttl 10s)", time.Since(start).Round(100*time.Millisecond))
+	e.running("race", 1, 60*time.Second)
+	old.proc.Resume()
+	time.Sleep(4 * time.Second) // past the old leader's pin delay
+	e.register("after", map[string]any{"shares": 50})
+	e.running("after", 1, 60*time.Second)
+	must.False(t, old.leader())
+	must.EqOp(t, 0, metricOf(t, old, "gpushare_pin_requests_total")) // not even one refused by EnforceIndex
+	must.EqOp(t, 2, metricOf(t, next, "gpushare_pins_total"))
+	job, _, err := e.nomad.Jobs().Info("race", nil)
+	must.NoError(t, err)
+	must.EqOp(t, uint64(1), *job.Version) // pinned once
+}
+
+// metricOf reads a counter of a replica's /metrics.
+func metricOf(t *testing.T, s *scheduler, name string) int {
+	t.Helper()
+	resp, err := http.Get(s.http + "/metrics")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			must.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /metrics", name)
+	return 0
 }
 
 // Scenario 7: the Nomad server restarts; the stream resumes and new jobs

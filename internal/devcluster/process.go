@@ -61,3 +61,10 @@ func (p *Process) Exited() bool {
 		return false
 	}
 }
+
+// Pause stops the process (SIGSTOP) as a hung or descheduled machine would;
+// Resume continues it (SIGCONT).
+func (p *Process) Pause() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP) }
+
+// Resume continues a paused process.
+func (p *Process) Resume() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) }

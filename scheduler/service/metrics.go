@@ -20,6 +20,7 @@ type metrics struct {
 	pinLatency       prometheus.Histogram
 	placementLatency prometheus.Histogram
 	stepSeconds      prometheus.Histogram
+	pinRequests      prometheus.Counter
 	lockHold         prometheus.Histogram
 }
 
@@ -43,12 +44,13 @@ func newMetrics() *metrics {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}),
 		placementLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pin_to_alloc_seconds", Help: "Time from pin to the group's first allocation.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
+		pinRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pin_requests_total", Help: "Registrations sent to Nomad to pin a group, accepted or not."}),
 		lockHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pass_lock_seconds", Help: "Time a decision pass holds the model to read it (the HTTP API and the event stream wait meanwhile).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	m.reg.MustRegister(m.pending, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
-		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold)
+		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests)
 	return m
 }

@@ -382,6 +382,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	if err := s.mayWrite(); err != nil {
 		return err
 	}
+	s.metrics.pinRequests.Inc()
 	err = s.nomad.Register(ctx, job, index)
 	if fresh, ferr := s.nomad.Job(ctx, a.Group.Namespace, a.Group.Job); ferr == nil {
 		s.mu.Lock()
