@@ -155,4 +155,49 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 		must.NotNil(t, pinned(f, "declared"))
 		must.Nil(t, pinned(f, "undeclared"))
 	})
+
+	t.Run("policy", func(t *testing.T) {
+		// GPU 5 is half used: gpushare packs the fraction there (keeping
+		// whole GPUs free), first-fit takes the first GPU with room
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			running(t, f, "half", []int{5}, 0, "1h")
+			f.allocs[0].AllocatedResources.Tasks["t"].Devices[0].DeviceIDs = f.allocs[0].AllocatedResources.Tasks["t"].Devices[0].DeviceIDs[:50]
+			f.put(gated("frac", 25))
+			return f
+		}
+		f := scenario()
+		withConfig(t, f, nil)
+		packed := pinned(f, "frac").GPUs
+		f = scenario()
+		withConfig(t, f, func(c *config.Config) { c.Policy = "first-fit" })
+		must.NotEq(t, packed, pinned(f, "frac").GPUs)
+	})
+
+	t.Run("virtual_cluster", func(t *testing.T) {
+		// one free GPU; "tenant" names VC research and was submitted after
+		// "early": guaranteed groups go first only when the VC exists
+		scenario := func() *fakeNomad {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			running(t, f, "busy", []int{0, 1, 2, 3, 4, 5, 6}, 0, "10h")
+			e := gated("early", 100)
+			e.SubmitTime = ptr(time.Unix(9000, 0).UnixNano())
+			f.put(e)
+			v := gated("tenant", 100)
+			v.SubmitTime = ptr(time.Unix(9500, 0).UnixNano())
+			v.Meta[pin.MetaVC] = "research"
+			f.put(v)
+			return f
+		}
+		f := scenario()
+		withConfig(t, f, nil)
+		must.NotNil(t, pinned(f, "early"))
+		must.Nil(t, pinned(f, "tenant"))
+		f = scenario()
+		withConfig(t, f, func(c *config.Config) {
+			c.VCs = []config.VirtualCluster{{Name: "research", Cells: []config.Cell{{GPUs: 1, Count: 1}}}}
+		})
+		must.NotNil(t, pinned(f, "tenant"))
+		must.Nil(t, pinned(f, "early"))
+	})
 }
