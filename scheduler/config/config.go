@@ -67,6 +67,9 @@ type Nomad struct {
 	ClientKey  string   `hcl:"client_key,optional"`
 	TLSServer  string   `hcl:"tls_server_name,optional"`
 	Insecure   bool     `hcl:"tls_skip_verify,optional"`
+	// RequestTimeout bounds each request a decision pass makes (pins,
+	// preemptions), so that a hung Nomad does not stall scheduling.
+	RequestTimeout string `hcl:"request_timeout,optional"`
 }
 
 // Leader configures leader election through a Nomad Variable lock.
@@ -111,7 +114,7 @@ type TypicalRequest struct {
 // Default returns the configuration with every default.
 func Default() *Config {
 	return &Config{
-		Nomad:                  Nomad{Address: "http://127.0.0.1:4646", Namespaces: []string{"*"}},
+		Nomad:                  Nomad{Address: "http://127.0.0.1:4646", Namespaces: []string{"*"}, RequestTimeout: "30s"},
 		Policy:                 placement.PolicyGpushare,
 		ProductionMaxSlowdown:  placement.DefaultMaxSlowdown,
 		HTTPAddress:            "127.0.0.1:8646",
@@ -181,6 +184,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Nomad.ClientCert, o.Nomad.ClientCert)
 	str(&c.Nomad.ClientKey, o.Nomad.ClientKey)
 	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
+	str(&c.Nomad.RequestTimeout, o.Nomad.RequestTimeout)
 	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
 	if len(o.Nomad.Namespaces) > 0 {
 		c.Nomad.Namespaces = o.Nomad.Namespaces
@@ -235,7 +239,7 @@ func (c *Config) Validate() error {
 	if !(c.ProductionMaxSlowdown > 0 && c.ProductionMaxSlowdown < 1) {
 		bad("production_max_slowdown = %v: must be between 0 and 1 (0.1 = at most 10%% slower)", c.ProductionMaxSlowdown)
 	}
-	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "default_expected_runtime": c.DefaultExpectedRuntime, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay} {
+	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "default_expected_runtime": c.DefaultExpectedRuntime, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay, "nomad.request_timeout": c.Nomad.RequestTimeout} {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
 		}

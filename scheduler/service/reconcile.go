@@ -122,8 +122,8 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
 	case decide.Preempt:
 		if err := s.preempt(ctx, a.Allocs, a.Group); err != nil {
-			log.Warn("preemption failed; will retry", "error", err)
-			pending[a.Group] = "waiting for preemption: " + err.Error()
+			pending[a.Group] = s.failed(a.Group, "preemption", err)
+			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
 		}
 	case decide.Pin, decide.Repin:
@@ -135,16 +135,21 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			sleep(ctx, s.pinDelay)
 		}
 		if err := s.pinGroup(ctx, job, a); err != nil {
-			if errors.Is(err, ErrConflict) {
+			switch {
+			case errors.Is(err, ErrConflict):
 				s.metrics.conflicts.Inc()
 				log.Info("job changed while deciding; deciding again on the new version")
+				pending[a.Group] = "pin failed: " + err.Error()
 				s.markDirty()
-			} else {
-				log.Error("cannot pin the placement", "error", err)
+			case errors.Is(err, ErrNotLeader):
+				pending[a.Group] = "pin not sent: " + err.Error()
+			default:
+				pending[a.Group] = s.failed(a.Group, "pin", err)
+				log.Error("cannot pin the placement", "error", err, "reason", pending[a.Group])
 			}
-			pending[a.Group] = "pin failed: " + err.Error()
 			return
 		}
+		s.succeeded(a.Group)
 		s.metrics.pinLatency.Observe(s.now().Sub(start).Seconds())
 	}
 }
@@ -179,6 +184,10 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pas
 				// registered without the gate: Nomad placed it, or will,
 				// from several GPUs, which Reserve refuses
 			default:
+				continue
+			}
+			if why, ok := s.backingOff(key); ok {
+				pending[key] = why
 				continue
 			}
 			if r, ok := s.refused[key]; ok {
@@ -383,8 +392,10 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		return err
 	}
 	s.metrics.pinRequests.Inc()
-	err = s.nomad.Register(ctx, job, index)
-	if fresh, ferr := s.nomad.Job(ctx, a.Group.Namespace, a.Group.Job); ferr == nil {
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	err = s.nomad.Register(rctx, job, index)
+	if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {
 		s.mu.Lock()
 		s.state.PutJob(fresh)
 		s.mu.Unlock()
@@ -419,6 +430,8 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 		targets[t] = append(targets[t], id)
 	}
 	s.mu.Unlock()
+	ctx, cancel := s.request(ctx)
+	defer cancel()
 	for t, ids := range targets {
 		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
 		if err != nil {

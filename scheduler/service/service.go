@@ -36,6 +36,7 @@ type Service struct {
 	pending map[decide.Key]string    // why each group waits
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
+	retries map[decide.Key]retry     // groups whose pin failed, until their retry
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
 	// lastLockHold is how long the last pass held mu to read the model,
@@ -98,7 +99,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	return &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, preempted: map[string]time.Time{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, retries: map[decide.Key]retry{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
 	}, nil

@@ -33,6 +33,10 @@ type fakeNomad struct {
 	// beforeRegister runs before a registration is checked (a concurrent user edit).
 	beforeRegister func()
 	registers      int
+	// registerErr, when set, refuses every registration with it.
+	registerErr error
+	// hang makes registrations wait until their context ends (a hung Nomad).
+	hang bool
 	// beforeList runs before each listing ("nodes", "jobs", "allocs"):
 	// a change while the cluster is listed.
 	beforeList func(kind string)
@@ -146,12 +150,19 @@ func (f *fakeNomad) put(j *api.Job) {
 	f.jobs[*j.ID] = c
 }
 
-func (f *fakeNomad) Register(_ context.Context, j *api.Job, index uint64) error {
+func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) error {
+	if f.hang {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if f.beforeRegister != nil {
 		f.beforeRegister()
 		f.beforeRegister = nil
 	}
 	f.registers++
+	if f.registerErr != nil {
+		return f.registerErr
+	}
 	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
 		return ErrConflict
 	}

@@ -1,0 +1,66 @@
+package service
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// A pin Nomad refuses (a token without submit-job) gives one clear reason
+// and is retried with backoff — 2 s, 4 s, 8 s... — not on every pass; the
+// first success forgets the failures.
+func TestRefusedPinBacksOff(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	f.registerErr = errors.New("Unexpected response code: 403 (Permission denied)")
+	now := time.Unix(1000, 0)
+	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return now })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	attempts := func() int { return f.registers }
+	pass := func(after time.Duration) {
+		now = now.Add(after)
+		s.reconcile(t.Context())
+	}
+	pass(0)
+	must.Eq(t, 1, attempts())
+	must.StrContains(t, s.pending[key("x")], "permission denied: the scheduler's Nomad token lacks a capability in namespace default")
+	must.StrContains(t, s.pending[key("x")], "deploy/nomad/gpushare-scheduler.policy.hcl")
+	must.StrContains(t, s.pending[key("x")], "retrying in 2s")
+	for range 5 { // passes every 300 ms within the 2 s
+		pass(300 * time.Millisecond)
+	}
+	must.Eq(t, 1, attempts())
+	pass(600 * time.Millisecond) // 2.1 s after the failure
+	must.Eq(t, 2, attempts())
+	must.StrContains(t, s.pending[key("x")], "retrying in 4s")
+	pass(3 * time.Second)
+	must.Eq(t, 2, attempts())
+	f.registerErr = nil // the operator fixed the token's policy
+	pass(2 * time.Second)
+	must.Eq(t, 3, attempts())
+	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
+	must.MapEmpty(t, s.retries)
+}
+
+// A hung Nomad request does not stall scheduling: the pass gives up after
+// nomad.request_timeout and the group is retried with backoff.
+func TestHungRequestTimesOut(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, hang: true}
+	f.put(gated("x", 25))
+	cfg := config.Default()
+	cfg.Nomad.RequestTimeout = "200ms"
+	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	start := time.Now()
+	s.reconcile(t.Context())
+	must.Less(t, 5*time.Second, time.Since(start))
+	must.StrContains(t, s.pending[key("x")], "context deadline exceeded; retrying in 2s")
+}
