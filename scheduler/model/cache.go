@@ -51,16 +51,17 @@ func (s *State) parsedOf(job *api.Job, profiles *interference.Model) *parsed {
 	return p
 }
 
-// Record is pin.ParseRecord, parsed once per job version.
+// Record is pin.ParseRecord, parsed once per job version, for a
+// placement Trust accepts.
 func (s *State) Record(job *api.Job, group string) (*pin.Record, bool) {
 	p := s.parsedOf(job, nil)
 	if p == nil {
-		return pin.ParseRecord(job, group)
+		return s.trustedRecord(job, group)
 	}
 	if rec, ok := p.recs[group]; ok {
 		return rec, rec != nil
 	}
-	rec, ok := pin.ParseRecord(job, group)
+	rec, ok := s.trustedRecord(job, group)
 	if !ok {
 		rec = nil
 	}
@@ -89,3 +90,18 @@ func (s *State) request(job *api.Job, group string, profiles *interference.Model
 	p.reqs[group] = reqOrErr{r, err}
 	return r, err
 }
+
+func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
+	rec, ok := pin.ParseRecord(job, group)
+	if !ok || s.Trust == nil {
+		return rec, ok
+	}
+	if tg := pin.Group(job, group); tg == nil || !s.Trust(KeyOf(job, group), tg.Meta[pin.MetaPlacement]) {
+		return nil, false
+	}
+	return rec, true
+}
+
+// ForgetParsed drops the parsed requests and records, to be read again
+// (after Trust changed its mind).
+func (s *State) ForgetParsed() { s.parsed = nil }

@@ -43,6 +43,10 @@ type State struct {
 	live *live
 	// learnedGen counts the changes to Learned made through Learn.
 	learnedGen uint64
+	// Trust, when set, decides whether a group's gpushare.placement meta
+	// counts: only placements the scheduler wrote do (a user may write the
+	// meta by hand).
+	Trust func(k decide.Key, placement string) bool
 }
 
 // New returns an empty state.

@@ -75,6 +75,7 @@ func (s *Service) campaign(ctx context.Context) {
 	}
 	ttl := config.Duration(s.cfg.Leader.TTL)
 	s.needLease.Store(true)
+	var loaded time.Time
 	for ctx.Err() == nil {
 		l, err := newLocker()
 		if err != nil {
@@ -82,9 +83,18 @@ func (s *Service) campaign(ctx context.Context) {
 			sleep(ctx, 2*time.Second)
 			continue
 		}
-		if !s.holdLease(ctx, l, ttl) {
-			sleep(ctx, max(ttl/5, 200*time.Millisecond)) // another replica leads
+		if s.holdLease(ctx, l, ttl) {
+			continue
 		}
+		// another replica leads: show its records (reasons, learned
+		// profiles, placements it wrote)
+		if time.Since(loaded) >= reasonsEvery {
+			loaded = time.Now()
+			if err := s.loadState(ctx, true); err != nil && ctx.Err() == nil {
+				s.log.Warn("cannot read the leader's records from Nomad Variables", "error", err)
+			}
+		}
+		sleep(ctx, max(ttl/5, 200*time.Millisecond))
 	}
 }
 

@@ -37,6 +37,10 @@ type nomadAPI interface {
 	// from index on, of one namespace or "*" (node events have none).
 	Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error)
 	Client() *api.Client
+	// ReadVar reads the items of a Nomad Variable (nil when there is none);
+	// WriteVar writes them (no items: deletes the variable).
+	ReadVar(ctx context.Context, path string) (map[string]string, error)
+	WriteVar(ctx context.Context, path string, items map[string]string) error
 }
 
 type nomadClient struct{ c *api.Client }
@@ -165,4 +169,25 @@ func isConflict(err error) bool {
 func isNotFound(err error) bool {
 	var ue api.UnexpectedResponseError
 	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
+}
+
+func (n nomadClient) ReadVar(ctx context.Context, path string) (map[string]string, error) {
+	v, _, err := n.c.Variables().Read(path, (&api.QueryOptions{}).WithContext(ctx))
+	if errors.Is(err, api.ErrVariablePathNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v.Items, nil
+}
+
+func (n nomadClient) WriteVar(ctx context.Context, path string, items map[string]string) error {
+	wo := (&api.WriteOptions{}).WithContext(ctx)
+	if len(items) == 0 {
+		_, err := n.c.Variables().Delete(path, wo)
+		return err
+	}
+	_, _, err := n.c.Variables().Create(&api.Variable{Path: path, Items: items}, wo)
+	return err
 }

@@ -25,6 +25,9 @@ const (
 // that declare none. Samples of shared GPUs are skipped: they measure the
 // sum of several jobs.
 func (s *Service) observe(ctx context.Context) {
+	if s.needLease.Load() && !s.IsLeader() {
+		return // the leader samples; the others read what it learned
+	}
 	type target struct {
 		id, key, node string
 		shares        map[string]bool

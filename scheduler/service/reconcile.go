@@ -87,6 +87,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.mu.Lock()
 	s.pending = pending
 	s.mu.Unlock()
+	s.saveState(ctx)
 }
 
 // stepConfig is the configuration as decide.Step reads it.
@@ -391,6 +392,9 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	if err := s.mayWrite(); err != nil {
 		return err
 	}
+	s.mu.Lock()
+	s.pinDigests[a.Group] = digest(pin.Group(job, a.Group.Group).Meta[pin.MetaPlacement]) // before Nomad echoes it
+	s.mu.Unlock()
 	s.metrics.pinRequests.Inc()
 	rctx, cancel := s.request(ctx)
 	defer cancel()
@@ -458,6 +462,7 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 		for _, id := range ids {
 			s.preempted[id] = s.now()
 		}
+		delete(s.pinDigests, t)
 		s.mu.Unlock()
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",

@@ -37,6 +37,11 @@ type Service struct {
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
 	retries map[decide.Key]retry     // groups whose pin failed, until their retry
+	// pinDigests are the placements the service wrote, by group (state.go).
+	pinDigests   map[decide.Key]string
+	stateLoaded  bool
+	saved        map[string]string // variable path -> hash of what was last written
+	reasonsSaved time.Time
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
 	// lastLockHold is how long the last pass held mu to read the model,
@@ -96,13 +101,16 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	if err != nil {
 		return nil, err
 	}
-	return &Service{
+	s := &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, retries: map[decide.Key]retry{}, preempted: map[string]time.Time{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, retries: map[decide.Key]retry{},
+		pinDigests: map[decide.Key]string{}, saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
-	}, nil
+	}
+	s.state.Trust = s.trusted
+	return s, nil
 }
 
 // Listen binds the HTTP address; Run serves on it. Separate so callers
@@ -164,6 +172,17 @@ func (s *Service) lead(ctx context.Context) error {
 		s.metrics.leader.Set(0)
 	}()
 	s.log.Info("became leader: placing gated jobs")
+	for {
+		err := s.loadState(ctx, true)
+		if err == nil {
+			break
+		}
+		s.log.Error("cannot read the scheduler's records from Nomad Variables; not deciding until they can be read (the token needs variables read/write on gpushare/*)", "error", err)
+		sleep(ctx, 2*time.Second)
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
 	s.markDirty()
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"maps"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -37,6 +38,9 @@ type fakeNomad struct {
 	registerErr error
 	// hang makes registrations wait until their context ends (a hung Nomad).
 	hang bool
+	// vars are the Nomad Variables written, by path.
+	vars      map[string]map[string]string
+	varWrites int
 	// beforeList runs before each listing ("nodes", "jobs", "allocs"):
 	// a change while the cluster is listed.
 	beforeList func(kind string)
@@ -137,6 +141,23 @@ func (f *fakeNomad) Stream(ctx context.Context, index uint64, namespace string) 
 	}
 }
 func (f *fakeNomad) Client() *api.Client { return nil }
+
+func (f *fakeNomad) ReadVar(_ context.Context, path string) (map[string]string, error) {
+	return maps.Clone(f.vars[path]), nil
+}
+
+func (f *fakeNomad) WriteVar(_ context.Context, path string, items map[string]string) error {
+	if f.vars == nil {
+		f.vars = map[string]map[string]string{}
+	}
+	f.varWrites++
+	if len(items) == 0 {
+		delete(f.vars, path)
+		return nil
+	}
+	f.vars[path] = maps.Clone(items)
+	return nil
+}
 
 func (f *fakeNomad) put(j *api.Job) {
 	f.index++

@@ -1,0 +1,283 @@
+package service
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+)
+
+// The scheduler's own records live in Nomad Variables under
+// gpushare/state/ (the leader writes them, every replica reads them), so
+// that a failover or a restart keeps them:
+//
+//   - pins-<i>: a digest of every gpushare.placement the service wrote, by
+//     group. A placement in a job's meta counts only when it matches: a
+//     user who writes the meta by hand holds no shares;
+//   - reasons-<i>: why each group waits, or was refused for good;
+//   - learned: the interference profiles learned from groups running alone;
+//   - preempted: allocations being stopped for a guaranteed group.
+//
+// Records of groups whose job is gone are dropped; a variable is written
+// only when its content changed, the reasons at most every
+// reasonsEvery; each kind is split in shards to stay far below Nomad's
+// 64 KiB per variable, and a shard past maxItems keeps its first items.
+const (
+	statePrefix  = "gpushare/state/"
+	shards       = 16
+	maxItems     = 300
+	maxReason    = 300
+	reasonsEvery = 10 * time.Second
+)
+
+// digest is what the service remembers of a placement it wrote.
+func digest(placement string) string {
+	h := sha256.Sum256([]byte(placement))
+	return hex.EncodeToString(h[:12])
+}
+
+// trusted reports whether a group's placement meta is one the service
+// wrote (every placement counts until the records are loaded, and in
+// tests that never load them).
+func (s *Service) trusted(k decide.Key, placement string) bool {
+	if !s.stateLoaded {
+		return true
+	}
+	return s.pinDigests[k] == digest(placement)
+}
+
+func shardOf(k decide.Key) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(k.Namespace + "\x00" + k.Job + "\x00" + k.Group))
+	return int(h.Sum32() % shards)
+}
+
+func itemKey(k decide.Key) string {
+	h := sha256.Sum256([]byte(k.Namespace + "\x00" + k.Job + "\x00" + k.Group))
+	return hex.EncodeToString(h[:10])
+}
+
+// groupItem is one group's record: [namespace, job, group, value...].
+func groupItem(k decide.Key, values ...string) string {
+	b, _ := json.Marshal(append([]string{k.Namespace, k.Job, k.Group}, values...))
+	return string(b)
+}
+
+func parseGroupItem(v string) (decide.Key, []string, bool) {
+	var f []string
+	if err := json.Unmarshal([]byte(v), &f); err != nil || len(f) < 4 {
+		return decide.Key{}, nil, false
+	}
+	return decide.Key{Namespace: f[0], Job: f[1], Group: f[2]}, f[3:], true
+}
+
+// saveState writes the records that changed. The caller is the leader
+// and does not hold s.mu.
+func (s *Service) saveState(ctx context.Context) {
+	s.mu.Lock()
+	if !s.stateLoaded {
+		s.mu.Unlock()
+		return
+	}
+	exists := func(k decide.Key) bool { return s.state.Jobs[model.JobKey(k.Namespace, k.Job)] != nil }
+	vars := map[string]map[string]string{}
+	for i := range shards {
+		vars[fmt.Sprintf("%spins-%02d", statePrefix, i)] = map[string]string{}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(s.pinDigests), compareKeys) {
+		if !exists(k) {
+			delete(s.pinDigests, k)
+			continue
+		}
+		add(vars[fmt.Sprintf("%spins-%02d", statePrefix, shardOf(k))], itemKey(k), groupItem(k, s.pinDigests[k]))
+	}
+	if now := s.now(); now.Sub(s.reasonsSaved) >= reasonsEvery {
+		s.reasonsSaved = now
+		for i := range shards {
+			vars[fmt.Sprintf("%sreasons-%02d", statePrefix, i)] = map[string]string{}
+		}
+		for _, k := range slices.SortedFunc(maps.Keys(s.pending), compareKeys) {
+			state := "pending"
+			if _, never := s.refused[k]; never {
+				state = "refused"
+			}
+			why := s.pending[k]
+			if len(why) > maxReason {
+				why = why[:maxReason] + "..."
+			}
+			add(vars[fmt.Sprintf("%sreasons-%02d", statePrefix, shardOf(k))], itemKey(k), groupItem(k, state, why))
+		}
+	}
+	learned := map[string]string{}
+	wanted := map[string]bool{} // request IDs of the model's groups
+	for _, job := range s.state.Jobs {
+		for _, tg := range job.TaskGroups {
+			wanted[pin.GroupKey(job, *tg.Name)] = true
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(s.state.Learned)) {
+		if !wanted[id] {
+			continue
+		}
+		p := s.state.Learned[id]
+		b, _ := json.Marshal([]any{id, p.SM, p.MemBW})
+		h := sha256.Sum256([]byte(id))
+		add(learned, hex.EncodeToString(h[:10]), string(b))
+	}
+	vars[statePrefix+"learned"] = learned
+	preempted := map[string]string{}
+	for id, at := range s.preempted {
+		add(preempted, id, strconv.FormatInt(at.Unix(), 10))
+	}
+	vars[statePrefix+"preempted"] = preempted
+	var todo []string
+	for path, items := range vars {
+		if h := hashItems(items); s.saved[path] != h {
+			todo = append(todo, path)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(todo)
+	for _, path := range todo {
+		if err := s.mayWrite(); err != nil {
+			return
+		}
+		rctx, cancel := s.request(ctx)
+		err := s.nomad.WriteVar(rctx, path, vars[path])
+		cancel()
+		if err != nil {
+			s.log.Warn("cannot save the scheduler's records in a Nomad Variable; will retry", "path", path, "error", err)
+			continue
+		}
+		s.mu.Lock()
+		s.saved[path] = hashItems(vars[path])
+		s.mu.Unlock()
+	}
+}
+
+func add(items map[string]string, k, v string) {
+	if len(items) < maxItems {
+		items[k] = v
+	}
+}
+
+func hashItems(items map[string]string) string {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(items)) {
+		fmt.Fprintf(h, "%q=%q;", k, items[k])
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func compareKeys(a, b decide.Key) int {
+	if c := compareStr(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	if c := compareStr(a.Job, b.Job); c != 0 {
+		return c
+	}
+	return compareStr(a.Group, b.Group)
+}
+
+func compareStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// loadState reads the records. withReasons also takes the reasons (a
+// follower shows the leader's; a new leader shows them until its first
+// pass). The caller does not hold s.mu.
+func (s *Service) loadState(ctx context.Context, withReasons bool) error {
+	read := func(path string) (map[string]string, error) {
+		rctx, cancel := s.request(ctx)
+		defer cancel()
+		items, err := s.nomad.ReadVar(rctx, path)
+		if err != nil {
+			return nil, fmt.Errorf("read the scheduler's records at %s: %w", path, err)
+		}
+		return items, nil
+	}
+	pins := map[decide.Key]string{}
+	reasons := map[decide.Key]string{}
+	for i := range shards {
+		items, err := read(fmt.Sprintf("%spins-%02d", statePrefix, i))
+		if err != nil {
+			return err
+		}
+		for _, v := range items {
+			if k, f, ok := parseGroupItem(v); ok {
+				pins[k] = f[0]
+			}
+		}
+		if !withReasons {
+			continue
+		}
+		items, err = read(fmt.Sprintf("%sreasons-%02d", statePrefix, i))
+		if err != nil {
+			return err
+		}
+		for _, v := range items {
+			if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
+				reasons[k] = f[1]
+			}
+		}
+	}
+	learnedItems, err := read(statePrefix + "learned")
+	if err != nil {
+		return err
+	}
+	preemptedItems, err := read(statePrefix + "preempted")
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, d := range pins {
+		s.pinDigests[k] = d
+	}
+	if withReasons {
+		s.pending = reasons
+	}
+	for _, v := range learnedItems {
+		var f []any
+		if err := json.Unmarshal([]byte(v), &f); err != nil || len(f) != 3 {
+			continue
+		}
+		id, ok1 := f[0].(string)
+		sm, ok2 := f[1].(float64)
+		mem, ok3 := f[2].(float64)
+		if ok1 && ok2 && ok3 {
+			if _, have := s.state.Learned[id]; !have {
+				s.state.Learn(id, interference.Profile{Name: "learned", SM: sm, MemBW: mem})
+			}
+		}
+	}
+	for id, v := range preemptedItems {
+		if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
+			if _, ok := s.preempted[id]; !ok {
+				s.preempted[id] = time.Unix(sec, 0)
+			}
+		}
+	}
+	if !s.stateLoaded {
+		s.stateLoaded = true
+		s.state.ForgetParsed() // placements read before are judged again
+	}
+	return nil
+}

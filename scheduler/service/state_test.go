@@ -1,0 +1,113 @@
+package service
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// loadedService is newTestService with the scheduler's records read from
+// the fake's Variables, as a leader does before its first pass.
+func loadedService(t *testing.T, f *fakeNomad) *Service {
+	t.Helper()
+	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.loadState(t.Context(), true))
+	return s
+}
+
+// A gpushare.placement a user wrote by hand on a job the service never
+// pinned holds no shares: all 800 shares of the DGX-1 "pinned" that way
+// do not keep a gated 8-GPU job from being placed.
+func TestForgedPlacementHoldsNothing(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	node, err := model.NodeOf(f.nodes[0])
+	must.NoError(t, err)
+	var shares, gpus []string
+	for _, g := range node.GPUs {
+		gpus = append(gpus, g.UUID)
+		for k := range 100 {
+			shares = append(shares, devicefn.ShareID{UUID: g.UUID, Index: k}.String())
+		}
+	}
+	forged := gated("forged", 800)
+	_, err = pin.Pin(forged, "g", &placement.Decision{Policy: "gpushare",
+		Placements: []placement.Placement{{Node: node.ID, GPUs: gpus, Shares: shares}}})
+	must.NoError(t, err)
+	forged.Type = ptr("batch")
+	f.put(forged)
+	honest := gated("honest", 800)
+	honest.SubmitTime = ptr(int64(1)) // first in the queue
+	f.put(honest)
+
+	trusting := newTestService(t, f) // records never loaded: every placement counts
+	b := trusting.state.Snapshot(nil, nil)
+	must.MapNotEmpty(t, b.HeldFor) // the forged record would hold the node
+
+	s := loadedService(t, f)
+	must.MapEmpty(t, s.state.Snapshot(nil, nil).HeldFor)
+	s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["honest"], "g")
+	must.True(t, ok)
+	must.SliceEmpty(t, pin.Gated(f.jobs["honest"]))
+	must.SliceLen(t, 8, rec.GPUs)
+}
+
+// The records survive a failover: a new replica trusts the placements the
+// old leader wrote (and pins them no second time), shows its reasons
+// before its own first pass, and keeps the profiles it learned.
+func TestRecordsSurviveAFailover(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	running(t, f, "b", []int{0}, 0, "2h")
+	f.put(gated("x", 25))
+	f.put(gated("big", 800))
+	old := loadedService(t, f)
+	old.reconcile(t.Context())
+	_, ok := pin.ParseRecord(f.jobs["x"], "g")
+	must.True(t, ok)
+	version := *f.jobs["x"].Version
+	old.mu.Lock()
+	old.state.Learn("default/x/g", interference.Profile{Name: "learned", SM: 0.42, MemBW: 0.17})
+	old.mu.Unlock()
+	old.saveState(t.Context())
+	must.MapContainsKey(t, f.vars, "gpushare/state/learned")
+
+	next := loadedService(t, f)
+	must.StrContains(t, next.pending[key("big")], "position")
+	must.Eq(t, interference.Profile{Name: "learned", SM: 0.42, MemBW: 0.17}, next.state.Learned["default/x/g"])
+	_, trusted := next.state.Record(f.jobs["x"], "g")
+	must.True(t, trusted)
+	next.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version) // not pinned again
+
+	// unchanged records are not written again
+	writes := f.varWrites
+	next.saveState(t.Context())
+	must.Eq(t, writes, f.varWrites)
+	// a purged job's records go
+	delete(f.jobs, "x")
+	next.mu.Lock()
+	next.state.DeleteJob("default", "x")
+	next.mu.Unlock()
+	next.saveState(t.Context())
+	must.MapNotContainsKey(t, next.pinDigests, key("x"))
+	for _, v := range f.vars["gpushare/state/learned"] {
+		must.StrNotContains(t, v, "default/x/g")
+	}
+	for i := range shards {
+		for _, v := range f.vars[fmt.Sprintf("gpushare/state/pins-%02d", i)] {
+			must.StrNotContains(t, v, `"x"`)
+		}
+	}
+}
