@@ -278,10 +278,14 @@ func TestSchedulerKeepsConcurrentEdit(t *testing.T) {
 }
 
 // Observed profiles: a group without a declared profile that runs alone
-// on its GPU gets the profile its GPU's stats show.
+// on its GPU gets the profile its GPU's stats show; the profile and the
+// placement survive a failover (the records live in Nomad Variables: the
+// second replica never samples stats itself in this test).
 func TestSchedulerLearnsProfiles(t *testing.T) {
 	e := newEnv(t)
 	s := e.startScheduler("s1", `observe_interval = "1s"`)
+	e.eventually(30*time.Second, "s1 leads", s.leader)
+	follower := e.startScheduler("s2", `observe_interval = "1h"`)
 	e.register("unprofiled", map[string]any{"shares": 30, "model": modelP100})
 	a := e.running("unprofiled", 1, 60*time.Second)[0]
 	gpu := gpus(a)[0]
@@ -306,6 +310,38 @@ func TestSchedulerLearnsProfiles(t *testing.T) {
 	})
 	must.Eq(t, "learned", st.Groups[0].Profile.Name)
 	must.Between(t, 0.35, st.Groups[0].Profile.MemBW, 0.41)
+	var job struct {
+		Groups []struct {
+			State     string `json:"state"`
+			Placement any    `json:"placement"`
+		}
+	}
+	must.NoError(t, getJSON(s.http+"/v1/jobs/unprofiled", &job))
+
+	time.Sleep(11 * time.Second) // the leader saves its records; the follower reads them every 10s
+	must.NoError(t, getJSON(s.http+"/v1/jobs/unprofiled", &st))
+	before := st.Groups[0].Profile // it keeps learning: a pass or two may go unsaved
+	s.proc.Kill()
+	e.eventually(60*time.Second, "the follower to take over", follower.leader)
+	var after struct {
+		Groups []struct {
+			State     string `json:"state"`
+			Placement any    `json:"placement"`
+			Profile   *struct {
+				Name  string  `json:"name"`
+				SM    float64 `json:"sm_util"`
+				MemBW float64 `json:"mem_bw"`
+			}
+		}
+	}
+	must.NoError(t, getJSON(follower.http+"/v1/jobs/unprofiled", &after))
+	must.SliceLen(t, 1, after.Groups)
+	must.Eq(t, job.Groups[0].State, after.Groups[0].State)
+	must.Eq(t, job.Groups[0].Placement, after.Groups[0].Placement)
+	must.NotNil(t, after.Groups[0].Profile) // s2 never samples: from the Variables
+	must.Eq(t, "learned", after.Groups[0].Profile.Name)
+	must.InDelta(t, before.SM, after.Groups[0].Profile.SM, 0.05)
+	must.InDelta(t, before.MemBW, after.Groups[0].Profile.MemBW, 0.05)
 }
 
 // Scenario 9: while the PCIe node is full, a 10-hour job and then a

@@ -200,10 +200,12 @@ func compareStr(a, b string) int {
 	return 0
 }
 
-// loadState reads the records. withReasons also takes the reasons (a
-// follower shows the leader's; a new leader shows them until its first
-// pass). The caller does not hold s.mu.
+// loadState reads the records, replacing what this replica read before
+// (it is not the leader: the leader's records are newer). withReasons
+// also takes the reasons (a follower shows the leader's; a new leader
+// shows them until its first pass). The caller does not hold s.mu.
 func (s *Service) loadState(ctx context.Context, withReasons bool) error {
+	seen := map[string]string{} // path -> hash of what it holds
 	read := func(path string) (map[string]string, error) {
 		rctx, cancel := s.request(ctx)
 		defer cancel()
@@ -211,6 +213,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 		if err != nil {
 			return nil, fmt.Errorf("read the scheduler's records at %s: %w", path, err)
 		}
+		seen[path] = hashItems(items)
 		return items, nil
 	}
 	pins := map[decide.Key]string{}
@@ -248,6 +251,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	maps.Copy(s.saved, seen) // what is there need not be written again
 	for k, d := range pins {
 		s.pinDigests[k] = d
 	}
@@ -262,10 +266,8 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 		id, ok1 := f[0].(string)
 		sm, ok2 := f[1].(float64)
 		mem, ok3 := f[2].(float64)
-		if ok1 && ok2 && ok3 {
-			if _, have := s.state.Learned[id]; !have {
-				s.state.Learn(id, interference.Profile{Name: "learned", SM: sm, MemBW: mem})
-			}
+		if p := (interference.Profile{Name: "learned", SM: sm, MemBW: mem}); ok1 && ok2 && ok3 && s.state.Learned[id] != p {
+			s.state.Learn(id, p) // the leader's, newer than what this replica read before
 		}
 	}
 	for id, v := range preemptedItems {
