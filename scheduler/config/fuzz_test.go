@@ -14,41 +14,48 @@ import (
 // and a configuration Validate accepts is one the service can build its
 // placement policy from.
 func FuzzParseValidate(f *testing.F) {
+	f.Add(sample)
+	f.Add("")
+	f.Add("policy = \n")
+	f.Add("\x00\xff{{{\"")
+	f.Add("profile \"a\" \"b\" {}")
+	// every other seed is the smallest valid file (nomad and leader blocks) and more
 	for _, s := range []string{
-		sample,
 		"",
-		"policy = \n",
-		"polcy = \"x\"\n",
-		`nomad { address = "https://nomad:4646" client_cert = "c" }`,
-		`nomad { address = "nomad:4646" token = "t" token_file = "f" }`,
-		`production_max_slowdown = 1`,
-		`production_max_slowdown = -0.5`,
-		`production_max_slowdown = 1e400`,
-		`seed = -1`,
-		`seed = 18446744073709551616`,
-		`resync_interval = "-5m"`,
-		`resync_interval = "9999999999999999999h"`,
-		`leader { ttl = "0s" lock_delay = "1ns" variable_path = "" }`,
-		`log_level = "DEBUG"`,
-		`log_level = "verbose"`,
-		`virtual_cluster "a" { cell { gpus = 0 count = -1 } }`,
-		`virtual_cluster "a" {}` + "\n" + `virtual_cluster "a" {}`,
-		`virtual_cluster "" { cell { gpus = 9223372036854775807 count = 9223372036854775807 } }`,
-		`profile "x" { sm_util = 2 mem_bw = -1 }`,
-		`profile "x" { sm_util = 0.5 mem_bw = 0.5 }` + "\n" + `profile "X" { sm_util = 0.5 mem_bw = 0.5 }`,
-		`typical_request { shares = -50 weight = -1 }`,
-		`typical_request { shares = 50 weight = 1 cpu = -1 memory = -1 models = ["", ""] }`,
-		`typical_request { shares = 50 weight = 0.5 }` + "\n" + `typical_request { shares = 9223372036854775807 weight = 0.5 }`,
-		`policy = "${file("/etc/passwd")}"`,
-		`policy = upper("fgd")`,
-		"nomad {\n namespaces = []\n}\n",
-		"reservations = \"yes\"\n",
-		"virtual_cluster {\n}\n",
-		"\x00\xff{{{\"",
-		"profile \"a\" \"b\" {}",
-		"typical_request { shares = 1.5 weight = 1 }",
+		"polcy = \"x\"",
+		"nomad {\naddress = \"https://nomad:4646\"\nclient_cert = \"c\"\n}",
+		"nomad {\naddress = \"nomad:4646\"\ntoken = \"t\"\ntoken_file = \"f\"\n}",
+		"production_max_slowdown = 1",
+		"production_max_slowdown = -0.5",
+		"production_max_slowdown = 1e400",
+		"seed = -1",
+		"seed = 18446744073709551616",
+		"resync_interval = \"-5m\"",
+		"resync_interval = \"9999999999999999999h\"",
+		"observe_interval = \"1ns\"",
+		"log_level = \"DEBUG\"",
+		"log_level = \"verbose\"",
+		"virtual_cluster \"a\" {\ncell {\ngpus = 0\ncount = -1\n}\n}",
+		"virtual_cluster \"a\" {}\nvirtual_cluster \"a\" {}",
+		"virtual_cluster \"\" {\ncell {\ngpus = 9223372036854775807\ncount = 9223372036854775807\nmodel = \"\"\n}\n}",
+		// found by the fuzzer: both were accepted, then refused by the policy or overflowed its quota
+		"virtual_cluster \"\" {\ncell {\ngpus = 1\ncount = 1\n}\n}",
+		"virtual_cluster \"v\" {\ncell {\ngpus = 4611686018427387904\ncount = 4\n}\n}",
+		"virtual_cluster \"v\" {\ncell {\ngpus = 1048576\ncount = 1\n}\ncell {\ngpus = 1\ncount = 1\n}\n}",
+		"profile \"x\" {\nsm_util = 2\nmem_bw = -1\n}",
+		"profile \"x\" {\nsm_util = 0.5\nmem_bw = 0.5\n}\nprofile \"X\" {\nsm_util = 0.5\nmem_bw = 0.5\n}",
+		"typical_request {\nshares = -50\nweight = -1\n}",
+		"typical_request {\nshares = 50\nweight = 1\ncpu = -1\nmemory = -1\nmodels = [\"\", \"\"]\n}",
+		"typical_request {\nshares = 50\nweight = 0.5\n}\ntypical_request {\nshares = 9223372036854775807\nweight = 0.5\n}",
+		"typical_request {\nshares = 1.5\nweight = 1\n}",
+		"policy = \"${file(\"/etc/passwd\")}\"",
+		"policy = upper(\"fgd\")",
+		"policy = \"fgd\"\nidle_gpu_first = true\nreservations = false\nadopt_ungated = false",
+		"nomad {\nnamespaces = []\n}",
+		"reservations = \"yes\"",
+		"virtual_cluster {\n}",
 	} {
-		f.Add(s)
+		f.Add("nomad {}\nleader {}\n" + s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
 		c, err := Parse("fuzz.hcl", []byte(src))
@@ -67,6 +74,15 @@ func FuzzParseValidate(f *testing.F) {
 		for _, d := range []string{c.ResyncInterval, c.ObserveInterval, c.DefaultExpectedRuntime, c.Leader.TTL, c.Leader.LockDelay} {
 			if Duration(d) <= 0 {
 				t.Fatalf("accepted duration %q", d)
+			}
+		}
+		for _, vc := range c.VCs {
+			total := 0.0
+			for _, cell := range vc.Cells {
+				total += float64(cell.GPUs) * float64(cell.Count)
+			}
+			if total > MaxVCGPUs {
+				t.Fatalf("virtual cluster %q guarantees %v GPUs", vc.Name, total)
 			}
 		}
 		prof := interference.Default()
