@@ -73,14 +73,13 @@ func FuzzRequest(f *testing.F) {
 				name += "/" + vc
 			}
 			devs = append(devs, &api.RequestedDevice{Name: name, Count: &shares, Constraints: []*api.Constraint{
-				{LTarget: "${device.model}", RTarget: profile}, nil}})
+				{LTarget: "${device.model}", RTarget: profile}}})
 		}
 		j := &api.Job{ID: ptr("j"), Namespace: ptr(class), Meta: jobMeta, TaskGroups: []*api.TaskGroup{{
-			Name: ptr("g"), Count: &count, Meta: groupMeta, Constraints: []*api.Constraint{Gate(), nil},
+			Name: ptr("g"), Count: &count, Meta: groupMeta, Constraints: []*api.Constraint{Gate()},
 			Tasks: []*api.Task{
-				nil,
 				{Name: "none"},
-				{Name: "t", Resources: &api.Resources{CPU: &cpu, MemoryMB: &mem, Devices: append(devs, &api.RequestedDevice{Name: "other/gpu"}, nil)}},
+				{Name: "t", Resources: &api.Resources{CPU: &cpu, MemoryMB: &mem, Devices: append(devs, &api.RequestedDevice{Name: "other/gpu"})}},
 			},
 		}}}
 		models := []*interference.Model{nil, interference.Default()}
