@@ -158,9 +158,12 @@ func Usable(n *api.Node) bool {
 
 // NodeOf converts a Nomad node into the placement core's node.
 func NodeOf(n *api.Node) (*placement.Node, error) {
+	if n.NodeResources == nil {
+		return nil, fmt.Errorf("%w %q: it reports no resources", placement.ErrBadNode, n.ID)
+	}
 	var groups []devicefn.Group
 	for _, d := range n.NodeResources.Devices {
-		if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+		if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 			continue
 		}
 		g, err := devicefn.DecodeGroup(d.Name, nomadattr.FromAPI(d.Attributes))
