@@ -187,8 +187,11 @@ func Shares(a *api.Allocation) []string {
 	}
 	var ids []string
 	for _, tr := range a.AllocatedResources.Tasks {
+		if tr == nil {
+			continue
+		}
 		for _, d := range tr.Devices {
-			if d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
+			if d != nil && d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
 				ids = append(ids, d.DeviceIDs...)
 			}
 		}
@@ -204,6 +207,9 @@ func Resources(a *api.Allocation) placement.Resources {
 		return r
 	}
 	for _, tr := range a.AllocatedResources.Tasks {
+		if tr == nil {
+			continue
+		}
 		r.CPU += tr.Cpu.CpuShares
 		r.MemoryMiB += tr.Memory.MemoryMB
 	}
