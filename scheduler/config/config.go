@@ -217,6 +217,11 @@ func (c *Config) Merge(o *Config) {
 	c.IdleGPUFirst = c.IdleGPUFirst || o.IdleGPUFirst
 }
 
+// MaxVCGPUs bounds the GPUs a virtual cluster guarantees (its cells'
+// gpus times count, summed), far above any cluster, so that the quotas
+// counted from them cannot overflow.
+const MaxVCGPUs = 1 << 20
+
 // ErrInvalid wraps the list of every problem Validate found.
 var ErrInvalid = errors.New("invalid gpushare scheduler config")
 
@@ -254,9 +259,17 @@ func (c *Config) Validate() error {
 			bad("virtual_cluster %q is defined twice", vc.Name)
 		}
 		seen["vc:"+vc.Name] = true
+		if vc.Name == "" {
+			bad("virtual_cluster needs a name")
+		}
+		gpus := 0
 		for i, cell := range vc.Cells {
 			if cell.GPUs < 1 || cell.Count < 1 {
 				bad("virtual_cluster %q cell %d: gpus and count must be at least 1", vc.Name, i)
+			} else if cell.GPUs > MaxVCGPUs || cell.Count > MaxVCGPUs/cell.GPUs || gpus+cell.GPUs*cell.Count > MaxVCGPUs {
+				bad("virtual_cluster %q cell %d: more than %d GPUs in all", vc.Name, i, MaxVCGPUs)
+			} else {
+				gpus += cell.GPUs * cell.Count
 			}
 		}
 	}

@@ -57,7 +57,7 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			continue
 		}
 		for _, d := range n.NodeResources.Devices {
-			if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+			if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 				continue
 			}
 			g, err := nomadattr.DecodeGroup(d)
@@ -67,6 +67,9 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			}
 			health := map[string]*api.NodeDevice{}
 			for _, inst := range d.Instances {
+				if inst == nil {
+					continue
+				}
 				if id, err := devicefn.ParseShareID(inst.ID); err == nil {
 					if prev, ok := health[id.UUID]; !ok || (prev.Healthy && !inst.Healthy) {
 						health[id.UUID] = inst
@@ -101,8 +104,11 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 		}
 		per := map[string]int{}
 		for _, tr := range a.AllocatedResources.Tasks {
+			if tr == nil {
+				continue
+			}
 			for _, d := range tr.Devices {
-				if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+				if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 					continue
 				}
 				for _, id := range d.DeviceIDs {

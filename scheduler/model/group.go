@@ -50,7 +50,7 @@ func UnhealthyGPUs(n *api.Node) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, d := range n.NodeResources.Devices {
-		if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+		if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 			continue
 		}
 		for _, inst := range d.Instances {

@@ -158,9 +158,12 @@ func Usable(n *api.Node) bool {
 
 // NodeOf converts a Nomad node into the placement core's node.
 func NodeOf(n *api.Node) (*placement.Node, error) {
+	if n.NodeResources == nil {
+		return nil, fmt.Errorf("%w %q: it reports no resources", placement.ErrBadNode, n.ID)
+	}
 	var groups []devicefn.Group
 	for _, d := range n.NodeResources.Devices {
-		if d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
+		if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 			continue
 		}
 		g, err := devicefn.DecodeGroup(d.Name, nomadattr.FromAPI(d.Attributes))
@@ -184,8 +187,11 @@ func Shares(a *api.Allocation) []string {
 	}
 	var ids []string
 	for _, tr := range a.AllocatedResources.Tasks {
+		if tr == nil {
+			continue
+		}
 		for _, d := range tr.Devices {
-			if d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
+			if d != nil && d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
 				ids = append(ids, d.DeviceIDs...)
 			}
 		}
@@ -201,6 +207,9 @@ func Resources(a *api.Allocation) placement.Resources {
 		return r
 	}
 	for _, tr := range a.AllocatedResources.Tasks {
+		if tr == nil {
+			continue
+		}
 		r.CPU += tr.Cpu.CpuShares
 		r.MemoryMiB += tr.Memory.MemoryMB
 	}

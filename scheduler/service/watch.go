@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
@@ -155,6 +156,9 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 		if job == nil || job.ID == nil {
 			return fmt.Errorf("job deregistration %s carries no job", e.Key)
 		}
+		if why := malformed(job); why != "" {
+			return fmt.Errorf("job deregistration %s: %s", e.Key, why)
+		}
 		if !ns.has(nsOf(job)) {
 			return nil
 		}
@@ -174,6 +178,9 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 	if job == nil || job.ID == nil {
 		return fmt.Errorf("job event %s carries no job", e.Key)
 	}
+	if why := malformed(job); why != "" {
+		return fmt.Errorf("job event %s: %s", e.Key, why)
+	}
 	if !ns.has(nsOf(job)) {
 		return nil
 	}
@@ -181,6 +188,34 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 	s.state.PutJob(job)
 	s.mu.Unlock()
 	return nil
+}
+
+// malformed says what of a job the model cannot read: a nil or unnamed
+// group, a nil task, device or constraint. Nomad sends no such job; an
+// event payload that decodes to one is refused, not modelled.
+func malformed(job *api.Job) string {
+	if slices.Contains(job.Constraints, nil) {
+		return "a nil constraint"
+	}
+	for _, tg := range job.TaskGroups {
+		if tg == nil || tg.Name == nil {
+			return "a group without a name"
+		}
+		if slices.Contains(tg.Constraints, nil) || slices.Contains(tg.Tasks, nil) {
+			return fmt.Sprintf("group %q has a nil constraint or task", *tg.Name)
+		}
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				if d == nil || slices.Contains(d.Constraints, nil) {
+					return fmt.Sprintf("task %q has a nil device or device constraint", t.Name)
+				}
+			}
+		}
+	}
+	return ""
 }
 
 func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) error {
