@@ -166,3 +166,10 @@ func isNotFound(err error) bool {
 	var ue api.UnexpectedResponseError
 	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
 }
+
+// isForbidden recognises a call the token's ACL policy does not allow
+// (403 Permission denied).
+func isForbidden(err error) bool {
+	var ue api.UnexpectedResponseError
+	return errors.As(err, &ue) && ue.StatusCode() == http.StatusForbidden
+}

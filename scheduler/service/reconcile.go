@@ -139,6 +139,11 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 				s.metrics.conflicts.Inc()
 				log.Info("job changed while deciding; deciding again on the new version")
 				s.markDirty()
+			} else if isForbidden(err) {
+				err = fmt.Errorf("permission denied: the scheduler's token needs register-job (or submit-job) in namespace %s (see deploy/nomad/gpushare-scheduler.policy.hcl): %w", a.Group.Namespace, err)
+				log.Error("cannot pin the placement", "error", err)
+				pending[a.Group] = err.Error()
+				return
 			} else {
 				log.Error("cannot pin the placement", "error", err)
 			}
