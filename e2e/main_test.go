@@ -53,15 +53,21 @@ func startCluster(t *testing.T, clients ...devcluster.Client) *devcluster.Cluste
 
 func startClusterOpts(t *testing.T, persistent bool, clients ...devcluster.Client) *devcluster.Cluster {
 	t.Helper()
+	return startClusterWith(t, devcluster.Options{Clients: clients, Persistent: persistent})
+}
+
+// startClusterWith starts a cluster with opts (ACL, TLS, ...); Dir,
+// NomadBin, PluginBin and Log are filled in.
+func startClusterWith(t *testing.T, opts devcluster.Options) *devcluster.Cluster {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "gpushare-e2e-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	c, err := devcluster.Start(t.Context(), devcluster.Options{
-		Dir: dir, NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients, Persistent: persistent,
-		Log: func(s string) { t.Log(s) },
-	})
+	opts.Dir, opts.NomadBin, opts.PluginBin = dir, nomadBin, pluginBin
+	opts.Log = func(s string) { t.Log(s) }
+	c, err := devcluster.Start(t.Context(), opts)
 	if err != nil {
 		dumpLogs(t, dir)
 		os.RemoveAll(dir)

@@ -39,9 +39,17 @@ type env struct {
 	scheds []*scheduler
 	// fixtures are the clients' fixture files, by client name.
 	fixtures map[string]string
+	// nomadHCL is more of the schedulers' nomad block (token, TLS files).
+	nomadHCL string
 }
 
 func newEnv(t *testing.T) *env {
+	t.Helper()
+	return newEnvWith(t, devcluster.Options{})
+}
+
+// newEnvWith is newEnv on a cluster with more options (ACL, TLS).
+func newEnvWith(t *testing.T, opts devcluster.Options) *env {
 	t.Helper()
 	fx := t.TempDir()
 	var clients []devcluster.Client
@@ -54,7 +62,8 @@ func newEnv(t *testing.T) *env {
 		paths[c.name] = p
 		clients = append(clients, devcluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
 	}
-	c := startClusterOpts(t, true, clients...)
+	opts.Clients, opts.Persistent = clients, true
+	c := startClusterWith(t, opts)
 	dir, err := os.MkdirTemp("", "gpushare-sched-")
 	must.NoError(t, err)
 	t.Cleanup(func() {
@@ -81,8 +90,8 @@ type scheduler struct {
 func (e *env) startScheduler(name, extra string) *scheduler {
 	e.t.Helper()
 	port := freePort(e.t)
-	cfg := fmt.Sprintf("nomad {\n  address = %q\n}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = \"trace\"\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
-		e.c.Address(), port, extra)
+	cfg := fmt.Sprintf("nomad {\n  address = %q\n%s}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = \"trace\"\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
+		e.c.Address(), e.nomadHCL, port, extra)
 	path := filepath.Join(e.dir, name+".hcl")
 	must.NoError(e.t, os.WriteFile(path, []byte(cfg), 0o644))
 	p, err := devcluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)

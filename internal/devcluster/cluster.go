@@ -42,6 +42,13 @@ type Options struct {
 	// Persistent runs the first agent as a regular server (with its state
 	// on disk) instead of -dev, so RestartServer keeps jobs and indexes.
 	Persistent bool
+	// ACL enables Nomad's ACLs on every agent. Start bootstraps them and
+	// keeps the management token for its own API client
+	// (ManagementToken); ApplyPolicy and CreateToken make tokens of less.
+	ACL bool
+	// TLS, when set, makes every agent speak TLS on HTTP and RPC with
+	// these files (GenerateTLS makes them); Address is then https://.
+	TLS *TLS
 	// Log receives progress lines; nil discards them.
 	Log func(string)
 }
@@ -51,6 +58,8 @@ type Cluster struct {
 	opts   Options
 	addr   string
 	client *api.Client
+	// token is the management token of an ACL cluster.
+	token string
 
 	mu    sync.Mutex
 	procs []*proc
@@ -93,8 +102,12 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.addr = "http://127.0.0.1:" + strconv.Itoa(ports[0])
-	c.client, err = api.NewClient(&api.Config{Address: c.addr})
+	scheme := "http://"
+	if opts.TLS != nil {
+		scheme = "https://"
+	}
+	c.addr = scheme + "127.0.0.1:" + strconv.Itoa(ports[0])
+	c.client, err = api.NewClient(apiConfig(c.addr, opts))
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +118,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		cfg := serverConfig(dir, ports[0], ports[1], ports[2])
+		cfg := serverConfig(dir, ports[0], ports[1], ports[2]) + securityConfig(opts)
 		if err := os.WriteFile(filepath.Join(dir, "agent.hcl"), []byte(cfg), 0o644); err != nil {
 			return nil, err
 		}
@@ -131,10 +144,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		var cfg string
 		var args []string
 		if i == 0 && !opts.Persistent {
-			cfg = agentConfig(name, dir, pluginDir, ports[0], ports[1], ports[2], "", cl)
+			cfg = agentConfig(name, dir, pluginDir, ports[0], ports[1], ports[2], "", cl) + securityConfig(opts)
 			args = []string{"agent", "-dev", "-config", filepath.Join(dir, "agent.hcl")}
 		} else {
-			cfg = agentConfig(name, dir, pluginDir, ports[3+2*i], 0, 0, server, cl)
+			cfg = agentConfig(name, dir, pluginDir, ports[3+2*i], 0, 0, server, cl) + securityConfig(opts)
 			args = []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}
 		}
 		if err := os.WriteFile(filepath.Join(dir, "agent.hcl"), []byte(cfg), 0o644); err != nil {
@@ -144,7 +157,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			c.Stop()
 			return nil, err
 		}
-		if i == 0 && !opts.Persistent && len(opts.Clients) > 1 {
+		if i == 0 && !opts.Persistent && (len(opts.Clients) > 1 || opts.ACL) {
 			if err := c.waitLeader(ctx); err != nil {
 				c.Stop()
 				return nil, err
@@ -245,13 +258,14 @@ func (c *Cluster) spawn(name, dir string, args []string) error {
 	return nil
 }
 
-// waitLeader waits until the server has elected a leader and initialised
-// its keyring (clients cannot register before).
+// waitLeader waits until the server has elected a leader, bootstrapped
+// its ACLs (ACL clusters) and initialised its keyring (clients cannot
+// register before).
 func (c *Cluster) waitLeader(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for {
-		if leader, err := c.client.Status().Leader(); err == nil && leader != "" {
+		if leader, err := c.client.Status().Leader(); err == nil && leader != "" && c.bootstrap() {
 			if keys, _, err := c.client.Keyring().List(nil); err == nil && len(keys) > 0 {
 				return nil
 			}

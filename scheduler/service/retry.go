@@ -40,7 +40,11 @@ func (s *Service) failed(k decide.Key, what string, err error) string {
 	r.at = s.now().Add(r.delay)
 	why := err.Error()
 	if isForbidden(err) {
-		why = fmt.Sprintf("permission denied: the scheduler's Nomad token lacks a capability in namespace %s (it needs the policy in deploy/nomad/gpushare-scheduler.policy.hcl): %v", k.Namespace, err)
+		need := "register-job (or submit-job)"
+		if what == "preemption" {
+			need = "register-job and alloc-lifecycle"
+		}
+		why = fmt.Sprintf("permission denied: the scheduler's token needs %s in namespace %s (see deploy/nomad/gpushare-scheduler.policy.hcl): %v", need, k.Namespace, err)
 	}
 	r.reason = fmt.Sprintf("%s failed: %s; retrying in %s", what, why, r.delay)
 	s.retries[k] = r

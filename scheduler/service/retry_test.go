@@ -30,7 +30,7 @@ func TestRefusedPinBacksOff(t *testing.T) {
 	}
 	pass(0)
 	must.Eq(t, 1, attempts())
-	must.StrContains(t, s.pending[key("x")], "permission denied: the scheduler's Nomad token lacks a capability in namespace default")
+	must.StrContains(t, s.pending[key("x")], "permission denied: the scheduler's token needs register-job (or submit-job) in namespace default")
 	must.StrContains(t, s.pending[key("x")], "deploy/nomad/gpushare-scheduler.policy.hcl")
 	must.StrContains(t, s.pending[key("x")], "retrying in 2s")
 	for range 5 { // passes every 300 ms within the 2 s

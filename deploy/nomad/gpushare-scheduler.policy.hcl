@@ -1,0 +1,55 @@
+# Nomad ACL policy of the gpushare scheduler (`gpushare scheduler`): what
+# it needs, and nothing more, on Nomad 1.11.
+#
+#   nomad acl policy apply -description "gpushare scheduler" \
+#     gpushare-scheduler deploy/nomad/gpushare-scheduler.policy.hcl
+#   nomad acl token create -name gpushare -policy gpushare-scheduler
+#
+# Every namespace, even with nomad.namespaces set to a few: the scheduler
+# subscribes to the event stream of all namespaces ("*"), which Nomad allows
+# only with read-job in each, and the allocations of every namespace hold
+# shares.
+namespace "*" {
+  capabilities = [
+    # list the jobs of the managed namespaces (GET /v1/jobs)
+    "list-jobs",
+    # read a job in full (GET /v1/job/:id); list and read allocations
+    # (GET /v1/allocations?resources=true, /v1/allocation/:id); the Job,
+    # Allocation and Deployment topics of the event stream
+    "read-job",
+    # re-register a gated job with its pin, or gate a preempted job again
+    # (PUT /v1/jobs with EnforceIndex). The fine-grained part of submit-job:
+    # no deregister, purge, revert, dispatch or scale. A gated job that
+    # mounts host or CSI volumes needs the volume capabilities too
+    # (host_volume "..." { policy = "write" }, csi-mount-volume), since
+    # Nomad checks them on every registration.
+    "register-job",
+    # stop the allocations of an opportunistic job preempted for a
+    # guaranteed one (POST /v1/allocation/:id/stop)
+    "alloc-lifecycle",
+  ]
+}
+
+# The same capabilities again: a namespace block that names a namespace
+# replaces "*" for it (Nomad does not merge the two), and the leader lock
+# lives in the scheduler's own namespace, "default" unless $NOMAD_NAMESPACE
+# says otherwise (then rename this block).
+namespace "default" {
+  capabilities = ["list-jobs", "read-job", "register-job", "alloc-lifecycle"]
+
+  variables {
+    # the leader lock (leader.variable_path, default gpushare/leader):
+    # acquire, renew and release (PUT /v1/var/:path?lock-*) are all
+    # "write"; the scheduler never reads, lists or deletes the variable
+    path "gpushare/*" {
+      capabilities = ["write"]
+    }
+  }
+}
+
+node {
+  # list and read nodes with their devices (GET /v1/nodes, /v1/node/:id),
+  # the Node topic of the event stream, and the device stats of each
+  # client (GET /v1/client/stats?node_id=...)
+  policy = "read"
+}
