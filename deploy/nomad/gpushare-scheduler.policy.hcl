@@ -39,10 +39,13 @@ namespace "default" {
 
   variables {
     # the leader lock (leader.variable_path, default gpushare/leader):
-    # acquire, renew and release (PUT /v1/var/:path?lock-*) are all
-    # "write"; the scheduler never reads, lists or deletes the variable
+    # acquire, renew and release (PUT /v1/var/:path?lock-*) are "write";
+    # the scheduler's records under gpushare/state/ (placements it wrote,
+    # pending reasons, learned profiles, preemptions): "read" by every
+    # replica, "write" by the leader, "destroy" when a record empties
+    # (Nomad's "read" includes listing). Nothing outside gpushare/.
     path "gpushare/*" {
-      capabilities = ["write"]
+      capabilities = ["read", "write", "destroy"]
     }
   }
 }

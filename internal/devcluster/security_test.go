@@ -84,8 +84,8 @@ func TestSchedulerPolicy(t *testing.T) {
 	must.False(t, a.AllowAgentRead())
 	must.False(t, a.AllowOperatorRead())
 	must.True(t, a.AllowVariableOperation("default", "gpushare/leader", acl.VariablesCapabilityWrite, nil))
-	for _, op := range []string{acl.VariablesCapabilityRead, acl.VariablesCapabilityList, acl.VariablesCapabilityDestroy} {
-		must.False(t, a.AllowVariableOperation("default", "gpushare/leader", op, nil), must.Sprint(op))
+	for _, op := range []string{acl.VariablesCapabilityRead, acl.VariablesCapabilityWrite, acl.VariablesCapabilityDestroy} {
+		must.True(t, a.AllowVariableOperation("default", "gpushare/state/pins-00", op, nil), must.Sprint(op))
 	}
 	must.False(t, a.AllowVariableOperation("default", "nomad/jobs/x", acl.VariablesCapabilityWrite, nil))
 	must.False(t, a.AllowVariableOperation("team-a", "gpushare/leader", acl.VariablesCapabilityWrite, nil))
