@@ -64,3 +64,23 @@ func TestHungRequestTimesOut(t *testing.T) {
 	must.Less(t, 5*time.Second, time.Since(start))
 	must.StrContains(t, s.pending[key("x")], "context deadline exceeded; retrying in 2s")
 }
+
+// One blocked call does not stop the other groups: the pin of "stuck"
+// hangs until nomad.request_timeout, then "free" is pinned in the same
+// pass.
+func TestBlockedPinDoesNotStopOthers(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, hangJob: "stuck"}
+	stuck := gated("stuck", 25)
+	stuck.SubmitTime = ptr(int64(1)) // first in the queue
+	f.put(stuck)
+	f.put(gated("free", 25))
+	cfg := config.Default()
+	cfg.Nomad.RequestTimeout = "300ms"
+	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["free"]))
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["stuck"]))
+	must.StrContains(t, s.pending[key("stuck")], "deadline exceeded")
+}

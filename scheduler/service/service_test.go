@@ -36,8 +36,10 @@ type fakeNomad struct {
 	registers      int
 	// registerErr, when set, refuses every registration with it.
 	registerErr error
-	// hang makes registrations wait until their context ends (a hung Nomad).
-	hang bool
+	// hang makes registrations wait until their context ends (a hung Nomad);
+	// hangJob, those of one job only.
+	hang    bool
+	hangJob string
 	// vars are the Nomad Variables written, by path.
 	vars      map[string]map[string]string
 	varWrites int
@@ -172,7 +174,7 @@ func (f *fakeNomad) put(j *api.Job) {
 }
 
 func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) error {
-	if f.hang {
+	if f.hang || (f.hangJob != "" && *j.ID == f.hangJob) {
 		<-ctx.Done()
 		return ctx.Err()
 	}
