@@ -71,3 +71,32 @@ func TestStatusShowsWaitingGroups(t *testing.T) {
 	renderWaiting(IO{Out: &out, Err: &out}, "http://127.0.0.1:1")
 	must.StrContains(t, out.String(), "waiting groups: not shown, the scheduler at http://127.0.0.1:1 did not answer")
 }
+
+// job lint checks gpushare.vc against the scheduler's virtual clusters.
+func TestJobLintChecksVC(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		must.EqOp(t, "/v1/vcs", r.URL.Path)
+		_, _ = w.Write([]byte(`[{"name":"research","namespaces":["team-a"]}]`))
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "j.nomad.hcl")
+	must.NoError(t, os.WriteFile(file, []byte(`job "j" {
+  meta = { "gpushare.vc" = "reserch" }
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      resources {
+        device "nvidia/gpushare" { count = 25 }
+      }
+    }
+  }
+}
+`), 0o644))
+	code, out, _ := run("job", "lint", "-scheduler", srv.URL, file)
+	must.EqOp(t, 1, code)
+	must.StrContains(t, out, `gpushare.vc = "reserch" names no virtual cluster of the scheduler (it has: research)`)
+	code, out, _ = run("job", "lint", "-scheduler", "http://127.0.0.1:1", file)
+	must.EqOp(t, 0, code)
+	must.StrContains(t, out, "gpushare.vc not checked: the scheduler at http://127.0.0.1:1 did not answer")
+}

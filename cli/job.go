@@ -39,6 +39,7 @@ func jobLint(args []string, io IO) int {
 	var vars varFlags
 	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
 	spg := fs.Int("shares-per-gpu", 100, "the plugin's shares_per_gpu")
+	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, to check gpushare.vc against its virtual clusters (\"\" to skip)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -54,7 +55,7 @@ func jobLint(args []string, io IO) int {
 			code = 1
 			continue
 		}
-		findings := jobspecs.Lint(job, *spg)
+		findings := append(jobspecs.Lint(job, *spg), checkVC(job, *sched)...)
 		for _, f := range findings {
 			fmt.Fprintf(io.Out, "%s: %s\n", file, f)
 		}
@@ -83,6 +84,7 @@ func jobRun(args []string, io IO) int {
 	detach := fs.Bool("detach", false, "register and return without waiting for the placement")
 	check := fs.Bool("check", false, "check against the cluster and stop before registering")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the job to run")
+	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, to check gpushare.vc against its virtual clusters (\"\" to skip)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -96,7 +98,7 @@ func jobRun(args []string, io IO) int {
 		return 1
 	}
 	added := pin.AddGate(job)
-	findings := jobspecs.Lint(job, 0)
+	findings := append(jobspecs.Lint(job, 0), checkVC(job, *sched)...)
 	for _, f := range findings {
 		fmt.Fprintln(io.Err, f)
 	}
@@ -249,4 +251,24 @@ func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// checkVC checks the job's gpushare.vc against the virtual clusters the
+// scheduler at addr offers; a scheduler that does not answer gives a
+// warning, not an error.
+func checkVC(job *api.Job, addr string) []jobspecs.Finding {
+	named := false
+	for _, tg := range job.TaskGroups {
+		if r, err := pin.Request(job, *tg.Name, nil); err == nil && r.VC != "" {
+			named = true
+		}
+	}
+	if !named || addr == "" {
+		return nil
+	}
+	var vcs []jobspecs.VC
+	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/vcs", &vcs); err != nil {
+		return []jobspecs.Finding{{Severity: jobspecs.Warning, Message: fmt.Sprintf("%s not checked: the scheduler at %s did not answer (%v); pass -scheduler <its http_address>", pin.MetaVC, addr, err)}}
+	}
+	return jobspecs.CheckVC(job, vcs)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -83,6 +84,27 @@ type Leader struct {
 type VirtualCluster struct {
 	Name  string `hcl:"name,label"`
 	Cells []Cell `hcl:"cell,block"`
+	// Namespaces, when set, are the only Nomad namespaces whose jobs may
+	// claim this VC with gpushare.vc.
+	Namespaces []string `hcl:"namespaces,optional"`
+}
+
+// VC returns the virtual cluster of that name.
+func (c *Config) VC(name string) (VirtualCluster, bool) {
+	for _, v := range c.VCs {
+		if v.Name == name {
+			return v, true
+		}
+	}
+	return VirtualCluster{}, false
+}
+
+// Admits reports whether a job of namespace ns may claim the VC.
+func (v VirtualCluster) Admits(ns string) bool {
+	if ns == "" {
+		ns = "default"
+	}
+	return len(v.Namespaces) == 0 || slices.Contains(v.Namespaces, ns)
 }
 
 // Cell is Count cells of GPUs GPUs each (of one model, when set).
@@ -261,6 +283,11 @@ func (c *Config) Validate() error {
 		seen["vc:"+vc.Name] = true
 		if vc.Name == "" {
 			bad("virtual_cluster needs a name")
+		}
+		for _, ns := range vc.Namespaces {
+			if strings.TrimSpace(ns) == "" || ns == "*" {
+				bad("virtual_cluster %q: namespaces lists %q: name each namespace whose jobs may claim it", vc.Name, ns)
+			}
 		}
 		gpus := 0
 		for i, cell := range vc.Cells {

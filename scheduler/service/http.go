@@ -21,6 +21,7 @@ import (
 //	GET /v1/gpus            the GPU map
 //	GET /v1/jobs/<id>       each gpushare group's placement, or why it waits (?namespace=)
 //	GET /v1/groups          every group that waits or was refused for good, and why
+//	GET /v1/vcs             the virtual clusters jobs may name in gpushare.vc
 //	GET /metrics            Prometheus metrics
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -28,6 +29,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/gpus", s.handleGPUs)
 	mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
 	mux.HandleFunc("GET /v1/groups", s.handleGroups)
+	mux.HandleFunc("GET /v1/vcs", s.handleVCs)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -184,5 +186,20 @@ func (s *Service) handleGroups(w http.ResponseWriter, _ *http.Request) {
 	slices.SortFunc(out, func(a, b Waiting) int {
 		return strings.Compare(a.Namespace+"\x00"+a.Job+"\x00"+a.Group, b.Namespace+"\x00"+b.Job+"\x00"+b.Group)
 	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// VC is one entry of /v1/vcs: a virtual cluster jobs may name in
+// gpushare.vc, and the namespaces it admits (empty: all).
+type VC struct {
+	Name       string   `json:"name"`
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+func (s *Service) handleVCs(w http.ResponseWriter, _ *http.Request) {
+	out := make([]VC, 0, len(s.cfg.VCs))
+	for _, v := range s.cfg.VCs {
+		out = append(out, VC{Name: v.Name, Namespaces: v.Namespaces})
+	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
@@ -203,6 +204,10 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pas
 				pending[key] = err.Error()
 				continue
 			}
+			if why := s.vcRefusal(key, req.VC); why != "" {
+				pending[key] = why
+				continue
+			}
 			req.Avoid = g.Req.Avoid
 			g.Req = req
 			if !g.Repin {
@@ -220,6 +225,27 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pas
 		}
 	}
 	return groups, p, pending
+}
+
+// vcRefusal says why a group may not claim the virtual cluster it names
+// in gpushare.vc ("" when it may, or names none): the VC must be one this
+// scheduler has, and admit the group's namespace.
+func (s *Service) vcRefusal(k decide.Key, name string) string {
+	if name == "" {
+		return ""
+	}
+	vc, ok := s.cfg.VC(name)
+	if !ok {
+		names := s.cfg.VCNames()
+		if len(names) == 0 {
+			names = []string{"none"}
+		}
+		return fmt.Sprintf("%s = %q names no virtual cluster of this scheduler (it has: %s): remove it, or ask the operator to add it", pin.MetaVC, name, strings.Join(names, ", "))
+	}
+	if !vc.Admits(k.Namespace) {
+		return fmt.Sprintf("virtual cluster %q is bound to namespaces %s; a job of namespace %s cannot claim it: remove %s or run the job in one of those", name, strings.Join(vc.Namespaces, ", "), k.Namespace, pin.MetaVC)
+	}
+	return ""
 }
 
 // adopt reports whether an ungated, unpinned gpushare group needs placing:

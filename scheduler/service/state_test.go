@@ -2,11 +2,13 @@ package service
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"testing"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -110,4 +112,29 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 			must.StrNotContains(t, v, `"x"`)
 		}
 	}
+}
+
+// gpushare.vc must name a configured virtual cluster, and one bound to
+// namespaces admits only their jobs.
+func TestVirtualClusterClaims(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	for _, j := range []struct{ id, ns, vc string }{
+		{"unknown", "default", "nobody"}, {"outsider", "team-b", "research"}, {"member", "team-a", "research"},
+	} {
+		job := gated(j.id, 100)
+		job.Namespace = ptr(j.ns)
+		job.Meta[pin.MetaVC] = j.vc
+		f.put(job)
+	}
+	s := withConfig(t, f, func(c *config.Config) {
+		c.VCs = []config.VirtualCluster{{Name: "research", Namespaces: []string{"team-a"}, Cells: []config.Cell{{GPUs: 2, Count: 1}}}}
+	})
+	must.StrContains(t, s.pending[decide.Key{Namespace: "default", Job: "unknown", Group: "g"}], `gpushare.vc = "nobody" names no virtual cluster of this scheduler (it has: research)`)
+	must.StrContains(t, s.pending[decide.Key{Namespace: "team-b", Job: "outsider", Group: "g"}], `virtual cluster "research" is bound to namespaces team-a; a job of namespace team-b cannot claim it`)
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["unknown"]))
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["outsider"]))
+	must.SliceEmpty(t, pin.Gated(f.jobs["member"]))
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/vcs", nil))
+	must.StrContains(t, rr.Body.String(), `"namespaces": [`)
 }
