@@ -22,6 +22,13 @@ type Config struct {
 	ProductionMaxSlowdown float64 `hcl:"production_max_slowdown,optional"`
 	// HTTPAddress serves /v1/health, /v1/gpus, /v1/jobs/<id> and /metrics.
 	HTTPAddress string `hcl:"http_address,optional"`
+	// HTTPCertFile and HTTPKeyFile, when set, serve the HTTP API over TLS.
+	HTTPCertFile string `hcl:"http_cert_file,optional"`
+	HTTPKeyFile  string `hcl:"http_key_file,optional"`
+	// HTTPRequireToken makes the HTTP API (but /v1/health) require a Nomad
+	// ACL token that may read what is asked: jobs of the namespace for
+	// /v1/jobs and /v1/groups, nodes for /v1/gpus.
+	HTTPRequireToken bool `hcl:"http_require_token,optional"`
 	LogLevel    string `hcl:"log_level,optional"`
 	LogJSON     bool   `hcl:"log_json,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
@@ -216,6 +223,9 @@ func (c *Config) Merge(o *Config) {
 		c.ProductionMaxSlowdown = o.ProductionMaxSlowdown
 	}
 	str(&c.HTTPAddress, o.HTTPAddress)
+	str(&c.HTTPCertFile, o.HTTPCertFile)
+	str(&c.HTTPKeyFile, o.HTTPKeyFile)
+	c.HTTPRequireToken = c.HTTPRequireToken || o.HTTPRequireToken
 	str(&c.LogLevel, o.LogLevel)
 	c.LogJSON = c.LogJSON || o.LogJSON
 	str(&c.ResyncInterval, o.ResyncInterval)
@@ -259,6 +269,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.Nomad.ClientCert == "") != (c.Nomad.ClientKey == "") {
 		bad("nomad: client_cert and client_key go together")
+	}
+	if (c.HTTPCertFile == "") != (c.HTTPKeyFile == "") {
+		bad("http_cert_file and http_key_file go together")
 	}
 	if _, err := placement.New(c.Policy, placement.Options{}); err != nil {
 		bad("policy: %v", err)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -64,7 +65,11 @@ func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, h)
 }
 
-func (s *Service) handleGPUs(w http.ResponseWriter, _ *http.Request) {
+func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r, authScope{Nodes: true}); err != nil {
+		authFailed(w, err)
+		return
+	}
 	s.mu.Lock()
 	nodes := make([]*api.Node, 0, len(s.state.Nodes))
 	for _, n := range s.state.Nodes {
@@ -108,6 +113,10 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	if managed := s.namespaces(); !managed.has(ns) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf(
 			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
+		return
+	}
+	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
+		authFailed(w, err)
 		return
 	}
 	// the answer is built under the lock and written after it: a slow
@@ -168,7 +177,11 @@ type Waiting struct {
 
 // handleGroups lists the groups that wait or were refused for good, in
 // the managed namespaces, sorted.
-func (s *Service) handleGroups(w http.ResponseWriter, _ *http.Request) {
+func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
+		authFailed(w, ErrNoToken)
+		return
+	}
 	managed := s.namespaces()
 	s.mu.Lock()
 	out := make([]Waiting, 0, len(s.pending))
@@ -183,6 +196,25 @@ func (s *Service) handleGroups(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: st, Reason: why})
 	}
 	s.mu.Unlock()
+	// only the namespaces the caller's token may read
+	readable := map[string]error{}
+	kept := out[:0]
+	for _, g := range out {
+		err, seen := readable[g.Namespace]
+		if !seen {
+			err = s.authorize(r, authScope{Namespace: g.Namespace})
+			readable[g.Namespace] = err
+		}
+		switch {
+		case err == nil:
+			kept = append(kept, g)
+		case errors.Is(err, ErrForbidden):
+		default:
+			authFailed(w, err)
+			return
+		}
+	}
+	out = kept
 	slices.SortFunc(out, func(a, b Waiting) int {
 		return strings.Compare(a.Namespace+"\x00"+a.Job+"\x00"+a.Group, b.Namespace+"\x00"+b.Job+"\x00"+b.Group)
 	})

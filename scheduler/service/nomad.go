@@ -41,6 +41,8 @@ type nomadAPI interface {
 	// WriteVar writes them (no items: deletes the variable).
 	ReadVar(ctx context.Context, path string) (map[string]string, error)
 	WriteVar(ctx context.Context, path string, items map[string]string) error
+	// Authorize asks Nomad whether an ACL token may read scope (auth.go).
+	Authorize(ctx context.Context, token string, scope authScope) error
 }
 
 type nomadClient struct{ c *api.Client }

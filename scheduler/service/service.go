@@ -47,6 +47,8 @@ type Service struct {
 	// lastLockHold is how long the last pass held mu to read the model,
 	// lastStep how long it then took to decide (before any pin).
 	lastLockHold, lastStep time.Duration
+	// auth caches Nomad's answers about the HTTP API's callers' tokens.
+	auth authCache
 	// onStep, when set (tests), sees the actions of every step.
 	onStep func([]decide.Action)
 	// preempted allocations Nomad is stopping: their capacity is already
@@ -141,7 +143,13 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := srv.Serve(s.listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		var err error
+		if s.cfg.HTTPCertFile != "" {
+			err = srv.ServeTLS(s.listener, s.cfg.HTTPCertFile, s.cfg.HTTPKeyFile)
+		} else {
+			err = srv.Serve(s.listener)
+		}
+		if err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "error", err)
 		}
 	}()

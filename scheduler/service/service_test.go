@@ -5,6 +5,7 @@ import (
 	"errors"
 	"maps"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +41,8 @@ type fakeNomad struct {
 	// hangJob, those of one job only.
 	hang    bool
 	hangJob string
+	// tokens are the ACL tokens Nomad knows (nil: ACLs off); see Authorize.
+	tokens map[string][]string
 	// vars are the Nomad Variables written, by path.
 	vars      map[string]map[string]string
 	varWrites int
@@ -143,6 +146,26 @@ func (f *fakeNomad) Stream(ctx context.Context, index uint64, namespace string) 
 	}
 }
 func (f *fakeNomad) Client() *api.Client { return nil }
+
+// Authorize: with tokens set, a token may read the namespaces it lists
+// ("*": all; "nodes": nodes).
+func (f *fakeNomad) Authorize(_ context.Context, token string, scope authScope) error {
+	if f.tokens == nil {
+		return nil
+	}
+	allowed, ok := f.tokens[token]
+	if !ok {
+		return ErrBadToken
+	}
+	want := scope.Namespace
+	if scope.Nodes {
+		want = "nodes"
+	}
+	if !slices.Contains(allowed, want) && !slices.Contains(allowed, "*") {
+		return ErrForbidden
+	}
+	return nil
+}
 
 func (f *fakeNomad) ReadVar(_ context.Context, path string) (map[string]string, error) {
 	return maps.Clone(f.vars[path]), nil

@@ -1,0 +1,136 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// The HTTP API can require a Nomad ACL token (http_require_token): the
+// caller's token must be one Nomad knows (else 401) and may read what is
+// asked (else 403): the jobs of the namespace for /v1/jobs/<id>, the jobs
+// of each namespace listed for /v1/groups, nodes for /v1/gpus. Nomad
+// answers the question, with the caller's token; answers are kept for
+// authTTL. /v1/health and /metrics stay open (probes and scrapers); they
+// name no job.
+
+// Errors of authorize.
+var (
+	ErrNoToken   = errors.New("this API needs a Nomad ACL token (X-Nomad-Token header or Authorization: Bearer)")
+	ErrBadToken  = errors.New("Nomad does not know this ACL token")
+	ErrForbidden = errors.New("this ACL token may not read it")
+)
+
+// authScope is what a caller asks to read: the jobs of a namespace, or
+// nodes (Namespace "").
+type authScope struct {
+	Namespace string
+	Nodes     bool
+}
+
+const authTTL = 30 * time.Second
+
+type authCache struct {
+	mu      sync.Mutex
+	answers map[string]authAnswer
+}
+
+type authAnswer struct {
+	err error
+	at  time.Time
+}
+
+func tokenOf(r *http.Request) string {
+	if t := r.Header.Get("X-Nomad-Token"); t != "" {
+		return t
+	}
+	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		return strings.TrimSpace(t)
+	}
+	return ""
+}
+
+// authorize checks that the request's token may read scope; nil when
+// tokens are not required.
+func (s *Service) authorize(r *http.Request, scope authScope) error {
+	if !s.cfg.HTTPRequireToken {
+		return nil
+	}
+	tok := tokenOf(r)
+	if tok == "" {
+		return ErrNoToken
+	}
+	key := tok + "\x00" + scope.Namespace
+	if scope.Nodes {
+		key += "\x00nodes"
+	}
+	s.auth.mu.Lock()
+	if a, ok := s.auth.answers[key]; ok && time.Since(a.at) < authTTL {
+		s.auth.mu.Unlock()
+		return a.err
+	}
+	s.auth.mu.Unlock()
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	err := s.nomad.Authorize(ctx, tok, scope)
+	if err != nil && !errors.Is(err, ErrBadToken) && !errors.Is(err, ErrForbidden) {
+		return err // Nomad did not answer: not cached
+	}
+	s.auth.mu.Lock()
+	if s.auth.answers == nil || len(s.auth.answers) > 10000 {
+		s.auth.answers = map[string]authAnswer{}
+	}
+	s.auth.answers[key] = authAnswer{err: err, at: time.Now()}
+	s.auth.mu.Unlock()
+	return err
+}
+
+// authFailed writes the answer for a failed authorize.
+func authFailed(w http.ResponseWriter, err error) {
+	code := http.StatusServiceUnavailable
+	switch {
+	case errors.Is(err, ErrNoToken), errors.Is(err, ErrBadToken):
+		code = http.StatusUnauthorized
+	case errors.Is(err, ErrForbidden):
+		code = http.StatusForbidden
+	}
+	writeJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// Authorize asks Nomad, with the caller's token, whether it may read
+// scope: the token itself (401 from Nomad: ErrBadToken), then a one-item
+// listing of what the scope covers (403: ErrForbidden).
+func (n nomadClient) Authorize(ctx context.Context, token string, scope authScope) error {
+	q := func(ns string) *api.QueryOptions {
+		return (&api.QueryOptions{AuthToken: token, Namespace: ns, PerPage: 1}).WithContext(ctx)
+	}
+	if _, _, err := n.c.ACLTokens().Self(q("")); err != nil {
+		if isForbidden(err) || isStatus(err, http.StatusUnauthorized) || isNotFound(err) {
+			return ErrBadToken
+		}
+		if !isStatus(err, http.StatusBadRequest) { // ACLs disabled: every token reads everything
+			return err
+		}
+		return nil
+	}
+	var err error
+	if scope.Nodes {
+		_, _, err = n.c.Nodes().List(q(""))
+	} else {
+		_, _, err = n.c.Jobs().List(q(scope.Namespace))
+	}
+	if isForbidden(err) {
+		return ErrForbidden
+	}
+	return err
+}
+
+func isStatus(err error, code int) bool {
+	var ue api.UnexpectedResponseError
+	return errors.As(err, &ue) && ue.StatusCode() == code
+}

@@ -1,0 +1,136 @@
+package service
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// With http_require_token the API answers only callers whose Nomad ACL
+// token may read what they ask: 401 without a token Nomad knows, 403 for
+// a namespace (or the nodes) the token may not read.
+func TestHTTPRequiresAToken(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{},
+		tokens: map[string][]string{"ops": {"*"}, "team-a": {"team-a"}, "nodes": {"nodes"}}}
+	for _, j := range []struct{ id, ns string }{{"a1", "team-a"}, {"b1", "team-b"}} {
+		job := gated(j.id, 1600) // never fits: both wait
+		job.Namespace = ptr(j.ns)
+		f.put(job)
+	}
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = true })
+	get := func(path, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("GET", path, nil)
+		if token != "" {
+			req.Header.Set("X-Nomad-Token", token)
+		}
+		rr := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rr, req)
+		return rr
+	}
+	cases := []struct {
+		path, token string
+		code        int
+	}{
+		{"/v1/jobs/a1?namespace=team-a", "", 401},
+		{"/v1/jobs/a1?namespace=team-a", "bogus", 401},
+		{"/v1/jobs/a1?namespace=team-a", "team-a", 200},
+		{"/v1/jobs/b1?namespace=team-b", "team-a", 403},
+		{"/v1/jobs/b1?namespace=team-b", "ops", 200},
+		{"/v1/gpus", "team-a", 403},
+		{"/v1/gpus", "nodes", 200},
+		{"/v1/groups", "", 401},
+		{"/v1/groups", "bogus", 401},
+		{"/v1/health", "", 200},
+	}
+	for _, c := range cases {
+		rr := get(c.path, c.token)
+		must.EqOp(t, c.code, rr.Code, must.Sprintf("GET %s with token %q: %s", c.path, c.token, rr.Body.String()))
+	}
+	var groups []Waiting
+	must.NoError(t, json.Unmarshal(get("/v1/groups", "team-a").Body.Bytes(), &groups))
+	must.SliceLen(t, 1, groups) // only team-a's
+	must.EqOp(t, "team-a", groups[0].Namespace)
+	req := httptest.NewRequest("GET", "/v1/jobs/a1?namespace=team-a", nil)
+	req.Header.Set("Authorization", "Bearer team-a")
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, req)
+	must.EqOp(t, 200, rr.Code)
+}
+
+// With http_cert_file and http_key_file the API is served over TLS.
+func TestHTTPServesTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSigned(t, dir)
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	cfg := config.Default()
+	cfg.HTTPAddress = "127.0.0.1:0"
+	cfg.HTTPCertFile, cfg.HTTPKeyFile = certFile, keyFile
+	must.NoError(t, cfg.Validate())
+	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
+	must.NoError(t, err)
+	s.newLocker = func() (locker, error) {
+		return &fakeLocker{acquire: fmt.Errorf("acquire conflict %w", api.ErrLockConflict)}, nil
+	}
+	addr, err := s.Listen()
+	must.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = s.Run(ctx)
+	}()
+	defer func() { cancel(); <-done }()
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Get("https://" + addr + "/v1/vcs")
+	must.NoError(t, err)
+	resp.Body.Close()
+	must.EqOp(t, 200, resp.StatusCode)
+	plain, err := http.Get("http://" + addr + "/v1/vcs")
+	if err == nil {
+		plain.Body.Close()
+		must.EqOp(t, http.StatusBadRequest, plain.StatusCode) // Go answers plain HTTP on a TLS port with 400
+	}
+}
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	must.NoError(t, err)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "gpushare test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, IsCA: true, BasicConstraintsValid: true}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	must.NoError(t, err)
+	kb, err := x509.MarshalECPrivateKey(key)
+	must.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	must.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	must.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	must.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
