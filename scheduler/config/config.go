@@ -28,9 +28,9 @@ type Config struct {
 	// HTTPRequireToken makes the HTTP API (but /v1/health) require a Nomad
 	// ACL token that may read what is asked: jobs of the namespace for
 	// /v1/jobs and /v1/groups, nodes for /v1/gpus.
-	HTTPRequireToken bool `hcl:"http_require_token,optional"`
-	LogLevel    string `hcl:"log_level,optional"`
-	LogJSON     bool   `hcl:"log_json,optional"`
+	HTTPRequireToken bool   `hcl:"http_require_token,optional"`
+	LogLevel         string `hcl:"log_level,optional"`
+	LogJSON          bool   `hcl:"log_json,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
 	ResyncInterval string `hcl:"resync_interval,optional"`
 	// ObserveInterval is how often the device stats of allocations running
