@@ -211,6 +211,9 @@ func carryPins(client *api.Client, job *api.Job) []string {
 			d.Placements = append(d.Placements, p)
 		}
 		if _, err := pin.Pin(job, group, d); err == nil {
+			// the scheduler's signed placement, as it wrote it
+			tg, was := pin.Group(job, group), pin.Group(old, group)
+			tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature] = was.Meta[pin.MetaPlacement], was.Meta[pin.MetaSignature]
 			carried = append(carried, group)
 		}
 	}

@@ -40,8 +40,8 @@ namespace "default" {
   variables {
     # the leader lock (leader.variable_path, default gpushare/leader):
     # acquire, renew and release (PUT /v1/var/:path?lock-*) are "write";
-    # the scheduler's records under gpushare/state/ (placements it wrote,
-    # pending reasons, learned profiles, preemptions): "read" by every
+    # the scheduler's records under gpushare/state/ (the key it signs its
+    # placements with, pending reasons, learned profiles, preemptions): "read" by every
     # replica, "write" by the leader, "destroy" when a record empties
     # (Nomad's "read" includes listing). Nothing outside gpushare/.
     path "gpushare/*" {

@@ -96,7 +96,7 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 	if !ok || s.Trust == nil {
 		return rec, ok
 	}
-	if tg := pin.Group(job, group); tg == nil || !s.Trust(KeyOf(job, group), tg.Meta[pin.MetaPlacement]) {
+	if tg := pin.Group(job, group); tg == nil || !s.Trust(KeyOf(job, group), tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature]) {
 		return nil, false
 	}
 	return rec, true

@@ -46,7 +46,7 @@ type State struct {
 	// Trust, when set, decides whether a group's gpushare.placement meta
 	// counts: only placements the scheduler wrote do (a user may write the
 	// meta by hand).
-	Trust func(k decide.Key, placement string) bool
+	Trust func(k decide.Key, placement, signature string) bool
 }
 
 // New returns an empty state.

@@ -25,6 +25,10 @@ const (
 	// queue.ResponseRatio).
 	MetaExpected  = "gpushare.expected_runtime"
 	MetaPlacement = "gpushare.placement"
+	// MetaSignature signs gpushare.placement: the scheduler's HMAC of the
+	// group and the placement, so that a placement written by hand counts
+	// for nothing.
+	MetaSignature = "gpushare.signature"
 )
 
 // ApplyMeta fills r's VC, class and profile from job or group meta. Named

@@ -77,6 +77,7 @@ func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
 		tg.Meta = map[string]string{}
 	}
 	tg.Meta[MetaPlacement] = string(b)
+	delete(tg.Meta, MetaSignature) // the caller signs the new placement
 	return rec, nil
 }
 
@@ -95,6 +96,7 @@ func Unpin(job *api.Job, group string) {
 		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
 	}
 	delete(tg.Meta, MetaPlacement)
+	delete(tg.Meta, MetaSignature)
 }
 
 // Pinned reports whether the group carries a gpushare pin.

@@ -90,7 +90,11 @@ func (s *Service) campaign(ctx context.Context) {
 		// profiles, placements it wrote)
 		if time.Since(loaded) >= reasonsEvery {
 			loaded = time.Now()
-			if err := s.loadState(ctx, true); err != nil && ctx.Err() == nil {
+			err := s.loadSecret(ctx, false)
+			if err == nil {
+				err = s.loadState(ctx, true)
+			}
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("cannot read the leader's records from Nomad Variables", "error", err)
 			}
 		}

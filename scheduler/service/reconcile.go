@@ -411,6 +411,12 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	if err != nil {
 		return err
 	}
+	s.mu.Lock()
+	if s.secret != nil { // signed in the same registration: the pin is the record
+		tg := pin.Group(job, a.Group.Group)
+		tg.Meta[pin.MetaSignature] = sign(s.secret, a.Group, tg.Meta[pin.MetaPlacement])
+	}
+	s.mu.Unlock()
 	index := uint64(0)
 	if orig.JobModifyIndex != nil {
 		index = *orig.JobModifyIndex
@@ -418,9 +424,6 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	if err := s.mayWrite(); err != nil {
 		return err
 	}
-	s.mu.Lock()
-	s.pinDigests[a.Group] = digest(pin.Group(job, a.Group.Group).Meta[pin.MetaPlacement]) // before Nomad echoes it
-	s.mu.Unlock()
 	s.metrics.pinRequests.Inc()
 	rctx, cancel := s.request(ctx)
 	defer cancel()
@@ -488,7 +491,6 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 		for _, id := range ids {
 			s.preempted[id] = s.now()
 		}
-		delete(s.pinDigests, t)
 		s.mu.Unlock()
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",

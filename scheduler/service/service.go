@@ -37,8 +37,8 @@ type Service struct {
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
 	retries map[decide.Key]retry     // groups whose pin failed, until their retry
-	// pinDigests are the placements the service wrote, by group (state.go).
-	pinDigests   map[decide.Key]string
+	// secret signs the placements the service writes (state.go).
+	secret       []byte
 	stateLoaded  bool
 	saved        map[string]string // variable path -> hash of what was last written
 	reasonsSaved time.Time
@@ -107,7 +107,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, retries: map[decide.Key]retry{},
-		pinDigests: map[decide.Key]string{}, saved: map[string]string{}, preempted: map[string]time.Time{},
+		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
 	}
@@ -181,7 +181,10 @@ func (s *Service) lead(ctx context.Context) error {
 	}()
 	s.log.Info("became leader: placing gated jobs")
 	for {
-		err := s.loadState(ctx, true)
+		err := s.loadSecret(ctx, true)
+		if err == nil {
+			err = s.loadState(ctx, true)
+		}
 		if err == nil {
 			break
 		}

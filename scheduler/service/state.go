@@ -2,6 +2,8 @@ package service
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
-	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 )
 
@@ -22,9 +23,11 @@ import (
 // gpushare/state/ (the leader writes them, every replica reads them), so
 // that a failover or a restart keeps them:
 //
-//   - pins-<i>: a digest of every gpushare.placement the service wrote, by
-//     group. A placement in a job's meta counts only when it matches: a
-//     user who writes the meta by hand holds no shares;
+//   - secret: the key the service signs the placements it writes with
+//     (gpushare.signature, an HMAC of the group and the placement, written
+//     in the same registration as the pin). A placement counts only with a
+//     valid signature: a user who writes the meta by hand holds no shares,
+//     and one copied from another group does not verify;
 //   - reasons-<i>: why each group waits, or was refused for good;
 //   - learned: the interference profiles learned from groups running alone;
 //   - preempted: allocations being stopped for a guaranteed group.
@@ -41,20 +44,57 @@ const (
 	reasonsEvery = 10 * time.Second
 )
 
-// digest is what the service remembers of a placement it wrote.
-func digest(placement string) string {
-	h := sha256.Sum256([]byte(placement))
-	return hex.EncodeToString(h[:12])
+// sign is the signature of group k's placement.
+func sign(secret []byte, k decide.Key, placement string) string {
+	m := hmac.New(sha256.New, secret)
+	fmt.Fprintf(m, "%s\x00%s\x00%s\x00%s", k.Namespace, k.Job, k.Group, placement)
+	return hex.EncodeToString(m.Sum(nil))
 }
 
 // trusted reports whether a group's placement meta is one the service
-// wrote (every placement counts until the records are loaded, and in
-// tests that never load them).
-func (s *Service) trusted(k decide.Key, placement string) bool {
-	if !s.stateLoaded {
-		return true
+// wrote: its signature verifies (every placement counts until the secret
+// is loaded, and in tests that never load it). The caller holds s.mu.
+func (s *Service) trusted(k decide.Key, placement, signature string) bool {
+	if s.secret == nil {
+		return !s.stateLoaded
 	}
-	return s.pinDigests[k] == digest(placement)
+	return hmac.Equal([]byte(signature), []byte(sign(s.secret, k, placement)))
+}
+
+// loadSecret reads the signing key, creating it when the scheduler has
+// none yet (create: only a leader does).
+func (s *Service) loadSecret(ctx context.Context, create bool) error {
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	items, err := s.nomad.ReadVar(rctx, statePrefix+"secret")
+	if err != nil {
+		return fmt.Errorf("read the scheduler's signing key at %ssecret: %w", statePrefix, err)
+	}
+	key, err := hex.DecodeString(items["key"])
+	if err == nil && len(key) >= 32 {
+		s.mu.Lock()
+		s.secret = key
+		s.mu.Unlock()
+		return nil
+	}
+	if !create {
+		return nil
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	if err := s.mayWrite(); err != nil {
+		return err
+	}
+	if err := s.nomad.WriteVar(rctx, statePrefix+"secret", map[string]string{"key": hex.EncodeToString(key)}); err != nil {
+		return fmt.Errorf("write the scheduler's signing key at %ssecret: %w", statePrefix, err)
+	}
+	s.log.Info("made the key that signs the placements this scheduler writes", "variable", statePrefix+"secret")
+	s.mu.Lock()
+	s.secret = key
+	s.mu.Unlock()
+	return nil
 }
 
 func shardOf(k decide.Key) int {
@@ -90,18 +130,7 @@ func (s *Service) saveState(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	exists := func(k decide.Key) bool { return s.state.Jobs[model.JobKey(k.Namespace, k.Job)] != nil }
 	vars := map[string]map[string]string{}
-	for i := range shards {
-		vars[fmt.Sprintf("%spins-%02d", statePrefix, i)] = map[string]string{}
-	}
-	for _, k := range slices.SortedFunc(maps.Keys(s.pinDigests), compareKeys) {
-		if !exists(k) {
-			delete(s.pinDigests, k)
-			continue
-		}
-		add(vars[fmt.Sprintf("%spins-%02d", statePrefix, shardOf(k))], itemKey(k), groupItem(k, s.pinDigests[k]))
-	}
 	if now := s.now(); now.Sub(s.reasonsSaved) >= reasonsEvery {
 		s.reasonsSaved = now
 		for i := range shards {
@@ -216,28 +245,17 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 		seen[path] = hashItems(items)
 		return items, nil
 	}
-	pins := map[decide.Key]string{}
 	reasons := map[decide.Key]string{}
-	for i := range shards {
-		items, err := read(fmt.Sprintf("%spins-%02d", statePrefix, i))
-		if err != nil {
-			return err
-		}
-		for _, v := range items {
-			if k, f, ok := parseGroupItem(v); ok {
-				pins[k] = f[0]
+	if withReasons {
+		for i := range shards {
+			items, err := read(fmt.Sprintf("%sreasons-%02d", statePrefix, i))
+			if err != nil {
+				return err
 			}
-		}
-		if !withReasons {
-			continue
-		}
-		items, err = read(fmt.Sprintf("%sreasons-%02d", statePrefix, i))
-		if err != nil {
-			return err
-		}
-		for _, v := range items {
-			if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
-				reasons[k] = f[1]
+			for _, v := range items {
+				if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
+					reasons[k] = f[1]
+				}
 			}
 		}
 	}
@@ -252,9 +270,6 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.Copy(s.saved, seen) // what is there need not be written again
-	for k, d := range pins {
-		s.pinDigests[k] = d
-	}
 	if withReasons {
 		s.pending = reasons
 	}

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"fmt"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -25,6 +24,7 @@ func loadedService(t *testing.T, f *fakeNomad) *Service {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.loadSecret(t.Context(), true))
 	must.NoError(t, s.loadState(t.Context(), true))
 	return s
 }
@@ -103,15 +103,28 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 	next.state.DeleteJob("default", "x")
 	next.mu.Unlock()
 	next.saveState(t.Context())
-	must.MapNotContainsKey(t, next.pinDigests, key("x"))
 	for _, v := range f.vars["gpushare/state/learned"] {
 		must.StrNotContains(t, v, "default/x/g")
 	}
-	for i := range shards {
-		for _, v := range f.vars[fmt.Sprintf("gpushare/state/pins-%02d", i)] {
-			must.StrNotContains(t, v, `"x"`)
-		}
-	}
+}
+
+// A signed placement copied onto another job does not verify: the
+// signature covers the group.
+func TestCopiedPlacementDoesNotVerify(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	x := f.jobs["x"]
+	must.NotEq(t, "", x.TaskGroups[0].Meta[pin.MetaSignature])
+	_, ok := s.state.Record(x, "g")
+	must.True(t, ok)
+	copied := gated("y", 25)
+	copied.TaskGroups[0].Constraints = x.TaskGroups[0].Constraints
+	copied.TaskGroups[0].Meta = x.TaskGroups[0].Meta
+	f.put(copied)
+	_, ok = s.state.Record(f.jobs["y"], "g")
+	must.False(t, ok)
 }
 
 // gpushare.vc must name a configured virtual cluster, and one bound to
