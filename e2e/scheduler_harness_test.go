@@ -41,6 +41,9 @@ type env struct {
 	fixtures map[string]string
 	// nomadHCL is more of the schedulers' nomad block (token, TLS files).
 	nomadHCL string
+	// nomadAddr, when set, is the address the schedulers reach Nomad at
+	// (a fault proxy).
+	nomadAddr string
 }
 
 func newEnv(t *testing.T) *env {
@@ -90,8 +93,12 @@ type scheduler struct {
 func (e *env) startScheduler(name, extra string) *scheduler {
 	e.t.Helper()
 	port := freePort(e.t)
+	addr := e.c.Address()
+	if e.nomadAddr != "" {
+		addr = e.nomadAddr
+	}
 	cfg := fmt.Sprintf("nomad {\n  address = %q\n%s}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = \"trace\"\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
-		e.c.Address(), e.nomadHCL, port, extra)
+		addr, e.nomadHCL, port, extra)
 	path := filepath.Join(e.dir, name+".hcl")
 	must.NoError(e.t, os.WriteFile(path, []byte(cfg), 0o644))
 	p, err := devcluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)
@@ -204,19 +211,7 @@ func (e *env) running(id string, n int, timeout time.Duration) []*api.Allocation
 	e.t.Helper()
 	var out []*api.Allocation
 	e.eventually(timeout, fmt.Sprintf("%d running allocation(s) of %s", n, id), func() bool {
-		out = out[:0]
-		stubs, _, err := e.nomad.Jobs().Allocations(id, false, nil)
-		if err != nil {
-			return false
-		}
-		for _, s := range stubs {
-			if s.ClientStatus == "running" && s.DesiredStatus == "run" {
-				a, _, err := e.nomad.Allocations().Info(s.ID, nil)
-				if err == nil {
-					out = append(out, a)
-				}
-			}
-		}
+		out = e.runningNow(id)
 		return len(out) == n
 	})
 	return out

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/hashicorp/nomad/api"
@@ -56,7 +57,12 @@ func q(ctx context.Context, namespace string) *api.QueryOptions {
 }
 
 func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
-	stubs, meta, err := n.c.Nodes().List(q(ctx, ""))
+	var stubs []*api.NodeListStub
+	var meta *api.QueryMeta
+	err := retried(ctx, func() (err error) {
+		stubs, meta, err = n.c.Nodes().List(q(ctx, ""))
+		return err
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -75,12 +81,21 @@ func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
 }
 
 func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
-	node, _, err := n.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	var node *api.Node
+	err := retried(ctx, func() (err error) {
+		node, _, err = n.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+		return err
+	})
 	return node, err
 }
 
 func (n nomadClient) Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error) {
-	stubs, meta, err := n.c.Jobs().List(q(ctx, namespace))
+	var stubs []*api.JobListStub
+	var meta *api.QueryMeta
+	err := retried(ctx, func() (err error) {
+		stubs, meta, err = n.c.Jobs().List(q(ctx, namespace))
+		return err
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -99,14 +114,23 @@ func (n nomadClient) Jobs(ctx context.Context, namespace string) ([]*api.Job, ui
 }
 
 func (n nomadClient) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
-	job, _, err := n.c.Jobs().Info(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+	var job *api.Job
+	err := retried(ctx, func() (err error) {
+		job, _, err = n.c.Jobs().Info(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
+		return err
+	})
 	return job, err
 }
 
 func (n nomadClient) Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error) {
 	qo := q(ctx, namespace)
 	qo.Params = map[string]string{"resources": "true"}
-	stubs, meta, err := n.c.Allocations().List(qo)
+	var stubs []*api.AllocationListStub
+	var meta *api.QueryMeta
+	err := retried(ctx, func() (err error) {
+		stubs, meta, err = n.c.Allocations().List(qo)
+		return err
+	})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -118,7 +142,11 @@ func (n nomadClient) Allocs(ctx context.Context, namespace string) ([]*api.Alloc
 }
 
 func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, error) {
-	a, _, err := n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+	var a *api.Allocation
+	err := retried(ctx, func() (err error) {
+		a, _, err = n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
+		return err
+	})
 	return a, err
 }
 
@@ -192,4 +220,36 @@ func (n nomadClient) WriteVar(ctx context.Context, path string, items map[string
 	}
 	_, _, err := n.c.Variables().Create(&api.Variable{Path: path, Items: items}, wo)
 	return err
+}
+
+// retried runs an idempotent read again when Nomad failed to answer it (a
+// 5xx, a dropped connection), up to 5 times with backoff from 100ms: a full
+// listing makes hundreds of reads, and one failure among them would
+// otherwise throw the whole listing away. Answers that say no (404, 403)
+// are final.
+func retried(ctx context.Context, read func() error) error {
+	wait := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err := read()
+		if err == nil || attempt == 5 || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+// transient reports whether a failed read is worth trying again.
+func transient(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode() >= 500 || ue.StatusCode() == http.StatusTooManyRequests
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
 }

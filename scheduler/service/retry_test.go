@@ -1,6 +1,7 @@
 package service
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -83,4 +84,22 @@ func TestBlockedPinDoesNotStopOthers(t *testing.T) {
 	must.SliceEmpty(t, pin.Gated(f.jobs["free"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["stuck"]))
 	must.StrContains(t, s.pending[key("stuck")], "deadline exceeded")
+}
+
+func TestRetriedReads(t *testing.T) {
+	calls := 0
+	err := retried(t.Context(), func() error {
+		calls++
+		if calls < 3 {
+			return errors.New("connection reset by peer")
+		}
+		return nil
+	})
+	must.NoError(t, err)
+	must.Eq(t, 3, calls)
+	calls = 0
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	must.Error(t, retried(ctx, func() error { calls++; return errors.New("down") }))
+	must.Eq(t, 1, calls)
 }
