@@ -70,17 +70,18 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 				continue
 			}
 			key := KeyOf(job, *tg.Name)
-			kept := 0
+			free := 0 // pinned shares no allocation holds
 			for _, h := range holds(key, rec, snap.InUse, r, missing, snap) {
+				free += len(h.Shares)
 				if err := snap.AddAlloc(h); err != nil {
+					// CPU or memory: Nomad places it once they free
 					problems = append(problems, fmt.Sprintf("hold for %s: %v", r.ID, err))
 					continue
 				}
 				heldFor[h.ID] = key
-				kept += len(h.Shares)
 			}
-			if kept < missing*r.Shares {
-				short[key] = true
+			if free < missing*r.Shares {
+				short[key] = true // another allocation took pinned shares
 			}
 		}
 	}
@@ -93,8 +94,10 @@ type Built struct {
 	// HeldFor names the group of each hold in the snapshot.
 	HeldFor map[string]decide.Key
 	// Short are pinned groups missing allocations whose pinned shares are
-	// no longer all free (another allocation took some, or their node or
-	// GPU is gone): Nomad cannot place them where they are pinned.
+	// no longer all free (another allocation took some, or their node is
+	// gone): Nomad cannot place them where they are pinned. A hold that
+	// does not fit the node's CPU or memory does not make a group short:
+	// Nomad places it once they free.
 	Short map[decide.Key]bool
 	// Problems are what could not be modelled, for the log.
 	Problems []string
