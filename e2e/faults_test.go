@@ -140,6 +140,8 @@ func TestSchedulerUnderFaults(t *testing.T) {
 		must.EqOp(t, uint64(1), *job.Version, must.Sprintf("job %s pinned once", *job.ID))
 		_, pinned := pin.ParseRecord(job, "g")
 		must.True(t, pinned)
+		// the pin changed nothing else: the task still asks for 16 MiB
+		must.EqOp(t, 16, *job.TaskGroups[0].Tasks[0].Resources.MemoryMB)
 	}
 	checkShares(t, e)
 

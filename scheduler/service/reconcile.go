@@ -403,9 +403,19 @@ func orDefault(ns string) string {
 // decided, enforcing the job's modify index so a concurrent edit is never
 // overwritten.
 func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) error {
-	job, err := copyJob(orig)
+	// the job as Nomad's HTTP API gives it, to register again unchanged but
+	// for the pin; a newer version than the one decided on is a conflict
+	rctx, cancel := s.request(ctx)
+	job, err := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job)
+	cancel()
 	if err != nil {
-		return err
+		return fmt.Errorf("reading job %s: %w", a.Group.Job, err)
+	}
+	if orig.JobModifyIndex != nil && job.JobModifyIndex != nil && *job.JobModifyIndex != *orig.JobModifyIndex {
+		s.mu.Lock()
+		s.state.PutJob(job)
+		s.mu.Unlock()
+		return fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
 	}
 	rec, err := pin.Pin(job, a.Group.Group, a.Decision)
 	if err != nil {
@@ -425,7 +435,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		return err
 	}
 	s.metrics.pinRequests.Inc()
-	rctx, cancel := s.request(ctx)
+	rctx, cancel = s.request(ctx)
 	defer cancel()
 	err = s.nomad.Register(rctx, job, index)
 	if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {

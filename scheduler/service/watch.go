@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -149,7 +150,7 @@ func (s *Service) apply(ctx context.Context, evs *api.Events, ns namespaces, cov
 
 func (s *Service) applyJob(e api.Event, ns namespaces) error {
 	if e.Type == "JobDeregistered" {
-		job, purged, err := e.DeregisteredJob()
+		job, purged, err := eventJob(e)
 		if err != nil {
 			return fmt.Errorf("decode the deregistered job %s: %w", e.Key, err)
 		}
@@ -171,7 +172,7 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 		s.mu.Unlock()
 		return nil
 	}
-	job, err := e.Job()
+	job, _, err := eventJob(e)
 	if err != nil {
 		return fmt.Errorf("decode job %s: %w", e.Key, err)
 	}
@@ -219,7 +220,7 @@ func malformed(job *api.Job) string {
 }
 
 func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) error {
-	a, err := e.Allocation()
+	a, err := eventAlloc(e)
 	if err != nil {
 		return fmt.Errorf("decode allocation %s: %w", e.Key, err)
 	}
@@ -312,4 +313,39 @@ func (s *Service) relist(ctx context.Context, ns namespaces) (uint64, error) {
 		"index", l.Index(), "previous_index", prev, "kept_newer", st.Kept, "removed", st.Removed, "namespaces", ns.String())
 	s.markDirty()
 	return l.Index(), nil
+}
+
+// eventJob decodes an event's job as the HTTP API's JSON would be. The
+// api package decodes payloads with mapstructure, whose tags (memory,
+// memory_max, cores, ...) do not match the payload's keys (MemoryMB, ...):
+// such a job has lost its memory request, and a pin that registered it
+// again would silently give every task Nomad's default 300 MiB.
+func eventJob(e api.Event) (*api.Job, bool, error) {
+	var job *api.Job
+	if err := fromPayload(e, "Job", &job); err != nil {
+		return nil, false, err
+	}
+	deleted, _ := e.Payload["Deleted"].(bool)
+	return job, deleted, nil
+}
+
+// eventAlloc decodes an event's allocation as eventJob does its job.
+func eventAlloc(e api.Event) (*api.Allocation, error) {
+	var a *api.Allocation
+	return a, fromPayload(e, "Allocation", &a)
+}
+
+func fromPayload(e api.Event, key string, out any) error {
+	raw, ok := e.Payload[key]
+	if !ok {
+		return nil
+	}
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return fmt.Errorf("%s payload: %w", key, err)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s payload: %w", key, err)
+	}
+	return nil
 }

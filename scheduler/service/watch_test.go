@@ -258,3 +258,27 @@ func TestWatchRelistOlderThanEventsDoesNotRollBack(t *testing.T) {
 	must.NotNil(t, w.job("default/fresh"))
 	must.Nil(t, w.job("default/purged"))
 }
+
+// A job or allocation from an event keeps every field the HTTP API would
+// give (api's own decoding drops MemoryMB, whose mapstructure tag is
+// "memory"): a pin registers the job again, and a job without its memory
+// request would get Nomad's default 300 MiB.
+func TestEventPayloadsKeepEveryField(t *testing.T) {
+	job := gated("big-memory", 25)
+	job.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(16384)
+	job.TaskGroups[0].Tasks[0].Resources.MemoryMaxMB = ptr(32768)
+	job.SubmitTime = ptr(int64(1763910123456789000))
+	b, err := json.Marshal(map[string]any{"Job": job})
+	must.NoError(t, err)
+	var payload map[string]any
+	must.NoError(t, json.Unmarshal(b, &payload))
+	e := api.Event{Topic: api.TopicJob, Type: "JobRegistered", Payload: payload}
+	lossy, err := e.Job()
+	must.NoError(t, err)
+	must.Nil(t, lossy.TaskGroups[0].Tasks[0].Resources.MemoryMB) // why eventJob exists
+	got, _, err := eventJob(e)
+	must.NoError(t, err)
+	must.Eq(t, 16384, *got.TaskGroups[0].Tasks[0].Resources.MemoryMB)
+	must.Eq(t, 32768, *got.TaskGroups[0].Tasks[0].Resources.MemoryMaxMB)
+	must.Eq(t, "big-memory", *got.ID)
+}
