@@ -224,6 +224,17 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pas
 			groups = append(groups, g)
 		}
 	}
+	// forget what concerned groups whose job is gone
+	for k := range s.refused {
+		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
+			delete(s.refused, k)
+		}
+	}
+	for k := range s.retries {
+		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
+			delete(s.retries, k)
+		}
+	}
 	return groups, p, pending
 }
 

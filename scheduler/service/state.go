@@ -157,6 +157,8 @@ func (s *Service) saveState(ctx context.Context) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.state.Learned)) {
 		if !wanted[id] {
+			delete(s.state.Learned, id) // its job is gone
+			delete(s.observations, id)
 			continue
 		}
 		p := s.state.Learned[id]

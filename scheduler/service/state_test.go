@@ -151,3 +151,30 @@ func TestVirtualClusterClaims(t *testing.T) {
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/vcs", nil))
 	must.StrContains(t, rr.Body.String(), `"namespaces": [`)
 }
+
+// What the service keeps per group goes with the group's job: refusals,
+// retries and learned profiles of purged jobs are dropped, so its maps
+// stay bounded as jobs churn.
+func TestRecordsOfPurgedJobsGo(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("huge", 1600))
+	f.put(gated("x", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	s.mu.Lock()
+	s.state.Learn("default/x/g", interference.Profile{Name: "learned", SM: 0.3, MemBW: 0.2})
+	s.retries[key("x")] = retry{at: time.Unix(2000, 0)}
+	s.mu.Unlock()
+	must.MapLen(t, 1, s.refused)
+	for _, id := range []string{"huge", "x"} {
+		delete(f.jobs, id)
+		s.mu.Lock()
+		s.state.DeleteJob("default", id)
+		s.mu.Unlock()
+	}
+	s.reconcile(t.Context())
+	must.MapEmpty(t, s.refused)
+	must.MapEmpty(t, s.retries)
+	must.MapEmpty(t, s.state.Learned)
+	must.MapEmpty(t, s.pending)
+}
