@@ -104,10 +104,12 @@ func (l *loadRun) check() {
 			unexplained = append(unexplained, fmt.Sprintf("%s (%d x %d shares) fits what is free but waits: %s", j.id, j.count, j.shares, js.Groups[0].Reason))
 		}
 	}
-	must.SliceEmpty(t, l.twice, must.Sprint("shares given twice"))
-	must.SliceEmpty(t, l.invalid, must.Sprint("allocations with invalid shares"))
-	must.SliceEmpty(t, l.failed, must.Sprint("failed allocations"))
-	must.SliceEmpty(t, unexplained, must.Sprint("jobs that wait though the cluster has room, or without a reason"))
+	for what, list := range map[string][]string{
+		"shares given twice": l.twice, "allocations with invalid shares": l.invalid, "failed allocations": l.failed,
+		"jobs that wait though the cluster has room, or without a reason": unexplained,
+	} {
+		must.SliceEmpty(t, list, must.Sprintf("%s:\n%s", what, strings.Join(list, "\n")))
+	}
 	must.Eq(t, len(l.jobs), len(l.done)+len(l.waiting), must.Sprint("every job ran or waits"))
 }
 

@@ -149,7 +149,7 @@ func (s *Service) apply(ctx context.Context, evs *api.Events, ns namespaces, cov
 
 func (s *Service) applyJob(e api.Event, ns namespaces) error {
 	if e.Type == "JobDeregistered" {
-		job, purged, err := e.DeregisteredJob()
+		job, purged, err := eventJob(e)
 		if err != nil {
 			return fmt.Errorf("decode the deregistered job %s: %w", e.Key, err)
 		}
@@ -171,7 +171,7 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 		s.mu.Unlock()
 		return nil
 	}
-	job, err := e.Job()
+	job, _, err := eventJob(e)
 	if err != nil {
 		return fmt.Errorf("decode job %s: %w", e.Key, err)
 	}
