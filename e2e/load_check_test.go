@@ -20,7 +20,8 @@ import (
 // check looks at Nomad's allocations after the load settled: no share in
 // two live allocations, every allocation's shares a fraction of one GPU or
 // whole GPUs, no failed allocation, and every job that waits is gated, has
-// a reason at the scheduler and does not fit what is left of the cluster.
+// a reason at the scheduler and does not fit what is left of the cluster
+// (or waits behind nodes the scheduler holds for a group ahead of it).
 func (l *loadRun) check() {
 	t := l.e.t
 	nodes, _, err := l.e.nomad.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
@@ -98,6 +99,12 @@ func (l *loadRun) check() {
 		must.NoError(t, getJSON(l.s.http+"/v1/jobs/"+j.id, &js))
 		if len(js.Groups) != 1 || js.Groups[0].State != "pending" || js.Groups[0].Reason == "" {
 			unexplained = append(unexplained, fmt.Sprintf("%s: the scheduler says %+v", j.id, js.Groups))
+			continue
+		}
+		// a group may wait with room free when the scheduler holds that
+		// room for a group ahead of it in the queue that it would delay
+		if strings.Contains(js.Groups[0].Reason, "are held for") {
+			l.behindHold++
 			continue
 		}
 		if fits(free, gpuNode, j.shares, j.count) {
@@ -355,7 +362,8 @@ func (l *loadRun) report() {
 		fmt.Sprintf("LOAD %d jobs (%d services, %d batch of 2-6s; %d groups of count 2; 10/25/50/100/200/400 shares) on %d clients, %d GPUs (%d shares), 1 scheduler",
 			len(l.jobs), services, batch, pairs, len(loadClients), l.gpus, l.shares),
 		fmt.Sprintf("LOAD burst: %d registrations in %s (%.0f/s, 4 goroutines)", len(l.jobs), l.registeredIn.Round(time.Millisecond), float64(len(l.jobs))/l.registeredIn.Seconds()),
-		fmt.Sprintf("LOAD settled in %s: %d ran (%d services running, %d batch completed), %d wait at the gate (cluster full), 0 lost", l.settledIn.Round(time.Second), len(l.done), servicesDone, batchDone, len(l.waiting)),
+		fmt.Sprintf("LOAD settled in %s: %d ran (%d services running, %d batch completed), %d wait at the gate (cluster full for them; %d of them behind nodes held for a group ahead), 0 lost",
+			l.settledIn.Round(time.Second), len(l.done), servicesDone, batchDone, len(l.waiting), l.behindHold),
 		fmt.Sprintf("LOAD pins: %.0f in %.1fs from the burst's start to the last pin = %.1f pins/s; peak %.1f pins/s over 5s", pins, span, pins/max(span, 0.001), l.peakPins),
 		fmt.Sprintf("LOAD registration -> running (last task started): p50=%s p99=%s over %d jobs", p50, p99, len(lat)),
 		fmt.Sprintf("LOAD shares: %d given twice among %d live allocations; %d invalid among %d allocations with shares; %d failed allocations", len(l.twice), l.live, len(l.invalid), l.withShares, len(l.failed)),
