@@ -107,6 +107,12 @@ func (l *loadRun) check() {
 			l.behindHold++
 			continue
 		}
+		// fits counts whole free GPUs of a node, the scheduler asks
+		// more GPUs to be connected (NVLink, one NUMA node)
+		if j.shares > 100 && strings.Contains(js.Groups[0].Reason, "no connected cell free") {
+			l.unconnected++
+			continue
+		}
 		if fits(free, gpuNode, j.shares, j.count) {
 			unexplained = append(unexplained, fmt.Sprintf("%s (%d x %d shares) fits what is free but waits: %s", j.id, j.count, j.shares, js.Groups[0].Reason))
 		}
@@ -362,8 +368,8 @@ func (l *loadRun) report() {
 		fmt.Sprintf("LOAD %d jobs (%d services, %d batch of 2-6s; %d groups of count 2; 10/25/50/100/200/400 shares) on %d clients, %d GPUs (%d shares), 1 scheduler",
 			len(l.jobs), services, batch, pairs, len(loadClients), l.gpus, l.shares),
 		fmt.Sprintf("LOAD burst: %d registrations in %s (%.0f/s, 4 goroutines)", len(l.jobs), l.registeredIn.Round(time.Millisecond), float64(len(l.jobs))/l.registeredIn.Seconds()),
-		fmt.Sprintf("LOAD settled in %s: %d ran (%d services running, %d batch completed), %d wait at the gate (cluster full for them; %d of them behind nodes held for a group ahead), 0 lost",
-			l.settledIn.Round(time.Second), len(l.done), servicesDone, batchDone, len(l.waiting), l.behindHold),
+		fmt.Sprintf("LOAD settled in %s: %d ran (%d services running, %d batch completed), %d wait at the gate (cluster full for them; %d of them behind nodes held for a group ahead, %d multi-GPU groups without a free connected cell), 0 lost",
+			l.settledIn.Round(time.Second), len(l.done), servicesDone, batchDone, len(l.waiting), l.behindHold, l.unconnected),
 		fmt.Sprintf("LOAD pins: %.0f in %.1fs from the burst's start to the last pin = %.1f pins/s; peak %.1f pins/s over 5s", pins, span, pins/max(span, 0.001), l.peakPins),
 		fmt.Sprintf("LOAD registration -> running (last task started): p50=%s p99=%s over %d jobs", p50, p99, len(lat)),
 		fmt.Sprintf("LOAD shares: %d given twice among %d live allocations; %d invalid among %d allocations with shares; %d failed allocations", len(l.twice), l.live, len(l.invalid), l.withShares, len(l.failed)),

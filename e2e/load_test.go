@@ -197,7 +197,7 @@ type loadRun struct {
 	pinsItems, reasonsItems int
 	groups                  int
 	gpus, shares            int
-	behindHold              int
+	behindHold, unconnected int
 	afterPurge              string
 }
 
