@@ -86,6 +86,10 @@ func (l *loadRun) check() {
 		free[u] = n - used[u]
 		l.gpus++
 		l.shares += n
+		l.freeShares += free[u]
+		if used[u] == 0 {
+			l.idleGPUs++
+		}
 	}
 	var unexplained []string
 	for _, j := range l.waiting {
@@ -372,6 +376,7 @@ func (l *loadRun) report() {
 			l.settledIn.Round(time.Second), len(l.done), servicesDone, batchDone, len(l.waiting), l.behindHold, l.unconnected),
 		fmt.Sprintf("LOAD pins: %.0f in %.1fs from the burst's start to the last pin = %.1f pins/s; peak %.1f pins/s over 5s", pins, span, pins/max(span, 0.001), l.peakPins),
 		fmt.Sprintf("LOAD registration -> running (last task started): p50=%s p99=%s over %d jobs", p50, p99, len(lat)),
+		fmt.Sprintf("LOAD at rest: %d of %d shares free, %d GPUs idle", l.freeShares, l.shares, l.idleGPUs),
 		fmt.Sprintf("LOAD shares: %d given twice among %d live allocations; %d invalid among %d allocations with shares; %d failed allocations", len(l.twice), l.live, len(l.invalid), l.withShares, len(l.failed)),
 		fmt.Sprintf("LOAD scheduler: CPU %s (user+sys, %s during the load), peak RSS (VmHWM) %.1f MiB", cpu.Round(10*time.Millisecond), (cpu - l.cpu0).Round(10*time.Millisecond), float64(hwm)/1024),
 		fmt.Sprintf("LOAD records before purge: pins items=%d, reasons items=%d, /v1/groups=%d", l.pinsItems, l.reasonsItems, l.groups),

@@ -198,6 +198,7 @@ type loadRun struct {
 	groups                  int
 	gpus, shares            int
 	behindHold, unconnected int
+	freeShares, idleGPUs    int
 	afterPurge              string
 }
 
