@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,11 @@ import (
 // (or waits behind nodes the scheduler holds for a group ahead of it).
 func (l *loadRun) check() {
 	t := l.e.t
+	if pid := l.serverPid(); pid > 0 {
+		l.serverCPU, _ = procCPU(pid)
+		l.serverHWM, _ = procHWM(pid)
+	}
+	l.evalsAtRest = l.evals()
 	nodes, _, err := l.e.nomad.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	must.NoError(t, err)
 	total := map[string]int{}      // shares per GPU
@@ -335,6 +341,35 @@ func procHWM(pid int) (int, error) {
 	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }
 
+// serverPid finds the Nomad server agent of the cluster.
+func (l *loadRun) serverPid() int {
+	want := filepath.Join(l.e.c.Dir(), "server", "agent.hcl")
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), want) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// evals counts Nomad's evaluations by status.
+func (l *loadRun) evals() string {
+	evs, _, err := l.e.nomad.Evaluations().List(nil)
+	if err != nil {
+		return err.Error()
+	}
+	by := map[string]int{}
+	for _, ev := range evs {
+		by[ev.Status]++
+	}
+	return fmt.Sprintf("%d evaluations (%d blocked, %d complete)", len(evs), by["blocked"], by["complete"])
+}
+
 // report logs the figures in one block of LOAD lines.
 func (l *loadRun) report() {
 	t := l.e.t
@@ -379,6 +414,8 @@ func (l *loadRun) report() {
 		fmt.Sprintf("LOAD at rest: %d of %d shares free, %d GPUs idle", l.freeShares, l.shares, l.idleGPUs),
 		fmt.Sprintf("LOAD shares: %d given twice among %d live allocations; %d invalid among %d allocations with shares; %d failed allocations", len(l.twice), l.live, len(l.invalid), l.withShares, len(l.failed)),
 		fmt.Sprintf("LOAD scheduler: CPU %s (user+sys, %s during the load), peak RSS (VmHWM) %.1f MiB", cpu.Round(10*time.Millisecond), (cpu - l.cpu0).Round(10*time.Millisecond), float64(hwm)/1024),
+		fmt.Sprintf("LOAD nomad server: CPU %s (user+sys, %s during the load), peak RSS %.1f MiB; %s at rest",
+			l.serverCPU.Round(10*time.Millisecond), (l.serverCPU - l.serverCPU0).Round(10*time.Millisecond), float64(l.serverHWM)/1024, l.evalsAtRest),
 		fmt.Sprintf("LOAD records before purge: pins items=%d, reasons items=%d, /v1/groups=%d", l.pinsItems, l.reasonsItems, l.groups),
 		"LOAD records " + l.afterPurge,
 	}

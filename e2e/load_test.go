@@ -48,6 +48,9 @@ func TestLoad(t *testing.T) {
 	s := e.startSchedulerLevel("s1", "info", "")
 	l := &loadRun{e: e, s: s, jobs: loadJobs(n, 42)}
 	l.cpu0, _ = procCPU(s.proc.Pid())
+	if pid := l.serverPid(); pid > 0 {
+		l.serverCPU0, _ = procCPU(pid)
+	}
 	l.pins0 = l.pinsTotal()
 
 	l.burst()
@@ -199,6 +202,9 @@ type loadRun struct {
 	gpus, shares            int
 	behindHold, unconnected int
 	freeShares, idleGPUs    int
+	serverCPU0, serverCPU   time.Duration
+	serverHWM               int
+	evalsAtRest             string
 	afterPurge              string
 }
 

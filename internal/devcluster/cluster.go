@@ -366,6 +366,9 @@ func (c *Cluster) RestartServer(ctx context.Context) error {
 // API returns a Nomad API client for the cluster.
 func (c *Cluster) API() *api.Client { return c.client }
 
+// Dir is the directory of the cluster's data, configs and logs.
+func (c *Cluster) Dir() string { return c.opts.Dir }
+
 // Address is the HTTP address of the server.
 func (c *Cluster) Address() string { return c.addr }
 
