@@ -292,7 +292,7 @@ func (l *loadRun) stateItems() (pins, reasons int) {
 func (l *loadRun) pinsTotal() float64 {
 	resp, err := http.Get(l.s.http + "/metrics")
 	if err != nil {
-		return l.pins1
+		return -1
 	}
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
@@ -304,7 +304,7 @@ func (l *loadRun) pinsTotal() float64 {
 			}
 		}
 	}
-	return l.pins1
+	return -1
 }
 
 // procCPU is a process's user + system CPU time (/proc/<pid>/stat).

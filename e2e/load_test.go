@@ -184,12 +184,17 @@ type loadRun struct {
 	s    *scheduler
 	jobs []*loadJob
 
-	cpu0         time.Duration
-	pins0, pins1 float64
+	cpu0  time.Duration
+	pins0 float64
+	// the sampler's: the pin counter, when it last moved, the most pins
+	// in a 5s window per second
+	mu           sync.Mutex
+	pins1        float64
+	lastPin      time.Time
+	peakPins     float64
+	stopSampling func()
 	start        time.Time // burst start
 	registeredIn time.Duration
-	lastPin      time.Time
-	peakPins     float64 // most pins in a 5s window, per second
 	settledIn    time.Duration
 
 	// after settle
@@ -229,6 +234,7 @@ func (l *loadRun) burst() {
 		}()
 	}
 	l.start = time.Now()
+	l.sample()
 	for _, j := range l.jobs {
 		next <- j
 	}
@@ -248,24 +254,19 @@ func (l *loadRun) burst() {
 func (l *loadRun) settle(timeout time.Duration) {
 	t := l.e.t
 	deadline := time.Now().Add(timeout)
-	var window []pinSample
+	defer l.stopSampling()
 	stable := 0
 	lastLog := time.Now()
 	for {
 		now := time.Now()
-		pins := l.pinsTotal()
-		window = append(window, pinSample{now, pins})
-		for len(window) > 1 && now.Sub(window[0].at) > 5*time.Second {
-			window = window[1:]
-		}
-		if d := now.Sub(window[0].at).Seconds(); d >= 4 {
-			l.peakPins = max(l.peakPins, (pins-window[0].pins)/d)
-		}
-		if pins != l.pins1 {
-			l.pins1, l.lastPin = pins, now
-		}
+		l.mu.Lock()
+		pins := l.pins1
+		l.mu.Unlock()
 		st, err := l.observe()
-		if err == nil && st.inflight == 0 && st.unknown == 0 && now.Sub(l.lastPin) > 5*time.Second {
+		l.mu.Lock()
+		quiet := now.Sub(l.lastPin) > 5*time.Second
+		l.mu.Unlock()
+		if err == nil && st.inflight == 0 && st.unknown == 0 && quiet {
 			stable++
 		} else {
 			stable = 0
@@ -294,6 +295,45 @@ func (l *loadRun) settle(timeout time.Duration) {
 type pinSample struct {
 	at   time.Time
 	pins float64
+}
+
+// sample reads the scheduler's pin counter every 250ms, from the burst's
+// start until stopSampling.
+func (l *loadRun) sample() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	l.pins1, l.lastPin = l.pins0, l.start
+	go func() {
+		defer close(done)
+		window := []pinSample{{l.start, l.pins0}}
+		tick := time.NewTicker(250 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case now := <-tick.C:
+				pins := l.pinsTotal()
+				if pins < 0 {
+					continue
+				}
+				window = append(window, pinSample{now, pins})
+				for len(window) > 1 && now.Sub(window[1].at) >= 5*time.Second {
+					window = window[1:]
+				}
+				l.mu.Lock()
+				if d := now.Sub(window[0].at).Seconds(); d >= 4.9 {
+					l.peakPins = max(l.peakPins, (pins-window[0].pins)/d)
+				}
+				if pins != l.pins1 {
+					l.pins1, l.lastPin = pins, now
+				}
+				l.mu.Unlock()
+			}
+		}
+	}()
+	var once sync.Once
+	l.stopSampling = func() { once.Do(func() { close(stop); <-done }) }
+	l.e.t.Cleanup(l.stopSampling)
 }
 
 // loadState classifies the jobs from one look at Nomad and the scheduler.
