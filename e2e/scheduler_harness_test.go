@@ -92,13 +92,20 @@ type scheduler struct {
 // and waits until it has listed the cluster.
 func (e *env) startScheduler(name, extra string) *scheduler {
 	e.t.Helper()
+	return e.startSchedulerLevel(name, "trace", extra)
+}
+
+// startSchedulerLevel is startScheduler with another log level (the load
+// test logs less, so that its CPU figure is the scheduler's work).
+func (e *env) startSchedulerLevel(name, level, extra string) *scheduler {
+	e.t.Helper()
 	port := freePort(e.t)
 	addr := e.c.Address()
 	if e.nomadAddr != "" {
 		addr = e.nomadAddr
 	}
-	cfg := fmt.Sprintf("nomad {\n  address = %q\n%s}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = \"trace\"\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
-		addr, e.nomadHCL, port, extra)
+	cfg := fmt.Sprintf("nomad {\n  address = %q\n%s}\nhttp_address = \"127.0.0.1:%d\"\nlog_level = %q\nleader {\n  ttl = \"10s\"\n  lock_delay = \"1s\"\n}\n%s\n",
+		addr, e.nomadHCL, port, level, extra)
 	path := filepath.Join(e.dir, name+".hcl")
 	must.NoError(e.t, os.WriteFile(path, []byte(cfg), 0o644))
 	p, err := devcluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)

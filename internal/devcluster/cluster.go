@@ -28,6 +28,11 @@ type Client struct {
 	PluginConfig string
 	// Meta is the node's meta (for example rack).
 	Meta map[string]string
+	// CPUTotalCompute and MemoryTotalMB, when set, replace the node's
+	// fingerprinted CPU (MHz) and memory (MiB), so that a load test of
+	// many clients on one small machine is never limited by them.
+	CPUTotalCompute int
+	MemoryTotalMB   int
 }
 
 // Options configures a cluster.
@@ -216,6 +221,12 @@ func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string
 	// cloud fingerprinters probe the network (and env_aws fails on this
 	// machine's AWS_CA_BUNDLE); a local cluster needs none of them
 	b.WriteString("  options = {\n    \"fingerprint.denylist\" = \"env_aws,env_gce,env_azure,env_digitalocean\"\n  }\n")
+	if cl.CPUTotalCompute > 0 {
+		fmt.Fprintf(&b, "  cpu_total_compute = %d\n", cl.CPUTotalCompute)
+	}
+	if cl.MemoryTotalMB > 0 {
+		fmt.Fprintf(&b, "  memory_total_mb = %d\n", cl.MemoryTotalMB)
+	}
 	if len(cl.Meta) > 0 {
 		b.WriteString("  meta {\n")
 		for k, v := range cl.Meta {
@@ -354,6 +365,9 @@ func (c *Cluster) RestartServer(ctx context.Context) error {
 
 // API returns a Nomad API client for the cluster.
 func (c *Cluster) API() *api.Client { return c.client }
+
+// Dir is the directory of the cluster's data, configs and logs.
+func (c *Cluster) Dir() string { return c.opts.Dir }
 
 // Address is the HTTP address of the server.
 func (c *Cluster) Address() string { return c.addr }

@@ -68,3 +68,7 @@ func (p *Process) Pause() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGSTOP
 
 // Resume continues a paused process.
 func (p *Process) Resume() { _ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGCONT) }
+
+// Pid is the process id (of the started binary itself, which leads its
+// process group), for reading its /proc/<pid> figures.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
