@@ -260,14 +260,15 @@ func (l *loadRun) churn() {
 		}
 		pins, reasons = l.stateItems()
 		jobs = h.Jobs
-		return len(groups) == waitingServices && jobs == services && pins <= pinnedServices && reasons <= waitingServices
+		return len(groups) == waitingServices && jobs == services && pins <= pinnedServices+1 && reasons <= waitingServices
 	})
-	l.afterPurge = fmt.Sprintf("after purging %d batch jobs (%s): pins items=%d (<= %d pinned services), reasons items=%d (<= %d waiting), /v1/groups=%d, scheduler jobs=%d",
+	l.afterPurge = fmt.Sprintf("after purging %d batch jobs (%s): other record items=%d (<= %d pinned services + the key), reasons items=%d (<= %d waiting), /v1/groups=%d, scheduler jobs=%d",
 		purged, time.Since(start).Round(time.Second), pins, pinnedServices, reasons, waitingServices, len(groups), jobs)
 }
 
-// stateItems counts the items of the scheduler's pins-* and reasons-*
-// variables.
+// stateItems counts the items of the scheduler's variables: its other
+// records (the signing key, learned profiles, preemptions in flight) and
+// its reasons-* shards.
 func (l *loadRun) stateItems() (pins, reasons int) {
 	metas, _, err := l.e.nomad.Variables().PrefixList("gpushare/state/", nil)
 	if err != nil {
@@ -278,11 +279,10 @@ func (l *loadRun) stateItems() (pins, reasons int) {
 		if err != nil {
 			continue
 		}
-		switch base := path.Base(m.Path); {
-		case strings.HasPrefix(base, "pins-"):
-			pins += len(v.Items)
-		case strings.HasPrefix(base, "reasons-"):
+		if strings.HasPrefix(path.Base(m.Path), "reasons-") {
 			reasons += len(v.Items)
+		} else {
+			pins += len(v.Items)
 		}
 	}
 	return pins, reasons
