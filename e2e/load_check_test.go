@@ -416,7 +416,7 @@ func (l *loadRun) report() {
 		fmt.Sprintf("LOAD scheduler: CPU %s (user+sys, %s during the load), peak RSS (VmHWM) %.1f MiB", cpu.Round(10*time.Millisecond), (cpu - l.cpu0).Round(10*time.Millisecond), float64(hwm)/1024),
 		fmt.Sprintf("LOAD nomad server: CPU %s (user+sys, %s during the load), peak RSS %.1f MiB; %s at rest",
 			l.serverCPU.Round(10*time.Millisecond), (l.serverCPU - l.serverCPU0).Round(10*time.Millisecond), float64(l.serverHWM)/1024, l.evalsAtRest),
-		fmt.Sprintf("LOAD records before purge: pins items=%d, reasons items=%d, /v1/groups=%d", l.pinsItems, l.reasonsItems, l.groups),
+		fmt.Sprintf("LOAD records before purge: other record items=%d, reasons items=%d, /v1/groups=%d", l.pinsItems, l.reasonsItems, l.groups),
 		"LOAD records " + l.afterPurge,
 	}
 	t.Log("\n" + strings.Join(lines, "\n"))
