@@ -75,8 +75,8 @@ type Nomad struct {
 	ClientKey  string   `hcl:"client_key,optional"`
 	TLSServer  string   `hcl:"tls_server_name,optional"`
 	Insecure   bool     `hcl:"tls_skip_verify,optional"`
-	// RequestTimeout bounds each request a decision pass makes (pins,
-	// preemptions), so that a hung Nomad does not stall scheduling.
+	// RequestTimeout bounds each request to Nomad but the event stream, so
+	// that a hung Nomad does not stall scheduling.
 	RequestTimeout string `hcl:"request_timeout,optional"`
 }
 

@@ -106,6 +106,8 @@ func authFailed(w http.ResponseWriter, err error) {
 // scope: the token itself (401 from Nomad: ErrBadToken), then a one-item
 // listing of what the scope covers (403: ErrForbidden).
 func (n nomadClient) Authorize(ctx context.Context, token string, scope authScope) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	q := func(ns string) *api.QueryOptions {
 		return (&api.QueryOptions{AuthToken: token, Namespace: ns, PerPage: 1}).WithContext(ctx)
 	}

@@ -46,7 +46,19 @@ type nomadAPI interface {
 	Authorize(ctx context.Context, token string, scope authScope) error
 }
 
-type nomadClient struct{ c *api.Client }
+type nomadClient struct {
+	c *api.Client
+	// timeout bounds each request but the event stream (request_timeout).
+	timeout time.Duration
+}
+
+// bound gives one request its deadline.
+func (n nomadClient) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if n.timeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, n.timeout)
+}
 
 var _ nomadAPI = nomadClient{}
 
@@ -59,10 +71,12 @@ func q(ctx context.Context, namespace string) *api.QueryOptions {
 func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
 	var stubs []*api.NodeListStub
 	var meta *api.QueryMeta
-	err := retried(ctx, func() (err error) {
-		stubs, meta, err = n.c.Nodes().List(q(ctx, ""))
+	lctx, cancel := n.bound(ctx)
+	err := retried(lctx, func() (err error) {
+		stubs, meta, err = n.c.Nodes().List(q(lctx, ""))
 		return err
 	})
+	cancel()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -81,6 +95,8 @@ func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
 }
 
 func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	var node *api.Node
 	err := retried(ctx, func() (err error) {
 		node, _, err = n.c.Nodes().Info(id, (&api.QueryOptions{}).WithContext(ctx))
@@ -92,10 +108,12 @@ func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
 func (n nomadClient) Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error) {
 	var stubs []*api.JobListStub
 	var meta *api.QueryMeta
-	err := retried(ctx, func() (err error) {
-		stubs, meta, err = n.c.Jobs().List(q(ctx, namespace))
+	lctx, cancel := n.bound(ctx)
+	err := retried(lctx, func() (err error) {
+		stubs, meta, err = n.c.Jobs().List(q(lctx, namespace))
 		return err
 	})
+	cancel()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -114,6 +132,8 @@ func (n nomadClient) Jobs(ctx context.Context, namespace string) ([]*api.Job, ui
 }
 
 func (n nomadClient) Job(ctx context.Context, namespace, id string) (*api.Job, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	var job *api.Job
 	err := retried(ctx, func() (err error) {
 		job, _, err = n.c.Jobs().Info(id, (&api.QueryOptions{Namespace: namespace}).WithContext(ctx))
@@ -123,6 +143,8 @@ func (n nomadClient) Job(ctx context.Context, namespace, id string) (*api.Job, e
 }
 
 func (n nomadClient) Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	qo := q(ctx, namespace)
 	qo.Params = map[string]string{"resources": "true"}
 	var stubs []*api.AllocationListStub
@@ -142,6 +164,8 @@ func (n nomadClient) Allocs(ctx context.Context, namespace string) ([]*api.Alloc
 }
 
 func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	var a *api.Allocation
 	err := retried(ctx, func() (err error) {
 		a, _, err = n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
@@ -151,6 +175,8 @@ func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, err
 }
 
 func (n nomadClient) DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	hs, err := n.c.Nodes().Stats(nodeID, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return nil, err
@@ -159,6 +185,8 @@ func (n nomadClient) DeviceStats(ctx context.Context, nodeID string) ([]*api.Dev
 }
 
 func (n nomadClient) StopAlloc(ctx context.Context, id string) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	a, _, err := n.c.Allocations().Info(id, (&api.QueryOptions{}).WithContext(ctx))
 	if err != nil {
 		return err
@@ -168,6 +196,8 @@ func (n nomadClient) StopAlloc(ctx context.Context, id string) error {
 }
 
 func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	wo := (&api.WriteOptions{}).WithContext(ctx)
 	if job.Namespace != nil {
 		wo.Namespace = *job.Namespace
@@ -202,6 +232,8 @@ func isNotFound(err error) bool {
 }
 
 func (n nomadClient) ReadVar(ctx context.Context, path string) (map[string]string, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	v, _, err := n.c.Variables().Read(path, (&api.QueryOptions{}).WithContext(ctx))
 	if errors.Is(err, api.ErrVariablePathNotFound) {
 		return nil, nil
@@ -213,6 +245,8 @@ func (n nomadClient) ReadVar(ctx context.Context, path string) (map[string]strin
 }
 
 func (n nomadClient) WriteVar(ctx context.Context, path string, items map[string]string) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
 	wo := (&api.WriteOptions{}).WithContext(ctx)
 	if len(items) == 0 {
 		_, err := n.c.Variables().Delete(path, wo)

@@ -90,7 +90,7 @@ func New(cfg *config.Config, logger hclog.Logger) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
-	return newService(cfg, logger, nomadClient{c: client}, time.Now)
+	return newService(cfg, logger, nomadClient{c: client, timeout: config.Duration(cfg.Nomad.RequestTimeout)}, time.Now)
 }
 
 func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() time.Time) (*Service, error) {
