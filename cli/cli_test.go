@@ -100,3 +100,12 @@ func TestJobLintChecksVC(t *testing.T) {
 	must.EqOp(t, 0, code)
 	must.StrContains(t, out, "gpushare.vc not checked: the scheduler at http://127.0.0.1:1 did not answer")
 }
+
+// /dev/null is a character device but no terminal: the demo must not wait
+// for Ctrl-C when its input is /dev/null.
+func TestDevNullIsNoTerminal(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	must.NoError(t, err)
+	defer f.Close()
+	must.False(t, isTerminal(f))
+}

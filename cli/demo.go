@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"io/fs"
 	"os"
 	"os/signal"
@@ -36,9 +37,11 @@ func runDemo(args []string, io IO) int {
 	return 0
 }
 
+// isTerminal reports whether f is a terminal (not merely a character
+// device: /dev/null is one, and `make demo < /dev/null` must return).
 func isTerminal(f *os.File) bool {
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
 }
 
 func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
