@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -20,16 +22,20 @@ func (v *varFlags) String() string     { return strings.Join(*v, ",") }
 func (v *varFlags) Set(s string) error { *v = append(*v, s); return nil }
 
 func runJob(args []string, io IO) int {
-	if len(args) == 0 || (args[0] != "lint" && args[0] != "run") {
+	if len(args) == 0 || (args[0] != "lint" && args[0] != "run" && args[0] != "status") {
 		fmt.Fprint(io.Err, `Usage: gpushare job <subcommand>
 
-  lint [flags] FILE...   check how jobspecs ask for gpushare devices
-  run  [flags] FILE      add the gate, check the request against the cluster, register
+  lint   [flags] FILE...   check how jobspecs ask for gpushare devices
+  run    [flags] FILE      add the gate, check the request against the cluster, register
+  status [flags] JOB       where each gpushare group of a job is pinned, or why it waits
 `)
 		return 2
 	}
-	if args[0] == "lint" {
+	switch args[0] {
+	case "lint":
 		return jobLint(args[1:], io)
+	case "status":
+		return jobStatus(args[1:], io)
 	}
 	return jobRun(args[1:], io)
 }
@@ -274,4 +280,44 @@ func checkVC(job *api.Job, addr string) []jobspecs.Finding {
 		return []jobspecs.Finding{{Severity: jobspecs.Warning, Message: fmt.Sprintf("%s not checked: the scheduler at %s did not answer (%v); pass -scheduler <its http_address>", pin.MetaVC, addr, err)}}
 	}
 	return jobspecs.CheckVC(job, vcs)
+}
+
+// jobStatus prints what the scheduler says of a job's gpushare groups.
+func jobStatus(args []string, io IO) int {
+	fs := newFlags("job status", "job status [-scheduler URL] [-namespace NS] JOB", io)
+	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address")
+	ns := fs.String("namespace", "", "the job's namespace (default: default)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
+		return 2
+	}
+	u := strings.TrimSuffix(*sched, "/") + "/v1/jobs/" + url.PathEscape(fs.Arg(0))
+	if *ns != "" {
+		u += "?namespace=" + url.QueryEscape(*ns)
+	}
+	var st service.JobStatus
+	if err := getJSON(u, &st); err != nil {
+		fmt.Fprintf(io.Err, "gpushare job status: %v (is the scheduler at %s? pass -scheduler <its http_address>)\n", err, *sched)
+		return 1
+	}
+	fmt.Fprintf(io.Out, "job %s (namespace %s)\n", st.ID, st.Namespace)
+	for _, g := range st.Groups {
+		fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
+		switch {
+		case g.Placement != nil:
+			fmt.Fprintf(io.Out, "    pinned to %d node(s), %d GPU(s), %d share(s): %s\n", len(g.Placement.Nodes), len(g.Placement.GPUs), len(g.Placement.Shares), g.Placement.Reason)
+		case g.Reason != "":
+			fmt.Fprintf(io.Out, "    why: %s\n", g.Reason)
+		}
+		if len(g.Allocs) > 0 {
+			fmt.Fprintf(io.Out, "    allocations: %s\n", strings.Join(g.Allocs, ", "))
+		}
+		if g.Profile != nil {
+			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", g.Profile.Name, g.Profile.SM, g.Profile.MemBW)
+		}
+	}
+	return 0
 }
