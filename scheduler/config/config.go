@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
 
 // Config is the service configuration.
@@ -165,11 +166,26 @@ func Load(path string) (*Config, error) {
 	return Parse(path, src)
 }
 
-// Parse reads HCL source over the defaults.
+// Parse reads HCL source over the defaults. Every block is optional: a
+// file may hold only `policy = "fgd"`.
 func Parse(filename string, src []byte) (*Config, error) {
 	f, diags := hclparse.NewParser().ParseHCL(src, filename)
 	if diags.HasErrors() {
 		return nil, diagErr(diags)
+	}
+	if body, ok := f.Body.(*hclsyntax.Body); ok {
+		var missing []string
+		for _, block := range []string{"nomad", "leader"} {
+			if !slices.ContainsFunc(body.Blocks, func(b *hclsyntax.Block) bool { return b.Type == block }) {
+				missing = append(missing, block+" {}")
+			}
+		}
+		if len(missing) > 0 { // empty blocks keep their defaults; lines stay where they were
+			src = append(append(slices.Clip(src), '\n'), strings.Join(missing, "\n")+"\n"...)
+			if f, diags = hclparse.NewParser().ParseHCL(src, filename); diags.HasErrors() {
+				return nil, diagErr(diags)
+			}
+		}
 	}
 	var file Config
 	if diags := gohcl.DecodeBody(f.Body, nil, &file); diags.HasErrors() {

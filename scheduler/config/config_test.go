@@ -109,3 +109,15 @@ func TestToken(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "secret", tok)
 }
+
+// Every block has its defaults: a file may set one option.
+func TestOneOptionFile(t *testing.T) {
+	c, err := Parse("one.hcl", []byte(`policy = "fgd"`))
+	must.NoError(t, err)
+	must.NoError(t, c.Validate())
+	must.EqOp(t, "fgd", c.Policy)
+	must.EqOp(t, Default().Nomad.Address, c.Nomad.Address)
+	must.EqOp(t, Default().Leader.TTL, c.Leader.TTL)
+	_, err = Parse("bad.hcl", []byte("policy = \"fgd\"\nbogus = 1\n"))
+	must.ErrorContains(t, err, "bad.hcl:2")
+}
