@@ -1,6 +1,7 @@
 package service
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -200,4 +201,18 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 		must.NotNil(t, pinned(f, "tenant"))
 		must.Nil(t, pinned(f, "early"))
 	})
+}
+
+// Guarantees larger than the cluster are said at start.
+func TestWarnsOfGuaranteesLargerThanTheCluster(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	cfg := config.Default()
+	cfg.VCs = []config.VirtualCluster{{Name: "big", Cells: []config.Cell{{GPUs: 64, Count: 100}}}}
+	var logs strings.Builder
+	s, err := newService(cfg, hclog.New(&hclog.LoggerOptions{Output: &logs}), f, time.Now)
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.StrContains(t, logs.String(), "guarantee more GPUs than the cluster has")
+	must.StrContains(t, logs.String(), "guaranteed_gpus=6400 cluster_gpus=8")
 }

@@ -50,6 +50,10 @@ func (s *Service) reconcile(ctx context.Context) {
 	built := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
 	snap, problems := built.Snapshot, built.Problems
 	shape := clusterShape(snap)
+	if shape != s.warnedShape {
+		s.warnedShape = shape
+		s.checkGuarantees(snap)
+	}
 	groups, p, pending := s.collect(built, shape)
 	var ends map[string]time.Time
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
@@ -302,6 +306,25 @@ func anyMultiGPU(snap *placement.Snapshot, groups []decide.Group) bool {
 		}
 	}
 	return false
+}
+
+// checkGuarantees warns when the virtual clusters guarantee more GPUs
+// than the cluster has (a guarantee it cannot keep); the caller holds s.mu.
+func (s *Service) checkGuarantees(snap *placement.Snapshot) {
+	have := 0
+	for _, n := range snap.Nodes() {
+		have += len(n.GPUs)
+	}
+	promised := 0
+	for _, vc := range s.cfg.VCs {
+		for _, c := range vc.Cells {
+			promised += c.GPUs * c.Count
+		}
+	}
+	if promised > have {
+		s.log.Warn("the virtual clusters guarantee more GPUs than the cluster has: guaranteed jobs may wait, and opportunistic ones be preempted, for capacity that does not exist",
+			"guaranteed_gpus", promised, "cluster_gpus", have)
+	}
 }
 
 // clusterShape hashes what decides whether a group could ever fit: the

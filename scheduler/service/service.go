@@ -37,6 +37,8 @@ type Service struct {
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
 	retries map[decide.Key]retry     // groups whose pin failed, until their retry
+	// warnedShape is the cluster shape checkGuarantees last looked at.
+	warnedShape uint64
 	// secret signs the placements the service writes (state.go).
 	secret       []byte
 	stateLoaded  bool
