@@ -213,7 +213,7 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 	p := Placement{AllocID: r.ID + "[" + strconv.Itoa(i) + "]", Node: n.ID, Score: c.cost[0], Predicted: c.pred, req: r, res: r.Res}
 	if c.group < 0 {
 		p.Cell = "none"
-		p.Reason = fmt.Sprintf("cpu-only on node %s (%s)", n.ID, e.name)
+		p.Reason = fmt.Sprintf("cpu-only on node %s (%s)", n.label(), e.name)
 		return p
 	}
 	grp := &n.groups[c.group]
@@ -244,11 +244,11 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 	var why []string
 	switch {
 	case c.gpu >= 0 && !e.rounds():
-		why = append(why, fmt.Sprintf("%d shares of GPU %d on node %s", c.take, local[0], n.ID))
+		why = append(why, fmt.Sprintf("%d shares of GPU %d on node %s", c.take, local[0], n.label()))
 	case c.gpu >= 0:
-		why = append(why, fmt.Sprintf("whole GPU %d for %d shares (%s does not share GPUs) on node %s", local[0], r.Shares, e.name, n.ID))
+		why = append(why, fmt.Sprintf("whole GPU %d for %d shares (%s does not share GPUs) on node %s", local[0], r.Shares, e.name, n.label()))
 	default:
-		why = append(why, fmt.Sprintf("%d GPUs %s in %s on node %s, worst link %s", len(local), cells.FormatGPUs(local), p.Cell, n.ID, cells.Worst(grp.links, local)))
+		why = append(why, fmt.Sprintf("%d GPUs %s in %s on node %s, worst link %s", len(local), cells.FormatGPUs(local), p.Cell, n.label(), cells.Worst(grp.links, local)))
 	}
 	if e.kind == kGpushare || e.kind == kFGD {
 		why = append(why, fmt.Sprintf("fragmentation %+.2f GPU", c.dfrag))

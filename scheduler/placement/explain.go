@@ -37,16 +37,16 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 					whole++
 				}
 				if g.free > mostFrac {
-					mostFrac, mostFracNode = g.free, n.ID
+					mostFrac, mostFracNode = g.free, n.label()
 				}
 			}
 			if whole > mostFree {
-				mostFree, mostFreeNode = whole, n.ID
+				mostFree, mostFreeNode = whole, n.label()
 			}
 			for ci := range grp.tree.Cells {
 				m := grp.masks[ci]
 				if m&freeMask == m && bits.OnesCount64(m) > largestCell {
-					largestCell, cellNode, cellName = bits.OnesCount64(m), n.ID, grp.tree.Name(ci)
+					largestCell, cellNode, cellName = bits.OnesCount64(m), n.label(), grp.tree.Name(ci)
 				}
 			}
 		}

@@ -513,3 +513,12 @@ func (s *Snapshot) Apply(d *Decision) error {
 	}
 	return nil
 }
+
+// label names a node in reasons: its name, as the GPU map shows it, else
+// its ID.
+func (n *Node) label() string {
+	if n.Name != "" {
+		return n.Name
+	}
+	return n.ID
+}
