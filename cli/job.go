@@ -132,6 +132,10 @@ func jobRun(args []string, io IO) int {
 	carried := carryPins(client, job)
 	if len(carried) > 0 {
 		fmt.Fprintf(io.Out, "kept the existing placement of %s (request unchanged)\n", strings.Join(carried, ", "))
+		if why := finishedBatch(client, job); why != "" {
+			fmt.Fprintf(io.Err, "gpushare job run: %s\n", why)
+			return 1
+		}
 	}
 	if *check {
 		return 0
@@ -320,4 +324,23 @@ func jobStatus(args []string, io IO) int {
 		}
 	}
 	return 0
+}
+
+// finishedBatch says why registering job would run nothing: it is a batch
+// job that already completed and the jobspec changes nothing, so Nomad
+// does not run it again ("" otherwise).
+func finishedBatch(client *api.Client, job *api.Job) string {
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	old, _, err := client.Jobs().Info(*job.ID, &api.QueryOptions{Namespace: ns})
+	if err != nil || old.Type == nil || *old.Type != api.JobTypeBatch || old.Status == nil || *old.Status != "dead" {
+		return ""
+	}
+	plan, _, err := client.Jobs().Plan(job, true, &api.WriteOptions{Namespace: ns})
+	if err != nil || plan.Diff == nil || plan.Diff.Type != "None" {
+		return ""
+	}
+	return fmt.Sprintf("%s is a batch job that already completed, and this jobspec changes nothing: Nomad will not run it again; change it (a meta value will do) or purge it first (nomad job stop -purge %s)", *job.ID, *job.ID)
 }

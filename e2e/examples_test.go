@@ -53,6 +53,15 @@ func TestExampleJobspecs(t *testing.T) {
 	must.True(t, *job.Version <= before+1, must.Sprintf("version went from %d to %d", before, *job.Version))
 	must.False(t, strings.Contains(string(out), "does not fit"))
 
+	// a finished batch job run again unchanged would run nothing: said, exit 1
+	e.eventually(time.Minute, "batch-half to complete", func() bool {
+		j, _, err := e.nomad.Jobs().Info("batch-half", nil)
+		return err == nil && *j.Status == "dead"
+	})
+	out, err = exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-detach", filepath.Join("..", "jobspecs", "examples", "batch-half.nomad.hcl")).CombinedOutput()
+	must.Error(t, err, must.Sprint(string(out)))
+	must.StrContains(t, string(out), "batch job that already completed")
+
 	// a request no node of the cluster could ever hold is refused before
 	// it is registered, with -check too
 	huge := filepath.Join(t.TempDir(), "huge.nomad.hcl")
