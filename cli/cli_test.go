@@ -75,6 +75,10 @@ func TestStatusShowsWaitingGroups(t *testing.T) {
 // job lint checks gpushare.vc against the scheduler's virtual clusters.
 func TestJobLintChecksVC(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/profiles" {
+			_, _ = w.Write([]byte(`[]`))
+			return
+		}
 		must.EqOp(t, "/v1/vcs", r.URL.Path)
 		_, _ = w.Write([]byte(`[{"name":"research","namespaces":["team-a"]}]`))
 	}))
@@ -127,4 +131,47 @@ func TestJobStatus(t *testing.T) {
 	code, _, errOut = run("job", "status", "-scheduler", "http://127.0.0.1:1", "train")
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, "pass -scheduler")
+}
+
+// A profile the scheduler's configuration defines (profile "bert-large")
+// passes lint against that scheduler, and is only a warning without it.
+func TestJobLintKnowsTheSchedulersProfiles(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/v1/profiles":
+			_, _ = w.Write([]byte(`[{"name":"bert-large","sm_util":0.6,"mem_bw":0.4}]`))
+		default:
+			_, _ = w.Write([]byte(`[]`))
+		}
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "j.nomad.hcl")
+	must.NoError(t, os.WriteFile(file, []byte(`job "j" {
+  meta = { "gpushare.profile" = "bert-large" }
+  group "g" {
+    constraint {
+      attribute = "${node.unique.id}"
+      value     = "gpushare:pending"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      resources {
+        device "nvidia/gpushare" { count = 25 }
+      }
+    }
+  }
+}
+`), 0o644))
+	m := schedulerProfiles(srv.URL)
+	must.NotNil(t, m)
+	_, known := m.Lookup("bert-large")
+	must.True(t, known)
+	code, out, _ := run("job", "lint", "-scheduler", srv.URL, file)
+	must.EqOp(t, 0, code, must.Sprint(out))
+	must.StrContains(t, out, "ok")
+	code, out, _ = run("job", "lint", "-scheduler", "", file)
+	must.EqOp(t, 0, code, must.Sprint(out))
+	must.StrContains(t, out, `warning`)
+	must.StrContains(t, out, `"bert-large" is not a known profile`)
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/jobspecs"
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -61,7 +63,7 @@ func jobLint(args []string, io IO) int {
 			code = 1
 			continue
 		}
-		findings := append(jobspecs.Lint(job, *spg), checkVC(job, *sched)...)
+		findings := append(jobspecs.LintWith(job, *spg, schedulerProfiles(*sched)), checkVC(job, *sched)...)
 		for _, f := range findings {
 			fmt.Fprintf(io.Out, "%s: %s\n", file, f)
 		}
@@ -104,7 +106,8 @@ func jobRun(args []string, io IO) int {
 		return 1
 	}
 	added := pin.AddGate(job)
-	findings := append(jobspecs.Lint(job, 0), checkVC(job, *sched)...)
+	profiles := schedulerProfiles(*sched)
+	findings := append(jobspecs.LintWith(job, 0, profiles), checkVC(job, *sched)...)
 	for _, f := range findings {
 		fmt.Fprintln(io.Err, f)
 	}
@@ -125,7 +128,7 @@ func jobRun(args []string, io IO) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := checkFit(ctx, client, job, io); err != nil {
+	if err := checkFit(ctx, client, job, profiles, io); err != nil {
 		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
 		return 1
 	}
@@ -154,7 +157,7 @@ func jobRun(args []string, io IO) int {
 
 // checkFit asks the placement core whether each gated group fits the
 // cluster now; a group that does not fit is reported and waits at the gate.
-func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) error {
+func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *interference.Model, io IO) error {
 	nodes, allocs, err := listCluster(client)
 	if err != nil {
 		return err
@@ -172,7 +175,11 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, io IO) erro
 		return err
 	}
 	for _, group := range pin.Gated(job) {
-		req, err := pin.Request(job, group, nil)
+		req, err := pin.Request(job, group, profiles)
+		if errors.Is(err, pin.ErrUnknownProfile) && profiles == nil {
+			fmt.Fprintf(io.Err, "gpushare job run: group %s: %v; not checked against the cluster (the scheduler, which may define the profile, did not answer)\n", group, err)
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -343,4 +350,21 @@ func finishedBatch(client *api.Client, job *api.Job) string {
 		return ""
 	}
 	return fmt.Sprintf("%s is a batch job that already completed, and this jobspec changes nothing: Nomad will not run it again; change it (a meta value will do) or purge it first (nomad job stop -purge %s)", *job.ID, *job.ID)
+}
+
+// schedulerProfiles returns the built-in interference profiles and those
+// the scheduler at addr defines, or nil when it does not answer.
+func schedulerProfiles(addr string) *interference.Model {
+	if addr == "" {
+		return nil
+	}
+	var ps []interference.Profile
+	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/profiles", &ps); err != nil {
+		return nil
+	}
+	m := interference.Default()
+	for _, p := range ps {
+		m.Profiles[strings.ToLower(p.Name)] = p
+	}
+	return m
 }

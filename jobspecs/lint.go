@@ -1,11 +1,13 @@
 package jobspecs
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
@@ -35,7 +37,12 @@ func (f Finding) String() string {
 
 // Lint checks how a job asks for gpushare devices. sharesPerGPU is the
 // cluster's shares_per_gpu (100 unless the plugin is configured otherwise).
-func Lint(job *api.Job, sharesPerGPU int) []Finding {
+func Lint(job *api.Job, sharesPerGPU int) []Finding { return LintWith(job, sharesPerGPU, nil) }
+
+// LintWith is Lint with the interference profiles a running scheduler
+// knows (nil: only the built-in ones are known, and another named profile
+// is a warning, not an error).
+func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Finding {
 	if sharesPerGPU <= 0 {
 		sharesPerGPU = devicefn.DefaultSharesPerGPU
 	}
@@ -88,8 +95,13 @@ func Lint(job *api.Job, sharesPerGPU int) []Finding {
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
 			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${node.unique.id} = gpushare:pending) or use `gpushare job run`, which adds it")
 		}
-		if _, err := pin.Request(job, name, nil); err != nil && !strings.Contains(err.Error(), "no task asks") {
-			add(Error, name, "%v", err)
+		if _, err := pin.Request(job, name, profiles); err != nil && !strings.Contains(err.Error(), "no task asks") {
+			if errors.Is(err, pin.ErrUnknownProfile) && profiles == nil {
+				// the scheduler's configuration may define it: say so, not an error
+				add(Warning, name, "%v; the scheduler must define it in a profile block (pass -scheduler to check against a running one)", err)
+			} else {
+				add(Error, name, "%v", err)
+			}
 		}
 	}
 	if !any {

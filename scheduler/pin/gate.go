@@ -186,7 +186,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 		model = interference.Default()
 	}
 	if err := ApplyMeta(&r, meta, model); err != nil {
-		return r, fmt.Errorf("%w %q: %v", ErrNotPlaceable, r.ID, err)
+		return r, fmt.Errorf("%w %q: %w", ErrNotPlaceable, r.ID, err)
 	}
 	if err := r.Validate(); err != nil {
 		return r, fmt.Errorf("%w: %v", ErrNotPlaceable, err)

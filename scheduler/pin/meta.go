@@ -1,6 +1,7 @@
 package pin
 
 import (
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -31,6 +32,10 @@ const (
 	MetaSignature = "gpushare.signature"
 )
 
+// ErrUnknownProfile is wrapped by the error for a gpushare.profile the
+// model does not name: the scheduler's configuration may (profile blocks).
+var ErrUnknownProfile = errors.New("unknown interference profile")
+
 // ApplyMeta fills r's VC, class and profile from job or group meta. Named
 // profiles are looked up in model; declared sm_util / mem_bw are used as
 // given (a missing one counts as 0). Errors wrap placement.ErrBadRequest.
@@ -40,7 +45,7 @@ func ApplyMeta(r *placement.Request, meta map[string]string, model *interference
 	if name := meta[MetaProfile]; name != "" {
 		p, ok := model.Lookup(name)
 		if !ok {
-			return fmt.Errorf("%w: %s %q is not a known profile (known: %s)", placement.ErrBadRequest, MetaProfile, name, strings.Join(model.Names(), ", "))
+			return fmt.Errorf("%w: %w: %s %q is not a known profile (known: %s)", placement.ErrBadRequest, ErrUnknownProfile, MetaProfile, name, strings.Join(model.Names(), ", "))
 		}
 		r.Profile = p
 		return r.Validate()

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -23,6 +24,7 @@ import (
 //	GET /v1/jobs/<id>       each gpushare group's placement, or why it waits (?namespace=)
 //	GET /v1/groups          every group that waits or was refused for good, and why
 //	GET /v1/vcs             the virtual clusters jobs may name in gpushare.vc
+//	GET /v1/profiles        the interference profiles jobs may name in gpushare.profile
 //	GET /metrics            Prometheus metrics
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -31,6 +33,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
 	mux.HandleFunc("GET /v1/groups", s.handleGroups)
 	mux.HandleFunc("GET /v1/vcs", s.handleVCs)
+	mux.HandleFunc("GET /v1/profiles", s.handleProfiles)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -232,6 +235,16 @@ func (s *Service) handleVCs(w http.ResponseWriter, _ *http.Request) {
 	out := make([]VC, 0, len(s.cfg.VCs))
 	for _, v := range s.cfg.VCs {
 		out = append(out, VC{Name: v.Name, Namespaces: v.Namespaces})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleProfiles lists the named interference profiles (built-in and
+// configured) jobs may name in gpushare.profile.
+func (s *Service) handleProfiles(w http.ResponseWriter, _ *http.Request) {
+	out := make([]interference.Profile, 0, len(s.profile.Profiles))
+	for _, name := range slices.Sorted(maps.Keys(s.profile.Profiles)) {
+		out = append(out, s.profile.Profiles[name])
 	}
 	writeJSON(w, http.StatusOK, out)
 }
