@@ -6,10 +6,9 @@ import (
 	"io"
 	"sort"
 	"strings"
-)
 
-// Version is the gpushare version, set at build time.
-var Version = "v0.1.0-dev"
+	"github.com/gpushare/gpushare/internal/version"
+)
 
 // IO carries a command's output streams.
 type IO struct {
@@ -87,6 +86,6 @@ func newFlags(name, synopsis string, io IO) *flag.FlagSet {
 }
 
 func runVersion(args []string, io IO) int {
-	fmt.Fprintf(io.Out, "gpushare %s\n", Version)
+	fmt.Fprintf(io.Out, "gpushare %s\n", version.Version)
 	return 0
 }

@@ -13,30 +13,30 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/devicefn/nvml"
+	"github.com/gpushare/gpushare/internal/version"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-version"
+	goversion "github.com/hashicorp/go-version"
 	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 )
 
-// Version is the plugin's version, set at build time.
-var Version = "v0.1.0-dev"
-
-// pluginVersion is Version when it is a semantic version, else Version as
+// pluginVersion is the gpushare version (internal/version, the one
+// `gpushare version` prints) when it is a semantic version, else it as
 // the build metadata of v0.0.0: Nomad refuses to load a plugin whose
 // version it cannot parse, and a build stamped with a bare commit hash
 // ("b0a6d7d") would otherwise leave every client without GPUs.
 func pluginVersion() string {
-	if _, err := version.NewVersion(Version); err == nil { // as Nomad parses it
-		return Version
+	v := version.Version
+	if _, err := goversion.NewVersion(v); err == nil { // as Nomad parses it
+		return v
 	}
 	meta := strings.Map(func(r rune) rune {
 		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' {
 			return r
 		}
 		return '-'
-	}, Version)
+	}, v)
 	if meta == "" {
 		return "v0.0.0"
 	}

@@ -13,8 +13,9 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/version"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/go-version"
+	goversion "github.com/hashicorp/go-version"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
 	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
 	"github.com/hashicorp/nomad/plugins/base"
@@ -229,7 +230,7 @@ func TestStats(t *testing.T) {
 // (helper/pluginutils/loader: version.NewVersion), leaving the client
 // without GPUs: whatever the build stamped, PluginInfo reports one it can.
 func TestPluginVersionIsParseable(t *testing.T) {
-	defer func(v string) { Version = v }(Version)
+	defer func(v string) { version.Version = v }(version.Version)
 	for in, want := range map[string]string{
 		"v0.1.0-dev":               "v0.1.0-dev",
 		"v0.1.0-dev+b0a6d7d-dirty": "v0.1.0-dev+b0a6d7d-dirty",
@@ -238,11 +239,11 @@ func TestPluginVersionIsParseable(t *testing.T) {
 		"dev build":                "v0.0.0+dev-build",
 		"":                         "v0.0.0",
 	} {
-		Version = in
+		version.Version = in
 		info, err := (&Plugin{}).PluginInfo()
 		must.NoError(t, err)
 		must.EqOp(t, want, info.PluginVersion, must.Sprintf("version %q", in))
-		_, err = version.NewVersion(info.PluginVersion)
+		_, err = goversion.NewVersion(info.PluginVersion)
 		must.NoError(t, err, must.Sprintf("Nomad would refuse %q", info.PluginVersion))
 	}
 }
