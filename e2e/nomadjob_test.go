@@ -144,3 +144,45 @@ func dumpAllocLogs(t *testing.T, e *env, job, task string) {
 		}
 	}
 }
+
+// While no scheduler runs, nothing is lost: a running pinned job keeps its
+// allocation, a gated job registered meanwhile waits at the gate (no
+// allocation, status pending), and a scheduler started again places it
+// without touching the first job (same allocation, same version).
+func TestNoSchedulerNothingLost(t *testing.T) {
+	start := time.Now()
+	e := newEnv(t)
+	s1 := e.startScheduler("s1", "")
+	e.eventually(30*time.Second, "s1 to lead", s1.leader)
+	e.register("before", map[string]any{"shares": 50})
+	first := e.running("before", 1, 60*time.Second)[0]
+	version := e.version("before")
+
+	s1.proc.Stop()
+	e.register("meanwhile", map[string]any{"shares": 25})
+	// it waits at the gate for as long as no scheduler runs
+	for range 10 {
+		time.Sleep(500 * time.Millisecond)
+		allocs, _, err := e.nomad.Jobs().Allocations("meanwhile", true, nil)
+		must.NoError(t, err)
+		must.SliceEmpty(t, allocs, must.Sprint("a gated job got an allocation with no scheduler"))
+	}
+	job, _, err := e.nomad.Jobs().Info("meanwhile", nil)
+	must.NoError(t, err)
+	must.Eq(t, "pending", *job.Status)
+	must.SliceLen(t, 1, pin.Gated(job))
+	still := e.runningNow("before")
+	must.SliceLen(t, 1, still)
+	must.Eq(t, first.ID, still[0].ID)
+	t.Logf("no scheduler for 5s: meanwhile %s, before still on %s", *job.Status, first.ID)
+
+	s2 := e.startScheduler("s2", "")
+	e.eventually(30*time.Second, "s2 to lead", s2.leader)
+	a := e.running("meanwhile", 1, 60*time.Second)[0]
+	must.SliceLen(t, 1, gpus(a))
+	still = e.runningNow("before")
+	must.SliceLen(t, 1, still)
+	must.Eq(t, first.ID, still[0].ID, must.Sprint("the running job was replaced"))
+	must.Eq(t, version, e.version("before"), must.Sprint("the running job was pinned again"))
+	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
+}
