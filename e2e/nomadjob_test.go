@@ -23,19 +23,32 @@ var schedulerJobFile = filepath.Join("..", "deploy", "nomad", "gpushare-schedule
 // with the shipped policy, is in the variable nomad/jobs/gpushare-scheduler,
 // which the job's template reads through its workload identity. Its two
 // replicas run (Nomad places them: the job is neither gated nor asks for
-// shares), one leads, and it pins a gated job, which runs.
+// shares), one leads, and it pins a gated job, which runs. When the
+// leader's allocation stops, another replica leads and places the next.
 func TestSchedulerAsNomadJob(t *testing.T) {
+	testSchedulerAsNomadJob(t, true)
+}
+
+// Without ACLs the token variable need not exist: the template renders an
+// empty token file and the scheduler sends no token.
+func TestSchedulerAsNomadJobNoACL(t *testing.T) {
+	testSchedulerAsNomadJob(t, false)
+}
+
+func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	start := time.Now()
-	e := newEnvWith(t, devcluster.Options{ACL: true})
-	must.NoError(t, e.c.ApplyPolicyFile("gpushare-scheduler", policyFile))
-	token, err := e.c.CreateToken("gpushare", "gpushare-scheduler")
-	must.NoError(t, err)
-	_, _, err = e.nomad.Variables().Create(&api.Variable{
-		Namespace: "default",
-		Path:      "nomad/jobs/gpushare-scheduler",
-		Items:     api.VariableItems{"token": token},
-	}, nil)
-	must.NoError(t, err)
+	e := newEnvWith(t, devcluster.Options{ACL: acl})
+	if acl {
+		must.NoError(t, e.c.ApplyPolicyFile("gpushare-scheduler", policyFile))
+		token, err := e.c.CreateToken("gpushare", "gpushare-scheduler")
+		must.NoError(t, err)
+		_, _, err = e.nomad.Variables().Create(&api.Variable{
+			Namespace: "default",
+			Path:      "nomad/jobs/gpushare-scheduler",
+			Items:     api.VariableItems{"token": token},
+		}, nil)
+		must.NoError(t, err)
+	}
 
 	src, err := os.ReadFile(schedulerJobFile)
 	must.NoError(t, err)
@@ -90,6 +103,30 @@ func TestSchedulerAsNomadJob(t *testing.T) {
 	}
 	must.NoError(t, getJSON(leader+"/v1/jobs/by-nomad-job", &st))
 	t.Logf("leader's view of by-nomad-job: %+v", st)
+
+	// the leader's allocation stops: another replica takes the lock (the
+	// follower, or the allocation Nomad starts in its place, whichever
+	// asks first) and places the next gated job
+	for i, r := range replicas {
+		if r == leader {
+			_, err = e.nomad.Allocations().Stop(allocs[i], nil)
+			must.NoError(t, err)
+		}
+	}
+	stopped := time.Now()
+	e.eventually(30*time.Second, "another replica to lead", func() bool {
+		for _, a := range e.runningNow("gpushare-scheduler") {
+			var h struct{ Leader bool }
+			if r := httpOf(t, a); r != leader && getJSON(r+"/v1/health", &h) == nil && h.Leader {
+				leader = r
+				return true
+			}
+		}
+		return false
+	})
+	t.Logf("%s leads %s after the leader's allocation was stopped", leader, time.Since(stopped).Round(time.Millisecond))
+	e.register("after-failover", map[string]any{"shares": 50})
+	must.SliceLen(t, 1, gpus(e.running("after-failover", 1, 60*time.Second)[0]))
 
 	// the scheduler's own allocations hold no shares
 	for _, a := range e.runningNow("gpushare-scheduler") {
