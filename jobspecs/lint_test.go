@@ -73,4 +73,5 @@ func TestLintFindsProblems(t *testing.T) {
 func TestParseErrorsNameTheLine(t *testing.T) {
 	_, err := Parse("broken.nomad.hcl", []byte("job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n"), nil)
 	must.ErrorContains(t, err, "broken.nomad.hcl:")
+	must.EqOp(t, 1, strings.Count(err.Error(), "broken.nomad.hcl")) // named once
 }

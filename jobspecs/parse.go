@@ -2,6 +2,7 @@ package jobspecs
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/hashicorp/nomad/jobspec2"
@@ -14,6 +15,9 @@ func Parse(filename string, src []byte, vars []string) (*api.Job, error) {
 		Path: filename, Body: src, ArgVars: vars, AllowFS: true, Strict: true,
 	})
 	if err != nil {
+		if strings.Contains(err.Error(), filename+":") {
+			return nil, err // HCL errors name the file and line already
+		}
 		return nil, fmt.Errorf("%s: %w", filename, err)
 	}
 	return job, nil

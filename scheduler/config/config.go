@@ -53,6 +53,8 @@ type Config struct {
 	Typical []TypicalRequest `hcl:"typical_request,block"`
 	// Seed drives the random choices of randomised policies.
 	Seed uint64 `hcl:"seed,optional"`
+	// where maps options set in a file to their place (Parse).
+	where map[string]string
 	// AdoptUngated places groups that ask for nvidia/gpushare without the
 	// gate (registered with plain `nomad job run`) as if they were gated;
 	// nil means true.
@@ -188,12 +190,51 @@ func Parse(filename string, src []byte) (*Config, error) {
 		}
 	}
 	var file Config
-	if diags := gohcl.DecodeBody(f.Body, nil, &file); diags.HasErrors() {
-		return nil, diagErr(diags)
-	}
+	diags = gohcl.DecodeBody(f.Body, nil, &file)
 	c := Default()
 	c.Merge(&file)
+	c.where = where(f.Body)
+	if diags.HasErrors() {
+		// say the values that are wrong too, not only the unknown keys
+		msg := diagErr(diags).Error()
+		if err := c.Validate(); err != nil {
+			msg += "\n" + strings.TrimPrefix(err.Error(), ErrInvalid.Error()+":\n  ")
+		}
+		return nil, errors.New(msg)
+	}
 	return c, nil
+}
+
+// where maps each option set in the file ("policy", "nomad.address",
+// "leader.ttl") to its place, "file:line".
+func where(body hcl.Body) map[string]string {
+	out := map[string]string{}
+	b, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return out
+	}
+	at := func(r hcl.Range) string { return fmt.Sprintf("%s:%d", r.Filename, r.Start.Line) }
+	for name, a := range b.Attributes {
+		out[name] = at(a.SrcRange)
+	}
+	for _, blk := range b.Blocks {
+		for name, a := range blk.Body.Attributes {
+			out[blk.Type+"."+name] = at(a.SrcRange)
+		}
+	}
+	return out
+}
+
+// located prefixes a problem with the place of the option it names.
+func (c *Config) located(problem string) string {
+	key := problem
+	if i := strings.IndexAny(key, " :"); i >= 0 {
+		key = key[:i]
+	}
+	if at, ok := c.where[key]; ok {
+		return at + ": " + problem
+	}
+	return problem
 }
 
 func diagErr(diags hcl.Diagnostics) error {
@@ -276,7 +317,7 @@ var ErrInvalid = errors.New("invalid gpushare scheduler config")
 // Validate reports every problem at once.
 func (c *Config) Validate() error {
 	var errs []string
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Sprintf(format, a...)) }
+	bad := func(format string, a ...any) { errs = append(errs, c.located(fmt.Sprintf(format, a...))) }
 	if !strings.HasPrefix(c.Nomad.Address, "http://") && !strings.HasPrefix(c.Nomad.Address, "https://") {
 		bad("nomad.address %q: must start with http:// or https://", c.Nomad.Address)
 	}

@@ -121,3 +121,15 @@ func TestOneOptionFile(t *testing.T) {
 	_, err = Parse("bad.hcl", []byte("policy = \"fgd\"\nbogus = 1\n"))
 	must.ErrorContains(t, err, "bad.hcl:2")
 }
+
+// -check says every problem at once, each at its file:line: unknown keys
+// and wrong values together.
+func TestEveryProblemAtOnceWithItsLine(t *testing.T) {
+	_, err := Parse("c.hcl", []byte("policy = \"fgd\"\nbogus = 1\nproduction_max_slowdown = 7\nleader {\n  ttl = \"soon\"\n}\n"))
+	must.ErrorContains(t, err, `c.hcl:2,1-6: Unsupported argument`)
+	must.ErrorContains(t, err, "c.hcl:3: production_max_slowdown = 7: must be between 0 and 1")
+	must.ErrorContains(t, err, `c.hcl:5: leader.ttl = "soon": not a positive duration`)
+	c, err := Parse("ok.hcl", []byte("production_max_slowdown = 7\n"))
+	must.NoError(t, err)
+	must.ErrorContains(t, c.Validate(), "ok.hcl:1: production_max_slowdown = 7")
+}
