@@ -128,10 +128,8 @@ func jobRun(args []string, io IO) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := checkFit(ctx, client, job, profiles, io); err != nil {
-		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
-		return 1
-	}
+	// groups whose placement is carried over are not decided again: only
+	// the others are checked against the cluster (and said to fit)
 	carried := carryPins(client, job)
 	if len(carried) > 0 {
 		fmt.Fprintf(io.Out, "kept the existing placement of %s (request unchanged)\n", strings.Join(carried, ", "))
@@ -139,6 +137,10 @@ func jobRun(args []string, io IO) int {
 			fmt.Fprintf(io.Err, "gpushare job run: %s\n", why)
 			return 1
 		}
+	}
+	if err := checkFit(ctx, client, job, profiles, io); err != nil {
+		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
+		return 1
 	}
 	if *check {
 		return 0

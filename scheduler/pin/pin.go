@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
@@ -53,7 +54,8 @@ func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
 		reasons = appendNew(reasons, p.Reason)
 		cells = appendNew(cells, p.Cell)
 	}
-	rec.Nodes, rec.GPUs, rec.Shares = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus)), slices.Sorted(maps.Keys(shares))
+	rec.Nodes, rec.GPUs = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus))
+	rec.Shares = slices.SortedFunc(maps.Keys(shares), compareShares) // GPU by GPU, :2 before :10
 	rec.Reason = strings.Join(reasons, "; ")
 	rec.Cell = strings.Join(cells, ",")
 
@@ -124,4 +126,17 @@ func appendNew(list []string, s string) []string {
 		return list
 	}
 	return append(list, s)
+}
+
+// compareShares orders share IDs by GPU, then by index as a number.
+func compareShares(a, b string) int {
+	ia, ea := devicefn.ParseShareID(a)
+	ib, eb := devicefn.ParseShareID(b)
+	if ea != nil || eb != nil {
+		return strings.Compare(a, b)
+	}
+	if c := strings.Compare(ia.UUID, ib.UUID); c != 0 {
+		return c
+	}
+	return ia.Index - ib.Index
 }

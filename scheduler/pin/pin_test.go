@@ -139,3 +139,15 @@ func TestAddGate(t *testing.T) {
 	must.Eq(t, []string{"g"}, AddGate(j))
 	must.SliceEmpty(t, AddGate(j))
 }
+
+// A record lists its shares GPU by GPU in index order (:2 before :10).
+func TestRecordSharesInIndexOrder(t *testing.T) {
+	job := &api.Job{ID: ptrTo("j"), TaskGroups: []*api.TaskGroup{{Name: ptrTo("g"), Tasks: []*api.Task{{Name: "t", Resources: &api.Resources{
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpushare"}}}}}}}}
+	rec, err := Pin(job, "g", &placement.Decision{Placements: []placement.Placement{{Node: "n", GPUs: []string{"GPU-a"},
+		Shares: []string{"GPU-a:10", "GPU-a:2", "GPU-a:1"}}}})
+	must.NoError(t, err)
+	must.Eq(t, []string{"GPU-a:1", "GPU-a:2", "GPU-a:10"}, rec.Shares)
+}
+
+func ptrTo[T any](v T) *T { return &v }
