@@ -156,6 +156,8 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 	}
 	if keep {
 		say("cluster is up: Nomad UI at %s/ui, scheduler API at http://%s; press Ctrl-C to stop", c.Address(), httpAddr)
+		say("try, in another terminal: ./bin/gpushare status -address %s -scheduler http://%s", c.Address(), httpAddr)
+		say("                          ./bin/gpushare job status -scheduler http://%s train-pair", httpAddr)
 		<-ctx.Done()
 	}
 	say("stopping the cluster")
