@@ -94,20 +94,7 @@ func newLoadEnv(t *testing.T) *env {
 			CPUTotalCompute: 200_000, MemoryTotalMB: 256 * 1024,
 		})
 	}
-	c := startClusterWith(t, devcluster.Options{Clients: clients, Persistent: true})
-	dir, err := os.MkdirTemp("", "gpushare-load-")
-	must.NoError(t, err)
-	t.Cleanup(func() {
-		if t.Failed() {
-			dumpLogs(t, dir)
-		}
-		if os.Getenv("GPUSHARE_E2E_KEEP") != "" {
-			t.Logf("kept scheduler logs in %s", dir)
-			return
-		}
-		os.RemoveAll(dir)
-	})
-	return &env{t: t, c: c, nomad: c.API(), dir: dir, fixtures: paths}
+	return envOn(t, startClusterWith(t, devcluster.Options{Clients: clients, Persistent: true}), paths, "gpushare-load-")
 }
 
 // loadJob is one job of the load and what was seen of it.

@@ -66,8 +66,14 @@ func newEnvWith(t *testing.T, opts devcluster.Options) *env {
 		clients = append(clients, devcluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
 	}
 	opts.Clients, opts.Persistent = clients, true
-	c := startClusterWith(t, opts)
-	dir, err := os.MkdirTemp("", "gpushare-sched-")
+	return envOn(t, startClusterWith(t, opts), paths, "gpushare-sched-")
+}
+
+// envOn is the env of a started cluster, with a directory for the
+// schedulers' configs and logs (dumped when the test fails).
+func envOn(t *testing.T, c *devcluster.Cluster, fixtures map[string]string, prefix string) *env {
+	t.Helper()
+	dir, err := os.MkdirTemp("", prefix)
 	must.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -79,7 +85,7 @@ func newEnvWith(t *testing.T, opts devcluster.Options) *env {
 		}
 		os.RemoveAll(dir)
 	})
-	return &env{t: t, c: c, nomad: c.API(), dir: dir, fixtures: paths}
+	return &env{t: t, c: c, nomad: c.API(), dir: dir, fixtures: fixtures}
 }
 
 // scheduler is one running `gpushare scheduler` replica.
