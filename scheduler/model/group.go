@@ -8,11 +8,12 @@ import (
 
 // KeyOf names a job's group; an empty namespace is "default".
 func KeyOf(job *api.Job, group string) decide.Key {
-	ns := namespaceOf(job)
-	if ns == "" {
-		ns = "default"
-	}
-	return decide.Key{Namespace: ns, Job: *job.ID, Group: group}
+	return decide.Key{Namespace: orDefault(namespaceOf(job)), Job: *job.ID, Group: group}
+}
+
+// AllocKey names the group of an allocation, as KeyOf its job's.
+func AllocKey(a *api.Allocation) decide.Key {
+	return decide.Key{Namespace: orDefault(a.Namespace), Job: a.JobID, Group: a.TaskGroup}
 }
 
 // Template reports whether a job is a template Nomad never places itself:

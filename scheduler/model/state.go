@@ -179,7 +179,7 @@ func (s *State) groups() *groupIndex {
 	idx := &groupIndex{live: map[decide.Key][]*api.Allocation{}, done: map[decide.Key]bool{}}
 	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
 		a := s.Allocs[id]
-		k := decide.Key{Namespace: orDefault(a.Namespace), Job: a.JobID, Group: a.TaskGroup}
+		k := AllocKey(a)
 		if Live(a) {
 			idx.live[k] = append(idx.live[k], a)
 		} else if a.ClientStatus == api.AllocClientStatusComplete {

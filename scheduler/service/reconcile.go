@@ -421,16 +421,9 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 		if !ok || al.CreateTime <= 0 {
 			continue
 		}
-		ends[a.ID] = time.Unix(0, al.CreateTime).Add(runFor(decide.Key{Namespace: orDefault(al.Namespace), Job: al.JobID, Group: al.TaskGroup}))
+		ends[a.ID] = time.Unix(0, al.CreateTime).Add(runFor(model.AllocKey(al)))
 	}
 	return ends
-}
-
-func orDefault(ns string) string {
-	if ns == "" {
-		return "default"
-	}
-	return ns
 }
 
 // pinGroup re-registers the job with the group pinned as the action
@@ -503,7 +496,7 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 		if !ok {
 			continue
 		}
-		t := decide.Key{Namespace: orDefault(a.Namespace), Job: a.JobID, Group: a.TaskGroup}
+		t := model.AllocKey(a)
 		targets[t] = append(targets[t], id)
 	}
 	s.mu.Unlock()
