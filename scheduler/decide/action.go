@@ -1,6 +1,7 @@
 package decide
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -14,6 +15,11 @@ type Key struct {
 	Namespace string `json:"namespace"`
 	Job       string `json:"job"`
 	Group     string `json:"group"`
+}
+
+// Compare orders keys by namespace, then job, then group.
+func (k Key) Compare(o Key) int {
+	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Job, o.Job), cmp.Compare(k.Group, o.Group))
 }
 
 // String is "<namespace>/<job>/<group>", for logs and request IDs only.

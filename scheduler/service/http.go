@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
@@ -188,7 +189,8 @@ func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
 	managed := s.namespaces()
 	s.mu.Lock()
 	out := make([]Waiting, 0, len(s.pending))
-	for k, why := range s.pending {
+	for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
+		why := s.pending[k]
 		if !managed.has(k.Namespace) {
 			continue
 		}
@@ -217,11 +219,7 @@ func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	out = kept
-	slices.SortFunc(out, func(a, b Waiting) int {
-		return strings.Compare(a.Namespace+"\x00"+a.Job+"\x00"+a.Group, b.Namespace+"\x00"+b.Job+"\x00"+b.Group)
-	})
-	writeJSON(w, http.StatusOK, out)
+	writeJSON(w, http.StatusOK, kept)
 }
 
 // VC is one entry of /v1/vcs: a virtual cluster jobs may name in

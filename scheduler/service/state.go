@@ -136,7 +136,7 @@ func (s *Service) saveState(ctx context.Context) {
 		for i := range shards {
 			vars[fmt.Sprintf("%sreasons-%02d", statePrefix, i)] = map[string]string{}
 		}
-		for _, k := range slices.SortedFunc(maps.Keys(s.pending), compareKeys) {
+		for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
 			state := "pending"
 			if _, never := s.refused[k]; never {
 				state = "refused"
@@ -209,26 +209,6 @@ func hashItems(items map[string]string) string {
 		fmt.Fprintf(h, "%q=%q;", k, items[k])
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-func compareKeys(a, b decide.Key) int {
-	if c := compareStr(a.Namespace, b.Namespace); c != 0 {
-		return c
-	}
-	if c := compareStr(a.Job, b.Job); c != 0 {
-		return c
-	}
-	return compareStr(a.Group, b.Group)
-}
-
-func compareStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // loadState reads the records, replacing what this replica read before
