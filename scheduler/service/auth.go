@@ -131,8 +131,3 @@ func (n nomadClient) Authorize(ctx context.Context, token string, scope authScop
 	}
 	return err
 }
-
-func isStatus(err error, code int) bool {
-	var ue api.UnexpectedResponseError
-	return errors.As(err, &ue) && ue.StatusCode() == code
-}

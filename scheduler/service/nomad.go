@@ -226,9 +226,12 @@ func isConflict(err error) bool {
 	return strings.Contains(err.Error(), "conflicting job modify index") || strings.Contains(err.Error(), "job not found for index")
 }
 
-func isNotFound(err error) bool {
+func isNotFound(err error) bool { return isStatus(err, http.StatusNotFound) }
+
+// isStatus reports whether Nomad answered with this HTTP status.
+func isStatus(err error, code int) bool {
 	var ue api.UnexpectedResponseError
-	return errors.As(err, &ue) && ue.StatusCode() == http.StatusNotFound
+	return errors.As(err, &ue) && ue.StatusCode() == code
 }
 
 func (n nomadClient) ReadVar(ctx context.Context, path string) (map[string]string, error) {

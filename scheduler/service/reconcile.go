@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -571,16 +570,6 @@ func (s *Service) confirm() {
 		s.metrics.placementLatency.Observe(s.now().Sub(at).Seconds())
 		delete(s.pinned, key)
 	}
-}
-
-// copyJob deep-copies a job through JSON.
-func copyJob(j *api.Job) (*api.Job, error) {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return nil, err
-	}
-	var out api.Job
-	return &out, json.Unmarshal(b, &out)
 }
 
 func nsOf(job *api.Job) string {

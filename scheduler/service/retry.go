@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
-	"github.com/hashicorp/nomad/api"
 )
 
 // Failed pins and preemptions are retried with backoff, per group: 2 s,
@@ -76,9 +74,5 @@ func (s *Service) request(ctx context.Context) (context.Context, context.CancelF
 // isForbidden recognises Nomad's refusal of a token that lacks a
 // capability (403 Permission denied).
 func isForbidden(err error) bool {
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) && ue.StatusCode() == http.StatusForbidden {
-		return true
-	}
-	return err != nil && strings.Contains(err.Error(), "Permission denied")
+	return isStatus(err, http.StatusForbidden) || (err != nil && strings.Contains(err.Error(), "Permission denied"))
 }

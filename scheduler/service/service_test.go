@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"maps"
 	"net/http/httptest"
@@ -413,4 +414,14 @@ func pinnedX(t *testing.T) (*fakeNomad, *Service, *pin.Record) {
 	rec, ok := pin.ParseRecord(f.jobs["x"], "g")
 	must.True(t, ok)
 	return f, s, rec
+}
+
+// copyJob deep-copies a job through JSON.
+func copyJob(j *api.Job) (*api.Job, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	var out api.Job
+	return &out, json.Unmarshal(b, &out)
 }
