@@ -149,6 +149,9 @@ type step struct {
 	// gpuEnd caches when each GPU frees (see reserveFor); nil until used.
 	gpuEnd map[string]time.Time
 	rooms  map[string]map[string]time.Time
+	// spgs caches sharesPerGPU: the step adds and removes allocations,
+	// never nodes.
+	spgs []int
 }
 
 func (st *step) undo() {
@@ -253,7 +256,10 @@ func (st *step) compatible(g Key, gpus []string) bool {
 
 // sharesPerGPU lists the distinct shares_per_gpu of the cluster's GPUs.
 func (st *step) sharesPerGPU() []int {
-	var out []int
+	if st.spgs != nil {
+		return st.spgs
+	}
+	out := []int{}
 	for _, n := range st.snap.Nodes() {
 		for i := range n.GPUs {
 			if s := n.GPUs[i].Shares; !slices.Contains(out, s) {
@@ -262,6 +268,7 @@ func (st *step) sharesPerGPU() []int {
 		}
 	}
 	slices.Sort(out)
+	st.spgs = out
 	return out
 }
 
