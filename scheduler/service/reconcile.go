@@ -25,11 +25,6 @@ type refusal struct {
 	nodes    uint64 // clusterShape when refused
 }
 
-// pass is what one reconcile needs beside the step's input.
-type pass struct {
-	jobs map[decide.Key]*api.Job
-}
-
 // reconcile is one pass of the decision loop: build the step's input from
 // the model, let decide.Step choose the actions, execute them against
 // Nomad.
@@ -53,7 +48,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.warnedShape = shape
 		s.checkGuarantees(snap)
 	}
-	groups, p, pending := s.collect(built, shape)
+	groups, jobs, pending := s.collect(built, shape)
 	var ends map[string]time.Time
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
 		ends = s.expectedEnds(snap, built.HeldFor, now)
@@ -86,7 +81,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		s.execute(ctx, a, p.jobs[a.Group], shape, pending, failed, start)
+		s.execute(ctx, a, jobs[a.Group], shape, pending, failed, start)
 	}
 	s.mu.Lock()
 	s.pending = pending
@@ -164,9 +159,9 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 // gone. Groups that cannot be turned into a request, or that were refused
 // for good and neither their job nor the cluster's nodes changed since,
 // are returned as pending, with why. The caller holds s.mu.
-func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pass, map[decide.Key]string) {
+func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string) {
 	var groups []decide.Group
-	p := pass{jobs: map[decide.Key]*api.Job{}}
+	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
 	for _, job := range s.state.Jobs {
 		if (job.Stop != nil && *job.Stop) || model.Template(job) {
@@ -223,7 +218,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pas
 			if job.SubmitTime != nil && *job.SubmitTime > 0 {
 				g.Submit = time.Unix(0, *job.SubmitTime)
 			}
-			p.jobs[key] = job
+			jobs[key] = job
 			groups = append(groups, g)
 		}
 	}
@@ -238,7 +233,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, pas
 			delete(s.retries, k)
 		}
 	}
-	return groups, p, pending
+	return groups, jobs, pending
 }
 
 // vcRefusal says why a group may not claim the virtual cluster it names
