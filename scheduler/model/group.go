@@ -3,6 +3,7 @@ package model
 import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -32,6 +33,17 @@ func (s *State) BatchDone(job *api.Job, group string) bool {
 		return false
 	}
 	return s.groups().done[KeyOf(job, group)]
+}
+
+// Missing returns a group's live allocations and how many more it asks
+// for: none once a batch group has finished.
+func (s *State) Missing(job *api.Job, tg *api.TaskGroup) ([]*api.Allocation, int) {
+	key := KeyOf(job, *tg.Name)
+	live := s.GroupAllocs(key.Namespace, key.Job, key.Group)
+	if s.BatchDone(job, key.Group) {
+		return live, 0
+	}
+	return live, max(pin.Count(tg)-len(live), 0)
 }
 
 func orDefault(ns string) string {

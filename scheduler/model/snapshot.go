@@ -61,12 +61,8 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			if err != nil {
 				continue
 			}
-			live := s.GroupAllocs(namespaceOf(job), *job.ID, *tg.Name)
-			missing := r.Count - len(live)
-			if missing <= 0 {
-				continue
-			}
-			if s.BatchDone(job, *tg.Name) {
+			_, missing := s.Missing(job, tg)
+			if missing == 0 {
 				continue
 			}
 			key := KeyOf(job, *tg.Name)

@@ -112,10 +112,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	if tg == nil {
 		return placement.Request{}, fmt.Errorf("%w: job %q has no group %q", ErrNotPlaceable, *job.ID, group)
 	}
-	r := placement.Request{ID: GroupKey(job, group), Count: 1}
-	if tg.Count != nil {
-		r.Count = *tg.Count
-	}
+	r := placement.Request{ID: GroupKey(job, group), Count: Count(tg)}
 	var devices int
 	for _, t := range tg.Tasks {
 		if t.Resources == nil {
@@ -219,3 +216,11 @@ func ParseRecord(job *api.Job, group string) (*Record, bool) {
 
 // Wants reports whether a group asks for gpushare devices.
 func Wants(tg *api.TaskGroup) bool { return deviceRequests(tg) > 0 }
+
+// Count is how many allocations a group asks for (Nomad's default: 1).
+func Count(tg *api.TaskGroup) int {
+	if tg.Count != nil {
+		return *tg.Count
+	}
+	return 1
+}

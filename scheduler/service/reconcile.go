@@ -263,17 +263,12 @@ func (s *Service) vcRefusal(k decide.Key, name string) string {
 // order, so a fraction usually spans GPUs). Allocations that run on valid
 // shares are left alone. The caller holds s.mu.
 func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGroup) bool {
+	live, missing := s.state.Missing(job, tg)
+	if missing > 0 {
+		return true
+	}
 	if s.state.BatchDone(job, *tg.Name) {
 		return false
-	}
-	key := model.KeyOf(job, *tg.Name)
-	live := s.state.GroupAllocs(key.Namespace, key.Job, key.Group)
-	count := 1
-	if tg.Count != nil {
-		count = *tg.Count
-	}
-	if len(live) < count {
-		return true
 	}
 	for _, a := range live {
 		if !snap.Reservable(model.Shares(a)) {
@@ -346,14 +341,8 @@ func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) 
 	if !ok {
 		return false, nil
 	}
-	tg := pin.Group(job, group)
-	count := 1
-	if tg.Count != nil {
-		count = *tg.Count
-	}
-	key := model.KeyOf(job, group)
-	live := s.state.GroupAllocs(key.Namespace, key.Job, group)
-	if len(live) >= count || s.state.BatchDone(job, group) {
+	live, missing := s.state.Missing(job, pin.Group(job, group))
+	if missing == 0 {
 		return false, nil
 	}
 	var gone []string
