@@ -281,9 +281,7 @@ func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
 func checkVC(job *api.Job, addr string) []jobspecs.Finding {
 	named := false
 	for _, tg := range job.TaskGroups {
-		if r, err := pin.Request(job, *tg.Name, nil); err == nil && r.VC != "" {
-			named = true
-		}
+		named = named || pin.Meta(job, tg)[pin.MetaVC] != ""
 	}
 	if !named || addr == "" {
 		return nil

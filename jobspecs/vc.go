@@ -26,11 +26,11 @@ func CheckVC(job *api.Job, vcs []VC) []Finding {
 		ns = *job.Namespace
 	}
 	for _, tg := range job.TaskGroups {
-		r, err := pin.Request(job, *tg.Name, nil)
-		if err != nil || r.VC == "" {
+		vc := pin.Meta(job, tg)[pin.MetaVC] // read as is: a request with another error still names it
+		if vc == "" {
 			continue
 		}
-		i := slices.IndexFunc(vcs, func(v VC) bool { return v.Name == r.VC })
+		i := slices.IndexFunc(vcs, func(v VC) bool { return v.Name == vc })
 		switch {
 		case i < 0:
 			names := make([]string, 0, len(vcs))
@@ -40,10 +40,10 @@ func CheckVC(job *api.Job, vcs []VC) []Finding {
 			if len(names) == 0 {
 				names = []string{"none"}
 			}
-			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: pin.MetaVC + " = " + quote(r.VC) +
+			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: pin.MetaVC + " = " + quote(vc) +
 				" names no virtual cluster of the scheduler (it has: " + strings.Join(names, ", ") + "): the group would wait forever"})
 		case len(vcs[i].Namespaces) > 0 && !slices.Contains(vcs[i].Namespaces, ns):
-			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: "virtual cluster " + quote(r.VC) + " admits only namespaces " +
+			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: "virtual cluster " + quote(vc) + " admits only namespaces " +
 				strings.Join(vcs[i].Namespaces, ", ") + "; this job is in " + ns})
 		}
 	}

@@ -27,4 +27,9 @@ func TestCheckVC(t *testing.T) {
 	must.SliceLen(t, 1, f)
 	must.StrContains(t, f[0].String(), `gpushare.vc = "nobody" names no virtual cluster of the scheduler (it has: research, open)`)
 	must.SliceEmpty(t, CheckVC(job("default", ""), nil))
+	// a request with another problem (a profile only the scheduler knows)
+	// still has its VC checked
+	odd := job("default", "nobody")
+	odd.Meta[pin.MetaProfile] = "bert-large"
+	must.SliceLen(t, 1, CheckVC(odd, vcs))
 }

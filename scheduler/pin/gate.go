@@ -150,15 +150,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	case devices > 1:
 		return r, fmt.Errorf("%w %q: %d device blocks ask for %q; gpushare places one GPU request per group: put the GPU work in one task", ErrNotPlaceable, r.ID, devices, DeviceName)
 	}
-	// group meta wins over job meta; empty values count as unset
-	meta := map[string]string{}
-	for _, m := range []map[string]string{job.Meta, tg.Meta} {
-		for k, v := range m {
-			if strings.HasPrefix(k, "gpushare.") && v != "" {
-				meta[k] = v
-			}
-		}
-	}
+	meta := Meta(job, tg)
 	if meta[MetaClass] == "normal" {
 		delete(meta, MetaClass)
 	}
@@ -223,4 +215,18 @@ func Count(tg *api.TaskGroup) int {
 		return *tg.Count
 	}
 	return 1
+}
+
+// Meta is a group's gpushare.* meta: the group's wins over the job's, and
+// empty values count as unset.
+func Meta(job *api.Job, tg *api.TaskGroup) map[string]string {
+	meta := map[string]string{}
+	for _, m := range []map[string]string{job.Meta, tg.Meta} {
+		for k, v := range m {
+			if strings.HasPrefix(k, "gpushare.") && v != "" {
+				meta[k] = v
+			}
+		}
+	}
+	return meta
 }
