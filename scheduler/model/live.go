@@ -82,7 +82,7 @@ func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string)
 	for id, m := range lv.allocs {
 		a := s.Allocs[id]
 		if a == m.alloc && a.ModifyIndex == m.index && Live(a) && (gone == nil || !gone(id)) &&
-			((s.jobOf(a) == m.job && s.learnedGen == m.learned) || s.allocOf(a, lv.profiles).equal(m.as)) {
+			((s.jobOf(a) == m.job && s.learnedGen == m.learned) || sameGroupFacts(s.allocOf(a, lv.profiles), m.as)) {
 			m.job, m.learned = s.jobOf(a), s.learnedGen
 			lv.allocs[id] = m
 			continue
@@ -99,33 +99,31 @@ func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string)
 			continue
 		}
 		pa := s.allocOf(a, lv.profiles)
-		if err := lv.snap.AddAlloc(pa.Alloc); err != nil {
+		if err := lv.snap.AddAlloc(pa); err != nil {
 			*problems = append(*problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
 			continue
 		}
-		lv.allocs[id] = allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa.Alloc}
+		lv.allocs[id] = allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa}
 	}
 }
 
-// modelAlloc is an allocation as the snapshot holds it.
-type modelAlloc struct{ placement.Alloc }
-
 // allocOf is allocation a for the snapshot, with its group's VC, class and
 // interference profile.
-func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) modelAlloc {
+func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) placement.Alloc {
 	pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
 	if job := s.jobOf(a); job != nil {
 		if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
 			pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
 		}
 	}
-	return modelAlloc{pa}
+	return pa
 }
 
-// equal compares what decisions read of an allocation (its shares and
-// resources come from the same Nomad object when the pointer is equal).
-func (m modelAlloc) equal(o placement.Alloc) bool {
-	return m.VC == o.VC && m.Class == o.Class && m.Profile == o.Profile && m.MaxSlowdown == o.MaxSlowdown
+// sameGroupFacts compares what an allocation's group adds to it (its
+// shares and resources come from the same Nomad object when the pointer
+// is equal).
+func sameGroupFacts(a, b placement.Alloc) bool {
+	return a.VC == b.VC && a.Class == b.Class && a.Profile == b.Profile && a.MaxSlowdown == b.MaxSlowdown
 }
 
 // jobOf returns an allocation's job (nil when the model has none).
