@@ -43,6 +43,9 @@ type Config struct {
 	// VCs names the virtual clusters with guaranteed capacity; a group
 	// naming another is not guaranteed and does not go first.
 	VCs []string
+	// MaxSlowdown is the slowdown bound of production jobs that declare
+	// none (0: the snapshot's default), which introspection checks.
+	MaxSlowdown float64
 }
 
 // Input is the world Step decides on.
@@ -59,6 +62,10 @@ type Input struct {
 	// alloc (nil: always), for facts the placement core does not model,
 	// such as the simulator's measured memory fit of two job types.
 	Compatible func(g Key, alloc string) bool
+	// Running is what was observed of allocations that share a GPU, by
+	// allocation ID: a production job seen slower than its bound makes the
+	// step unpair its GPU first (see Unpair).
+	Running map[string]Running
 }
 
 // Step decides every group once, in queue order, on the snapshot as
@@ -68,7 +75,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 	st := &step{pol: pol, in: in, cfg: cfg, snap: in.Snapshot, ends: map[string]time.Time{}}
 	defer st.undo()
 	queue := order(in.Groups, in.Now, cfg)
-	var out []Action
+	out := st.introspect()
 	failed := map[string]*placement.Refusal{} // request shapes refused since the last placement
 	var held map[string]time.Time             // nodes reserved for heldFor
 	var heldFor Key

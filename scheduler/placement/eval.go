@@ -191,38 +191,44 @@ func neutralGPU(g *GPU) bool {
 
 // interfere predicts the new job's normalised throughput on g and the loss
 // of total normalised throughput the pairing causes; ok is false when a
-// production job would exceed its slowdown bound.
+// production job's predicted slowdown plus the prediction's uncertainty
+// would exceed its bound, or when the new job was seen to break a bound
+// with a job on g on this GPU model.
 func (e *engine) interfere(g *GPU, r *Request) (pred, loss float64, ok bool) {
 	if len(g.allocs) == 0 {
 		return 1, 0, true
 	}
 	k := len(g.allocs)
 	var profBuf [8]interference.Profile
-	var outBuf [8]float64
-	profs, out := profBuf[:], outBuf[:]
+	var outBuf, uncBuf [8]float64
+	profs, out, unc := profBuf[:], outBuf[:], uncBuf[:]
 	if k+1 > len(profBuf) {
-		profs, out = make([]interference.Profile, k+1), make([]float64, k+1)
+		profs, out, unc = make([]interference.Profile, k+1), make([]float64, k+1), make([]float64, k+1)
 	}
+	p := e.opts.Predictor
 	for j, a := range g.allocs {
 		profs[j] = a.Profile
+		if p.Incompatible(g.Model, r.Profile, a.Profile) {
+			return 0, 0, false
+		}
 	}
-	e.opts.Model.PredictInto(out[:k], profs[:k])
+	p.PredictOn(g.Model, profs[:k], out[:k], unc[:k])
 	before := 0.0
 	for _, v := range out[:k] {
 		before += v
 	}
 	profs[k] = r.Profile
-	e.opts.Model.PredictInto(out[:k+1], profs[:k+1])
+	p.PredictOn(g.Model, profs[:k+1], out[:k+1], unc[:k+1])
 	after := 0.0
 	for _, v := range out[:k+1] {
 		after += v
 	}
-	if r.Class == ClassProduction && 1-out[k] > e.bound(r.MaxSlowdown)+1e-9 {
+	if r.Class == ClassProduction && 1-out[k]+unc[k] > e.bound(r.MaxSlowdown)+1e-9 {
 		return out[k], 0, false
 	}
 	for j, a := range g.allocs {
 		if a.Class == ClassProduction {
-			if 1-out[j] > e.bound(a.MaxSlowdown)+1e-9 {
+			if 1-out[j]+unc[j] > e.bound(a.MaxSlowdown)+1e-9 {
 				return out[k], 0, false
 			}
 		}
