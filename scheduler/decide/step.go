@@ -156,6 +156,8 @@ type step struct {
 	// gpuEnd caches when each GPU frees (see reserveFor); nil until used.
 	gpuEnd map[string]time.Time
 	rooms  map[string]map[string]time.Time
+	// soonest caches soonestFree until the next placement.
+	soonest *float64
 	// spgs caches sharesPerGPU: the step adds and removes allocations,
 	// never nodes.
 	spgs []int
@@ -170,6 +172,7 @@ func (st *step) undo() {
 // release takes a group's older allocations out of the snapshot, so that
 // its new version may take their shares; restore puts them back.
 func (st *step) release(ids []string) []placement.Alloc {
+	st.soonest = nil
 	var out []placement.Alloc
 	for _, id := range ids {
 		if a, err := st.snap.Remove(id); err == nil {
@@ -180,6 +183,7 @@ func (st *step) release(ids []string) []placement.Alloc {
 }
 
 func (st *step) restore(as []placement.Alloc) {
+	st.soonest = nil
 	for _, a := range as {
 		_ = st.snap.AddAlloc(a)
 	}
@@ -206,6 +210,7 @@ func (st *step) apply(d *placement.Decision, expected time.Duration) {
 		}
 	}
 	clear(st.rooms)
+	st.soonest = nil
 	st.done = append(st.done, func() {
 		for _, p := range d.Placements {
 			_, _ = st.snap.Remove(p.AllocID)
@@ -233,6 +238,9 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 		}
 	}
 	d := st.pol.Decide(st.snap, req)
+	if st.cfg.IdleFirst {
+		d = st.worthSharing(req, d)
+	}
 	if st.in.Compatible == nil || req.Count != 1 {
 		return d
 	}
