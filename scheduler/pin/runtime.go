@@ -168,12 +168,13 @@ func stripEnv(tg *api.TaskGroup, rec *Record) {
 
 // CarryEnv writes into group of job the environment the pin wrote into
 // the same group of old (its placement record's env), but for what the
-// new version's task sets itself: `gpushare job run` carries it with the
-// pins, as the service would write it again.
+// new version's task sets itself and unless the group is no longer
+// opportunistic: `gpushare job run` carries it with the pins, as the
+// service would write it again.
 func CarryEnv(old, job *api.Job, group string) {
 	rec, ok := ParseRecord(old, group)
 	tg := Group(job, group)
-	if !ok || tg == nil {
+	if !ok || tg == nil || Meta(job, tg)[MetaClass] != string(placement.ClassOpportunistic) {
 		return
 	}
 	t := gpuTask(tg)

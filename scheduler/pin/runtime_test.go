@@ -193,4 +193,10 @@ func TestCarryEnv(t *testing.T) {
 	next.TaskGroups[0].Tasks[1].Env = map[string]string{EnvMPSClientPriority: "0"}
 	CarryEnv(old, next, "g")
 	must.Eq(t, map[string]string{EnvMPSClientPriority: "0"}, next.TaskGroups[0].Tasks[1].Env)
+
+	// a group that is production now gets none
+	next = runtimeJob("production", 25)
+	CarryEnv(old, next, "g")
+	must.MapEmpty(t, next.TaskGroups[0].Tasks[1].Env)
+	must.SliceEmpty(t, next.TaskGroups[0].Tasks[1].Templates)
 }
