@@ -427,7 +427,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		s.mu.Unlock()
 		return fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
 	}
-	rec, err := pin.Pin(job, a.Group.Group, a.Decision)
+	rec, err := pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
 	if err != nil {
 		return err
 	}
@@ -464,7 +464,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		s.log.Warn("re-pinned a group whose pinned capacity is gone; Nomad replaces its allocations", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
 	}
 	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
-		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason)
+		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)
 	return nil
 }
 
