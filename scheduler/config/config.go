@@ -64,6 +64,8 @@ type Config struct {
 	// placement core packs fractions to keep whole GPUs free (inference
 	// clusters).
 	IdleGPUFirst bool `hcl:"idle_gpu_first,optional"`
+	// Introspection watches jobs that share a GPU (introspect.go).
+	Introspection *Introspection `hcl:"introspection,block"`
 }
 
 // Nomad is how the service reaches Nomad.
@@ -155,6 +157,7 @@ func Default() *Config {
 		ObserveInterval:        "30s",
 		DefaultExpectedRuntime: "1h",
 		Leader:                 Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
+		Introspection:          &Introspection{Window: DefaultIntrospectionWindow, Samples: DefaultIntrospectionSamples},
 	}
 }
 
@@ -304,6 +307,10 @@ func (c *Config) Merge(o *Config) {
 		c.AdoptUngated = o.AdoptUngated
 	}
 	c.IdleGPUFirst = c.IdleGPUFirst || o.IdleGPUFirst
+	if c.Introspection == nil {
+		c.Introspection = &Introspection{}
+	}
+	c.Introspection.merge(o.Introspection)
 }
 
 // MaxVCGPUs bounds the GPUs a virtual cluster guarantees (its cells'
@@ -382,6 +389,10 @@ func (c *Config) Validate() error {
 	if err := c.Mix().Validate(); err != nil {
 		bad("typical_request: %v (the weights are shares of requests)", err)
 	}
+	if c.Introspection == nil {
+		c.Introspection = Default().Introspection
+	}
+	c.Introspection.validate(bad)
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
