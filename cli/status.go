@@ -129,8 +129,7 @@ func renderUnpairs(io IO, addr string) {
 	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/unpairs", &list); err != nil || len(list) == 0 {
 		return // a scheduler that cannot be reached was noted above
 	}
-	fmt.Fprintf(io.Out, "
-%d group(s) unpaired (moved off a shared GPU, newest first):\n", len(list))
+	fmt.Fprintf(io.Out, "\n%d group(s) unpaired (moved off a shared GPU, newest first):\n", len(list))
 	for _, u := range list {
 		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", u.Namespace, u.Job, u.Group, u.At.UTC().Format(time.RFC3339), u.Reason)
 	}
