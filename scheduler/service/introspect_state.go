@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -109,7 +110,8 @@ func (r *records) noteUnpaired(k decide.Key, reason string, at time.Time) {
 }
 
 // introspectionVars adds introspection's records to the variables to
-// save, dropping the unpair reasons of groups whose job is gone. The
+// save, dropping the unpair reasons and alone samples of groups whose job
+// is gone. The
 // caller holds s.mu.
 func (s *Service) introspectionVars(vars map[string]map[string]string, wanted map[string]bool) {
 	in := s.intro
@@ -128,6 +130,11 @@ func (s *Service) introspectionVars(vars map[string]map[string]string, wanted ma
 			continue
 		}
 		add(items, "u"+itemKey(k), groupItem(k, u.Reason, strconv.FormatInt(u.At.Unix(), 10)))
+	}
+	for key := range in.alone {
+		if !wanted[key] {
+			delete(in.alone, key) // its job is gone
+		}
 	}
 	in.rec.loaded = hashItems(items)
 	vars[introspectionVar] = items
@@ -185,6 +192,10 @@ func (s *Service) unpairedOf(k decide.Key) *Unpaired {
 // handleUnpairs lists the groups last unpaired, newest first, in the
 // namespaces the caller may read.
 func (s *Service) handleUnpairs(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
+		authFailed(w, ErrNoToken)
+		return
+	}
 	managed := s.namespaces()
 	s.mu.Lock()
 	out := make([]Unpaired, 0, len(s.intro.rec.unpaired))
@@ -194,10 +205,21 @@ func (s *Service) handleUnpairs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
+	readable := map[string]error{}
 	kept := out[:0]
 	for _, u := range out {
-		if s.authorize(r, authScope{Namespace: u.Namespace}) == nil {
+		err, seen := readable[u.Namespace]
+		if !seen {
+			err = s.authorize(r, authScope{Namespace: u.Namespace})
+			readable[u.Namespace] = err
+		}
+		switch {
+		case err == nil:
 			kept = append(kept, u)
+		case errors.Is(err, ErrForbidden):
+		default:
+			authFailed(w, err)
+			return
 		}
 	}
 	slices.SortFunc(kept, func(a, b Unpaired) int {
