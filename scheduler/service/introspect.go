@@ -289,19 +289,26 @@ func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]de
 	return out
 }
 
-// judge is an allocation's normalised throughput over its samples while
-// shared, against its utilisation alone (ref, with its standard error),
-// once there are enough samples over a window.
+// judge is an allocation's normalised throughput over its latest window
+// of samples while shared, against its utilisation alone (ref, with its
+// standard error), once there are enough samples over a window.
 func (in *introspection) judge(run *sharedRun, ref, refErr float64) (norm, err float64, ok bool) {
-	if run == nil || len(run.samples) < in.samples || ref <= 0 {
+	if run == nil || ref <= 0 {
 		return 0, 0, false
 	}
-	if run.samples[len(run.samples)-1].at.Sub(run.samples[0].at) < in.window {
+	// the newest samples that span a window (and are enough of them): a
+	// pairing whose interference changes is judged on what it does now
+	n := len(run.samples)
+	from := n - 1
+	for from > 0 && (n-from < in.samples || run.samples[n-1].at.Sub(run.samples[from].at) < in.window) {
+		from--
+	}
+	if n-from < in.samples || run.samples[n-1].at.Sub(run.samples[from].at) < in.window {
 		return 0, 0, false
 	}
-	vals := make([]float64, len(run.samples))
-	for i, smp := range run.samples {
-		vals[i] = smp.pct
+	vals := make([]float64, 0, n-from)
+	for _, smp := range run.samples[from:] {
+		vals = append(vals, smp.pct)
 	}
 	mean, se := meanErr(vals)
 	norm = max(mean/ref, 1e-3) // 0 would read as "not observed"

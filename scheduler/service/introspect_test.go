@@ -221,3 +221,12 @@ func TestUnpairRecordsPersist(t *testing.T) {
 	must.Eq(t, 2, n)
 	must.NotNil(t, next.unpairedOf(key("new")))
 }
+
+// A pairing is judged on its latest window: one that turns slow is
+// unpaired although it ran well before.
+func TestUnpairJudgesTheLatestWindow(t *testing.T) {
+	sc := newPairScene(t)
+	sc.sample(t, 50, 50, 50, 50, 50, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+}
