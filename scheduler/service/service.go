@@ -58,9 +58,7 @@ type Service struct {
 	preempted map[string]time.Time
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
-	// intro watches allocations that share a GPU (introspect.go)
-	intro  *introspection
-	synced bool
+	synced       bool
 
 	dirty  chan struct{}
 	leader atomic.Bool
@@ -73,6 +71,9 @@ type Service struct {
 	// newLocker makes the leader lock (tests replace it).
 	newLocker func() (locker, error)
 	listener  net.Listener
+
+	// intro watches allocations that share a GPU (introspect.go)
+	intro *introspection
 }
 
 // New builds a service from a validated configuration.
