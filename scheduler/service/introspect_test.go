@@ -61,12 +61,15 @@ type pairScene struct {
 	old, new *pin.Record
 }
 
-func newPairScene(t *testing.T) *pairScene {
+func newPairScene(t *testing.T, edit ...func(*config.Config)) *pairScene {
 	t.Helper()
 	f := &statsNomad{fakeNomad: &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}, sm: map[string]int64{}}
 	cfg := config.Default()
 	cfg.ProductionMaxSlowdown = 0.5
 	cfg.Introspection.Window = "6s"
+	for _, e := range edit {
+		e(cfg)
+	}
 	must.NoError(t, cfg.Validate())
 	clock := time.Unix(100000, 0)
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return clock })
@@ -229,4 +232,14 @@ func TestUnpairJudgesTheLatestWindow(t *testing.T) {
 	sc.sample(t, 50, 50, 50, 50, 50, 20, 20, 20)
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+}
+
+// With introspection off, nothing is judged and the policy predicts with
+// the model alone.
+func TestIntrospectionOff(t *testing.T) {
+	sc := newPairScene(t, func(c *config.Config) { c.Introspection.Enabled = ptr(false) })
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	must.Nil(t, sc.s.intro.predictor(sc.s.cfg.IntrospectionOn()))
 }
