@@ -64,6 +64,8 @@ type Config struct {
 	// placement core packs fractions to keep whole GPUs free (inference
 	// clusters).
 	IdleGPUFirst bool `hcl:"idle_gpu_first,optional"`
+	// Introspection watches jobs that share a GPU (introspect.go).
+	Introspection *Introspection `hcl:"introspection,block"`
 	// Opportunistic is how opportunistic jobs yield to production ones on
 	// a shared GPU at run time.
 	Opportunistic *Opportunistic `hcl:"opportunistic,block"`
@@ -174,6 +176,7 @@ func Default() *Config {
 		DefaultExpectedRuntime: "1h",
 		Leader:                 Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
 		Opportunistic:          &Opportunistic{MPSClientPriority: &defaultMPSClientPriority},
+		Introspection:          &Introspection{Window: DefaultIntrospectionWindow, Samples: DefaultIntrospectionSamples},
 	}
 }
 
@@ -338,6 +341,10 @@ func (c *Config) Merge(o *Config) {
 			c.Opportunistic.ActiveThreadScale = o.Opportunistic.ActiveThreadScale
 		}
 	}
+	if c.Introspection == nil {
+		c.Introspection = &Introspection{}
+	}
+	c.Introspection.merge(o.Introspection)
 }
 
 // MaxVCGPUs bounds the GPUs a virtual cluster guarantees (its cells'
@@ -423,6 +430,10 @@ func (c *Config) Validate() error {
 	if !(scale >= 0 && scale <= 1) {
 		bad("opportunistic.active_thread_scale = %v: must be within 0..1 (0.5 = half the fraction's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; 0 keeps the plugin's)", scale)
 	}
+	if c.Introspection == nil {
+		c.Introspection = Default().Introspection
+	}
+	c.Introspection.validate(bad)
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
 	default:

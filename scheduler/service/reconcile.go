@@ -49,6 +49,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.checkGuarantees(snap)
 	}
 	groups, jobs, pending := s.collect(built, shape)
+	running := s.running(snap, now)
 	var ends map[string]time.Time
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
 		ends = s.expectedEnds(snap, built.HeldFor, now)
@@ -70,7 +71,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.metrics.oldestPending.Set(oldest)
 
 	start := s.now()
-	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now}, s.stepConfig())
+	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now, Running: running}, s.stepConfig())
 	s.lastStep = time.Since(locked) - s.lastLockHold
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
 	if s.onStep != nil {
@@ -96,6 +97,7 @@ func (s *Service) stepConfig() decide.Config {
 		Reservations:    s.cfg.ReservationsOn(),
 		IdleFirst:       s.cfg.IdleGPUFirst,
 		VCs:             s.cfg.VCNames(),
+		MaxSlowdown:     s.cfg.ProductionMaxSlowdown,
 	}
 }
 
@@ -126,6 +128,8 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
 		}
+	case decide.Unpair:
+		s.unpair(ctx, a, pending)
 	case decide.Pin, decide.Repin:
 		if failed[a.Group] || job == nil {
 			return
