@@ -3,6 +3,7 @@ package decide
 import (
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -13,8 +14,9 @@ import (
 // worthSharing keeps a decision that shares a GPU (no idle GPU was free)
 // only when sharing beats waiting for a GPU of its own, by SJF-BSBF's rule
 // (queue.PairGain) on the predicted throughputs, the group's expected run
-// time and the expected ends of the jobs running: the partner's, and the
-// soonest any GPU frees. Otherwise the group waits, with the reason.
+// time and the expected ends of the jobs running: the partner's, and when
+// a GPU would free for this group behind those waiting ahead of it.
+// Otherwise the group waits, with the reason.
 func (st *step) worthSharing(req placement.Request, d *placement.Decision) *placement.Decision {
 	if !d.Placed() || req.Count != 1 || len(d.Placements[0].GPUs) != 1 {
 		return d
@@ -28,7 +30,7 @@ func (st *step) worthSharing(req placement.Request, d *placement.Decision) *plac
 	for _, a := range mates {
 		tr = max(tr, st.left(a).Seconds())
 	}
-	w := st.soonestFree()
+	w := st.waitFor()
 	nj, nr := known(p.Predicted), known(p.PredictedMate)
 	tj := st.expected(req).Seconds()
 	if gain := queue.PairGain(tr, tj, nr, nj, w); gain > 0 {
@@ -61,12 +63,12 @@ func (st *step) left(id string) time.Duration {
 	return end.Sub(st.in.Now)
 }
 
-// soonestFree is how long until the first busy GPU is expected to free
-// (+Inf when none is busy), each allocation ending when left says. It is
-// computed once per step and again after each placement.
-func (st *step) soonestFree() float64 {
-	if st.soonest != nil {
-		return *st.soonest
+// freeAt is how long until each busy GPU is expected to free, soonest
+// first, each allocation ending when left says. It is computed once per
+// step and again after each change to the snapshot.
+func (st *step) freeAt() []float64 {
+	if st.frees != nil {
+		return st.frees
 	}
 	free := map[string]time.Duration{}
 	for _, a := range st.snap.Allocs() {
@@ -77,10 +79,21 @@ func (st *step) soonestFree() float64 {
 			}
 		}
 	}
-	w := math.Inf(1)
+	st.frees = make([]float64, 0, len(free))
 	for _, l := range free {
-		w = min(w, l.Seconds())
+		st.frees = append(st.frees, l.Seconds())
 	}
-	st.soonest = &w
-	return w
+	slices.Sort(st.frees)
+	return st.frees
+}
+
+// waitFor is how long a group that waits now would wait for a GPU of its
+// own: the groups already waiting ahead of it in this step take the GPUs
+// that free first.
+func (st *step) waitFor() float64 {
+	fr := st.freeAt()
+	if st.ahead < len(fr) {
+		return fr[st.ahead]
+	}
+	return math.Inf(1)
 }

@@ -121,6 +121,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 				}
 			}
 			out = append(out, w)
+			st.ahead++
 			if reserve != nil {
 				out = append(out, *reserve)
 			}
@@ -156,8 +157,10 @@ type step struct {
 	// gpuEnd caches when each GPU frees (see reserveFor); nil until used.
 	gpuEnd map[string]time.Time
 	rooms  map[string]map[string]time.Time
-	// soonest caches soonestFree until the next placement.
-	soonest *float64
+	// frees caches freeAt until the snapshot changes; ahead counts the
+	// groups this step left waiting so far.
+	frees []float64
+	ahead int
 	// spgs caches sharesPerGPU: the step adds and removes allocations,
 	// never nodes.
 	spgs []int
@@ -172,7 +175,7 @@ func (st *step) undo() {
 // release takes a group's older allocations out of the snapshot, so that
 // its new version may take their shares; restore puts them back.
 func (st *step) release(ids []string) []placement.Alloc {
-	st.soonest = nil
+	st.frees = nil
 	var out []placement.Alloc
 	for _, id := range ids {
 		if a, err := st.snap.Remove(id); err == nil {
@@ -183,7 +186,7 @@ func (st *step) release(ids []string) []placement.Alloc {
 }
 
 func (st *step) restore(as []placement.Alloc) {
-	st.soonest = nil
+	st.frees = nil
 	for _, a := range as {
 		_ = st.snap.AddAlloc(a)
 	}
@@ -210,7 +213,7 @@ func (st *step) apply(d *placement.Decision, expected time.Duration) {
 		}
 	}
 	clear(st.rooms)
-	st.soonest = nil
+	st.frees = nil
 	st.done = append(st.done, func() {
 		for _, p := range d.Placements {
 			_, _ = st.snap.Remove(p.AllocID)
