@@ -1,0 +1,167 @@
+package e2e
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// burstSize is how many jobs BenchmarkBurstOverhead registers at once.
+const burstSize = 50
+
+// BenchmarkBurstOverhead measures what the scheduler adds to the placement
+// of a burst of jobs. Each iteration, on one cluster with one scheduler
+// replica:
+//
+//   - gated: 50 gated 10-share jobs are registered at once; the scheduler
+//     pins them and Nomad places them;
+//   - pinned: the jobs are purged (all their capacity is free again) and
+//     the very versions the scheduler wrote, pins and signatures included,
+//     are registered at once, so that Nomad places them with nothing left
+//     for the scheduler to do; then they are purged again.
+//
+// Both record, per job, registration -> allocation created (Nomad's plan)
+// and registration -> task started. The difference of the percentiles of
+// the two runs is the scheduler's overhead. A first, unmeasured gated burst
+// warms the cluster up. Run with -benchtime 1x (make bench): an iteration
+// takes about a minute.
+func BenchmarkBurstOverhead(b *testing.B) {
+	e := newEnv(b)
+	e.startSchedulerLevel("s1", "info", "adopt_ungated = false")
+
+	warm := e.timedBurst(gatedJobs(e, "warm"))
+	e.purge(warm.ids...)
+
+	var gated, pinned burstTimes
+	bursts := 0
+	for ; b.Loop(); bursts++ {
+		i := bursts
+		g := e.timedBurst(gatedJobs(e, fmt.Sprintf("burst%d", i)))
+		jobs := make([]*api.Job, 0, len(g.ids))
+		for _, id := range g.ids {
+			job, _, err := e.nomad.Jobs().Info(id, nil)
+			must.NoError(b, err)
+			_, ok := pin.ParseRecord(job, "g")
+			must.True(b, ok, must.Sprintf("job %s was pinned by the scheduler", id))
+			must.MapContainsKey(b, pin.Group(job, "g").Meta, pin.MetaSignature)
+			jobs = append(jobs, job)
+		}
+		e.purge(g.ids...)
+		p := e.timedBurst(jobs)
+		e.purge(p.ids...)
+		gated.add(g)
+		pinned.add(p)
+	}
+
+	gc50, gc99 := percentiles(gated.created)
+	pc50, pc99 := percentiles(pinned.created)
+	gr50, gr99 := percentiles(gated.running)
+	pr50, pr99 := percentiles(pinned.running)
+	b.Logf("BURST %d jobs at once, %d burst(s) each: registration -> allocation created: gated p50=%s p99=%s, pinned p50=%s p99=%s, scheduler overhead p50=%s p99=%s",
+		burstSize, bursts, gc50, gc99, pc50, pc99, gc50-pc50, gc99-pc99)
+	b.Logf("BURST registration -> task started: gated p50=%s p99=%s, pinned p50=%s p99=%s, scheduler overhead p50=%s p99=%s",
+		gr50, gr99, pr50, pr99, gr50-pr50, gr99-pr99)
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(0, "ns/op") // an iteration's wall time says nothing here
+	b.ReportMetric(ms(gc50), "gated-created-p50-ms")
+	b.ReportMetric(ms(gc99), "gated-created-p99-ms")
+	b.ReportMetric(ms(pc50), "pinned-created-p50-ms")
+	b.ReportMetric(ms(pc99), "pinned-created-p99-ms")
+	b.ReportMetric(ms(gc50-pc50), "overhead-p50-ms")
+	b.ReportMetric(ms(gc99-pc99), "overhead-p99-ms")
+	b.ReportMetric(ms(gr50-pr50), "overhead-running-p50-ms")
+	b.ReportMetric(ms(gr99-pr99), "overhead-running-p99-ms")
+}
+
+// gatedJobs is a burst of gated 10-share jobs named prefix-NN.
+func gatedJobs(e *env, prefix string) []*api.Job {
+	jobs := make([]*api.Job, burstSize)
+	for i := range jobs {
+		jobs[i] = e.parse(fmt.Sprintf("%s-%02d", prefix, i), map[string]any{"shares": 10})
+	}
+	return jobs
+}
+
+// burstTimes are the latencies of the jobs of one or more bursts.
+type burstTimes struct {
+	ids []string
+	// created: registration -> allocation created; running: registration
+	// -> its task started.
+	created, running []time.Duration
+}
+
+func (t *burstTimes) add(o burstTimes) {
+	t.ids = append(t.ids, o.ids...)
+	t.created = append(t.created, o.created...)
+	t.running = append(t.running, o.running...)
+}
+
+// timedBurst registers the jobs at once, one goroutine each, and waits
+// until every job has an allocation whose task started. The times are
+// Nomad's: the allocation's creation and the task's start (same machine,
+// same clock as the registration's), so the polling interval does not
+// count.
+func (e *env) timedBurst(jobs []*api.Job) burstTimes {
+	e.t.Helper()
+	type reg struct {
+		at    time.Time
+		index uint64 // allocations of an earlier job of the same ID have a lower create index
+	}
+	regs := make([]reg, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i, job := range jobs {
+		wg.Go(func() {
+			<-start
+			regs[i].at = time.Now()
+			resp, _, err := e.nomad.Jobs().Register(job, nil)
+			if err == nil {
+				regs[i].index = resp.JobModifyIndex
+			}
+			errs[i] = err
+		})
+	}
+	close(start)
+	wg.Wait()
+	byID := map[string]int{}
+	for i, job := range jobs {
+		must.NoError(e.t, errs[i], must.Sprintf("registering %s", *job.ID))
+		byID[*job.ID] = i
+	}
+	res := burstTimes{created: make([]time.Duration, len(jobs)), running: make([]time.Duration, len(jobs))}
+	for _, job := range jobs {
+		res.ids = append(res.ids, *job.ID)
+	}
+	done := make([]bool, len(jobs))
+	e.eventually(3*time.Minute, fmt.Sprintf("%d jobs of a burst to start", len(jobs)), func() bool {
+		allocs, _, err := e.nomad.Allocations().List(nil)
+		if err != nil {
+			return false
+		}
+		for _, a := range allocs {
+			i, ok := byID[a.JobID]
+			if !ok || done[i] || a.CreateIndex <= regs[i].index || a.DesiredStatus != api.AllocDesiredStatusRun {
+				continue
+			}
+			if a.ClientStatus == api.AllocClientStatusFailed {
+				e.t.Fatalf("allocation %s of %s failed", a.ID, a.JobID)
+			}
+			ts := a.TaskStates["work"]
+			if ts == nil || ts.StartedAt.IsZero() {
+				continue
+			}
+			done[i] = true
+			res.created[i] = time.Unix(0, a.CreateTime).Sub(regs[i].at)
+			res.running[i] = ts.StartedAt.Sub(regs[i].at)
+		}
+		return !slices.Contains(done, false)
+	})
+	return res
+}
