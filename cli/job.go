@@ -233,6 +233,7 @@ func carryPins(client *api.Client, job *api.Job) []string {
 			// the scheduler's signed placement, as it wrote it
 			tg, was := pin.Group(job, group), pin.Group(old, group)
 			tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature] = was.Meta[pin.MetaPlacement], was.Meta[pin.MetaSignature]
+			pin.CarryEnv(old, job, group) // the run-time priority the scheduler wrote with the pins
 			carried = append(carried, group)
 		}
 	}

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/sim/gavel"
 	"github.com/gpushare/gpushare/scheduler/sim/openb"
@@ -185,6 +187,16 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	c.register(fs, strings.Join(gavel.DefaultTraces, ","), strings.Join(gavel.Policies, ","))
 	clusters := fs.String("cluster", "pcie,dgx1", "clusters: pcie (16 x 4 V100 on PCIe), dgx1 (8 x DGX-1 V100); name:N sets the node count")
 	slowdown := fs.Float64("max-slowdown", gavel.DefaultMaxSlowdown, "gpushare: the largest predicted slowdown a pairing may cause a job")
+	var rb gavel.Robustness
+	fs.Float64Var(&rb.Bias, "model-bias", 0, "robustness: add this to every predicted normalised throughput of a pair (+0.15: the model believes pairs 0.15 faster than they run)")
+	fs.Float64Var(&rb.Noise, "model-noise", 0, "robustness: the standard deviation of an error added to each job's prediction with each partner")
+	fs.Float64Var(&rb.RuntimeSigma, "runtime-sigma", 0, "robustness: declared run times are off by a log-normal factor exp(N(0, sigma))")
+	fs.BoolVar(&rb.NoRuntimes, "no-runtimes", false, "robustness: no run time is declared (gpushare and sjf-bsbf see the default for every job)")
+	seed := fs.Uint64("robustness-seed", 1, "robustness: seed of the model noise and the run-time errors")
+	noIntro := fs.Bool("no-introspection", false, "gpushare: no observation of pairs, no unpairing, predictions without uncertainty (the ablation)")
+	observe := fs.Duration("observe-after", gavel.DefaultObserveAfter*time.Second, "gpushare: how long a pair runs before its progress is seen")
+	checkpoint := fs.Duration("checkpoint", 0, "how often jobs checkpoint: a job moved off its GPU loses its work since the last one (0: since it last started)")
+	unc := fs.Float64("uncertainty-scale", 1, "gpushare: scale of the uncertainty of an unobserved prediction (1: the model's cross-validated RMSE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -205,6 +217,10 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	if err == nil && !(*slowdown > 0 && *slowdown < 1) {
 		err = fmt.Errorf("-max-slowdown %v: want a value within (0, 1)", *slowdown)
 	}
+	if err == nil {
+		err = checkRobustness(rb, *observe, *checkpoint, *unc)
+	}
+	rb.Seed = *seed
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare sim gavel: %v\n", err)
 		return 2
@@ -220,7 +236,8 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 		}
 	}
 	rep, err := gavel.Run(ctx, gavel.Config{Data: data, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
-		Options: gavel.Options{MaxSlowdown: *slowdown}, Workers: c.workers, Progress: c.progress(io)})
+		Options: gavel.Options{MaxSlowdown: *slowdown, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
+			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io)})
 	if err != nil {
 		return simFail(io, err)
 	}
@@ -234,4 +251,24 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 			fmt.Fprintf(io.Out, "\nwrote %s/gavel.md, CSV files and plots\n", c.out)
 		}
 	})
+}
+
+func checkRobustness(rb gavel.Robustness, observe, checkpoint time.Duration, unc float64) error {
+	switch {
+	case !(math.Abs(rb.Bias) < 1):
+		return fmt.Errorf("-model-bias %v: want a value within (-1, 1)", rb.Bias)
+	case !(rb.Noise >= 0 && rb.Noise < 1):
+		return fmt.Errorf("-model-noise %v: want a standard deviation within [0, 1)", rb.Noise)
+	case !(rb.RuntimeSigma >= 0 && rb.RuntimeSigma <= 5):
+		return fmt.Errorf("-runtime-sigma %v: want a value within [0, 5]", rb.RuntimeSigma)
+	case rb.NoRuntimes && rb.RuntimeSigma > 0:
+		return fmt.Errorf("-no-runtimes and -runtime-sigma exclude each other: with no run time declared there is none to be off")
+	case observe <= 0:
+		return fmt.Errorf("-observe-after %v: want a positive duration", observe)
+	case checkpoint < 0:
+		return fmt.Errorf("-checkpoint %v: want 0 (none) or a positive interval", checkpoint)
+	case !(unc > 0 && unc <= 10):
+		return fmt.Errorf("-uncertainty-scale %v: want a value within (0, 10]", unc)
+	}
+	return nil
 }

@@ -39,6 +39,7 @@ func runStatus(args []string, io IO) int {
 	}
 	if *sched != "" {
 		renderWaiting(io, *sched)
+		renderUnpairs(io, *sched)
 	}
 	return 0
 }
@@ -119,4 +120,17 @@ func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 		allocs = append(allocs, model.FromStub(s))
 	}
 	return nodes, allocs, nil
+}
+
+// renderUnpairs prints the groups the scheduler last moved off a GPU they
+// shared because a pairing ran slower than a production job's bound.
+func renderUnpairs(io IO, addr string) {
+	var list []service.Unpaired
+	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/unpairs", &list); err != nil || len(list) == 0 {
+		return // a scheduler that cannot be reached was noted above
+	}
+	fmt.Fprintf(io.Out, "\n%d group(s) unpaired (moved off a shared GPU, newest first):\n", len(list))
+	for _, u := range list {
+		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", u.Namespace, u.Job, u.Group, u.At.UTC().Format(time.RFC3339), u.Reason)
+	}
 }

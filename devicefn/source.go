@@ -62,6 +62,11 @@ type Stats struct {
 	PowerWatts           uint32
 	TemperatureC         uint32
 	Timestamp            time.Time
+	// Processes are the holders of shares that run on the GPU, with the
+	// SM utilisation of their processes: one entry per set of shares
+	// (EnvShareIDs), so that the plugin reports each share's own use.
+	// Empty when the source cannot tell (MIG, no process visible to NVML).
+	Processes []ProcessUtil
 }
 
 // Source is how the plugin sees GPUs. Implementations: devicefn/nvml (real

@@ -9,6 +9,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -92,6 +93,7 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 				add(Warning, name, "has a ${device.ids} constraint: pins are written by the gpushare scheduler; a hand-written one is replaced when it places the group")
 			}
 		}
+		out = append(out, lintRuntimeEnv(job, tg)...)
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
 			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${node.unique.id} = gpushare:pending) or use `gpushare job run`, which adds it")
 		}
@@ -113,4 +115,30 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 // HasErrors reports whether any finding is an error.
 func HasErrors(fs []Finding) bool {
 	return slices.ContainsFunc(fs, func(f Finding) bool { return f.Severity == Error })
+}
+
+// lintRuntimeEnv warns about MPS variables a group's GPU task sets itself:
+// the scheduler does not overwrite a CUDA_MPS_CLIENT_PRIORITY the task
+// sets (an opportunistic group then runs at the priority the user chose),
+// and a CUDA_MPS_ACTIVE_THREAD_PERCENTAGE in the env block has no effect
+// (the plugin's device env overrides it).
+func lintRuntimeEnv(job *api.Job, tg *api.TaskGroup) []Finding {
+	var out []Finding
+	opportunistic := pin.Meta(job, tg)[pin.MetaClass] == string(placement.ClassOpportunistic)
+	for _, t := range tg.Tasks {
+		if t.Resources == nil || !slices.ContainsFunc(t.Resources.Devices, func(d *api.RequestedDevice) bool {
+			return d.Name == pin.DeviceName || strings.HasPrefix(d.Name, pin.DeviceName+"/")
+		}) {
+			continue
+		}
+		if v, ok := t.Env[pin.EnvMPSClientPriority]; ok && opportunistic {
+			out = append(out, Finding{Warning, *tg.Name, fmt.Sprintf("task %q sets %s=%s for an opportunistic group: the scheduler keeps your value and writes none "+
+				"(on MPS GPUs it writes 1, below normal, so that production jobs on the same GPU keep priority); remove it unless you mean it", t.Name, pin.EnvMPSClientPriority, v)})
+		}
+		if v, ok := t.Env[pin.EnvMPSThreads]; ok {
+			out = append(out, Finding{Warning, *tg.Name, fmt.Sprintf("task %q sets %s=%s in its env block, which has no effect: the gpushare plugin sets it for the fraction "+
+				"and Nomad lets a device's env override the task's (the scheduler's opportunistic { active_thread_scale } lowers it for opportunistic groups)", t.Name, pin.EnvMPSThreads, v)})
+		}
+	}
+	return out
 }

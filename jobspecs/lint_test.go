@@ -75,3 +75,73 @@ func TestParseErrorsNameTheLine(t *testing.T) {
 	must.ErrorContains(t, err, "broken.nomad.hcl:")
 	must.EqOp(t, 1, strings.Count(err.Error(), "broken.nomad.hcl")) // named once
 }
+
+const userPriority = `
+job "scavenger" {
+  group "opp" {
+    constraint {
+      attribute = "${node.unique.id}"
+      value     = "gpushare:pending"
+    }
+    meta = {
+      "gpushare.class" = "opportunistic"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "true"
+      }
+      env {
+        CUDA_MPS_CLIENT_PRIORITY          = "0"
+        CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = "80"
+      }
+      resources {
+        device "nvidia/gpushare" {
+          count = 25
+        }
+      }
+    }
+  }
+  group "prod" {
+    constraint {
+      attribute = "${node.unique.id}"
+      value     = "gpushare:pending"
+    }
+    meta = {
+      "gpushare.class" = "production"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "true"
+      }
+      env {
+        CUDA_MPS_CLIENT_PRIORITY = "0"
+      }
+      resources {
+        device "nvidia/gpushare" {
+          count = 25
+        }
+      }
+    }
+  }
+}
+`
+
+// The scheduler writes CUDA_MPS_CLIENT_PRIORITY=1 for opportunistic
+// groups unless the task sets it: lint says the user's value wins, and
+// that a thread percentage in the env block has no effect.
+func TestLintWarnsAboutMPSEnv(t *testing.T) {
+	job, err := Parse("p.nomad.hcl", []byte(userPriority), nil)
+	must.NoError(t, err)
+	findings := Lint(job, 100)
+	var all []string
+	for _, f := range findings {
+		all = append(all, f.String())
+	}
+	text := strings.Join(all, "\n")
+	must.StrContains(t, text, `warning: group opp: task "t" sets CUDA_MPS_CLIENT_PRIORITY=0 for an opportunistic group: the scheduler keeps your value`)
+	must.StrContains(t, text, `warning: group opp: task "t" sets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=80 in its env block, which has no effect`)
+	must.StrNotContains(t, text, "group prod: task") // production: the scheduler writes nothing to disagree with
+	must.False(t, HasErrors(findings))
+}

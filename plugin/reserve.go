@@ -29,6 +29,7 @@ const (
 	EnvNvidiaVisible   = "NVIDIA_VISIBLE_DEVICES"
 	EnvCUDAVisible     = "CUDA_VISIBLE_DEVICES"
 	EnvShares          = "GPUSHARE_SHARES"
+	EnvShareIDs        = devicefn.EnvShareIDs
 	EnvSharesPerGPU    = "GPUSHARE_SHARES_PER_GPU"
 	EnvFraction        = "GPUSHARE_FRACTION"
 	EnvShareMemory     = "GPUSHARE_MEMORY_MIB"
@@ -137,6 +138,7 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		EnvNvidiaVisible: visible,
 		EnvCUDAVisible:   visible,
 		EnvShares:        strconv.Itoa(n),
+		EnvShareIDs:      devicefn.FormatShareIDs(uuids, byGPU),
 		EnvSharesPerGPU:  strconv.Itoa(perGPU),
 		EnvFraction:      strconv.FormatFloat(fraction, 'f', -1, 64),
 		EnvShareMemory:   strconv.FormatUint(memPerGPU, 10),

@@ -32,6 +32,7 @@ func TestReserveFraction(t *testing.T) {
 		EnvNvidiaVisible:   v100 + "3",
 		EnvCUDAVisible:     v100 + "3",
 		EnvShares:          "25",
+		EnvShareIDs:        v100 + "3:10-34",
 		EnvSharesPerGPU:    "100",
 		EnvFraction:        "0.25",
 		EnvShareMemory:     "4096",
@@ -54,6 +55,7 @@ func TestReserveWholeGPUs(t *testing.T) {
 	must.NoError(t, err)
 	// NVML index order, whatever order Nomad used
 	must.Eq(t, v100+"0,"+v100+"4", res.Envs[EnvCUDAVisible])
+	must.Eq(t, v100+"0:0-99 "+v100+"4:0-99", res.Envs[EnvShareIDs])
 	must.Eq(t, "2", res.Envs[EnvFraction])
 	must.Eq(t, "100", res.Envs[EnvMPSThreads])
 	must.Eq(t, "0=16384M,1=16384M", res.Envs[EnvMPSPinnedMemory])

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"maps"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -10,7 +11,9 @@ import (
 )
 
 // Stats implements device.DevicePlugin: every share reports its GPU's
-// utilisation, memory, power and temperature.
+// utilisation, memory, power and temperature, and a share that a task's
+// processes hold also the SM utilisation of those processes
+// (StatProcessSM).
 func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.StatsResponse, error) {
 	out := make(chan *device.StatsResponse)
 	go func() {
@@ -69,6 +72,14 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 			for _, id := range devicefn.ShareIDs(gpu.UUID, cfg.SharesPerGPU) {
 				gs.InstanceStats[id] = ds
 			}
+			for _, proc := range s.Processes {
+				held := withProcess(ds, proc)
+				for _, id := range proc.Shares {
+					if _, ok := gs.InstanceStats[id]; ok {
+						gs.InstanceStats[id] = held
+					}
+				}
+			}
 		}
 		resp.Groups = append(resp.Groups, gs)
 	}
@@ -82,7 +93,24 @@ const (
 	StatMemoryUsed        = "Memory used"
 	StatPower             = "Power usage"
 	StatTemperature       = "Temperature"
+	// StatProcessSM is the share of time the GPU's SMs ran the kernels of
+	// the processes that hold the share (the task's processes, found by
+	// their GPUSHARE_SHARE_IDS), in percent of the whole GPU. Only shares
+	// held by a process the source sees report it.
+	StatProcessSM = "Process SM utilization"
 )
+
+// withProcess is a share's stats with its holder's SM utilisation.
+func withProcess(gpu *device.DeviceStats, p devicefn.ProcessUtil) *device.DeviceStats {
+	attrs := make(map[string]*structs.StatValue, len(gpu.Stats.Attributes)+1)
+	maps.Copy(attrs, gpu.Stats.Attributes)
+	pct, hundred := int64(p.SMUtilPct), int64(100)
+	attrs[StatProcessSM] = &structs.StatValue{IntNumeratorVal: &pct, IntDenominatorVal: &hundred, Unit: "%",
+		Desc: "share of time the GPU's SMs ran the kernels of the processes holding this share"}
+	out := *gpu
+	out.Stats = &structs.StatObject{Attributes: attrs}
+	return &out
+}
 
 func deviceStats(s devicefn.Stats) *device.DeviceStats {
 	i64 := func(v uint64) *int64 { x := int64(v); return &x }

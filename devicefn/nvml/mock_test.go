@@ -184,6 +184,8 @@ func (n *testNode) wire(i int, d *server.Device, pci nvml.PciInfo, remotes []nvm
 	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 0, nvml.SUCCESS }
 	d.GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.SUCCESS }
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	d.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 }
 
 // source returns a Source on the node with its fake clock, closed at the

@@ -35,6 +35,10 @@ type Options struct {
 	// the application errors 13, 31, 43, 45, 68 and 109, which NVIDIA's
 	// k8s-device-plugin ignores too.
 	IgnoredXIDs []uint64
+	// ProcRoot is where processes' environments are read to tell which
+	// shares a GPU process holds; empty means /proc (tests pass a
+	// directory laid out like it).
+	ProcRoot string
 }
 
 // applicationXIDs are caused by the application, not the GPU: the GPU is
@@ -75,6 +79,10 @@ type Source struct {
 	usingLast bool
 	// migLogged holds the UUIDs of MIG-enabled GPUs already logged.
 	migLogged map[string]bool
+	// procs reads GPU processes' environments; unreadable holds the PIDs
+	// already logged as unreadable.
+	procs      devicefn.ProcFS
+	unreadable map[int]bool
 }
 
 // gpu is one GPU as enumerated at init, with its health state.
@@ -89,6 +97,9 @@ type gpu struct {
 	// reported is the reason last returned by Health ("" = healthy), to log
 	// transitions only.
 	reported string
+	// procSeen is the timestamp of the newest per-process utilisation
+	// sample read: the next read asks for newer ones.
+	procSeen uint64
 }
 
 var _ devicefn.Source = (*Source)(nil)
@@ -106,6 +117,8 @@ func New(opts Options) *Source {
 		xidRecovery: opts.XIDRecovery,
 		ignoredXIDs: make(map[uint64]bool, len(applicationXIDs)+len(opts.IgnoredXIDs)),
 		migLogged:   map[string]bool{},
+		procs:       devicefn.ProcFS{Root: opts.ProcRoot},
+		unreadable:  map[int]bool{},
 	}
 	if s.lib == nil {
 		s.lib = nvml.New()

@@ -69,6 +69,7 @@ func (s *Source) sample(g *gpu) (devicefn.Stats, error) {
 		return st, gpuErr(g, "read temperature", ret)
 	}
 
+	st.Processes = s.processes(g)
 	st.Timestamp = s.now()
 	return st, nil
 }

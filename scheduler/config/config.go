@@ -64,6 +64,26 @@ type Config struct {
 	// placement core packs fractions to keep whole GPUs free (inference
 	// clusters).
 	IdleGPUFirst bool `hcl:"idle_gpu_first,optional"`
+	// Introspection watches jobs that share a GPU (introspect.go).
+	Introspection *Introspection `hcl:"introspection,block"`
+	// Opportunistic is how opportunistic jobs yield to production ones on
+	// a shared GPU at run time.
+	Opportunistic *Opportunistic `hcl:"opportunistic,block"`
+}
+
+// Opportunistic is what the pin writes into the GPU task of an
+// opportunistic group placed on MPS GPUs (pin.Runtime), so that a
+// production job on the same GPU keeps priority at run time, as TGS does.
+// Time-sliced GPUs have no per-process priority: nothing is written there.
+type Opportunistic struct {
+	// MPSClientPriority is the CUDA_MPS_CLIENT_PRIORITY written: 1 (below
+	// normal, the default) or 0 (write none). nil means 1.
+	MPSClientPriority *int `hcl:"mps_client_priority,optional"`
+	// ActiveThreadScale, within 0..1, scales the
+	// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE the plugin gives an opportunistic
+	// fraction (0.5: half its share's percentage); 0, the default, keeps
+	// the plugin's.
+	ActiveThreadScale float64 `hcl:"active_thread_scale,optional"`
 }
 
 // Nomad is how the service reaches Nomad.
@@ -155,8 +175,13 @@ func Default() *Config {
 		ObserveInterval:        "30s",
 		DefaultExpectedRuntime: "1h",
 		Leader:                 Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
+		Opportunistic:          &Opportunistic{MPSClientPriority: &defaultMPSClientPriority},
+		Introspection:          &Introspection{Window: DefaultIntrospectionWindow, Samples: DefaultIntrospectionSamples},
 	}
 }
+
+// defaultMPSClientPriority is CUDA's below-normal MPS client priority.
+var defaultMPSClientPriority = 1
 
 // Load reads an HCL file over the defaults. Syntax errors carry the file,
 // line and column.
@@ -304,6 +329,22 @@ func (c *Config) Merge(o *Config) {
 		c.AdoptUngated = o.AdoptUngated
 	}
 	c.IdleGPUFirst = c.IdleGPUFirst || o.IdleGPUFirst
+	if o.Opportunistic != nil {
+		if c.Opportunistic == nil {
+			c.Opportunistic = &Opportunistic{}
+		}
+		if o.Opportunistic.MPSClientPriority != nil {
+			p := *o.Opportunistic.MPSClientPriority
+			c.Opportunistic.MPSClientPriority = &p
+		}
+		if o.Opportunistic.ActiveThreadScale != 0 {
+			c.Opportunistic.ActiveThreadScale = o.Opportunistic.ActiveThreadScale
+		}
+	}
+	if c.Introspection == nil {
+		c.Introspection = &Introspection{}
+	}
+	c.Introspection.merge(o.Introspection)
 }
 
 // MaxVCGPUs bounds the GPUs a virtual cluster guarantees (its cells'
@@ -382,6 +423,17 @@ func (c *Config) Validate() error {
 	if err := c.Mix().Validate(); err != nil {
 		bad("typical_request: %v (the weights are shares of requests)", err)
 	}
+	p, scale := c.OpportunisticPriority()
+	if p != 0 && p != 1 {
+		bad("opportunistic.mps_client_priority = %d: want 1 (below normal, the default) or 0 (write none); CUDA MPS has only these two client priorities", p)
+	}
+	if !(scale >= 0 && scale <= 1) {
+		bad("opportunistic.active_thread_scale = %v: must be within 0..1 (0.5 = half the fraction's CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; 0 keeps the plugin's)", scale)
+	}
+	if c.Introspection == nil {
+		c.Introspection = Default().Introspection
+	}
+	c.Introspection.validate(bad)
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
 	default:
@@ -434,6 +486,21 @@ func (c *Config) Mix() placement.Mix {
 
 // ReservationsOn reports whether waiting multi-GPU groups hold nodes.
 func (c *Config) ReservationsOn() bool { return c.Reservations == nil || *c.Reservations }
+
+// OpportunisticPriority is the CUDA_MPS_CLIENT_PRIORITY written for
+// opportunistic groups on MPS GPUs (0: none) and the scale of their
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (0: the plugin's).
+func (c *Config) OpportunisticPriority() (int, float64) {
+	o := c.Opportunistic
+	if o == nil {
+		return defaultMPSClientPriority, 0
+	}
+	p := defaultMPSClientPriority
+	if o.MPSClientPriority != nil {
+		p = *o.MPSClientPriority
+	}
+	return p, o.ActiveThreadScale
+}
 
 // AdoptUngatedOn reports whether ungated gpushare groups are placed.
 func (c *Config) AdoptUngatedOn() bool { return c.AdoptUngated == nil || *c.AdoptUngated }

@@ -133,3 +133,33 @@ func TestEveryProblemAtOnceWithItsLine(t *testing.T) {
 	must.NoError(t, err)
 	must.ErrorContains(t, c.Validate(), "ok.hcl:1: production_max_slowdown = 7")
 }
+
+// The opportunistic block: priority on by default, every problem at its
+// file:line.
+func TestOpportunistic(t *testing.T) {
+	p, scale := Default().OpportunisticPriority()
+	must.EqOp(t, 1, p)
+	must.EqOp(t, 0.0, scale)
+
+	c, err := Parse("o.hcl", []byte("opportunistic {\n  active_thread_scale = 0.5\n}\n"))
+	must.NoError(t, err)
+	must.NoError(t, c.Validate())
+	p, scale = c.OpportunisticPriority()
+	must.EqOp(t, 1, p) // the default kept
+	must.EqOp(t, 0.5, scale)
+
+	c, err = Parse("o.hcl", []byte("opportunistic {\n  mps_client_priority = 0\n}\n"))
+	must.NoError(t, err)
+	p, _ = c.OpportunisticPriority()
+	must.EqOp(t, 0, p) // off
+
+	c, err = Parse("o.hcl", []byte("policy = \"fgd\"\nopportunistic {\n  mps_client_priority = 3\n  active_thread_scale = 1.5\n}\n"))
+	must.NoError(t, err)
+	err = c.Validate()
+	must.ErrorIs(t, err, ErrInvalid)
+	must.ErrorContains(t, err, "o.hcl:3: opportunistic.mps_client_priority = 3: want 1 (below normal, the default) or 0")
+	must.ErrorContains(t, err, "o.hcl:4: opportunistic.active_thread_scale = 1.5: must be within 0..1")
+
+	_, err = Parse("o.hcl", []byte("opportunistic {\n  priority = 1\n}\n"))
+	must.ErrorContains(t, err, "o.hcl:2,3-11: Unsupported argument")
+}

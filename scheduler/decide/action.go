@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
@@ -46,6 +47,10 @@ const (
 	Refuse
 	// Wait leaves the group waiting, with its reason and queue position.
 	Wait
+	// Unpair moves a group off the GPU it shares: a job there runs slower
+	// than its bound. The executor stops Allocs (the group waits again,
+	// to be placed elsewhere) and remembers Pair as incompatible.
+	Unpair
 )
 
 func (k Kind) String() string {
@@ -62,6 +67,8 @@ func (k Kind) String() string {
 		return "refuse"
 	case Wait:
 		return "wait"
+	case Unpair:
+		return "unpair"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -85,6 +92,20 @@ type Action struct {
 	Position, Of int
 	// Ratio is the group's response ratio when it was ordered.
 	Ratio float64
+	// Pair is what an Unpair saw: two jobs that must not share a GPU of
+	// this model again.
+	Pair *Pair
+}
+
+// Pair is two jobs seen to break a bound together on a GPU of one model.
+type Pair struct {
+	GPUModel string
+	// Slow ran slower than its bound while sharing with With; the
+	// Unpair's group is whichever of the two moves.
+	Slow, With interference.Profile
+	// Norm is Slow's observed normalised throughput; Bound its slowdown
+	// bound.
+	Norm, Bound float64
 }
 
 func (a Action) String() string {
@@ -97,6 +118,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("%s %s on %v", a.Kind, a.Group, nodes)
 	case Preempt:
 		return fmt.Sprintf("preempt %v for %s", a.Allocs, a.Group)
+	case Unpair:
+		return fmt.Sprintf("unpair %s (%v): %s", a.Group, a.Allocs, a.Reason)
 	case Reserve:
 		return fmt.Sprintf("reserve %d node(s) for %s", len(a.Hold), a.Group)
 	}

@@ -43,6 +43,9 @@ type Config struct {
 	// VCs names the virtual clusters with guaranteed capacity; a group
 	// naming another is not guaranteed and does not go first.
 	VCs []string
+	// MaxSlowdown is the slowdown bound of production jobs that declare
+	// none (0: the snapshot's default), which introspection checks.
+	MaxSlowdown float64
 }
 
 // Input is the world Step decides on.
@@ -59,6 +62,10 @@ type Input struct {
 	// alloc (nil: always), for facts the placement core does not model,
 	// such as the simulator's measured memory fit of two job types.
 	Compatible func(g Key, alloc string) bool
+	// Running is what was observed of allocations that share a GPU, by
+	// allocation ID: a production job seen slower than its bound makes the
+	// step unpair its GPU first (see Unpair).
+	Running map[string]Running
 }
 
 // Step decides every group once, in queue order, on the snapshot as
@@ -68,7 +75,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 	st := &step{pol: pol, in: in, cfg: cfg, snap: in.Snapshot, ends: map[string]time.Time{}}
 	defer st.undo()
 	queue := order(in.Groups, in.Now, cfg)
-	var out []Action
+	out := st.introspect()
 	failed := map[string]*placement.Refusal{} // request shapes refused since the last placement
 	var held map[string]time.Time             // nodes reserved for heldFor
 	var heldFor Key
@@ -149,6 +156,8 @@ type step struct {
 	// gpuEnd caches when each GPU frees (see reserveFor); nil until used.
 	gpuEnd map[string]time.Time
 	rooms  map[string]map[string]time.Time
+	// soonest caches soonestFree until the next placement.
+	soonest *float64
 	// spgs caches sharesPerGPU: the step adds and removes allocations,
 	// never nodes.
 	spgs []int
@@ -163,6 +172,7 @@ func (st *step) undo() {
 // release takes a group's older allocations out of the snapshot, so that
 // its new version may take their shares; restore puts them back.
 func (st *step) release(ids []string) []placement.Alloc {
+	st.soonest = nil
 	var out []placement.Alloc
 	for _, id := range ids {
 		if a, err := st.snap.Remove(id); err == nil {
@@ -173,6 +183,7 @@ func (st *step) release(ids []string) []placement.Alloc {
 }
 
 func (st *step) restore(as []placement.Alloc) {
+	st.soonest = nil
 	for _, a := range as {
 		_ = st.snap.AddAlloc(a)
 	}
@@ -199,6 +210,7 @@ func (st *step) apply(d *placement.Decision, expected time.Duration) {
 		}
 	}
 	clear(st.rooms)
+	st.soonest = nil
 	st.done = append(st.done, func() {
 		for _, p := range d.Placements {
 			_, _ = st.snap.Remove(p.AllocID)
@@ -226,6 +238,9 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 		}
 	}
 	d := st.pol.Decide(st.snap, req)
+	if st.cfg.IdleFirst {
+		d = st.worthSharing(req, d)
+	}
 	if st.in.Compatible == nil || req.Count != 1 {
 		return d
 	}

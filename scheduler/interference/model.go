@@ -52,11 +52,15 @@ type Model struct {
 	Overhead float64
 	// Profiles are the named profiles, keyed by lower-case name.
 	Profiles map[string]Profile
+	// Uncertainty is the model's error on pairs it was not fitted on (its
+	// cross-validated RMSE): the uncertainty of a prediction nothing was
+	// observed for (see Knowledge).
+	Uncertainty float64
 }
 
 // Default returns the model calibrated on Gavel's V100 co-location data.
 func Default() *Model {
-	m := &Model{Overhead: gavelOverhead, Profiles: make(map[string]Profile, len(gavelProfiles))}
+	m := &Model{Overhead: gavelOverhead, Uncertainty: gavelUncertainty, Profiles: make(map[string]Profile, len(gavelProfiles))}
 	for _, p := range gavelProfiles {
 		m.Profiles[strings.ToLower(p.Name)] = p
 	}

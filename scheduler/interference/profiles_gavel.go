@@ -5,6 +5,9 @@ package interference
 
 var gavelOverhead = 0.03
 
+// gavelUncertainty is the fit's 5-fold cross-validated RMSE.
+var gavelUncertainty = 0.19
+
 var gavelProfiles = []Profile{
 	{Name: "A3C", SM: 0.94, MemBW: 0.44},
 	{Name: "CycleGAN", SM: 0.82, MemBW: 0.65},

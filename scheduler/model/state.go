@@ -17,10 +17,19 @@ func (s *State) Request(job *api.Job, group string, profiles *interference.Model
 	if err == nil && !r.Profile.Known() {
 		if p, ok := s.Learned[r.ID]; ok {
 			r.Profile = p
+			r.Profile.Name = LearnedName(r.ID)
 		}
 	}
 	return r, err
 }
+
+// LearnedName names the profile learned for a group (by request ID): one
+// name per group, so that what is observed of a pairing is kept per job
+// (interference.Knowledge knows jobs by Profile.Key).
+func LearnedName(id string) string { return LearnedPrefix + id }
+
+// LearnedPrefix begins the name of every learned profile.
+const LearnedPrefix = "learned:"
 
 // State is the cluster as the service last saw it. It is not safe for
 // concurrent use; the service owns it in one goroutine.

@@ -3,6 +3,8 @@
 // gate constraint, turns a group into a placement request, and rewrites a
 // job so that Nomad places a group exactly where the placement core
 // decided: the gate replaced by a node constraint, a ${device.ids}
-// constraint in the device block and the gpushare.placement meta. It works
-// on *api.Job values and does no I/O.
+// constraint in the device block and the gpushare.placement meta. With
+// the pin it writes an opportunistic group's run-time priority on MPS
+// GPUs into its GPU task (Runtime). It works on *api.Job values and does
+// no I/O.
 package pin

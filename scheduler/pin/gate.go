@@ -191,6 +191,10 @@ type Record struct {
 	Cell   string   `json:"cell,omitempty"`
 	Policy string   `json:"policy"`
 	Reason string   `json:"reason"`
+	// Env is what the pin wrote into the GPU task's environment (see
+	// PinWith); Priority says why, or why nothing was written.
+	Env      map[string]string `json:"env,omitempty"`
+	Priority string            `json:"priority,omitempty"`
 }
 
 // ParseRecord reads a group's gpushare.placement meta, if any.

@@ -24,7 +24,19 @@ const (
 // device block gets `${device.ids} set_contains_any <shares>` and the
 // group's meta gpushare.placement records the decision. A gate on the job
 // is moved onto its other gpushare groups first, so they keep waiting.
+// Pin writes no run-time priority: see PinWith.
 func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
+	return PinWith(job, group, d, Runtime{})
+}
+
+// PinWith is Pin that also writes rt's run-time priority into the group's
+// GPU task: for an opportunistic group on MPS GPUs, CUDA_MPS_CLIENT_PRIORITY
+// in its env and, when rt.ThreadScale asks, a lowered
+// CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (see Runtime). What an earlier pin
+// wrote is removed first, so pinning again never stacks it and a re-pin
+// onto time-sliced GPUs drops it; the record's Env lists what was written
+// and its Priority says why, or why nothing was.
+func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Record, error) {
 	tg := Group(job, group)
 	if tg == nil {
 		return nil, fmt.Errorf("job %q has no group %q", *job.ID, group)
@@ -71,6 +83,16 @@ func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
 		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
 		dev.Constraints = append(dev.Constraints, &api.Constraint{LTarget: DeviceAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Shares, ",")})
 	}
+	if t := gpuTask(tg); t != nil {
+		old, _ := ParseRecord(job, group)
+		stripEnv(tg, old)
+		shares := 1
+		if dev := device(tg); dev != nil && dev.Count != nil {
+			shares = int(*dev.Count)
+		}
+		rec.Env, rec.Priority = rt.runtimeEnv(Meta(job, tg)[MetaClass], shares, t.Env)
+		writeEnv(t, rec.Env)
+	}
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
@@ -83,8 +105,9 @@ func Pin(job *api.Job, group string, d *placement.Decision) (*Record, error) {
 	return rec, nil
 }
 
-// Unpin gates group again and drops its pins, so the service decides it
-// anew (after a preemption, or when its pinned capacity is gone).
+// Unpin gates group again and drops its pins and the run-time priority
+// the pin wrote, so the service decides it anew (after a preemption, or
+// when its pinned capacity is gone).
 func Unpin(job *api.Job, group string) {
 	tg := Group(job, group)
 	if tg == nil {
@@ -97,6 +120,8 @@ func Unpin(job *api.Job, group string) {
 	if dev := device(tg); dev != nil {
 		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
 	}
+	old, _ := ParseRecord(job, group)
+	stripEnv(tg, old)
 	delete(tg.Meta, MetaPlacement)
 	delete(tg.Meta, MetaSignature)
 }

@@ -30,6 +30,7 @@ type cand struct {
 	mask  uint64 // group-local GPUs for whole GPUs
 	take  int    // shares per GPU taken (fraction) or 0 for whole GPUs
 	pred  float64
+	mate  float64 // lowest predicted throughput of the jobs already on the GPU
 	dfrag float64
 	worst devicefn.Link
 }
@@ -58,7 +59,7 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 			best.why = whyCPU
 			return best
 		}
-		c := cand{ok: true, group: -1, gpu: -1, pred: 1}
+		c := cand{ok: true, group: -1, gpu: -1, pred: 1, mate: 1}
 		switch e.kind {
 		case kBestFit:
 			c.cost[0] = -bestFitScore(e.bestFit(n, r, 0))
@@ -137,7 +138,7 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 				nNeutral++
 			}
 		}
-		c := cand{ok: true, group: gi, gpu: i, take: frac, pred: 1}
+		c := cand{ok: true, group: gi, gpu: i, take: frac, pred: 1, mate: 1}
 		switch e.kind {
 		case kFirstFit:
 			c.cost = [3]float64{float64(n.idx), float64(i)}
@@ -156,14 +157,14 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 				continue
 			}
 		case kGpushare:
-			pred, loss, ok := e.interfere(g, r)
+			pred, mate, loss, ok := e.interfere(g, r)
 			if !ok {
 				if best.why < whyInterference {
 					best.why = whyInterference
 				}
 				continue
 			}
-			c.pred = pred
+			c.pred, c.mate = pred, mate
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res) / float64(g.Shares)
 			// equal scores: a node already in use before an idle one, which
 			// stays whole for larger requests; then node order, as in FGD
@@ -189,45 +190,54 @@ func neutralGPU(g *GPU) bool {
 	return true
 }
 
-// interfere predicts the new job's normalised throughput on g and the loss
-// of total normalised throughput the pairing causes; ok is false when a
-// production job would exceed its slowdown bound.
-func (e *engine) interfere(g *GPU, r *Request) (pred, loss float64, ok bool) {
+// interfere predicts the new job's normalised throughput on g, the lowest
+// of the jobs already there with it (mate), and the loss of total
+// normalised throughput the pairing causes; ok is false when a
+// production job's predicted slowdown plus the prediction's uncertainty
+// would exceed its bound, or when the new job was seen to break a bound
+// with a job on g on this GPU model.
+func (e *engine) interfere(g *GPU, r *Request) (pred, mate, loss float64, ok bool) {
 	if len(g.allocs) == 0 {
-		return 1, 0, true
+		return 1, 1, 0, true
 	}
 	k := len(g.allocs)
 	var profBuf [8]interference.Profile
-	var outBuf [8]float64
-	profs, out := profBuf[:], outBuf[:]
+	var outBuf, uncBuf [8]float64
+	profs, out, unc := profBuf[:], outBuf[:], uncBuf[:]
 	if k+1 > len(profBuf) {
-		profs, out = make([]interference.Profile, k+1), make([]float64, k+1)
+		profs, out, unc = make([]interference.Profile, k+1), make([]float64, k+1), make([]float64, k+1)
 	}
+	p := e.opts.Predictor
 	for j, a := range g.allocs {
 		profs[j] = a.Profile
+		if p.Incompatible(g.Model, r.Profile, a.Profile) {
+			return 0, 0, 0, false
+		}
 	}
-	e.opts.Model.PredictInto(out[:k], profs[:k])
+	p.PredictOn(g.Model, profs[:k], out[:k], unc[:k])
 	before := 0.0
 	for _, v := range out[:k] {
 		before += v
 	}
 	profs[k] = r.Profile
-	e.opts.Model.PredictInto(out[:k+1], profs[:k+1])
+	p.PredictOn(g.Model, profs[:k+1], out[:k+1], unc[:k+1])
 	after := 0.0
 	for _, v := range out[:k+1] {
 		after += v
 	}
-	if r.Class == ClassProduction && 1-out[k] > e.bound(r.MaxSlowdown)+1e-9 {
-		return out[k], 0, false
+	if r.Class == ClassProduction && 1-out[k]+unc[k] > e.bound(r.MaxSlowdown)+1e-9 {
+		return out[k], 0, 0, false
 	}
+	mate = 1.0
 	for j, a := range g.allocs {
+		mate = min(mate, out[j])
 		if a.Class == ClassProduction {
-			if 1-out[j] > e.bound(a.MaxSlowdown)+1e-9 {
-				return out[k], 0, false
+			if 1-out[j]+unc[j] > e.bound(a.MaxSlowdown)+1e-9 {
+				return out[k], 0, 0, false
 			}
 		}
 	}
-	return out[k], 1 - (after - before), true
+	return out[k], mate, 1 - (after - before), true
 }
 
 // bestFit is FGD's BestFit cost: the node's free CPU and GPU left after the
@@ -270,7 +280,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 			wholeFree++
 		}
 	}
-	c := cand{group: gi, gpu: -1, why: whyGPU, pred: 1}
+	c := cand{group: gi, gpu: -1, why: whyGPU, pred: 1, mate: 1}
 	if wholeFree < k {
 		return c
 	}

@@ -68,6 +68,10 @@ type Options struct {
 	Mix Mix
 	// Model predicts interference (gpushare); nil means interference.Default.
 	Model *interference.Model
+	// Predictor, when set, predicts instead of Model, with uncertainty and
+	// what was observed per GPU model (an *interference.Knowledge); nil
+	// means Model alone, with no uncertainty.
+	Predictor interference.Predictor
 	// VCs are the virtual clusters with guaranteed capacity.
 	VCs []VirtualCluster
 	// MaxSlowdown is the default slowdown bound of production jobs
@@ -93,6 +97,9 @@ func New(name string, opts Options) (Policy, error) {
 	if opts.Model == nil {
 		opts.Model = interference.Default()
 	}
+	if opts.Predictor == nil {
+		opts.Predictor = opts.Model
+	}
 	e := &engine{name: name, kind: k, opts: opts, buddy: map[buddyKey]buddyRes{}, vcs: map[string]*VirtualCluster{}}
 	e.f.mix = opts.Mix
 	e.f.memory = k == kGpushare
@@ -116,6 +123,7 @@ type engine struct {
 	f     fgd
 	snap  *Snapshot
 	epoch uint64
+	known uint64 // the predictor's version the caches were built with
 	idx   map[string]*nodeIndex
 	buddy map[buddyKey]buddyRes
 	vcs   map[string]*VirtualCluster
@@ -128,8 +136,8 @@ func (e *engine) Name() string { return e.name }
 // sync resets the caches when the engine meets another snapshot or nodes
 // were added.
 func (e *engine) sync(s *Snapshot) {
-	if e.snap != s || e.epoch != s.epoch {
-		e.snap, e.epoch = s, s.epoch
+	if v := e.opts.Predictor.Version(); e.snap != s || e.epoch != s.epoch || e.known != v {
+		e.snap, e.epoch, e.known = s, s.epoch, v
 		e.idx = map[string]*nodeIndex{}
 		clear(e.buddy) // topology IDs are per snapshot
 		e.f.cache = nil

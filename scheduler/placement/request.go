@@ -129,6 +129,10 @@ type Placement struct {
 	// Predicted is the predicted normalised throughput of the allocation
 	// with the jobs already on its GPU (1 when alone or unprofiled).
 	Predicted float64 `json:"predicted,omitempty"`
+	// PredictedMate is the lowest predicted normalised throughput of the
+	// allocations already on the GPU once this one joins them (1 when it
+	// has the GPU to itself or the policy does not predict).
+	PredictedMate float64 `json:"predicted_mate,omitempty"`
 
 	req *Request
 	res Resources

@@ -26,6 +26,7 @@ import (
 //	GET /v1/groups          every group that waits or was refused for good, and why
 //	GET /v1/vcs             the virtual clusters jobs may name in gpushare.vc
 //	GET /v1/profiles        the interference profiles jobs may name in gpushare.profile
+//	GET /v1/unpairs         the groups last moved off a GPU they shared, and why
 //	GET /metrics            Prometheus metrics
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -35,6 +36,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/groups", s.handleGroups)
 	mux.HandleFunc("GET /v1/vcs", s.handleVCs)
 	mux.HandleFunc("GET /v1/profiles", s.handleProfiles)
+	mux.HandleFunc("GET /v1/unpairs", s.handleUnpairs)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -108,6 +110,8 @@ type GroupStatus struct {
 	// Profile is the interference profile decisions use: declared in meta,
 	// named, or learned from the group's stats while it ran alone.
 	Profile *interference.Profile `json:"profile,omitempty"`
+	// Unpaired says why the group was last moved off a GPU it shared.
+	Unpaired *Unpaired `json:"unpaired,omitempty"`
 }
 
 func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
@@ -146,8 +150,9 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
 		key := model.KeyOf(job, *tg.Name)
 		if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Profile.Known() {
-			gs.Profile = &r.Profile
+			gs.Profile = displayProfile(r.Profile)
 		}
+		gs.Unpaired = s.unpairedOf(key)
 		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}

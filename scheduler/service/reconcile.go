@@ -48,6 +48,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.checkGuarantees(snap)
 	}
 	groups, jobs, pending := s.collect(built, shape)
+	running := s.running(snap, now)
 	var ends map[string]time.Time
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
 		ends = s.expectedEnds(snap, built.HeldFor, now)
@@ -69,7 +70,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.metrics.oldestPending.Set(oldest)
 
 	start := s.now()
-	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now}, s.stepConfig())
+	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now, Running: running}, s.stepConfig())
 	s.lastStep = time.Since(locked) - s.lastLockHold
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
 	if s.onStep != nil {
@@ -104,6 +105,7 @@ func (s *Service) stepConfig() decide.Config {
 		Reservations:    s.cfg.ReservationsOn(),
 		IdleFirst:       s.cfg.IdleGPUFirst,
 		VCs:             s.cfg.VCNames(),
+		MaxSlowdown:     s.cfg.ProductionMaxSlowdown,
 	}
 }
 
@@ -134,6 +136,8 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
 		}
+	case decide.Unpair:
+		s.unpair(ctx, a, pending)
 	}
 }
 
@@ -411,7 +415,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
 	}
-	rec, err := pin.Pin(job, a.Group.Group, a.Decision)
+	rec, err := pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
 	if err != nil {
 		return nil, err
 	}
@@ -464,7 +468,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		s.log.Warn("re-pinned a group whose pinned capacity is gone; Nomad replaces its allocations", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
 	}
 	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
-		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason)
+		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)
 	return job, nil
 }
 

@@ -71,6 +71,9 @@ type Service struct {
 	// newLocker makes the leader lock (tests replace it).
 	newLocker func() (locker, error)
 	listener  net.Listener
+
+	// intro watches allocations that share a GPU (introspect.go)
+	intro *introspection
 }
 
 // New builds a service from a validated configuration.
@@ -100,8 +103,9 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	for _, p := range cfg.Profiles {
 		prof.Profiles[normalize(p.Name)] = interference.Profile{Name: p.Name, SM: p.SMUtil, MemBW: p.MemBW}
 	}
+	intro := newIntrospection(cfg, prof)
 	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters(), Mix: cfg.Mix(),
-		MaxSlowdown: cfg.ProductionMaxSlowdown})
+		MaxSlowdown: cfg.ProductionMaxSlowdown, Predictor: intro.predictor(cfg.IntrospectionOn())})
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +116,9 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
+		intro:        intro,
 	}
+	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
 	return s, nil
 }
@@ -138,10 +144,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second, TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}}
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() {
 		defer wg.Done()
 		s.observeLoop(ctx, config.Duration(s.cfg.ObserveInterval))
+	}()
+	go func() {
+		defer wg.Done()
+		s.introspectLoop(ctx)
 	}()
 	go func() {
 		defer wg.Done()

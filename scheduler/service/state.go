@@ -30,7 +30,9 @@ import (
 //     and one copied from another group does not verify;
 //   - reasons-<i>: why each group waits, or was refused for good;
 //   - learned: the interference profiles learned from groups running alone;
-//   - preempted: allocations being stopped for a guaranteed group.
+//   - preempted: allocations being stopped for a guaranteed group;
+//   - introspection: pairs seen breaking a bound, observations of
+//     pairings, and why groups were unpaired (introspect_state.go).
 //
 // Records of groups whose job is gone are dropped; a variable is written
 // only when its content changed, the reasons at most every
@@ -172,6 +174,7 @@ func (s *Service) saveState(ctx context.Context) {
 		add(preempted, id, strconv.FormatInt(at.Unix(), 10))
 	}
 	vars[statePrefix+"preempted"] = preempted
+	s.introspectionVars(vars, wanted)
 	var todo []string
 	for path, items := range vars {
 		if h := hashItems(items); s.saved[path] != h {
@@ -249,6 +252,10 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	if err != nil {
 		return err
 	}
+	introItems, err := read(introspectionVar)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.Copy(s.saved, seen) // what is there need not be written again
@@ -274,6 +281,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 			}
 		}
 	}
+	s.loadIntrospection(introItems)
 	if !s.stateLoaded {
 		s.stateLoaded = true
 		s.state.ForgetParsed() // placements read before are judged again

@@ -2,6 +2,7 @@ package gavel
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -36,7 +37,8 @@ func jobKey(i int) decide.Key { return decide.Key{Job: fmt.Sprintf("job-%06d", i
 // scheduleLoop runs one decision step over the queue and executes its
 // actions; it returns the jobs still waiting.
 func (s *sim) scheduleLoop(waiting []int) []int {
-	if len(waiting) == 0 {
+	running := s.observe()
+	if len(waiting) == 0 && len(running) == 0 {
 		return waiting
 	}
 	byKey := make(map[decide.Key]int, len(waiting))
@@ -49,20 +51,25 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 	}
 	ends := map[string]time.Time{}
 	for _, r := range s.run {
-		end := at(s.now + r.rem/r.rate)
+		end := at(s.now + s.believedLeft(r))
 		for _, a := range r.allocs {
 			ends[a] = end
 		}
 	}
-	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true}
-	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith}
+	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true, MaxSlowdown: s.opts.MaxSlowdown}
+	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith, Running: running}
 	left := waiting[:0:0]
-	placed := false
+	placed, unpaired := false, false
 	actions := decide.Step(s.pol, in, cfg)
 	if s.opts.OnStep != nil {
 		s.opts.OnStep(s.now, actions)
 	}
 	for _, a := range actions {
+		if a.Kind == decide.Unpair {
+			left = append(left, s.unpair(a))
+			unpaired = true
+			continue
+		}
 		i, ok := byKey[a.Group]
 		if !ok {
 			panic(fmt.Sprintf("step acted on unknown group %s", a.Group))
@@ -84,8 +91,14 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 			left = append(left, i)
 		}
 	}
-	if placed {
+	if placed || unpaired {
 		s.rates()
+	}
+	if unpaired {
+		// The moved jobs wait again: decide them at once, first by their
+		// original arrival.
+		slices.Sort(left)
+		return s.scheduleLoop(left)
 	}
 	return left
 }
@@ -105,7 +118,7 @@ func (s *sim) loopRequest(j Job, k decide.Key) placement.Request {
 		r.Shares, r.Count = per*spg, (j.Scale+per-1)/per
 	}
 	if s.spec.reserve {
-		r.Expected = queue.Seconds(s.expected(j)) // declared run times
+		r.Expected = queue.Seconds(s.declared(j)) // declared run times
 	}
 	return r
 }

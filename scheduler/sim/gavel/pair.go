@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // pairBenefit is the SJF-BSBF rule: the saving in the two jobs' summed
@@ -12,28 +13,13 @@ import (
 // of running job r (alone: tr seconds left) at normalised throughputs nj and
 // nr, instead of waiting for r to finish. Positive means pairing wins.
 func pairBenefit(tr, tj, nr, nj float64) float64 {
-	return pairGain(tr, tj, nr, nj, math.Inf(1))
-}
-
-// pairGain is pairBenefit when j, if it does not pair, starts after w
-// seconds on a GPU of its own or on r's when r finishes, whichever is
-// first: waiting costs tr + min(w, tr) + tj.
-func pairGain(tr, tj, nr, nj, w float64) float64 {
-	wait := tr + min(w, tr) + tj
-	var pair float64
-	if a := tr / nr; a <= tj/nj {
-		pair = a + a + (tj - a*nj) // r first; j finishes alone
-	} else {
-		b := tj / nj
-		pair = b + b + (tr - b*nr)
-	}
-	return wait - pair
+	return queue.PairGain(tr, tj, nr, nj, math.Inf(1))
 }
 
 // pairBSBF pairs j with the running job whose pairing saves the most summed
 // completion time, if any saves some.
 func (s *sim) pairBSBF(j Job) bool {
-	tj := s.aloneTime(j)
+	tj := s.sjfTime(j)
 	best, bestGPU := 0.0, ""
 	for _, g := range s.busyGPUs() {
 		r, ok := s.partnerOn(g)
@@ -44,7 +30,7 @@ func (s *sim) pairBSBF(j Job) bool {
 		if !fits {
 			continue
 		}
-		if b := pairBenefit(r.rem/r.iso, tj, nr, nj); b > best {
+		if b := pairBenefit(s.sjfLeft(r), tj, nr, nj); b > best {
 			best, bestGPU = b, g
 		}
 	}

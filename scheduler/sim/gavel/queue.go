@@ -13,7 +13,7 @@ func (s *sim) order(waiting []int) {
 	case orderFIFO:
 		return
 	case orderSJF:
-		key = s.aloneTime
+		key = s.sjfTime
 	}
 	keys := make(map[int]float64, len(waiting))
 	for _, i := range waiting {
@@ -39,4 +39,25 @@ func (s *sim) expected(j Job) float64 {
 func (s *sim) aloneTime(j Job) float64 {
 	v, _ := s.thr.Isolated(j.Type, j.Scale, true)
 	return j.Steps / v
+}
+
+// sjfTime is the length SJF-BSBF orders and pairs job j by: its run time
+// alone, as declared (exactly, unless the run perturbs run times; the
+// default when none is declared).
+func (s *sim) sjfTime(j Job) float64 {
+	if s.opts.Robustness.Exact() {
+		return s.aloneTime(j)
+	}
+	if t := s.declared(j); t > 0 {
+		return t
+	}
+	return defaultExpected.Seconds()
+}
+
+// sjfLeft is how long SJF-BSBF believes running job r needs alone.
+func (s *sim) sjfLeft(r *running) float64 {
+	if s.opts.Robustness.Exact() {
+		return r.rem / r.iso
+	}
+	return s.sjfTime(r.job) * r.rem / r.job.Steps
 }

@@ -23,7 +23,27 @@ type Options struct {
 	// OnStep, when set, sees the actions of every decision step of the
 	// gpushare policies, with the simulated time in seconds.
 	OnStep func(now float64, actions []decide.Action)
+	// Robustness perturbs what the policies believe (exact when zero).
+	Robustness Robustness
+	// NoIntrospection turns off the gpushare policies' introspection: no
+	// observation of paired jobs, no unpairing, and predictions without
+	// uncertainty (the model alone, as before introspection).
+	NoIntrospection bool
+	// ObserveAfter is how long a pair runs before the gpushare policies
+	// see its progress (default DefaultObserveAfter), in seconds.
+	ObserveAfter float64
+	// UncertaintyScale scales the uncertainty of an unobserved prediction,
+	// the model's cross-validated RMSE (0 means 1: the model's own).
+	UncertaintyScale float64
+	// Checkpoint is how often jobs checkpoint, in seconds: a job moved off
+	// its GPU loses its work since its last checkpoint; 0 means it loses
+	// all its work since it last started.
+	Checkpoint float64
 }
+
+// DefaultObserveAfter is how long a pair runs before its progress is seen:
+// ten minutes of samples.
+const DefaultObserveAfter = 600
 
 // DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
 const DefaultMaxSlowdown = 0.4
@@ -37,6 +57,10 @@ type Outcome struct {
 	Placed bool
 	// SharedFor is the time it spent sharing a GPU.
 	SharedFor float64
+	// Moves counts the times introspection moved it off a GPU, and Lost
+	// the work it lost to them (seconds alone).
+	Moves int
+	Lost  float64
 }
 
 // JCT is the job completion time.
@@ -55,6 +79,14 @@ type running struct {
 	rate      float64
 	out       *Outcome
 	multiNode bool
+	// started is when it last started, partner the job sharing its GPU
+	// (-1: none) since pairedAt, and seen whether its progress with that
+	// partner was observed.
+	started  float64
+	startRem float64
+	partner  int
+	pairedAt float64
+	seen     bool
 }
 
 type sim struct {
@@ -72,6 +104,11 @@ type sim struct {
 	gpuNode map[string]string // GPU UUID -> node ID
 	// allocJob maps each running allocation to its job.
 	allocJob map[string]int
+	// know is what the gpushare policies know of interference: the
+	// (perturbed) model corrected by observations; nil for the others.
+	know *interference.Knowledge
+	// left is the work left of jobs moved back to the queue.
+	left map[int]float64
 }
 
 // Simulate runs one policy over a trace on a cluster.
@@ -90,7 +127,28 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	if err != nil {
 		return nil, 0, err
 	}
-	pol, err := placement.New(spec.core, placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown})
+	if opts.ObserveAfter <= 0 {
+		opts.ObserveAfter = DefaultObserveAfter
+	}
+	popts := placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown}
+	var know *interference.Knowledge
+	if spec.share == shareModel {
+		rb := opts.Robustness
+		var base interference.Base = opts.Model
+		if rb.Bias != 0 || rb.Noise != 0 {
+			base = perturbed{m: opts.Model, bias: rb.Bias, noise: rb.Noise, seed: rb.Seed}
+		}
+		if opts.UncertaintyScale == 0 {
+			opts.UncertaintyScale = 1
+		}
+		prior := opts.Model.Uncertainty * opts.UncertaintyScale
+		if opts.NoIntrospection {
+			prior = 0
+		}
+		know = interference.NewKnowledge(base, prior)
+		popts.Predictor = know
+	}
+	pol, err := placement.New(spec.core, popts)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -101,7 +159,7 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	}
 	s := &sim{spec: spec, opts: opts, cluster: c, thr: thr, snap: snap, pol: pol,
 		run: map[int]*running{}, onGPU: map[string][]int{}, out: make([]Outcome, len(jobs)),
-		gpuNode: map[string]string{}, allocJob: map[string]int{}}
+		gpuNode: map[string]string{}, allocJob: map[string]int{}, know: know, left: map[int]float64{}}
 	for _, n := range snap.Nodes() {
 		for _, g := range n.GPUs {
 			s.gpuNode[g.UUID] = n.ID
@@ -124,6 +182,7 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 		for _, r := range s.run {
 			t = min(t, s.now+r.rem/r.rate)
 		}
+		t = min(t, s.nextObservation())
 		if math.IsInf(t, 1) {
 			break // only jobs that can never be placed are left
 		}
@@ -167,21 +226,8 @@ func (s *sim) advance(t float64) {
 	s.now = t
 	slices.Sort(done)
 	for _, id := range done {
-		r := s.run[id]
-		r.out.Finish = t
-		for _, a := range r.allocs {
-			if _, err := s.snap.Remove(a); err != nil {
-				panic(err) // the simulator added it
-			}
-			delete(s.allocJob, a)
-		}
-		for _, g := range r.gpus {
-			s.onGPU[g] = slices.DeleteFunc(s.onGPU[g], func(j int) bool { return j == id })
-			if len(s.onGPU[g]) == 0 {
-				delete(s.onGPU, g)
-			}
-		}
-		delete(s.run, id)
+		s.run[id].out.Finish = t
+		s.stop(id)
 	}
 	if len(done) > 0 {
 		s.rates()
@@ -192,12 +238,14 @@ func (s *sim) advance(t float64) {
 func (s *sim) rates() {
 	for _, r := range s.run {
 		r.rate = r.iso
+		partner := -1
 		if len(r.gpus) == 1 {
 			if others := s.onGPU[r.gpus[0]]; len(others) == 2 {
 				p := others[0]
 				if p == r.job.ID {
 					p = others[1]
 				}
+				partner = p
 				na, _, ok := s.thr.Pair(r.job.Type, s.run[p].job.Type)
 				if !ok {
 					panic(fmt.Sprintf("jobs %d and %d share a GPU but cannot", r.job.ID, p))
@@ -205,17 +253,20 @@ func (s *sim) rates() {
 				r.rate = r.iso * na
 			}
 		}
+		if partner != r.partner {
+			r.partner, r.pairedAt, r.seen = partner, s.now, false
+		}
 	}
 }
 
 // schedule tries the queued jobs in the policy's order and returns those
 // still waiting.
 func (s *sim) schedule(queue []int) []int {
-	if len(queue) == 0 {
-		return queue
-	}
 	if s.spec.share == shareModel {
 		return s.scheduleLoop(queue)
+	}
+	if len(queue) == 0 {
+		return queue
 	}
 	s.order(queue)
 	failed := map[string]bool{} // shapes that did not fit since the last placement
@@ -314,7 +365,12 @@ func (s *sim) addHalf(j Job, node, uuid string, shares []string) {
 }
 
 func (s *sim) start(j Job, ps []placement.Placement, shares []string) {
-	r := &running{job: j, rem: j.Steps, out: &s.out[j.ID], shares: shares}
+	r := &running{job: j, rem: j.Steps, out: &s.out[j.ID], shares: shares, started: s.now, partner: -1}
+	if left, ok := s.left[j.ID]; ok {
+		r.rem = left // moved back to the queue: its work left
+		delete(s.left, j.ID)
+	}
+	r.startRem = r.rem
 	for _, p := range ps {
 		r.allocs = append(r.allocs, p.AllocID)
 		s.allocJob[p.AllocID] = j.ID
@@ -327,5 +383,7 @@ func (s *sim) start(j Job, ps []placement.Placement, shares []string) {
 		s.onGPU[g] = append(s.onGPU[g], j.ID)
 	}
 	s.run[j.ID] = r
-	r.out.Start, r.out.Placed = s.now, true
+	if !r.out.Placed {
+		r.out.Start, r.out.Placed = s.now, true
+	}
 }

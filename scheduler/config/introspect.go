@@ -1,0 +1,75 @@
+package config
+
+import (
+	"time"
+)
+
+// Introspection configures how the service watches jobs that share a GPU
+// (Gandiva's introspection): it samples the SM utilisation of each one's
+// processes (the plugin's "Process SM utilization"), compares it with the
+// job's utilisation alone, and unpairs a production job observed slower
+// than its bound.
+type Introspection struct {
+	// Enabled turns introspection on; nil means true. Off, pairings are
+	// predicted by the interference model alone, without uncertainty.
+	Enabled *bool `hcl:"enabled,optional"`
+	// Window is the least time a pairing is observed before it is judged.
+	Window string `hcl:"window,optional"`
+	// Samples is the least number of samples a judgement needs; they are
+	// taken every window / samples.
+	Samples int `hcl:"samples,optional"`
+}
+
+// Introspection defaults.
+const (
+	DefaultIntrospectionWindow  = "30s"
+	DefaultIntrospectionSamples = 3
+)
+
+// IntrospectionOn reports whether paired jobs are watched.
+func (c *Config) IntrospectionOn() bool {
+	i := c.introspection()
+	return i.Enabled == nil || *i.Enabled
+}
+
+// IntrospectionWindow is the least time a pairing is observed.
+func (c *Config) IntrospectionWindow() time.Duration { return Duration(c.introspection().Window) }
+
+// IntrospectionSamples is the least number of samples of a pairing.
+func (c *Config) IntrospectionSamples() int { return c.introspection().Samples }
+
+func (c *Config) introspection() *Introspection {
+	if c.Introspection == nil {
+		return Default().Introspection
+	}
+	return c.Introspection
+}
+
+// IntrospectionEvery is how often the service samples paired jobs.
+func (c *Config) IntrospectionEvery() time.Duration {
+	return c.IntrospectionWindow() / time.Duration(max(c.IntrospectionSamples(), 1))
+}
+
+func (i *Introspection) merge(o *Introspection) {
+	if o == nil {
+		return
+	}
+	if o.Enabled != nil {
+		i.Enabled = o.Enabled
+	}
+	if o.Window != "" {
+		i.Window = o.Window
+	}
+	if o.Samples != 0 {
+		i.Samples = o.Samples
+	}
+}
+
+func (i *Introspection) validate(bad func(format string, a ...any)) {
+	if d, err := time.ParseDuration(i.Window); err != nil || d < time.Second {
+		bad("introspection.window = %q: want a duration of at least 1s (for example \"30s\")", i.Window)
+	}
+	if i.Samples < 2 || i.Samples > 100 {
+		bad("introspection.samples = %d: want 2..100 samples per window", i.Samples)
+	}
+}

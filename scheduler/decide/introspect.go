@@ -1,0 +1,181 @@
+package decide
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Running is what the executor observed of an allocation that shares its
+// GPU (Gandiva's introspection): the step checks it against the bound it
+// was paired under.
+type Running struct {
+	Group Key
+	// Started is when the allocation started: of two jobs to move, the
+	// newer moves (it loses the least work).
+	Started time.Time
+	// Norm is its observed normalised throughput (progress rate while it
+	// shares its GPU over its rate alone); 0 means not observed yet.
+	Norm float64
+	// Err is the observation's uncertainty: the step acts only when Norm
+	// plus Err is still below the bound.
+	Err float64
+}
+
+// introspect unpairs every shared GPU where a production job was observed
+// running slower than its bound: it moves the lower-class job
+// (opportunistic before production), else the newer one, and takes it out
+// of the snapshot for the rest of the step so that its share is free.
+func (st *step) introspect() []Action {
+	ids := make([]string, 0, len(st.in.Running))
+	for id, r := range st.in.Running {
+		if r.Norm > 0 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var out []Action
+	done := map[string]bool{} // GPUs unpaired in this step
+	for _, id := range ids {
+		obs := st.in.Running[id]
+		a, ok := st.snap.Alloc(id)
+		if !ok || a.Class != placement.ClassProduction {
+			continue
+		}
+		bound := st.bound(a.MaxSlowdown)
+		if 1-(obs.Norm+obs.Err) <= bound {
+			continue
+		}
+		uuid, model, ok := st.soleGPU(a)
+		if !ok || done[uuid] {
+			continue
+		}
+		var others []string
+		for _, o := range st.snap.OnGPU(uuid) {
+			if o != id {
+				others = append(others, o)
+			}
+		}
+		if len(others) == 0 {
+			continue // slow alone: not a pairing's fault
+		}
+		moved, ok := st.toMove(append([]string{id}, others...))
+		if !ok {
+			continue
+		}
+		with := moved
+		if moved == id {
+			with = st.newest(others)
+		}
+		ma, _ := st.snap.Alloc(moved)
+		wa, _ := st.snap.Alloc(with)
+		pair := &Pair{GPUModel: model, Slow: a.Profile, With: wa.Profile, Norm: obs.Norm, Bound: bound}
+		reason := fmt.Sprintf("%s runs at %.2fx of alone sharing GPU %s (%s) with %s, below its bound of %.2fx: moving %s (%s, %s)",
+			st.label(id), obs.Norm, uuid, model, st.label(with), 1-bound, st.label(moved), classOf(ma), why(moved, id))
+		out = append(out, Action{Kind: Unpair, Group: st.in.Running[moved].Group, Allocs: []string{moved}, Reason: reason, Pair: pair})
+		done[uuid] = true
+		released := st.release([]string{moved})
+		st.done = append(st.done, func() { st.restore(released) })
+	}
+	return out
+}
+
+// label names an allocation by its group when the executor said it.
+func (st *step) label(alloc string) string {
+	if r, ok := st.in.Running[alloc]; ok {
+		return r.Group.String()
+	}
+	return "allocation " + alloc
+}
+
+func why(moved, slow string) string {
+	if moved == slow {
+		return "the newer or lower-class of the two"
+	}
+	return "the newer or lower-class of the two, so the slow one runs alone"
+}
+
+func classOf(a placement.Alloc) string {
+	if a.Class == "" {
+		return "normal"
+	}
+	return string(a.Class)
+}
+
+// toMove chooses, of allocations sharing one GPU, the one to move:
+// opportunistic before the rest, then the one started last. Only an
+// allocation the executor named a group for can be moved.
+func (st *step) toMove(ids []string) (string, bool) {
+	var best string
+	var bestA placement.Alloc
+	for _, id := range ids {
+		r, ok := st.in.Running[id]
+		if !ok {
+			continue
+		}
+		a, _ := st.snap.Alloc(id)
+		if best == "" {
+			best, bestA = id, a
+			continue
+		}
+		opp, bestOpp := a.Class == placement.ClassOpportunistic, bestA.Class == placement.ClassOpportunistic
+		if opp != bestOpp {
+			if opp {
+				best, bestA = id, a
+			}
+			continue
+		}
+		if c := cmp.Or(r.Started.Compare(st.in.Running[best].Started), cmp.Compare(id, best)); c > 0 {
+			best, bestA = id, a
+		}
+	}
+	return best, best != ""
+}
+
+// newest is the allocation of ids started last (by ID among equals).
+func (st *step) newest(ids []string) string {
+	best := ids[0]
+	for _, id := range ids[1:] {
+		if cmp.Or(st.in.Running[id].Started.Compare(st.in.Running[best].Started), cmp.Compare(id, best)) > 0 {
+			best = id
+		}
+	}
+	return best
+}
+
+// soleGPU returns the one GPU an allocation holds shares of, and its model.
+func (st *step) soleGPU(a placement.Alloc) (uuid, model string, ok bool) {
+	for _, sh := range a.Shares {
+		id, err := devicefn.ParseShareID(sh)
+		if err != nil || (uuid != "" && id.UUID != uuid) {
+			return "", "", false
+		}
+		uuid = id.UUID
+	}
+	n, found := st.snap.Node(a.Node)
+	if uuid == "" || !found {
+		return "", "", false
+	}
+	for i := range n.GPUs {
+		if n.GPUs[i].UUID == uuid {
+			return uuid, n.GPUs[i].Model, true
+		}
+	}
+	return "", "", false
+}
+
+// bound is an allocation's slowdown bound: its own, else the configured
+// default, else the snapshot's.
+func (st *step) bound(own float64) float64 {
+	switch {
+	case own > 0:
+		return own
+	case st.cfg.MaxSlowdown > 0:
+		return st.cfg.MaxSlowdown
+	}
+	return st.snap.DefaultMaxSlowdown
+}

@@ -1,0 +1,196 @@
+package interference
+
+import (
+	"math"
+	"sync"
+)
+
+// Predictor predicts what jobs that share one GPU get, and how sure it is.
+// The placement core pairs a production job only when its predicted
+// slowdown plus the uncertainty stays within its bound.
+type Predictor interface {
+	// PredictOn writes, for each of jobs sharing one GPU of model gpu, its
+	// predicted normalised throughput (co-located / alone) into out and
+	// the prediction's uncertainty (one standard error, in the same unit)
+	// into unc. len(out) and len(unc) are at least len(jobs).
+	PredictOn(gpu string, jobs []Profile, out, unc []float64)
+	// Incompatible reports whether a and b were seen to break a bound
+	// together on a GPU of model gpu; they are never paired there again.
+	Incompatible(gpu string, a, b Profile) bool
+	// Version changes whenever a prediction may have changed.
+	Version() uint64
+}
+
+// Base is a prediction without uncertainty: *Model, or a wrapper that
+// perturbs one (the simulator's robustness runs).
+type Base interface {
+	PredictInto(out []float64, jobs []Profile)
+}
+
+// PredictOn is the model alone: no uncertainty, nothing incompatible.
+func (m *Model) PredictOn(_ string, jobs []Profile, out, unc []float64) {
+	m.PredictInto(out, jobs)
+	clear(unc[:len(jobs)])
+}
+
+// Incompatible is always false for the model alone.
+func (m *Model) Incompatible(string, Profile, Profile) bool { return false }
+
+// Version of a model is constant: its profiles do not change once built.
+func (m *Model) Version() uint64 { return 0 }
+
+// Knowledge is a model corrected by what was observed, per GPU model.
+//
+// A prediction starts as the model's, with uncertainty Prior (the model's
+// own cross-validated error: what it says about itself, not a constant
+// tuned to a cluster). Each observed co-located run then moves it, as a
+// normal prior meets normal observations of the same spread:
+//   - of the same pair on the same GPU model: the estimate is the average
+//     of the model's prediction and the n observations, weighted 1 : n,
+//     and its uncertainty is Prior/sqrt(n+1);
+//   - of the job with other partners on the same GPU model: the model's
+//     prediction is shifted by the job's mean error there, weighted the
+//     same way, with the same shrinking uncertainty.
+//
+// Nothing observed on one GPU model changes a prediction on another: a
+// GPU type nobody has run on keeps the model's prediction and its full
+// uncertainty. A pair seen breaking its bound is remembered as
+// incompatible on that GPU model.
+//
+// Jobs are known by Profile.Key: a named profile, else its measured
+// fractions. Knowledge is safe for concurrent use.
+type Knowledge struct {
+	base  Base
+	prior float64
+
+	mu    sync.Mutex
+	pairs map[pairKey]*tally // observed throughput of job with partner
+	jobs  map[jobKey]*tally  // observed minus predicted throughput of job
+	bad   map[pairKey]bool   // unordered pairs (job <= with)
+	ver   uint64
+}
+
+type pairKey struct{ gpu, job, with string }
+
+type jobKey struct{ gpu, job string }
+
+type tally struct {
+	n   float64
+	sum float64
+}
+
+func (t *tally) mean() float64 { return t.sum / t.n }
+
+// NewKnowledge starts from base's predictions with uncertainty prior.
+func NewKnowledge(base Base, prior float64) *Knowledge {
+	return &Knowledge{base: base, prior: max(prior, 0),
+		pairs: map[pairKey]*tally{}, jobs: map[jobKey]*tally{}, bad: map[pairKey]bool{}}
+}
+
+// Prior is the uncertainty of a prediction nothing was observed for.
+func (k *Knowledge) Prior() float64 { return k.prior }
+
+// Key names a profile for observations: its name, else its fractions.
+func (p Profile) Key() string {
+	if p.Name != "" {
+		return p.Name
+	}
+	return p.String()
+}
+
+// Observe records that job ran at normalised throughput norm (co-located
+// / alone, clamped to 0..1) while sharing a GPU of model gpu with partner.
+// Observations of unprofiled jobs are kept too: the estimate of such a
+// pair starts at the model's 1 (no interference) and moves.
+func (k *Knowledge) Observe(gpu string, job, partner Profile, norm float64) {
+	if math.IsNaN(norm) {
+		return
+	}
+	norm = min(max(norm, 0), 1)
+	var pred [2]float64
+	k.base.PredictInto(pred[:], []Profile{job, partner})
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	add(k.pairs, pairKey{gpu, job.Key(), partner.Key()}, norm)
+	add(k.jobs, jobKey{gpu, job.Key()}, norm-pred[0])
+	k.ver++
+}
+
+func add[K comparable](m map[K]*tally, key K, v float64) {
+	t := m[key]
+	if t == nil {
+		t = &tally{}
+		m[key] = t
+	}
+	t.n++
+	t.sum += v
+}
+
+// MarkIncompatible remembers that a and b must not share a GPU of model
+// gpu again.
+func (k *Knowledge) MarkIncompatible(gpu string, a, b Profile) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.bad[unordered(gpu, a.Key(), b.Key())] = true
+	k.ver++
+}
+
+func unordered(gpu, a, b string) pairKey {
+	if b < a {
+		a, b = b, a
+	}
+	return pairKey{gpu, a, b}
+}
+
+// Incompatible implements Predictor.
+func (k *Knowledge) Incompatible(gpu string, a, b Profile) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.bad[unordered(gpu, a.Key(), b.Key())]
+}
+
+// Version implements Predictor.
+func (k *Knowledge) Version() uint64 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.ver
+}
+
+// PredictOn implements Predictor. Observations refine pairs only (the
+// measurements are of pairs); a GPU shared by three or more jobs gets the
+// model's prediction with the prior uncertainty.
+func (k *Knowledge) PredictOn(gpu string, jobs []Profile, out, unc []float64) {
+	k.base.PredictInto(out, jobs)
+	for i := range jobs {
+		unc[i] = 0
+		if len(jobs) > 1 && jobs[i].Known() {
+			unc[i] = k.prior // the model's own error; it says nothing of an unprofiled job
+		}
+	}
+	if len(jobs) != 2 {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i := range 2 {
+		job, partner := jobs[i], jobs[1-i]
+		if t := k.pairs[pairKey{gpu, job.Key(), partner.Key()}]; t != nil {
+			out[i] = (out[i] + t.sum) / (t.n + 1)
+			unc[i] = k.prior / math.Sqrt(t.n+1)
+		} else if t := k.jobs[jobKey{gpu, job.Key()}]; t != nil {
+			out[i] = min(max(out[i]+t.sum/(t.n+1), 0), 1)
+			unc[i] = k.prior / math.Sqrt(t.n+1)
+		}
+	}
+}
+
+// Observed returns the estimate of job's throughput with partner on a GPU
+// of model gpu from observations alone, and how many there were.
+func (k *Knowledge) Observed(gpu string, job, partner Profile) (mean float64, n int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t := k.pairs[pairKey{gpu, job.Key(), partner.Key()}]; t != nil {
+		return t.mean(), int(t.n)
+	}
+	return 0, 0
+}

@@ -1,0 +1,503 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// statProcessSM is the plugin's per-share SM utilisation of the processes
+// that hold the share (plugin.StatProcessSM).
+const statProcessSM = "Process SM utilization"
+
+// Bounds of what introspection keeps in memory.
+const (
+	maxAloneSamples  = 30 // per group
+	maxSharedSamples = 60 // per allocation
+)
+
+// introspection watches allocations that share a GPU (Gandiva's
+// introspection): it samples the SM utilisation of each one's processes,
+// divides it by the group's utilisation alone to get its normalised
+// throughput, hands that to decide.Step (decide.Input.Running), feeds it
+// to the placement policy's interference knowledge, and executes the
+// step's Unpair actions. Its fields but know and unpairs are guarded by
+// Service.mu.
+type introspection struct {
+	window  time.Duration
+	samples int
+	know    *knowledge
+	unpairs prometheus.Counter
+
+	// alone are the process SM samples (percent) of groups while alone on
+	// their GPU, by group key.
+	alone map[string][]float64
+	// shared are the samples of allocations while they share their GPU.
+	shared map[string]*sharedRun
+	// rec is what is persisted (introspect_state.go).
+	rec records
+}
+
+// sharedRun is one allocation's samples since its GPU's other
+// allocations last changed.
+type sharedRun struct {
+	partners string // the other allocations on its GPU, sorted
+	samples  []sample
+	fed      time.Time // when it was last observed into the knowledge
+}
+
+type sample struct {
+	at  time.Time
+	pct float64
+}
+
+func newIntrospection(cfg *config.Config, prof *interference.Model) *introspection {
+	return &introspection{
+		window: cfg.IntrospectionWindow(), samples: cfg.IntrospectionSamples(),
+		know: newKnowledge(prof),
+		unpairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_unpairs_total",
+			Help: "Allocations stopped and their group gated again because their pairing on a GPU ran slower than a production job's bound."}),
+		alone: map[string][]float64{}, shared: map[string]*sharedRun{},
+		rec: newRecords(),
+	}
+}
+
+// predictor is what the placement policy predicts with: the knowledge,
+// or nil (the model alone) when introspection is off.
+func (in *introspection) predictor(on bool) interference.Predictor {
+	if !on {
+		return nil
+	}
+	return in.know
+}
+
+// introspectLoop samples paired allocations every interval until ctx ends.
+func (s *Service) introspectLoop(ctx context.Context) {
+	if !s.cfg.IntrospectionOn() {
+		return
+	}
+	t := time.NewTicker(s.cfg.IntrospectionEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.introspectSample(ctx)
+		}
+	}
+}
+
+// probe is one allocation to sample.
+type probe struct {
+	id, key, node, partners string
+	shares                  map[string]bool
+}
+
+// introspectSample reads the plugin's per-share process SM utilisation of
+// every running allocation on a GPU: alone, it tells the group's
+// utilisation alone; sharing, the allocation's progress next to its
+// partners. Only the leader samples.
+func (s *Service) introspectSample(ctx context.Context) {
+	if s.needLease.Load() && !s.IsLeader() {
+		return
+	}
+	s.mu.Lock()
+	probes := s.probes()
+	s.mu.Unlock()
+
+	byNode := map[string][]*api.DeviceGroupStats{}
+	got := map[string]float64{}
+	for _, p := range probes {
+		stats, ok := byNode[p.node]
+		if !ok {
+			var err error
+			if stats, err = s.nomad.DeviceStats(ctx, p.node); err != nil {
+				s.log.Debug("cannot read the node's device stats", "node_id", p.node, "error", err)
+			}
+			byNode[p.node] = stats
+		}
+		if pct, ok := processSM(stats, p.shares); ok {
+			got[p.id] = pct
+		}
+	}
+	now := s.now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	in := s.intro
+	live := map[string]bool{}
+	for _, p := range probes {
+		live[p.id] = true
+		pct, ok := got[p.id]
+		if !ok {
+			continue
+		}
+		if p.partners == "" {
+			in.alone[p.key] = last(append(in.alone[p.key], pct), maxAloneSamples)
+			delete(in.shared, p.id)
+			continue
+		}
+		r := in.shared[p.id]
+		if r == nil || r.partners != p.partners {
+			r = &sharedRun{partners: p.partners}
+			in.shared[p.id] = r
+		}
+		r.samples = last(append(r.samples, sample{at: now, pct: pct}), maxSharedSamples)
+	}
+	for id := range in.shared {
+		if !live[id] {
+			delete(in.shared, id)
+		}
+	}
+}
+
+// probes lists the running allocations on GPUs and who they share them
+// with. The caller holds s.mu.
+func (s *Service) probes() []probe {
+	on := map[string][]string{} // GPU UUID -> live allocations
+	for id, a := range s.state.Allocs {
+		if _, gone := s.preempted[id]; gone || !model.Live(a) {
+			continue
+		}
+		for u := range gpusOf(a) {
+			on[u] = append(on[u], id)
+		}
+	}
+	var out []probe
+	for id, a := range s.state.Allocs {
+		if _, gone := s.preempted[id]; gone || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
+			continue
+		}
+		gpus := gpusOf(a)
+		if len(gpus) == 0 {
+			continue
+		}
+		var partners []string
+		for u := range gpus {
+			for _, o := range on[u] {
+				if o != id && !slices.Contains(partners, o) {
+					partners = append(partners, o)
+				}
+			}
+		}
+		slices.Sort(partners)
+		shares := map[string]bool{}
+		for _, sh := range model.Shares(a) {
+			shares[sh] = true
+		}
+		job := s.state.Jobs[model.JobKey(a.Namespace, a.JobID)]
+		key := model.AllocKey(a).String()
+		if job != nil {
+			key = pin.GroupKey(job, a.TaskGroup)
+		}
+		out = append(out, probe{id: id, key: key, node: a.NodeID, partners: strings.Join(partners, ","), shares: shares})
+	}
+	slices.SortFunc(out, func(a, b probe) int { return strings.Compare(a.id, b.id) })
+	return out
+}
+
+// processSM averages the plugin's process SM utilisation over an
+// allocation's shares that report it.
+func processSM(groups []*api.DeviceGroupStats, shares map[string]bool) (float64, bool) {
+	sum, n := 0.0, 0
+	for _, g := range groups {
+		if g.Vendor != devicefn.Vendor || g.Type != devicefn.DeviceType {
+			continue
+		}
+		for id, st := range g.InstanceStats {
+			if !shares[id] || st == nil || st.Stats == nil {
+				continue
+			}
+			if v, ok := pct(st.Stats.Attributes[statProcessSM]); ok {
+				sum += v
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return 0, false
+	}
+	return sum / float64(n), true
+}
+
+// running is what decide.Step reads of the allocations that share a GPU:
+// their group, when they started and, once a window of samples is in,
+// their normalised throughput and its uncertainty. Each judged pairing is
+// also observed into the knowledge, once per window. The caller is the
+// leader and holds s.mu.
+func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]decide.Running {
+	if !s.cfg.IntrospectionOn() {
+		return nil
+	}
+	in := s.intro
+	out := map[string]decide.Running{}
+	for _, id := range slices.Sorted(maps.Keys(in.shared)) {
+		a, ok := s.state.Allocs[id]
+		pa, inSnap := snap.Alloc(id)
+		if !ok || !inSnap {
+			continue
+		}
+		uuid, gpuModel, ok := soleGPU(snap, pa)
+		if !ok {
+			continue
+		}
+		var others []string
+		for _, o := range snap.OnGPU(uuid) {
+			if o != id {
+				others = append(others, o)
+			}
+		}
+		if len(others) == 0 {
+			continue
+		}
+		r := decide.Running{Group: model.AllocKey(a), Started: startedAt(a)}
+		for _, o := range others {
+			if oa, ok := s.state.Allocs[o]; ok {
+				if _, seen := out[o]; !seen {
+					out[o] = decide.Running{Group: model.AllocKey(oa), Started: startedAt(oa)}
+				}
+			}
+		}
+		run := in.shared[id]
+		ref, refErr := s.aloneRef(a, pa)
+		if norm, err, ok := in.judge(run, ref, refErr); ok {
+			r.Norm, r.Err = norm, err
+			if len(others) == 1 && now.Sub(run.fed) >= in.window {
+				if po, ok := snap.Alloc(others[0]); ok {
+					run.fed = now
+					in.observe(gpuModel, pa.Profile, po.Profile, norm)
+				}
+			}
+		}
+		out[id] = r
+	}
+	return out
+}
+
+// judge is an allocation's normalised throughput over its latest window
+// of samples while shared, against its utilisation alone (ref, with its
+// standard error), once there are enough samples over a window.
+func (in *introspection) judge(run *sharedRun, ref, refErr float64) (norm, err float64, ok bool) {
+	if run == nil || ref <= 0 {
+		return 0, 0, false
+	}
+	// the newest samples that span a window (and are enough of them): a
+	// pairing whose interference changes is judged on what it does now
+	n := len(run.samples)
+	from := n - 1
+	for from > 0 && (n-from < in.samples || run.samples[n-1].at.Sub(run.samples[from].at) < in.window) {
+		from--
+	}
+	if n-from < in.samples || run.samples[n-1].at.Sub(run.samples[from].at) < in.window {
+		return 0, 0, false
+	}
+	vals := make([]float64, 0, n-from)
+	for _, smp := range run.samples[from:] {
+		vals = append(vals, smp.pct)
+	}
+	mean, se := meanErr(vals)
+	norm = max(mean/ref, 1e-3) // 0 would read as "not observed"
+	// relative errors of a quotient add in quadrature
+	err = math.Hypot(se/ref, norm*refErr/ref)
+	return norm, err, true
+}
+
+// aloneRef is an allocation's SM utilisation alone, in percent, and its
+// standard error: measured while its group ran alone, else its profile's
+// (declared, named or learned); 0 when unknown.
+func (s *Service) aloneRef(a *api.Allocation, pa placement.Alloc) (float64, float64) {
+	key := model.AllocKey(a).String()
+	if job := s.state.Jobs[model.JobKey(a.Namespace, a.JobID)]; job != nil {
+		key = pin.GroupKey(job, a.TaskGroup)
+	}
+	if vals := s.intro.alone[key]; len(vals) > 0 {
+		return meanErr(vals)
+	}
+	return 100 * pa.Profile.SM, 0
+}
+
+func meanErr(vals []float64) (mean, se float64) {
+	for _, v := range vals {
+		mean += v
+	}
+	mean /= float64(len(vals))
+	if len(vals) < 2 {
+		return mean, 0
+	}
+	ss := 0.0
+	for _, v := range vals {
+		ss += (v - mean) * (v - mean)
+	}
+	return mean, math.Sqrt(ss/float64(len(vals)-1)) / math.Sqrt(float64(len(vals)))
+}
+
+// soleGPU is the one GPU an allocation holds shares of, and its model.
+func soleGPU(snap *placement.Snapshot, a placement.Alloc) (uuid, gpuModel string, ok bool) {
+	for _, sh := range a.Shares {
+		id, err := devicefn.ParseShareID(sh)
+		if err != nil || (uuid != "" && id.UUID != uuid) {
+			return "", "", false
+		}
+		uuid = id.UUID
+	}
+	n, found := snap.Node(a.Node)
+	if uuid == "" || !found {
+		return "", "", false
+	}
+	for i := range n.GPUs {
+		if n.GPUs[i].UUID == uuid {
+			return uuid, n.GPUs[i].Model, true
+		}
+	}
+	return "", "", false
+}
+
+// startedAt is when an allocation's first task started, else when Nomad
+// created it.
+func startedAt(a *api.Allocation) time.Time {
+	var first time.Time
+	for _, ts := range a.TaskStates {
+		if ts != nil && !ts.StartedAt.IsZero() && (first.IsZero() || ts.StartedAt.Before(first)) {
+			first = ts.StartedAt
+		}
+	}
+	if first.IsZero() {
+		return time.Unix(0, a.CreateTime)
+	}
+	return first
+}
+
+// unpair executes a decide.Unpair: the pair is remembered as incompatible
+// on its GPU model, the moved allocation is stopped and its group gated
+// again, so that it waits and is placed elsewhere, like a preemption.
+func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) {
+	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
+	s.mu.Lock()
+	if p := a.Pair; p != nil {
+		s.intro.markIncompatible(p.GPUModel, p.Slow, p.With)
+	}
+	s.mu.Unlock()
+	if err := s.gateAgain(ctx, a.Allocs); err != nil {
+		pending[a.Group] = s.failed(a.Group, "unpair", err)
+		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
+		return
+	}
+	s.intro.unpairs.Inc()
+	s.mu.Lock()
+	s.intro.rec.noteUnpaired(a.Group, a.Reason, s.now())
+	s.mu.Unlock()
+	pending[a.Group] = "unpaired: " + a.Reason
+	log.Warn("unpaired a job from a GPU where a production job ran slower than its bound; its group waits at the gate again and is placed elsewhere",
+		"allocations", a.Allocs, "reason", a.Reason)
+}
+
+// gateAgain stops allocations by gating their groups again: Nomad stops
+// them, and their replacements wait at the gate to be placed again.
+func (s *Service) gateAgain(ctx context.Context, allocIDs []string) error {
+	targets := map[decide.Key][]string{}
+	s.mu.Lock()
+	for _, id := range allocIDs {
+		if a, ok := s.state.Allocs[id]; ok {
+			targets[model.AllocKey(a)] = append(targets[model.AllocKey(a)], id)
+		}
+	}
+	s.mu.Unlock()
+	ctx, cancel := s.request(ctx)
+	defer cancel()
+	for _, t := range slices.SortedFunc(maps.Keys(targets), decide.Key.Compare) {
+		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
+		if err != nil {
+			return fmt.Errorf("reading job %s: %w", t.Job, err)
+		}
+		index := *job.JobModifyIndex
+		pin.Unpin(job, t.Group)
+		if err := s.mayWrite(); err != nil {
+			return err
+		}
+		if _, err := s.nomad.Register(ctx, job, index); err != nil {
+			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
+		}
+		for _, id := range targets[t] {
+			if err := s.mayWrite(); err != nil {
+				return err
+			}
+			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
+				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
+			}
+		}
+		s.mu.Lock()
+		for _, id := range targets[t] {
+			s.preempted[id] = s.now() // its capacity is free for this pass on
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// knowledge is the placement policy's interference.Predictor: the
+// Knowledge this replica holds, replaced whole when a replica reads the
+// leader's records.
+type knowledge struct {
+	base *interference.Model
+	mu   sync.Mutex
+	k    *interference.Knowledge
+	gen  uint64
+}
+
+func newKnowledge(base *interference.Model) *knowledge {
+	return &knowledge{base: base, k: interference.NewKnowledge(base, base.Uncertainty)}
+}
+
+func (w *knowledge) cur() *interference.Knowledge {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.k
+}
+
+// reset starts again from the model alone.
+func (w *knowledge) reset() *interference.Knowledge {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.k = interference.NewKnowledge(w.base, w.base.Uncertainty)
+	w.gen++
+	return w.k
+}
+
+// PredictOn implements interference.Predictor.
+func (w *knowledge) PredictOn(gpu string, jobs []interference.Profile, out, unc []float64) {
+	w.cur().PredictOn(gpu, jobs, out, unc)
+}
+
+// Incompatible implements interference.Predictor.
+func (w *knowledge) Incompatible(gpu string, a, b interference.Profile) bool {
+	return w.cur().Incompatible(gpu, a, b)
+}
+
+// Version implements interference.Predictor.
+func (w *knowledge) Version() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.gen<<40 + w.k.Version()
+}
+
+func last[T any](s []T, n int) []T {
+	if len(s) > n {
+		return slices.Clone(s[len(s)-n:])
+	}
+	return s
+}

@@ -1,0 +1,241 @@
+package service
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
+)
+
+// What introspection keeps in the Nomad Variable gpushare/state/introspection
+// so that a new leader knows it: the pairs seen breaking a bound on a GPU
+// model, the last observations of pairings (from which the knowledge is
+// rebuilt) and why groups were last unpaired. Each kind is bounded; the
+// oldest go first.
+const (
+	introspectionVar = statePrefix + "introspection"
+	maxBadPairs      = 60
+	maxPairObs       = 150
+	maxUnpaired      = 50
+)
+
+// records are introspection's persisted records.
+type records struct {
+	bad      []badPair
+	obs      []pairObs
+	unpaired map[decide.Key]Unpaired
+	// loaded is the hash of the items last read or written: a replica
+	// rebuilds its knowledge only when the leader's records changed.
+	loaded string
+}
+
+type badPair struct {
+	GPU string `json:"g"`
+	A   string `json:"a"` // interference.Profile.Key
+	B   string `json:"b"`
+}
+
+type pairObs struct {
+	GPU  string               `json:"g"`
+	Job  interference.Profile `json:"j"`
+	With interference.Profile `json:"w"`
+	Norm float64              `json:"n"`
+}
+
+// Unpaired is why a group was last moved off a GPU it shared.
+type Unpaired struct {
+	Namespace string    `json:"namespace"`
+	Job       string    `json:"job"`
+	Group     string    `json:"group"`
+	Reason    string    `json:"reason"`
+	At        time.Time `json:"at"`
+}
+
+func newRecords() records { return records{unpaired: map[decide.Key]Unpaired{}} }
+
+// identified reports whether observations of p are of one job: a named
+// profile (learned ones are named per group) or declared fractions. All
+// unprofiled jobs look alike, so nothing is remembered of them.
+func identified(p interference.Profile) bool { return p.Name != "" || p.Known() }
+
+// observe records a pairing's observed normalised throughput.
+func (in *introspection) observe(gpu string, job, with interference.Profile, norm float64) {
+	if !identified(job) || !identified(with) {
+		return
+	}
+	in.know.cur().Observe(gpu, job, with, norm)
+	in.rec.obs = last(append(in.rec.obs, pairObs{GPU: gpu, Job: job, With: with, Norm: norm}), maxPairObs)
+}
+
+// markIncompatible remembers that a and b must not share a GPU of model
+// gpu again.
+func (in *introspection) markIncompatible(gpu string, a, b interference.Profile) {
+	if !identified(a) || !identified(b) {
+		return
+	}
+	in.know.cur().MarkIncompatible(gpu, a, b)
+	p := badPair{GPU: gpu, A: a.Key(), B: b.Key()}
+	if p.B < p.A {
+		p.A, p.B = p.B, p.A
+	}
+	if !slices.Contains(in.rec.bad, p) {
+		in.rec.bad = last(append(in.rec.bad, p), maxBadPairs)
+	}
+}
+
+func (r *records) noteUnpaired(k decide.Key, reason string, at time.Time) {
+	if len(reason) > maxReason {
+		reason = reason[:maxReason] + "..."
+	}
+	r.unpaired[k] = Unpaired{Namespace: k.Namespace, Job: k.Job, Group: k.Group, Reason: reason, At: at}
+	for len(r.unpaired) > maxUnpaired {
+		oldest := decide.Key{}
+		first := true
+		for key, u := range r.unpaired {
+			if o := r.unpaired[oldest]; first || u.At.Before(o.At) || (u.At.Equal(o.At) && key.Compare(oldest) < 0) {
+				oldest, first = key, false
+			}
+		}
+		delete(r.unpaired, oldest)
+	}
+}
+
+// introspectionVars adds introspection's records to the variables to
+// save, dropping the unpair reasons and alone samples of groups whose job
+// is gone. The
+// caller holds s.mu.
+func (s *Service) introspectionVars(vars map[string]map[string]string, wanted map[string]bool) {
+	in := s.intro
+	items := map[string]string{}
+	for i, p := range in.rec.bad {
+		b, _ := json.Marshal(p)
+		add(items, fmt.Sprintf("b%03d", i), string(b))
+	}
+	for i, o := range in.rec.obs {
+		b, _ := json.Marshal(o)
+		add(items, fmt.Sprintf("o%03d", i), string(b))
+	}
+	for k, u := range in.rec.unpaired {
+		if !wanted[k.String()] {
+			delete(in.rec.unpaired, k)
+			continue
+		}
+		add(items, "u"+itemKey(k), groupItem(k, u.Reason, strconv.FormatInt(u.At.Unix(), 10)))
+	}
+	for key := range in.alone {
+		if !wanted[key] {
+			delete(in.alone, key) // its job is gone
+		}
+	}
+	in.rec.loaded = hashItems(items)
+	vars[introspectionVar] = items
+}
+
+// loadIntrospection takes the leader's records and rebuilds the knowledge
+// from them when they changed. The caller holds s.mu.
+func (s *Service) loadIntrospection(items map[string]string) {
+	in := s.intro
+	h := hashItems(items)
+	if h == in.rec.loaded {
+		return
+	}
+	rec := newRecords()
+	rec.loaded = h
+	for _, key := range slices.Sorted(maps.Keys(items)) {
+		v := items[key]
+		switch {
+		case strings.HasPrefix(key, "b"):
+			var p badPair
+			if json.Unmarshal([]byte(v), &p) == nil {
+				rec.bad = append(rec.bad, p)
+			}
+		case strings.HasPrefix(key, "o"):
+			var o pairObs
+			if json.Unmarshal([]byte(v), &o) == nil {
+				rec.obs = append(rec.obs, o)
+			}
+		case strings.HasPrefix(key, "u"):
+			if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
+				sec, _ := strconv.ParseInt(f[1], 10, 64)
+				rec.unpaired[k] = Unpaired{Namespace: k.Namespace, Job: k.Job, Group: k.Group, Reason: f[0], At: time.Unix(sec, 0)}
+			}
+		}
+	}
+	k := in.know.reset()
+	for _, p := range rec.bad {
+		k.MarkIncompatible(p.GPU, interference.Profile{Name: p.A}, interference.Profile{Name: p.B})
+	}
+	for _, o := range rec.obs {
+		k.Observe(o.GPU, o.Job, o.With, o.Norm)
+	}
+	in.rec = rec
+}
+
+// unpairedOf is why a group was last unpaired, if it was. The caller
+// holds s.mu.
+func (s *Service) unpairedOf(k decide.Key) *Unpaired {
+	if u, ok := s.intro.rec.unpaired[k]; ok {
+		return &u
+	}
+	return nil
+}
+
+// handleUnpairs lists the groups last unpaired, newest first, in the
+// namespaces the caller may read.
+func (s *Service) handleUnpairs(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
+		authFailed(w, ErrNoToken)
+		return
+	}
+	managed := s.namespaces()
+	s.mu.Lock()
+	out := make([]Unpaired, 0, len(s.intro.rec.unpaired))
+	for k, u := range s.intro.rec.unpaired {
+		if managed.has(k.Namespace) {
+			out = append(out, u)
+		}
+	}
+	s.mu.Unlock()
+	readable := map[string]error{}
+	kept := out[:0]
+	for _, u := range out {
+		err, seen := readable[u.Namespace]
+		if !seen {
+			err = s.authorize(r, authScope{Namespace: u.Namespace})
+			readable[u.Namespace] = err
+		}
+		switch {
+		case err == nil:
+			kept = append(kept, u)
+		case errors.Is(err, ErrForbidden):
+		default:
+			authFailed(w, err)
+			return
+		}
+	}
+	slices.SortFunc(kept, func(a, b Unpaired) int {
+		if c := b.At.Compare(a.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Job, b.Job)
+	})
+	writeJSON(w, http.StatusOK, kept)
+}
+
+// displayProfile shows a learned profile as "learned", as before learned
+// profiles were named per group.
+func displayProfile(p interference.Profile) *interference.Profile {
+	if strings.HasPrefix(p.Name, model.LearnedPrefix) {
+		p.Name = "learned"
+	}
+	return &p
+}

@@ -1,0 +1,245 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// statsNomad is the fake Nomad with device stats and stopped allocations.
+type statsNomad struct {
+	*fakeNomad
+	mu      sync.Mutex
+	sm      map[string]int64 // process SM utilisation of each share
+	stopped []string
+}
+
+func (f *statsNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupStats, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g := &api.DeviceGroupStats{Vendor: "nvidia", Type: "gpushare", Name: "Tesla V100-SXM2-16GB", InstanceStats: map[string]*api.DeviceStats{}}
+	for id, v := range f.sm {
+		g.InstanceStats[id] = &api.DeviceStats{Stats: &api.StatObject{Attributes: map[string]*api.StatValue{
+			statProcessSM: {IntNumeratorVal: ptr(v), IntDenominatorVal: ptr(int64(100)), Unit: "%"}}}}
+	}
+	return []*api.DeviceGroupStats{g}, nil
+}
+
+func (f *statsNomad) StopAlloc(_ context.Context, id string) error {
+	f.stopped = append(f.stopped, id)
+	return nil
+}
+
+// report sets the process SM utilisation of every share of a record.
+func (f *statsNomad) report(rec *pin.Record, pct int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, sh := range rec.Shares {
+		f.sm[sh] = pct
+	}
+}
+
+// pairScene is a DGX-1 where the service paired two production jobs
+// declaring sm_util 0.5 on one GPU under a bound of 0.5 (room for the
+// model's uncertainty): "old" started first, "new" a minute later.
+type pairScene struct {
+	f        *statsNomad
+	s        *Service
+	clock    *time.Time
+	old, new *pin.Record
+}
+
+func newPairScene(t *testing.T, edit ...func(*config.Config)) *pairScene {
+	t.Helper()
+	f := &statsNomad{fakeNomad: &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}, sm: map[string]int64{}}
+	cfg := config.Default()
+	cfg.ProductionMaxSlowdown = 0.5
+	cfg.Introspection.Window = "6s"
+	for _, e := range edit {
+		e(cfg)
+	}
+	must.NoError(t, cfg.Validate())
+	clock := time.Unix(100000, 0)
+	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return clock })
+	must.NoError(t, err)
+	sc := &pairScene{f: f, s: s, clock: &clock}
+	sc.old = sc.run(t, "old", clock.Add(-time.Hour))
+	sc.new = sc.run(t, "new", clock.Add(-time.Minute))
+	must.Eq(t, sc.old.GPUs, sc.new.GPUs) // packed: the model sees no interference
+	return sc
+}
+
+// run registers a gated production job, lets the service pin it, and
+// gives it a running allocation on its pinned shares.
+func (sc *pairScene) run(t *testing.T, id string, started time.Time) *pin.Record {
+	t.Helper()
+	j := gated(id, 25)
+	j.Meta[pin.MetaClass], j.Meta[pin.MetaSMUtil], j.Meta[pin.MetaMemBW] = "production", "0.5", "0.1"
+	sc.f.put(j)
+	must.NoError(t, sc.s.resync(t.Context()))
+	sc.s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(sc.f.jobs[id], "g")
+	must.True(t, ok, must.Sprintf("%s pinned", id))
+	sc.f.index++
+	sc.f.allocs = append(sc.f.allocs, &api.Allocation{ID: "alloc-" + id, Namespace: "default", JobID: id, TaskGroup: "g", NodeID: "node-1",
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: sc.f.index, CreateIndex: sc.f.index,
+		TaskStates: map[string]*api.TaskState{"t": {State: "running", StartedAt: started}},
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}})
+	must.NoError(t, sc.s.resync(t.Context()))
+	return rec
+}
+
+// sample takes one introspection sample per value, window/samples apart,
+// with old's processes at each value and new's at 50%.
+func (sc *pairScene) sample(t *testing.T, old ...int64) {
+	t.Helper()
+	for _, v := range old {
+		sc.f.report(sc.old, v)
+		sc.f.report(sc.new, 50)
+		sc.s.introspectSample(t.Context())
+		*sc.clock = sc.clock.Add(sc.s.cfg.IntrospectionWindow() / 2)
+	}
+}
+
+// A production job observed at 0.4 of its speed alone next to another,
+// below its bound of 0.5: the newer of the two is stopped and its group
+// gated again, the pair is remembered incompatible on the GPU model, and
+// the next decision places the moved job on another GPU.
+func TestUnpairSlowPair(t *testing.T) {
+	sc := newPairScene(t)
+	var steps [][]decide.Action
+	sc.s.onStep = func(a []decide.Action) { steps = append(steps, a) }
+	sc.sample(t, 20, 20) // 2 samples: not judged yet
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	sc.sample(t, 20)
+	sc.s.reconcile(t.Context())
+
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.SliceNotEmpty(t, pin.Gated(sc.f.jobs["new"]))
+	must.SliceEmpty(t, pin.Gated(sc.f.jobs["old"]))
+	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
+	last := steps[len(steps)-1]
+	must.Eq(t, decide.Unpair, last[0].Kind)
+	must.StrContains(t, last[0].Reason, "0.40x")
+	slow := interference.Profile{SM: 0.5, MemBW: 0.1}
+	must.True(t, sc.s.intro.know.Incompatible("Tesla V100-SXM2-16GB", slow, slow))
+
+	// the job API says why
+	rr := httptest.NewRecorder()
+	sc.s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/new", nil))
+	var st JobStatus
+	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &st))
+	must.NotNil(t, st.Groups[0].Unpaired)
+	must.StrContains(t, st.Groups[0].Unpaired.Reason, "below its bound")
+	rr = httptest.NewRecorder()
+	sc.s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/unpairs", nil))
+	var list []Unpaired
+	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &list))
+	must.SliceLen(t, 1, list)
+	must.Eq(t, "new", list[0].Job)
+
+	// Nomad stops the allocation; the gated group is placed again, not
+	// next to old on any GPU of that model
+	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" })
+	sc.f.index++
+	must.NoError(t, sc.s.resync(t.Context()))
+	sc.s.reconcile(t.Context())
+	again, ok := pin.ParseRecord(sc.f.jobs["new"], "g")
+	must.True(t, ok)
+	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
+	must.NotEq(t, sc.old.GPUs, again.GPUs)
+}
+
+// Samples whose spread covers the bound do nothing: the step acts only
+// when the observation plus its uncertainty is below the bound.
+func TestUnpairNotWithinUncertainty(t *testing.T) {
+	sc := newPairScene(t)
+	sc.sample(t, 5, 40, 20) // mean 0.43 of alone, but ±0.2
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
+	run := sc.s.running(sc.s.state.Snapshot(sc.s.profile, nil).Snapshot, sc.s.now())
+	must.Less(t, 0.5, run["alloc-old"].Norm)
+	must.Greater(t, 0.5, run["alloc-old"].Norm+run["alloc-old"].Err)
+}
+
+// A good pair is left alone, and observed into the knowledge once per
+// window.
+func TestGoodPairObserved(t *testing.T) {
+	sc := newPairScene(t)
+	sc.sample(t, 50, 48, 52)
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	p := interference.Profile{SM: 0.5, MemBW: 0.1}
+	mean, n := sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", p, p)
+	must.Eq(t, 2, n) // old with new, new with old
+	must.Eq(t, 1.0, mean)
+	sc.s.reconcile(t.Context())
+	_, n = sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", p, p)
+	must.Eq(t, 2, n)
+}
+
+// A follower samples nothing, so its step never unpairs.
+func TestUnpairFollowerDoesNotAct(t *testing.T) {
+	sc := newPairScene(t)
+	sc.s.needLease.Store(true) // campaigning, without the lease
+	sc.sample(t, 20, 20, 20)
+	must.MapEmpty(t, sc.s.intro.shared)
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
+}
+
+// The incompatible pair, the observations and the reason survive a
+// change of leader through the scheduler's Nomad Variables.
+func TestUnpairRecordsPersist(t *testing.T) {
+	sc := newPairScene(t)
+	must.NoError(t, sc.s.loadState(t.Context(), true))
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.MapNotEmpty(t, sc.f.vars[introspectionVar])
+
+	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, sc.s.now)
+	must.NoError(t, err)
+	must.NoError(t, next.resync(t.Context()))
+	must.NoError(t, next.loadState(t.Context(), true))
+	slow := interference.Profile{SM: 0.5, MemBW: 0.1}
+	must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", slow, slow))
+	_, n := next.intro.know.cur().Observed("Tesla V100-SXM2-16GB", slow, slow)
+	must.Eq(t, 2, n)
+	must.NotNil(t, next.unpairedOf(key("new")))
+}
+
+// A pairing is judged on its latest window: one that turns slow is
+// unpaired although it ran well before.
+func TestUnpairJudgesTheLatestWindow(t *testing.T) {
+	sc := newPairScene(t)
+	sc.sample(t, 50, 50, 50, 50, 50, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+}
+
+// With introspection off, nothing is judged and the policy predicts with
+// the model alone.
+func TestIntrospectionOff(t *testing.T) {
+	sc := newPairScene(t, func(c *config.Config) { c.Introspection.Enabled = ptr(false) })
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	must.Nil(t, sc.s.intro.predictor(sc.s.cfg.IntrospectionOn()))
+}
