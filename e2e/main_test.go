@@ -58,7 +58,7 @@ func startClusterOpts(t *testing.T, persistent bool, clients ...devcluster.Clien
 
 // startClusterWith starts a cluster with opts (ACL, TLS, ...); Dir,
 // NomadBin, PluginBin and Log are filled in.
-func startClusterWith(t *testing.T, opts devcluster.Options) *devcluster.Cluster {
+func startClusterWith(t testing.TB, opts devcluster.Options) *devcluster.Cluster {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gpushare-e2e-")
 	if err != nil {
@@ -88,7 +88,7 @@ func startClusterWith(t *testing.T, opts devcluster.Options) *devcluster.Cluster
 	return c
 }
 
-func dumpLogs(t *testing.T, dir string) {
+func dumpLogs(t testing.TB, dir string) {
 	logs, _ := filepath.Glob(filepath.Join(dir, "*", "*.log"))
 	top, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	logs = append(logs, top...)

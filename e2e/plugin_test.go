@@ -122,7 +122,7 @@ func onlyNode(t *testing.T, nomad *api.Client) string {
 	return nodes[0].ID
 }
 
-func gpushareGroup(t *testing.T, node *api.Node) *api.NodeDeviceResource {
+func gpushareGroup(t testing.TB, node *api.Node) *api.NodeDeviceResource {
 	t.Helper()
 	for _, d := range node.NodeResources.Devices {
 		if d.Type == "gpushare" {

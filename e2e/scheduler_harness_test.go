@@ -32,7 +32,7 @@ const (
 // env is a cluster of three clients (HGX H100, DGX-1 V100, 4 PCIe GPUs on
 // two sockets) with gpushare schedulers.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	c      *devcluster.Cluster
 	nomad  *api.Client
 	dir    string
@@ -46,13 +46,13 @@ type env struct {
 	nomadAddr string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	return newEnvWith(t, devcluster.Options{})
 }
 
 // newEnvWith is newEnv on a cluster with more options (ACL, TLS).
-func newEnvWith(t *testing.T, opts devcluster.Options) *env {
+func newEnvWith(t testing.TB, opts devcluster.Options) *env {
 	t.Helper()
 	fx := t.TempDir()
 	var clients []devcluster.Client
@@ -71,7 +71,7 @@ func newEnvWith(t *testing.T, opts devcluster.Options) *env {
 
 // envOn is the env of a started cluster, with a directory for the
 // schedulers' configs and logs (dumped when the test fails).
-func envOn(t *testing.T, c *devcluster.Cluster, fixtures map[string]string, prefix string) *env {
+func envOn(t testing.TB, c *devcluster.Cluster, fixtures map[string]string, prefix string) *env {
 	t.Helper()
 	dir, err := os.MkdirTemp("", prefix)
 	must.NoError(t, err)
@@ -143,7 +143,7 @@ func getJSON(url string, out any) error {
 	return json.NewDecoder(resp.Body).Decode(out)
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	must.NoError(t, err)
 	defer l.Close()

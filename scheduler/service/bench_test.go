@@ -23,7 +23,7 @@ import (
 // anything, so that every pass of a benchmark decides the same cluster.
 type benchNomad struct{ *fakeNomad }
 
-func (benchNomad) Register(context.Context, *api.Job, uint64) error { return nil }
+func (benchNomad) Register(context.Context, *api.Job, uint64) (uint64, error) { return 0, nil }
 
 // cluster builds n DGX-1 nodes (8 V100s each, GPU UUIDs of their own),
 // each running perNode pinned jobs of 25 shares on its GPUs, and waiting

@@ -429,7 +429,7 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string) error {
 		if err := s.mayWrite(); err != nil {
 			return err
 		}
-		if err := s.nomad.Register(ctx, job, index); err != nil {
+		if _, err := s.nomad.Register(ctx, job, index); err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
 		for _, id := range targets[t] {

@@ -26,8 +26,9 @@ type nomadAPI interface {
 	// their allocated resources.
 	Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error)
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
-	// Register re-registers job if its modify index is still index.
-	Register(ctx context.Context, job *api.Job, index uint64) error
+	// Register re-registers job if its modify index is still index, and
+	// returns the new version's modify index (0 when Nomad did not say).
+	Register(ctx context.Context, job *api.Job, index uint64) (uint64, error)
 	// DeviceStats reads the latest device stats of a node's client: the
 	// stats the gpushare plugin reports for every share.
 	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
@@ -195,18 +196,21 @@ func (n nomadClient) StopAlloc(ctx context.Context, id string) error {
 	return err
 }
 
-func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) error {
+func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) (uint64, error) {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	wo := (&api.WriteOptions{}).WithContext(ctx)
 	if job.Namespace != nil {
 		wo.Namespace = *job.Namespace
 	}
-	_, _, err := n.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: index}, wo)
-	if err != nil && isConflict(err) {
-		return errors.Join(ErrConflict, err)
+	resp, _, err := n.c.Jobs().RegisterOpts(job, &api.RegisterOptions{EnforceIndex: true, ModifyIndex: index}, wo)
+	if err != nil {
+		if isConflict(err) {
+			return 0, errors.Join(ErrConflict, err)
+		}
+		return 0, err
 	}
-	return err
+	return resp.JobModifyIndex, nil
 }
 
 func (n nomadClient) Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error) {

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
@@ -78,11 +77,20 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.onStep(actions)
 	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
+	var pins []decide.Action
 	for _, a := range actions {
 		if ctx.Err() != nil {
 			return
 		}
-		s.execute(ctx, a, jobs[a.Group], shape, pending, failed, start)
+		if a.Kind == decide.Pin || a.Kind == decide.Repin {
+			pins = append(pins, a) // sent together once the preemptions are done
+			continue
+		}
+		s.execute(ctx, a, jobs[a.Group], shape, pending, failed)
+	}
+	s.sendPins(ctx, pins, jobs, pending, failed, start)
+	if ctx.Err() != nil {
+		return
 	}
 	s.mu.Lock()
 	s.pending = pending
@@ -101,8 +109,8 @@ func (s *Service) stepConfig() decide.Config {
 	}
 }
 
-// execute carries out one action of the step.
-func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool, start time.Time) {
+// execute carries out one action of the step but a pin (sendPins).
+func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	switch a.Kind {
 	case decide.Wait:
@@ -130,31 +138,6 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 		}
 	case decide.Unpair:
 		s.unpair(ctx, a, pending)
-	case decide.Pin, decide.Repin:
-		if failed[a.Group] || job == nil {
-			return
-		}
-		s.metrics.decisions.WithLabelValues("placed").Inc()
-		if s.pinDelay > 0 {
-			sleep(ctx, s.pinDelay)
-		}
-		if err := s.pinGroup(ctx, job, a); err != nil {
-			switch {
-			case errors.Is(err, ErrConflict):
-				s.metrics.conflicts.Inc()
-				log.Info("job changed while deciding; deciding again on the new version")
-				pending[a.Group] = "pin failed: " + err.Error()
-				s.markDirty()
-			case errors.Is(err, ErrNotLeader):
-				pending[a.Group] = "pin not sent: " + err.Error()
-			default:
-				pending[a.Group] = s.failed(a.Group, "pin", err)
-				log.Error("cannot pin the placement", "error", err, "reason", pending[a.Group])
-			}
-			return
-		}
-		s.succeeded(a.Group)
-		s.metrics.pinLatency.Observe(s.now().Sub(start).Seconds())
 	}
 }
 
@@ -415,25 +398,26 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 
 // pinGroup re-registers the job with the group pinned as the action
 // decided, enforcing the job's modify index so a concurrent edit is never
-// overwritten.
-func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) error {
+// overwritten. It returns the job as registered, with its new modify
+// index.
+func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) (*api.Job, error) {
 	// the job as Nomad's HTTP API gives it, to register again unchanged but
 	// for the pin; a newer version than the one decided on is a conflict
 	rctx, cancel := s.request(ctx)
 	job, err := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("reading job %s: %w", a.Group.Job, err)
+		return nil, fmt.Errorf("reading job %s: %w", a.Group.Job, err)
 	}
 	if orig.JobModifyIndex != nil && job.JobModifyIndex != nil && *job.JobModifyIndex != *orig.JobModifyIndex {
 		s.mu.Lock()
 		s.state.PutJob(job)
 		s.mu.Unlock()
-		return fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
+		return nil, fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
 	}
 	rec, err := pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.Lock()
 	if s.secret != nil { // signed in the same registration: the pin is the record
@@ -446,19 +430,35 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		index = *orig.JobModifyIndex
 	}
 	if err := s.mayWrite(); err != nil {
-		return err
+		return nil, err
 	}
 	s.metrics.pinRequests.Inc()
 	rctx, cancel = s.request(ctx)
 	defer cancel()
-	err = s.nomad.Register(rctx, job, index)
-	if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {
+	registered, err := s.nomad.Register(rctx, job, index)
+	if err != nil || registered == 0 {
+		// the model learns at once what Nomad holds now (a conflict: the
+		// newer version, decided on in the next pass)
+		if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {
+			s.mu.Lock()
+			s.state.PutJob(fresh)
+			s.mu.Unlock()
+			job = fresh
+		}
+		if err != nil {
+			return nil, err
+		}
+	} else {
+		// the model holds the pinned version at once, without reading it
+		// back: a pass that starts before its event arrives neither pins
+		// the group again nor gives its shares to another group
+		job.JobModifyIndex, job.ModifyIndex = &registered, &registered
+		if job.Version != nil {
+			job.Version = new(*job.Version + 1)
+		}
 		s.mu.Lock()
-		s.state.PutJob(fresh)
+		s.state.PutJob(job)
 		s.mu.Unlock()
-	}
-	if err != nil {
-		return err
 	}
 	s.mu.Lock()
 	s.pinned[a.Group] = s.now()
@@ -469,7 +469,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	}
 	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
 		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)
-	return nil
+	return job, nil
 }
 
 // preempt stops opportunistic allocations by gating their groups again:
@@ -499,7 +499,7 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 		if err := s.mayWrite(); err != nil {
 			return err
 		}
-		if err := s.nomad.Register(ctx, job, index); err != nil {
+		if _, err := s.nomad.Register(ctx, job, index); err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
 		// a gated version does not stop running allocations by itself

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -29,6 +30,8 @@ func ptr[T any](v T) *T { return &v }
 // fakeNomad keeps jobs in memory and enforces modify indexes like Nomad.
 // Jobs are keyed by ID alone: tests use distinct IDs across namespaces.
 type fakeNomad struct {
+	// mu guards jobs, index and registers against concurrent pins.
+	mu     sync.Mutex
 	nodes  []*api.Node
 	jobs   map[string]*api.Job
 	allocs []*api.Allocation
@@ -36,6 +39,8 @@ type fakeNomad struct {
 	// beforeRegister runs before a registration is checked (a concurrent user edit).
 	beforeRegister func()
 	registers      int
+	// jobReads counts the reads of one job.
+	jobReads int
 	// registerErr, when set, refuses every registration with it.
 	registerErr error
 	// hang makes registrations wait until their context ends (a hung Nomad);
@@ -94,6 +99,8 @@ func inNamespace(want, ns string) bool {
 
 func (f *fakeNomad) Jobs(_ context.Context, namespace string) ([]*api.Job, uint64, error) {
 	f.list("jobs")
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.listed = append(f.listed, "jobs:"+namespace)
 	var out []*api.Job
 	for _, j := range f.jobs {
@@ -105,6 +112,9 @@ func (f *fakeNomad) Jobs(_ context.Context, namespace string) ([]*api.Job, uint6
 	return out, f.index, nil
 }
 func (f *fakeNomad) Job(_ context.Context, _, id string) (*api.Job, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.jobReads++
 	j, ok := f.jobs[id]
 	if !ok {
 		return nil, errors.New("not found")
@@ -186,6 +196,12 @@ func (f *fakeNomad) WriteVar(_ context.Context, path string, items map[string]st
 }
 
 func (f *fakeNomad) put(j *api.Job) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.putLocked(j)
+}
+
+func (f *fakeNomad) putLocked(j *api.Job) {
 	f.index++
 	j.ModifyIndex, j.JobModifyIndex = ptr(f.index), ptr(f.index)
 	if prev, ok := f.jobs[*j.ID]; ok {
@@ -197,24 +213,29 @@ func (f *fakeNomad) put(j *api.Job) {
 	f.jobs[*j.ID] = c
 }
 
-func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) error {
+func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
 	if f.hang || (f.hangJob != "" && *j.ID == f.hangJob) {
 		<-ctx.Done()
-		return ctx.Err()
+		return 0, ctx.Err()
 	}
-	if f.beforeRegister != nil {
-		f.beforeRegister()
-		f.beforeRegister = nil
+	f.mu.Lock()
+	before := f.beforeRegister
+	f.beforeRegister = nil
+	f.mu.Unlock()
+	if before != nil {
+		before()
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.registers++
 	if f.registerErr != nil {
-		return f.registerErr
+		return 0, f.registerErr
 	}
 	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
-		return ErrConflict
+		return 0, ErrConflict
 	}
-	f.put(j)
-	return nil
+	f.putLocked(j)
+	return f.index, nil
 }
 
 func dgx1(t *testing.T) *api.Node {

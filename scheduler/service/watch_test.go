@@ -222,8 +222,8 @@ func TestWatchRelistOlderThanEventsDoesNotRollBack(t *testing.T) {
 	f.allocs = []*api.Allocation{{ID: "al", Namespace: "default", JobID: "a", TaskGroup: "g", NodeID: "node-1",
 		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: 2}}
 	f.nodes[0].ModifyIndex = 1
-	stale := *f // the cluster as the lagging server will list it, at index 2
-	stale.jobs = map[string]*api.Job{"a": f.jobs["a"], "purged": f.jobs["purged"]}
+	// the cluster as the lagging server will list it, at index 2
+	stale := &fakeNomad{index: f.index, jobs: map[string]*api.Job{"a": f.jobs["a"], "purged": f.jobs["purged"]}}
 	staleNode := *f.nodes[0]
 
 	w := startWatch(t, f, config.Default())

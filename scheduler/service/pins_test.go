@@ -1,0 +1,188 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// barrierNomad answers no registration until want of them are in flight
+// at once; a registration that waits longer than a few seconds fails, so
+// pins sent one after the other fail.
+type barrierNomad struct {
+	*fakeNomad
+	want int
+	// fail refuses the registrations of these jobs (once all arrived).
+	fail map[string]error
+	// atBarrier runs once, when want registrations are in flight, before
+	// any of them is answered.
+	atBarrier func()
+
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	arrived  chan struct{}
+	opened   bool
+}
+
+func newBarrierNomad(f *fakeNomad, want int) *barrierNomad {
+	return &barrierNomad{fakeNomad: f, want: want, arrived: make(chan struct{})}
+}
+
+var errNotConcurrent = errors.New("registrations were not sent concurrently")
+
+func (b *barrierNomad) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
+	b.mu.Lock()
+	b.inFlight++
+	b.most = max(b.most, b.inFlight)
+	if b.inFlight == b.want && !b.opened {
+		b.opened = true
+		if b.atBarrier != nil {
+			b.atBarrier()
+		}
+		close(b.arrived)
+	}
+	b.mu.Unlock()
+	defer func() {
+		b.mu.Lock()
+		b.inFlight--
+		b.mu.Unlock()
+	}()
+	select {
+	case <-b.arrived:
+	case <-time.After(3 * time.Second):
+		return 0, errNotConcurrent
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	if err := b.fail[*j.ID]; err != nil {
+		b.fakeNomad.mu.Lock()
+		b.registers++
+		b.fakeNomad.mu.Unlock()
+		return 0, err
+	}
+	return b.fakeNomad.Register(ctx, j, index)
+}
+
+// barrierService is a service on one DGX-1 with n gated jobs of 10
+// shares, job-00 to job-<n-1>, whose registrations wait for want of them.
+func barrierService(t *testing.T, n, want int) (*Service, *barrierNomad) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	for i := range n {
+		f.put(gated(fmt.Sprintf("job-%02d", i), 10))
+	}
+	b := newBarrierNomad(f, want)
+	s, err := newService(config.Default(), hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	return s, b
+}
+
+// The pins of one pass are sent together, up to pinsInFlight at once: a
+// burst of jobs does not wait for Nomad's answers one after the other.
+func TestPinsOfAPassAreSentConcurrently(t *testing.T) {
+	n := pinsInFlight + 4
+	s, b := barrierService(t, n, 8)
+	s.reconcile(t.Context())
+
+	must.Between(t, 8, b.most, pinsInFlight)
+	must.Eq(t, n, b.registers)
+	pinned := map[string]string{} // share -> job
+	for i := range n {
+		id := fmt.Sprintf("job-%02d", i)
+		job := b.jobs[id]
+		must.SliceEmpty(t, pin.Gated(job), must.Sprintf("job %s pinned", id))
+		rec, ok := pin.ParseRecord(job, "g")
+		must.True(t, ok)
+		for _, sh := range rec.Shares {
+			other, twice := pinned[sh]
+			must.False(t, twice, must.Sprintf("share %s pinned to %s and %s", sh, other, id))
+			pinned[sh] = id
+		}
+		must.MapNotContainsKey(t, s.pending, key(id))
+	}
+	// the model holds the pinned versions without reading them back (one
+	// read per pin, before it): the next pass pins nothing again
+	must.Eq(t, n, b.jobReads)
+	s.reconcile(t.Context())
+	must.Eq(t, n, b.registers)
+	must.Eq(t, n, b.jobReads)
+}
+
+// A pin that fails among concurrent ones backs off its own group only;
+// the others are pinned.
+func TestFailedConcurrentPinBacksOffItsGroupOnly(t *testing.T) {
+	n := 6
+	s, b := barrierService(t, n, n)
+	b.fail = map[string]error{"job-02": errors.New("Unexpected response code: 500 (raft is busy)")}
+	s.reconcile(t.Context())
+
+	must.Eq(t, []string{"g"}, pin.Gated(b.jobs["job-02"]))
+	must.StrContains(t, s.pending[key("job-02")], "retrying in 2s")
+	must.MapLen(t, 1, s.retries)
+	must.MapContainsKey(t, s.retries, key("job-02"))
+	for i := range n {
+		if id := fmt.Sprintf("job-%02d", i); id != "job-02" {
+			must.SliceEmpty(t, pin.Gated(b.jobs[id]), must.Sprintf("job %s pinned", id))
+			must.MapNotContainsKey(t, s.pending, key(id))
+		}
+	}
+}
+
+// A lease lost while the pins of a pass are in flight stops the pins not
+// yet sent: no registration starts after the loss.
+func TestLostLeaseStopsTheRemainingPins(t *testing.T) {
+	n := pinsInFlight + 5
+	s, b := barrierService(t, n, pinsInFlight)
+	s.needLease.Store(true)
+	s.leaseEnd.Store(time.Now().Add(time.Minute).UnixNano())
+	b.atBarrier = func() { s.leaseEnd.Store(0) } // lost before any in-flight pin is answered
+	s.reconcile(t.Context())
+
+	must.Eq(t, pinsInFlight, b.registers, must.Sprint("only the pins in flight when the lease was lost were sent"))
+	notSent := 0
+	for i := range n {
+		id := fmt.Sprintf("job-%02d", i)
+		if len(pin.Gated(b.jobs[id])) == 0 {
+			continue
+		}
+		notSent++
+		must.StrContains(t, s.pending[key(id)], ErrNotLeader.Error())
+	}
+	must.Eq(t, n-pinsInFlight, notSent)
+	must.MapEmpty(t, s.retries, must.Sprint("a pin not sent is no failure to back off from"))
+}
+
+// The pins of two groups of one job in one pass go one after the other,
+// the second on the version the first registered: both are pinned in the
+// pass, without a conflict.
+func TestTwoGroupsOfOneJobPinnedInOnePass(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	job := gated("two", 25)
+	second := *job.TaskGroups[0]
+	second.Name = ptr("h")
+	job.TaskGroups = append(job.TaskGroups, &second)
+	f.put(job)
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+
+	must.Eq(t, 2, f.registers)
+	must.SliceEmpty(t, pin.Gated(f.jobs["two"]))
+	g, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, ok)
+	h, ok := pin.ParseRecord(f.jobs["two"], "h")
+	must.True(t, ok)
+	for _, sh := range g.Shares {
+		must.SliceNotContains(t, h.Shares, sh)
+	}
+	must.Eq(t, 0.0, counterValue(t, s, "gpushare_pin_conflicts_total"))
+}
