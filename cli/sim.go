@@ -196,6 +196,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	noIntro := fs.Bool("no-introspection", false, "gpushare: no observation of pairs, no unpairing, predictions without uncertainty (the ablation)")
 	observe := fs.Duration("observe-after", gavel.DefaultObserveAfter*time.Second, "gpushare: how long a pair runs before its progress is seen")
 	checkpoint := fs.Duration("checkpoint", 0, "how often jobs checkpoint: a job moved off its GPU loses its work since the last one (0: since it last started)")
+	robust := fs.Bool("robustness", false, "also run gpushare (and sjf-bsbf where run times change) under the standard perturbed conditions: model bias +0.15 and -0.15, model noise 0.2, run times off by a log-normal factor (sigma 1), none declared; report the goals of each")
 	unc := fs.Float64("uncertainty-scale", 1, "gpushare: scale of the uncertainty of an unobserved prediction (1: the model's cross-validated RMSE)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -235,9 +236,13 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 			return simFail(io, err)
 		}
 	}
+	var conds []gavel.Robustness
+	if *robust {
+		conds = gavel.StandardConditions
+	}
 	rep, err := gavel.Run(ctx, gavel.Config{Data: data, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
 		Options: gavel.Options{MaxSlowdown: *slowdown, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
-			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io)})
+			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds})
 	if err != nil {
 		return simFail(io, err)
 	}
@@ -245,6 +250,9 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	return c.emit(io, rep.WriteDir, j, func() {
 		if len(j.Goals) > 0 {
 			fmt.Fprintf(io.Out, "gpushare's goal: the lowest average JCT of the baselines, and a p99 JCT no worse than exclusive's:\n\n%s\n", gavel.GoalsTable(j.Goals).Text())
+		}
+		if len(j.Conditions) > 0 {
+			fmt.Fprintf(io.Out, "The goals when the model or the run times are wrong:\n\n%s\n", rep.RobustnessTable().Text())
 		}
 		fmt.Fprintf(io.Out, "All policies:\n\n%s", rep.Table().Text())
 		if c.out != "" {

@@ -10,12 +10,13 @@ import (
 
 // JSON is the machine-readable result of a run.
 type JSON struct {
-	Metrics []Metrics `json:"metrics"`
-	Goals   []Goal    `json:"goals,omitempty"`
+	Metrics    []Metrics   `json:"metrics"`
+	Goals      []Goal      `json:"goals,omitempty"`
+	Conditions []Condition `json:"conditions,omitempty"`
 }
 
 // JSON returns the result for --json.
-func (r *Report) JSON() JSON { return JSON{Metrics: r.Metrics, Goals: r.Goals()} }
+func (r *Report) JSON() JSON { return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions} }
 
 // Goal checks gpushare against its goal on one trace and cluster: the
 // lowest average JCT of the baselines run (gpushare's own ablations,

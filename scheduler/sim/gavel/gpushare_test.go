@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/shoenig/test/must"
@@ -57,6 +58,48 @@ func TestExpectedRunTime(t *testing.T) {
 	must.Eq(t, 200.0, s.aloneTime(j)) // SJF-BSBF's length: on one server
 }
 
+// Introspection: the model predicts two A jobs at 0.833 each, within a
+// bound of 0.3, but they run at the measured 0.6. Seen 5 s after pairing,
+// the newer job (1) is moved back to the queue, losing its work since it
+// started (3 steps), or since its last checkpoint; the pair is now known
+// incompatible on this GPU model, so job 1 waits for job 0 (13 steps done
+// by 15 s, ends at 102 s) and then runs its 50 steps alone.
+func TestIntrospectionUnpairs(t *testing.T) {
+	thr := tinyThroughputs(t)
+	jobs := []Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}
+	for _, c := range []struct {
+		name       string
+		checkpoint float64
+		lost       float64
+	}{{"no checkpoints", 0, 3}, {"checkpoint every 2 s", 2, 0.6}} {
+		t.Run(c.name, func(t *testing.T) {
+			var unpairs []string
+			opts := Options{Model: tinyModel(), MaxSlowdown: 0.3, ObserveAfter: 5, Checkpoint: c.checkpoint,
+				OnStep: func(now float64, as []decide.Action) {
+					for _, a := range as {
+						if a.Kind == decide.Unpair {
+							unpairs = append(unpairs, a.Group.Job)
+							must.Eq(t, 15.0, now)
+						}
+					}
+				}}
+			out, _, err := Simulate("gpushare", jobs, oneGPU, thr, opts)
+			must.NoError(t, err)
+			must.Eq(t, []string{"job-000001"}, unpairs)
+			must.InDelta(t, 102, out[0].Finish, 1e-6)
+			must.InDelta(t, 102+47+c.lost, out[1].Finish, 1e-6)
+			must.Eq(t, 10.0, out[1].Start) // its first start
+			must.Eq(t, 1, out[1].Moves)
+			must.InDelta(t, c.lost, out[1].Lost, 1e-6)
+		})
+	}
+	// Without introspection the pair runs to the end at 0.6.
+	out, _, err := Simulate("gpushare", jobs, oneGPU, thr, Options{Model: tinyModel(), MaxSlowdown: 0.3, NoIntrospection: true})
+	must.NoError(t, err)
+	must.InDelta(t, 10+50/0.6, out[1].Finish, 1e-6)
+	must.Eq(t, 0, out[1].Moves)
+}
+
 func TestPairBenefitIsPairGainWaitingForThePartner(t *testing.T) {
 	must.Eq(t, pairBenefit(90, 50, 0.6, 0.6), queue.PairGain(90, 50, 0.6, 0.6, math.Inf(1)))
 }
@@ -84,7 +127,9 @@ func TestGpushareByHand(t *testing.T) {
 		{"the core pairs within the bound", "gpushare",
 			[]Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}, oneGPU,
 			[]float64{10 + 50/0.6 + 40, 50 / 0.6}, []float64{0, 10}},
-		// Two C jobs would each slow down by a predicted 0.5 > 0.4: in turn.
+		// Two C jobs would each run at a predicted 0.5: job 1 would end at
+		// 110 s and job 0 at 190 s, 300 s summed, against 100 + 140 = 240
+		// s one after the other (SJF-BSBF's rule): in turn.
 		{"slowdown bound", "gpushare",
 			[]Job{{Type: "C", Steps: 100, Scale: 1}, {Type: "C", Steps: 50, Arrival: 10, Scale: 1}}, oneGPU,
 			[]float64{100, 140}, []float64{0, 100}},

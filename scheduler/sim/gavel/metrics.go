@@ -20,6 +20,10 @@ type Metrics struct {
 	Util float64 `json:"avg_gpu_util"`
 	// Shared counts the jobs that shared a GPU at some point.
 	Shared int `json:"shared_jobs"`
+	// Moves counts introspection's unpairings (gpushare), and LostH the
+	// work they cost the moved jobs (hours alone).
+	Moves int     `json:"moves,omitempty"`
+	LostH float64 `json:"lost_work_h,omitempty"`
 	// JCTs are the completion times of placed jobs, sorted (for CDFs).
 	JCTs []float64 `json:"-"`
 }
@@ -41,6 +45,8 @@ func Summarise(trace, cluster, policy string, out []Outcome, util float64) Metri
 		if o.SharedFor > 0 {
 			m.Shared++
 		}
+		m.Moves += o.Moves
+		m.LostH += o.Lost / 3600
 	}
 	n := len(m.JCTs)
 	if n == 0 {

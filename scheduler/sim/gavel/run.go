@@ -25,11 +25,16 @@ type Config struct {
 	Options  Options
 	Workers  int
 	Progress func(line string)
+	// Conditions are perturbed runs reported beside the exact one (see
+	// StandardConditions); each runs again only the policies it affects.
+	Conditions []Robustness
 }
 
-// Report holds the metrics of every trace x cluster x policy.
+// Report holds the metrics of every trace x cluster x policy, and of the
+// perturbed conditions.
 type Report struct {
-	Metrics []Metrics
+	Metrics    []Metrics
+	Conditions []Condition
 }
 
 // Run simulates every combination, Workers at a time.
@@ -52,19 +57,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	type job struct {
 		trace, policy string
 		cluster       Cluster
+		cond          int // -1: exact; else an index into cfg.Conditions
 	}
 	var jobs []job
-	for _, tr := range cfg.Traces {
-		for _, c := range cfg.Clusters {
-			for _, p := range cfg.Policies {
-				jobs = append(jobs, job{tr, p, c})
+	for cond := -1; cond < len(cfg.Conditions); cond++ {
+		for _, tr := range cfg.Traces {
+			for _, c := range cfg.Clusters {
+				for _, p := range cfg.Policies {
+					if cond < 0 || affects(cfg.Conditions[cond], p) {
+						jobs = append(jobs, job{tr, p, c, cond})
+					}
+				}
 			}
 		}
 	}
 	out := make([]Metrics, len(jobs))
 	err = simrun.Parallel(ctx, len(jobs), cfg.Workers, func(i int) error {
 		j := jobs[i]
-		res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, cfg.Options)
+		opts := cfg.Options
+		if j.cond >= 0 {
+			opts.Robustness = cfg.Conditions[j.cond]
+		}
+		res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, opts)
 		if err != nil {
 			return fmt.Errorf("%s on %s with %s: %w", j.trace, j.cluster.Name, j.policy, err)
 		}
@@ -73,13 +87,29 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}, func(i, done int) {
 		if cfg.Progress != nil {
 			j, m := jobs[i], out[i]
-			cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, m.AvgJCT, m.P99JCT))
+			cond := ""
+			if j.cond >= 0 {
+				cond = " [" + cfg.Conditions[j.cond].Name + "]"
+			}
+			cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s%s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, cond, m.AvgJCT, m.P99JCT))
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Metrics: out}, nil
+	rep := &Report{}
+	conds := make([][]Metrics, len(cfg.Conditions))
+	for i, j := range jobs {
+		if j.cond < 0 {
+			rep.Metrics = append(rep.Metrics, out[i])
+		} else {
+			conds[j.cond] = append(conds[j.cond], out[i])
+		}
+	}
+	for i, ms := range conds {
+		rep.Conditions = append(rep.Conditions, Condition{Robustness: cfg.Conditions[i], Metrics: ms, Goals: conditionGoals(rep.Metrics, ms)})
+	}
+	return rep, nil
 }
 
 const modelNotes = `Model: a single-GPU job that shares holds half of its GPU, so at most two
@@ -124,6 +154,11 @@ func (r *Report) WriteDir(dir, format string) error {
 			return err
 		}
 	}
+	if len(r.Conditions) > 0 {
+		if err := r.RobustnessTable().WriteCSV(filepath.Join(dir, "gavel_robustness.csv")); err != nil {
+			return err
+		}
+	}
 	var md strings.Builder
 	md.WriteString("# Gavel MSR traces: job completion time\n\n")
 	md.WriteString("Measured V100 throughputs alone and co-located (Gavel, OSDI'20). Policies:\n\n")
@@ -135,6 +170,7 @@ func (r *Report) WriteDir(dir, format string) error {
 		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the baselines run (exclusive, hived, packing, sjf-bsbf; not gpushare's own ablations), and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
 	}
 	md.WriteString(t.Markdown())
+	md.WriteString(r.robustnessMarkdown())
 	if bars := r.relativeBars(); len(bars) > 0 {
 		md.WriteString("\n## Average JCT relative to exclusive\n\n")
 		for _, cb := range bars {

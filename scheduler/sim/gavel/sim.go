@@ -46,7 +46,7 @@ type Options struct {
 const DefaultObserveAfter = 600
 
 // DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
-const DefaultMaxSlowdown = 0.4
+const DefaultMaxSlowdown = 0.6
 
 // Outcome is one job's life.
 type Outcome struct {

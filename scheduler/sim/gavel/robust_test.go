@@ -1,0 +1,87 @@
+package gavel
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/shoenig/test/must"
+)
+
+// A biased model predicts every pair's throughputs shifted, clamped to
+// (0, 1]; noise is fixed per pair and seed; a job alone is never perturbed.
+func TestPerturbedModel(t *testing.T) {
+	m := interference.Default()
+	a, _ := m.Lookup("A3C")
+	b, _ := m.Lookup("LM (batch size 10)")
+	pair := []interference.Profile{a, b}
+	want := m.Predict(pair)
+	got := make([]float64, 2)
+	perturbed{m: m, bias: 0.15}.PredictInto(got, pair)
+	for i := range got {
+		must.InDelta(t, min(want[i]+0.15, 1), got[i], 1e-12)
+	}
+	perturbed{m: m, bias: -2}.PredictInto(got, pair)
+	must.Eq(t, []float64{0.01, 0.01}, got)
+	n1, n2 := make([]float64, 2), make([]float64, 2)
+	perturbed{m: m, noise: 0.2, seed: 7}.PredictInto(n1, pair)
+	perturbed{m: m, noise: 0.2, seed: 7}.PredictInto(n2, pair)
+	must.Eq(t, n1, n2)
+	must.NotEq(t, want, n1)
+	alone := []float64{0}
+	perturbed{m: m, bias: -0.5}.PredictInto(alone, pair[:1])
+	must.Eq(t, 1.0, alone[0])
+}
+
+// Declared run times: exact, off by a log-normal factor fixed per job and
+// seed (median 1), or none at all.
+func TestDeclaredRunTimes(t *testing.T) {
+	s := &sim{thr: tinyThroughputs(t), cluster: oneGPU}
+	j := Job{ID: 3, Type: "A", Steps: 100, Scale: 1}
+	must.Eq(t, s.expected(j), s.declared(j))
+	s.opts.Robustness = Robustness{RuntimeSigma: 1, Seed: 1}
+	d := s.declared(j)
+	must.NotEq(t, s.expected(j), d)
+	must.Eq(t, d, s.declared(j))
+	var logs float64
+	for id := range 2000 {
+		logs += math.Log(s.declared(Job{ID: id, Type: "A", Steps: 100, Scale: 1}) / 100)
+	}
+	must.Between(t, -0.1, logs/2000, 0.1)
+	s.opts.Robustness = Robustness{NoRuntimes: true}
+	must.Eq(t, 0.0, s.declared(j))
+	must.Eq(t, defaultExpected.Seconds(), s.sjfTime(j))
+}
+
+// A condition runs again only the policies it affects, and its goals
+// compare gpushare with the baselines of the same condition.
+func TestConditions(t *testing.T) {
+	cfg := Config{Data: Embedded(), Traces: []string{"2869ce"}, Clusters: []Cluster{{Name: "pcie:4", Nodes: 4, GPUsPerNode: 4}},
+		Policies: []string{"exclusive", "sjf-bsbf", "gpushare"}, Workers: 2,
+		Conditions: []Robustness{{Name: "biased", Bias: 0.15}, {Name: "no run times", NoRuntimes: true}}}
+	rep, err := Run(context.Background(), cfg)
+	must.NoError(t, err)
+	must.SliceLen(t, 3, rep.Metrics)
+	must.SliceLen(t, 2, rep.Conditions)
+	policies := func(ms []Metrics) []string {
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.Policy)
+		}
+		return out
+	}
+	must.Eq(t, []string{"gpushare"}, policies(rep.Conditions[0].Metrics))
+	must.Eq(t, []string{"sjf-bsbf", "gpushare"}, policies(rep.Conditions[1].Metrics))
+	g := rep.Conditions[1].Goals
+	must.SliceLen(t, 1, g)
+	must.Eq(t, rep.Conditions[1].Metrics[1].AvgJCT, g[0].AvgJCT)
+	sjf := rep.Conditions[1].Metrics[0].AvgJCT
+	if sjf < rep.Metrics[0].AvgJCT {
+		must.Eq(t, sjf, g[0].RunnerAvgJCT)
+	}
+	tbl := rep.RobustnessTable()
+	must.SliceLen(t, 3, tbl.Rows)
+	must.Eq(t, "exact", tbl.Rows[0][0])
+	must.Eq(t, "no run times", tbl.Rows[2][0])
+}
