@@ -141,6 +141,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	var c simCommon
 	c.register(fs, strings.Join(openb.Traces, ","), strings.Join(openb.DefaultPolicies, ","))
 	seeds := fs.String("seeds", "42-51", "seeds (the FGD paper uses 42-51)")
+	limits := fs.Bool("limits", true, "also pack each seed's pods offline (largest first) and bound what any packer can allocate, at 100% and 130% arrived demand (adds about a third to the run time)")
 	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (FGD's typical pods: 0.95; compare with policy fgd-own-mix)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -162,7 +163,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 		data = openb.Dir(c.data)
 	}
 	rep, err := openb.Run(ctx, openb.Config{Data: data, Traces: splitList(c.traces), Policies: splitList(c.policies), Seeds: sd,
-		GpushareCoverage: *coverage, Workers: c.workers, Progress: c.progress(io)})
+		GpushareCoverage: *coverage, Limits: *limits, Workers: c.workers, Progress: c.progress(io)})
 	if err != nil {
 		return simFail(io, err)
 	}
@@ -171,6 +172,9 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 		fmt.Fprintf(io.Out, "Validation against the published FGD means (tolerance %.1f pp):\n\n%s\n", openb.Tolerance, openb.ValidationTable(j.Validation).Text())
 		if len(j.VsFGD) > 0 {
 			fmt.Fprintf(io.Out, "gpushare vs FGD at 130%% arrived demand:\n\n%s\n", openb.VsFGDTable(j.VsFGD).Text())
+		}
+		if len(j.Limits) > 0 {
+			fmt.Fprintf(io.Out, "How close to the limit (offline packer, upper bound):\n\n%s\n", openb.LimitTable(j.Limits).Text())
 		}
 		fmt.Fprintf(io.Out, "All policies:\n\n%s", openb.SummaryTable(j.Summaries).Text())
 		if c.out != "" {

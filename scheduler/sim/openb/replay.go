@@ -39,6 +39,8 @@ type Result struct {
 	// the best worst link their node's topology allows for that many GPUs.
 	MultiGPU int `json:"multi_gpu"`
 	BestCell int `json:"best_cell"`
+	// Stranded says why the GPU capacity left free at the end stayed free.
+	Stranded Stranding `json:"stranded"`
 }
 
 // BestCellShare is BestCell/MultiGPU in percent (NaN without multi-GPU pods).
@@ -121,10 +123,13 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 	best := bestLinks{}
 	var arrived, used int64
 	frag := newFragTracker(s, mix)
+	var refused []Pod
 	for i, p := range w.Pods {
 		d := pol.Decide(s, Request(p))
 		arrived += p.TotalMilli()
-		if d.Placed() {
+		if !d.Placed() {
+			refused = append(refused, p)
+		} else {
 			if err := s.Apply(d); err != nil {
 				return nil, fmt.Errorf("%s seed %d: %w", policy, seed, err)
 			}
@@ -150,6 +155,7 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 	}
 	res.Alloc = bins.curve()
 	res.Frag = fbins.curve()
+	res.Stranded = Strand(s, refused)
 	return res, nil
 }
 

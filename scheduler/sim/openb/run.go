@@ -56,6 +56,9 @@ type Config struct {
 	// expected requests covers (0 means DefaultGpushareCoverage). The
 	// baselines use FGD's typical pods (95%), as published.
 	GpushareCoverage float64
+	// Limits adds the offline reference packer and the upper bound
+	// (Limits) for every trace and seed.
+	Limits bool
 	// Workers replay in parallel (default 1).
 	Workers int
 	// Progress, when not nil, receives one line per finished replay.
@@ -68,12 +71,20 @@ type Report struct {
 	Published Published
 	// PublishedFrag are the published fragmentation ratios.
 	PublishedFrag Published
+	// Limits are the offline packer and the upper bound per trace, seed
+	// and LimitBins point (Config.Limits).
+	Limits []Limit
+	// CapacityMilli is the cluster's GPU capacity.
+	CapacityMilli int64
 }
 
 type job struct {
 	trace, policy string
 	seed          int64
 }
+
+// limitJob is the policy name of a job that computes Limits.
+const limitJob = "(limits)"
 
 // Run replays every trace x policy x seed. Workloads are generated once per
 // trace and seed and shared by the policies.
@@ -116,6 +127,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		traces[tr] = traceData{pods, Mix(pods, Coverage), Mix(pods, cov)}
 	}
 	var jobs []job
+	if cfg.Limits { // first: they take longest
+		for _, tr := range cfg.Traces {
+			for _, seed := range cfg.Seeds {
+				jobs = append(jobs, job{tr, limitJob, seed})
+			}
+		}
+	}
 	for _, tr := range cfg.Traces {
 		for _, seed := range cfg.Seeds {
 			for _, p := range cfg.Policies {
@@ -124,6 +142,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	results := make([]*Result, len(jobs))
+	limits := make([][]Limit, len(jobs))
 	var (
 		wlMu     sync.Mutex
 		wlCache  = map[job]Workload{}
@@ -142,6 +161,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	err = sim.Parallel(ctx, len(jobs), cfg.Workers, func(i int) error {
 		j := jobs[i]
 		mix := traces[j.trace].mix
+		if j.policy == limitJob {
+			ls, err := Limits(j.trace, j.seed, nodes, workload(j.trace, j.seed), mix)
+			limits[i] = ls
+			return err
+		}
 		core, own := corePolicy(j.policy)
 		if own {
 			mix = traces[j.trace].ownMix
@@ -156,6 +180,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}, func(i, done int) {
 		if cfg.Progress != nil {
 			j, r := jobs[i], results[i]
+			if j.policy == limitJob {
+				l := limits[i][len(limits[i])-1]
+				cfg.Progress(fmt.Sprintf("openb %d/%d: %s limits seed %d: offline %.2f%%, bound %.2f%% at %d%% arrived demand",
+					done, len(jobs), j.trace, j.seed, l.Offline, l.Bound, l.Demand))
+				return
+			}
 			cfg.Progress(fmt.Sprintf("openb %d/%d: %s %s seed %d: %.2f%% allocated at 100%%, %.2f%% at 130%% arrived demand",
 				done, len(jobs), j.trace, j.policy, j.seed, r.Alloc[100], r.Alloc[MaxDemand]))
 		}
@@ -163,7 +193,17 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Results: results, Published: pub, PublishedFrag: pubFrag}, nil
+	rep := &Report{Published: pub, PublishedFrag: pubFrag}
+	for _, n := range nodes {
+		rep.CapacityMilli += int64(n.GPUs) * 1000
+	}
+	for i, r := range results {
+		if r != nil {
+			rep.Results = append(rep.Results, r)
+		}
+		rep.Limits = append(rep.Limits, limits[i]...)
+	}
+	return rep, nil
 }
 
 // Summary is one policy on one trace, over seeds.
