@@ -20,6 +20,9 @@ type JSON struct {
 	// bound (Config.Limits); LimitSeeds are every seed's references.
 	Limits     []LimitSummary `json:"limits,omitempty"`
 	LimitSeeds []Limit        `json:"limit_seeds,omitempty"`
+	// Migrations is gpushare with a budget of migrations (not the FGD
+	// method; Config.Migrations).
+	Migrations []Migration `json:"migrations,omitempty"`
 }
 
 // Improvement compares gpushare with FGD on one trace at 130% demand.
@@ -45,6 +48,9 @@ func (r *Report) JSON() JSON {
 	j := JSON{Summaries: sums, Validation: Validate(sums, r.Published), VsFGD: r.VsFGD(sums)}
 	if len(r.Limits) > 0 {
 		j.Limits, j.LimitSeeds = r.LimitSummaries(sums), r.Limits
+	}
+	if len(r.Migrated) > 0 {
+		j.Migrations = r.MigrationSummaries()
 	}
 	return j
 }
@@ -170,6 +176,9 @@ func (r *Report) WriteDir(dir, format string) error {
 		files["openb_limits_seeds.csv"] = LimitSeedTable(j.LimitSeeds)
 		files["openb_stranded.csv"] = r.StrandTable()
 	}
+	if len(j.Migrations) > 0 {
+		files["openb_migrations.csv"] = MigrationTable(j.Migrations)
+	}
 	for name, t := range files {
 		if err := t.WriteCSV(filepath.Join(dir, name)); err != nil {
 			return err
@@ -196,6 +205,9 @@ func (r *Report) WriteDir(dir, format string) error {
 	if len(j.Limits) > 0 {
 		md.WriteString("\n## How close to the limit\n\n" + LimitsIntro + "\n\n" + LimitTable(j.Limits).Markdown())
 		md.WriteString("\nWhere the GPU capacity left free at 130% goes (% of capacity, mean over seeds): " + StrandIntro + "\n\n" + r.StrandTable().Markdown())
+	}
+	if len(j.Migrations) > 0 {
+		md.WriteString("\n## gpushare with a budget of migrations\n\n" + MigrationIntro + "\n\n" + MigrationTable(j.Migrations).Markdown())
 	}
 	md.WriteString("\n## All policies\n\n" + SummaryTable(j.Summaries).Markdown())
 	traces := map[string]bool{}

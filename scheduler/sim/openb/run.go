@@ -59,6 +59,9 @@ type Config struct {
 	// Limits adds the offline reference packer and the upper bound
 	// (Limits) for every trace and seed.
 	Limits bool
+	// Migrations adds gpushare with a budget of migrations (ReplayMigrate,
+	// not the FGD method) for every trace and seed, reported apart.
+	Migrations bool
 	// Workers replay in parallel (default 1).
 	Workers int
 	// Progress, when not nil, receives one line per finished replay.
@@ -74,6 +77,9 @@ type Report struct {
 	// Limits are the offline packer and the upper bound per trace, seed
 	// and LimitBins point (Config.Limits).
 	Limits []Limit
+	// Migrated are gpushare's replays with a budget of migrations
+	// (Config.Migrations); they are not part of Results.
+	Migrated []*Result
 	// CapacityMilli is the cluster's GPU capacity.
 	CapacityMilli int64
 }
@@ -85,6 +91,9 @@ type job struct {
 
 // limitJob is the policy name of a job that computes Limits.
 const limitJob = "(limits)"
+
+// PolicyMigrate names gpushare with a budget of migrations in Migrated.
+const PolicyMigrate = "gpushare+migrations"
 
 // Run replays every trace x policy x seed. Workloads are generated once per
 // trace and seed and shared by the policies.
@@ -136,6 +145,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for _, tr := range cfg.Traces {
 		for _, seed := range cfg.Seeds {
+			if cfg.Migrations {
+				jobs = append(jobs, job{tr, PolicyMigrate, seed})
+			}
 			for _, p := range cfg.Policies {
 				jobs = append(jobs, job{tr, p, seed})
 			}
@@ -170,7 +182,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if own {
 			mix = traces[j.trace].ownMix
 		}
-		r, err := Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
+		var r *Result
+		var err error
+		if j.policy == PolicyMigrate {
+			r, err = ReplayMigrate(j.trace, placement.PolicyGpushare, j.seed, nodes, workload(j.trace, j.seed), traces[j.trace].ownMix)
+		} else {
+			r, err = Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
+		}
 		if err != nil {
 			return err
 		}
@@ -198,7 +216,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.CapacityMilli += int64(n.GPUs) * 1000
 	}
 	for i, r := range results {
-		if r != nil {
+		switch {
+		case r == nil:
+		case r.Policy == PolicyMigrate:
+			rep.Migrated = append(rep.Migrated, r)
+		default:
 			rep.Results = append(rep.Results, r)
 		}
 		rep.Limits = append(rep.Limits, limits[i]...)
