@@ -141,7 +141,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	var c simCommon
 	c.register(fs, strings.Join(openb.Traces, ","), strings.Join(openb.DefaultPolicies, ","))
 	seeds := fs.String("seeds", "42-51", "seeds (the FGD paper uses 42-51)")
-	limits := fs.Bool("limits", true, "also pack each seed's pods offline (largest first) and bound what any packer can allocate, at 100% and 130% arrived demand (adds about a third to the run time)")
+	limits := fs.Bool("limits", true, "also pack each seed's pods offline (largest first) and bound what any packer can allocate, at 100% and 130% arrived demand (adds about half to the CPU time)")
 	migrations := fs.Bool("migrations", false, "also replay gpushare allowed to move running fractional pods (up to 1% of pods) to make room; not the FGD method, reported apart")
 	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (FGD's typical pods: 0.95; compare with policy fgd-own-mix)")
 	if err := fs.Parse(args); err != nil {
