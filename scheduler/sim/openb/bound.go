@@ -1,6 +1,7 @@
 package openb
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"strconv"
@@ -36,8 +37,18 @@ const BoundIterations = 4000
 // λ = 0 gives the kinds' demand, λ = (1, 0, 0) the capacity; projected
 // subgradient steps from there lower D, and the smallest D met is
 // returned. The value is valid whatever the step sizes: only its
-// tightness depends on them.
+// tightness depends on them. The result is the smaller of that and
+// ShapeBound, which the relaxation cannot see.
 func UpperBound(nodes []Node, pods []Pod) int64 {
+	var capacity int64
+	for _, n := range nodes {
+		capacity += int64(n.GPUs) * 1000
+	}
+	return min(lpBound(nodes, pods), ShapeBound(capacity, pods))
+}
+
+// lpBound is the dual bound of the linear relaxation (see UpperBound).
+func lpBound(nodes []Node, pods []Pod) int64 {
 	type class struct {
 		model string
 		gpus  int
@@ -152,3 +163,59 @@ func UpperBound(nodes []Node, pods []Pod) int64 {
 }
 
 func itoa(v int64) string { return strconv.FormatInt(v, 10) }
+
+// ShapeBound bounds the GPU milli any packer can allocate of pods on
+// capacityMilli of GPUs from the shape of fractional requests alone.
+//
+// Why it is a bound. Pick a size m0 > 500 milli. Fractional pods of at
+// least m0 ("big") never share a GPU with each other, and the rest of a
+// big pod's GPU, at most 1000 − m0, can hold only pods of at most
+// 1000 − m0 ("small", total S). If a packing places the big pods X, their
+// GPUs hold Σ_X m plus at most min(W, S) of small pods, where W =
+// Σ_X (1000 − m), and the other GPUs at most their capacity, so it
+// allocates at most C − W + min(W, S) = C − max(0, W − S); and at most the
+// demand D less the big pods left out. For a given number k of big pods
+// placed both limits are loosest for the k largest, so the bound for m0 is
+// the largest over k of the smaller limit, and ShapeBound is the smallest
+// over every m0 (and at most min(C, D)).
+func ShapeBound(capacityMilli int64, pods []Pod) int64 {
+	var demand int64
+	var sizes []int64 // fractional sizes above 500 milli, largest first
+	for _, p := range pods {
+		demand += p.TotalMilli()
+		if p.NumGPU == 1 && p.GPUMilli > 500 && p.GPUMilli < 1000 {
+			sizes = append(sizes, int64(p.GPUMilli))
+		}
+	}
+	slices.SortFunc(sizes, func(a, b int64) int { return cmp.Compare(b, a) })
+	best := min(capacityMilli, demand)
+	for i := range sizes {
+		if i > 0 && sizes[i] == sizes[i-1] {
+			continue
+		}
+		m0 := sizes[i]
+		var small int64
+		for _, p := range pods {
+			if p.NumGPU == 1 && p.GPUMilli > 0 && int64(p.GPUMilli) <= 1000-m0 {
+				small += int64(p.GPUMilli)
+			}
+		}
+		big := sizes[:i] // the sizes >= m0: those before i, and i's run
+		for j := i; j < len(sizes) && sizes[j] == m0; j++ {
+			big = sizes[:j+1]
+		}
+		var bigTotal int64
+		for _, m := range big {
+			bigTotal += m
+		}
+		var w, placed, at int64
+		at = min(capacityMilli, demand-bigTotal) // k = 0
+		for _, m := range big {
+			w += 1000 - m
+			placed += m
+			at = max(at, min(capacityMilli-max(0, w-small), demand-(bigTotal-placed)))
+		}
+		best = min(best, at)
+	}
+	return best
+}

@@ -77,7 +77,9 @@ func TestUpperBoundByHand(t *testing.T) {
 		want  int64
 	}{
 		{"demand below capacity", []Node{t4("a", 8000, 2)}, []Pod{gpuPod("p", 1000, 1, 500)}, 500},
-		{"capacity below demand", []Node{t4("a", 8000, 1)}, []Pod{gpuPod("p", 1000, 1, 700), gpuPod("q", 1000, 1, 700)}, 1000},
+		{"capacity below demand", []Node{t4("a", 8000, 1)}, []Pod{gpuPod("p", 1000, 1, 1000), gpuPod("q", 1000, 1, 1000)}, 1000},
+		// Two 0.7 GPU pods never share a GPU: the relaxation alone says 1000.
+		{"shape", []Node{t4("a", 8000, 1)}, []Pod{gpuPod("p", 1000, 1, 700), gpuPod("q", 1000, 1, 700)}, 700},
 		// 4 GPUs are free but a 4-GPU pod fits no 2-GPU node.
 		{"GPUs per node", []Node{t4("a", 8000, 2), t4("b", 8000, 2)}, []Pod{gpuPod("p", 1000, 4, 1000)}, 0},
 		// Only the V100 may serve p: its 1 GPU is the bound.
@@ -97,6 +99,35 @@ func TestUpperBoundByHand(t *testing.T) {
 	}
 }
 
+// TestShapeBound: what fills the rest of a GPU holding a pod above half a
+// GPU.
+func TestShapeBound(t *testing.T) {
+	cases := []struct {
+		name     string
+		capacity int64
+		pods     []Pod
+		want     int64
+	}{
+		// 0.3 cannot join 0.8: the best is 0.8 alone.
+		{"nothing small enough", 1000, []Pod{gpuPod("big", 1, 1, 800), gpuPod("mid", 1, 1, 300)}, 800},
+		// 0.2 fills 0.8's GPU exactly.
+		{"filled", 1000, []Pod{gpuPod("big", 1, 1, 800), gpuPod("mid", 1, 1, 300), gpuPod("small", 1, 1, 200)}, 1000},
+		// Three 0.81 on three GPUs leave 0.57, of which only 0.1 can be
+		// filled (0.3 is too big for a 0.19 hole): 2.53 of the demand 2.83.
+		{"holes", 3000, []Pod{gpuPod("a", 1, 1, 810), gpuPod("b", 1, 1, 810), gpuPod("c", 1, 1, 810), gpuPod("d", 1, 1, 100), gpuPod("e", 1, 1, 300)}, 2530},
+		// With a whole-GPU pod it pays to leave one 0.81 out: 2 x 0.81 + 0.1
+		// + 1.
+		{"leave one out", 3000, []Pod{gpuPod("a", 1, 1, 810), gpuPod("b", 1, 1, 810), gpuPod("c", 1, 1, 810), gpuPod("d", 1, 1, 100), gpuPod("w", 1, 1, 1000)}, 2720},
+		// Whole GPUs only: capacity and demand.
+		{"whole", 2000, []Pod{gpuPod("a", 1, 2, 1000), gpuPod("b", 1, 1, 1000)}, 2000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			must.EqOp(t, c.want, ShapeBound(c.capacity, c.pods))
+		})
+	}
+}
+
 // TestBoundProperty: on random small clusters and pod lists, no online
 // policy and not the offline packer allocates more than the bound, and the
 // bound is at most the capacity and the demand.
@@ -104,7 +135,7 @@ func TestBoundProperty(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	models := []string{"T4", "V100"}
 	sizes := []int{1, 2, 4, 8}
-	milli := []int{100, 250, 300, 500, 700, 1000}
+	milli := []int{100, 190, 250, 300, 500, 600, 700, 810, 1000}
 	iters := 60
 	if testing.Short() {
 		iters = 15
@@ -195,4 +226,60 @@ func TestLimitSummaries(t *testing.T) {
 	st := r.StrandTable().Markdown()
 	must.StrContains(t, st, "| default | gpushare | 4.00 | 3.00 | 1.00 | 0.00 | 0.00 | 25.0 |")
 	must.StrContains(t, st, "| default | offline | 1.00 | 1.00 | 0.00 |")
+}
+
+// TestBoundAboveOptimum: on tiny instances of one-GPU pods, the bound is
+// at least the optimum found by trying every assignment of pods to GPUs.
+func TestBoundAboveOptimum(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	milli := []int{100, 190, 200, 300, 500, 600, 700, 810, 1000}
+	for it := range 200 {
+		var nodes []Node
+		var gpuNode []int
+		for i := range 1 + rng.Intn(2) {
+			g := 1 + rng.Intn(2)
+			nodes = append(nodes, Node{"n" + strconv.Itoa(i), int64(2000 * (1 + rng.Intn(4))), 1 << 20, g, []string{"T4", "V100"}[rng.Intn(2)]})
+			for range g {
+				gpuNode = append(gpuNode, i)
+			}
+		}
+		var pods []Pod
+		for i := range 2 + rng.Intn(5) {
+			p := gpuPod("p"+strconv.Itoa(i), int64(1000*(1+rng.Intn(4))), 1, milli[rng.Intn(len(milli))])
+			if rng.Intn(4) == 0 {
+				p.Spec = []string{"V100"}
+			}
+			pods = append(pods, p)
+		}
+		best := int64(0)
+		where := make([]int, len(pods)) // GPU index, or -1
+		var rec func(i int)
+		rec = func(i int) {
+			if i == len(pods) {
+				gpu := make([]int, len(gpuNode))
+				cpu := make([]int64, len(nodes))
+				var sum int64
+				for k, g := range where {
+					if g < 0 {
+						continue
+					}
+					n := gpuNode[g]
+					gpu[g] += pods[k].GPUMilli
+					cpu[n] += pods[k].CPU
+					if gpu[g] > 1000 || cpu[n] > nodes[n].CPU || (len(pods[k].Spec) > 0 && pods[k].Spec[0] != nodes[n].Model) {
+						return
+					}
+					sum += pods[k].TotalMilli()
+				}
+				best = max(best, sum)
+				return
+			}
+			for g := -1; g < len(gpuNode); g++ {
+				where[i] = g
+				rec(i + 1)
+			}
+		}
+		rec(0)
+		must.LessEq(t, UpperBound(nodes, pods), best, must.Sprintf("instance %d: optimum %d above the bound", it, best))
+	}
 }
