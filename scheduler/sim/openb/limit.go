@@ -140,8 +140,10 @@ const LimitsIntro = "The same pods the online replay had seen when it left the 1
 	"**offline**: an offline packer that sees all those pods at once, sorts them largest GPU demand first (two orders: among equal GPU demand the most CPU and memory first, or the least) " +
 	"and places them one by one with the placement core's fgd and gpushare policies, so CPU, memory, GPU models, fractions on one GPU and whole GPUs for multi-GPU pods " +
 	"are checked exactly as online; the best of the four packings counts. It is a reference, not an optimum: where it is not above fgd (see the last column) the gap share is not defined. " +
-	"**bound**: an upper bound on what any packer can allocate of those pods: the dual of a linear relaxation that groups nodes into classes of identical nodes and caps every class's " +
+	"**bound**: an upper bound on what any packer can allocate of those pods, the smaller of two. (1) The dual of a linear relaxation that groups nodes into classes of identical nodes and caps every class's " +
 	"GPU milli, CPU and memory, a pod going only to classes whose nodes can hold it (weak duality makes any dual point a bound; subgradient steps tighten it). " +
+	"(2) A shape bound: pods above half a GPU never share a GPU, and the rest of such a GPU can hold only pods no larger than that rest; whatever set of them a packer places, " +
+	"the holes that the small pods cannot fill are lost (the best choice of that set is taken, for every size threshold). " +
 	"The gap share is gpushare's share of the gap fgd leaves to the reference: (gpushare − fgd) / (reference − fgd) of the means over seeds."
 
 // StrandIntro explains the stranding table in openb.md.
