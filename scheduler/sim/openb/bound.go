@@ -51,12 +51,10 @@ func UpperBound(nodes []Node, pods []Pod) int64 {
 func lpBound(nodes []Node, pods []Pod) int64 {
 	type class struct {
 		model string
-		gpus  int
 		cap   [3]float64 // GPU milli, CPU, memory of all its nodes
 		node  [3]int64   // one node's GPUs (count), CPU, memory
 	}
 	type kind struct {
-		p     Pod
 		n     float64
 		g     float64 // GPU milli per pod
 		use   [3]float64
@@ -73,7 +71,7 @@ func lpBound(nodes []Node, pods []Pod) int64 {
 		if !ok {
 			i = len(classes)
 			ci[k] = i
-			classes = append(classes, class{model: n.Model, gpus: n.GPUs, node: [3]int64{int64(n.GPUs), n.CPU, n.MemoryMiB}})
+			classes = append(classes, class{model: n.Model, node: [3]int64{int64(n.GPUs), n.CPU, n.MemoryMiB}})
 		}
 		c := &classes[i]
 		c.cap[0] += float64(n.GPUs) * 1000
@@ -91,7 +89,7 @@ func lpBound(nodes []Node, pods []Pod) int64 {
 		if !ok {
 			i = len(kinds)
 			ki[k] = i
-			kd := kind{p: p, g: float64(p.TotalMilli()), use: [3]float64{float64(p.TotalMilli()), float64(p.CPU), float64(p.MemoryMiB)}}
+			kd := kind{g: float64(p.TotalMilli()), use: [3]float64{float64(p.TotalMilli()), float64(p.CPU), float64(p.MemoryMiB)}}
 			for j, c := range classes {
 				if (len(p.Spec) == 0 || slices.Contains(p.Spec, c.model)) && int64(p.NumGPU) <= c.node[0] &&
 					p.CPU <= c.node[1] && p.MemoryMiB <= c.node[2] {
