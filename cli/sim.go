@@ -143,6 +143,8 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	var c simCommon
 	c.register(fs, strings.Join(openb.Traces, ","), strings.Join(openb.DefaultPolicies, ","))
 	seeds := fs.String("seeds", "42-51", "seeds (the FGD paper uses 42-51)")
+	limits := fs.Bool("limits", true, "also pack each seed's pods offline (largest first) and bound what any packer can allocate, at 100% and 130% arrived demand (adds about half to the CPU time)")
+	migrations := fs.Bool("migrations", false, "also replay gpushare allowed to move running fractional pods (up to 1% of pods) to make room; not the FGD method, reported apart")
 	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (FGD's typical pods: 0.95; compare with policy fgd-own-mix)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -164,7 +166,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 		data = openb.Dir(c.data)
 	}
 	rep, err := openb.Run(ctx, openb.Config{Data: data, Traces: splitList(c.traces), Policies: splitList(c.policies), Seeds: sd,
-		GpushareCoverage: *coverage, Workers: c.workers, Progress: c.progress(io)})
+		GpushareCoverage: *coverage, Limits: *limits, Migrations: *migrations, Workers: c.workers, Progress: c.progress(io)})
 	if err != nil {
 		return simFail(io, err)
 	}
@@ -173,6 +175,12 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 		fmt.Fprintf(io.Out, "Validation against the published FGD means (tolerance %.1f pp):\n\n%s\n", openb.Tolerance, openb.ValidationTable(j.Validation).Text())
 		if len(j.VsFGD) > 0 {
 			fmt.Fprintf(io.Out, "gpushare vs FGD at 130%% arrived demand:\n\n%s\n", openb.VsFGDTable(j.VsFGD).Text())
+		}
+		if len(j.Limits) > 0 {
+			fmt.Fprintf(io.Out, "How close to the limit (offline packer, upper bound):\n\n%s\n", openb.LimitTable(j.Limits).Text())
+		}
+		if len(j.Migrations) > 0 {
+			fmt.Fprintf(io.Out, "gpushare with a budget of migrations (not the FGD method):\n\n%s\n", openb.MigrationTable(j.Migrations).Text())
 		}
 		fmt.Fprintf(io.Out, "All policies:\n\n%s", openb.SummaryTable(j.Summaries).Text())
 		if c.out != "" {

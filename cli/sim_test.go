@@ -87,6 +87,12 @@ func TestSimOpenbJSON(t *testing.T) {
 			Gpushare float64  `json:"gpushare"`
 			FGDOurs  *float64 `json:"fgd_ours"`
 		} `json:"gpushare_vs_fgd"`
+		Limits []struct {
+			Demand   int      `json:"arrived_demand"`
+			Offline  float64  `json:"offline"`
+			Bound    float64  `json:"bound"`
+			GapShare *float64 `json:"gap_share"`
+		} `json:"limits"`
 	}
 	must.NoError(t, json.Unmarshal([]byte(out), &j))
 	must.SliceLen(t, 2, j.Summaries)
@@ -95,4 +101,10 @@ func TestSimOpenbJSON(t *testing.T) {
 	must.SliceLen(t, 1, j.VsFGD)
 	must.Nil(t, j.VsFGD[0].FGDOurs)
 	must.Between(t, 80, j.VsFGD[0].Gpushare, 100)
+	// -limits is on by default: the offline packer and the bound at 100%
+	// and 130%; without fgd there is no gap share.
+	must.SliceLen(t, 2, j.Limits)
+	must.EqOp(t, 130, j.Limits[1].Demand)
+	must.Between(t, 80, j.Limits[1].Offline, j.Limits[1].Bound)
+	must.Nil(t, j.Limits[1].GapShare)
 }

@@ -11,4 +11,9 @@
 // best-cell share measures how often multi-GPU pods got the best-connected
 // GPUs of their node (openb lists no topology: 8-GPU nodes are given the
 // DGX-1 V100 hybrid cube-mesh and 4-GPU nodes the two-socket PCIe matrix).
+//
+// Limits says how far the online policies are from what is reachable on the
+// same arrived pods: Offline packs them largest first with the placement
+// core (same rules), UpperBound bounds any packer through the dual of a
+// linear relaxation, and Strand says why the capacity left free stayed free.
 package openb

@@ -16,6 +16,13 @@ type JSON struct {
 	Summaries  []Summary     `json:"summaries"`
 	Validation []Check       `json:"validation"`
 	VsFGD      []Improvement `json:"gpushare_vs_fgd,omitempty"`
+	// Limits set gpushare and fgd beside the offline packer and the upper
+	// bound (Config.Limits); LimitSeeds are every seed's references.
+	Limits     []LimitSummary `json:"limits,omitempty"`
+	LimitSeeds []Limit        `json:"limit_seeds,omitempty"`
+	// Migrations is gpushare with a budget of migrations (not the FGD
+	// method; Config.Migrations).
+	Migrations []Migration `json:"migrations,omitempty"`
 }
 
 // Improvement compares gpushare with FGD on one trace at 130% demand.
@@ -38,7 +45,14 @@ type Improvement struct {
 // JSON returns the result for --json.
 func (r *Report) JSON() JSON {
 	sums := r.Summaries()
-	return JSON{Summaries: sums, Validation: Validate(sums, r.Published), VsFGD: r.VsFGD(sums)}
+	j := JSON{Summaries: sums, Validation: Validate(sums, r.Published), VsFGD: r.VsFGD(sums)}
+	if len(r.Limits) > 0 {
+		j.Limits, j.LimitSeeds = r.LimitSummaries(sums), r.Limits
+	}
+	if len(r.Migrated) > 0 {
+		j.Migrations = r.MigrationSummaries()
+	}
+	return j
 }
 
 // VsFGD compares gpushare with our and the published FGD at 130%.
@@ -157,6 +171,14 @@ func (r *Report) WriteDir(dir, format string) error {
 	if len(j.VsFGD) > 0 {
 		files["openb_gpushare_vs_fgd.csv"] = VsFGDTable(j.VsFGD)
 	}
+	if len(j.Limits) > 0 {
+		files["openb_limits.csv"] = LimitTable(j.Limits)
+		files["openb_limits_seeds.csv"] = LimitSeedTable(j.LimitSeeds)
+		files["openb_stranded.csv"] = r.StrandTable()
+	}
+	if len(j.Migrations) > 0 {
+		files["openb_migrations.csv"] = MigrationTable(j.Migrations)
+	}
 	for name, t := range files {
 		if err := t.WriteCSV(filepath.Join(dir, name)); err != nil {
 			return err
@@ -179,6 +201,13 @@ func (r *Report) WriteDir(dir, format string) error {
 	md.WriteString("## Validation against the published FGD numbers\n\n" + ValidationTable(j.Validation).Markdown())
 	if len(j.VsFGD) > 0 {
 		md.WriteString("\n## gpushare vs FGD at 130%\n\n" + VsFGDTable(j.VsFGD).Markdown())
+	}
+	if len(j.Limits) > 0 {
+		md.WriteString("\n## How close to the limit\n\n" + LimitsIntro + "\n\n" + LimitTable(j.Limits).Markdown())
+		md.WriteString("\nWhere the GPU capacity left free at 130% goes (% of capacity, mean over seeds): " + StrandIntro + "\n\n" + r.StrandTable().Markdown())
+	}
+	if len(j.Migrations) > 0 {
+		md.WriteString("\n## gpushare with a budget of migrations\n\n" + MigrationIntro + "\n\n" + MigrationTable(j.Migrations).Markdown())
 	}
 	md.WriteString("\n## All policies\n\n" + SummaryTable(j.Summaries).Markdown())
 	traces := map[string]bool{}

@@ -39,6 +39,10 @@ type Result struct {
 	// the best worst link their node's topology allows for that many GPUs.
 	MultiGPU int `json:"multi_gpu"`
 	BestCell int `json:"best_cell"`
+	// Migrations counts the running pods moved (ReplayMigrate only).
+	Migrations int `json:"migrations,omitempty"`
+	// Stranded says why the GPU capacity left free at the end stayed free.
+	Stranded Stranding `json:"stranded"`
 }
 
 // BestCellShare is BestCell/MultiGPU in percent (NaN without multi-GPU pods).
@@ -107,6 +111,18 @@ func Snapshot(nodes []Node, order []int) (*placement.Snapshot, error) {
 // Replay runs one policy over one workload. mix is the typical-pod mix of
 // the original trace; progress, when not nil, is called every 1000 pods.
 func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int)) (*Result, error) {
+	return replay(trace, policy, seed, nodes, w, mix, progress, 0)
+}
+
+// ReplayMigrate is Replay with a budget of migrations (not the FGD
+// method): when the policy refuses a GPU pod, one running fractional pod
+// whose removal makes room may be moved, if the policy places both, up to
+// MigrationBudget of the workload's pods.
+func ReplayMigrate(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix) (*Result, error) {
+	return replay(trace, policy, seed, nodes, w, mix, nil, int(MigrationBudget*float64(len(w.Pods))))
+}
+
+func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int), budget int) (*Result, error) {
 	s, err := Snapshot(nodes, w.NodeOrder)
 	if err != nil {
 		return nil, err
@@ -121,13 +137,34 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 	best := bestLinks{}
 	var arrived, used int64
 	frag := newFragTracker(s, mix)
+	var refused []Pod
+	var mig *migrator
+	if budget > 0 {
+		mig = newMigrator(budget)
+	}
 	for i, p := range w.Pods {
 		d := pol.Decide(s, Request(p))
 		arrived += p.TotalMilli()
-		if d.Placed() {
+		placed := d.Placed()
+		if placed {
 			if err := s.Apply(d); err != nil {
 				return nil, fmt.Errorf("%s seed %d: %w", policy, seed, err)
 			}
+			if mig != nil {
+				mig.placed(d, p)
+			}
+		} else if mig != nil {
+			var moved []string
+			if d, moved, placed = mig.try(s, pol, p); placed {
+				res.Migrations++
+				for _, id := range moved {
+					frag.update(s, id)
+				}
+			}
+		}
+		if !placed {
+			refused = append(refused, p)
+		} else {
 			used += p.TotalMilli()
 			res.Placed++
 			for _, pl := range d.Placements {
@@ -150,6 +187,7 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 	}
 	res.Alloc = bins.curve()
 	res.Frag = fbins.curve()
+	res.Stranded = Strand(s, refused)
 	return res, nil
 }
 

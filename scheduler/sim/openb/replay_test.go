@@ -42,16 +42,27 @@ func TestWriteDir(t *testing.T) {
 	if testing.Short() {
 		t.Skip("replays a trace")
 	}
-	rep, err := Run(t.Context(), Config{Data: Embedded(), Traces: []string{"default"}, Policies: []string{"best-fit"}, Seeds: []int64{42}})
+	rep, err := Run(t.Context(), Config{Data: Embedded(), Traces: []string{"default"}, Policies: []string{"best-fit"}, Seeds: []int64{42}, Limits: true, Workers: 2})
 	must.NoError(t, err)
 	dir := t.TempDir()
 	must.NoError(t, rep.WriteDir(dir, "svg"))
-	for _, f := range []string{"openb.md", "openb_summary.csv", "openb_validation.csv", "openb_alloc_ratio.csv", "openb_alloc_default.svg", "openb_alloc_default_zoom.svg"} {
+	for _, f := range []string{"openb.md", "openb_summary.csv", "openb_validation.csv", "openb_alloc_ratio.csv", "openb_alloc_default.svg", "openb_alloc_default_zoom.svg",
+		"openb_limits.csv", "openb_limits_seeds.csv", "openb_stranded.csv"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		must.NoError(t, err, must.Sprint(f))
 	}
 	md, _ := os.ReadFile(filepath.Join(dir, "openb.md"))
 	must.StrContains(t, string(md), "| default | best-fit | 130 |")
+	must.StrContains(t, string(md), "## How close to the limit")
+	// The offline packer and the bound at 100% and 130%: the offline
+	// packer beats online best-fit at 130%, and nothing beats the bound.
+	must.SliceLen(t, 2, rep.Limits)
+	online := rep.Results[0].Alloc[MaxDemand]
+	l := rep.Limits[1]
+	must.EqOp(t, MaxDemand, l.Demand)
+	must.Greater(t, online, float64(l.Offline))
+	must.LessEq(t, float64(l.Bound), float64(l.Offline))
+	must.LessEq(t, 100, float64(l.Bound))
 }
 
 func TestRunCancelled(t *testing.T) {

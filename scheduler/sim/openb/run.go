@@ -56,6 +56,12 @@ type Config struct {
 	// expected requests covers (0 means DefaultGpushareCoverage). The
 	// baselines use FGD's typical pods (95%), as published.
 	GpushareCoverage float64
+	// Limits adds the offline reference packer and the upper bound
+	// (Limits) for every trace and seed.
+	Limits bool
+	// Migrations adds gpushare with a budget of migrations (ReplayMigrate,
+	// not the FGD method) for every trace and seed, reported apart.
+	Migrations bool
 	// Workers replay in parallel (default 1).
 	Workers int
 	// Progress, when not nil, receives one line per finished replay.
@@ -68,12 +74,26 @@ type Report struct {
 	Published Published
 	// PublishedFrag are the published fragmentation ratios.
 	PublishedFrag Published
+	// Limits are the offline packer and the upper bound per trace, seed
+	// and LimitBins point (Config.Limits).
+	Limits []Limit
+	// Migrated are gpushare's replays with a budget of migrations
+	// (Config.Migrations); they are not part of Results.
+	Migrated []*Result
+	// CapacityMilli is the cluster's GPU capacity.
+	CapacityMilli int64
 }
 
 type job struct {
 	trace, policy string
 	seed          int64
 }
+
+// limitJob is the policy name of a job that computes Limits.
+const limitJob = "(limits)"
+
+// PolicyMigrate names gpushare with a budget of migrations in Migrated.
+const PolicyMigrate = "gpushare+migrations"
 
 // Run replays every trace x policy x seed. Workloads are generated once per
 // trace and seed and shared by the policies.
@@ -116,14 +136,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		traces[tr] = traceData{pods, Mix(pods, Coverage), Mix(pods, cov)}
 	}
 	var jobs []job
+	if cfg.Limits { // first: they take longest
+		for _, tr := range cfg.Traces {
+			for _, seed := range cfg.Seeds {
+				jobs = append(jobs, job{tr, limitJob, seed})
+			}
+		}
+	}
 	for _, tr := range cfg.Traces {
 		for _, seed := range cfg.Seeds {
+			if cfg.Migrations {
+				jobs = append(jobs, job{tr, PolicyMigrate, seed})
+			}
 			for _, p := range cfg.Policies {
 				jobs = append(jobs, job{tr, p, seed})
 			}
 		}
 	}
 	results := make([]*Result, len(jobs))
+	limits := make([][]Limit, len(jobs))
 	var (
 		wlMu     sync.Mutex
 		wlCache  = map[job]Workload{}
@@ -142,11 +173,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	err = sim.Parallel(ctx, len(jobs), cfg.Workers, func(i int) error {
 		j := jobs[i]
 		mix := traces[j.trace].mix
+		if j.policy == limitJob {
+			ls, err := Limits(j.trace, j.seed, nodes, workload(j.trace, j.seed), mix)
+			limits[i] = ls
+			return err
+		}
 		core, own := corePolicy(j.policy)
 		if own {
 			mix = traces[j.trace].ownMix
 		}
-		r, err := Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
+		var r *Result
+		var err error
+		if j.policy == PolicyMigrate {
+			r, err = ReplayMigrate(j.trace, placement.PolicyGpushare, j.seed, nodes, workload(j.trace, j.seed), traces[j.trace].ownMix)
+		} else {
+			r, err = Replay(j.trace, core, j.seed, nodes, workload(j.trace, j.seed), mix, nil)
+		}
 		if err != nil {
 			return err
 		}
@@ -156,6 +198,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}, func(i, done int) {
 		if cfg.Progress != nil {
 			j, r := jobs[i], results[i]
+			if j.policy == limitJob {
+				l := limits[i][len(limits[i])-1]
+				cfg.Progress(fmt.Sprintf("openb %d/%d: %s limits seed %d: offline %.2f%%, bound %.2f%% at %d%% arrived demand",
+					done, len(jobs), j.trace, j.seed, l.Offline, l.Bound, l.Demand))
+				return
+			}
 			cfg.Progress(fmt.Sprintf("openb %d/%d: %s %s seed %d: %.2f%% allocated at 100%%, %.2f%% at 130%% arrived demand",
 				done, len(jobs), j.trace, j.policy, j.seed, r.Alloc[100], r.Alloc[MaxDemand]))
 		}
@@ -163,7 +211,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Report{Results: results, Published: pub, PublishedFrag: pubFrag}, nil
+	rep := &Report{Published: pub, PublishedFrag: pubFrag}
+	for _, n := range nodes {
+		rep.CapacityMilli += int64(n.GPUs) * 1000
+	}
+	for i, r := range results {
+		switch {
+		case r == nil:
+		case r.Policy == PolicyMigrate:
+			rep.Migrated = append(rep.Migrated, r)
+		default:
+			rep.Results = append(rep.Results, r)
+		}
+		rep.Limits = append(rep.Limits, limits[i]...)
+	}
+	return rep, nil
 }
 
 // Summary is one policy on one trace, over seeds.
