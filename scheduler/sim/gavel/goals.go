@@ -16,7 +16,9 @@ type JSON struct {
 }
 
 // JSON returns the result for --json.
-func (r *Report) JSON() JSON { return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions} }
+func (r *Report) JSON() JSON {
+	return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions}
+}
 
 // Goal checks gpushare against its goal on one trace and cluster: the
 // lowest average JCT of the baselines run (gpushare's own ablations,
