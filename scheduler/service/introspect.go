@@ -392,7 +392,7 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 		s.intro.markIncompatible(p.GPUModel, p.Slow, p.With)
 	}
 	s.mu.Unlock()
-	if err := s.gateAgain(ctx, a.Allocs); err != nil {
+	if err := s.gateAgain(ctx, a.Allocs, nil); err != nil {
 		pending[a.Group] = s.failed(a.Group, "unpair", err)
 		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
 		return
@@ -407,8 +407,9 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 }
 
 // gateAgain stops allocations by gating their groups again: Nomad stops
-// them, and their replacements wait at the gate to be placed again.
-func (s *Service) gateAgain(ctx context.Context, allocIDs []string) error {
+// them, and their replacements wait at the gate to be placed again. done,
+// when set, hears of each group gated again with its allocations stopped.
+func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
 	targets := map[decide.Key][]string{}
 	s.mu.Lock()
 	for _, id := range allocIDs {
@@ -445,6 +446,9 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string) error {
 			s.preempted[id] = s.now() // its capacity is free for this pass on
 		}
 		s.mu.Unlock()
+		if done != nil {
+			done(t, targets[t])
+		}
 	}
 	return nil
 }

@@ -476,51 +476,11 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 // Nomad replaces the allocations, and the replacements wait at the gate
 // until capacity frees.
 func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
-	targets := map[decide.Key][]string{}
-	s.mu.Lock()
-	for _, id := range allocIDs {
-		a, ok := s.state.Allocs[id]
-		if !ok {
-			continue
-		}
-		t := model.AllocKey(a)
-		targets[t] = append(targets[t], id)
-	}
-	s.mu.Unlock()
-	ctx, cancel := s.request(ctx)
-	defer cancel()
-	for t, ids := range targets {
-		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
-		if err != nil {
-			return fmt.Errorf("reading job %s: %w", t.Job, err)
-		}
-		index := *job.JobModifyIndex
-		pin.Unpin(job, t.Group)
-		if err := s.mayWrite(); err != nil {
-			return err
-		}
-		if _, err := s.nomad.Register(ctx, job, index); err != nil {
-			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
-		}
-		// a gated version does not stop running allocations by itself
-		for _, id := range ids {
-			if err := s.mayWrite(); err != nil {
-				return err
-			}
-			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
-				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
-			}
-		}
-		s.mu.Lock()
-		for _, id := range ids {
-			s.preempted[id] = s.now()
-		}
-		s.mu.Unlock()
+	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
 			"job_id", t.Job, "group", t.Group, "allocations", ids, "for", forKey.String())
-	}
-	return nil
+	})
 }
 
 // confirm checks pinned groups against the allocations Nomad made. The
