@@ -207,22 +207,9 @@ func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
 	}
 	s.mu.Unlock()
 	// only the namespaces the caller's token may read
-	readable := map[string]error{}
-	kept := out[:0]
-	for _, g := range out {
-		err, seen := readable[g.Namespace]
-		if !seen {
-			err = s.authorize(r, authScope{Namespace: g.Namespace})
-			readable[g.Namespace] = err
-		}
-		switch {
-		case err == nil:
-			kept = append(kept, g)
-		case errors.Is(err, ErrForbidden):
-		default:
-			authFailed(w, err)
-			return
-		}
+	kept, ok := readableOnly(s, w, r, out, func(g Waiting) string { return g.Namespace })
+	if !ok {
+		return
 	}
 	writeJSON(w, http.StatusOK, kept)
 }
@@ -250,4 +237,29 @@ func (s *Service) handleProfiles(w http.ResponseWriter, _ *http.Request) {
 		out = append(out, s.profile.Profiles[name])
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// readableOnly keeps the items of the namespaces the caller's token may
+// read, asking once per namespace; false means it answered the request
+// with the authorisation error.
+func readableOnly[T any](s *Service, w http.ResponseWriter, r *http.Request, items []T, namespace func(T) string) ([]T, bool) {
+	readable := map[string]error{}
+	kept := items[:0]
+	for _, it := range items {
+		ns := namespace(it)
+		err, seen := readable[ns]
+		if !seen {
+			err = s.authorize(r, authScope{Namespace: ns})
+			readable[ns] = err
+		}
+		switch {
+		case err == nil:
+			kept = append(kept, it)
+		case errors.Is(err, ErrForbidden):
+		default:
+			authFailed(w, err)
+			return nil, false
+		}
+	}
+	return kept, true
 }

@@ -2,7 +2,6 @@ package service
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -205,22 +204,9 @@ func (s *Service) handleUnpairs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	s.mu.Unlock()
-	readable := map[string]error{}
-	kept := out[:0]
-	for _, u := range out {
-		err, seen := readable[u.Namespace]
-		if !seen {
-			err = s.authorize(r, authScope{Namespace: u.Namespace})
-			readable[u.Namespace] = err
-		}
-		switch {
-		case err == nil:
-			kept = append(kept, u)
-		case errors.Is(err, ErrForbidden):
-		default:
-			authFailed(w, err)
-			return
-		}
+	kept, ok := readableOnly(s, w, r, out, func(u Unpaired) string { return u.Namespace })
+	if !ok {
+		return
 	}
 	slices.SortFunc(kept, func(a, b Unpaired) int {
 		if c := b.At.Compare(a.At); c != 0 {
