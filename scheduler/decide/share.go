@@ -16,7 +16,8 @@ import (
 // (queue.PairGain) on the predicted throughputs, the group's expected run
 // time and the expected ends of the jobs running: the partner's, and when
 // a GPU would free for this group behind those waiting ahead of it.
-// Otherwise the group waits, with the reason.
+// Otherwise the group waits, with the reason. The rule needs run times:
+// when the group or a job on the GPU declares none, the decision stands.
 func (st *step) worthSharing(req placement.Request, d *placement.Decision) *placement.Decision {
 	if !d.Placed() || req.Count != 1 || len(d.Placements[0].GPUs) != 1 {
 		return d
@@ -26,8 +27,14 @@ func (st *step) worthSharing(req placement.Request, d *placement.Decision) *plac
 	if len(mates) == 0 {
 		return d
 	}
+	if req.Expected <= 0 {
+		return d // no run time declared: nothing to weigh waiting against
+	}
 	tr := 0.0 // the partners' time left (the longest)
 	for _, a := range mates {
+		if !st.declared(a) {
+			return d
+		}
 		tr = max(tr, st.left(a).Seconds())
 	}
 	w := st.waitFor()
@@ -96,4 +103,15 @@ func (st *step) waitFor() float64 {
 		return fr[st.ahead]
 	}
 	return math.Inf(1)
+}
+
+// declared reports whether allocation id's end comes from a declared run
+// time (placed in this step by a group that declared one, or listed in
+// Ends).
+func (st *step) declared(id string) bool {
+	if _, ok := st.ends[id]; ok {
+		return st.placedDeclared[id]
+	}
+	_, ok := st.in.Ends[id]
+	return ok
 }

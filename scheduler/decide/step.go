@@ -32,7 +32,9 @@ type Config struct {
 	// DefaultExpected is the run time of a group that declares none.
 	DefaultExpected time.Duration
 	// Reservations lets the first waiting multi-GPU group that does not
-	// fit hold the nodes that free first for it (EASY backfilling).
+	// fit hold the nodes that free first for it (EASY backfilling). Only a
+	// group that declares its run time holds nodes: with none declared
+	// the ends are guesses, and holding nodes on guesses idles them.
 	Reservations bool
 	// IdleFirst gives a fractional group of one allocation a GPU nobody
 	// uses when one is free (its shares are still what it asked for), and
@@ -54,8 +56,9 @@ type Input struct {
 	// holds of pinned groups not yet allocated. Step leaves it as found.
 	Snapshot *placement.Snapshot
 	Groups   []Group
-	// Ends is when each allocation of the snapshot is expected to end;
-	// one not listed is expected to end DefaultExpected from now.
+	// Ends is when each allocation of the snapshot is expected to end,
+	// from a declared run time; one not listed declared none and is
+	// expected to end DefaultExpected from now.
 	Ends map[string]time.Time
 	Now  time.Time
 	// Compatible reports whether group g may share a GPU with allocation
@@ -72,7 +75,7 @@ type Input struct {
 // changed by the decisions before it, and returns the actions. It is
 // pure: the same input gives the same actions.
 func Step(pol placement.Policy, in Input, cfg Config) []Action {
-	st := &step{pol: pol, in: in, cfg: cfg, snap: in.Snapshot, ends: map[string]time.Time{}}
+	st := &step{pol: pol, in: in, cfg: cfg, snap: in.Snapshot, ends: map[string]time.Time{}, placedDeclared: map[string]bool{}}
 	defer st.undo()
 	queue := order(in.Groups, in.Now, cfg)
 	out := st.introspect()
@@ -113,7 +116,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 				w.Reason += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
 			}
 			var reserve *Action
-			if held == nil && cfg.Reservations && reservable(d) {
+			if held == nil && cfg.Reservations && req.Expected > 0 && reservable(d) {
 				if held = st.reserveFor(req); held != nil {
 					heldFor = g.Key
 					w.Reason += "; " + heldReason(held, in.Now)
@@ -138,7 +141,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 		if len(restored) > 0 {
 			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
 		}
-		st.apply(d, st.expected(req))
+		st.apply(d, st.expected(req), req.Expected > 0)
 		clear(failed)
 	}
 	return out
@@ -150,8 +153,10 @@ type step struct {
 	in   Input
 	cfg  Config
 	snap *placement.Snapshot
-	// ends adds the expected ends of this step's placements to in.Ends.
-	ends map[string]time.Time
+	// ends adds the expected ends of this step's placements to in.Ends,
+	// and placedDeclared those that come from a declared run time.
+	ends           map[string]time.Time
+	placedDeclared map[string]bool
 	// done undoes the step's changes to the snapshot, last first.
 	done []func()
 	// gpuEnd caches when each GPU frees (see reserveFor); nil until used.
@@ -193,7 +198,7 @@ func (st *step) restore(as []placement.Alloc) {
 }
 
 // apply keeps a placement on the snapshot for the rest of the step.
-func (st *step) apply(d *placement.Decision, expected time.Duration) {
+func (st *step) apply(d *placement.Decision, expected time.Duration, declared bool) {
 	var stopped []placement.Alloc
 	for _, id := range d.Preempt {
 		if a, ok := st.snap.Alloc(id); ok {
@@ -206,6 +211,9 @@ func (st *step) apply(d *placement.Decision, expected time.Duration) {
 	end := st.in.Now.Add(expected)
 	for _, p := range d.Placements {
 		st.ends[p.AllocID] = end
+		if declared {
+			st.placedDeclared[p.AllocID] = true
+		}
 		if st.gpuEnd != nil {
 			for _, g := range p.GPUs {
 				st.gpuEnd[g] = later(st.gpuEnd[g], end)

@@ -169,6 +169,17 @@ func TestReservationWithBackfilling(t *testing.T) {
 	must.Eq(t, []string{"wait big", "pin tail"}, kinds(run(off, 5*time.Hour)))
 }
 
+// A group that declares no run time holds no nodes: the ends it would wait
+// for are guesses, and nodes held on guesses idle.
+func TestNoReservationWithoutADeclaredRunTime(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	ends := map[string]time.Time{}
+	busy(t, s, ends, "three", []int{0, 1, 2}, 5*time.Minute)
+	busy(t, s, ends, "four", []int{3, 4, 5, 6}, 2*time.Hour)
+	gs := []Group{group("big", 1, 800, time.Minute, 0), group("tail", 1, 100, 0, 5*time.Hour)}
+	must.Eq(t, []string{"wait big", "pin tail"}, kinds(Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, cfg())))
+}
+
 // No reservation when the GPUs would idle longer than the group then runs.
 func TestNoReservationLongerThanTheGroup(t *testing.T) {
 	s := snapshot(t, fixtures.DGX1V100)

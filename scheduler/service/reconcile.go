@@ -361,18 +361,20 @@ func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) 
 	return false, nil
 }
 
-// expectedEnds returns when each allocation of the snapshot is expected to
-// end: its creation time plus its group's expected run time (declared,
-// else default_expected_runtime), or now plus that for the holds of pinned
-// groups not yet allocated. The caller holds s.mu.
+// expectedEnds returns when each allocation of the snapshot whose group
+// declares its run time is expected to end: its creation time plus that
+// run time, or now plus it for the holds of pinned groups not yet
+// allocated. Allocations of groups that declare none are left out: the
+// step expects them to run default_expected_runtime from now, and does
+// not hold nodes or weigh sharing against waiting on such guesses. The
+// caller holds s.mu.
 func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
-	def := config.Duration(s.cfg.DefaultExpectedRuntime)
 	expected := map[decide.Key]time.Duration{}
 	runFor := func(k decide.Key) time.Duration {
 		if d, ok := expected[k]; ok {
 			return d
 		}
-		d := def
+		var d time.Duration
 		if job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]; job != nil {
 			if r, err := s.state.Request(job, k.Group, s.profile); err == nil && r.Expected > 0 {
 				d = r.Expected
@@ -384,14 +386,18 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 	ends := map[string]time.Time{}
 	for _, a := range snap.Allocs() {
 		if k, ok := holds[a.ID]; ok {
-			ends[a.ID] = now.Add(runFor(k))
+			if d := runFor(k); d > 0 {
+				ends[a.ID] = now.Add(d)
+			}
 			continue
 		}
 		al, ok := s.state.Allocs[a.ID]
 		if !ok || al.CreateTime <= 0 {
 			continue
 		}
-		ends[a.ID] = time.Unix(0, al.CreateTime).Add(runFor(model.AllocKey(al)))
+		if d := runFor(model.AllocKey(al)); d > 0 {
+			ends[a.ID] = time.Unix(0, al.CreateTime).Add(d)
+		}
 	}
 	return ends
 }

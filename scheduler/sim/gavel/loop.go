@@ -51,6 +51,9 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 	}
 	ends := map[string]time.Time{}
 	for _, r := range s.run {
+		if !s.spec.reserve || s.declared(r.job) == 0 {
+			continue // no run time declared: the step expects the default
+		}
 		end := at(s.now + s.believedLeft(r))
 		for _, a := range r.allocs {
 			ends[a] = end
