@@ -123,7 +123,13 @@ hold back later ones); SJF orders it by isolated run time, known in advance;
 gpushare by response ratio, (waited + expected run time) / expected run time,
 with the same run times, and lets a multi-GPU job that cannot start hold
 servers (later jobs use them only if they end before it could start).
-Times are in hours; utilisation counts GPUs with at least one job.
+gpushare predicts pairs with its interference model (fitted on these
+measurements, cross-validated RMSE 0.19, used as the uncertainty of a pair not
+yet observed), gives every job a slowdown bound of 0.6, observes each pair 10
+minutes after it forms, and unpairs a job running slower than its bound: the
+newer job of the pair goes back to the queue and loses its work since it last
+started (no checkpoints). Times are in hours; utilisation counts GPUs with at
+least one job.
 `
 
 // Table lists the metrics.
