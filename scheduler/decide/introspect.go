@@ -6,7 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
@@ -50,7 +49,7 @@ func (st *step) introspect() []Action {
 		if 1-(obs.Norm+obs.Err) <= bound {
 			continue
 		}
-		uuid, model, ok := st.soleGPU(a)
+		uuid, model, ok := st.snap.SoleGPU(id)
 		if !ok || done[uuid] {
 			continue
 		}
@@ -145,27 +144,6 @@ func (st *step) newest(ids []string) string {
 		}
 	}
 	return best
-}
-
-// soleGPU returns the one GPU an allocation holds shares of, and its model.
-func (st *step) soleGPU(a placement.Alloc) (uuid, model string, ok bool) {
-	for _, sh := range a.Shares {
-		id, err := devicefn.ParseShareID(sh)
-		if err != nil || (uuid != "" && id.UUID != uuid) {
-			return "", "", false
-		}
-		uuid = id.UUID
-	}
-	n, found := st.snap.Node(a.Node)
-	if uuid == "" || !found {
-		return "", "", false
-	}
-	for i := range n.GPUs {
-		if n.GPUs[i].UUID == uuid {
-			return uuid, n.GPUs[i].Model, true
-		}
-	}
-	return "", "", false
 }
 
 // bound is an allocation's slowdown bound: its own, else the configured

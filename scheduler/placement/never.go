@@ -23,6 +23,17 @@ func (s *Snapshot) OnGPU(uuid string) []string {
 	return out
 }
 
+// SoleGPU returns the one GPU an allocation holds shares of, and its
+// model; ok is false for an unknown allocation or one on no GPU or several.
+func (s *Snapshot) SoleGPU(id string) (uuid, model string, ok bool) {
+	a, found := s.allocs[id]
+	if !found || len(a.gpus) != 1 {
+		return "", "", false
+	}
+	g := &a.node.GPUs[a.gpus[0]]
+	return g.UUID, g.Model, true
+}
+
 // Impossible returns why no state of this cluster could ever hold request
 // r — more allocations than its nodes could hold even if they were empty
 // and every GPU healthy, per allocation more GPUs, shares, CPU or memory

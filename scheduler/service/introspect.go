@@ -124,14 +124,7 @@ func (s *Service) introspectSample(ctx context.Context) {
 	byNode := map[string][]*api.DeviceGroupStats{}
 	got := map[string]float64{}
 	for _, p := range probes {
-		stats, ok := byNode[p.node]
-		if !ok {
-			var err error
-			if stats, err = s.nomad.DeviceStats(ctx, p.node); err != nil {
-				s.log.Debug("cannot read the node's device stats", "node_id", p.node, "error", err)
-			}
-			byNode[p.node] = stats
-		}
+		stats := s.deviceStats(ctx, byNode, p.node)
 		if pct, ok := processSM(stats, p.shares); ok {
 			got[p.id] = pct
 		}
@@ -252,7 +245,7 @@ func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]de
 		if !ok || !inSnap {
 			continue
 		}
-		uuid, gpuModel, ok := soleGPU(snap, pa)
+		uuid, gpuModel, ok := snap.SoleGPU(pa.ID)
 		if !ok {
 			continue
 		}
@@ -344,27 +337,6 @@ func meanErr(vals []float64) (mean, se float64) {
 		ss += (v - mean) * (v - mean)
 	}
 	return mean, math.Sqrt(ss/float64(len(vals)-1)) / math.Sqrt(float64(len(vals)))
-}
-
-// soleGPU is the one GPU an allocation holds shares of, and its model.
-func soleGPU(snap *placement.Snapshot, a placement.Alloc) (uuid, gpuModel string, ok bool) {
-	for _, sh := range a.Shares {
-		id, err := devicefn.ParseShareID(sh)
-		if err != nil || (uuid != "" && id.UUID != uuid) {
-			return "", "", false
-		}
-		uuid = id.UUID
-	}
-	n, found := snap.Node(a.Node)
-	if uuid == "" || !found {
-		return "", "", false
-	}
-	for i := range n.GPUs {
-		if n.GPUs[i].UUID == uuid {
-			return uuid, n.GPUs[i].Model, true
-		}
-	}
-	return "", "", false
 }
 
 // startedAt is when an allocation's first task started, else when Nomad

@@ -73,14 +73,7 @@ func (s *Service) observe(ctx context.Context) {
 
 	byNode := map[string][]*api.DeviceGroupStats{}
 	for _, t := range targets {
-		stats, ok := byNode[t.node]
-		if !ok {
-			var err error
-			if stats, err = s.nomad.DeviceStats(ctx, t.node); err != nil {
-				s.log.Debug("cannot read the node's device stats", "node_id", t.node, "error", err)
-			}
-			byNode[t.node] = stats
-		}
+		stats := s.deviceStats(ctx, byNode, t.node)
 		obs, ok := observation(stats, t.shares)
 		if !ok {
 			s.log.Trace("no gpushare device stats for allocation yet", "alloc_id", t.id)
@@ -168,4 +161,18 @@ func (s *Service) observeLoop(ctx context.Context, every time.Duration) {
 			s.observe(ctx)
 		}
 	}
+}
+
+// deviceStats reads a node's device stats once per sampling round (byNode
+// keeps them); a node whose stats cannot be read has none.
+func (s *Service) deviceStats(ctx context.Context, byNode map[string][]*api.DeviceGroupStats, node string) []*api.DeviceGroupStats {
+	stats, ok := byNode[node]
+	if !ok {
+		var err error
+		if stats, err = s.nomad.DeviceStats(ctx, node); err != nil {
+			s.log.Debug("cannot read the node's device stats", "node_id", node, "error", err)
+		}
+		byNode[node] = stats
+	}
+	return stats
 }
