@@ -111,8 +111,34 @@ func meanAvg(ms []Metrics, policy string) (string, int) {
 	return fmt.Sprintf("%.1f", sum/float64(n)), moves
 }
 
-// robustnessMarkdown is the section of gavel.md on the perturbed runs.
-func (r *Report) robustnessMarkdown() string {
+// robustnessBars charts, per condition, in how many runs gpushare met each
+// goal and both, against the goal of 20 of 22 (scaled to the runs).
+func (r *Report) robustnessBars() report.Bars {
+	b := report.Bars{Title: "Gavel: runs where gpushare meets its goals, per condition", YLabel: "runs",
+		Series: []report.BarSeries{{Name: "lowest avg JCT"}, {Name: "p99 <= exclusive"}, {Name: "both"}}}
+	add := func(name string, gs []Goal) {
+		b.Categories = append(b.Categories, name)
+		var lowest, p99, both float64
+		for _, g := range gs {
+			lowest += float64(b2i(g.LowestAvg))
+			p99 += float64(b2i(g.P99NoWorse))
+			both += float64(b2i(g.LowestAvg && g.P99NoWorse))
+		}
+		for i, v := range []float64{lowest, p99, both} {
+			b.Series[i].Values = append(b.Series[i].Values, v)
+		}
+		b.RefY = float64(len(gs)) * 20 / 22
+	}
+	add("exact", r.Goals())
+	for _, c := range r.Conditions {
+		add(c.Robustness.Name, c.Goals)
+	}
+	return b
+}
+
+// robustnessMarkdown is the section of gavel.md on the perturbed runs,
+// with its chart saved as chart (a file name in the same directory).
+func (r *Report) robustnessMarkdown(chart string) string {
 	if len(r.Conditions) == 0 {
 		return ""
 	}
@@ -123,6 +149,7 @@ func (r *Report) robustnessMarkdown() string {
 		"perturbed run times change what gpushare and sjf-bsbf are told (exclusive, hived and packing use neither and are not run again). " +
 		"gpushare starts from the model with its cross-validated error as uncertainty and learns from the pairs it observes.\n\n")
 	b.WriteString(r.RobustnessTable().Markdown() + "\n")
+	fmt.Fprintf(&b, "![runs meeting the goals per condition; the dashed line is the goal of 20 of 22](%s)\n\n", chart)
 	for _, c := range r.Conditions {
 		fmt.Fprintf(&b, "### %s\n\n%s\n", c.Robustness.Name, GoalsTable(c.Goals).Markdown())
 	}

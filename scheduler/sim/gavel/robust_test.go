@@ -3,6 +3,8 @@ package gavel
 import (
 	"context"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gpushare/gpushare/scheduler/interference"
@@ -84,4 +86,18 @@ func TestConditions(t *testing.T) {
 	must.SliceLen(t, 3, tbl.Rows)
 	must.Eq(t, "exact", tbl.Rows[0][0])
 	must.Eq(t, "no run times", tbl.Rows[2][0])
+	b := rep.robustnessBars()
+	must.Eq(t, []string{"exact", "biased", "no run times"}, b.Categories)
+	must.Eq(t, 20.0/22, b.RefY)
+
+	dir := t.TempDir()
+	must.NoError(t, rep.WriteDir(dir, "svg"))
+	md, err := os.ReadFile(filepath.Join(dir, "gavel.md"))
+	must.NoError(t, err)
+	must.StrContains(t, string(md), "## Robustness")
+	must.StrContains(t, string(md), "gavel_robustness.svg")
+	for _, f := range []string{"gavel_robustness.csv", "gavel_robustness.svg"} {
+		_, err := os.Stat(filepath.Join(dir, f))
+		must.NoError(t, err)
+	}
 }

@@ -160,8 +160,12 @@ func (r *Report) WriteDir(dir, format string) error {
 			return err
 		}
 	}
+	chart := "gavel_robustness." + format
 	if len(r.Conditions) > 0 {
 		if err := r.RobustnessTable().WriteCSV(filepath.Join(dir, "gavel_robustness.csv")); err != nil {
+			return err
+		}
+		if err := r.robustnessBars().Save(filepath.Join(dir, chart)); err != nil {
 			return err
 		}
 	}
@@ -176,7 +180,7 @@ func (r *Report) WriteDir(dir, format string) error {
 		md.WriteString("## gpushare's goal\n\nThe lowest average JCT of the baselines run (exclusive, hived, packing, sjf-bsbf; not gpushare's own ablations), and a p99 JCT no worse than exclusive's, compared at full precision:\n\n" + goals.Markdown() + "\n## All policies\n\n")
 	}
 	md.WriteString(t.Markdown())
-	md.WriteString(r.robustnessMarkdown())
+	md.WriteString(r.robustnessMarkdown(chart))
 	if bars := r.relativeBars(); len(bars) > 0 {
 		md.WriteString("\n## Average JCT relative to exclusive\n\n")
 		for _, cb := range bars {
