@@ -15,7 +15,9 @@ import (
 // production job keeps the plugin's environment.
 func TestSchedulerOpportunisticPriority(t *testing.T) {
 	e := newEnv(t)
-	e.startScheduler("s1", "opportunistic {\n  active_thread_scale = 0.5\n}\n")
+	// a bound with room for the model's uncertainty (0.19), so that the
+	// two profiled jobs may share a GPU
+	e.startScheduler("s1", "production_max_slowdown = 0.3\nopportunistic {\n  active_thread_scale = 0.5\n}\n")
 	e.register("serving", map[string]any{"shares": 50, "model": modelP100, "class": "production", "sm_util": "0.2", "mem_bw": "0.1"})
 	prod := e.running("serving", 1, 60*time.Second)[0]
 	e.register("scavenger", map[string]any{"shares": 25, "model": modelP100, "class": "opportunistic", "sm_util": "0.1", "mem_bw": "0.05"})
