@@ -57,8 +57,8 @@ func (m *Model) Version() uint64 { return 0 }
 // uncertainty. A pair seen breaking its bound is remembered as
 // incompatible on that GPU model.
 //
-// Jobs are known by Profile.Key: a named profile, else its measured
-// fractions. Knowledge is safe for concurrent use.
+// Jobs are known by Profile.Key: a named profile, else the job it
+// describes, else its fractions. Knowledge is safe for concurrent use.
 type Knowledge struct {
 	base  Base
 	prior float64
@@ -90,10 +90,14 @@ func NewKnowledge(base Base, prior float64) *Knowledge {
 // Prior is the uncertainty of a prediction nothing was observed for.
 func (k *Knowledge) Prior() float64 { return k.prior }
 
-// Key names a profile for observations: its name, else its fractions.
+// Key names a profile for observations: its name, else the job it
+// describes (ID), else its fractions.
 func (p Profile) Key() string {
-	if p.Name != "" {
+	switch {
+	case p.Name != "":
 		return p.Name
+	case p.ID != "":
+		return p.ID
 	}
 	return p.String()
 }

@@ -16,6 +16,11 @@ type Profile struct {
 	SM float64 `json:"sm_util"`
 	// MemBW is the fraction of the GPU's memory bandwidth used, 0..1.
 	MemBW float64 `json:"mem_bw"`
+	// ID names the job a profile without a Name describes (the service
+	// sets its group): what is observed of it is kept apart from other
+	// jobs that declare the same fractions, or none (see Key). It takes
+	// no part in predictions.
+	ID string `json:"id,omitempty"`
 }
 
 // Known reports whether the profile carries any information. A job without a

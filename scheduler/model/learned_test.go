@@ -28,6 +28,16 @@ func TestLearnedProfilesAreNamedPerGroup(t *testing.T) {
 	must.Eq(t, LearnedName("default/a/g"), ra.Profile.Name)
 	must.Eq(t, 0.4, ra.Profile.SM)
 	must.NotEq(t, ra.Profile.Key(), rb.Profile.Key())
+
+	// A group with no profile yet, or declared fractions, is its own job to
+	// the knowledge too: two of them never share a key.
+	rc, err := s.Request(job("c"), "g", interference.Default())
+	must.NoError(t, err)
+	rd, err := s.Request(job("d"), "g", interference.Default())
+	must.NoError(t, err)
+	must.False(t, rc.Profile.Known())
+	must.Eq(t, "default/c/g", rc.Profile.Key())
+	must.NotEq(t, rc.Profile.Key(), rd.Profile.Key())
 }
 
 func ptrU(v uint64) *uint64 { return &v }

@@ -20,6 +20,11 @@ func (s *State) Request(job *api.Job, group string, profiles *interference.Model
 			r.Profile.Name = LearnedName(r.ID)
 		}
 	}
+	if err == nil && r.Profile.Name == "" {
+		// declared fractions, or none: observations of this group stay its
+		// own (interference.Knowledge keys jobs by Profile.Key)
+		r.Profile.ID = r.ID
+	}
 	return r, err
 }
 

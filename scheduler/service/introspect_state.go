@@ -62,9 +62,9 @@ type Unpaired struct {
 func newRecords() records { return records{unpaired: map[decide.Key]Unpaired{}} }
 
 // identified reports whether observations of p are of one job: a named
-// profile (learned ones are named per group) or declared fractions. All
-// unprofiled jobs look alike, so nothing is remembered of them.
-func identified(p interference.Profile) bool { return p.Name != "" || p.Known() }
+// profile (learned ones are named per group) or one the model state tied
+// to its group (ID: declared fractions, or none).
+func identified(p interference.Profile) bool { return p.Name != "" || p.ID != "" }
 
 // observe records a pairing's observed normalised throughput.
 func (in *introspection) observe(gpu string, job, with interference.Profile, norm float64) {

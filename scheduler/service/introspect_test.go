@@ -135,8 +135,9 @@ func TestUnpairSlowPair(t *testing.T) {
 	last := steps[len(steps)-1]
 	must.Eq(t, decide.Unpair, last[0].Kind)
 	must.StrContains(t, last[0].Reason, "0.40x")
-	slow := interference.Profile{SM: 0.5, MemBW: 0.1}
-	must.True(t, sc.s.intro.know.Incompatible("Tesla V100-SXM2-16GB", slow, slow))
+	must.True(t, sc.s.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new")))
+	// the pair, not every job that declares the same fractions
+	must.False(t, sc.s.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("other")))
 
 	// the job API says why
 	rr := httptest.NewRecorder()
@@ -184,13 +185,14 @@ func TestGoodPairObserved(t *testing.T) {
 	sc.sample(t, 50, 48, 52)
 	sc.s.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
-	p := interference.Profile{SM: 0.5, MemBW: 0.1}
-	mean, n := sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", p, p)
-	must.Eq(t, 2, n) // old with new, new with old
+	mean, n := sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
+	must.Eq(t, 1, n) // old with new; new with old is its own
 	must.Eq(t, 1.0, mean)
+	_, n = sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old"))
+	must.Eq(t, 1, n)
 	sc.s.reconcile(t.Context())
-	_, n = sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", p, p)
-	must.Eq(t, 2, n)
+	_, n = sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
+	must.Eq(t, 1, n)
 }
 
 // A follower samples nothing, so its step never unpairs.
@@ -218,10 +220,9 @@ func TestUnpairRecordsPersist(t *testing.T) {
 	must.NoError(t, err)
 	must.NoError(t, next.resync(t.Context()))
 	must.NoError(t, next.loadState(t.Context(), true))
-	slow := interference.Profile{SM: 0.5, MemBW: 0.1}
-	must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", slow, slow))
-	_, n := next.intro.know.cur().Observed("Tesla V100-SXM2-16GB", slow, slow)
-	must.Eq(t, 2, n)
+	must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old")))
+	_, n := next.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
+	must.Eq(t, 1, n)
 	must.NotNil(t, next.unpairedOf(key("new")))
 }
 
@@ -242,4 +243,10 @@ func TestIntrospectionOff(t *testing.T) {
 	sc.s.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	must.Nil(t, sc.s.intro.predictor(sc.s.cfg.IntrospectionOn()))
+}
+
+// profileOf is the profile the pair scene's jobs declare, as the service
+// knows it: their fractions, kept apart per group.
+func profileOf(job string) interference.Profile {
+	return interference.Profile{SM: 0.5, MemBW: 0.1, ID: key(job).String()}
 }
