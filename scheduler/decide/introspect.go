@@ -148,12 +148,4 @@ func (st *step) newest(ids []string) string {
 
 // bound is an allocation's slowdown bound: its own, else the configured
 // default, else the snapshot's.
-func (st *step) bound(own float64) float64 {
-	switch {
-	case own > 0:
-		return own
-	case st.cfg.MaxSlowdown > 0:
-		return st.cfg.MaxSlowdown
-	}
-	return st.snap.DefaultMaxSlowdown
-}
+func (st *step) bound(own float64) float64 { return st.snap.Bound(own, st.cfg.MaxSlowdown) }

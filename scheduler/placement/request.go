@@ -78,16 +78,21 @@ func (r *Request) Validate() error {
 	return nil
 }
 
-// bound is the slowdown bound of a production job: its own, else the
-// policy's, else the snapshot's default.
-func (e *engine) bound(own float64) float64 {
+// bound is the slowdown bound of a production job under this policy.
+func (e *engine) bound(own float64) float64 { return e.snap.Bound(own, e.opts.MaxSlowdown) }
+
+// Bound is the slowdown bound of a production job: its own (own > 0), else
+// the configured one (configured > 0), else the snapshot's default. The
+// placement core pairs under it and the decision step's introspection
+// checks observations against it.
+func (s *Snapshot) Bound(own, configured float64) float64 {
 	switch {
 	case own > 0:
 		return own
-	case e.opts.MaxSlowdown > 0:
-		return e.opts.MaxSlowdown
+	case configured > 0:
+		return configured
 	}
-	return e.snap.DefaultMaxSlowdown
+	return s.DefaultMaxSlowdown
 }
 
 func (r *Request) modelOK(model string) bool {

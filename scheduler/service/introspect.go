@@ -86,23 +86,6 @@ func (in *introspection) predictor(on bool) interference.Predictor {
 	return in.know
 }
 
-// introspectLoop samples paired allocations every interval until ctx ends.
-func (s *Service) introspectLoop(ctx context.Context) {
-	if !s.cfg.IntrospectionOn() {
-		return
-	}
-	t := time.NewTicker(s.cfg.IntrospectionEvery())
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.introspectSample(ctx)
-		}
-	}
-}
-
 // probe is one allocation to sample.
 type probe struct {
 	id, key, node, partners string

@@ -149,16 +149,17 @@ func gpusOf(a *api.Allocation) map[string]bool {
 	return out
 }
 
-// observeLoop samples stats every interval until ctx ends.
-func (s *Service) observeLoop(ctx context.Context, every time.Duration) {
-	t := time.NewTicker(every)
+// every calls f every interval until ctx ends (the sampling loops of
+// learned profiles and of introspection).
+func every(ctx context.Context, interval time.Duration, f func(context.Context)) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			s.observe(ctx)
+			f(ctx)
 		}
 	}
 }

@@ -147,11 +147,13 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Add(5)
 	go func() {
 		defer wg.Done()
-		s.observeLoop(ctx, config.Duration(s.cfg.ObserveInterval))
+		every(ctx, config.Duration(s.cfg.ObserveInterval), s.observe)
 	}()
 	go func() {
 		defer wg.Done()
-		s.introspectLoop(ctx)
+		if s.cfg.IntrospectionOn() {
+			every(ctx, s.cfg.IntrospectionEvery(), s.introspectSample)
+		}
 	}()
 	go func() {
 		defer wg.Done()
