@@ -62,6 +62,24 @@ func TestUnpairMovesTheNewer(t *testing.T) {
 	must.Eq(t, []string{"pin next"}, kinds(Step(policy(t), in, c)))
 }
 
+// A job is judged by its own bound when it has one, else the configured
+// one, else the snapshot's default (10%).
+func TestUnpairJudgesByTheJobsBound(t *testing.T) {
+	s := snapshot(t, "dgx1-v100.hcl")
+	pair(t, s, placement.ClassProduction, placement.ClassProduction)
+	a, err := s.Remove("a")
+	must.NoError(t, err)
+	a.MaxSlowdown = 0.5
+	must.NoError(t, s.AddAlloc(a))
+	c := cfg()
+	c.MaxSlowdown = 0.3
+	in := Input{Snapshot: s, Now: now, Running: running(0.6, 0.9)}
+	must.Eq(t, 0, len(Step(policy(t), in, c))) // a at 0.6x is within its own 0.5
+	in.Running = running(0.9, 0.75)            // b at 0.75x: within 0.3
+	must.Eq(t, 0, len(Step(policy(t), in, c)))
+	must.Eq(t, []string{"unpair b"}, kinds(Step(policy(t), in, cfg()))) // beyond the default 0.1
+}
+
 // An opportunistic job moves before a production one, even an older one;
 // a job alone is never unpaired.
 func TestUnpairMovesOpportunisticFirst(t *testing.T) {

@@ -285,3 +285,14 @@ func TestGroupPreemptsOpportunisticJobs(t *testing.T) {
 	must.False(t, d.Placed())
 	must.Eq(t, 0, len(d.Preempt))
 }
+
+// A job's own bound comes before the configured one, which comes before the
+// snapshot's default; zero means unset at each level.
+func TestSnapshotBound(t *testing.T) {
+	s := NewSnapshot()
+	must.Eq(t, 0.5, s.Bound(0.5, 0.3))
+	must.Eq(t, 0.3, s.Bound(0, 0.3))
+	must.Eq(t, DefaultMaxSlowdown, s.Bound(0, 0))
+	s.DefaultMaxSlowdown = 0.2
+	must.Eq(t, 0.2, s.Bound(0, 0))
+}
