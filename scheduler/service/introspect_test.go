@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -24,11 +25,17 @@ type statsNomad struct {
 	mu      sync.Mutex
 	sm      map[string]int64 // process SM utilisation of each share
 	stopped []string
+	// statsErr and stopErr, when set, are what Nomad answers to a read of
+	// device stats and to a stop.
+	statsErr, stopErr error
 }
 
 func (f *statsNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupStats, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.statsErr != nil {
+		return nil, f.statsErr
+	}
 	g := &api.DeviceGroupStats{Vendor: "nvidia", Type: "gpushare", Name: "Tesla V100-SXM2-16GB", InstanceStats: map[string]*api.DeviceStats{}}
 	for id, v := range f.sm {
 		g.InstanceStats[id] = &api.DeviceStats{Stats: &api.StatObject{Attributes: map[string]*api.StatValue{
@@ -38,6 +45,9 @@ func (f *statsNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupSta
 }
 
 func (f *statsNomad) StopAlloc(_ context.Context, id string) error {
+	if f.stopErr != nil {
+		return f.stopErr
+	}
 	f.stopped = append(f.stopped, id)
 	return nil
 }
@@ -233,6 +243,39 @@ func TestUnpairJudgesTheLatestWindow(t *testing.T) {
 	sc.sample(t, 50, 50, 50, 50, 50, 20, 20, 20)
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+}
+
+// Stats that Nomad cannot serve are no samples: nothing is judged on them,
+// and the window fills again once they can be read.
+func TestUnpairStatsUnreadable(t *testing.T) {
+	sc := newPairScene(t)
+	sc.f.statsErr = errors.New("Unexpected response code: 500 (node unreachable)")
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
+	sc.f.statsErr = nil
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+}
+
+// A stop Nomad refuses is no unpairing: not counted, not reported, and
+// the next pass tries again.
+func TestUnpairStopFailsRetries(t *testing.T) {
+	sc := newPairScene(t)
+	sc.f.stopErr = errors.New("Unexpected response code: 503 (no leader)")
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.SliceEmpty(t, sc.f.stopped)
+	must.Eq(t, 0.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
+	must.Nil(t, sc.s.unpairedOf(key("new")))
+	sc.f.stopErr = nil
+	sc.sample(t, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
+	must.NotNil(t, sc.s.unpairedOf(key("new")))
 }
 
 // With introspection off, nothing is judged and the policy predicts with
