@@ -79,6 +79,10 @@ type Action struct {
 	Group Key
 	// Decision is the placement of a Pin or Repin.
 	Decision *placement.Decision
+	// Kept marks a Pin that places the group exactly where its
+	// allocations run (Group.Keep): the executor writes the pin it wrote
+	// before, unchanged, so that Nomad updates the allocations in place.
+	Kept bool
 	// Allocs are the allocations a Preempt stops.
 	Allocs []string
 	// Hold is a Reserve's nodes, each with when it is expected to free.

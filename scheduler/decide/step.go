@@ -25,6 +25,12 @@ type Group struct {
 	// Replaces are allocations of an older version of the group whose
 	// shares the decision may take: Nomad stops them in the same plan.
 	Replaces []string
+	// Keep is where the group's allocations (those of Replaces) run now,
+	// when the group was re-registered unchanged in everything the
+	// decision depends on: the step places it there again when the
+	// snapshot still allows it (a Pin with Kept set), so that its
+	// allocations are updated in place rather than replaced.
+	Keep []placement.Held
 }
 
 // Config is what the configuration says about deciding.
@@ -95,9 +101,17 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			shape = shapeOf(req)
 		}
 		var d *placement.Decision
-		if ref, ok := failed[shape]; ok && shape != "" {
+		kept := false
+		if len(g.Keep) > 0 && len(restored) > 0 {
+			if k, err := st.snap.Keep(&g.Req, pol.Name(), g.Keep); err == nil { // a reservation's hold does not move what runs
+				d, kept = k, true
+			}
+		}
+		switch ref, ok := failed[shape]; {
+		case kept:
+		case ok && shape != "":
 			d = &placement.Decision{Request: req.ID, Policy: pol.Name(), Refusal: ref}
-		} else {
+		default:
 			d = st.place(g.Key, req)
 		}
 		if !d.Placed() {
@@ -137,7 +151,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 		if g.Repin {
 			kind = Repin
 		}
-		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Position: i + 1, Of: len(queue), Ratio: q.ratio})
+		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Kept: kept, Position: i + 1, Of: len(queue), Ratio: q.ratio})
 		if len(restored) > 0 {
 			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
 		}

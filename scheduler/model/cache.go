@@ -99,6 +99,9 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 	if tg := pin.Group(job, group); tg == nil || !s.Trust(KeyOf(job, group), tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature]) {
 		return nil, false
 	}
+	if rec.Incarnation != 0 && rec.Incarnation != pin.Incarnation(job) {
+		return nil, false // written for a job purged since: not this one's
+	}
 	return rec, true
 }
 

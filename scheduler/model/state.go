@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gpushare/gpushare/scheduler/pin"
+
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -61,6 +63,52 @@ type State struct {
 	// counts: only placements the scheduler wrote do (a user may write the
 	// meta by hand).
 	Trust func(k decide.Key, placement, signature string) bool
+	// prior is the last trusted pin of each group seen in an earlier
+	// version of its job (see Prior).
+	prior map[decide.Key]Prior
+}
+
+// Prior is the pin of an earlier version of a group, as that version
+// carried it: a group re-registered unchanged is pinned with it again,
+// byte for byte, so that Nomad updates its allocations in place.
+type Prior struct {
+	Placement, Signature string
+	Record               *pin.Record
+}
+
+// Prior returns the last trusted pin a version of the group carried
+// before the current one, if the job is still the same incarnation.
+func (s *State) Prior(k decide.Key) (Prior, bool) {
+	p, ok := s.prior[k]
+	if !ok {
+		return Prior{}, false
+	}
+	job := s.Jobs[JobKey(k.Namespace, k.Job)]
+	if job == nil || (p.Record.Incarnation != 0 && p.Record.Incarnation != pin.Incarnation(job)) {
+		return Prior{}, false
+	}
+	return p, true
+}
+
+// keepPriors remembers the trusted pins of prev, the version next
+// replaces; a group pinned in next has its pin in next instead.
+func (s *State) keepPriors(prev, next *api.Job) {
+	if pin.Incarnation(prev) != pin.Incarnation(next) {
+		for _, tg := range prev.TaskGroups {
+			delete(s.prior, KeyOf(prev, *tg.Name))
+		}
+		return
+	}
+	for _, tg := range prev.TaskGroups {
+		rec, ok := s.Record(prev, *tg.Name)
+		if !ok || !s.Pinned(prev, *tg.Name) {
+			continue
+		}
+		if s.prior == nil {
+			s.prior = map[decide.Key]Prior{}
+		}
+		s.prior[KeyOf(prev, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
+	}
 }
 
 // New returns an empty state.
@@ -90,8 +138,12 @@ func (s *State) PutJob(j *api.Job) {
 		return
 	}
 	// events can arrive after a fresher read of the same job: keep the newer
-	if prev, ok := s.Jobs[jobKey(j)]; ok && prev.ModifyIndex != nil && j.ModifyIndex != nil && *j.ModifyIndex < *prev.ModifyIndex {
+	prev, ok := s.Jobs[jobKey(j)]
+	if ok && prev.ModifyIndex != nil && j.ModifyIndex != nil && *j.ModifyIndex < *prev.ModifyIndex {
 		return
+	}
+	if ok && prev != j {
+		s.keepPriors(prev, j)
 	}
 	s.Jobs[jobKey(j)] = j
 }
@@ -99,6 +151,11 @@ func (s *State) PutJob(j *api.Job) {
 // DeleteJob forgets a purged job and its allocations: Nomad stops them,
 // and publishes no allocation events for a job that no longer exists.
 func (s *State) DeleteJob(namespace, id string) {
+	if job := s.Jobs[JobKey(namespace, id)]; job != nil {
+		for _, tg := range job.TaskGroups {
+			delete(s.prior, KeyOf(job, *tg.Name))
+		}
+	}
 	delete(s.Jobs, JobKey(namespace, id))
 	for aid, a := range s.Allocs {
 		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") {

@@ -201,6 +201,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 						g.Replaces = append(g.Replaces, a.ID) // a new version takes its old shares
 					}
 				}
+				g.Keep = s.keep(job, key)
 			}
 			if job.SubmitTime != nil && *job.SubmitTime > 0 {
 				g.Submit = time.Unix(0, *job.SubmitTime)
@@ -220,7 +221,39 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			delete(s.retries, k)
 		}
 	}
+	for k := range s.why {
+		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
+			delete(s.why, k)
+		}
+	}
 	return groups, jobs, pending
+}
+
+// keep returns where a gated group's allocations run, when they run
+// under the pin an earlier version of the group carried and the group was
+// re-registered unchanged in everything the decision depends on (the
+// same pin.Digest): the step then places it there again, and pinGroup
+// writes that pin back byte for byte, so that Nomad updates the
+// allocations in place instead of replacing them. The caller holds s.mu.
+func (s *Service) keep(job *api.Job, key decide.Key) []placement.Held {
+	prior, ok := s.state.Prior(key)
+	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) {
+		return nil
+	}
+	var held []placement.Held
+	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
+		shares := model.Shares(a)
+		if len(shares) == 0 || !slices.Contains(prior.Record.Nodes, a.NodeID) {
+			return nil
+		}
+		for _, sh := range shares {
+			if !slices.Contains(prior.Record.Shares, sh) {
+				return nil
+			}
+		}
+		held = append(held, placement.Held{Node: a.NodeID, Shares: shares})
+	}
+	return held
 }
 
 // vcRefusal says why a group may not claim the virtual cluster it names
@@ -421,15 +454,29 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
 	}
-	rec, err := pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
+	var rec *pin.Record
+	s.mu.Lock()
+	prior, kept := s.state.Prior(a.Group)
+	s.mu.Unlock()
+	if a.Kept && kept {
+		// re-registered unchanged: the pin it had, byte for byte, so that
+		// Nomad updates its allocations in place
+		rec, err = pin.Repeat(job, a.Group.Group, prior.Placement, prior.Signature)
+		if err == nil {
+			rec.Reason = "kept where its allocations run: the group was registered again unchanged"
+		}
+	} else {
+		rec, err = pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
+	}
 	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
-	if s.secret != nil { // signed in the same registration: the pin is the record
+	if s.secret != nil && !(a.Kept && kept) { // signed in the same registration: the pin is the record
 		tg := pin.Group(job, a.Group.Group)
 		tg.Meta[pin.MetaSignature] = sign(s.secret, a.Group, tg.Meta[pin.MetaPlacement])
 	}
+	s.why[a.Group] = rec.Reason
 	s.mu.Unlock()
 	index := uint64(0)
 	if orig.JobModifyIndex != nil {

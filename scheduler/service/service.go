@@ -36,7 +36,11 @@ type Service struct {
 	pending map[decide.Key]string    // why each group waits
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
-	retries map[decide.Key]retry     // groups whose pin failed, until their retry
+	// why each pinned group was placed where it is: the placement core's
+	// reason, kept out of the signed meta (it depends on the cluster's
+	// state, and the meta must not change when the decision does not)
+	why     map[decide.Key]string
+	retries map[decide.Key]retry // groups whose pin failed, until their retry
 	// warnedShape is the cluster shape checkGuarantees last looked at.
 	warnedShape uint64
 	// secret signs the placements the service writes (state.go).
@@ -112,7 +116,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s := &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, retries: map[decide.Key]retry{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),

@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -206,8 +207,10 @@ func (f *fakeNomad) putLocked(j *api.Job) {
 	j.ModifyIndex, j.JobModifyIndex = ptr(f.index), ptr(f.index)
 	if prev, ok := f.jobs[*j.ID]; ok {
 		j.Version = ptr(*prev.Version + 1)
+		j.CreateIndex = prev.CreateIndex // the same incarnation of the job
 	} else {
 		j.Version = ptr(uint64(0))
+		j.CreateIndex = ptr(f.index)
 	}
 	c, _ := copyJob(j)
 	f.jobs[*j.ID] = c
@@ -276,7 +279,8 @@ func TestReconcilePinsGatedGroups(t *testing.T) {
 	rec, ok := pin.ParseRecord(pair, "g")
 	must.True(t, ok)
 	must.SliceLen(t, 200, rec.Shares)
-	must.StrContains(t, rec.Reason, "NV2 pair")
+	must.Eq(t, "", rec.Reason) // why lives in the scheduler's records, not the meta
+	must.StrContains(t, s.why[decide.Key{Namespace: "default", Job: "pair", Group: "g"}], "NV2 pair")
 	q, _ := pin.ParseRecord(f.jobs["quarter"], "g")
 	must.SliceLen(t, 25, q.Shares)
 	// no share is pinned twice
