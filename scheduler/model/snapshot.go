@@ -49,12 +49,15 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 	// pinned groups whose allocations are not all there yet keep their shares
 	for _, k := range slices.Sorted(maps.Keys(s.Jobs)) {
 		job := s.Jobs[k]
-		if job.Stop != nil && *job.Stop {
-			continue
+		if (job.Stop != nil && *job.Stop) || Template(job) {
+			continue // Nomad never places a template: its pin holds nothing
 		}
 		for _, tg := range job.TaskGroups {
 			if !s.Pinned(job, *tg.Name) {
 				continue
+			}
+			if _, failed := s.NomadFailed(job, *tg.Name); failed {
+				continue // Nomad evaluated this pin and could not place it
 			}
 			rec, _ := s.Record(job, *tg.Name)
 			r, err := s.Request(job, *tg.Name, profiles)

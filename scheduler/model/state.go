@@ -66,6 +66,9 @@ type State struct {
 	// prior is the last trusted pin of each group seen in an earlier
 	// version of its job (see Prior).
 	prior map[decide.Key]Prior
+	// unplaced is what Nomad said of groups it could not place, from its
+	// evaluations (see PutEval).
+	unplaced map[decide.Key]Unplaced
 }
 
 // Prior is the pin of an earlier version of a group, as that version
@@ -88,6 +91,15 @@ func (s *State) Prior(k decide.Key) (Prior, bool) {
 		return Prior{}, false
 	}
 	return p, true
+}
+
+// forgetJob drops what the state keeps of a job that is gone: its
+// groups' earlier pins and what Nomad said of them.
+func (s *State) forgetJob(job *api.Job) {
+	for _, tg := range job.TaskGroups {
+		delete(s.prior, KeyOf(job, *tg.Name))
+	}
+	s.forgetUnplaced(namespaceOf(job), *job.ID)
 }
 
 // keepPriors remembers the trusted pins of prev, the version next
@@ -152,9 +164,7 @@ func (s *State) PutJob(j *api.Job) {
 // and publishes no allocation events for a job that no longer exists.
 func (s *State) DeleteJob(namespace, id string) {
 	if job := s.Jobs[JobKey(namespace, id)]; job != nil {
-		for _, tg := range job.TaskGroups {
-			delete(s.prior, KeyOf(job, *tg.Name))
-		}
+		s.forgetJob(job)
 	}
 	delete(s.Jobs, JobKey(namespace, id))
 	for aid, a := range s.Allocs {

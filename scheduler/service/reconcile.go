@@ -116,6 +116,9 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 	case decide.Wait:
 		s.metrics.decisions.WithLabelValues("refused").Inc()
 		pending[a.Group] = a.Reason
+		if why := s.nomadSaid[a.Group]; why != "" {
+			pending[a.Group] = "its pinned version could not be placed (" + why + "); " + a.Reason
+		}
 		log.Debug("group waits", "reason", a.Reason)
 	case decide.Reserve:
 		log.Debug("group holds nodes", "nodes", len(a.Hold), "reason", a.Reason)
@@ -150,6 +153,8 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	var groups []decide.Group
 	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
+	said := map[decide.Key]string{} // what Nomad said of pins it could not place
+	s.nomadSaid = said
 	for _, job := range s.state.Jobs {
 		if (job.Stop != nil && *job.Stop) || model.Template(job) {
 			continue
@@ -163,6 +168,16 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			case slices.Contains(gated, name):
 			case s.state.Pinned(job, name):
 				repin, avoid := s.lost(job, name, built.Short[key])
+				if why, failed := s.state.NomadFailed(job, name); failed {
+					if _, missing := s.state.Missing(job, tg); missing > 0 {
+						// Nomad evaluated this pin and could not place it:
+						// decided again without those nodes; it holds
+						// nothing meanwhile (model.Snapshot)
+						rec, _ := s.state.Record(job, name)
+						repin, avoid = true, append(avoid, rec.Nodes...)
+						said[key] = why
+					}
+				}
 				if !repin {
 					continue
 				}
@@ -278,15 +293,15 @@ func (s *Service) vcRefusal(k decide.Key, name string) string {
 }
 
 // adopt reports whether an ungated, unpinned gpushare group needs placing:
-// it misses allocations, or Nomad gave one of them shares that Reserve
-// refuses (Nomad takes a request's shares from one device group in map
-// order, so a fraction usually spans GPUs). Allocations that run on valid
-// shares are left alone. The caller holds s.mu.
+// Nomad gave one of its allocations shares that Reserve refuses (Nomad
+// takes a request's shares from one device group in map order, so a
+// fraction usually spans GPUs), or it has no allocation and Nomad
+// evaluated its version and could not place it. An allocation that runs
+// on valid shares is never replaced: a group with one waits for Nomad to
+// place the rest, as it would without gpushare, and a group Nomad has not
+// evaluated yet is left to Nomad. The caller holds s.mu.
 func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGroup) bool {
 	live, missing := s.state.Missing(job, tg)
-	if missing > 0 {
-		return true
-	}
 	if s.state.BatchDone(job, *tg.Name) {
 		return false
 	}
@@ -295,7 +310,11 @@ func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGrou
 			return true
 		}
 	}
-	return false
+	if missing == 0 || len(live) > 0 {
+		return false
+	}
+	_, failed := s.state.NomadFailed(job, *tg.Name)
+	return failed
 }
 
 // anyMultiGPU reports whether a group asks for two GPUs or more per
@@ -517,12 +536,45 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	s.pinned[a.Group] = s.now()
 	s.mu.Unlock()
 	s.metrics.pins.Inc()
+	s.countRestarts(orig, a)
 	if a.Kind == decide.Repin {
 		s.log.Warn("re-pinned a group whose pinned capacity is gone; Nomad replaces its allocations", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
 	}
 	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
 		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)
 	return job, nil
+}
+
+// countRestarts says how many running allocations of the group a pin
+// just registered makes Nomad replace: every one, unless the pin was the
+// group's earlier pin written back (Kept), for Nomad treats a change of a
+// device block's constraints or of group meta as destructive. Nomad's
+// constraints are per group, so moving one allocation of a count > 1 group
+// moves them all; the log, the API's records and
+// gpushare_restarts_total{reason} say so.
+func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
+	if a.Kept {
+		return
+	}
+	s.mu.Lock()
+	var ids []string
+	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
+		ids = append(ids, al.ID)
+	}
+	s.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
+	switch {
+	case a.Kind == decide.Repin:
+		reason = "repin"
+	case !slices.Contains(pin.Gated(orig), a.Group.Group):
+		reason = "adopt"
+	}
+	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(ids)))
+	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
+		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", ids, "reason", reason)
 }
 
 // preempt stops opportunistic allocations by gating their groups again:

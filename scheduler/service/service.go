@@ -39,8 +39,11 @@ type Service struct {
 	// why each pinned group was placed where it is: the placement core's
 	// reason, kept out of the signed meta (it depends on the cluster's
 	// state, and the meta must not change when the decision does not)
-	why     map[decide.Key]string
-	retries map[decide.Key]retry // groups whose pin failed, until their retry
+	why map[decide.Key]string
+	// nomadSaid is, for the pass under way, what Nomad said of the pins it
+	// could not place (collect fills it)
+	nomadSaid map[decide.Key]string
+	retries   map[decide.Key]retry // groups whose pin failed, until their retry
 	// warnedShape is the cluster shape checkGuarantees last looked at.
 	warnedShape uint64
 	// secret signs the placements the service writes (state.go).
