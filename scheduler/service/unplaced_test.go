@@ -96,7 +96,9 @@ func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
 	later, ok := pin.ParseRecord(f.jobs["later"], "g")
 	must.True(t, ok)
 	must.SliceLen(t, 800, later.Shares)
-	must.SliceContainsAll(t, later.Shares, rec.Shares)
+	for _, sh := range rec.Shares {
+		must.SliceContains(t, later.Shares, sh)
+	}
 }
 
 // A paused periodic job is a template Nomad never evaluates: it is not
