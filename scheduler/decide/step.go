@@ -126,6 +126,9 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			}
 			w := Action{Kind: Wait, Group: g.Key, Refusal: d.Refusal, Position: i + 1, Of: len(queue), Ratio: q.ratio}
 			w.Reason = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(queue), q.ratio)
+			if rule := placement.OnePerNode(st.snap, req); rule != "" {
+				w.Reason += "; " + rule
+			}
 			if len(avoided) > 0 {
 				w.Reason += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
 			}

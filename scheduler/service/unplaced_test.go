@@ -118,3 +118,20 @@ func TestPausedPeriodicHoldsNothing(t *testing.T) {
 	_, ok = pin.ParseRecord(f.jobs["now"], "g")
 	must.True(t, ok)
 }
+
+// A group of two one-GPU allocations on an idle 8-GPU node is not refused
+// for good (the cluster could hold it under Nomad's rules): it waits, and
+// its reason explains gpushare's rule of one whole-GPU allocation of a
+// group per node and what to do.
+func TestTwoWholeGPUsOnOneNodeWaitWithTheRule(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	j := gated("two", 100)
+	j.TaskGroups[0].Count = ptr(2)
+	f.put(j)
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	key := model.KeyOf(f.jobs["two"], "g")
+	must.MapNotContainsKey(t, s.refused, key)
+	must.StrContains(t, s.pending[key], "at most one whole-GPU allocation of a group per node")
+	must.StrContains(t, s.pending[key], "split it into groups of count 1")
+}
