@@ -102,6 +102,28 @@ func (s *State) forgetJob(job *api.Job) {
 	s.forgetUnplaced(namespaceOf(job), *job.ID)
 }
 
+// LearnPrior remembers the pin group carries in old, an earlier version
+// of the job read back from Nomad (the version a running allocation of the
+// group was placed with), when it is trusted and of the current
+// incarnation; it reports whether it did. A scheduler that starts while a
+// group waits at the gate with allocations running learns their pin so.
+func (s *State) LearnPrior(old *api.Job, group string) bool {
+	cur := s.Jobs[jobKey(old)]
+	tg := pin.Group(old, group)
+	if cur == nil || tg == nil || pin.Incarnation(old) != pin.Incarnation(cur) {
+		return false
+	}
+	rec, ok := s.trustedRecord(old, group)
+	if !ok {
+		return false
+	}
+	if s.prior == nil {
+		s.prior = map[decide.Key]Prior{}
+	}
+	s.prior[KeyOf(old, group)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
+	return true
+}
+
 // keepPriors remembers the trusted pins of prev, the version next
 // replaces; a group pinned in next has its pin in next instead.
 func (s *State) keepPriors(prev, next *api.Job) {

@@ -92,6 +92,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	s.readPriors(ctx)
 	s.mu.Lock()
 	s.pending = pending
 	s.mu.Unlock()
@@ -217,6 +218,12 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					}
 				}
 				g.Keep = s.keep(job, key)
+				if g.Keep == nil && len(g.Replaces) > 0 && s.priorUnread(key, g.Replaces[0]) {
+					// its running allocations' pin is read before it is
+					// decided, so that an unchanged group keeps its place
+					pending[key] = "reading the pin its running allocations were placed with"
+					continue
+				}
 			}
 			if job.SubmitTime != nil && *job.SubmitTime > 0 {
 				g.Submit = time.Unix(0, *job.SubmitTime)
@@ -234,6 +241,11 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	for k := range s.retries {
 		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
 			delete(s.retries, k)
+		}
+	}
+	for id := range s.priorRead {
+		if _, ok := s.state.Allocs[id]; !ok {
+			delete(s.priorRead, id)
 		}
 	}
 	for k := range s.why {

@@ -43,6 +43,9 @@ type Service struct {
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string
+	// priorRead: allocations whose version's pin was asked for (false)
+	// or read (true); see prior.go
+	priorRead map[string]bool
 	retries   map[decide.Key]retry // groups whose pin failed, until their retry
 	// warnedShape is the cluster shape checkGuarantees last looked at.
 	warnedShape uint64

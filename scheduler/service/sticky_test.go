@@ -142,3 +142,26 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// A scheduler that starts while a group waits at the gate again with its
+// allocation running (it never saw the pinned version) reads the version
+// the allocation runs before deciding the group, and pins it as before.
+func TestRestartedSchedulerKeepsAReRegisteredGroup(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("q", 25))
+	first := loadedService(t, f)
+	first.reconcile(t.Context())
+	want := pinOf(t, f.jobs["q"])
+	rec, _ := pin.ParseRecord(f.jobs["q"], "g")
+	f.runningOn("q", "alloc-q", rec.Shares)
+	pinned, err := copyJob(f.jobs["q"])
+	must.NoError(t, err)
+	f.allocs[len(f.allocs)-1].Job = pinned
+	f.put(gated("q", 25)) // re-registered while no scheduler runs
+
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	must.StrContains(t, s.pending[model.KeyOf(f.jobs["q"], "g")], "reading the pin")
+	s.reconcile(t.Context())
+	must.Eq(t, want, pinOf(t, f.jobs["q"]))
+}
