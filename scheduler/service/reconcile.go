@@ -218,7 +218,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					}
 				}
 				g.Keep = s.keep(job, key)
-				if g.Keep == nil && len(g.Replaces) > 0 && s.priorUnread(key, g.Replaces[0]) {
+				if g.Keep == nil && len(g.Replaces) > 0 && slices.Contains(gated, name) && s.priorUnread(key, g.Replaces[0]) {
 					// its running allocations' pin is read before it is
 					// decided, so that an unchanged group keeps its place
 					pending[key] = "reading the pin its running allocations were placed with"
