@@ -261,7 +261,7 @@ func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
 			if len(gated) == 0 && running > 0 {
 				for _, tg := range job.TaskGroups {
 					if rec, ok := pin.ParseRecord(job, *tg.Name); ok {
-						fmt.Fprintf(io.Out, "group %s: %s\n", *tg.Name, rec.Reason)
+						fmt.Fprintf(io.Out, "group %s: %s\n", *tg.Name, rec.Summary())
 					}
 				}
 				return 0

@@ -216,6 +216,19 @@ type Record struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Summary is the pin in a line: where, not why (the scheduler's API says
+// why: gpushare job status).
+func (r *Record) Summary() string {
+	out := fmt.Sprintf("pinned to %d node(s), %d GPU(s), %d share(s)", len(r.Nodes), len(r.GPUs), len(r.Shares))
+	if r.Cell != "" {
+		out += " in " + r.Cell
+	}
+	if r.Reason != "" {
+		out += ": " + r.Reason
+	}
+	return out
+}
+
 // Incarnation is the job's create index (0 when unknown).
 func Incarnation(job *api.Job) uint64 {
 	if job.CreateIndex == nil {
