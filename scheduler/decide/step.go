@@ -73,7 +73,9 @@ type Input struct {
 	Compatible func(g Key, alloc string) bool
 	// Running is what was observed of allocations that share a GPU, by
 	// allocation ID: a production job seen slower than its bound makes the
-	// step unpair its GPU first (see Unpair).
+	// step unpair its GPU first (see Unpair). Only a listed allocation is
+	// ever moved: the executor leaves out those it may not stop (of
+	// namespaces it does not manage), which stay as neighbours.
 	Running map[string]Running
 }
 

@@ -107,4 +107,7 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 
 // ForgetParsed drops the parsed requests and records, to be read again
 // (after Trust changed its mind).
-func (s *State) ForgetParsed() { s.parsed = nil }
+func (s *State) ForgetParsed() {
+	s.parsed = nil
+	s.learnedGen++ // the VCs and classes of allocations are read again
+}

@@ -71,6 +71,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			key := KeyOf(job, *tg.Name)
 			free := 0 // pinned shares no allocation holds
 			for _, h := range holds(key, rec, snap.InUse, r, missing, snap) {
+				h.VC, h.Class = s.Attribution(job, *tg.Name) // as its allocations will count
 				free += len(h.Shares)
 				if err := snap.AddAlloc(h); err != nil {
 					// CPU or memory: Nomad places it once they free
@@ -139,8 +140,8 @@ func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r pla
 		missing -= worth
 		out = append(out, placement.Alloc{
 			ID: PendingPrefix + key.String() + "@" + nodeID, Node: nodeID, Shares: shares,
-			Res: placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
-			VC:  r.VC, Class: r.Class, Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
+			Res:     placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
+			Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
 		})
 	}
 	return out

@@ -57,12 +57,19 @@ type State struct {
 	parsed map[string]*parsed
 	// live is the placement snapshot kept in step with the state (Snapshot).
 	live *live
-	// learnedGen counts the changes to Learned made through Learn.
+	// learnedGen counts the changes to what an allocation's group facts
+	// are read from besides its job: Learned (through Learn) and the
+	// trust in pin records (ForgetParsed).
 	learnedGen uint64
 	// Trust, when set, decides whether a group's gpushare.placement meta
 	// counts: only placements the scheduler wrote do (a user may write the
 	// meta by hand).
 	Trust func(k decide.Key, placement, signature string) bool
+	// Managed, when set, says which namespaces the scheduler manages
+	// (Manages); Admits, when set, whether a virtual cluster admits the
+	// jobs of a namespace (Attribution).
+	Managed func(namespace string) bool
+	Admits  func(vc, namespace string) bool
 	// prior is the last trusted pin of each group seen in an earlier
 	// version of its job (see Prior).
 	prior map[decide.Key]Prior

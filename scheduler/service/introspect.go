@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -159,6 +160,9 @@ func (s *Service) probes() []probe {
 		if _, gone := s.preempted[id]; gone || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
 			continue
 		}
+		if !s.state.Manages(a.Namespace) {
+			continue // a neighbour: its shares count, its progress is not judged
+		}
 		gpus := gpusOf(a)
 		if len(gpus) == 0 {
 			continue
@@ -214,8 +218,10 @@ func processSM(groups []*api.DeviceGroupStats, shares map[string]bool) (float64,
 // running is what decide.Step reads of the allocations that share a GPU:
 // their group, when they started and, once a window of samples is in,
 // their normalised throughput and its uncertainty. Each judged pairing is
-// also observed into the knowledge, once per window. The caller is the
-// leader and holds s.mu.
+// also observed into the knowledge, once per window. Only allocations of
+// managed namespaces are listed: the step never moves one it is not told
+// of, so a neighbour of another namespace is never stopped or gated. The
+// caller is the leader and holds s.mu.
 func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]decide.Running {
 	if !s.cfg.IntrospectionOn() {
 		return nil
@@ -225,7 +231,7 @@ func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]de
 	for _, id := range slices.Sorted(maps.Keys(in.shared)) {
 		a, ok := s.state.Allocs[id]
 		pa, inSnap := snap.Alloc(id)
-		if !ok || !inSnap {
+		if !ok || !inSnap || !s.state.Manages(a.Namespace) {
 			continue
 		}
 		uuid, gpuModel, ok := snap.SoleGPU(pa.ID)
@@ -243,7 +249,7 @@ func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]de
 		}
 		r := decide.Running{Group: model.AllocKey(a), Started: startedAt(a)}
 		for _, o := range others {
-			if oa, ok := s.state.Allocs[o]; ok {
+			if oa, ok := s.state.Allocs[o]; ok && s.state.Manages(oa.Namespace) {
 				if _, seen := out[o]; !seen {
 					out[o] = decide.Running{Group: model.AllocKey(oa), Started: startedAt(oa)}
 				}
@@ -361,14 +367,24 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 		"allocations", a.Allocs, "reason", a.Reason)
 }
 
+// errNotManaged is wrapped by the refusal to stop or gate an allocation
+// of a namespace the scheduler does not manage.
+var errNotManaged = errors.New("namespace not managed by this scheduler")
+
 // gateAgain stops allocations by gating their groups again: Nomad stops
 // them, and their replacements wait at the gate to be placed again. done,
 // when set, hears of each group gated again with its allocations stopped.
+// Namespaces are walls: it acts on none of them when one belongs to a
+// namespace the scheduler does not manage.
 func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
 	targets := map[decide.Key][]string{}
 	s.mu.Lock()
 	for _, id := range allocIDs {
 		if a, ok := s.state.Allocs[id]; ok {
+			if !s.state.Manages(a.Namespace) {
+				s.mu.Unlock()
+				return fmt.Errorf("%w: allocation %s is of namespace %s; it manages %s", errNotManaged, id, model.AllocKey(a).Namespace, s.namespaces())
+			}
 			targets[model.AllocKey(a)] = append(targets[model.AllocKey(a)], id)
 		}
 	}

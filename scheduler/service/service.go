@@ -130,6 +130,13 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
+	// namespaces are walls: an allocation of another is a neighbour, and
+	// a VC counts only the allocations of the namespaces it admits
+	s.state.Managed = managedNamespaces(cfg.Nomad.Namespaces).has
+	s.state.Admits = func(name, ns string) bool {
+		vc, ok := cfg.VC(name)
+		return ok && vc.Admits(ns)
+	}
 	return s, nil
 }
 
