@@ -324,9 +324,11 @@ func (st *step) never(ref *placement.Refusal, req placement.Request) *placement.
 		return nil
 	}
 	switch ref.Code {
-	case placement.RefusedInvalid, placement.RefusedNoModel, placement.RefusedTooLarge:
+	case placement.RefusedInvalid, placement.RefusedNoModel, placement.RefusedTooLarge, placement.RefusedOverQuota:
 		return ref
 	}
+	// a quota in use frees (RefusedQuota): it waits unless the cluster
+	// itself could never hold it
 	return placement.Impossible(st.snap, req)
 }
 

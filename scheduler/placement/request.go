@@ -160,6 +160,7 @@ const (
 	RefusedTopology     = "no connected cell free"
 	RefusedInterference = "interference bound"
 	RefusedQuota        = "virtual cluster quota exhausted"
+	RefusedOverQuota    = "larger than its guarantee"
 	RefusedReserve      = "Reserve would refuse the shares"
 )
 
