@@ -27,7 +27,7 @@ func TestQuotaShortageWaits(t *testing.T) {
 			reason: []string{`the guaranteed capacity of virtual cluster "research" is in use`, v100 + ": needs 1.00 GPUs, uses 1.00 GPUs of its 1.00 GPUs"}},
 		{name: "quota left only where it can never fit", shares: 800, want: "wait",
 			cells:  []placement.CellQuota{{Model: v100, GPUs: 8, Count: 1}, {Model: p100, GPUs: 4, Count: 2}},
-			reason: []string{v100 + ": needs 8.00 GPUs, uses 1.00 GPUs of its 8.00 GPUs", "on the models it has quota left of, it larger than any node"}},
+			reason: []string{v100 + ": needs 8.00 GPUs, uses 1.00 GPUs of its 8.00 GPUs", "the models it has quota left of can never hold it (needs 8 GPUs of " + p100 + " on one node; the largest node has 4)"}},
 		{name: "larger than the whole guarantee", cells: []placement.CellQuota{{GPUs: 1, Count: 1}}, shares: 200, want: "refuse",
 			reason: []string{`larger than the guarantee of virtual cluster "research" even unused`, v100 + ": needs 2.00 GPUs, guarantees 1.00 GPUs"}},
 	} {

@@ -59,7 +59,7 @@ func quotaShort(ref, short *Refusal) *Refusal {
 	}
 	switch ref.Code {
 	case RefusedInvalid, RefusedNoModel, RefusedTooLarge:
-		return &Refusal{Code: RefusedQuota, Message: short.Message + "; on the models it has quota left of, it " + ref.Code + " (" + ref.Message + ")"}
+		return &Refusal{Code: RefusedQuota, Message: short.Message + "; the models it has quota left of can never hold it (" + ref.Message + ")"}
 	}
 	return &Refusal{Code: ref.Code, Message: ref.Message + "; " + short.Message}
 }
