@@ -213,3 +213,41 @@ func gpuOf(t *testing.T, f *fakeNomad, i int) string {
 func testLogger() hclog.Logger { return hclog.NewNullLogger() }
 
 func fixedClock() time.Time { return time.Unix(1000, 0) }
+
+// A guaranteed group whose VC's quota its own running job holds waits with
+// the quota's reason, is not refused for good, and is placed in the pass
+// after that (batch) job is done.
+func TestQuotaShortageWaitsUntilTheQuotaFrees(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	first := gated("first", 100)
+	first.Meta[pin.MetaVC] = "research"
+	first.Type = ptr("batch") // once done, it holds nothing
+	f.put(first)
+	s := withConfig(t, f, func(c *config.Config) {
+		c.VCs = []config.VirtualCluster{{Name: "research", Cells: []config.Cell{{GPUs: 1, Count: 1}}}}
+	})
+	rec, ok := pin.ParseRecord(f.jobs["first"], "g")
+	must.True(t, ok)
+	must.Eq(t, "research", rec.VC)
+	f.index++
+	alloc := &api.Allocation{ID: "alloc-first", Namespace: "default", JobID: "first", TaskGroup: "g", NodeID: "node-1",
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}}
+	f.allocs = append(f.allocs, alloc)
+	second := gated("second", 100)
+	second.Meta[pin.MetaVC] = "research"
+	f.put(second)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
+	must.StrContains(t, s.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
+	must.StrContains(t, s.pending[key("second")], "uses 1.00 GPUs of its 1.00 GPUs")
+	must.MapNotContainsKey(t, s.refused, key("second"))
+
+	f.index++
+	alloc.ClientStatus, alloc.ModifyIndex = "complete", f.index
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["second"]), must.Sprint(s.pending[key("second")]))
+}
