@@ -30,7 +30,9 @@ import (
 func TestReRegisterUnchangedKeepsAllocations(t *testing.T) {
 	start := time.Now()
 	e := newTwoPCIeEnv(t)
-	s := e.startScheduler("s1", "")
+	// room for the interference model's uncertainty (0.19), so that a
+	// production job may share its GPU at all (as in TestSchedulerInterference)
+	s := e.startScheduler("s1", "production_max_slowdown = 0.3")
 	t.Logf("cluster and scheduler ready in %s", time.Since(start).Round(time.Second))
 
 	src, err := os.ReadFile(filepath.Join("..", "jobspecs", "examples", "inference-quarter.nomad.hcl"))
@@ -55,12 +57,13 @@ func TestReRegisterUnchangedKeepsAllocations(t *testing.T) {
 	t.Run("registered again after another job landed on its GPU", func(t *testing.T) {
 		rr := rr.in(t)
 		before := rr.baseline()
-		// a light production job (it pairs under the default slowdown bound)
+		// a light production job: it pairs with inference's replicas under
+		// the bound
 		e := rr.e
 		e.register("neighbour", map[string]any{"shares": 25, "class": "production", "sm_util": "0.05", "mem_bw": "0.05"})
 		na := e.running("neighbour", 1, 60*time.Second)[0]
 		ours := map[string]bool{}
-		for _, a := range before {
+		for _, a := range before.running {
 			for _, g := range gpus(a) {
 				ours[g] = true
 			}
@@ -68,8 +71,10 @@ func TestReRegisterUnchangedKeepsAllocations(t *testing.T) {
 		ng := gpus(na)
 		must.SliceLen(t, 1, ng)
 		if !ours[ng[0]] {
-			t.Fatalf("precondition: the neighbour's shares are on GPU %s, not on a GPU of %s (%v): the scheduler did not pack it there",
-				ng[0], rr.id, slices.Sorted(maps.Keys(ours)))
+			job, _, _ := e.nomad.Jobs().Info("neighbour", nil)
+			rec, _ := pin.ParseRecord(job, "g")
+			t.Fatalf("precondition: the neighbour's shares are on GPU %s, not on a GPU of %s (%v): the scheduler did not pack it there (%+v)",
+				ng[0], rr.id, slices.Sorted(maps.Keys(ours)), rec)
 		}
 		t.Logf("neighbour shares GPU %s with %s", ng[0], rr.id)
 		idx := rr.register()
@@ -136,22 +141,36 @@ func (rr *reRegister) register() uint64 {
 	return resp.JobModifyIndex
 }
 
-// baseline returns the running allocations of the job: exactly its count.
-func (rr *reRegister) baseline() []*api.Allocation {
+// allocsBefore are a job's allocations before a registration.
+type allocsBefore struct {
+	// running are the running allocations: exactly the group's count
+	running []*api.Allocation
+	// known are the IDs of all its allocations, stopped ones too
+	known map[string]bool
+}
+
+// baseline returns the job's allocations now.
+func (rr *reRegister) baseline() allocsBefore {
 	t := rr.e.t
 	t.Helper()
-	allocs := rr.e.running(rr.id, 2, 30*time.Second)
-	for _, a := range allocs {
+	b := allocsBefore{running: rr.e.running(rr.id, 2, 30*time.Second), known: map[string]bool{}}
+	for _, a := range b.running {
 		t.Logf("before: allocation %s on %s, version %d, create index %d, shares on %v", a.ID[:8], a.NodeName, *a.Job.Version, a.CreateIndex, gpus(a))
 	}
-	return allocs
+	stubs, _, err := rr.e.nomad.Jobs().Allocations(rr.id, true, nil)
+	must.NoError(t, err)
+	for _, a := range stubs {
+		b.known[a.ID] = true
+	}
+	return b
 }
 
 // keeps waits until the scheduler has pinned the version registered at
 // index idx (or later) and Nomad has acted on it, then checks that the
-// allocations in before are the job's only allocations, still running,
-// updated in place to the pinned version.
-func (rr *reRegister) keeps(before []*api.Allocation, idx uint64) {
+// running allocations in before are still running, updated in place to
+// the pinned version, and the job has no allocation before did not know.
+func (rr *reRegister) keeps(b allocsBefore, idx uint64) {
+	before := b.running
 	e, t := rr.e, rr.e.t
 	t.Helper()
 	var job *api.Job
@@ -184,12 +203,8 @@ func (rr *reRegister) keeps(before []*api.Allocation, idx uint64) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	var problems []string
-	ids := map[string]bool{}
-	for _, a := range before {
-		ids[a.ID] = true
-	}
 	for _, a := range stubs {
-		if !ids[a.ID] {
+		if !b.known[a.ID] {
 			problems = append(problems, fmt.Sprintf("new allocation %s on %s (version %d, %s/%s)", a.ID[:8], a.NodeName, a.JobVersion, a.DesiredStatus, a.ClientStatus))
 		}
 	}
@@ -224,22 +239,34 @@ func (rr *reRegister) pinDiff(a *api.Allocation, job *api.Job) string {
 	fmt.Fprintf(&b, "pin of version %d (the allocations' first) against version %d:", *a.Job.Version, *job.Version)
 	same := true
 	for _, k := range slices.Sorted(maps.Keys(union(old.Meta, now.Meta))) {
-		if old.Meta[k] != now.Meta[k] {
-			same = false
-			fmt.Fprintf(&b, "\n  group meta %s:\n    was %s\n    now %s", k, old.Meta[k], now.Meta[k])
+		if old.Meta[k] == now.Meta[k] {
+			continue
+		}
+		same = false
+		var was, is map[string]any
+		if json.Unmarshal([]byte(old.Meta[k]), &was) != nil || json.Unmarshal([]byte(now.Meta[k]), &is) != nil {
+			fmt.Fprintf(&b, "\n  group meta %s:\n    was %s\n    now %s", k, short(old.Meta[k]), short(now.Meta[k]))
+			continue
+		}
+		for _, f := range slices.Sorted(maps.Keys(union(was, is))) {
+			w, _ := json.Marshal(was[f])
+			n, _ := json.Marshal(is[f])
+			if string(w) != string(n) {
+				fmt.Fprintf(&b, "\n  group meta %s, field %s:\n    was %s\n    now %s", k, f, short(string(w)), short(string(n)))
+			}
 		}
 	}
 	oc, _ := json.Marshal(deviceConstraints(old))
 	nc, _ := json.Marshal(deviceConstraints(now))
 	if string(oc) != string(nc) {
 		same = false
-		fmt.Fprintf(&b, "\n  device constraints:\n    was %s\n    now %s", oc, nc)
+		fmt.Fprintf(&b, "\n  device constraints:\n    was %s\n    now %s", short(string(oc)), short(string(nc)))
 	}
 	oe, _ := json.Marshal(old.Tasks[0].Env)
 	ne, _ := json.Marshal(now.Tasks[0].Env)
 	if string(oe) != string(ne) {
 		same = false
-		fmt.Fprintf(&b, "\n  task env:\n    was %s\n    now %s", oe, ne)
+		fmt.Fprintf(&b, "\n  task env:\n    was %s\n    now %s", short(string(oe)), short(string(ne)))
 	}
 	if same {
 		b.WriteString(" meta, device constraints and task env identical")
@@ -292,8 +319,16 @@ func allocIDs(allocs []*api.Allocation) string {
 	return strings.Join(ids, ",")
 }
 
+// short cuts s to 240 characters (share ID lists run to thousands).
+func short(s string) string {
+	if len(s) <= 240 {
+		return s
+	}
+	return fmt.Sprintf("%s...(%d more bytes)", s[:240], len(s)-240)
+}
+
 // union is the keys of a and b.
-func union(a, b map[string]string) map[string]bool {
+func union[V any](a, b map[string]V) map[string]bool {
 	out := map[string]bool{}
 	for k := range a {
 		out[k] = true
