@@ -216,10 +216,10 @@ func TestSchedulerHonoursNomadRules(t *testing.T) {
 }
 
 // runsOnlyOn registers the case's job as id and checks that it runs on one
-// of the allowed nodes; it fails as soon as the scheduler pins it where
-// Nomad will never place it. The job is stopped afterwards (not purged: a
-// purge while a plan is in flight crashes Nomad 1.11.3), so every case
-// starts from the filler alone.
+// of the allowed nodes and that no version of it was ever pinned
+// elsewhere; it fails as soon as it sees such a pin. The job is stopped
+// afterwards (not purged: a purge while a plan is in flight crashes Nomad
+// 1.11.3), so every case starts from the filler alone.
 func (e *env) runsOnlyOn(id string, c ruleCase) {
 	t := e.t
 	job := e.parse(id, map[string]any{"shares": 25})
@@ -230,81 +230,123 @@ func (e *env) runsOnlyOn(id string, c ruleCase) {
 	rule := fmt.Sprintf("%s (Nomad allows only %s)", c.name, strings.Join(c.allowed, ", "))
 	var a *api.Allocation
 	e.eventually(60*time.Second, id+" to run", func() bool {
+		e.pinnedOnlyTo(id, c.allowed, rule)
 		if r := e.runningNow(id); len(r) > 0 {
 			a = r[0]
 			return true
 		}
-		e.pinnedOnlyTo(id, c.allowed, rule)
 		return false
 	})
+	// a pin elsewhere that was undone between two looks
+	e.pinnedOnlyTo(id, c.allowed, rule)
 	if !slices.Contains(c.allowed, a.NodeName) {
 		t.Fatalf("%s: allocation %s runs on %s", rule, a.ID, a.NodeName)
 	}
 	t.Logf("%s runs on %s (%s)", id, a.NodeName, rule)
 }
 
-// pinnedOnlyTo fails the test when job id is pinned to a node outside
-// allowed: Nomad would never place it there, the group would wait forever
-// and hold the shares.
+// pinnedOnlyTo fails the test when a version of job id was pinned to a
+// node outside allowed: Nomad never places it there, and until the
+// scheduler notices, the group waits and holds those shares.
 func (e *env) pinnedOnlyTo(id string, allowed []string, rule string) {
 	e.t.Helper()
-	job, _, err := e.nomad.Jobs().Info(id, nil)
-	if err != nil || len(pin.Gated(job)) > 0 {
-		return
-	}
-	rec, ok := pin.ParseRecord(job, "g")
-	if !ok {
-		return
-	}
-	names := e.nodeName()
-	for _, n := range rec.Nodes {
-		if !slices.Contains(allowed, names[n]) {
-			e.t.Fatalf("%s: the scheduler pinned %s to node %s, where Nomad will never place it (shares %s; reason %q); Nomad says: %s",
-				rule, id, names[n], abbrev(rec.Shares), rec.Reason, e.placementFailure(id))
+	var bad []string
+	for _, p := range e.pins(id) {
+		for _, n := range p.nodes {
+			if !slices.Contains(allowed, n) {
+				bad = append(bad, fmt.Sprintf("version %d pinned it to %s (shares %s)", p.version, n, abbrev(p.rec.Shares)))
+			}
 		}
+	}
+	if len(bad) > 0 {
+		e.t.Fatalf("%s: the scheduler pinned %s where Nomad never places it: %s\n  scheduler says: %s\n  Nomad says: %s",
+			rule, id, strings.Join(bad, "; "), e.schedulerView(id), e.placementFailure(id))
 	}
 }
 
-// notPinned fails the test when job id is no longer gated: the scheduler
-// pinned a group no node may run, and its pin holds shares.
+// notPinned fails the test when a version of job id was pinned: no node
+// may run it, and a pin holds the shares.
 func (e *env) notPinned(id, why string) {
 	e.t.Helper()
-	job, _, err := e.nomad.Jobs().Info(id, nil)
-	must.NoError(e.t, err)
-	if len(pin.Gated(job)) > 0 {
-		return
+	var bad []string
+	for _, p := range e.pins(id) {
+		bad = append(bad, fmt.Sprintf("version %d pinned it to %v (%d shares)", p.version, p.nodes, len(p.rec.Shares)))
 	}
-	rec, _ := pin.ParseRecord(job, "g")
-	names := e.nodeName()
-	var on []string
-	if rec != nil {
-		for _, n := range rec.Nodes {
-			on = append(on, names[n])
-		}
-		e.t.Fatalf("the scheduler pinned %s, though %s: it holds %d shares on %v (reason %q); Nomad says: %s",
-			id, why, len(rec.Shares), on, rec.Reason, e.placementFailure(id))
+	if len(bad) > 0 {
+		e.t.Fatalf("the scheduler pinned %s, though %s: %s\n  scheduler says: %s\n  Nomad says: %s",
+			id, why, strings.Join(bad, "; "), e.schedulerView(id), e.placementFailure(id))
 	}
-	e.t.Fatalf("%s lost its gate but carries no placement record, though %s", id, why)
 }
 
-// placementFailure is why Nomad's latest evaluation of job id could not
-// place it, if it could not.
+// versionPin is one pinned version of a job.
+type versionPin struct {
+	version uint64
+	nodes   []string // names
+	rec     *pin.Record
+}
+
+// pins lists the versions of job id (Nomad keeps them all here) that
+// carry a pin: no gate, a placement record.
+func (e *env) pins(id string) []versionPin {
+	e.t.Helper()
+	versions, _, _, err := e.nomad.Jobs().Versions(id, false, nil)
+	must.NoError(e.t, err)
+	names := e.nodeName()
+	var out []versionPin
+	for _, v := range versions {
+		if len(pin.Gated(v)) > 0 {
+			continue
+		}
+		rec, ok := pin.ParseRecord(v, "g")
+		if !ok {
+			continue
+		}
+		p := versionPin{version: *v.Version, rec: rec}
+		for _, n := range rec.Nodes {
+			p.nodes = append(p.nodes, cmp(names[n], n))
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// schedulerView is what the first scheduler says of job id's groups.
+func (e *env) schedulerView(id string) string {
+	if len(e.scheds) == 0 {
+		return "no scheduler"
+	}
+	var st jobStatusView
+	if err := getJSON(e.scheds[0].http+"/v1/jobs/"+id, &st); err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, g := range st.Groups {
+		parts = append(parts, fmt.Sprintf("group %s %s: %s", g.Name, g.State, g.Reason))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// placementFailure is why Nomad's latest evaluation of job id that failed
+// to place could not place it.
 func (e *env) placementFailure(id string) string {
 	evals, _, err := e.nomad.Jobs().Evaluations(id, nil)
 	if err != nil || len(evals) == 0 {
 		return "no evaluation yet"
 	}
-	latest := evals[0]
+	var latest *api.Evaluation
 	for _, ev := range evals {
-		if ev.CreateIndex > latest.CreateIndex {
+		if len(ev.FailedTGAllocs) > 0 && (latest == nil || ev.CreateIndex > latest.CreateIndex) {
 			latest = ev
 		}
 	}
+	if latest == nil {
+		return fmt.Sprintf("%d evaluation(s), none failed to place", len(evals))
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "evaluation %s %s", latest.ID[:8], latest.Status)
+	fmt.Fprintf(&b, "evaluation %s (%s)", latest.ID[:8], latest.Status)
 	for tg, m := range latest.FailedTGAllocs {
-		fmt.Fprintf(&b, "; group %s: %d node(s) evaluated, filtered by class %v, constraint %v, exhausted %v",
-			tg, m.NodesEvaluated, m.ClassFiltered, m.ConstraintFiltered, m.DimensionExhausted)
+		fmt.Fprintf(&b, "; group %s: %d node(s) evaluated, %d filtered, by constraint %v, by class %v, exhausted %v",
+			tg, m.NodesEvaluated, m.NodesFiltered, m.ConstraintFiltered, m.ClassFiltered, m.DimensionExhausted)
 	}
 	return b.String()
 }
