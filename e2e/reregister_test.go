@@ -219,6 +219,16 @@ func (rr *reRegister) keeps(b allocsBefore, idx uint64) {
 			problems = append(problems, fmt.Sprintf("allocation %s create index %d, was %d", b.ID[:8], stubs[i].CreateIndex, b.CreateIndex))
 		case stubs[i].JobVersion != *job.Version:
 			problems = append(problems, fmt.Sprintf("allocation %s still at version %d, job at %d", b.ID[:8], stubs[i].JobVersion, *job.Version))
+		default:
+			// updated in place: its tasks were not restarted either
+			now, _, err := e.nomad.Allocations().Info(b.ID, nil)
+			must.NoError(t, err)
+			for task, st := range b.TaskStates {
+				ns := now.TaskStates[task]
+				if ns == nil || !ns.StartedAt.Equal(st.StartedAt) || ns.Restarts != st.Restarts {
+					problems = append(problems, fmt.Sprintf("allocation %s task %s restarted in place", b.ID[:8], task))
+				}
+			}
 		}
 	}
 	if len(problems) > 0 {

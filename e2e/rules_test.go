@@ -184,33 +184,40 @@ func TestSchedulerHonoursNomadRules(t *testing.T) {
 			&api.Constraint{LTarget: "${attr.kernel.name}", RTarget: "plan9", Operand: "="})
 		_, _, err := e.nomad.Jobs().Register(nowhere, nil)
 		must.NoError(t, err)
-		var why string
-		e.eventually(30*time.Second, "nowhere/g to be reported waiting in /v1/groups", func() bool {
-			e.notPinned("nowhere", "no node passes its constraint ${attr.kernel.name} = plan9")
-			why = waitingReason(s, "nowhere", "g")
-			return why != ""
-		})
-		t.Logf("/v1/groups says nowhere/g waits: %s", why)
-		must.StrContains(t, why, "attr.kernel.name", must.Sprint("the reason does not name the constraint no node passes"))
+		const why = "no node passes its constraint ${attr.kernel.name} = plan9"
+		var state, reason string
+		e.until(30*time.Second, "nowhere/g to be reported waiting in /v1/groups", func() bool {
+			e.notPinned("nowhere", why)
+			state, reason = listedIn(s, "nowhere", "g")
+			if state == "refused" {
+				t.Fatalf("the scheduler refused nowhere/g for good (%s); it should wait: a node that passes could join", reason)
+			}
+			return state == "pending" && reason != ""
+		}, func() string { return fmt.Sprintf("/v1/groups: %q %q; %s", state, reason, e.schedulerView("nowhere")) })
+		t.Logf("/v1/groups says nowhere/g waits: %s", reason)
+		must.StrContains(t, reason, "attr.kernel.name", must.Sprint("the reason does not name the constraint no node passes"))
 
 		// the shares it asked for are free: a job that needs all of alpha runs
 		e.register("after", map[string]any{"shares": 400, "model": modelAlpha})
 		var a *api.Allocation
-		e.eventually(60*time.Second, "after (all of alpha) to run", func() bool {
-			e.notPinned("nowhere", "no node passes its constraint ${attr.kernel.name} = plan9")
+		e.until(60*time.Second, "after (all of alpha) to run", func() bool {
+			e.notPinned("nowhere", why)
 			if r := e.runningNow("after"); len(r) == 1 {
 				a = r[0]
 				return true
 			}
 			return false
+		}, func() string {
+			return fmt.Sprintf("after: %s; nowhere: %s; Nomad says of after: %s", e.schedulerView("after"), e.schedulerView("nowhere"), e.placementFailure("after"))
 		})
 		must.Eq(t, "alpha", a.NodeName)
 		must.SliceLen(t, 4, gpus(a))
-		e.notPinned("nowhere", "no node passes its constraint ${attr.kernel.name} = plan9")
+		e.notPinned("nowhere", why)
 		stubs, _, err := e.nomad.Jobs().Allocations("nowhere", true, nil)
 		must.NoError(t, err)
 		must.SliceEmpty(t, stubs, must.Sprint("Nomad placed a job no node may run"))
-		must.NotEq(t, "", waitingReason(s, "nowhere", "g"), must.Sprint("nowhere/g is no longer reported waiting"))
+		state, reason = listedIn(s, "nowhere", "g")
+		must.Eq(t, "pending", state, must.Sprintf("nowhere/g is no longer reported waiting (%q)", reason))
 	})
 	t.Logf("TestSchedulerHonoursNomadRules took %s", time.Since(start).Round(time.Second))
 }
@@ -229,13 +236,15 @@ func (e *env) runsOnlyOn(id string, c ruleCase) {
 	t.Cleanup(func() { e.stop(id) })
 	rule := fmt.Sprintf("%s (Nomad allows only %s)", c.name, strings.Join(c.allowed, ", "))
 	var a *api.Allocation
-	e.eventually(60*time.Second, id+" to run", func() bool {
+	e.until(60*time.Second, id+" to run", func() bool {
 		e.pinnedOnlyTo(id, c.allowed, rule)
 		if r := e.runningNow(id); len(r) > 0 {
 			a = r[0]
 			return true
 		}
 		return false
+	}, func() string {
+		return fmt.Sprintf("%s\n  scheduler says: %s\n  Nomad says: %s", rule, e.schedulerView(id), e.placementFailure(id))
 	})
 	// a pin elsewhere that was undone between two looks
 	e.pinnedOnlyTo(id, c.allowed, rule)
@@ -351,19 +360,32 @@ func (e *env) placementFailure(id string) string {
 	return b.String()
 }
 
-// waitingReason is why the scheduler says job/group waits (/v1/groups), or
-// "" when it is not listed as waiting.
-func waitingReason(s *scheduler, job, group string) string {
+// listedIn is the state ("pending" or "refused") and reason of job/group
+// in the scheduler's /v1/groups, or "" when it is not listed.
+func listedIn(s *scheduler, job, group string) (state, reason string) {
 	var ws []struct{ Job, Group, State, Reason string }
 	if getJSON(s.http+"/v1/groups", &ws) != nil {
-		return ""
+		return "", ""
 	}
 	for _, w := range ws {
-		if w.Job == job && w.Group == group && w.State == "pending" {
-			return w.Reason
+		if w.Job == job && w.Group == group {
+			return w.State, w.Reason
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// until polls cond until it holds; past the timeout it fails the test
+// with what explain says.
+func (e *env) until(timeout time.Duration, what string, cond func() bool, explain func() string) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out after %s waiting for %s: %s", timeout, what, explain())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // stop stops job id and waits until its allocations have stopped.
