@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -218,6 +219,11 @@ func TestSchedulerHonoursNomadRules(t *testing.T) {
 		must.SliceEmpty(t, stubs, must.Sprint("Nomad placed a job no node may run"))
 		state, reason = listedIn(s, "nowhere", "g")
 		must.Eq(t, "pending", state, must.Sprintf("nowhere/g is no longer reported waiting (%q)", reason))
+		// and `gpushare status` says so to the user
+		out, err := exec.Command(cliBin, "status", "-address", e.c.Address(), "-scheduler", s.http).CombinedOutput()
+		must.NoError(t, err, must.Sprint(string(out)))
+		must.StrContains(t, string(out), "default/nowhere/g  pending: ", must.Sprint(string(out)))
+		must.StrContains(t, string(out), "attr.kernel.name", must.Sprint(string(out)))
 	})
 	t.Logf("TestSchedulerHonoursNomadRules took %s", time.Since(start).Round(time.Second))
 }
