@@ -76,9 +76,9 @@ func newRulesEnv(t *testing.T) (*env, *scheduler) {
 		n := nodes[c.name]
 		must.NotNil(t, n, must.Sprintf("no node %s", c.name))
 		must.Eq(t, c.dc, n.Datacenter)
-		must.Eq(t, cmp(c.pool, "default"), n.NodePool)
-		_, raw := n.Drivers["raw_exec"]
-		must.Eq(t, c.deny == nil, raw && n.Drivers["raw_exec"].Healthy, must.Sprintf("raw_exec on %s", c.name))
+		must.Eq(t, orDefault(c.pool, "default"), n.NodePool)
+		raw := n.Drivers["raw_exec"]
+		must.Eq(t, c.deny == nil, raw != nil && raw.Detected && raw.Healthy, must.Sprintf("raw_exec on %s", c.name))
 	}
 	pools, _, err := e.nomad.NodePools().List(nil)
 	must.NoError(t, err)
@@ -86,7 +86,7 @@ func newRulesEnv(t *testing.T) (*env, *scheduler) {
 	return e, e.startScheduler("s1", "")
 }
 
-func cmp(s, def string) string {
+func orDefault(s, def string) string {
 	if s == "" {
 		return def
 	}
@@ -109,9 +109,12 @@ func (e *env) nodes() map[string]*api.Node {
 
 // nodeName maps node IDs to names.
 func (e *env) nodeName() map[string]string {
+	e.t.Helper()
+	stubs, _, err := e.nomad.Nodes().List(nil)
+	must.NoError(e.t, err)
 	out := map[string]string{}
-	for name, n := range e.nodes() {
-		out[n.ID] = name
+	for _, n := range stubs {
+		out[n.ID] = n.Name
 	}
 	return out
 }
@@ -317,7 +320,7 @@ func (e *env) pins(id string) []versionPin {
 		}
 		p := versionPin{version: *v.Version, rec: rec}
 		for _, n := range rec.Nodes {
-			p.nodes = append(p.nodes, cmp(names[n], n))
+			p.nodes = append(p.nodes, orDefault(names[n], n))
 		}
 		out = append(out, p)
 	}

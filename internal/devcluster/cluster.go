@@ -43,10 +43,10 @@ type Client struct {
 	NodePool string
 	// DenyDrivers are task drivers the client does not offer (Nomad's
 	// client option driver.denylist), for example "raw_exec": a client
-	// without the driver a job uses. The drivers this machine fingerprints
-	// besides raw_exec are exec, java and mock_driver (the dev agent's
-	// Nomad is not a release build), so a job can still run there with
-	// one of those.
+	// without the driver a job uses. A job can still run there with
+	// another driver: Nomad built from source (not a release build) always
+	// has mock_driver, and as root with cgroups exec and java fingerprint
+	// too.
 	DenyDrivers []string
 }
 
