@@ -277,7 +277,7 @@ func (e *env) pinnedOnlyTo(id string, allowed []string, rule string) {
 	}
 	if len(bad) > 0 {
 		e.t.Fatalf("%s: the scheduler pinned %s where Nomad never places it: %s\n  scheduler says: %s\n  Nomad says: %s",
-			rule, id, strings.Join(bad, "; "), e.schedulerView(id), e.placementFailure(id))
+			rule, id, firstOf(bad, 4), e.schedulerView(id), e.placementFailure(id))
 	}
 }
 
@@ -291,7 +291,7 @@ func (e *env) notPinned(id, why string) {
 	}
 	if len(bad) > 0 {
 		e.t.Fatalf("the scheduler pinned %s, though %s: %s\n  scheduler says: %s\n  Nomad says: %s",
-			id, why, strings.Join(bad, "; "), e.schedulerView(id), e.placementFailure(id))
+			id, why, firstOf(bad, 4), e.schedulerView(id), e.placementFailure(id))
 	}
 }
 
@@ -410,6 +410,15 @@ func (e *env) stop(id string) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	e.t.Logf("allocations of %s still running 60s after it was stopped", id)
+}
+
+// firstOf joins the first n of list (newest versions first) and says how
+// many more there are: a scheduler that pins again and again makes dozens.
+func firstOf(list []string, n int) string {
+	if len(list) <= n {
+		return strings.Join(list, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more pinned versions", strings.Join(list[:n], "; "), len(list)-n)
 }
 
 func abbrev(ids []string) string {
