@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -16,6 +17,8 @@ import (
 type Unplaced struct {
 	JobModifyIndex uint64
 	Reason         string
+	// Metric is Nomad's account of the failed placement.
+	Metric *api.AllocationMetric
 }
 
 // PutEval records what an evaluation of a job says about its groups: a
@@ -33,7 +36,7 @@ func (s *State) PutEval(e *api.Evaluation) {
 		if prev, ok := s.unplaced[k]; ok && prev.JobModifyIndex > e.JobModifyIndex {
 			continue
 		}
-		s.unplaced[k] = Unplaced{JobModifyIndex: e.JobModifyIndex, Reason: MetricReason(e.FailedTGAllocs[g])}
+		s.unplaced[k] = Unplaced{JobModifyIndex: e.JobModifyIndex, Reason: MetricReason(e.FailedTGAllocs[g]), Metric: e.FailedTGAllocs[g]}
 	}
 	if e.Status != api.EvalStatusComplete {
 		return
@@ -48,11 +51,24 @@ func (s *State) PutEval(e *api.Evaluation) {
 }
 
 // NomadFailed says why Nomad could not place the group at the job's
-// current version, if it evaluated that version and failed: a pin it
-// cannot place is decided again, and holds nothing meanwhile.
+// current version, if it evaluated that version and no pinned node could
+// ever take it: every node Nomad looked at was filtered by a rule of the
+// job other than the pin's own node constraint (pin), or none was
+// eligible at all (a datacenter or node pool the pin's nodes are not in).
+// A pin that failed only because its nodes were exhausted — its shares,
+// CPU or memory still held by an allocation being stopped or replaced — is
+// no failure: Nomad's blocked evaluation places it once they free, and its
+// shares stay held for it meanwhile.
 func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	u, ok := s.unplaced[KeyOf(job, group)]
 	if !ok || job.JobModifyIndex == nil || u.JobModifyIndex != *job.JobModifyIndex {
+		return "", false
+	}
+	mine := "" // the pin's node constraint, as Nomad's metric names it
+	if rec, ok := s.Record(job, group); ok {
+		mine = fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ","))
+	}
+	if m := u.Metric; m != nil && m.NodesExhausted > 0 && m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 {
 		return "", false
 	}
 	return u.Reason, true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -175,7 +176,13 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 						// decided again without those nodes; it holds
 						// nothing meanwhile (model.Snapshot)
 						rec, _ := s.state.Record(job, name)
-						repin, avoid = true, append(avoid, rec.Nodes...)
+						if s.nomadRefused[key] == nil {
+							s.nomadRefused[key] = map[string]bool{}
+						}
+						for _, n := range rec.Nodes { // every node Nomad refused it on, not only the last pin's
+							s.nomadRefused[key][n] = true
+						}
+						repin, avoid = true, append(avoid, slices.Sorted(maps.Keys(s.nomadRefused[key]))...)
 						said[key] = why
 					}
 				}
@@ -241,6 +248,14 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	for k := range s.retries {
 		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
 			delete(s.retries, k)
+		}
+	}
+	for k := range s.nomadRefused {
+		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
+		if job == nil {
+			delete(s.nomadRefused, k)
+		} else if tg := pin.Group(job, k.Group); tg == nil || len(s.state.GroupAllocs(k.Namespace, k.Job, k.Group)) >= pin.Count(tg) {
+			delete(s.nomadRefused, k) // placed: what Nomad refused before no longer matters
 		}
 	}
 	for id := range s.priorRead {
@@ -550,7 +565,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	s.metrics.pins.Inc()
 	s.countRestarts(orig, a)
 	if a.Kind == decide.Repin {
-		s.log.Warn("re-pinned a group whose pinned capacity is gone; Nomad replaces its allocations", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
+		s.log.Info("re-pinned a group whose pinned capacity is gone or that Nomad could not place", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
 	}
 	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
 		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)

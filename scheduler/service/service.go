@@ -43,6 +43,10 @@ type Service struct {
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string
+	// nomadRefused are the nodes Nomad could not place each group's pins
+	// on, while the group misses allocations: a pin that fails is decided
+	// again without all of them, never back and forth between two
+	nomadRefused map[decide.Key]map[string]bool
 	// priorRead: allocations whose version's pin was asked for (false)
 	// or read (true); see prior.go
 	priorRead map[string]bool
@@ -122,7 +126,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s := &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, retries: map[decide.Key]retry{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),

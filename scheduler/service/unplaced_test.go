@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -134,4 +138,55 @@ func TestTwoWholeGPUsOnOneNodeWaitWithTheRule(t *testing.T) {
 	must.MapNotContainsKey(t, s.refused, key)
 	must.StrContains(t, s.pending[key], "at most one whole-GPU allocation of a group per node")
 	must.StrContains(t, s.pending[key], "split it into groups of count 1")
+}
+
+// A pin Nomad could not place only because its shares were still held (an
+// allocation being preempted or replaced) is no failure: Nomad's blocked
+// evaluation places it once they free, and its shares stay held for it.
+func TestAPinWaitingForItsSharesKeepsThem(t *testing.T) {
+	f, s, rec := pinnedX(t)
+	ev := failedEval(f, "x")
+	ev.FailedTGAllocs["g"] = &api.AllocationMetric{NodesEvaluated: 1, NodesExhausted: 1,
+		DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
+	s.state.PutEval(ev)
+	version := *f.jobs["x"].Version
+	f.put(gated("later", 800))
+	must.NoError(t, s.resync(t.Context()))
+	s.state.PutEval(ev)
+	s.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version) // not decided again
+	_, ok := pin.ParseRecord(f.jobs["later"], "g")
+	must.False(t, ok, must.Sprintf("x's %d shares are still held", len(rec.Shares)))
+}
+
+// A pin Nomad refuses on one node and then on another is decided again
+// without both: never back and forth between two nodes Nomad refuses.
+func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
+	src, err := fixtures.FS.ReadFile(fixtures.PCIe4GPU)
+	must.NoError(t, err)
+	st, err := fixture.Parse("pcie", src)
+	must.NoError(t, err)
+	g := devicefn.Groups(&st.Inventory, 100, "mps", nil)[0]
+	other := &api.Node{ID: "node-2", Name: "pcie", Status: "ready", SchedulingEligibility: "eligible",
+		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536},
+			Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}}}}
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t), other}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	seen := map[string]bool{}
+	for range 4 {
+		rec, _ := pin.ParseRecord(f.jobs["x"], "g")
+		must.MapNotContainsKey(t, seen, rec.Nodes[0], must.Sprint("pinned again on a node Nomad refused"))
+		seen[rec.Nodes[0]] = true
+		version := *f.jobs["x"].Version
+		must.NoError(t, s.resync(t.Context()))
+		s.state.PutEval(failedEval(f, "x"))
+		s.reconcile(t.Context())
+		if *f.jobs["x"].Version == version {
+			break // not pinned again: it waits
+		}
+	}
+	must.MapLen(t, 2, seen)
+	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
 }
