@@ -522,8 +522,12 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 	registered, err := s.nomad.Register(rctx, job, index)
 	if err != nil || registered == 0 {
 		// the model learns at once what Nomad holds now (a conflict: the
-		// newer version, decided on in the next pass)
-		if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {
+		// newer version, decided on in the next pass); a request of its
+		// own, for the registration's may have timed out
+		fctx, fcancel := s.request(ctx)
+		fresh, ferr := s.nomad.Job(fctx, a.Group.Namespace, a.Group.Job)
+		fcancel()
+		if ferr == nil {
 			s.mu.Lock()
 			s.state.PutJob(fresh)
 			s.mu.Unlock()
