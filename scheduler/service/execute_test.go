@@ -2,10 +2,15 @@ package service
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
@@ -63,4 +68,69 @@ func TestTimedOutPinReadsTheJobAgain(t *testing.T) {
 	must.Eq(t, *f.jobs["x"].JobModifyIndex, *got.JobModifyIndex)
 	must.Eq(t, "someone", got.Meta["owner"])
 	must.Eq(t, []string{"g"}, pin.Gated(got))
+}
+
+// A failed unpairing hands on nothing: the step counted the moved
+// allocation's shares free and gave them to a waiting job, but the
+// allocation still runs, so that job is not pinned onto them in the same
+// pass; once the unpairing succeeds it is.
+func TestFailedUnpairHandsNoSharesOn(t *testing.T) {
+	sc := newPairScene(t)
+	node, err := model.NodeOf(sc.f.nodes[0])
+	must.NoError(t, err)
+	paired := sc.old.GPUs[0]
+	taken := map[string]bool{}
+	for _, sh := range append(slices.Clone(sc.old.Shares), sc.new.Shares...) {
+		taken[sh] = true
+	}
+	for g, gpu := range node.GPUs { // every other share runs a filler: the cluster is full
+		var shares []string
+		for k := range 100 {
+			if sh := (devicefn.ShareID{UUID: gpu.UUID, Index: k}).String(); !taken[sh] {
+				shares = append(shares, sh)
+			}
+		}
+		fill(t, sc.f.fakeNomad, fmt.Sprintf("filler-%d", g), shares)
+	}
+	w := gated("w", 25)
+	w.SubmitTime = ptr(int64(1))
+	sc.f.put(w)
+	must.NoError(t, sc.s.resync(t.Context()))
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"])) // no room yet
+
+	sc.f.stopErr = errors.New("Unexpected response code: 503 (no leader)")
+	var steps [][]decide.Action
+	sc.s.onStep = func(a []decide.Action) { steps = append(steps, a) }
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	last := steps[len(steps)-1]
+	must.Eq(t, decide.Unpair, last[0].Kind)
+	must.True(t, slices.ContainsFunc(last, func(a decide.Action) bool { return a.Kind == decide.Pin && a.Group == key("w") }))
+	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"]))
+	must.StrContains(t, sc.s.pending[key("w")], "stopping that allocation failed")
+
+	sc.f.stopErr = nil
+	sc.sample(t, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	rec, ok := pin.ParseRecord(sc.f.jobs["w"], "g")
+	must.True(t, ok)
+	must.Eq(t, []string{paired}, rec.GPUs)
+}
+
+// fill runs a placed job "id" as one allocation on shares of the node.
+func fill(t *testing.T, f *fakeNomad, id string, shares []string) {
+	t.Helper()
+	if len(shares) == 0 {
+		return
+	}
+	job := gated(id, uint64(len(shares)))
+	job.TaskGroups[0].Constraints = nil
+	f.put(job)
+	f.index++
+	f.allocs = append(f.allocs, &api.Allocation{ID: "alloc-" + id, Namespace: "default", JobID: id, TaskGroup: "g", NodeID: "node-1",
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index, CreateIndex: f.index,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: shares}}}}}})
 }

@@ -340,7 +340,7 @@ func startedAt(a *api.Allocation) time.Time {
 // unpair executes a decide.Unpair: the pair is remembered as incompatible
 // on its GPU model, the moved allocation is stopped and its group gated
 // again, so that it waits and is placed elsewhere, like a preemption.
-func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) {
+func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	s.mu.Lock()
 	if p := a.Pair; p != nil {
@@ -350,7 +350,7 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 	if err := s.gateAgain(ctx, a.Allocs, nil); err != nil {
 		pending[a.Group] = s.failed(a.Group, "unpair", err)
 		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
-		return
+		return err
 	}
 	s.intro.unpairs.Inc()
 	s.mu.Lock()
@@ -359,6 +359,7 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 	pending[a.Group] = "unpaired: " + a.Reason
 	log.Warn("unpaired a job from a GPU where a production job ran slower than its bound; its group waits at the gate again and is placed elsewhere",
 		"allocations", a.Allocs, "reason", a.Reason)
+	return nil
 }
 
 // gateAgain stops allocations by gating their groups again: Nomad stops

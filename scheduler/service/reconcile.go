@@ -78,6 +78,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
 	var pins []decide.Action
+	kept := map[string]bool{} // shares of allocations a failed unpair left running
 	for _, a := range actions {
 		if ctx.Err() != nil {
 			return
@@ -86,8 +87,11 @@ func (s *Service) reconcile(ctx context.Context) {
 			pins = append(pins, a) // sent together once the preemptions are done
 			continue
 		}
-		s.execute(ctx, a, jobs[a.Group], shape, pending, failed)
+		if err := s.execute(ctx, a, jobs[a.Group], shape, pending, failed); err != nil && a.Kind == decide.Unpair {
+			s.sharesOf(a.Allocs, kept)
+		}
 	}
+	notGiven(pins, kept, pending, failed)
 	s.sendPins(ctx, pins, jobs, pending, failed, start)
 	if ctx.Err() != nil {
 		return
@@ -110,8 +114,10 @@ func (s *Service) stepConfig() decide.Config {
 	}
 }
 
-// execute carries out one action of the step but a pin (sendPins).
-func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) {
+// execute carries out one action of the step but a pin (sendPins). It
+// returns why a preemption or an unpairing failed: the allocations it was
+// to stop still run.
+func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	switch a.Kind {
 	case decide.Wait:
@@ -139,9 +145,49 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			pending[a.Group] = s.failed(a.Group, "preemption", err)
 			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
+			return err
 		}
 	case decide.Unpair:
-		s.unpair(ctx, a, pending)
+		if err := s.unpair(ctx, a, pending); err != nil {
+			failed[a.Group] = true
+			return err
+		}
+	}
+	return nil
+}
+
+// sharesOf adds the shares of allocations to set. The caller does not
+// hold s.mu.
+func (s *Service) sharesOf(allocIDs []string, set map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range allocIDs {
+		if a, ok := s.state.Allocs[id]; ok {
+			for _, sh := range model.Shares(a) {
+				set[sh] = true
+			}
+		}
+	}
+}
+
+// notGiven fails the pins that were given shares of allocations still
+// running (kept: a failed unpairing left them there): the step counted
+// those shares free, Nomad does not.
+func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key]string, failed map[decide.Key]bool) {
+	if len(kept) == 0 {
+		return
+	}
+	for _, a := range pins {
+		if a.Decision == nil || failed[a.Group] {
+			continue
+		}
+		for _, p := range a.Decision.Placements {
+			if slices.ContainsFunc(p.Shares, func(sh string) bool { return kept[sh] }) {
+				failed[a.Group] = true
+				pending[a.Group] = "not pinned: it was given shares of an allocation that was to be unpaired, and stopping that allocation failed; decided again in the next pass"
+				break
+			}
+		}
 	}
 }
 
