@@ -74,9 +74,7 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 	}
 	key, err := hex.DecodeString(items["key"])
 	if err == nil && len(key) >= 32 {
-		s.mu.Lock()
-		s.secret = key
-		s.mu.Unlock()
+		s.setSecret(key)
 		return nil
 	}
 	if !create {
@@ -93,10 +91,22 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 		return fmt.Errorf("write the scheduler's signing key at %ssecret: %w", statePrefix, err)
 	}
 	s.log.Info("made the key that signs the placements this scheduler writes", "variable", statePrefix+"secret")
-	s.mu.Lock()
-	s.secret = key
-	s.mu.Unlock()
+	s.setSecret(key)
 	return nil
+}
+
+// setSecret takes the signing key. A new key changes which placements are
+// trusted: the placements judged before (parsed per job version, with the
+// holds of pinned groups made from them) are judged again. The caller
+// does not hold s.mu.
+func (s *Service) setSecret(key []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hmac.Equal(s.secret, key) && s.secret != nil {
+		return
+	}
+	s.secret = key
+	s.state.ForgetParsed()
 }
 
 func shardOf(k decide.Key) int {
