@@ -1,12 +1,17 @@
 package service
 
 import (
+	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -40,4 +45,116 @@ func TestKeyLoadedLaterTrustsSignedPlacements(t *testing.T) {
 	held := follower.state.Snapshot(nil, nil).HeldFor
 	must.MapLen(t, 1, held)
 	must.True(t, slices.Contains(slices.Collect(maps.Values(held)), key("x")))
+}
+
+// clocked is loadedService with a clock the test moves.
+func clocked(t *testing.T, f *fakeNomad, now *time.Time) *Service {
+	t.Helper()
+	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return *now })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.loadSecret(t.Context(), true))
+	must.NoError(t, s.loadState(t.Context(), true))
+	return s
+}
+
+// longGroup is group i of a scene at Nomad's limits: a 128-character
+// namespace (the longest Nomad accepts), a 512-character job ID (Nomad
+// sets no limit; longer than any real one) and a 128-character group.
+func longGroup(i int) (*api.Job, decide.Key) {
+	job := gated(fmt.Sprintf("%04d-", i)+strings.Repeat("j", 507), 25)
+	job.Namespace = ptr(strings.Repeat("n", 128))
+	job.TaskGroups[0].Name = ptr(strings.Repeat("g", 128))
+	job.ModifyIndex, job.JobModifyIndex = ptr(uint64(i+1)), ptr(uint64(i+1))
+	return job, model.KeyOf(job, *job.TaskGroups[0].Name)
+}
+
+// Every kind of record is split by its size into Variables Nomad accepts
+// (the fake refuses one over 64 KiB, as Nomad does): 3000 groups with the
+// longest names, each waiting with a long reason, with a learned profile,
+// a preemption in flight, and introspection's records full. A group whose
+// record alone is larger than a Variable loses that record, no other. A
+// replica reads them all back; when the jobs go, the shards no longer
+// needed are deleted.
+func TestRecordsStayWithinNomadsLimit(t *testing.T) {
+	const groups = 3000
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	now := time.Unix(1000, 0)
+	s := clocked(t, f, &now)
+	learned := func(k decide.Key) interference.Profile {
+		return interference.Profile{Name: model.LearnedName(k.String()), SM: 0.123456789, MemBW: 0.987654321}
+	}
+	s.mu.Lock()
+	var keys []decide.Key
+	for i := range groups {
+		job, k := longGroup(i)
+		s.state.PutJob(job)
+		keys = append(keys, k)
+		s.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
+		s.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.123456789, MemBW: 0.987654321})
+		s.preempted[fmt.Sprintf("%08d-1111-2222-3333-444444444444", i)] = now
+		s.intro.rec.noteUnpaired(k, strings.Repeat("slow ", 100), now.Add(time.Duration(i)*time.Second))
+		if i > 0 {
+			s.intro.observe("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]), 0.5)
+			s.intro.markIncompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]))
+		}
+	}
+	huge := gated(strings.Repeat("h", 70<<10), 25)
+	huge.ModifyIndex = ptr(uint64(groups + 1))
+	s.state.PutJob(huge)
+	hugeKey := model.KeyOf(huge, "g")
+	s.pending[hugeKey] = "waits"
+	s.mu.Unlock()
+	s.saveState(t.Context())
+
+	largest, shards := 0, map[string]int{}
+	for path, items := range f.vars {
+		largest = max(largest, varSize(items))
+		for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind} {
+			if k.owns(path) {
+				shards[k.name]++
+			}
+		}
+	}
+	t.Logf("largest variable: %d bytes; shards: %v", largest, shards)
+	must.Less(t, maxVariableSize, largest)
+	must.LessEq(t, shardBudget, largest)
+	must.Greater(t, 5, shards["reasons"])
+	must.Greater(t, 2, shards["learned"])
+	must.Greater(t, 1, shards["preempted"])
+	must.Greater(t, 1, shards["introspection"])
+
+	next := clocked(t, f, &now)
+	must.MapLen(t, groups, next.pending)
+	must.MapNotContainsKey(t, next.pending, hugeKey)
+	must.MapLen(t, groups, next.state.Learned)
+	must.MapLen(t, groups, next.preempted)
+	must.MapLen(t, maxUnpaired, next.intro.rec.unpaired)
+	must.SliceLen(t, maxPairObs, next.intro.rec.obs)
+	must.SliceLen(t, maxBadPairs, next.intro.rec.bad)
+	for _, k := range keys[groups-3:] {
+		must.StrContains(t, next.pending[k], "waits waits")
+		must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[slices.Index(keys, k)-1])))
+	}
+
+	// the jobs go: the records shrink back into one Variable per kind
+	s.mu.Lock()
+	for _, k := range keys[1:] {
+		s.state.DeleteJob(k.Namespace, k.Job)
+		delete(s.pending, k)
+	}
+	s.state.DeleteJob(hugeKey.Namespace, hugeKey.Job)
+	delete(s.pending, hugeKey)
+	clear(s.preempted)
+	s.mu.Unlock()
+	now = now.Add(reasonsEvery)
+	s.saveState(t.Context())
+	for path, items := range f.vars {
+		must.MapNotContainsKey(t, items, shardsItem, must.Sprint(path))
+	}
+	must.MapContainsKeys(t, f.vars, []string{reasonsKind.path(0), learnedKind.path(0)})
+	must.MapLen(t, 3, f.vars) // and the signing key: nothing else is left
+	again := clocked(t, f, &now)
+	must.MapLen(t, 1, again.pending)
+	must.MapLen(t, 1, again.state.Learned)
 }

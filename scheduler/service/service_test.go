@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http/httptest"
 	"slices"
@@ -188,12 +189,27 @@ func (f *fakeNomad) WriteVar(_ context.Context, path string, items map[string]st
 		f.vars = map[string]map[string]string{}
 	}
 	f.varWrites++
+	if size := varSize(items); size > maxVariableSize {
+		return fmt.Errorf("Unexpected response code: 400 (variables are limited to %d bytes, got %d)", maxVariableSize, size)
+	}
 	if len(items) == 0 {
 		delete(f.vars, path)
 		return nil
 	}
 	f.vars[path] = maps.Clone(items)
 	return nil
+}
+
+// maxVariableSize is Nomad's limit on a Variable's items, keys and values
+// (nomad/structs.maxVariableSize, checked on VariableItems.Size).
+const maxVariableSize = 64 << 10
+
+func varSize(items map[string]string) int {
+	n := 0
+	for k, v := range items {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func (f *fakeNomad) put(j *api.Job) {
