@@ -158,3 +158,66 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.MapLen(t, 1, again.pending)
 	must.MapLen(t, 1, again.state.Learned)
 }
+
+// Job "a/b" group "c" and job "a" group "b/c" are two groups to the
+// scheduler: each pinned one holds its own shares until its allocation
+// appears, and each has its own learned profile.
+func TestGroupsWithSlashesAreTwo(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	ab, a := gated("a/b", 100), gated("a", 100)
+	ab.TaskGroups[0].Name, a.TaskGroups[0].Name = ptr("c"), ptr("b/c")
+	f.put(ab)
+	f.put(a)
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["a/b"]))
+	must.SliceEmpty(t, pin.Gated(f.jobs["a"]))
+	must.NoError(t, s.resync(t.Context()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	built := s.state.Snapshot(nil, nil)
+	must.SliceEmpty(t, built.Problems)
+	must.MapLen(t, 2, built.HeldFor)
+	held := slices.Collect(maps.Values(built.HeldFor))
+	must.SliceContainsAll(t, []decide.Key{{Namespace: "default", Job: "a/b", Group: "c"}, {Namespace: "default", Job: "a", Group: "b/c"}}, held)
+
+	s.state.Learn(pin.GroupKey(f.jobs["a/b"], "c"), interference.Profile{Name: "learned", SM: 0.2, MemBW: 0.1})
+	s.state.Learn(pin.GroupKey(f.jobs["a"], "b/c"), interference.Profile{Name: "learned", SM: 0.7, MemBW: 0.1})
+	r1, err := s.state.Request(f.jobs["a/b"], "c", nil)
+	must.NoError(t, err)
+	r2, err := s.state.Request(f.jobs["a"], "b/c", nil)
+	must.NoError(t, err)
+	must.Eq(t, 0.2, r1.Profile.SM)
+	must.Eq(t, 0.7, r2.Profile.SM)
+}
+
+// Records written before they were split by size, and before group keys
+// were escaped, are read: the reasons from their 16 variables by hash
+// (which the first save replaces with the new layout), a learned profile
+// under the unescaped key of a periodic child's group.
+func TestOldRecordsAreRead(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	child := gated("batch/periodic-1700000000", 1600) // waits for good: it has a reason
+	f.put(child)
+	k := decide.Key{Namespace: "default", Job: "batch/periodic-1700000000", Group: "g"}
+	other := decide.Key{Namespace: "default", Job: "other", Group: "g"}
+	f.vars = map[string]map[string]string{
+		statePrefix + "reasons-03": {itemKey(k): groupItem(k, "pending", "old reason of the child")},
+		statePrefix + "reasons-11": {itemKey(other): groupItem(other, "refused", "old reason of other")},
+		statePrefix + "learned":    {"0123": `["default/batch/periodic-1700000000/g",0.3,0.2]`},
+	}
+	now := time.Unix(1000, 0)
+	s := clocked(t, f, &now)
+	must.Eq(t, "old reason of the child", s.pending[k])
+	must.Eq(t, "old reason of other", s.pending[other])
+	must.MapLen(t, 1, s.state.Learned)
+
+	s.reconcile(t.Context()) // saves the records in the new layout
+	must.MapNotContainsKey(t, f.vars, statePrefix+"reasons-03")
+	must.MapNotContainsKey(t, f.vars, statePrefix+"reasons-11")
+	must.MapContainsKey(t, f.vars, statePrefix+"reasons-00")
+	must.Eq(t, map[string]interference.Profile{k.String(): {Name: "learned", SM: 0.3, MemBW: 0.2}}, s.state.Learned)
+	next := clocked(t, f, &now)
+	must.MapContainsKey(t, next.pending, k)
+	must.MapContainsKey(t, next.state.Learned, k.String())
+}
