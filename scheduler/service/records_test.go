@@ -221,3 +221,82 @@ func TestOldRecordsAreRead(t *testing.T) {
 	must.MapContainsKey(t, next.pending, k)
 	must.MapContainsKey(t, next.state.Learned, k.String())
 }
+
+// What the leader and a follower keep of jobs stays flat as jobs come and
+// go: learned profiles, samples, preemptions, unpairings and what the
+// interference knowledge observed go with their job, on the leader and,
+// once it reads the leader's records, on the follower.
+func TestChurnKeepsMemoryFlat(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	now := time.Unix(1000, 0)
+	leader := clocked(t, f, &now)
+	follower := clocked(t, f, &now)
+	const gpu = "Tesla V100-SXM2-16GB"
+	profile := func(i int) interference.Profile {
+		return interference.Profile{Name: model.LearnedName(key(fmt.Sprintf("churn-%d", i)).String()), SM: 0.4, MemBW: 0.2}
+	}
+	sizes := func() map[string]int {
+		leader.mu.Lock()
+		defer leader.mu.Unlock()
+		follower.mu.Lock()
+		defer follower.mu.Unlock()
+		return map[string]int{
+			"leader learned": len(leader.state.Learned), "leader samples": len(leader.observations) + len(leader.intro.alone),
+			"leader knowledge": leader.intro.know.cur().Len(), "leader preempted": len(leader.preempted),
+			"leader unpaired": len(leader.intro.rec.unpaired), "leader obs": len(leader.intro.rec.obs) + len(leader.intro.rec.bad),
+			"follower learned": len(follower.state.Learned), "follower knowledge": follower.intro.know.cur().Len(),
+			"follower preempted": len(follower.preempted), "follower unpaired": len(follower.intro.rec.unpaired),
+		}
+	}
+	var after10, after60 map[string]int
+	for i := range 60 {
+		id := fmt.Sprintf("churn-%d", i)
+		f.put(gated(id, 25))
+		must.NoError(t, leader.resync(t.Context()))
+		leader.reconcile(t.Context())
+		rec, ok := pin.ParseRecord(f.jobs[id], "g")
+		must.True(t, ok)
+		f.index++
+		f.allocs = append(f.allocs, &api.Allocation{ID: "alloc-" + id, Namespace: "default", JobID: id, TaskGroup: "g", NodeID: "node-1",
+			DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index, CreateIndex: f.index,
+			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}})
+		must.NoError(t, leader.resync(t.Context()))
+		leader.mu.Lock()
+		k := key(id)
+		leader.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.4, MemBW: 0.2})
+		leader.observations[k.String()] = []interference.Observation{{SMUtilPct: 40, MemUtilPct: 20}}
+		leader.intro.alone[k.String()] = []float64{40}
+		leader.preempted["alloc-"+id] = now
+		leader.intro.rec.noteUnpaired(k, "slow", now)
+		if i > 0 {
+			leader.intro.observe(gpu, profile(i), profile(i-1), 0.5)
+			leader.intro.observe(gpu, profile(i-1), profile(i), 0.5)
+			leader.intro.markIncompatible(gpu, profile(i), profile(i-1))
+		}
+		leader.mu.Unlock()
+		now = now.Add(reasonsEvery)
+		leader.reconcile(t.Context())
+		must.NoError(t, follower.resync(t.Context()))
+		must.NoError(t, follower.loadState(t.Context(), true))
+		switch i {
+		case 10:
+			after10 = sizes()
+		case 59:
+			after60 = sizes()
+		}
+
+		// the job before is purged
+		if i > 0 {
+			prev := fmt.Sprintf("churn-%d", i-1)
+			delete(f.jobs, prev)
+			f.allocs = slices.DeleteFunc(f.allocs, func(a *api.Allocation) bool { return a.JobID == prev })
+			f.index++
+		}
+	}
+	t.Logf("after 10 jobs: %v; after 60: %v", after10, after60)
+	must.Eq(t, after10, after60)
+	for what, n := range after60 {
+		must.LessEq(t, 8, n, must.Sprint(what))
+	}
+}
