@@ -134,3 +134,54 @@ func fill(t *testing.T, f *fakeNomad, id string, shares []string) {
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: shares}}}}}})
 }
+
+// An unpaired job keeps its place in the queue: Nomad stamps the
+// scheduler's registration as a new submission, but the scheduler decides
+// on when the job was submitted, kept in its records for the next leader,
+// until someone else registers the job.
+func TestUnpairedJobKeepsItsPlace(t *testing.T) {
+	sc := newPairScene(t)
+	sc.f.submitNow = func() time.Time { return *sc.clock }
+	submitted := time.Unix(5000, 0)
+	sc.f.mu.Lock()
+	sc.f.jobs["new"].SubmitTime = ptr(submitted.UnixNano()) // as its user submitted it
+	sc.f.mu.Unlock()
+	must.NoError(t, sc.s.resync(t.Context()))
+	sc.s.stateLoaded = true // records are saved
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.Eq(t, sc.clock.UnixNano(), *sc.f.jobs["new"].SubmitTime) // Nomad's stamp
+	must.NoError(t, sc.s.resync(t.Context()))
+
+	submitOf := func(s *Service) time.Time {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		groups, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)
+		for _, g := range groups {
+			if g.Key == key("new") {
+				return g.Submit
+			}
+		}
+		t.Fatal("new is not decided")
+		return time.Time{}
+	}
+	must.Eq(t, submitted, submitOf(sc.s))
+	sc.s.saveState(t.Context())
+	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, func() time.Time { return *sc.clock })
+	must.NoError(t, err)
+	must.NoError(t, next.resync(t.Context()))
+	must.NoError(t, next.loadState(t.Context(), true))
+	must.Eq(t, submitted, submitOf(next))
+
+	// its user submits it again: that is its place now
+	edited, err := copyJob(sc.f.jobs["new"])
+	must.NoError(t, err)
+	edited.SubmitTime = ptr(time.Unix(90000, 0).UnixNano())
+	sc.f.put(edited)
+	must.NoError(t, next.resync(t.Context()))
+	must.Eq(t, time.Unix(90000, 0), submitOf(next))
+	next.stateLoaded = true
+	next.saveState(t.Context())
+	must.MapEmpty(t, next.submitted)
+}

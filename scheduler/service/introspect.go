@@ -386,9 +386,13 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		if err := s.mayWrite(); err != nil {
 			return err
 		}
-		if _, err := s.nomad.Register(ctx, job, index); err != nil {
+		registered, err := s.nomad.Register(ctx, job, index)
+		if err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
+		s.mu.Lock()
+		s.keepSubmit(job, index, registered) // it keeps its place in the queue
+		s.mu.Unlock()
 		for _, id := range targets[t] {
 			if err := s.mayWrite(); err != nil {
 				return err

@@ -271,8 +271,8 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					continue
 				}
 			}
-			if job.SubmitTime != nil && *job.SubmitTime > 0 {
-				g.Submit = time.Unix(0, *job.SubmitTime)
+			if at := s.submitOf(job); at > 0 { // kept across the scheduler's registrations
+				g.Submit = time.Unix(0, at)
 			}
 			jobs[key] = job
 			groups = append(groups, g)
@@ -592,6 +592,7 @@ func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) 
 		}
 		s.mu.Lock()
 		s.state.PutJob(job)
+		s.keepSubmit(job, index, registered)
 		s.mu.Unlock()
 	}
 	s.mu.Lock()

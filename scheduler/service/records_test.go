@@ -72,7 +72,8 @@ func longGroup(i int) (*api.Job, decide.Key) {
 // Every kind of record is split by its size into Variables Nomad accepts
 // (the fake refuses one over 64 KiB, as Nomad does): 3000 groups with the
 // longest names, each waiting with a long reason, with a learned profile,
-// a preemption in flight, and introspection's records full. A group whose
+// a preemption in flight, a kept submit time, and introspection's records
+// full. A group whose
 // record alone is larger than a Variable loses that record, no other. A
 // replica reads them all back; when the jobs go, the shards no longer
 // needed are deleted.
@@ -93,6 +94,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 		s.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
 		s.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.123456789, MemBW: 0.987654321})
 		s.preempted[fmt.Sprintf("%08d-1111-2222-3333-444444444444", i)] = now
+		s.submitted[model.JobKey(k.Namespace, k.Job)] = submitted{index: *job.JobModifyIndex, at: now.UnixNano()}
 		s.intro.rec.noteUnpaired(k, strings.Repeat("slow ", 100), now.Add(time.Duration(i)*time.Second))
 		if i > 0 {
 			s.intro.observe("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]), 0.5)
@@ -110,7 +112,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	largest, shards := 0, map[string]int{}
 	for path, items := range f.vars {
 		largest = max(largest, varSize(items))
-		for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind} {
+		for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind} {
 			if k.owns(path) {
 				shards[k.name]++
 			}
@@ -123,12 +125,14 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.Greater(t, 2, shards["learned"])
 	must.Greater(t, 1, shards["preempted"])
 	must.Greater(t, 1, shards["introspection"])
+	must.Greater(t, 1, shards["submitted"])
 
 	next := clocked(t, f, &now)
 	must.MapLen(t, groups, next.pending)
 	must.MapNotContainsKey(t, next.pending, hugeKey)
 	must.MapLen(t, groups, next.state.Learned)
 	must.MapLen(t, groups, next.preempted)
+	must.MapLen(t, groups, next.submitted)
 	must.MapLen(t, maxUnpaired, next.intro.rec.unpaired)
 	must.SliceLen(t, maxPairObs, next.intro.rec.obs)
 	must.SliceLen(t, maxBadPairs, next.intro.rec.bad)
@@ -152,8 +156,8 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	for path, items := range f.vars {
 		must.MapNotContainsKey(t, items, shardsItem, must.Sprint(path))
 	}
-	must.MapContainsKeys(t, f.vars, []string{reasonsKind.path(0), learnedKind.path(0)})
-	must.MapLen(t, 3, f.vars) // and the signing key: nothing else is left
+	must.MapContainsKeys(t, f.vars, []string{reasonsKind.path(0), learnedKind.path(0), submittedKind.path(0)})
+	must.MapLen(t, 4, f.vars) // and the signing key: nothing else is left
 	again := clocked(t, f, &now)
 	must.MapLen(t, 1, again.pending)
 	must.MapLen(t, 1, again.state.Learned)
@@ -223,8 +227,8 @@ func TestOldRecordsAreRead(t *testing.T) {
 }
 
 // What the leader and a follower keep of jobs stays flat as jobs come and
-// go: learned profiles, samples, preemptions, unpairings and what the
-// interference knowledge observed go with their job, on the leader and,
+// go: learned profiles, samples, preemptions, unpairings, submit times
+// and what the interference knowledge observed go with their job, on the leader and,
 // once it reads the leader's records, on the follower.
 func TestChurnKeepsMemoryFlat(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
@@ -246,12 +250,15 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 			"leader unpaired": len(leader.intro.rec.unpaired), "leader obs": len(leader.intro.rec.obs) + len(leader.intro.rec.bad),
 			"follower learned": len(follower.state.Learned), "follower knowledge": follower.intro.know.cur().Len(),
 			"follower preempted": len(follower.preempted), "follower unpaired": len(follower.intro.rec.unpaired),
+			"leader submitted": len(leader.submitted), "follower submitted": len(follower.submitted),
 		}
 	}
 	var after10, after60 map[string]int
 	for i := range 60 {
 		id := fmt.Sprintf("churn-%d", i)
-		f.put(gated(id, 25))
+		job := gated(id, 25)
+		job.SubmitTime = ptr(now.UnixNano())
+		f.put(job)
 		must.NoError(t, leader.resync(t.Context()))
 		leader.reconcile(t.Context())
 		rec, ok := pin.ParseRecord(f.jobs[id], "g")

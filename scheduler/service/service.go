@@ -68,7 +68,10 @@ type Service struct {
 	preempted map[string]time.Time
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
-	synced       bool
+	// submitted keeps when jobs the scheduler registered again were
+	// submitted (submit.go)
+	submitted map[string]submitted
+	synced    bool
 
 	dirty  chan struct{}
 	leader atomic.Bool
@@ -124,7 +127,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		metrics: newMetrics(), now: now, state: model.New(),
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
-		observations: map[string][]interference.Observation{},
+		observations: map[string][]interference.Observation{}, submitted: map[string]submitted{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
 	}

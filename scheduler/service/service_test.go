@@ -49,6 +49,9 @@ type fakeNomad struct {
 	// hangJob, those of one job only.
 	hang    bool
 	hangJob string
+	// submitNow, when set, stamps the SubmitTime of every registration,
+	// as Nomad does.
+	submitNow func() time.Time
 	// tokens are the ACL tokens Nomad knows (nil: ACLs off); see Authorize.
 	tokens map[string][]string
 	// vars are the Nomad Variables written, by path.
@@ -252,6 +255,10 @@ func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) (uin
 	}
 	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
 		return 0, ErrConflict
+	}
+	if f.submitNow != nil { // on a copy: Nomad does not change the caller's job
+		j, _ = copyJob(j)
+		j.SubmitTime = ptr(f.submitNow().UnixNano())
 	}
 	f.putLocked(j)
 	return f.index, nil

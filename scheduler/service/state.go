@@ -179,8 +179,9 @@ func (s *Service) saveState(ctx context.Context) {
 	}
 	vars[preemptedKind.path(0)] = preempted
 	s.introspectionVars(vars, wanted)
+	vars[submittedKind.path(0)] = s.submittedItems()
 	var todo []varWrite
-	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind} {
+	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind} {
 		if items, ok := vars[k.path(0)]; ok {
 			todo = append(todo, s.plan(k, items)...)
 		}
@@ -268,6 +269,10 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	if err != nil {
 		return err
 	}
+	submittedItems, err := s.readKind(ctx, submittedKind, seen)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.Copy(s.saved, seen) // what is there need not be written again
@@ -307,6 +312,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	}
 	s.preempted = preempted
 	s.loadIntrospection(introItems)
+	s.loadSubmitted(submittedItems)
 	if !s.stateLoaded {
 		s.stateLoaded = true
 		s.state.ForgetParsed() // placements read before are judged again
