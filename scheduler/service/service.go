@@ -128,8 +128,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{}, submitted: map[string]submitted{},
-		dirty:        make(chan struct{}, 1),
-		intro:        intro,
+		dirty: make(chan struct{}, 1),
+		intro: intro,
 	}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
