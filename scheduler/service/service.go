@@ -127,9 +127,10 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		metrics: newMetrics(), now: now, state: model.New(),
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
-		observations: map[string][]interference.Observation{}, submitted: map[string]submitted{},
-		dirty: make(chan struct{}, 1),
-		intro: intro,
+		observations: map[string][]interference.Observation{},
+		submitted:    map[string]submitted{},
+		dirty:        make(chan struct{}, 1),
+		intro:        intro,
 	}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
