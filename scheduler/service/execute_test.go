@@ -152,7 +152,8 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, sc.clock.UnixNano(), *sc.f.jobs["new"].SubmitTime) // Nomad's stamp
-	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" }) // Nomad stops it
+	// Nomad stops the allocation
+	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" })
 	sc.f.index++
 	must.NoError(t, sc.s.resync(t.Context()))
 
