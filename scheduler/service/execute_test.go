@@ -188,3 +188,41 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	next.saveState(t.Context())
 	must.MapEmpty(t, next.submitted)
 }
+
+// slowStops is a Nomad whose registrations and stops each take most of a
+// request's timeout, and fail when their context ends first.
+type slowStops struct {
+	*statsNomad
+	delay time.Duration
+}
+
+func (n *slowStops) wait(ctx context.Context) error {
+	sleep(ctx, n.delay)
+	return ctx.Err()
+}
+
+func (n *slowStops) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
+	if err := n.wait(ctx); err != nil {
+		return 0, err
+	}
+	return n.statsNomad.Register(ctx, j, index)
+}
+
+func (n *slowStops) StopAlloc(ctx context.Context, id string) error {
+	if err := n.wait(ctx); err != nil {
+		return err
+	}
+	return n.statsNomad.StopAlloc(ctx, id)
+}
+
+// Gating a group again and stopping its allocation are requests of their
+// own, each with the whole request timeout: a slow registration does not
+// use up the stop's.
+func TestUnpairRequestsEachHaveTheirTimeout(t *testing.T) {
+	sc := newPairScene(t, func(c *config.Config) { c.Nomad.RequestTimeout = "400ms" })
+	sc.s.nomad = &slowStops{statsNomad: sc.f, delay: 250 * time.Millisecond}
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
+}

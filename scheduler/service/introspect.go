@@ -374,10 +374,12 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		}
 	}
 	s.mu.Unlock()
-	ctx, cancel := s.request(ctx)
-	defer cancel()
+	// each request has its own timeout: a slow one does not use up the
+	// time of those after it
 	for _, t := range slices.SortedFunc(maps.Keys(targets), decide.Key.Compare) {
-		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
+		rctx, cancel := s.request(ctx)
+		job, err := s.nomad.Job(rctx, t.Namespace, t.Job)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("reading job %s: %w", t.Job, err)
 		}
@@ -386,7 +388,9 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		if err := s.mayWrite(); err != nil {
 			return err
 		}
-		registered, err := s.nomad.Register(ctx, job, index)
+		rctx, cancel = s.request(ctx)
+		registered, err := s.nomad.Register(rctx, job, index)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
@@ -397,7 +401,10 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 			if err := s.mayWrite(); err != nil {
 				return err
 			}
-			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
+			rctx, cancel := s.request(ctx)
+			err := s.nomad.StopAlloc(rctx, id)
+			cancel()
+			if err != nil && !isNotFound(err) {
 				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
 			}
 		}
