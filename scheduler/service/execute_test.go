@@ -226,3 +226,30 @@ func TestUnpairRequestsEachHaveTheirTimeout(t *testing.T) {
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
 }
+
+// A group that waits while the scheduler pins another group of its job
+// keeps the job's place in the queue: the pin's registration is no new
+// submission.
+func TestWaitingGroupKeepsItsPlaceAcrossAPinOfAnother(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, submitNow: func() time.Time { return time.Unix(9000, 0) }}
+	running(t, f, "busy", []int{0}, 0, "2h")
+	job := gated("two", 25)
+	big := *job.TaskGroups[0]
+	big.Name = ptr("h")
+	big.Tasks = []*api.Task{{Name: "t", Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(128),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpushare", Count: ptr(uint64(800))}}}}}
+	job.TaskGroups = append(job.TaskGroups, &big)
+	job.SubmitTime = ptr(time.Unix(500, 0).UnixNano())
+	f.put(job)
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	must.Eq(t, []string{"h"}, pin.Gated(f.jobs["two"]))
+	must.Eq(t, time.Unix(9000, 0).UnixNano(), *f.jobs["two"].SubmitTime)
+	must.NoError(t, s.resync(t.Context()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	groups, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)
+	must.SliceLen(t, 1, groups)
+	must.Eq(t, "h", groups[0].Key.Group)
+	must.Eq(t, time.Unix(500, 0), groups[0].Submit)
+}

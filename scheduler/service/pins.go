@@ -204,7 +204,7 @@ func (s *Service) pinJob(ctx context.Context, orig *api.Job, acts []decide.Actio
 		}
 		s.mu.Lock()
 		s.state.PutJob(job)
-		s.keepSubmit(job, index, registered)
+		s.keepSubmitOfPin(job, index, registered)
 		s.mu.Unlock()
 	}
 	s.mu.Lock()

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -16,11 +17,12 @@ import (
 // SubmitTime anew at every registration, the scheduler's too: a job that
 // the scheduler pinned a group of, preempted or unpaired would go to the
 // back of the queue (and a job preempted again and again would starve).
-// So when the scheduler registers a job again it keeps, in its records
-// (the submitted kind), when the version it replaced was submitted and
-// the modify index of the version it registered; that version's submit
-// time is the kept one. A version someone else registers is submitted
-// when Nomad says.
+// So when the scheduler registers a job again while groups of it wait at
+// the gate (it pinned some of them, or gated one again to preempt or
+// unpair it), it keeps, in its records (the submitted kind), when the
+// version it replaced was submitted and the modify index of the version
+// it registered; that version's submit time is the kept one. A version
+// someone else registers is submitted when Nomad says.
 
 // submitted is when a job the scheduler registered again was first
 // submitted, and the version (modify index) the scheduler registered.
@@ -58,6 +60,18 @@ func (s *Service) keepSubmit(job *api.Job, from, to uint64) {
 	}
 	if at > 0 {
 		s.submitted[k] = submitted{index: to, at: at}
+	}
+}
+
+// keepSubmitOfPin is keepSubmit for a pin: needed while groups of the job
+// still wait at the gate, or to carry on a time kept before (the job was
+// preempted or unpaired). A job whose groups are all pinned has no record
+// until it is gated again; then its place is when it was pinned, which
+// repeated preemptions keep. The caller holds s.mu.
+func (s *Service) keepSubmitOfPin(job *api.Job, from, to uint64) {
+	_, kept := s.submitted[model.JobKey(nsOf(job), *job.ID)]
+	if kept || len(pin.Gated(job)) > 0 {
+		s.keepSubmit(job, from, to)
 	}
 }
 
