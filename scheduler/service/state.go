@@ -97,7 +97,8 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 
 // setSecret takes the signing key. A new key changes which placements are
 // trusted: the placements judged before (parsed per job version, with the
-// holds of pinned groups made from them) are judged again. The caller
+// holds of pinned groups made from them, and the pins of the versions
+// running allocations were placed with) are judged again. The caller
 // does not hold s.mu.
 func (s *Service) setSecret(key []byte) {
 	s.mu.Lock()
@@ -107,6 +108,7 @@ func (s *Service) setSecret(key []byte) {
 	}
 	s.secret = key
 	s.state.ForgetParsed()
+	clear(s.priorRead) // running allocations' versions are read again, and judged with the key
 }
 
 func itemKey(k decide.Key) string {
