@@ -184,9 +184,11 @@ func (s *Service) readKind(ctx context.Context, k kind, seen map[string]string) 
 	return out, nil
 }
 
-// writeVars writes what plan listed, in order, while this replica may
-// write; a write that fails is retried at the next save. The caller does
-// not hold s.mu.
+// writeVars writes what plan listed for one kind, in order, while this
+// replica may write. A write that fails stops the kind's others (its
+// first shard, which says how many there are, is written last, once the
+// others are); they are tried again at the next save. The caller does not
+// hold s.mu.
 func (s *Service) writeVars(ctx context.Context, todo []varWrite) {
 	for _, w := range todo {
 		if err := s.mayWrite(); err != nil {
@@ -197,7 +199,7 @@ func (s *Service) writeVars(ctx context.Context, todo []varWrite) {
 		cancel()
 		if err != nil {
 			s.log.Warn("cannot save the scheduler's records in a Nomad Variable; will retry", "path", w.path, "error", err)
-			continue
+			return
 		}
 		s.mu.Lock()
 		s.saved[w.path] = hashItems(w.items)

@@ -307,3 +307,48 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		must.LessEq(t, 8, n, must.Sprint(what))
 	}
 }
+
+// shardItems splits by size, in key order: no shard over the budget, the
+// count in the first shard when there are several, and an item larger
+// than a shard alone left out.
+func TestShardItems(t *testing.T) {
+	items := func(n, size int) map[string]string {
+		out := map[string]string{}
+		for i := range n {
+			out[fmt.Sprintf("k%05d", i)] = strings.Repeat("v", size-6)
+		}
+		return out
+	}
+	cases := []struct {
+		name    string
+		items   map[string]string
+		shards  int
+		dropped int
+	}{
+		{"none", nil, 1, 0},
+		{"one small", items(1, 100), 1, 0},
+		{"just one shard", items(49, 1000), 1, 0},
+		{"two shards", items(50, 1000), 2, 0},
+		{"many", items(3000, 1000), 62, 0},
+		{"too large alone", map[string]string{"big": strings.Repeat("x", shardBudget)}, 1, 1},
+		{"past maxShards", items(maxShards*49+100, 1000), maxShards, 100}, // 49 items of 1000 bytes a shard
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			shards, dropped := shardItems(c.items)
+			must.SliceLen(t, c.shards, shards)
+			must.SliceLen(t, c.dropped, dropped)
+			kept := 0
+			for i, sh := range shards {
+				must.LessEq(t, shardBudget, varSize(sh))
+				_, counted := sh[shardsItem]
+				must.Eq(t, i == 0 && len(shards) > 1, counted)
+				kept += len(sh)
+				if counted {
+					kept--
+				}
+			}
+			must.Eq(t, len(c.items)-len(dropped), kept)
+		})
+	}
+}

@@ -182,14 +182,16 @@ func (s *Service) saveState(ctx context.Context) {
 	vars[preemptedKind.path(0)] = preempted
 	s.introspectionVars(vars, wanted)
 	vars[submittedKind.path(0)] = s.submittedItems()
-	var todo []varWrite
+	var plans [][]varWrite
 	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind} {
 		if items, ok := vars[k.path(0)]; ok {
-			todo = append(todo, s.plan(k, items)...)
+			plans = append(plans, s.plan(k, items))
 		}
 	}
 	s.mu.Unlock()
-	s.writeVars(ctx, todo)
+	for _, todo := range plans {
+		s.writeVars(ctx, todo)
+	}
 }
 
 // groupKeys are the keys (decide.Key.String) of the model's groups. The
