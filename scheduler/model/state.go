@@ -305,3 +305,11 @@ func (s *State) Learn(key string, p interference.Profile) {
 	s.Learned[key] = p
 	s.learnedGen++
 }
+
+// Unlearn forgets the profile learned for a group (its job is gone).
+func (s *State) Unlearn(key string) {
+	if _, ok := s.Learned[key]; ok {
+		delete(s.Learned, key)
+		s.learnedGen++
+	}
+}

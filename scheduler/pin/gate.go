@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
@@ -98,13 +99,14 @@ func Group(job *api.Job, name string) *api.TaskGroup {
 	return nil
 }
 
-// GroupKey names a group across the cluster: "<namespace>/<job>/<group>".
+// GroupKey names a group across the cluster: "<namespace>/<job>/<group>",
+// each part escaped so that one key names one group (decide.Key.String).
 func GroupKey(job *api.Job, group string) string {
 	ns := "default"
 	if job.Namespace != nil && *job.Namespace != "" {
 		ns = *job.Namespace
 	}
-	return ns + "/" + *job.ID + "/" + group
+	return decide.Key{Namespace: ns, Job: *job.ID, Group: group}.String()
 }
 
 // Request turns a gated group into a placement request; named profiles are

@@ -258,3 +258,14 @@ func TestDigest(t *testing.T) {
 	}
 	must.NotEq(t, base, Digest(job(25), "g", "best-fit"))
 }
+
+// GroupKey names one group: job "a/b" group "c" is not job "a" group
+// "b/c"; plain names are as they were.
+func TestGroupKeyIsUnambiguous(t *testing.T) {
+	job := func(id, group string) *api.Job {
+		return &api.Job{ID: &id, TaskGroups: []*api.TaskGroup{{Name: &group}}}
+	}
+	must.Eq(t, "default/train/g", GroupKey(job("train", "g"), "g"))
+	must.NotEq(t, GroupKey(job("a/b", "c"), "c"), GroupKey(job("a", "b/c"), "b/c"))
+	must.Eq(t, "default/a%2Fb/c", GroupKey(job("a/b", "c"), "c"))
+}

@@ -346,7 +346,7 @@ func startedAt(a *api.Allocation) time.Time {
 // unpair executes a decide.Unpair: the pair is remembered as incompatible
 // on its GPU model, the moved allocation is stopped and its group gated
 // again, so that it waits and is placed elsewhere, like a preemption.
-func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) {
+func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	s.mu.Lock()
 	if p := a.Pair; p != nil {
@@ -356,7 +356,7 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 	if err := s.gateAgain(ctx, a.Allocs, nil); err != nil {
 		pending[a.Group] = s.failed(a.Group, "unpair", err)
 		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
-		return
+		return err
 	}
 	s.intro.unpairs.Inc()
 	s.mu.Lock()
@@ -365,6 +365,7 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 	pending[a.Group] = "unpaired: " + a.Reason
 	log.Warn("unpaired a job from a GPU where a production job ran slower than its bound; its group waits at the gate again and is placed elsewhere",
 		"allocations", a.Allocs, "reason", a.Reason)
+	return nil
 }
 
 // errNotManaged is wrapped by the refusal to stop or gate an allocation
@@ -389,10 +390,12 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		}
 	}
 	s.mu.Unlock()
-	ctx, cancel := s.request(ctx)
-	defer cancel()
+	// each request has its own timeout: a slow one does not use up the
+	// time of those after it
 	for _, t := range slices.SortedFunc(maps.Keys(targets), decide.Key.Compare) {
-		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
+		rctx, cancel := s.request(ctx)
+		job, err := s.nomad.Job(rctx, t.Namespace, t.Job)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("reading job %s: %w", t.Job, err)
 		}
@@ -401,14 +404,23 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		if err := s.mayWrite(); err != nil {
 			return err
 		}
-		if _, err := s.nomad.Register(ctx, job, index); err != nil {
+		rctx, cancel = s.request(ctx)
+		registered, err := s.nomad.Register(rctx, job, index)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
+		s.mu.Lock()
+		s.keepSubmit(job, index, registered) // it keeps its place in the queue
+		s.mu.Unlock()
 		for _, id := range targets[t] {
 			if err := s.mayWrite(); err != nil {
 				return err
 			}
-			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
+			rctx, cancel := s.request(ctx)
+			err := s.nomad.StopAlloc(rctx, id)
+			cancel()
+			if err != nil && !isNotFound(err) {
 				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
 			}
 		}

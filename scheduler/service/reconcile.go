@@ -79,6 +79,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
 	var pins []decide.Action
+	kept := map[string]bool{} // shares of allocations a failed unpair left running
 	for _, a := range actions {
 		if ctx.Err() != nil {
 			return
@@ -87,8 +88,11 @@ func (s *Service) reconcile(ctx context.Context) {
 			pins = append(pins, a) // sent together once the preemptions are done
 			continue
 		}
-		s.execute(ctx, a, jobs[a.Group], shape, pending, failed)
+		if err := s.execute(ctx, a, jobs[a.Group], shape, pending, failed); err != nil && a.Kind == decide.Unpair {
+			s.sharesOf(a.Allocs, kept)
+		}
 	}
+	notGiven(pins, kept, pending, failed)
 	s.sendPins(ctx, pins, jobs, pending, failed, start)
 	if ctx.Err() != nil {
 		return
@@ -111,8 +115,10 @@ func (s *Service) stepConfig() decide.Config {
 	}
 }
 
-// execute carries out one action of the step but a pin (sendPins).
-func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) {
+// execute carries out one action of the step but a pin (sendPins). It
+// returns why a preemption or an unpairing failed: the allocations it was
+// to stop still run.
+func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	switch a.Kind {
 	case decide.Wait:
@@ -140,9 +146,49 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			pending[a.Group] = s.failed(a.Group, "preemption", err)
 			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
+			return err
 		}
 	case decide.Unpair:
-		s.unpair(ctx, a, pending)
+		if err := s.unpair(ctx, a, pending); err != nil {
+			failed[a.Group] = true
+			return err
+		}
+	}
+	return nil
+}
+
+// sharesOf adds the shares of allocations to set. The caller does not
+// hold s.mu.
+func (s *Service) sharesOf(allocIDs []string, set map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range allocIDs {
+		if a, ok := s.state.Allocs[id]; ok {
+			for _, sh := range model.Shares(a) {
+				set[sh] = true
+			}
+		}
+	}
+}
+
+// notGiven fails the pins that were given shares of allocations still
+// running (kept: a failed unpairing left them there): the step counted
+// those shares free, Nomad does not.
+func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key]string, failed map[decide.Key]bool) {
+	if len(kept) == 0 {
+		return
+	}
+	for _, a := range pins {
+		if a.Decision == nil || failed[a.Group] {
+			continue
+		}
+		for _, p := range a.Decision.Placements {
+			if slices.ContainsFunc(p.Shares, func(sh string) bool { return kept[sh] }) {
+				failed[a.Group] = true
+				pending[a.Group] = "not pinned: it was given shares of an allocation that was to be unpaired, and stopping that allocation failed; decided again in the next pass"
+				break
+			}
+		}
 	}
 }
 
@@ -232,8 +278,8 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					continue
 				}
 			}
-			if job.SubmitTime != nil && *job.SubmitTime > 0 {
-				g.Submit = time.Unix(0, *job.SubmitTime)
+			if at := s.submitOf(job); at > 0 { // kept across the scheduler's registrations
+				g.Submit = time.Unix(0, at)
 			}
 			jobs[key] = job
 			groups = append(groups, g)
@@ -479,97 +525,6 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 		}
 	}
 	return ends
-}
-
-// pinGroup re-registers the job with the group pinned as the action
-// decided, enforcing the job's modify index so a concurrent edit is never
-// overwritten. It returns the job as registered, with its new modify
-// index.
-func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) (*api.Job, error) {
-	// the job as Nomad's HTTP API gives it, to register again unchanged but
-	// for the pin; a newer version than the one decided on is a conflict
-	rctx, cancel := s.request(ctx)
-	job, err := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("reading job %s: %w", a.Group.Job, err)
-	}
-	if orig.JobModifyIndex != nil && job.JobModifyIndex != nil && *job.JobModifyIndex != *orig.JobModifyIndex {
-		s.mu.Lock()
-		s.state.PutJob(job)
-		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
-	}
-	var rec *pin.Record
-	s.mu.Lock()
-	prior, kept := s.state.Prior(a.Group)
-	s.mu.Unlock()
-	if a.Kept && kept {
-		// re-registered unchanged: the pin it had, byte for byte, so that
-		// Nomad updates its allocations in place
-		rec, err = pin.Repeat(job, a.Group.Group, prior.Placement, prior.Signature)
-		if err == nil {
-			rec.Reason = "kept where its allocations run: the group was registered again unchanged"
-		}
-	} else {
-		rec, err = pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
-	}
-	if err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	if s.secret != nil && !(a.Kept && kept) { // signed in the same registration: the pin is the record
-		tg := pin.Group(job, a.Group.Group)
-		tg.Meta[pin.MetaSignature] = sign(s.secret, a.Group, tg.Meta[pin.MetaPlacement])
-	}
-	s.why[a.Group] = rec.Reason
-	s.mu.Unlock()
-	index := uint64(0)
-	if orig.JobModifyIndex != nil {
-		index = *orig.JobModifyIndex
-	}
-	if err := s.mayWrite(); err != nil {
-		return nil, err
-	}
-	s.metrics.pinRequests.Inc()
-	rctx, cancel = s.request(ctx)
-	defer cancel()
-	registered, err := s.nomad.Register(rctx, job, index)
-	if err != nil || registered == 0 {
-		// the model learns at once what Nomad holds now (a conflict: the
-		// newer version, decided on in the next pass)
-		if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {
-			s.mu.Lock()
-			s.state.PutJob(fresh)
-			s.mu.Unlock()
-			job = fresh
-		}
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		// the model holds the pinned version at once, without reading it
-		// back: a pass that starts before its event arrives neither pins
-		// the group again nor gives its shares to another group
-		job.JobModifyIndex, job.ModifyIndex = &registered, &registered
-		if job.Version != nil {
-			job.Version = new(*job.Version + 1)
-		}
-		s.mu.Lock()
-		s.state.PutJob(job)
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	s.pinned[a.Group] = s.now()
-	s.mu.Unlock()
-	s.metrics.pins.Inc()
-	s.countRestarts(orig, a)
-	if a.Kind == decide.Repin {
-		s.log.Info("re-pinned a group whose pinned capacity is gone or that Nomad could not place", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
-	}
-	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
-		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)
-	return job, nil
 }
 
 // countRestarts says how many running allocations of the group a pin

@@ -72,7 +72,10 @@ type Service struct {
 	preempted map[string]time.Time
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
-	synced       bool
+	// submitted keeps when jobs the scheduler registered again were
+	// submitted (submit.go)
+	submitted map[string]submitted
+	synced    bool
 
 	dirty  chan struct{}
 	leader atomic.Bool
@@ -129,6 +132,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
+		submitted:    map[string]submitted{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http/httptest"
 	"slices"
@@ -48,6 +49,9 @@ type fakeNomad struct {
 	// hangJob, those of one job only.
 	hang    bool
 	hangJob string
+	// submitNow, when set, stamps the SubmitTime of every registration,
+	// as Nomad does.
+	submitNow func() time.Time
 	// tokens are the ACL tokens Nomad knows (nil: ACLs off); see Authorize.
 	tokens map[string][]string
 	// vars are the Nomad Variables written, by path.
@@ -188,12 +192,27 @@ func (f *fakeNomad) WriteVar(_ context.Context, path string, items map[string]st
 		f.vars = map[string]map[string]string{}
 	}
 	f.varWrites++
+	if size := varSize(items); size > maxVariableSize {
+		return fmt.Errorf("Unexpected response code: 400 (variables are limited to %d bytes, got %d)", maxVariableSize, size)
+	}
 	if len(items) == 0 {
 		delete(f.vars, path)
 		return nil
 	}
 	f.vars[path] = maps.Clone(items)
 	return nil
+}
+
+// maxVariableSize is Nomad's limit on a Variable's items, keys and values
+// (nomad/structs.maxVariableSize, checked on VariableItems.Size).
+const maxVariableSize = 64 << 10
+
+func varSize(items map[string]string) int {
+	n := 0
+	for k, v := range items {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func (f *fakeNomad) put(j *api.Job) {
@@ -236,6 +255,10 @@ func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) (uin
 	}
 	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
 		return 0, ErrConflict
+	}
+	if f.submitNow != nil { // on a copy: Nomad does not change the caller's job
+		j, _ = copyJob(j)
+		j.SubmitTime = ptr(f.submitNow().UnixNano())
 	}
 	f.putLocked(j)
 	return f.index, nil
