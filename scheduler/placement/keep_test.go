@@ -26,12 +26,14 @@ func TestKeepAndPrefer(t *testing.T) {
 	must.True(t, s.Empty()) // Keep changes nothing
 
 	cases := map[string]func() (Request, []Held){
-		"count differs":   func() (Request, []Held) { r := quarter; r.Count = 2; return r, held },
-		"shares differ":   func() (Request, []Held) { r := quarter; r.Shares = 30; return r, held },
-		"node avoided":    func() (Request, []Held) { r := quarter; r.Avoid = []string{"a"}; return r, held },
-		"model differs":   func() (Request, []Held) { r := quarter; r.Models = []string{"H100"}; return r, held },
-		"node gone":       func() (Request, []Held) { return quarter, []Held{{Node: "b", Shares: held[0].Shares}} },
-		"spans two GPUs":  func() (Request, []Held) { return quarter, []Held{{Node: "a", Shares: append(sh(0, 0, 12), sh(1, 0, 13)...)}} },
+		"count differs": func() (Request, []Held) { r := quarter; r.Count = 2; return r, held },
+		"shares differ": func() (Request, []Held) { r := quarter; r.Shares = 30; return r, held },
+		"node avoided":  func() (Request, []Held) { r := quarter; r.Avoid = []string{"a"}; return r, held },
+		"model differs": func() (Request, []Held) { r := quarter; r.Models = []string{"H100"}; return r, held },
+		"node gone":     func() (Request, []Held) { return quarter, []Held{{Node: "b", Shares: held[0].Shares}} },
+		"spans two GPUs": func() (Request, []Held) {
+			return quarter, []Held{{Node: "a", Shares: append(sh(0, 0, 12), sh(1, 0, 13)...)}}
+		},
 		"share not known": func() (Request, []Held) { return quarter, []Held{{Node: "a", Shares: sh(1, 90, 115)}} },
 	}
 	for name, c := range cases {
