@@ -157,7 +157,7 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}
 		switch rec, ok := s.state.Record(job, *tg.Name); {
-		case slices.Contains(gated, *tg.Name) || (!ok && s.pending[key] != ""):
+		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
 			gs.State = "pending"
 			gs.Reason = s.pending[key]
 			if _, never := s.refused[key]; never {
