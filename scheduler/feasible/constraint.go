@@ -101,8 +101,10 @@ type constraint struct {
 	text string // as Nomad prints it: "<LTarget> <Operand> <RTarget>"
 	op   string
 	l, r target
-	// compiled once when the right-hand side is a literal (rLit)
-	rLit  bool
+	// compiled once when the right-hand side is a literal (rLit); costly
+	// marks the operators whose answer a Check remembers per left value
+	rLit   bool
+	costly bool
 	re    *regexp.Regexp
 	ver   verCheck
 	items []string            // the right-hand set, trimmed
@@ -121,6 +123,7 @@ func compile(c *api.Constraint) *constraint {
 		return k
 	}
 	k.rLit = true
+	k.costly = op == OpRegexp || op == OpVersion || op == OpSemver
 	switch op {
 	case OpRegexp:
 		k.re, _ = regexp.Compile(k.r.key)
@@ -148,6 +151,37 @@ func (k *constraint) holds(n *api.Node) bool {
 	l, lok := k.l.resolve(n)
 	r, rok := k.r.resolve(n)
 	return k.check(l, r, lok, rok)
+}
+
+// memo remembers the answers of costly constraints (version parsing,
+// regular expressions) per left-hand value, for one Check: the nodes of a
+// cluster share a few kernel, driver and Nomad versions.
+type memo map[memoKey]bool
+
+type memoKey struct {
+	k any
+	l string
+}
+
+// holdsMemo is holds, remembered for costly constraints.
+func (k *constraint) holdsMemo(n *api.Node, m *memo) bool {
+	if !k.costly {
+		return k.holds(n)
+	}
+	l, lok := k.l.resolve(n)
+	if !lok {
+		return false // every costly operator needs both sides
+	}
+	key := memoKey{k, l}
+	if v, ok := (*m)[key]; ok {
+		return v
+	}
+	v := k.check(l, k.r.key, true, true)
+	if *m == nil {
+		*m = memo{}
+	}
+	(*m)[key] = v
+	return v
 }
 
 // check mirrors checkConstraint (scheduler/feasible/feasible.go) on the

@@ -60,12 +60,12 @@ func (r *deviceReq) matchesID(d *api.NodeDeviceResource) bool {
 }
 
 // matches mirrors nodeDeviceMatches: the ID and every constraint.
-func (r *deviceReq) matches(d *api.NodeDeviceResource) bool {
+func (r *deviceReq) matches(d *api.NodeDeviceResource, m *memo) bool {
 	if !r.matchesID(d) {
 		return false
 	}
 	for _, c := range r.cons {
-		if !c.holds(d) {
+		if !c.holdsMemo(d, m) {
 			return false
 		}
 	}
@@ -169,6 +169,28 @@ func (k *devConstraint) holds(d *api.NodeDeviceResource) bool {
 	return k.check(&l, &r, lok, rok)
 }
 
+// holdsMemo is holds, remembered per left-hand string for the costly
+// operators (version, semver, regexp) with a literal right-hand side.
+func (k *devConstraint) holdsMemo(d *api.NodeDeviceResource, m *memo) bool {
+	if m == nil || k.r.kind != dLiteral || (k.op != OpVersion && k.op != OpSemver && k.op != OpRegexp) {
+		return k.holds(d)
+	}
+	l, lok := k.l.resolve(d)
+	if !lok || !l.hasString || l.hasBool {
+		return k.holds(d)
+	}
+	key := memoKey{k, l.s}
+	if v, ok := (*m)[key]; ok {
+		return v
+	}
+	v := k.check(&l, &k.r.lit, lok, true)
+	if *m == nil {
+		*m = memo{}
+	}
+	(*m)[key] = v
+	return v
+}
+
 // check mirrors checkAttributeConstraint (scheduler/feasible/feasible.go).
 func (k *devConstraint) check(l, r *value, lok, rok bool) bool {
 	switch k.op {
@@ -254,7 +276,7 @@ func (k *devConstraint) check(l, r *value, lok, rok bool) bool {
 // gpushare's: each needs Count healthy instances among the device groups
 // that match it, instances taken by one request not counted for the next.
 // The gpushare request needs one device group matching its constraints.
-func devicesFit(reqs []*deviceReq, n *api.Node) bool {
+func devicesFit(reqs []*deviceReq, n *api.Node, m *memo) bool {
 	if len(reqs) == 0 {
 		return true
 	}
@@ -273,7 +295,7 @@ func devicesFit(reqs []*deviceReq, n *api.Node) bool {
 		if r.ours {
 			ok := false
 			for _, d := range devs {
-				if d != nil && r.matches(d) {
+				if d != nil && r.matches(d, m) {
 					ok = true
 					break
 				}
@@ -295,7 +317,7 @@ func devicesFit(reqs []*deviceReq, n *api.Node) bool {
 				}
 			}
 			free := healthy - min(healthy, used[i])
-			if free == 0 || !r.matches(d) {
+			if free == 0 || !r.matches(d, m) {
 				continue
 			}
 			take := min(free, want)

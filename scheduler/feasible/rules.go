@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/ryanuber/go-glob"
@@ -209,6 +210,7 @@ type Check struct {
 	jobOn   map[string]bool // nodes with an allocation of the job
 	groupOn map[string]bool // nodes with an allocation of the group
 	used    []map[string]uint64
+	memo    memo
 }
 
 // With returns the rules checked against the job's live allocations.
@@ -254,7 +256,7 @@ func (c *Check) Reason(n *api.Node) string {
 		return FilterNodePool
 	}
 	for _, k := range r.job {
-		if !k.holds(n) {
+		if !k.holdsMemo(n, &c.memo) {
 			return ReasonConstraint(k.text)
 		}
 	}
@@ -264,11 +266,11 @@ func (c *Check) Reason(n *api.Node) string {
 		}
 	}
 	for _, k := range r.tg {
-		if !k.holds(n) {
+		if !k.holdsMemo(n, &c.memo) {
 			return ReasonConstraint(k.text)
 		}
 	}
-	if !devicesFit(r.devices, n) {
+	if !devicesFit(r.devices, n, &c.memo) {
 		return FilterDevices
 	}
 	if !hasVolumes(r.volumes, n) {
@@ -304,7 +306,7 @@ func Feasible(job *api.Job, group string, n *api.Node, allocs []Alloc, skip Skip
 // inAnyDC mirrors Node.IsInAnyDC: glob patterns ("*" anywhere).
 func inAnyDC(patterns []string, dc string) bool {
 	for _, p := range patterns {
-		if glob.Glob(p, dc) {
+		if p == dc || p == "*" || strings.Contains(p, "*") && glob.Glob(p, dc) {
 			return true
 		}
 	}
