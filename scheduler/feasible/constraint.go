@@ -105,10 +105,10 @@ type constraint struct {
 	// marks the operators whose answer a Check remembers per left value
 	rLit   bool
 	costly bool
-	re    *regexp.Regexp
-	ver   verCheck
-	items []string            // the right-hand set, trimmed
-	set   map[string]struct{} // the same, for large sets
+	re     *regexp.Regexp
+	ver    verCheck
+	items  []string            // the right-hand set, trimmed
+	set    map[string]struct{} // the same, for large sets
 }
 
 // compile compiles a node constraint. An empty operator is "=" (the

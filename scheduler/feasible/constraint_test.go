@@ -57,9 +57,9 @@ func TestTargets(t *testing.T) {
 func TestOperators(t *testing.T) {
 	n := testNode()
 	cases := []struct {
-		name    string
+		name     string
 		l, op, r string
-		want    bool
+		want     bool
 	}{
 		{"equal", "${attr.kernel.name}", "=", "linux", true},
 		{"equal no", "${attr.kernel.name}", "=", "plan9", false},
