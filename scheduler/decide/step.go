@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -331,5 +332,16 @@ func shapeOf(r placement.Request) string {
 		b.WriteByte(',')
 	}
 	b.WriteString(strconv.Itoa(len(r.Avoid)))
+	if r.Allowed != nil { // the job's own rules: requests allowing other nodes differ
+		h := fnv.New64a()
+		for _, id := range r.Allowed {
+			h.Write([]byte(id))
+			h.Write([]byte{','})
+		}
+		fmt.Fprintf(&b, "|allowed %d:%x", len(r.Allowed), h.Sum64())
+	}
+	if r.DistinctNodes {
+		b.WriteString("|distinct")
+	}
 	return b.String()
 }

@@ -129,6 +129,7 @@ type engine struct {
 	vcs   map[string]*VirtualCluster
 	rng   *rand.Rand
 	key   []byte
+	allow []bool // by node index: the nodes the request being decided allows
 }
 
 func (e *engine) Name() string { return e.name }
@@ -159,3 +160,25 @@ func (e *engine) seedFor(s *Snapshot, r *Request) *rand.Rand {
 	}
 	return rand.New(rand.NewPCG(e.opts.Seed, h^s.Version()))
 }
+
+// allowFor marks the nodes of s that r allows (r.Allowed), for eval; a
+// request without Allowed allows every node.
+func (e *engine) allowFor(s *Snapshot, r *Request) {
+	if r.Allowed == nil {
+		return
+	}
+	if cap(e.allow) < len(s.nodes) {
+		e.allow = make([]bool, len(s.nodes))
+	}
+	e.allow = e.allow[:len(s.nodes)]
+	clear(e.allow)
+	for _, id := range r.Allowed {
+		if n, ok := s.byID[id]; ok {
+			e.allow[n.idx] = true
+		}
+	}
+}
+
+// allowed reports whether the request being decided may use node n (see
+// allowFor; only asked when it has Allowed).
+func (e *engine) allowed(n *Node) bool { return n.idx < len(e.allow) && e.allow[n.idx] }

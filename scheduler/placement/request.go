@@ -34,6 +34,16 @@ type Request struct {
 	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
 	// Avoid lists node IDs not to use (for example nodes that lost it before).
 	Avoid []string `json:"avoid,omitempty"`
+	// Allowed, when not nil, lists the only node IDs the request may use:
+	// the nodes the job's own rules allow (the service checks Nomad's
+	// feasibility: datacenters, node pool, constraints, drivers, ...). An
+	// empty, non-nil list allows no node. Unlike Avoid it is a property of
+	// the job: Impossible honours it.
+	Allowed []string `json:"allowed,omitempty"`
+	// DistinctNodes puts at most one allocation of the request on a node
+	// (Nomad's distinct_hosts); otherwise fractions of a group may stack
+	// on one GPU of one node.
+	DistinctNodes bool `json:"distinct_nodes,omitempty"`
 	// Expected is how long the job expects to run (0: not declared). The
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
@@ -161,6 +171,7 @@ const (
 	RefusedInterference = "interference bound"
 	RefusedQuota        = "virtual cluster quota exhausted"
 	RefusedReserve      = "Reserve would refuse the shares"
+	RefusedRules        = "no node the job's own rules allow"
 )
 
 // Refusal says why a request was not placed and what the user can do.
