@@ -60,6 +60,7 @@ type Rules struct {
 	// distinct_hosts at job and group level (DistinctHostsIterator)
 	jobHosts, groupHosts bool
 	props                []propRule
+	key                  string
 }
 
 // volumeReq is a host volume the group mounts.
@@ -150,8 +151,43 @@ func Compile(job *api.Job, group string, skip Skip) (*Rules, error) {
 	r.jobHosts = distinctHosts(job.Constraints, LevelJob, skip)
 	r.groupHosts = distinctHosts(tg.Constraints, LevelGroup, skip)
 	r.props = append(props(job.Constraints, LevelJob, skip, false), props(tg.Constraints, LevelGroup, skip, true)...)
+	if !r.DistinctHosts() && len(r.props) == 0 {
+		r.key = r.describe()
+	}
 	return r, nil
 }
+
+// describe spells out every rule that decides on a node alone.
+func (r *Rules) describe() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "dc=%q pool=%q drivers=%q", r.datacenters, r.pool, r.drivers)
+	for _, k := range r.job {
+		fmt.Fprintf(&b, " job:%q", k.text)
+	}
+	for _, k := range r.tg {
+		fmt.Fprintf(&b, " group:%q", k.text)
+	}
+	for _, d := range r.devices {
+		fmt.Fprintf(&b, " device:%q/%q/%q", d.vendor, d.typ, d.name)
+		if !d.ours {
+			fmt.Fprintf(&b, "x%d", d.count)
+		}
+		for _, c := range d.cons {
+			fmt.Fprintf(&b, ",%q", c.text)
+		}
+	}
+	for _, v := range r.volumes {
+		fmt.Fprintf(&b, " volume:%q,%v", v.sources, v.readOnly)
+	}
+	return b.String()
+}
+
+// Key is the same for two groups whose rules allow the same nodes whatever
+// the allocations (their datacenters, pool, constraints, drivers, devices
+// and volumes are the same), and "" for rules that also depend on the
+// job's allocations (distinct_hosts, distinct_property): a pass may share
+// the nodes one group's rules allow with every group of the same key.
+func (r *Rules) Key() string { return r.key }
 
 // distinctHosts mirrors hasDistinctHostsConstraint: the first
 // distinct_hosts constraint decides; an empty or unreadable value is true.

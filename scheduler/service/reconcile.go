@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -22,6 +23,7 @@ type refusal struct {
 	reason   string
 	jobIndex uint64
 	nodes    uint64 // clusterShape when refused
+	feasible uint64 // the nodes the job's own rules allowed (nodeSet.hash)
 }
 
 // reconcile is one pass of the decision loop: build the step's input from
@@ -127,7 +129,7 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			idx = *job.JobModifyIndex
 		}
 		s.mu.Lock()
-		s.refused[a.Group] = refusal{reason: a.Reason, jobIndex: idx, nodes: shape}
+		s.refused[a.Group] = refusal{reason: a.Reason, jobIndex: idx, nodes: shape, feasible: s.feasibleOf[a.Group]}
 		s.mu.Unlock()
 		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
 	case decide.Preempt:
@@ -150,6 +152,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	var groups []decide.Group
 	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
+	seen := map[string]nodeSet{} // node sets by rules, for this pass
 	for _, job := range s.state.Jobs {
 		if (job.Stop != nil && *job.Stop) || model.Template(job) {
 			continue
@@ -177,8 +180,15 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				pending[key] = why
 				continue
 			}
+			// Nomad's own rules first: a group no node passes waits, holding nothing
+			ns, err := s.feasibleNodes(built.Snapshot, job, name, seen)
+			if err != nil || ns.none != "" {
+				pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
+				continue
+			}
+			s.noteFeasible(key, ns)
 			if r, ok := s.refused[key]; ok {
-				if job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape {
+				if job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape && r.feasible == ns.hash {
 					pending[key] = r.reason
 					continue
 				}
@@ -194,6 +204,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				continue
 			}
 			req.Avoid = g.Req.Avoid
+			req.Allowed, req.DistinctNodes = ns.allowed, ns.distinct
 			g.Req = req
 			if !g.Repin {
 				for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, name) {
@@ -220,6 +231,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			delete(s.retries, k)
 		}
 	}
+	s.forgetFeasible()
 	return groups, jobs, pending
 }
 
@@ -320,7 +332,9 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 // capacity it was pinned to — its node is down, drained or gone, a GPU its
 // missing allocations were pinned to turned unhealthy, or another
 // allocation took some of its pinned shares (short: Nomad placed an
-// ungated job there meanwhile) — so that the replacements cannot be
+// ungated job there meanwhile), or the job's current version no longer
+// allows a pinned node (its own rules: constraints, datacenters, ...) —
+// so that the replacements cannot be
 // placed until it is pinned elsewhere. It returns the nodes to avoid. The
 // caller holds s.mu.
 func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) {
@@ -336,6 +350,11 @@ func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) 
 	for _, n := range rec.Nodes {
 		node, ok := s.state.Nodes[n]
 		if !ok || !model.Usable(node) {
+			gone = append(gone, n)
+		}
+	}
+	for _, n := range s.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
+		if !slices.Contains(gone, n) {
 			gone = append(gone, n)
 		}
 	}

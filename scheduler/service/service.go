@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -74,6 +75,10 @@ type Service struct {
 
 	// intro watches allocations that share a GPU (introspect.go)
 	intro *introspection
+	// rules caches each group's own feasibility rules (feasible.go), and
+	// feasibleOf the nodes they allowed when the group was last decided.
+	rules      *feasible.Cache
+	feasibleOf map[decide.Key]uint64
 }
 
 // New builds a service from a validated configuration.
@@ -117,9 +122,11 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
+		rules:        feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
 	}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
+	s.state.Feasible = s.holdable
 	return s, nil
 }
 
