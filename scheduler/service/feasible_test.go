@@ -183,9 +183,10 @@ func held(s *Service) map[string]int {
 // again when those nodes change, though the cluster's shape does not.
 func TestRefusalDecidedAgainWhenTheAllowedNodesChange(t *testing.T) {
 	f := twoNodes(t)
+	f.nodes[0].Meta["tier"] = "train"
 	j := gated("pair", 800)
 	j.TaskGroups[0].Count = ptr(2)
-	j.Datacenters = []string{"dc2"}
+	j.Constraints = []*api.Constraint{{LTarget: "${meta.tier}", Operand: "=", RTarget: "train"}}
 	f.put(j)
 	s := newTestService(t, f)
 	s.reconcile(t.Context())
@@ -194,10 +195,12 @@ func TestRefusalDecidedAgainWhenTheAllowedNodesChange(t *testing.T) {
 	s.reconcile(t.Context())
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
 
-	// node-1 moves to dc2: same nodes, same GPUs, other datacenter
-	f.nodes[0].Datacenter = "dc2"
-	f.nodes[0].ModifyIndex++
+	// node-2 is given the tier: same nodes, same GPUs, in the same order
+	shape := clusterShape(s.state.Snapshot(s.profile, func(string) bool { return false }).Snapshot)
+	f.nodes[1].Meta["tier"] = "train"
+	f.nodes[1].ModifyIndex++
 	must.NoError(t, s.resync(t.Context()))
+	must.Eq(t, shape, clusterShape(s.state.Snapshot(s.profile, func(string) bool { return false }).Snapshot))
 	s.reconcile(t.Context())
 	nodes := pinnedNodes(t, f, "pair")
 	slices.Sort(nodes)
