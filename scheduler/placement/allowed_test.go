@@ -125,3 +125,52 @@ func TestDistinctNodes(t *testing.T) {
 	must.StrContains(t, ref.Message, "on the 2 of 3 nodes the job's own rules allow")
 	must.Nil(t, Impossible(s, Request{ID: "r", Count: 3, Shares: 200}))
 }
+
+// BenchmarkDecideAllowed is BenchmarkDecide's warm gpushare cluster of
+// 4,000 nodes with every request allowed on every other node only (a job
+// bound to one of two datacenters): decisions per second, to compare with
+// BenchmarkDecide's.
+func BenchmarkDecideAllowed(b *testing.B) {
+	reqs := openbRequests(b)
+	const nodes = 4000
+	s := benchCluster(b, nodes)
+	var half []string
+	for i, n := range s.Nodes() {
+		if i%2 == 1 {
+			half = append(half, n.ID)
+		}
+	}
+	fill := policy(b, PolicyFirstFit, Options{})
+	p := policy(b, PolicyGpushare, Options{Mix: MixFromRequests(reqs, 0.95)})
+	var fifo []string
+	next := 0
+	step := func(pol Policy, allowed []string) {
+		r := reqs[next%len(reqs)]
+		r.ID, r.Allowed = "r"+fmt.Sprint(next), allowed
+		next++
+		if d := pol.Decide(s, r); d.Placed() {
+			if err := s.Apply(d); err != nil {
+				b.Fatal(err)
+			}
+			fifo = append(fifo, d.Placements[0].AllocID)
+		}
+	}
+	for nodes*8*100-totalFree(s) < nodes*8*100*6/10 {
+		for range 1000 {
+			step(fill, nil)
+		}
+	}
+	for range len(reqs) {
+		_, _ = s.Remove(fifo[0])
+		fifo = fifo[1:]
+		step(p, half)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		_, _ = s.Remove(fifo[0])
+		fifo = fifo[1:]
+		step(p, half)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}

@@ -95,6 +95,10 @@ func (e *engine) indexKey(r *Request) string {
 		b = append(b, '|')
 		b = append(b, m...)
 	}
+	if r.Allowed != nil {
+		b = append(b, "|allowed:"...)
+		b = strconv.AppendUint(b, e.allowKey, 16)
+	}
 	e.key = b
 	return string(b)
 }
@@ -106,7 +110,7 @@ func (e *engine) best(s *Snapshot, req *Request) (n *Node, c cand, ok bool) {
 		return e.bestAmong(s, req) // a few nodes: no index needed
 	}
 	ir := *req
-	ir.Avoid, ir.Allowed = nil, nil
+	ir.Avoid = nil // an index per Allowed set: its entries are the allowed nodes
 	r := &ir
 	key := e.indexKey(r)
 	ix := e.idx[key]
@@ -148,7 +152,7 @@ func (e *engine) best(s *Snapshot, req *Request) (n *Node, c cand, ok bool) {
 			ix.h.pop()
 			continue
 		}
-		if req.avoids(nd.ID) || (req.Allowed != nil && !e.allowed(nd)) {
+		if req.avoids(nd.ID) {
 			aside = append(aside, ix.h.pop())
 			continue
 		}

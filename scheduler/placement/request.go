@@ -38,7 +38,9 @@ type Request struct {
 	// the nodes the job's own rules allow (the service checks Nomad's
 	// feasibility: datacenters, node pool, constraints, drivers, ...). An
 	// empty, non-nil list allows no node. Unlike Avoid it is a property of
-	// the job: Impossible honours it.
+	// the job: Impossible honours it. A policy remembers the last list it
+	// was given by its identity: do not change a list once decided on
+	// (make a new one).
 	Allowed []string `json:"allowed,omitempty"`
 	// DistinctNodes puts at most one allocation of the request on a node
 	// (Nomad's distinct_hosts); otherwise fractions of a group may stack
