@@ -30,12 +30,21 @@ type nodeSet struct {
 // node constraint (the next pin replaces it; pin.PinWith). A user's own
 // node constraints elsewhere, or in a gated group, are checked.
 func skipFor(job *api.Job, group string) feasible.Skip {
-	_, pinned := pin.ParseRecord(job, group)
+	pinned := -1 // read once, when the rules are compiled (the cache skips it)
 	return func(level feasible.Level, c *api.Constraint) bool {
 		if pin.IsGate(c) {
 			return true
 		}
-		return pinned && level == feasible.LevelGroup && c.LTarget == pin.NodeAttribute && c.Operand == pin.OpSetContains
+		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute || c.Operand != pin.OpSetContains {
+			return false
+		}
+		if pinned < 0 {
+			pinned = 0
+			if _, ok := pin.ParseRecord(job, group); ok {
+				pinned = 1
+			}
+		}
+		return pinned == 1
 	}
 }
 

@@ -228,3 +228,23 @@ func TestDistinctHostsSpreadsAGroup(t *testing.T) {
 		must.Eq(t, want, pinnedNodes(t, f, "spread"))
 	}
 }
+
+// TestRunningGroupIsNeverTouched: a pinned group whose allocations all run
+// is left alone when its job's rules change under it: nothing is missing,
+// so nothing is decided again (Nomad decides what to do with them).
+func TestRunningGroupIsNeverTouched(t *testing.T) {
+	f, s, rec := pinnedX(t)
+	f.allocs = append(f.allocs, &api.Allocation{ID: "x-0", Namespace: "default", JobID: "x", TaskGroup: "g", NodeID: "node-1",
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index + 1,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}})
+	j, err := copyJob(f.jobs["x"])
+	must.NoError(t, err)
+	j.Constraints = []*api.Constraint{{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "plan9"}}
+	f.put(j)
+	version := *f.jobs["x"].Version
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version)
+	must.MapNotContainsKey(t, s.pending, key("x"))
+}
