@@ -98,6 +98,7 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 	}
 	ns := nodeSet{distinct: rules.DistinctHosts()}
 	switch {
+	case len(nodes) == 0: // nothing to choose from: the placement core says so
 	case len(allowed) == 0:
 		ns.none = fmt.Sprintf("%s: %s; Nomad cannot place it there either. Change the job's datacenters, node pool, constraints, drivers, devices or volumes, or add nodes that meet them (checked again every pass)",
 			placement.RefusedRules, tally.String())
