@@ -272,7 +272,7 @@ func (k *devConstraint) check(l, r *value, lok, rok bool) bool {
 	return false
 }
 
-// devices mirrors DeviceChecker.hasDevices for the requests other than
+// devicesFit mirrors DeviceChecker.hasDevices for the requests other than
 // gpushare's: each needs Count healthy instances among the device groups
 // that match it, instances taken by one request not counted for the next.
 // The gpushare request needs one device group matching its constraints.
