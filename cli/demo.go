@@ -142,7 +142,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		}
 		for _, tg := range job.TaskGroups {
 			if rec, ok := pin.ParseRecord(job, *tg.Name); ok {
-				say("%s/%s: %s", id, *tg.Name, rec.Reason)
+				say("%s/%s: %s", id, *tg.Name, rec.Summary())
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -199,7 +200,11 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *i
 }
 
 // carryPins copies the pins of the registered version into the new one
-// for groups whose request did not change, so they need no new decision.
+// for groups where nothing the scheduler decided on changed — the same
+// request digest (count, resources, GPU request, gpushare.* meta and
+// policy; pin.Digest) as the pin was made for, and the same incarnation of
+// the job — so they need no new decision. Any other group stays gated and
+// is decided again.
 func carryPins(client *api.Client, job *api.Job) []string {
 	ns := ""
 	if job.Namespace != nil {
@@ -209,16 +214,19 @@ func carryPins(client *api.Client, job *api.Job) []string {
 	if err != nil {
 		return nil
 	}
+	// the new version as Nomad will hold it (its defaults filled in), to
+	// compare with the version the pin was made for
+	canon, err := canonical(job)
+	if err != nil {
+		return nil
+	}
 	var carried []string
 	for _, group := range pin.Gated(job) {
 		rec, ok := pin.ParseRecord(old, group)
 		if !ok || !pin.Pinned(old, group) {
 			continue
 		}
-		before, err1 := pin.Request(old, group, nil)
-		after, err2 := pin.Request(job, group, nil)
-		if err1 != nil || err2 != nil || before.Shares != after.Shares || before.Count != after.Count ||
-			strings.Join(before.Models, ",") != strings.Join(after.Models, ",") {
+		if rec.Request == "" || rec.Request != pin.Digest(canon, group, rec.Policy) || rec.Incarnation != pin.Incarnation(old) {
 			continue
 		}
 		d := &placement.Decision{Policy: rec.Policy}
@@ -238,6 +246,20 @@ func carryPins(client *api.Client, job *api.Job) []string {
 		}
 	}
 	return carried
+}
+
+// canonical is a copy of job with Nomad's defaults filled in.
+func canonical(job *api.Job) (*api.Job, error) {
+	b, err := json.Marshal(job)
+	if err != nil {
+		return nil, err
+	}
+	var c api.Job
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, err
+	}
+	c.Canonicalize()
+	return &c, nil
 }
 
 func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
@@ -261,7 +283,7 @@ func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
 			if len(gated) == 0 && running > 0 {
 				for _, tg := range job.TaskGroups {
 					if rec, ok := pin.ParseRecord(job, *tg.Name); ok {
-						fmt.Fprintf(io.Out, "group %s: %s\n", *tg.Name, rec.Reason)
+						fmt.Fprintf(io.Out, "group %s: %s\n", *tg.Name, rec.Summary())
 					}
 				}
 				return 0

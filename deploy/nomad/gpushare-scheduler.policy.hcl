@@ -41,7 +41,8 @@ namespace "default" {
     # the leader lock (leader.variable_path, default gpushare/leader):
     # acquire, renew and release (PUT /v1/var/:path?lock-*) are "write";
     # the scheduler's records under gpushare/state/ (the key it signs its
-    # placements with, pending reasons, learned profiles, preemptions): "read" by every
+    # placements with, pending reasons, learned profiles, preemptions, introspection,
+    # submit times; each kind split by size into <kind>, <kind>-01, ...): "read" by every
     # replica, "write" by the leader, "destroy" when a record empties
     # (Nomad's "read" includes listing). Nothing outside gpushare/.
     path "gpushare/*" {

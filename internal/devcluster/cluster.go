@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -33,6 +34,36 @@ type Client struct {
 	// many clients on one small machine is never limited by them.
 	CPUTotalCompute int
 	MemoryTotalMB   int
+	// Datacenter is the node's datacenter; empty means "dc1".
+	Datacenter string
+	// NodePool is the node's pool; empty means "default". Nomad 1.11
+	// creates a pool a node names when the node registers (in the
+	// authoritative region, which a local cluster's only region is), so
+	// Start need not create it first.
+	NodePool string
+	// DenyDrivers are task drivers the client does not offer (Nomad's
+	// client option driver.denylist), for example "raw_exec": a client
+	// without the driver a job uses. A job can still run there with
+	// another driver: Nomad built from source (not a release build) always
+	// has mock_driver, and as root with cgroups exec and java fingerprint
+	// too.
+	DenyDrivers []string
+}
+
+// datacenter is the client's datacenter, defaulted.
+func (cl Client) datacenter() string {
+	if cl.Datacenter == "" {
+		return "dc1"
+	}
+	return cl.Datacenter
+}
+
+// nodePool is the client's node pool, defaulted.
+func (cl Client) nodePool() string {
+	if cl.NodePool == "" {
+		return "default"
+	}
+	return cl.NodePool
 }
 
 // Options configures a cluster.
@@ -207,7 +238,7 @@ client {
 // agent, which runs the server itself.
 func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string, cl Client) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "name = %q\ndata_dir = %q\nbind_addr = \"127.0.0.1\"\nplugin_dir = %q\nlog_level = \"DEBUG\"\n", name, filepath.Join(dir, "data"), pluginDir)
+	fmt.Fprintf(&b, "name = %q\ndatacenter = %q\ndata_dir = %q\nbind_addr = \"127.0.0.1\"\nplugin_dir = %q\nlog_level = \"DEBUG\"\n", name, cl.datacenter(), filepath.Join(dir, "data"), pluginDir)
 	b.WriteString("advertise {\n  http = \"127.0.0.1\"\n  rpc = \"127.0.0.1\"\n  serf = \"127.0.0.1\"\n}\n")
 	if server == "" {
 		fmt.Fprintf(&b, "ports {\n  http = %d\n  rpc = %d\n  serf = %d\n}\n", http, rpc, serf)
@@ -220,7 +251,14 @@ func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string
 	}
 	// cloud fingerprinters probe the network (and env_aws fails on this
 	// machine's AWS_CA_BUNDLE); a local cluster needs none of them
-	b.WriteString("  options = {\n    \"fingerprint.denylist\" = \"env_aws,env_gce,env_azure,env_digitalocean\"\n  }\n")
+	fmt.Fprintf(&b, "  node_pool = %q\n", cl.nodePool())
+	b.WriteString("  options = {\n    \"fingerprint.denylist\" = \"env_aws,env_gce,env_azure,env_digitalocean\"\n")
+	if len(cl.DenyDrivers) > 0 {
+		// the dev agent enables raw_exec through the legacy client option
+		// driver.raw_exec.enable; the denylist keeps any driver unloaded
+		fmt.Fprintf(&b, "    \"driver.denylist\" = %q\n", strings.Join(cl.DenyDrivers, ","))
+	}
+	b.WriteString("  }\n")
 	if cl.CPUTotalCompute > 0 {
 		fmt.Fprintf(&b, "  cpu_total_compute = %d\n", cl.CPUTotalCompute)
 	}
@@ -229,13 +267,15 @@ func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string
 	}
 	if len(cl.Meta) > 0 {
 		b.WriteString("  meta {\n")
-		for k, v := range cl.Meta {
-			fmt.Fprintf(&b, "    %q = %q\n", k, v)
+		for _, k := range slices.Sorted(maps.Keys(cl.Meta)) {
+			fmt.Fprintf(&b, "    %q = %q\n", k, cl.Meta[k])
 		}
 		b.WriteString("  }\n")
 	}
 	b.WriteString("}\n")
-	b.WriteString("plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n")
+	if !slices.Contains(cl.DenyDrivers, "raw_exec") {
+		b.WriteString("plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n")
+	}
 	fmt.Fprintf(&b, "plugin \"nomad-device-gpushare\" {\n  config {\n    fixture = %q\n    fingerprint_period = \"1s\"\n    mps {\n      pipe_directory = %q\n      log_directory = %q\n    }\n%s\n  }\n}\n",
 		cl.Fixture, filepath.Join(dir, "mps-pipe"), filepath.Join(dir, "mps-log"), cl.PluginConfig)
 	return b.String()

@@ -3,6 +3,7 @@ package decide
 import (
 	"cmp"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/interference"
@@ -23,8 +24,33 @@ func (k Key) Compare(o Key) int {
 	return cmp.Or(cmp.Compare(k.Namespace, o.Namespace), cmp.Compare(k.Job, o.Job), cmp.Compare(k.Group, o.Group))
 }
 
-// String is "<namespace>/<job>/<group>", for logs and request IDs only.
-func (k Key) String() string { return k.Namespace + "/" + k.Job + "/" + k.Group }
+// String is "<namespace>/<job>/<group>" with each part escaped ('%' as
+// "%25", '/' as "%2F"), so that one string names one group (job "a/b"
+// group "c" is "default/a%2Fb/c", job "a" group "b/c" is
+// "default/a/b%2Fc") and plain names read as they are. It names groups in
+// request IDs, learned profiles and the scheduler's records; ParseKey
+// reads it back.
+func (k Key) String() string {
+	return keyPart.Replace(k.Namespace) + "/" + keyPart.Replace(k.Job) + "/" + keyPart.Replace(k.Group)
+}
+
+// Legacy is the key as String wrote it before it escaped the parts
+// (ambiguous when a part contains '/'), to read records written then.
+func (k Key) Legacy() string { return k.Namespace + "/" + k.Job + "/" + k.Group }
+
+var (
+	keyPart   = strings.NewReplacer("%", "%25", "/", "%2F")
+	unKeyPart = strings.NewReplacer("%2F", "/", "%2f", "/", "%25", "%")
+)
+
+// ParseKey reads a key written by Key.String.
+func ParseKey(s string) (Key, bool) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 3 {
+		return Key{}, false
+	}
+	return Key{Namespace: unKeyPart.Replace(parts[0]), Job: unKeyPart.Replace(parts[1]), Group: unKeyPart.Replace(parts[2])}, true
+}
 
 // Kind is what an action does.
 type Kind int
@@ -79,6 +105,10 @@ type Action struct {
 	Group Key
 	// Decision is the placement of a Pin or Repin.
 	Decision *placement.Decision
+	// Kept marks a Pin that places the group exactly where its
+	// allocations run (Group.Keep): the executor writes the pin it wrote
+	// before, unchanged, so that Nomad updates the allocations in place.
+	Kept bool
 	// Allocs are the allocations a Preempt stops.
 	Allocs []string
 	// Hold is a Reserve's nodes, each with when it is expected to free.

@@ -62,8 +62,8 @@ func (st *step) introspect() []Action {
 		if len(others) == 0 {
 			continue // slow alone: not a pairing's fault
 		}
-		moved, ok := st.toMove(append([]string{id}, others...))
-		if !ok {
+		moved, movable := st.toMove(append([]string{id}, others...))
+		if movable == 0 {
 			continue
 		}
 		with := moved
@@ -74,7 +74,7 @@ func (st *step) introspect() []Action {
 		wa, _ := st.snap.Alloc(with)
 		pair := &Pair{GPUModel: model, Slow: a.Profile, With: wa.Profile, Norm: obs.Norm, Bound: bound}
 		reason := fmt.Sprintf("%s runs at %.2fx of alone sharing GPU %s (%s) with %s, below its bound of %.2fx: moving %s (%s, %s)",
-			st.label(id), obs.Norm, uuid, model, st.label(with), 1-bound, st.label(moved), classOf(ma), why(moved, id))
+			st.label(id), obs.Norm, uuid, model, st.label(with), 1-bound, st.label(moved), classOf(ma), why(moved, id, movable))
 		out = append(out, Action{Kind: Unpair, Group: st.in.Running[moved].Group, Allocs: []string{moved}, Reason: reason, Pair: pair})
 		done[uuid] = true
 		released := st.release([]string{moved})
@@ -91,8 +91,13 @@ func (st *step) label(alloc string) string {
 	return "allocation " + alloc
 }
 
-func why(moved, slow string) string {
-	if moved == slow {
+func why(moved, slow string, movable int) string {
+	switch {
+	case movable == 1 && moved == slow:
+		return "the only one of them this scheduler may move"
+	case movable == 1:
+		return "the only one of them this scheduler may move, so the slow one runs alone"
+	case moved == slow:
 		return "the newer or lower-class of the two"
 	}
 	return "the newer or lower-class of the two, so the slow one runs alone"
@@ -106,16 +111,18 @@ func classOf(a placement.Alloc) string {
 }
 
 // toMove chooses, of allocations sharing one GPU, the one to move:
-// opportunistic before the rest, then the one started last. Only an
-// allocation the executor named a group for can be moved.
-func (st *step) toMove(ids []string) (string, bool) {
-	var best string
+// opportunistic before the rest, then the one started last; movable
+// counts the candidates. Only an allocation the executor named a group for
+// can be moved: one it did not (of a namespace it does not manage) is a
+// neighbour, never stopped.
+func (st *step) toMove(ids []string) (best string, movable int) {
 	var bestA placement.Alloc
 	for _, id := range ids {
 		r, ok := st.in.Running[id]
 		if !ok {
 			continue
 		}
+		movable++
 		a, _ := st.snap.Alloc(id)
 		if best == "" {
 			best, bestA = id, a
@@ -132,7 +139,7 @@ func (st *step) toMove(ids []string) (string, bool) {
 			best, bestA = id, a
 		}
 	}
-	return best, best != ""
+	return best, movable
 }
 
 // newest is the allocation of ids started last (by ID among equals).

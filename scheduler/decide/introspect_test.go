@@ -97,3 +97,18 @@ func TestUnpairMovesOpportunisticFirst(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 0, len(Step(policy(t), Input{Snapshot: alone, Now: now, Running: running(0.5, 0)}, c)))
 }
+
+// An allocation the executor does not list (of a namespace it does not
+// manage) is a neighbour: never moved, however low its class or late its
+// start; the slow job moves itself, and the reason says why.
+func TestUnpairNeverMovesAnUnlistedNeighbour(t *testing.T) {
+	s := snapshot(t, "dgx1-v100.hcl")
+	pair(t, s, placement.ClassProduction, placement.ClassOpportunistic)
+	c := cfg()
+	c.MaxSlowdown = 0.3
+	r := running(0.5, 0)
+	delete(r, "b")
+	as := Step(policy(t), Input{Snapshot: s, Now: now, Running: r}, c)
+	must.Eq(t, []string{"unpair a"}, kinds(as))
+	must.StrContains(t, as[0].Reason, "the only one of them this scheduler may move")
+}

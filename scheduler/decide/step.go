@@ -26,6 +26,12 @@ type Group struct {
 	// Replaces are allocations of an older version of the group whose
 	// shares the decision may take: Nomad stops them in the same plan.
 	Replaces []string
+	// Keep is where the group's allocations (those of Replaces) run now,
+	// when the group was re-registered unchanged in everything the
+	// decision depends on: the step places it there again when the
+	// snapshot still allows it (a Pin with Kept set), so that its
+	// allocations are updated in place rather than replaced.
+	Keep []placement.Held
 }
 
 // Config is what the configuration says about deciding.
@@ -68,7 +74,9 @@ type Input struct {
 	Compatible func(g Key, alloc string) bool
 	// Running is what was observed of allocations that share a GPU, by
 	// allocation ID: a production job seen slower than its bound makes the
-	// step unpair its GPU first (see Unpair).
+	// step unpair its GPU first (see Unpair). Only a listed allocation is
+	// ever moved: the executor leaves out those it may not stop (of
+	// namespaces it does not manage), which stay as neighbours.
 	Running map[string]Running
 }
 
@@ -96,9 +104,17 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			shape = shapeOf(req)
 		}
 		var d *placement.Decision
-		if ref, ok := failed[shape]; ok && shape != "" {
+		kept := false
+		if len(g.Keep) > 0 && len(restored) > 0 {
+			if k, err := st.snap.Keep(&g.Req, pol.Name(), g.Keep); err == nil { // a reservation's hold does not move what runs
+				d, kept = k, true
+			}
+		}
+		switch ref, ok := failed[shape]; {
+		case kept:
+		case ok && shape != "":
 			d = &placement.Decision{Request: req.ID, Policy: pol.Name(), Refusal: ref}
-		} else {
+		default:
 			d = st.place(g.Key, req)
 		}
 		if !d.Placed() {
@@ -113,6 +129,9 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			}
 			w := Action{Kind: Wait, Group: g.Key, Refusal: d.Refusal, Position: i + 1, Of: len(queue), Ratio: q.ratio}
 			w.Reason = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(queue), q.ratio)
+			if rule := placement.OnePerNode(st.snap, req); rule != "" {
+				w.Reason += "; " + rule
+			}
 			if len(avoided) > 0 {
 				w.Reason += fmt.Sprintf("; %d node(s) are held for %s, which waits ahead of it, and this group would not end before", len(avoided), heldFor)
 			}
@@ -138,7 +157,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 		if g.Repin {
 			kind = Repin
 		}
-		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Position: i + 1, Of: len(queue), Ratio: q.ratio})
+		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Kept: kept, Position: i + 1, Of: len(queue), Ratio: q.ratio})
 		if len(restored) > 0 {
 			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
 		}
@@ -306,9 +325,11 @@ func (st *step) never(ref *placement.Refusal, req placement.Request) *placement.
 		return nil
 	}
 	switch ref.Code {
-	case placement.RefusedInvalid, placement.RefusedNoModel, placement.RefusedTooLarge:
+	case placement.RefusedInvalid, placement.RefusedNoModel, placement.RefusedTooLarge, placement.RefusedOverQuota:
 		return ref
 	}
+	// a quota in use frees (RefusedQuota): it waits unless the cluster
+	// itself could never hold it
 	return placement.Impossible(st.snap, req)
 }
 

@@ -1,6 +1,7 @@
 package interference
 
 import (
+	"maps"
 	"math"
 	"sync"
 )
@@ -197,4 +198,28 @@ func (k *Knowledge) Observed(gpu string, job, partner Profile) (mean float64, n 
 		return t.mean(), int(t.n)
 	}
 	return 0, 0
+}
+
+// Forget drops what was observed of the jobs gone reports (by Profile.Key:
+// those whose job was purged) and returns how many entries went.
+func (k *Knowledge) Forget(gone func(job string) bool) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	n := len(k.pairs) + len(k.jobs) + len(k.bad)
+	maps.DeleteFunc(k.pairs, func(p pairKey, _ *tally) bool { return gone(p.job) || gone(p.with) })
+	maps.DeleteFunc(k.jobs, func(j jobKey, _ *tally) bool { return gone(j.job) })
+	maps.DeleteFunc(k.bad, func(p pairKey, _ bool) bool { return gone(p.job) || gone(p.with) })
+	n -= len(k.pairs) + len(k.jobs) + len(k.bad)
+	if n > 0 {
+		k.ver++
+	}
+	return n
+}
+
+// Len is how many entries the knowledge holds: observed pairs, observed
+// jobs and incompatible pairs.
+func (k *Knowledge) Len() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.pairs) + len(k.jobs) + len(k.bad)
 }

@@ -85,3 +85,26 @@ func TestKnowledgeIncompatibleIsUnorderedPerModel(t *testing.T) {
 	must.False(t, k.Incompatible("A100", a, b))
 	must.False(t, Default().Incompatible("V100", a, b))
 }
+
+// What was observed of a job goes when it is forgotten, with every pair
+// it is part of; the others' stay.
+func TestKnowledgeForgetsGoneJobs(t *testing.T) {
+	m := Default()
+	a, b, c := Profile{Name: "a", SM: 0.5}, Profile{Name: "b", SM: 0.4}, Profile{ID: "c", SM: 0.3}
+	k := NewKnowledge(m, m.Uncertainty)
+	k.Observe("V100", a, b, 0.5)
+	k.Observe("V100", b, c, 0.6)
+	k.Observe("V100", c, b, 0.7)
+	k.MarkIncompatible("V100", a, b)
+	must.Eq(t, 7, k.Len()) // 3 pairs, 3 jobs, 1 bad pair
+	v := k.Version()
+	must.Eq(t, 0, k.Forget(func(string) bool { return false }))
+	must.Eq(t, v, k.Version())
+	must.Eq(t, 3, k.Forget(func(job string) bool { return job == "a" }))
+	must.Greater(t, v, k.Version())
+	must.False(t, k.Incompatible("V100", a, b))
+	_, n := k.Observed("V100", b, c)
+	must.Eq(t, 1, n)
+	must.Eq(t, 3, k.Forget(func(job string) bool { return job == "c" }))
+	must.Eq(t, 1, k.Len()) // b's own error, observed next to c
+}

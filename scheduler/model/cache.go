@@ -99,9 +99,15 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 	if tg := pin.Group(job, group); tg == nil || !s.Trust(KeyOf(job, group), tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature]) {
 		return nil, false
 	}
+	if rec.Incarnation != 0 && rec.Incarnation != pin.Incarnation(job) {
+		return nil, false // written for a job purged since: not this one's
+	}
 	return rec, true
 }
 
 // ForgetParsed drops the parsed requests and records, to be read again
 // (after Trust changed its mind).
-func (s *State) ForgetParsed() { s.parsed = nil }
+func (s *State) ForgetParsed() {
+	s.parsed = nil
+	s.learnedGen++ // the VCs and classes of allocations are read again
+}

@@ -19,10 +19,12 @@ func AllocKey(a *api.Allocation) decide.Key {
 
 // Template reports whether a job is a template Nomad never places itself:
 // a parameterized job (its dispatched children run) or a periodic one (its
-// launched children run). Children carry their parent's gate and are
-// decided like any job; templates never are.
+// launched children run), paused or not: Nomad never evaluates a periodic
+// parent, so a pin on one would hold shares for nothing. Children carry
+// their parent's gate and are decided like any job; templates never are,
+// and hold nothing.
 func Template(job *api.Job) bool {
-	return job.ParameterizedJob != nil || (job.Periodic != nil && (job.Periodic.Enabled == nil || *job.Periodic.Enabled))
+	return job.ParameterizedJob != nil || job.Periodic != nil
 }
 
 // BatchDone reports whether a batch group already finished its work: one

@@ -108,13 +108,19 @@ func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string)
 }
 
 // allocOf is allocation a for the snapshot, with its group's VC, class and
-// interference profile.
+// interference profile. An allocation of a namespace the scheduler does
+// not manage is a neighbour of unknown class, VC and profile, whatever its
+// job's meta says; the VC and class of one it manages are those its
+// signed placement was made for (see Attribution).
 func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) placement.Alloc {
 	pa := placement.Alloc{ID: a.ID, Node: a.NodeID, Shares: Shares(a), Res: Resources(a)}
-	if job := s.jobOf(a); job != nil {
-		if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
-			pa.VC, pa.Class, pa.Profile, pa.MaxSlowdown = r.VC, r.Class, r.Profile, r.MaxSlowdown
-		}
+	job := s.jobOf(a)
+	if job == nil || !s.Manages(a.Namespace) {
+		return pa
+	}
+	if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
+		pa.Profile, pa.MaxSlowdown = r.Profile, r.MaxSlowdown
+		pa.VC, pa.Class = s.Attribution(job, a.TaskGroup)
 	}
 	return pa
 }

@@ -78,7 +78,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 	}
 	for k, j := range s.Jobs {
 		if !seen[k] {
-			st.count(jobIndex(j) <= l.JobsIndex, func() { delete(s.Jobs, k) })
+			st.count(jobIndex(j) <= l.JobsIndex, func() { s.forgetJob(j); delete(s.Jobs, k) })
 		}
 	}
 
@@ -126,6 +126,9 @@ func (s *State) DeleteJobAt(namespace, id string, index uint64) {
 			delete(s.Allocs, aid)
 			s.byGroup = nil
 		}
+	}
+	if j := s.Jobs[k]; j != nil {
+		s.forgetJob(j)
 	}
 	delete(s.Jobs, k)
 }

@@ -49,12 +49,15 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 	// pinned groups whose allocations are not all there yet keep their shares
 	for _, k := range slices.Sorted(maps.Keys(s.Jobs)) {
 		job := s.Jobs[k]
-		if job.Stop != nil && *job.Stop {
-			continue
+		if (job.Stop != nil && *job.Stop) || Template(job) {
+			continue // Nomad never places a template: its pin holds nothing
 		}
 		for _, tg := range job.TaskGroups {
 			if !s.Pinned(job, *tg.Name) {
 				continue
+			}
+			if _, failed := s.NomadFailed(job, *tg.Name); failed {
+				continue // Nomad evaluated this pin and could not place it
 			}
 			rec, _ := s.Record(job, *tg.Name)
 			r, err := s.Request(job, *tg.Name, profiles)
@@ -69,6 +72,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			rec = s.feasiblePart(job, *tg.Name, rec)
 			free := 0 // pinned shares no allocation holds
 			for _, h := range holds(key, rec, snap.InUse, r, missing, snap) {
+				h.VC, h.Class = s.Attribution(job, *tg.Name) // as its allocations will count
 				free += len(h.Shares)
 				if err := snap.AddAlloc(h); err != nil {
 					// CPU or memory: Nomad places it once they free
@@ -162,8 +166,8 @@ func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r pla
 		missing -= worth
 		out = append(out, placement.Alloc{
 			ID: PendingPrefix + key.String() + "@" + nodeID, Node: nodeID, Shares: shares,
-			Res: placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
-			VC:  r.VC, Class: r.Class, Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
+			Res:     placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
+			Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
 		})
 	}
 	return out

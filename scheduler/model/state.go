@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 
+	"github.com/gpushare/gpushare/scheduler/pin"
+
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -55,7 +57,9 @@ type State struct {
 	parsed map[string]*parsed
 	// live is the placement snapshot kept in step with the state (Snapshot).
 	live *live
-	// learnedGen counts the changes to Learned made through Learn.
+	// learnedGen counts the changes to what an allocation's group facts
+	// are read from besides its job: Learned (through Learn) and the
+	// trust in pin records (ForgetParsed).
 	learnedGen uint64
 	// Trust, when set, decides whether a group's gpushare.placement meta
 	// counts: only placements the scheduler wrote do (a user may write the
@@ -66,6 +70,91 @@ type State struct {
 	// constraints, drivers, ...); nil allows every node. Snapshot holds a
 	// pinned group's shares only on those: Nomad places nothing elsewhere.
 	Feasible func(job *api.Job, group string) func(node string) bool
+	// Managed, when set, says which namespaces the scheduler manages
+	// (Manages); Admits, when set, whether a virtual cluster admits the
+	// jobs of a namespace (Attribution).
+	Managed func(namespace string) bool
+	Admits  func(vc, namespace string) bool
+	// prior is the last trusted pin of each group seen in an earlier
+	// version of its job (see Prior).
+	prior map[decide.Key]Prior
+	// unplaced is what Nomad said of groups it could not place, from its
+	// evaluations (see PutEval).
+	unplaced map[decide.Key]Unplaced
+}
+
+// Prior is the pin of an earlier version of a group, as that version
+// carried it: a group re-registered unchanged is pinned with it again,
+// byte for byte, so that Nomad updates its allocations in place.
+type Prior struct {
+	Placement, Signature string
+	Record               *pin.Record
+}
+
+// Prior returns the last trusted pin a version of the group carried
+// before the current one, if the job is still the same incarnation.
+func (s *State) Prior(k decide.Key) (Prior, bool) {
+	p, ok := s.prior[k]
+	if !ok {
+		return Prior{}, false
+	}
+	job := s.Jobs[JobKey(k.Namespace, k.Job)]
+	if job == nil || (p.Record.Incarnation != 0 && p.Record.Incarnation != pin.Incarnation(job)) {
+		return Prior{}, false
+	}
+	return p, true
+}
+
+// forgetJob drops what the state keeps of a job that is gone: its
+// groups' earlier pins and what Nomad said of them.
+func (s *State) forgetJob(job *api.Job) {
+	for _, tg := range job.TaskGroups {
+		delete(s.prior, KeyOf(job, *tg.Name))
+	}
+	s.forgetUnplaced(namespaceOf(job), *job.ID)
+}
+
+// LearnPrior remembers the pin group carries in old, an earlier version
+// of the job read back from Nomad (the version a running allocation of the
+// group was placed with), when it is trusted and of the current
+// incarnation; it reports whether it did. A scheduler that starts while a
+// group waits at the gate with allocations running learns their pin so.
+func (s *State) LearnPrior(old *api.Job, group string) bool {
+	cur := s.Jobs[jobKey(old)]
+	tg := pin.Group(old, group)
+	if cur == nil || tg == nil || pin.Incarnation(old) != pin.Incarnation(cur) {
+		return false
+	}
+	rec, ok := s.trustedRecord(old, group)
+	if !ok {
+		return false
+	}
+	if s.prior == nil {
+		s.prior = map[decide.Key]Prior{}
+	}
+	s.prior[KeyOf(old, group)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
+	return true
+}
+
+// keepPriors remembers the trusted pins of prev, the version next
+// replaces; a group pinned in next has its pin in next instead.
+func (s *State) keepPriors(prev, next *api.Job) {
+	if pin.Incarnation(prev) != pin.Incarnation(next) {
+		for _, tg := range prev.TaskGroups {
+			delete(s.prior, KeyOf(prev, *tg.Name))
+		}
+		return
+	}
+	for _, tg := range prev.TaskGroups {
+		rec, ok := s.Record(prev, *tg.Name)
+		if !ok || !s.Pinned(prev, *tg.Name) {
+			continue
+		}
+		if s.prior == nil {
+			s.prior = map[decide.Key]Prior{}
+		}
+		s.prior[KeyOf(prev, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
+	}
 }
 
 // New returns an empty state.
@@ -95,8 +184,12 @@ func (s *State) PutJob(j *api.Job) {
 		return
 	}
 	// events can arrive after a fresher read of the same job: keep the newer
-	if prev, ok := s.Jobs[jobKey(j)]; ok && prev.ModifyIndex != nil && j.ModifyIndex != nil && *j.ModifyIndex < *prev.ModifyIndex {
+	prev, ok := s.Jobs[jobKey(j)]
+	if ok && prev.ModifyIndex != nil && j.ModifyIndex != nil && *j.ModifyIndex < *prev.ModifyIndex {
 		return
+	}
+	if ok && prev != j {
+		s.keepPriors(prev, j)
 	}
 	s.Jobs[jobKey(j)] = j
 }
@@ -104,6 +197,9 @@ func (s *State) PutJob(j *api.Job) {
 // DeleteJob forgets a purged job and its allocations: Nomad stops them,
 // and publishes no allocation events for a job that no longer exists.
 func (s *State) DeleteJob(namespace, id string) {
+	if job := s.Jobs[JobKey(namespace, id)]; job != nil {
+		s.forgetJob(job)
+	}
 	delete(s.Jobs, JobKey(namespace, id))
 	for aid, a := range s.Allocs {
 		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") {
@@ -213,4 +309,12 @@ func (s *State) groups() *groupIndex {
 func (s *State) Learn(key string, p interference.Profile) {
 	s.Learned[key] = p
 	s.learnedGen++
+}
+
+// Unlearn forgets the profile learned for a group (its job is gone).
+func (s *State) Unlearn(key string) {
+	if _, ok := s.Learned[key]; ok {
+		delete(s.Learned, key)
+		s.learnedGen++
+	}
 }

@@ -1,15 +1,19 @@
 package pin
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
@@ -95,13 +99,14 @@ func Group(job *api.Job, name string) *api.TaskGroup {
 	return nil
 }
 
-// GroupKey names a group across the cluster: "<namespace>/<job>/<group>".
+// GroupKey names a group across the cluster: "<namespace>/<job>/<group>",
+// each part escaped so that one key names one group (decide.Key.String).
 func GroupKey(job *api.Job, group string) string {
 	ns := "default"
 	if job.Namespace != nil && *job.Namespace != "" {
 		ns = *job.Namespace
 	}
-	return ns + "/" + *job.ID + "/" + group
+	return decide.Key{Namespace: ns, Job: *job.ID, Group: group}.String()
 }
 
 // Request turns a gated group into a placement request; named profiles are
@@ -183,18 +188,112 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	return r, nil
 }
 
-// Record is the gpushare.placement meta of a pinned group.
+// Record is the gpushare.placement meta of a pinned group: what the
+// decision is, never why (the same decision writes the same meta, byte for
+// byte, so that a group re-registered unchanged is updated in place).
 type Record struct {
 	Nodes  []string `json:"nodes"`
 	GPUs   []string `json:"gpus"`
 	Shares []string `json:"shares"`
 	Cell   string   `json:"cell,omitempty"`
 	Policy string   `json:"policy"`
-	Reason string   `json:"reason"`
+	// Class and VC are the group's gpushare.class and gpushare.vc the
+	// placement was made for: a virtual cluster counts an allocation only
+	// under a placement signed for it.
+	Class string `json:"class,omitempty"`
+	VC    string `json:"vc,omitempty"`
+	// Request is the Digest of everything the decision depended on.
+	Request string `json:"request,omitempty"`
+	// Incarnation is the job's create index when it was pinned: a job
+	// purged and registered again is another incarnation, and an old
+	// placement copied into it counts for nothing.
+	Incarnation uint64 `json:"incarnation,omitempty"`
 	// Env is what the pin wrote into the GPU task's environment (see
 	// PinWith); Priority says why, or why nothing was written.
 	Env      map[string]string `json:"env,omitempty"`
 	Priority string            `json:"priority,omitempty"`
+	// Reason says why the placement was chosen. It is never written into
+	// the meta (it depends on the cluster's state); the scheduler keeps it
+	// in its records and API.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Summary is the pin in a line: where, not why (the scheduler's API says
+// why: gpushare job status).
+func (r *Record) Summary() string {
+	out := fmt.Sprintf("pinned to %d node(s), %d GPU(s), %d share(s)", len(r.Nodes), len(r.GPUs), len(r.Shares))
+	if r.Cell != "" {
+		out += " in " + r.Cell
+	}
+	if r.Reason != "" {
+		out += ": " + r.Reason
+	}
+	return out
+}
+
+// Incarnation is the job's create index (0 when unknown).
+func Incarnation(job *api.Job) uint64 {
+	if job.CreateIndex == nil {
+		return 0
+	}
+	return *job.CreateIndex
+}
+
+// Digest names everything gpushare decides a group's placement on: the
+// group's count, its tasks' CPU, memory and GPU request (device name,
+// count, constraints other than a pin's share list), its gpushare.* meta
+// (class, VC, profile, bounds, expected run time) and the policy. Two
+// versions of a group with the same digest get the same placement when
+// the shares they hold still fit.
+func Digest(job *api.Job, group, policy string) string {
+	tg := Group(job, group)
+	if tg == nil {
+		return ""
+	}
+	var mine *api.Constraint // a pin's share list, when the version carries one
+	if rec, ok := ParseRecord(job, group); ok {
+		mine = shareConstraint(rec)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "policy=%q\x00count=%d\x00", policy, Count(tg))
+	for _, t := range tg.Tasks {
+		if t.Resources == nil {
+			continue
+		}
+		cpu, mem := 0, 0
+		if t.Resources.CPU != nil {
+			cpu = *t.Resources.CPU
+		}
+		if t.Resources.MemoryMB != nil {
+			mem = *t.Resources.MemoryMB
+		}
+		fmt.Fprintf(h, "task=%q cpu=%d mem=%d\x00", t.Name, cpu, mem)
+		for _, d := range t.Resources.Devices {
+			if !isOurs(d.Name) {
+				continue
+			}
+			n := uint64(1)
+			if d.Count != nil {
+				n = *d.Count
+			}
+			fmt.Fprintf(h, "device=%q count=%d\x00", d.Name, n)
+			for _, c := range d.Constraints {
+				if mine == nil || !sameConstraint(c, mine) {
+					fmt.Fprintf(h, "constraint=%q %q %q\x00", c.LTarget, c.Operand, c.RTarget)
+				}
+			}
+		}
+	}
+	meta := Meta(job, tg)
+	delete(meta, MetaPlacement)
+	delete(meta, MetaSignature)
+	if meta[MetaClass] == "normal" {
+		delete(meta, MetaClass)
+	}
+	for _, k := range slices.Sorted(maps.Keys(meta)) {
+		fmt.Fprintf(h, "meta=%q=%q\x00", k, meta[k])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 // ParseRecord reads a group's gpushare.placement meta, if any.

@@ -44,15 +44,8 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	if !d.Placed() {
 		return nil, fmt.Errorf("decision for %q placed nothing: %s", group, d.Refusal)
 	}
-	if slices.ContainsFunc(job.Constraints, isGate) {
-		job.Constraints = slices.DeleteFunc(job.Constraints, isGate)
-		for _, other := range job.TaskGroups {
-			if *other.Name != group && deviceRequests(other) > 0 && !slices.ContainsFunc(other.Constraints, isGate) {
-				other.Constraints = append(other.Constraints, Gate())
-			}
-		}
-	}
-	rec := &Record{Policy: d.Policy}
+	meta := Meta(job, tg)
+	rec := &Record{Policy: d.Policy, Class: meta[MetaClass], VC: meta[MetaVC], Request: Digest(job, group, d.Policy), Incarnation: Incarnation(job)}
 	nodes, gpus, shares := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	var reasons, cells []string
 	for _, p := range d.Placements {
@@ -68,41 +61,127 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	}
 	rec.Nodes, rec.GPUs = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus))
 	rec.Shares = slices.SortedFunc(maps.Keys(shares), compareShares) // GPU by GPU, :2 before :10
-	rec.Reason = strings.Join(reasons, "; ")
 	rec.Cell = strings.Join(cells, ",")
-
-	tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool {
-		return isGate(c) || (c.LTarget == NodeAttribute && c.Operand == OpSetContains)
-	})
-	tg.Constraints = append(tg.Constraints, &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Nodes, ",")})
-	if len(rec.Shares) > 0 {
-		dev := device(tg)
-		if dev == nil {
-			return nil, fmt.Errorf("group %q has no %q device to pin", group, DeviceName)
-		}
-		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
-		dev.Constraints = append(dev.Constraints, &api.Constraint{LTarget: DeviceAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Shares, ",")})
+	if len(rec.Shares) > 0 && device(tg) == nil {
+		return nil, fmt.Errorf("group %q has no %q device to pin", group, DeviceName)
 	}
 	if t := gpuTask(tg); t != nil {
-		old, _ := ParseRecord(job, group)
-		stripEnv(tg, old)
-		shares := 1
+		n := 1
 		if dev := device(tg); dev != nil && dev.Count != nil {
-			shares = int(*dev.Count)
+			n = int(*dev.Count)
 		}
-		rec.Env, rec.Priority = rt.runtimeEnv(Meta(job, tg)[MetaClass], shares, t.Env)
-		writeEnv(t, rec.Env)
+		old, _ := ParseRecord(job, group)
+		user := maps.Clone(t.Env)
+		if old != nil {
+			for k, v := range old.Env { // what an earlier pin wrote is not the user's
+				if user[k] == v {
+					delete(user, k)
+				}
+			}
+		}
+		rec.Env, rec.Priority = rt.runtimeEnv(meta[MetaClass], n, user)
 	}
+	// the meta holds what the decision is, never why: the same decision
+	// is the same meta, byte for byte (DESIGN.md section 4)
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err
 	}
+	if err := write(job, group, rec, string(b), ""); err != nil {
+		return nil, err
+	}
+	rec.Reason = strings.Join(reasons, "; ")
+	return rec, nil
+}
+
+// Repeat pins group exactly as an earlier version of the job was pinned:
+// placement and signature are that version's gpushare.placement and
+// gpushare.signature meta, written back unchanged with the constraints
+// and environment they describe. A group re-registered unchanged is
+// pinned byte for byte as before, so Nomad updates its allocations in
+// place.
+func Repeat(job *api.Job, group, placement, signature string) (*Record, error) {
+	var rec Record
+	if err := json.Unmarshal([]byte(placement), &rec); err != nil {
+		return nil, fmt.Errorf("%w: the earlier placement of %q does not parse: %v", ErrNotPlaceable, group, err)
+	}
+	if err := write(job, group, &rec, placement, signature); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// write puts a placement into the job: the gate goes (a gate on the job
+// moves onto its other gpushare groups, so they keep waiting), what an
+// earlier pin of the group wrote goes, and rec's node and share
+// constraints, environment and meta come in. Constraints the user wrote
+// stay as written, whatever they say.
+func write(job *api.Job, group string, rec *Record, placement, signature string) error {
+	tg := Group(job, group)
+	if tg == nil {
+		return fmt.Errorf("job %q has no group %q", *job.ID, group)
+	}
+	dev := device(tg)
+	if len(rec.Shares) > 0 && dev == nil {
+		return fmt.Errorf("group %q has no %q device to pin", group, DeviceName)
+	}
+	if slices.ContainsFunc(job.Constraints, isGate) {
+		job.Constraints = slices.DeleteFunc(job.Constraints, isGate)
+		for _, other := range job.TaskGroups {
+			if *other.Name != group && deviceRequests(other) > 0 && !slices.ContainsFunc(other.Constraints, isGate) {
+				other.Constraints = append(other.Constraints, Gate())
+			}
+		}
+	}
+	old, _ := ParseRecord(job, group)
+	unpin(tg, old)
+	tg.Constraints = append(tg.Constraints, nodeConstraint(rec))
+	if len(rec.Shares) > 0 {
+		dev.Constraints = append(dev.Constraints, shareConstraint(rec))
+	}
+	if t := gpuTask(tg); t != nil {
+		writeEnv(t, rec.Env)
+	}
 	if tg.Meta == nil {
 		tg.Meta = map[string]string{}
 	}
-	tg.Meta[MetaPlacement] = string(b)
-	delete(tg.Meta, MetaSignature) // the caller signs the new placement
-	return rec, nil
+	tg.Meta[MetaPlacement] = placement
+	if signature == "" {
+		delete(tg.Meta, MetaSignature) // the caller signs the new placement
+	} else {
+		tg.Meta[MetaSignature] = signature
+	}
+	return nil
+}
+
+// nodeConstraint and shareConstraint are the constraints a pin writes.
+func nodeConstraint(rec *Record) *api.Constraint {
+	return &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Nodes, ",")}
+}
+
+func shareConstraint(rec *Record) *api.Constraint {
+	return &api.Constraint{LTarget: DeviceAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Shares, ",")}
+}
+
+// unpin removes the gate and what the pin recorded in old wrote: its
+// node and share constraints (only those: a user's own
+// `${node.unique.id} set_contains_any` or `${device.ids}` constraint
+// stays) and its environment.
+func unpin(tg *api.TaskGroup, old *Record) {
+	tg.Constraints = slices.DeleteFunc(tg.Constraints, isGate)
+	if old != nil {
+		mine := nodeConstraint(old)
+		tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool { return sameConstraint(c, mine) })
+		if dev := device(tg); dev != nil {
+			mine := shareConstraint(old)
+			dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return sameConstraint(c, mine) })
+		}
+	}
+	stripEnv(tg, old)
+}
+
+func sameConstraint(a, b *api.Constraint) bool {
+	return a != nil && a.LTarget == b.LTarget && a.Operand == b.Operand && a.RTarget == b.RTarget
 }
 
 // Unpin gates group again and drops its pins and the run-time priority
@@ -113,15 +192,9 @@ func Unpin(job *api.Job, group string) {
 	if tg == nil {
 		return
 	}
-	tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool {
-		return isGate(c) || (c.LTarget == NodeAttribute && c.Operand == OpSetContains)
-	})
-	tg.Constraints = append(tg.Constraints, Gate())
-	if dev := device(tg); dev != nil {
-		dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return c.LTarget == DeviceAttribute })
-	}
 	old, _ := ParseRecord(job, group)
-	stripEnv(tg, old)
+	unpin(tg, old)
+	tg.Constraints = append(tg.Constraints, Gate())
 	delete(tg.Meta, MetaPlacement)
 	delete(tg.Meta, MetaSignature)
 }

@@ -104,8 +104,10 @@ func TestPinAndUnpin(t *testing.T) {
 	must.Eq(t, "GPU-a:0,GPU-a:1,GPU-a:2,GPU-a:3", dev.Constraints[1].RTarget)
 	var stored Record
 	must.NoError(t, json.Unmarshal([]byte(tg.Meta[MetaPlacement]), &stored))
+	must.Eq(t, "packs GPU-a", rec.Reason) // said to the caller, never written
+	must.Eq(t, "", stored.Reason)
+	rec.Reason = ""
 	must.Eq(t, *rec, stored)
-	must.Eq(t, "packs GPU-a", stored.Reason)
 
 	// pinning again replaces, never stacks, the pins
 	_, err = Pin(j, "g", d)
@@ -151,3 +153,119 @@ func TestRecordSharesInIndexOrder(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// The pin writes what the decision is, never why: the same decision on a
+// group re-registered unchanged is the same meta, byte for byte, whatever
+// the reason was (scores, neighbours, predictions change with the cluster).
+func TestPinIsStableAcrossReasons(t *testing.T) {
+	place := func(reason string) *api.Job {
+		j := job(25)
+		j.CreateIndex = ptr(uint64(7))
+		d := &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+			{Node: "n1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:0", "GPU-a:1"}, Cell: "gpu 0", Reason: reason, Score: float64(len(reason))},
+		}}
+		_, err := Pin(j, "g", d)
+		must.NoError(t, err)
+		return j
+	}
+	a, b := place("packs GPU-a next to train-7 (fragmentation 0.12)"), place("fits GPU-a alone (fragmentation 0.40)")
+	must.Eq(t, a.TaskGroups[0].Meta[MetaPlacement], b.TaskGroups[0].Meta[MetaPlacement])
+	must.Eq(t, a.TaskGroups[0].Constraints, b.TaskGroups[0].Constraints)
+	rec, ok := ParseRecord(a, "g")
+	must.True(t, ok)
+	must.Eq(t, uint64(7), rec.Incarnation)
+	must.Eq(t, Digest(job(25), "g", "gpushare"), rec.Request)
+}
+
+// Repeat writes an earlier version's pin back unchanged: the job it makes
+// is the one the earlier pin made, constraint for constraint and byte for
+// byte in the meta and the signature.
+func TestRepeatWritesTheEarlierPinUnchanged(t *testing.T) {
+	first := job(25)
+	first.TaskGroups[0].Meta[MetaClass] = "opportunistic"
+	d := &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+		{Node: "n1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:0", "GPU-a:1"}, Cell: "gpu 0"},
+	}}
+	_, err := PinWith(first, "g", d, Runtime{Sharing: "mps", ClientPriority: 1})
+	must.NoError(t, err)
+	first.TaskGroups[0].Meta[MetaSignature] = "sig"
+
+	again := job(25) // the same file registered again: gated, no pin
+	again.TaskGroups[0].Meta[MetaClass] = "opportunistic"
+	rec, err := Repeat(again, "g", first.TaskGroups[0].Meta[MetaPlacement], "sig")
+	must.NoError(t, err)
+	must.Eq(t, []string{"GPU-a:0", "GPU-a:1"}, rec.Shares)
+	must.Eq(t, first.TaskGroups, again.TaskGroups)
+	must.SliceEmpty(t, Gated(again))
+
+	_, err = Repeat(job(25), "g", "{not json", "sig")
+	must.ErrorIs(t, err, ErrNotPlaceable)
+}
+
+// Constraints the user wrote stay as written: the pin only adds its own,
+// and pinning again removes only what the earlier pin wrote.
+func TestPinKeepsTheUsersConstraints(t *testing.T) {
+	j := job(25)
+	users := &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: "n1,n2"}
+	usersShares := &api.Constraint{LTarget: DeviceAttribute, Operand: OpSetContains, RTarget: "GPU-a:0,GPU-a:1,GPU-a:2"}
+	tg := j.TaskGroups[0]
+	tg.Constraints = append(tg.Constraints, users)
+	dev := tg.Tasks[1].Resources.Devices[0]
+	dev.Constraints = append(dev.Constraints, usersShares)
+	d := &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+		{Node: "n1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:0", "GPU-a:1"}},
+	}}
+	for range 2 { // pinning twice stacks nothing
+		_, err := Pin(j, "g", d)
+		must.NoError(t, err)
+		must.SliceContains(t, tg.Constraints, users)
+		must.SliceContains(t, dev.Constraints, usersShares)
+		must.SliceLen(t, 2, tg.Constraints)
+		must.SliceLen(t, 3, dev.Constraints)
+	}
+	Unpin(j, "g")
+	must.SliceContains(t, tg.Constraints, users)
+	must.SliceContains(t, dev.Constraints, usersShares)
+	must.Eq(t, []string{"g"}, Gated(j))
+}
+
+// The digest changes with everything the decision depends on, and with
+// nothing else.
+func TestDigest(t *testing.T) {
+	base := Digest(job(25), "g", "gpushare")
+	must.NotEq(t, "", base)
+	same := job(25)
+	same.TaskGroups[0].Tasks[0].Config = map[string]any{"command": "other"}
+	same.Meta["owner"] = "team-a" // not gpushare meta
+	must.Eq(t, base, Digest(same, "g", "gpushare"))
+	changes := map[string]func(j *api.Job){
+		"shares":   func(j *api.Job) { j.TaskGroups[0].Tasks[1].Resources.Devices[0].Count = ptr(uint64(50)) },
+		"count":    func(j *api.Job) { j.TaskGroups[0].Count = ptr(3) },
+		"class":    func(j *api.Job) { j.TaskGroups[0].Meta[MetaClass] = "opportunistic" },
+		"vc":       func(j *api.Job) { j.TaskGroups[0].Meta[MetaVC] = "team-b" },
+		"profile":  func(j *api.Job) { j.TaskGroups[0].Meta[MetaSMUtil] = "0.9" },
+		"bound":    func(j *api.Job) { j.Meta[MetaMaxSlowdown] = "0.2" },
+		"memory":   func(j *api.Job) { j.TaskGroups[0].Tasks[1].Resources.MemoryMB = ptr(4096) },
+		"model":    func(j *api.Job) { j.TaskGroups[0].Tasks[1].Resources.Devices[0].Name = DeviceName + "/Tesla V100" },
+		"dev rule": func(j *api.Job) { j.TaskGroups[0].Tasks[1].Resources.Devices[0].Constraints = nil },
+	}
+	for name, change := range changes {
+		t.Run(name, func(t *testing.T) {
+			j := job(25)
+			change(j)
+			must.NotEq(t, base, Digest(j, "g", "gpushare"))
+		})
+	}
+	must.NotEq(t, base, Digest(job(25), "g", "best-fit"))
+}
+
+// GroupKey names one group: job "a/b" group "c" is not job "a" group
+// "b/c"; plain names are as they were.
+func TestGroupKeyIsUnambiguous(t *testing.T) {
+	job := func(id, group string) *api.Job {
+		return &api.Job{ID: &id, TaskGroups: []*api.TaskGroup{{Name: &group}}}
+	}
+	must.Eq(t, "default/train/g", GroupKey(job("train", "g"), "g"))
+	must.NotEq(t, GroupKey(job("a/b", "c"), "c"), GroupKey(job("a", "b/c"), "b/c"))
+	must.Eq(t, "default/a%2Fb/c", GroupKey(job("a/b", "c"), "c"))
+}

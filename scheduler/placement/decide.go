@@ -22,7 +22,8 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 	}
 	e.rng = e.seedFor(s, r)
 	e.allowFor(s, r)
-	if ref := e.gate(s, r); ref != nil {
+	ref, short := e.gate(s, r)
+	if ref != nil {
 		d.Refusal = ref
 		return d
 	}
@@ -45,8 +46,23 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 		}
 		d.Placements, d.Preempt = nil, nil
 	}
-	d.Refusal = e.explain(s, r)
+	d.Refusal = quotaShort(e.explain(s, r), short)
 	return d
+}
+
+// quotaShort is the refusal of a request whose allowed models the quota
+// narrowed (short says why): what can never fit the models with quota
+// left waits for the quota of the others, and any other refusal says the
+// quota too.
+func quotaShort(ref, short *Refusal) *Refusal {
+	if short == nil {
+		return ref
+	}
+	switch ref.Code {
+	case RefusedInvalid, RefusedNoModel, RefusedTooLarge:
+		return &Refusal{Code: RefusedQuota, Message: short.Message + "; the models it has quota left of can never hold it (" + ref.Message + ")"}
+	}
+	return &Refusal{Code: ref.Code, Message: ref.Message + "; " + short.Message}
 }
 
 // scan evaluates every node and returns the best (or, for random policies,

@@ -75,6 +75,7 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		models = strings.Join(r.Models, " or ")
 	}
 	room, seen, maxGPUs, need := 0, false, 0, 0
+	stacked := 0 // room if one node could hold several whole-GPU allocations
 	for _, n := range s.nodes {
 		if allowed != nil && !allowed[n.ID] || n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
 			continue
@@ -91,10 +92,11 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		}
 		if r.Shares == 0 {
 			room += byRes
+			stacked += byRes
 			seen = true
 			continue
 		}
-		best := 0
+		best, most := 0, 0
 		for gi := range n.groups {
 			grp := &n.groups[gi]
 			if !r.modelOK(grp.model) {
@@ -108,16 +110,22 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 			case !ok:
 			case whole > 0 && whole <= len(grp.gpus):
 				best = max(best, 1) // one allocation of the group per node
+				most = max(most, min(byRes, len(grp.gpus)/whole))
 			case frac > 0:
 				best = max(best, min(byRes, spg/frac)) // fractions stack on one GPU
+				most = max(most, best)
 			}
 		}
 		room += best
+		stacked += most
 		if room >= r.Count {
 			return nil
 		}
 	}
-	if room >= r.Count {
+	if room >= r.Count || stacked >= r.Count {
+		// a cluster that could hold it but for gpushare's rule of one
+		// whole-GPU allocation of a group per node (OnePerNode) is not
+		// refused for good: it waits, saying why
 		return nil
 	}
 	if !seen {
@@ -168,4 +176,36 @@ func (s *Snapshot) InUse(share string) bool {
 	}
 	g := &ref.node.GPUs[ref.gpu]
 	return id.Index >= 0 && id.Index < g.Shares && g.isUsed(id.Index)
+}
+
+// OnePerNode explains, for a request of several whole-GPU allocations,
+// the rule that keeps more than one of them off a node: Nomad's device
+// constraint is per group and Nomad takes a request's shares from the
+// allowed set in any order, so pinning two allocations' worth of whole
+// GPUs on one node could hand one allocation shares of two GPUs, which
+// Reserve refuses. It returns "" when the rule does not limit r (a
+// fraction, a single allocation, or enough nodes that can each take one).
+func OnePerNode(s *Snapshot, r Request) string {
+	if r.Count < 2 || r.Shares == 0 {
+		return ""
+	}
+	nodes := 0
+	for _, n := range s.nodes {
+		for gi := range n.groups {
+			grp := &n.groups[gi]
+			if !r.modelOK(grp.model) {
+				continue
+			}
+			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= len(grp.gpus) {
+				nodes++
+				break
+			}
+		}
+	}
+	if nodes == 0 || nodes >= r.Count {
+		return ""
+	}
+	return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a group per node (Nomad's device constraint is per group, and Nomad "+
+		"could hand one allocation shares of two GPUs): its %d allocations need %d nodes and %d can hold one; it waits for more nodes — "+
+		"or split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
 }

@@ -16,7 +16,10 @@ func TestImpossible(t *testing.T) {
 	}{
 		{"fits", Request{ID: "r", Count: 2, Shares: 200}, ""},
 		{"more GPUs than any node", Request{ID: "r", Count: 1, Shares: 1600}, RefusedTooLarge},
-		{"more allocations than nodes", Request{ID: "r", Count: 3, Shares: 200}, RefusedTooLarge},
+		// one whole-GPU allocation of a group per node is gpushare's rule,
+		// not the cluster's: it waits, saying why (OnePerNode)
+		{"more whole-GPU allocations than nodes", Request{ID: "r", Count: 3, Shares: 200}, ""},
+		{"more whole-GPU allocations than the GPUs hold", Request{ID: "r", Count: 6, Shares: 200}, RefusedTooLarge},
 		{"fractions stack on one GPU per node", Request{ID: "r", Count: 8, Shares: 25}, ""},
 		{"more fractions than one GPU per node holds", Request{ID: "r", Count: 9, Shares: 25}, RefusedTooLarge},
 		{"model nobody has", Request{ID: "r", Count: 1, Shares: 100, Models: []string{"H100"}}, RefusedNoModel},
@@ -39,6 +42,18 @@ func TestImpossible(t *testing.T) {
 	place(t, s, policy(t, PolicyBestFit, Options{}), Request{ID: "busy", Count: 1, Shares: 800})
 	must.False(t, s.Empty())
 	must.Nil(t, Impossible(s, Request{ID: "r", Count: 1, Shares: 800}))
+}
+
+// The rule that keeps a second whole-GPU allocation of a group off a node
+// is explained when it is what stops the group, and only then.
+func TestOnePerNode(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 8})
+	must.StrContains(t, OnePerNode(s, Request{ID: "r", Count: 2, Shares: 100}), "its 2 allocations need 2 nodes and 1 can hold one")
+	must.Eq(t, "", OnePerNode(s, Request{ID: "r", Count: 1, Shares: 200}))
+	must.Eq(t, "", OnePerNode(s, Request{ID: "r", Count: 4, Shares: 25}))
+	must.Nil(t, Impossible(s, Request{ID: "r", Count: 2, Shares: 100}))
+	two := cluster(t, NodeSpec{ID: "a", GPUs: 8}, NodeSpec{ID: "b", GPUs: 8})
+	must.Eq(t, "", OnePerNode(two, Request{ID: "r", Count: 2, Shares: 100}))
 }
 
 func TestReservableAndOnGPU(t *testing.T) {

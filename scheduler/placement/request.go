@@ -172,6 +172,7 @@ const (
 	RefusedTopology     = "no connected cell free"
 	RefusedInterference = "interference bound"
 	RefusedQuota        = "virtual cluster quota exhausted"
+	RefusedOverQuota    = "larger than its guarantee"
 	RefusedReserve      = "Reserve would refuse the shares"
 	RefusedRules        = "no node the job's own rules allow"
 )

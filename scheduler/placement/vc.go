@@ -80,48 +80,61 @@ func (s *Snapshot) VCUsage(vc string) map[string]int {
 	return out
 }
 
-// remaining returns the guaranteed milli-GPUs of model left to the request's
-// tenant.
-func (e *engine) remaining(s *Snapshot, vc, model string) int {
+// guarantee returns the tenant's whole guarantee of model in milli-GPUs
+// (what it could use of an empty cluster) and how much of it its
+// guaranteed jobs use: a virtual cluster's cells, or for jobs of no
+// virtual cluster the shared pool (what no virtual cluster reserves).
+func (e *engine) guarantee(s *Snapshot, vc, model string) (whole, used int) {
 	if v, ok := e.vcs[vc]; ok {
 		q := v.quota()
 		if lim, ok := q[model]; ok {
-			return lim - s.vcUse[vc][model]
+			return lim, s.vcUse[vc][model]
 		}
-		used := 0
 		for m, u := range s.vcUse[vc] {
 			if _, listed := q[m]; !listed {
 				used += u
 			}
 		}
-		return q[""] - used
+		return q[""], used
 	}
-	// The shared pool: what no virtual cluster reserves.
-	left := s.capacity[model]
+	whole = s.capacity[model]
 	for _, v := range e.opts.VCs {
 		q := v.quota()
-		left -= q[model]
+		whole -= q[model]
 		if model != "" {
-			left -= q[""] // an any-model guarantee may land on this model
+			whole -= q[""] // an any-model guarantee may land on this model
 		}
 	}
 	for name, use := range s.vcUse {
 		if _, ok := e.vcs[name]; !ok {
-			left -= use[model]
+			used += use[model]
 		}
 	}
-	return left
+	return whole, used
+}
+
+// tenant names whose guarantee a request draws on.
+func (e *engine) tenant(vc string) string {
+	if _, has := e.vcs[vc]; has {
+		return fmt.Sprintf("virtual cluster %q", vc)
+	}
+	return "the shared pool (jobs without a virtual cluster)"
 }
 
 // gate applies the virtual cluster guarantee to a guaranteed request: it
-// narrows the allowed models to those where the tenant has quota left, or
-// refuses.
-func (e *engine) gate(s *Snapshot, r *Request) *Refusal {
+// narrows the allowed models to those where the tenant has quota left.
+// With none left on any, the request waits for its quota to free
+// (RefusedQuota, naming the tenant, its guarantee and its use), unless no
+// allowed model's whole guarantee could ever hold it, even unused on an
+// empty cluster (RefusedOverQuota: refused for good). When it narrowed the
+// models and a model left out would hold the request once its quota frees,
+// short says so, for Decide to report a refusal on the narrowed models as
+// that wait rather than as never.
+func (e *engine) gate(s *Snapshot, r *Request) (ref, short *Refusal) {
 	if !r.guaranteed() || r.Shares == 0 || len(e.vcs) == 0 {
-		return nil
+		return nil, nil
 	}
-	var ok []string
-	var report []string
+	var ok, report, over []string
 	for _, m := range s.models() {
 		if !r.modelOK(m) {
 			continue
@@ -131,23 +144,42 @@ func (e *engine) gate(s *Snapshot, r *Request) *Refusal {
 		if frac, _, _ := shareSize(r.Shares, spg); frac > 0 && e.rounds() {
 			need = 1000 * r.Count
 		}
-		left := e.remaining(s, r.VC, m)
-		if left >= need {
+		whole, used := e.guarantee(s, r.VC, m)
+		switch {
+		case whole-used >= need:
 			ok = append(ok, m)
-		} else {
-			report = append(report, fmt.Sprintf("%s: needs %.2f GPUs, %.2f left", m, float64(need)/1000, float64(max(left, 0))/1000))
+		case whole >= need && fitsModel(s, *r, m):
+			report = append(report, fmt.Sprintf("%s: needs %s, uses %s of its %s", m, gpus(need), gpus(used), gpus(whole)))
+		default:
+			over = append(over, fmt.Sprintf("%s: needs %s, guarantees %s", m, gpus(need), gpus(max(whole, 0))))
 		}
 	}
-	if len(ok) == 0 {
-		who := "the shared pool (jobs without a virtual cluster)"
-		if _, has := e.vcs[r.VC]; has {
-			who = fmt.Sprintf("virtual cluster %q", r.VC)
-		}
-		return &Refusal{Code: RefusedQuota, Message: fmt.Sprintf("the guaranteed capacity of %s is in use (%s); wait for its jobs to finish or set gpushare.class = %q to use idle capacity",
+	if len(ok)+len(report)+len(over) == 0 {
+		return nil, nil // no node has an allowed model: explain says so
+	}
+	who := e.tenant(r.VC)
+	if len(report) > 0 {
+		short = &Refusal{Code: RefusedQuota, Message: fmt.Sprintf("the guaranteed capacity of %s is in use (%s); it waits until enough of it frees, or set gpushare.class = %q to use idle capacity",
 			who, strings.Join(report, "; "), ClassOpportunistic)}
+	}
+	if len(ok) == 0 {
+		if short != nil {
+			return short, nil
+		}
+		return &Refusal{Code: RefusedOverQuota, Message: fmt.Sprintf("larger than the guarantee of %s even unused (%s): ask for less, or set gpushare.class = %q to use idle capacity",
+			who, strings.Join(over, "; "), ClassOpportunistic)}, nil
 	}
 	if len(ok) < len(s.capacity) || len(r.Models) > 0 {
 		r.Models = slices.Clone(ok)
 	}
-	return nil
+	return nil, short
 }
+
+// fitsModel reports whether r could ever be placed on GPUs of model m
+// alone (Impossible on an empty cluster of the snapshot's nodes).
+func fitsModel(s *Snapshot, r Request, m string) bool {
+	r.Models, r.Avoid = []string{m}, nil
+	return Impossible(s, r) == nil
+}
+
+func gpus(milli int) string { return fmt.Sprintf("%.2f GPUs", float64(milli)/1000) }

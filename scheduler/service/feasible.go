@@ -3,6 +3,7 @@ package service
 import (
 	"fmt"
 	"hash/fnv"
+	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/feasible"
@@ -115,6 +116,21 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 		seen[rules.Key()] = ns
 	}
 	return ns, nil
+}
+
+// keepable is keep (where a group's allocations run, to pin again as
+// before) when the job's own rules still allow every one of those nodes,
+// else nil: the group is decided anew among the nodes they allow.
+func (ns nodeSet) keepable(keep []placement.Held) []placement.Held {
+	if ns.allowed == nil {
+		return keep
+	}
+	for _, h := range keep {
+		if !slices.Contains(ns.allowed, h.Node) {
+			return nil
+		}
+	}
+	return keep
 }
 
 // failingNodes lists the nodes among ids that the current version of the

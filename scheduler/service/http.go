@@ -167,7 +167,9 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 				gs.Reason = "waiting for the next decision"
 			}
 		case ok:
-			gs.State, gs.Placement = "pinned", rec
+			shown := *rec
+			shown.Reason = s.why[key] // the meta says where, the records why
+			gs.State, gs.Placement = "pinned", &shown
 		}
 		out.Groups = append(out.Groups, gs)
 	}

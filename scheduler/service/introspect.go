@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -159,6 +160,9 @@ func (s *Service) probes() []probe {
 		if _, gone := s.preempted[id]; gone || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
 			continue
 		}
+		if !s.state.Manages(a.Namespace) {
+			continue // a neighbour: its shares count, its progress is not judged
+		}
 		gpus := gpusOf(a)
 		if len(gpus) == 0 {
 			continue
@@ -214,8 +218,10 @@ func processSM(groups []*api.DeviceGroupStats, shares map[string]bool) (float64,
 // running is what decide.Step reads of the allocations that share a GPU:
 // their group, when they started and, once a window of samples is in,
 // their normalised throughput and its uncertainty. Each judged pairing is
-// also observed into the knowledge, once per window. The caller is the
-// leader and holds s.mu.
+// also observed into the knowledge, once per window. Only allocations of
+// managed namespaces are listed: the step never moves one it is not told
+// of, so a neighbour of another namespace is never stopped or gated. The
+// caller is the leader and holds s.mu.
 func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]decide.Running {
 	if !s.cfg.IntrospectionOn() {
 		return nil
@@ -225,7 +231,7 @@ func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]de
 	for _, id := range slices.Sorted(maps.Keys(in.shared)) {
 		a, ok := s.state.Allocs[id]
 		pa, inSnap := snap.Alloc(id)
-		if !ok || !inSnap {
+		if !ok || !inSnap || !s.state.Manages(a.Namespace) {
 			continue
 		}
 		uuid, gpuModel, ok := snap.SoleGPU(pa.ID)
@@ -243,7 +249,7 @@ func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]de
 		}
 		r := decide.Running{Group: model.AllocKey(a), Started: startedAt(a)}
 		for _, o := range others {
-			if oa, ok := s.state.Allocs[o]; ok {
+			if oa, ok := s.state.Allocs[o]; ok && s.state.Manages(oa.Namespace) {
 				if _, seen := out[o]; !seen {
 					out[o] = decide.Running{Group: model.AllocKey(oa), Started: startedAt(oa)}
 				}
@@ -340,7 +346,7 @@ func startedAt(a *api.Allocation) time.Time {
 // unpair executes a decide.Unpair: the pair is remembered as incompatible
 // on its GPU model, the moved allocation is stopped and its group gated
 // again, so that it waits and is placed elsewhere, like a preemption.
-func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) {
+func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	s.mu.Lock()
 	if p := a.Pair; p != nil {
@@ -350,7 +356,7 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 	if err := s.gateAgain(ctx, a.Allocs, nil); err != nil {
 		pending[a.Group] = s.failed(a.Group, "unpair", err)
 		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
-		return
+		return err
 	}
 	s.intro.unpairs.Inc()
 	s.mu.Lock()
@@ -359,24 +365,37 @@ func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decid
 	pending[a.Group] = "unpaired: " + a.Reason
 	log.Warn("unpaired a job from a GPU where a production job ran slower than its bound; its group waits at the gate again and is placed elsewhere",
 		"allocations", a.Allocs, "reason", a.Reason)
+	return nil
 }
+
+// errNotManaged is wrapped by the refusal to stop or gate an allocation
+// of a namespace the scheduler does not manage.
+var errNotManaged = errors.New("namespace not managed by this scheduler")
 
 // gateAgain stops allocations by gating their groups again: Nomad stops
 // them, and their replacements wait at the gate to be placed again. done,
 // when set, hears of each group gated again with its allocations stopped.
+// Namespaces are walls: it acts on none of them when one belongs to a
+// namespace the scheduler does not manage.
 func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
 	targets := map[decide.Key][]string{}
 	s.mu.Lock()
 	for _, id := range allocIDs {
 		if a, ok := s.state.Allocs[id]; ok {
+			if !s.state.Manages(a.Namespace) {
+				s.mu.Unlock()
+				return fmt.Errorf("%w: allocation %s is of namespace %s; it manages %s", errNotManaged, id, model.AllocKey(a).Namespace, s.namespaces())
+			}
 			targets[model.AllocKey(a)] = append(targets[model.AllocKey(a)], id)
 		}
 	}
 	s.mu.Unlock()
-	ctx, cancel := s.request(ctx)
-	defer cancel()
+	// each request has its own timeout: a slow one does not use up the
+	// time of those after it
 	for _, t := range slices.SortedFunc(maps.Keys(targets), decide.Key.Compare) {
-		job, err := s.nomad.Job(ctx, t.Namespace, t.Job)
+		rctx, cancel := s.request(ctx)
+		job, err := s.nomad.Job(rctx, t.Namespace, t.Job)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("reading job %s: %w", t.Job, err)
 		}
@@ -385,14 +404,23 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		if err := s.mayWrite(); err != nil {
 			return err
 		}
-		if _, err := s.nomad.Register(ctx, job, index); err != nil {
+		rctx, cancel = s.request(ctx)
+		registered, err := s.nomad.Register(rctx, job, index)
+		cancel()
+		if err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
+		s.mu.Lock()
+		s.keepSubmit(job, index, registered) // it keeps its place in the queue
+		s.mu.Unlock()
 		for _, id := range targets[t] {
 			if err := s.mayWrite(); err != nil {
 				return err
 			}
-			if err := s.nomad.StopAlloc(ctx, id); err != nil && !isNotFound(err) {
+			rctx, cancel := s.request(ctx)
+			err := s.nomad.StopAlloc(rctx, id)
+			cancel()
+			if err != nil && !isNotFound(err) {
 				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
 			}
 		}

@@ -114,21 +114,25 @@ func (r *records) noteUnpaired(k decide.Key, reason string, at time.Time) {
 // caller holds s.mu.
 func (s *Service) introspectionVars(vars map[string]map[string]string, wanted map[string]bool) {
 	in := s.intro
+	gone := s.goneProfile(wanted)
+	in.rec.bad = slices.DeleteFunc(in.rec.bad, func(p badPair) bool { return gone(p.A) || gone(p.B) })
+	in.rec.obs = slices.DeleteFunc(in.rec.obs, func(o pairObs) bool { return gone(o.Job.Key()) || gone(o.With.Key()) })
+	in.know.cur().Forget(gone)
 	items := map[string]string{}
 	for i, p := range in.rec.bad {
 		b, _ := json.Marshal(p)
-		add(items, fmt.Sprintf("b%03d", i), string(b))
+		items[fmt.Sprintf("b%03d", i)] = string(b)
 	}
 	for i, o := range in.rec.obs {
 		b, _ := json.Marshal(o)
-		add(items, fmt.Sprintf("o%03d", i), string(b))
+		items[fmt.Sprintf("o%03d", i)] = string(b)
 	}
 	for k, u := range in.rec.unpaired {
 		if !wanted[k.String()] {
 			delete(in.rec.unpaired, k)
 			continue
 		}
-		add(items, "u"+itemKey(k), groupItem(k, u.Reason, strconv.FormatInt(u.At.Unix(), 10)))
+		items["u"+itemKey(k)] = groupItem(k, u.Reason, strconv.FormatInt(u.At.Unix(), 10))
 	}
 	for key := range in.alone {
 		if !wanted[key] {
@@ -137,6 +141,22 @@ func (s *Service) introspectionVars(vars map[string]map[string]string, wanted ma
 	}
 	in.rec.loaded = hashItems(items)
 	vars[introspectionVar] = items
+}
+
+// goneProfile reports whether observations under a profile key
+// (interference.Profile.Key) are of a group whose job is gone: a learned
+// profile's or a group's own key (decide.Key.String, or as written before
+// keys were escaped) that names none of wanted. Configured profiles are
+// never gone. The caller holds s.mu.
+func (s *Service) goneProfile(wanted map[string]bool) func(key string) bool {
+	configured := map[string]bool{}
+	for _, p := range s.profile.Profiles {
+		configured[p.Name] = true
+	}
+	return func(key string) bool {
+		id := strings.TrimPrefix(key, model.LearnedPrefix)
+		return !configured[key] && strings.Count(id, "/") >= 2 && !wanted[id]
+	}
 }
 
 // loadIntrospection takes the leader's records and rebuilds the knowledge

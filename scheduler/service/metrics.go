@@ -22,6 +22,7 @@ type metrics struct {
 	stepSeconds      prometheus.Histogram
 	pinRequests      prometheus.Counter
 	lockHold         prometheus.Histogram
+	restarts         *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -47,10 +48,13 @@ func newMetrics() *metrics {
 		pinRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pin_requests_total", Help: "Registrations sent to Nomad to pin a group, accepted or not."}),
 		lockHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pass_lock_seconds", Help: "Time a decision pass holds the model to read it (the HTTP API and the event stream wait meanwhile).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_restarts_total",
+			Help: "Running allocations a pin made Nomad replace, by reason (repin, adopt, changed, unpair, preempt): every other pin leaves what runs alone."},
+			[]string{"reason"}),
 		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	m.reg.MustRegister(m.pending, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
-		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests)
+		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests, m.restarts)
 	return m
 }

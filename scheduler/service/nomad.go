@@ -216,6 +216,7 @@ func (n nomadClient) Register(ctx context.Context, job *api.Job, index uint64) (
 func (n nomadClient) Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error) {
 	topics := map[api.Topic][]string{
 		api.TopicJob: {"*"}, api.TopicAllocation: {"*"}, api.TopicNode: {"*"}, api.TopicDeployment: {"*"},
+		api.TopicEvaluation: {"*"}, // failed placements: a pin Nomad cannot place is decided again
 	}
 	return n.c.EventStream().Stream(ctx, topics, index, &api.QueryOptions{Namespace: namespace})
 }

@@ -109,6 +109,7 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 			j := gated("plain", 25)
 			j.TaskGroups[0].Constraints = nil
 			f.put(j)
+			f.runningOn("plain", "alloc-spans", spanning(t, f, 25)) // Reserve refuses it
 			return f
 		}
 		f := scenario()

@@ -2,13 +2,16 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"sync"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -17,13 +20,14 @@ import (
 // Nomad's answer, the last of 50 would wait for the 49 before it.
 const pinsInFlight = 16
 
-// sendPins sends the pins of one pass, up to pinsInFlight at once. The
-// step gave each group at most one pin and no share to two groups, so the
-// pins of different jobs are independent; those of one job (one per
-// group) go one after the other, each on the version the previous one
-// registered. A failed pin backs off its group only. A lost lease, or the
-// end of the pass's context, stops the pins not yet sent. The reasons of
-// the groups not pinned go into pending.
+// sendPins sends the pins of one pass, up to pinsInFlight jobs at once.
+// The step gave each group at most one pin and no share to two groups, so
+// the pins of different jobs are independent; those of one job (one per
+// group) go in one registration (pinJob), so a job with many groups takes
+// one slot for one round trip, as any other job. A failed pin backs off
+// its group only. A lost lease, or the end of the pass's context, stops
+// the pins not yet sent. The reasons of the groups not pinned go into
+// pending.
 func (s *Service) sendPins(ctx context.Context, pins []decide.Action, jobs map[decide.Key]*api.Job, pending map[decide.Key]string, failed map[decide.Key]bool, start time.Time) {
 	var byJob [][]decide.Action // in the step's order
 	at := map[string]int{}
@@ -71,15 +75,8 @@ func (s *Service) sendPins(ctx context.Context, pins []decide.Action, jobs map[d
 		}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			job := jobs[group[0].Group]
-			for _, a := range group {
-				registered, why := s.sendPin(ctx, a, job, start)
-				if why != "" {
-					set(a.Group, why)
-				}
-				if registered != nil {
-					job = registered
-				}
+			for k, why := range s.sendJob(ctx, group, jobs[group[0].Group], start) {
+				set(k, why)
 			}
 		})
 	}
@@ -87,31 +84,191 @@ func (s *Service) sendPins(ctx context.Context, pins []decide.Action, jobs map[d
 	maps.Copy(pending, reasons)
 }
 
-// sendPin pins one group and returns the job as registered, or why the
-// group is not pinned.
-func (s *Service) sendPin(ctx context.Context, a decide.Action, job *api.Job, start time.Time) (*api.Job, string) {
-	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
-	s.metrics.decisions.WithLabelValues("placed").Inc()
+// sendJob pins groups of one job and returns why each group not pinned is
+// not.
+func (s *Service) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, start time.Time) map[decide.Key]string {
+	s.metrics.decisions.WithLabelValues("placed").Add(float64(len(acts)))
 	if s.pinDelay > 0 {
 		sleep(ctx, s.pinDelay)
 	}
-	registered, err := s.pinGroup(ctx, job, a)
-	if err != nil {
+	errs := s.pinJob(ctx, job, acts)
+	out := map[decide.Key]string{}
+	conflict := false
+	for _, a := range acts {
+		log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
+		err := errs[a.Group]
 		switch {
+		case err == nil:
+			s.succeeded(a.Group)
+			s.metrics.pinLatency.Observe(s.now().Sub(start).Seconds())
 		case errors.Is(err, ErrConflict):
-			s.metrics.conflicts.Inc()
-			log.Info("job changed while deciding; deciding again on the new version")
-			s.markDirty()
-			return nil, "pin failed: " + err.Error()
+			if !conflict {
+				conflict = true
+				s.metrics.conflicts.Inc()
+				log.Info("job changed while deciding; deciding again on the new version")
+				s.markDirty()
+			}
+			out[a.Group] = "pin failed: " + err.Error()
 		case errors.Is(err, ErrNotLeader):
-			return nil, "pin not sent: " + err.Error()
+			out[a.Group] = "pin not sent: " + err.Error()
 		default:
 			why := s.failed(a.Group, "pin", err)
 			log.Error("cannot pin the placement", "error", err, "reason", why)
-			return nil, why
+			out[a.Group] = why
 		}
 	}
-	s.succeeded(a.Group)
-	s.metrics.pinLatency.Observe(s.now().Sub(start).Seconds())
-	return registered, ""
+	return out
+}
+
+// pinJob re-registers a job with its groups pinned as the actions
+// decided, in one registration that enforces the job's modify index, so
+// a concurrent edit is never overwritten: Nomad then places the groups in
+// one evaluation, and a job with many groups waits for one answer. A
+// group whose pin cannot be written into the job is left out with its
+// error and the others are registered; a registration that fails fails
+// them all, and a conflict (someone registered the job meanwhile) has
+// every group decided again on the new version. It returns each group's
+// error (nil: pinned).
+func (s *Service) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) map[decide.Key]error {
+	errs := map[decide.Key]error{}
+	all := func(err error) map[decide.Key]error {
+		for _, a := range acts {
+			if _, ok := errs[a.Group]; !ok {
+				errs[a.Group] = err
+			}
+		}
+		return errs
+	}
+	ns, id := acts[0].Group.Namespace, acts[0].Group.Job
+	// the job as Nomad's HTTP API gives it, to register again unchanged but
+	// for the pins; a newer version than the one decided on is a conflict
+	rctx, cancel := s.request(ctx)
+	job, err := s.nomad.Job(rctx, ns, id)
+	cancel()
+	if err != nil {
+		return all(fmt.Errorf("reading job %s: %w", id, err))
+	}
+	if orig.JobModifyIndex != nil && job.JobModifyIndex != nil && *job.JobModifyIndex != *orig.JobModifyIndex {
+		s.mu.Lock()
+		s.state.PutJob(job)
+		s.mu.Unlock()
+		return all(fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex))
+	}
+	var done []decide.Action
+	recs := map[decide.Key]*pin.Record{}
+	for _, a := range acts {
+		rec, pinned, err := s.writePin(job, a)
+		if err != nil {
+			errs[a.Group] = err
+			continue
+		}
+		job, recs[a.Group] = pinned, rec
+		done = append(done, a)
+	}
+	if len(done) == 0 {
+		return errs
+	}
+	index := uint64(0)
+	if orig.JobModifyIndex != nil {
+		index = *orig.JobModifyIndex
+	}
+	if err := s.mayWrite(); err != nil {
+		return all(err)
+	}
+	s.metrics.pinRequests.Inc()
+	rctx, cancel = s.request(ctx)
+	registered, err := s.nomad.Register(rctx, job, index)
+	cancel()
+	if err != nil || registered == 0 {
+		// the model learns at once what Nomad holds now (a conflict: the
+		// newer version, decided on in the next pass); a request of its
+		// own, for the registration's may have timed out
+		fctx, fcancel := s.request(ctx)
+		fresh, ferr := s.nomad.Job(fctx, ns, id)
+		fcancel()
+		if ferr == nil {
+			s.mu.Lock()
+			s.state.PutJob(fresh)
+			s.mu.Unlock()
+		}
+		if err != nil {
+			return all(err)
+		}
+	} else {
+		// the model holds the pinned version at once, without reading it
+		// back: a pass that starts before its event arrives neither pins
+		// the groups again nor gives their shares to other groups
+		job.JobModifyIndex, job.ModifyIndex = &registered, &registered
+		if job.Version != nil {
+			job.Version = new(*job.Version + 1)
+		}
+		s.mu.Lock()
+		s.state.PutJob(job)
+		s.keepSubmitOfPin(job, index, registered)
+		s.mu.Unlock()
+	}
+	s.mu.Lock()
+	for _, a := range done {
+		s.pinned[a.Group] = s.now()
+	}
+	s.mu.Unlock()
+	for _, a := range done {
+		errs[a.Group] = nil
+		rec := recs[a.Group]
+		s.metrics.pins.Inc()
+		s.countRestarts(orig, a)
+		if a.Kind == decide.Repin {
+			s.log.Info("re-pinned a group whose pinned capacity is gone or that Nomad could not place", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
+		}
+		s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
+			"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority, "groups_in_registration", len(done))
+	}
+	return errs
+}
+
+// writePin writes group a's pin as the action decided into a copy of job,
+// signed, and returns it; job is left as it was.
+func (s *Service) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, error) {
+	c, err := cloneJob(job)
+	if err != nil {
+		return nil, nil, err
+	}
+	var rec *pin.Record
+	s.mu.Lock()
+	prior, kept := s.state.Prior(a.Group)
+	s.mu.Unlock()
+	if a.Kept && kept {
+		// re-registered unchanged: the pin it had, byte for byte, so that
+		// Nomad updates its allocations in place
+		rec, err = pin.Repeat(c, a.Group.Group, prior.Placement, prior.Signature)
+		if err == nil {
+			rec.Reason = "kept where its allocations run: the group was registered again unchanged"
+		}
+	} else {
+		rec, err = pin.PinWith(c, a.Group.Group, a.Decision, s.runtime(a.Decision))
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	if s.secret != nil && !(a.Kept && kept) { // signed in the same registration: the pin is the record
+		tg := pin.Group(c, a.Group.Group)
+		tg.Meta[pin.MetaSignature] = sign(s.secret, a.Group, tg.Meta[pin.MetaPlacement])
+	}
+	s.why[a.Group] = rec.Reason
+	s.mu.Unlock()
+	return rec, c, nil
+}
+
+// cloneJob copies a job deeply.
+func cloneJob(j *api.Job) (*api.Job, error) {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, fmt.Errorf("copy job: %w", err)
+	}
+	var out api.Job
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, fmt.Errorf("copy job: %w", err)
+	}
+	return &out, nil
 }

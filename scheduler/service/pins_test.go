@@ -9,7 +9,9 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -162,9 +164,8 @@ func TestLostLeaseStopsTheRemainingPins(t *testing.T) {
 	must.MapEmpty(t, s.retries, must.Sprint("a pin not sent is no failure to back off from"))
 }
 
-// The pins of two groups of one job in one pass go one after the other,
-// the second on the version the first registered: both are pinned in the
-// pass, without a conflict.
+// The pins of two groups of one job in one pass go in one registration:
+// both are pinned in the pass, without a conflict.
 func TestTwoGroupsOfOneJobPinnedInOnePass(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	job := gated("two", 25)
@@ -175,7 +176,7 @@ func TestTwoGroupsOfOneJobPinnedInOnePass(t *testing.T) {
 	s := newTestService(t, f)
 	s.reconcile(t.Context())
 
-	must.Eq(t, 2, f.registers)
+	must.Eq(t, 1, f.registers)
 	must.SliceEmpty(t, pin.Gated(f.jobs["two"]))
 	g, ok := pin.ParseRecord(f.jobs["two"], "g")
 	must.True(t, ok)
@@ -185,4 +186,93 @@ func TestTwoGroupsOfOneJobPinnedInOnePass(t *testing.T) {
 		must.SliceNotContains(t, h.Shares, sh)
 	}
 	must.Eq(t, 0.0, counterValue(t, s, "gpushare_pin_conflicts_total"))
+}
+
+// slowNomad answers every registration after a delay.
+type slowNomad struct {
+	*fakeNomad
+	delay time.Duration
+}
+
+func (s *slowNomad) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
+	sleep(ctx, s.delay)
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	return s.fakeNomad.Register(ctx, j, index)
+}
+
+// One job with many gated groups does not hold up a pass: its groups are
+// pinned in one registration, so with Nomad answering each registration
+// after 300 ms, a pass pinning 30 groups of one job and 10 other jobs
+// takes about one answer, not 30 one after the other, and every group is
+// pinned on shares of its own.
+func TestManyGroupsOfOneJobDoNotHoldUpAPass(t *testing.T) {
+	const groups, others = 30, 10
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	many := gated("many", 10)
+	first := many.TaskGroups[0]
+	for i := 1; i < groups; i++ {
+		tg := *first
+		tg.Name = ptr(fmt.Sprintf("g%02d", i))
+		many.TaskGroups = append(many.TaskGroups, &tg)
+	}
+	many.SubmitTime = ptr(int64(1)) // first in the queue
+	f.put(many)
+	for i := range others {
+		f.put(gated(fmt.Sprintf("job-%02d", i), 10))
+	}
+	slow := &slowNomad{fakeNomad: f, delay: 300 * time.Millisecond}
+	s, err := newService(config.Default(), hclog.NewNullLogger(), slow, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	start := time.Now()
+	s.reconcile(t.Context())
+	took := time.Since(start)
+	t.Logf("pass: %s, registrations: %d", took, f.registers)
+	must.Less(t, 4*slow.delay, took)
+	must.Eq(t, 1+others, f.registers)
+	must.SliceEmpty(t, pin.Gated(f.jobs["many"]))
+	taken := map[string]string{}
+	for _, tg := range f.jobs["many"].TaskGroups {
+		rec, ok := pin.ParseRecord(f.jobs["many"], *tg.Name)
+		must.True(t, ok, must.Sprint(*tg.Name))
+		for _, sh := range rec.Shares {
+			must.MapNotContainsKey(t, taken, sh, must.Sprintf("%s and %s", taken[sh], *tg.Name))
+			taken[sh] = *tg.Name
+		}
+	}
+	for i := range others {
+		must.SliceEmpty(t, pin.Gated(f.jobs[fmt.Sprintf("job-%02d", i)]))
+	}
+}
+
+// A group whose pin cannot be written into its job is left out of the
+// registration with its error; the job's other groups are pinned.
+func TestOneUnwritablePinLeavesTheOthers(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	job := gated("two", 25)
+	second := *job.TaskGroups[0]
+	second.Name = ptr("h")
+	job.TaskGroups = append(job.TaskGroups, &second)
+	f.put(job)
+	s := newTestService(t, f)
+	var pins []decide.Action
+	s.onStep = func(acts []decide.Action) {
+		for _, a := range acts {
+			if a.Kind == decide.Pin {
+				pins = append(pins, a)
+			}
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context()) // the pass sends nothing
+	cancel()
+	s.reconcile(ctx)
+	must.SliceLen(t, 2, pins)
+	pins[1].Decision = &placement.Decision{} // placed nothing: cannot be written
+	errs := s.pinJob(t.Context(), f.jobs["two"], pins)
+	must.NoError(t, errs[pins[0].Group])
+	must.ErrorContains(t, errs[pins[1].Group], "placed nothing")
+	must.Eq(t, 1, f.registers)
+	must.Eq(t, []string{pins[1].Group.Group}, pin.Gated(f.jobs["two"]))
 }

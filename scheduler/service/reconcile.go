@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -80,6 +81,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
 	var pins []decide.Action
+	kept := map[string]bool{} // shares of allocations a failed unpair left running
 	for _, a := range actions {
 		if ctx.Err() != nil {
 			return
@@ -88,12 +90,16 @@ func (s *Service) reconcile(ctx context.Context) {
 			pins = append(pins, a) // sent together once the preemptions are done
 			continue
 		}
-		s.execute(ctx, a, jobs[a.Group], shape, pending, failed)
+		if err := s.execute(ctx, a, jobs[a.Group], shape, pending, failed); err != nil && a.Kind == decide.Unpair {
+			s.sharesOf(a.Allocs, kept)
+		}
 	}
+	notGiven(pins, kept, pending, failed)
 	s.sendPins(ctx, pins, jobs, pending, failed, start)
 	if ctx.Err() != nil {
 		return
 	}
+	s.readPriors(ctx)
 	s.mu.Lock()
 	s.pending = pending
 	s.mu.Unlock()
@@ -111,13 +117,18 @@ func (s *Service) stepConfig() decide.Config {
 	}
 }
 
-// execute carries out one action of the step but a pin (sendPins).
-func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) {
+// execute carries out one action of the step but a pin (sendPins). It
+// returns why a preemption or an unpairing failed: the allocations it was
+// to stop still run.
+func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	switch a.Kind {
 	case decide.Wait:
 		s.metrics.decisions.WithLabelValues("refused").Inc()
 		pending[a.Group] = a.Reason
+		if why := s.nomadSaid[a.Group]; why != "" {
+			pending[a.Group] = "its pinned version could not be placed (" + why + "); " + a.Reason
+		}
 		log.Debug("group waits", "reason", a.Reason)
 	case decide.Reserve:
 		log.Debug("group holds nodes", "nodes", len(a.Hold), "reason", a.Reason)
@@ -137,9 +148,49 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			pending[a.Group] = s.failed(a.Group, "preemption", err)
 			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
+			return err
 		}
 	case decide.Unpair:
-		s.unpair(ctx, a, pending)
+		if err := s.unpair(ctx, a, pending); err != nil {
+			failed[a.Group] = true
+			return err
+		}
+	}
+	return nil
+}
+
+// sharesOf adds the shares of allocations to set. The caller does not
+// hold s.mu.
+func (s *Service) sharesOf(allocIDs []string, set map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range allocIDs {
+		if a, ok := s.state.Allocs[id]; ok {
+			for _, sh := range model.Shares(a) {
+				set[sh] = true
+			}
+		}
+	}
+}
+
+// notGiven fails the pins that were given shares of allocations still
+// running (kept: a failed unpairing left them there): the step counted
+// those shares free, Nomad does not.
+func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key]string, failed map[decide.Key]bool) {
+	if len(kept) == 0 {
+		return
+	}
+	for _, a := range pins {
+		if a.Decision == nil || failed[a.Group] {
+			continue
+		}
+		for _, p := range a.Decision.Placements {
+			if slices.ContainsFunc(p.Shares, func(sh string) bool { return kept[sh] }) {
+				failed[a.Group] = true
+				pending[a.Group] = "not pinned: it was given shares of an allocation that was to be unpaired, and stopping that allocation failed; decided again in the next pass"
+				break
+			}
+		}
 	}
 }
 
@@ -152,7 +203,9 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	var groups []decide.Group
 	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
-	seen := map[string]nodeSet{} // node sets by rules, for this pass
+	seen := map[string]nodeSet{}    // node sets by rules, for this pass
+	said := map[decide.Key]string{} // what Nomad said of pins it could not place
+	s.nomadSaid = said
 	for _, job := range s.state.Jobs {
 		if (job.Stop != nil && *job.Stop) || model.Template(job) {
 			continue
@@ -166,6 +219,22 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			case slices.Contains(gated, name):
 			case s.state.Pinned(job, name):
 				repin, avoid := s.lost(job, name, built.Short[key])
+				if why, failed := s.state.NomadFailed(job, name); failed {
+					if _, missing := s.state.Missing(job, tg); missing > 0 {
+						// Nomad evaluated this pin and could not place it:
+						// decided again without those nodes; it holds
+						// nothing meanwhile (model.Snapshot)
+						rec, _ := s.state.Record(job, name)
+						if s.nomadRefused[key] == nil {
+							s.nomadRefused[key] = map[string]bool{}
+						}
+						for _, n := range rec.Nodes { // every node Nomad refused it on, not only the last pin's
+							s.nomadRefused[key][n] = true
+						}
+						repin, avoid = true, append(avoid, slices.Sorted(maps.Keys(s.nomadRefused[key]))...)
+						said[key] = why
+					}
+				}
 				if !repin {
 					continue
 				}
@@ -212,9 +281,16 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 						g.Replaces = append(g.Replaces, a.ID) // a new version takes its old shares
 					}
 				}
+				g.Keep = ns.keepable(s.keep(job, key))
+				if g.Keep == nil && len(g.Replaces) > 0 && slices.Contains(gated, name) && s.priorUnread(key, g.Replaces[0]) {
+					// its running allocations' pin is read before it is
+					// decided, so that an unchanged group keeps its place
+					pending[key] = "reading the pin its running allocations were placed with"
+					continue
+				}
 			}
-			if job.SubmitTime != nil && *job.SubmitTime > 0 {
-				g.Submit = time.Unix(0, *job.SubmitTime)
+			if at := s.submitOf(job); at > 0 { // kept across the scheduler's registrations
+				g.Submit = time.Unix(0, at)
 			}
 			jobs[key] = job
 			groups = append(groups, g)
@@ -232,7 +308,52 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 		}
 	}
 	s.forgetFeasible()
+	for k := range s.nomadRefused {
+		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
+		if job == nil {
+			delete(s.nomadRefused, k)
+		} else if tg := pin.Group(job, k.Group); tg == nil || len(s.state.GroupAllocs(k.Namespace, k.Job, k.Group)) >= pin.Count(tg) {
+			delete(s.nomadRefused, k) // placed: what Nomad refused before no longer matters
+		}
+	}
+	for id := range s.priorRead {
+		if _, ok := s.state.Allocs[id]; !ok {
+			delete(s.priorRead, id)
+		}
+	}
+	for k := range s.why {
+		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
+			delete(s.why, k)
+		}
+	}
 	return groups, jobs, pending
+}
+
+// keep returns where a gated group's allocations run, when they run
+// under the pin an earlier version of the group carried and the group was
+// re-registered unchanged in everything the decision depends on (the
+// same pin.Digest): the step then places it there again, and pinGroup
+// writes that pin back byte for byte, so that Nomad updates the
+// allocations in place instead of replacing them. The caller holds s.mu.
+func (s *Service) keep(job *api.Job, key decide.Key) []placement.Held {
+	prior, ok := s.state.Prior(key)
+	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) {
+		return nil
+	}
+	var held []placement.Held
+	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
+		shares := model.Shares(a)
+		if len(shares) == 0 || !slices.Contains(prior.Record.Nodes, a.NodeID) {
+			return nil
+		}
+		for _, sh := range shares {
+			if !slices.Contains(prior.Record.Shares, sh) {
+				return nil
+			}
+		}
+		held = append(held, placement.Held{Node: a.NodeID, Shares: shares})
+	}
+	return held
 }
 
 // vcRefusal says why a group may not claim the virtual cluster it names
@@ -257,15 +378,15 @@ func (s *Service) vcRefusal(k decide.Key, name string) string {
 }
 
 // adopt reports whether an ungated, unpinned gpushare group needs placing:
-// it misses allocations, or Nomad gave one of them shares that Reserve
-// refuses (Nomad takes a request's shares from one device group in map
-// order, so a fraction usually spans GPUs). Allocations that run on valid
-// shares are left alone. The caller holds s.mu.
+// Nomad gave one of its allocations shares that Reserve refuses (Nomad
+// takes a request's shares from one device group in map order, so a
+// fraction usually spans GPUs), or it has no allocation and Nomad
+// evaluated its version and could not place it. An allocation that runs
+// on valid shares is never replaced: a group with one waits for Nomad to
+// place the rest, as it would without gpushare, and a group Nomad has not
+// evaluated yet is left to Nomad. The caller holds s.mu.
 func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGroup) bool {
 	live, missing := s.state.Missing(job, tg)
-	if missing > 0 {
-		return true
-	}
 	if s.state.BatchDone(job, *tg.Name) {
 		return false
 	}
@@ -274,7 +395,11 @@ func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGrou
 			return true
 		}
 	}
-	return false
+	if missing == 0 || len(live) > 0 {
+		return false
+	}
+	_, failed := s.state.NomadFailed(job, *tg.Name)
+	return failed
 }
 
 // anyMultiGPU reports whether a group asks for two GPUs or more per
@@ -421,80 +546,36 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 	return ends
 }
 
-// pinGroup re-registers the job with the group pinned as the action
-// decided, enforcing the job's modify index so a concurrent edit is never
-// overwritten. It returns the job as registered, with its new modify
-// index.
-func (s *Service) pinGroup(ctx context.Context, orig *api.Job, a decide.Action) (*api.Job, error) {
-	// the job as Nomad's HTTP API gives it, to register again unchanged but
-	// for the pin; a newer version than the one decided on is a conflict
-	rctx, cancel := s.request(ctx)
-	job, err := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job)
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("reading job %s: %w", a.Group.Job, err)
-	}
-	if orig.JobModifyIndex != nil && job.JobModifyIndex != nil && *job.JobModifyIndex != *orig.JobModifyIndex {
-		s.mu.Lock()
-		s.state.PutJob(job)
-		s.mu.Unlock()
-		return nil, fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex)
-	}
-	rec, err := pin.PinWith(job, a.Group.Group, a.Decision, s.runtime(a.Decision))
-	if err != nil {
-		return nil, err
+// countRestarts says how many running allocations of the group a pin
+// just registered makes Nomad replace: every one, unless the pin was the
+// group's earlier pin written back (Kept), for Nomad treats a change of a
+// device block's constraints or of group meta as destructive. Nomad's
+// constraints are per group, so moving one allocation of a count > 1 group
+// moves them all; the log, the API's records and
+// gpushare_restarts_total{reason} say so.
+func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
+	if a.Kept {
+		return
 	}
 	s.mu.Lock()
-	if s.secret != nil { // signed in the same registration: the pin is the record
-		tg := pin.Group(job, a.Group.Group)
-		tg.Meta[pin.MetaSignature] = sign(s.secret, a.Group, tg.Meta[pin.MetaPlacement])
+	var ids []string
+	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
+		ids = append(ids, al.ID)
 	}
 	s.mu.Unlock()
-	index := uint64(0)
-	if orig.JobModifyIndex != nil {
-		index = *orig.JobModifyIndex
+	if len(ids) == 0 {
+		return
 	}
-	if err := s.mayWrite(); err != nil {
-		return nil, err
+	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
+	switch {
+	case a.Kind == decide.Repin:
+		reason = "repin"
+	case !slices.Contains(pin.Gated(orig), a.Group.Group):
+		reason = "adopt"
 	}
-	s.metrics.pinRequests.Inc()
-	rctx, cancel = s.request(ctx)
-	defer cancel()
-	registered, err := s.nomad.Register(rctx, job, index)
-	if err != nil || registered == 0 {
-		// the model learns at once what Nomad holds now (a conflict: the
-		// newer version, decided on in the next pass)
-		if fresh, ferr := s.nomad.Job(rctx, a.Group.Namespace, a.Group.Job); ferr == nil {
-			s.mu.Lock()
-			s.state.PutJob(fresh)
-			s.mu.Unlock()
-			job = fresh
-		}
-		if err != nil {
-			return nil, err
-		}
-	} else {
-		// the model holds the pinned version at once, without reading it
-		// back: a pass that starts before its event arrives neither pins
-		// the group again nor gives its shares to another group
-		job.JobModifyIndex, job.ModifyIndex = &registered, &registered
-		if job.Version != nil {
-			job.Version = new(*job.Version + 1)
-		}
-		s.mu.Lock()
-		s.state.PutJob(job)
-		s.mu.Unlock()
-	}
-	s.mu.Lock()
-	s.pinned[a.Group] = s.now()
-	s.mu.Unlock()
-	s.metrics.pins.Inc()
-	if a.Kind == decide.Repin {
-		s.log.Warn("re-pinned a group whose pinned capacity is gone; Nomad replaces its allocations", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
-	}
-	s.log.Info("pinned", "job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "nodes", rec.Nodes, "gpus", len(rec.GPUs), "shares", len(rec.Shares),
-		"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority)
-	return job, nil
+	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(ids)))
+	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
+		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", ids, "reason", reason)
 }
 
 // preempt stops opportunistic allocations by gating their groups again:

@@ -37,7 +37,21 @@ type Service struct {
 	pending map[decide.Key]string    // why each group waits
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
-	retries map[decide.Key]retry     // groups whose pin failed, until their retry
+	// why each pinned group was placed where it is: the placement core's
+	// reason, kept out of the signed meta (it depends on the cluster's
+	// state, and the meta must not change when the decision does not)
+	why map[decide.Key]string
+	// nomadSaid is, for the pass under way, what Nomad said of the pins it
+	// could not place (collect fills it)
+	nomadSaid map[decide.Key]string
+	// nomadRefused are the nodes Nomad could not place each group's pins
+	// on, while the group misses allocations: a pin that fails is decided
+	// again without all of them, never back and forth between two
+	nomadRefused map[decide.Key]map[string]bool
+	// priorRead: allocations whose version's pin was asked for (false)
+	// or read (true); see prior.go
+	priorRead map[string]bool
+	retries   map[decide.Key]retry // groups whose pin failed, until their retry
 	// warnedShape is the cluster shape checkGuarantees last looked at.
 	warnedShape uint64
 	// secret signs the placements the service writes (state.go).
@@ -59,7 +73,10 @@ type Service struct {
 	preempted map[string]time.Time
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
-	synced       bool
+	// submitted keeps when jobs the scheduler registered again were
+	// submitted (submit.go)
+	submitted map[string]submitted
+	synced    bool
 
 	dirty  chan struct{}
 	leader atomic.Bool
@@ -117,9 +134,10 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s := &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, state: model.New(),
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, retries: map[decide.Key]retry{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
+		submitted:    map[string]submitted{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
 		rules:        feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
@@ -127,6 +145,13 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
 	s.state.Feasible = s.holdable
+	// namespaces are walls: an allocation of another is a neighbour, and
+	// a VC counts only the allocations of the namespaces it admits
+	s.state.Managed = managedNamespaces(cfg.Nomad.Namespaces).has
+	s.state.Admits = func(name, ns string) bool {
+		vc, ok := cfg.VC(name)
+		return ok && vc.Admits(ns)
+	}
 	return s, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http/httptest"
 	"slices"
@@ -17,6 +18,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -47,6 +49,9 @@ type fakeNomad struct {
 	// hangJob, those of one job only.
 	hang    bool
 	hangJob string
+	// submitNow, when set, stamps the SubmitTime of every registration,
+	// as Nomad does.
+	submitNow func() time.Time
 	// tokens are the ACL tokens Nomad knows (nil: ACLs off); see Authorize.
 	tokens map[string][]string
 	// vars are the Nomad Variables written, by path.
@@ -187,12 +192,27 @@ func (f *fakeNomad) WriteVar(_ context.Context, path string, items map[string]st
 		f.vars = map[string]map[string]string{}
 	}
 	f.varWrites++
+	if size := varSize(items); size > maxVariableSize {
+		return fmt.Errorf("Unexpected response code: 400 (variables are limited to %d bytes, got %d)", maxVariableSize, size)
+	}
 	if len(items) == 0 {
 		delete(f.vars, path)
 		return nil
 	}
 	f.vars[path] = maps.Clone(items)
 	return nil
+}
+
+// maxVariableSize is Nomad's limit on a Variable's items, keys and values
+// (nomad/structs.maxVariableSize, checked on VariableItems.Size).
+const maxVariableSize = 64 << 10
+
+func varSize(items map[string]string) int {
+	n := 0
+	for k, v := range items {
+		n += len(k) + len(v)
+	}
+	return n
 }
 
 func (f *fakeNomad) put(j *api.Job) {
@@ -206,8 +226,10 @@ func (f *fakeNomad) putLocked(j *api.Job) {
 	j.ModifyIndex, j.JobModifyIndex = ptr(f.index), ptr(f.index)
 	if prev, ok := f.jobs[*j.ID]; ok {
 		j.Version = ptr(*prev.Version + 1)
+		j.CreateIndex = prev.CreateIndex // the same incarnation of the job
 	} else {
 		j.Version = ptr(uint64(0))
+		j.CreateIndex = ptr(f.index)
 	}
 	c, _ := copyJob(j)
 	f.jobs[*j.ID] = c
@@ -233,6 +255,10 @@ func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) (uin
 	}
 	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
 		return 0, ErrConflict
+	}
+	if f.submitNow != nil { // on a copy: Nomad does not change the caller's job
+		j, _ = copyJob(j)
+		j.SubmitTime = ptr(f.submitNow().UnixNano())
 	}
 	f.putLocked(j)
 	return f.index, nil
@@ -276,7 +302,8 @@ func TestReconcilePinsGatedGroups(t *testing.T) {
 	rec, ok := pin.ParseRecord(pair, "g")
 	must.True(t, ok)
 	must.SliceLen(t, 200, rec.Shares)
-	must.StrContains(t, rec.Reason, "NV2 pair")
+	must.Eq(t, "", rec.Reason) // why lives in the scheduler's records, not the meta
+	must.StrContains(t, s.why[decide.Key{Namespace: "default", Job: "pair", Group: "g"}], "NV2 pair")
 	q, _ := pin.ParseRecord(f.jobs["quarter"], "g")
 	must.SliceLen(t, 25, q.Shares)
 	// no share is pinned twice

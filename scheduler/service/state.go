@@ -8,7 +8,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 )
 
@@ -32,16 +32,16 @@ import (
 //   - learned: the interference profiles learned from groups running alone;
 //   - preempted: allocations being stopped for a guaranteed group;
 //   - introspection: pairs seen breaking a bound, observations of
-//     pairings, and why groups were unpaired (introspect_state.go).
+//     pairings, and why groups were unpaired (introspect_state.go);
+//   - submitted: when jobs the scheduler registered again were first
+//     submitted (submit.go).
 //
 // Records of groups whose job is gone are dropped; a variable is written
 // only when its content changed, the reasons at most every
-// reasonsEvery; each kind is split in shards to stay far below Nomad's
-// 64 KiB per variable, and a shard past maxItems keeps its first items.
+// reasonsEvery; each kind is split by size in as many variables as it
+// needs to stay below Nomad's 64 KiB per variable (records.go).
 const (
 	statePrefix  = "gpushare/state/"
-	shards       = 16
-	maxItems     = 300
 	maxReason    = 300
 	reasonsEvery = 10 * time.Second
 )
@@ -74,9 +74,7 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 	}
 	key, err := hex.DecodeString(items["key"])
 	if err == nil && len(key) >= 32 {
-		s.mu.Lock()
-		s.secret = key
-		s.mu.Unlock()
+		s.setSecret(key)
 		return nil
 	}
 	if !create {
@@ -93,16 +91,24 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 		return fmt.Errorf("write the scheduler's signing key at %ssecret: %w", statePrefix, err)
 	}
 	s.log.Info("made the key that signs the placements this scheduler writes", "variable", statePrefix+"secret")
-	s.mu.Lock()
-	s.secret = key
-	s.mu.Unlock()
+	s.setSecret(key)
 	return nil
 }
 
-func shardOf(k decide.Key) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(k.Namespace + "\x00" + k.Job + "\x00" + k.Group))
-	return int(h.Sum32() % shards)
+// setSecret takes the signing key. A new key changes which placements are
+// trusted: the placements judged before (parsed per job version, with the
+// holds of pinned groups made from them, and the pins of the versions
+// running allocations were placed with) are judged again. The caller
+// does not hold s.mu.
+func (s *Service) setSecret(key []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if hmac.Equal(s.secret, key) && s.secret != nil {
+		return
+	}
+	s.secret = key
+	s.state.ForgetParsed()
+	clear(s.priorRead) // running allocations' versions are read again, and judged with the key
 }
 
 func itemKey(k decide.Key) string {
@@ -132,12 +138,10 @@ func (s *Service) saveState(ctx context.Context) {
 		s.mu.Unlock()
 		return
 	}
-	vars := map[string]map[string]string{}
+	vars := map[string]map[string]string{} // kind's first path -> its items
 	if now := s.now(); now.Sub(s.reasonsSaved) >= reasonsEvery {
 		s.reasonsSaved = now
-		for i := range shards {
-			vars[fmt.Sprintf("%sreasons-%02d", statePrefix, i)] = map[string]string{}
-		}
+		reasons := map[string]string{}
 		for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
 			state := "pending"
 			if _, never := s.refused[k]; never {
@@ -147,62 +151,85 @@ func (s *Service) saveState(ctx context.Context) {
 			if len(why) > maxReason {
 				why = why[:maxReason] + "..."
 			}
-			add(vars[fmt.Sprintf("%sreasons-%02d", statePrefix, shardOf(k))], itemKey(k), groupItem(k, state, why))
+			reasons[itemKey(k)] = groupItem(k, state, why)
 		}
+		vars[reasonsKind.path(0)] = reasons
 	}
+	wanted := s.groupKeys()
+	s.upgradeLearned(wanted)
 	learned := map[string]string{}
-	wanted := map[string]bool{} // request IDs of the model's groups
-	for _, job := range s.state.Jobs {
-		for _, tg := range job.TaskGroups {
-			wanted[pin.GroupKey(job, *tg.Name)] = true
-		}
-	}
 	for _, id := range slices.Sorted(maps.Keys(s.state.Learned)) {
 		if !wanted[id] {
-			delete(s.state.Learned, id) // its job is gone
+			s.state.Unlearn(id) // its job is gone
 			delete(s.observations, id)
 			continue
 		}
 		p := s.state.Learned[id]
 		b, _ := json.Marshal([]any{id, p.SM, p.MemBW})
 		h := sha256.Sum256([]byte(id))
-		add(learned, hex.EncodeToString(h[:10]), string(b))
+		learned[hex.EncodeToString(h[:10])] = string(b)
 	}
-	vars[statePrefix+"learned"] = learned
+	for id := range s.observations {
+		if !wanted[id] {
+			delete(s.observations, id)
+		}
+	}
+	vars[learnedKind.path(0)] = learned
 	preempted := map[string]string{}
 	for id, at := range s.preempted {
-		add(preempted, id, strconv.FormatInt(at.Unix(), 10))
+		preempted[id] = strconv.FormatInt(at.Unix(), 10)
 	}
-	vars[statePrefix+"preempted"] = preempted
+	vars[preemptedKind.path(0)] = preempted
 	s.introspectionVars(vars, wanted)
-	var todo []string
-	for path, items := range vars {
-		if h := hashItems(items); s.saved[path] != h {
-			todo = append(todo, path)
+	vars[submittedKind.path(0)] = s.submittedItems()
+	var plans [][]varWrite
+	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind} {
+		if items, ok := vars[k.path(0)]; ok {
+			plans = append(plans, s.plan(k, items))
 		}
 	}
 	s.mu.Unlock()
-	slices.Sort(todo)
-	for _, path := range todo {
-		if err := s.mayWrite(); err != nil {
-			return
-		}
-		rctx, cancel := s.request(ctx)
-		err := s.nomad.WriteVar(rctx, path, vars[path])
-		cancel()
-		if err != nil {
-			s.log.Warn("cannot save the scheduler's records in a Nomad Variable; will retry", "path", path, "error", err)
-			continue
-		}
-		s.mu.Lock()
-		s.saved[path] = hashItems(vars[path])
-		s.mu.Unlock()
+	for _, todo := range plans {
+		s.writeVars(ctx, todo)
 	}
 }
 
-func add(items map[string]string, k, v string) {
-	if len(items) < maxItems {
-		items[k] = v
+// groupKeys are the keys (decide.Key.String) of the model's groups. The
+// caller holds s.mu.
+func (s *Service) groupKeys() map[string]bool {
+	wanted := map[string]bool{}
+	for _, job := range s.state.Jobs {
+		for _, tg := range job.TaskGroups {
+			wanted[pin.GroupKey(job, *tg.Name)] = true
+		}
+	}
+	return wanted
+}
+
+// upgradeLearned renames the profiles learned under a group's key as it
+// was written before keys were escaped (decide.Key.Legacy) when that
+// names one group of the model. The caller holds s.mu.
+func (s *Service) upgradeLearned(wanted map[string]bool) {
+	legacy := map[string]string{} // legacy key -> key ("" when ambiguous)
+	for _, job := range s.state.Jobs {
+		for _, tg := range job.TaskGroups {
+			k := model.KeyOf(job, *tg.Name)
+			if old := k.Legacy(); old != k.String() {
+				if _, dup := legacy[old]; dup {
+					legacy[old] = ""
+				} else {
+					legacy[old] = k.String()
+				}
+			}
+		}
+	}
+	for id, p := range s.state.Learned {
+		if to := legacy[id]; !wanted[id] && to != "" {
+			if _, have := s.state.Learned[to]; !have {
+				s.state.Learn(to, p)
+			}
+			s.state.Unlearn(id)
+		}
 	}
 }
 
@@ -215,44 +242,38 @@ func hashItems(items map[string]string) string {
 }
 
 // loadState reads the records, replacing what this replica read before
-// (it is not the leader: the leader's records are newer). withReasons
-// also takes the reasons (a follower shows the leader's; a new leader
-// shows them until its first pass). The caller does not hold s.mu.
+// (it is not the leader: the leader's records are newer): its learned
+// profiles and preemptions are the leader's, so that what the leader
+// dropped goes here too. withReasons also takes the reasons (a follower
+// shows the leader's; a new leader shows them until its first pass). The
+// caller does not hold s.mu.
 func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	seen := map[string]string{} // path -> hash of what it holds
-	read := func(path string) (map[string]string, error) {
-		rctx, cancel := s.request(ctx)
-		defer cancel()
-		items, err := s.nomad.ReadVar(rctx, path)
-		if err != nil {
-			return nil, fmt.Errorf("read the scheduler's records at %s: %w", path, err)
-		}
-		seen[path] = hashItems(items)
-		return items, nil
-	}
 	reasons := map[decide.Key]string{}
 	if withReasons {
-		for i := range shards {
-			items, err := read(fmt.Sprintf("%sreasons-%02d", statePrefix, i))
-			if err != nil {
-				return err
-			}
-			for _, v := range items {
-				if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
-					reasons[k] = f[1]
-				}
+		items, err := s.readKind(ctx, reasonsKind, seen)
+		if err != nil {
+			return err
+		}
+		for _, v := range items {
+			if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
+				reasons[k] = f[1]
 			}
 		}
 	}
-	learnedItems, err := read(statePrefix + "learned")
+	learnedItems, err := s.readKind(ctx, learnedKind, seen)
 	if err != nil {
 		return err
 	}
-	preemptedItems, err := read(statePrefix + "preempted")
+	preemptedItems, err := s.readKind(ctx, preemptedKind, seen)
 	if err != nil {
 		return err
 	}
-	introItems, err := read(introspectionVar)
+	introItems, err := s.readKind(ctx, introspectionKind, seen)
+	if err != nil {
+		return err
+	}
+	submittedItems, err := s.readKind(ctx, submittedKind, seen)
 	if err != nil {
 		return err
 	}
@@ -262,6 +283,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	if withReasons {
 		s.pending = reasons
 	}
+	learned := map[string]bool{}
 	for _, v := range learnedItems {
 		var f []any
 		if err := json.Unmarshal([]byte(v), &f); err != nil || len(f) != 3 {
@@ -270,18 +292,31 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 		id, ok1 := f[0].(string)
 		sm, ok2 := f[1].(float64)
 		mem, ok3 := f[2].(float64)
-		if p := (interference.Profile{Name: "learned", SM: sm, MemBW: mem}); ok1 && ok2 && ok3 && s.state.Learned[id] != p {
+		if !ok1 || !ok2 || !ok3 {
+			continue
+		}
+		learned[id] = true
+		if p := (interference.Profile{Name: "learned", SM: sm, MemBW: mem}); s.state.Learned[id] != p {
 			s.state.Learn(id, p) // the leader's, newer than what this replica read before
 		}
 	}
+	for id := range s.state.Learned {
+		if !learned[id] {
+			s.state.Unlearn(id) // the leader dropped it: its job is gone
+		}
+	}
+	preempted := map[string]time.Time{}
 	for id, v := range preemptedItems {
 		if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
-			if _, ok := s.preempted[id]; !ok {
-				s.preempted[id] = time.Unix(sec, 0)
+			preempted[id] = time.Unix(sec, 0)
+			if at, ok := s.preempted[id]; ok {
+				preempted[id] = at
 			}
 		}
 	}
+	s.preempted = preempted
 	s.loadIntrospection(introItems)
+	s.loadSubmitted(submittedItems)
 	if !s.stateLoaded {
 		s.stateLoaded = true
 		s.state.ForgetParsed() // placements read before are judged again

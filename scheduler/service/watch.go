@@ -127,6 +127,8 @@ func (s *Service) apply(ctx context.Context, evs *api.Events, ns namespaces, cov
 			err = s.applyAlloc(ctx, e, ns)
 		case api.TopicNode:
 			err = s.applyNode(ctx, e)
+		case api.TopicEvaluation:
+			err = s.applyEval(e, ns)
 		}
 		if err != nil && e.Index <= covered {
 			s.log.Debug("skipping an unreadable event a relist already covers", "error", err, "index", e.Index)
@@ -217,6 +219,22 @@ func malformed(job *api.Job) string {
 		}
 	}
 	return ""
+}
+
+// applyEval records what Nomad said when it evaluated a job of a managed
+// namespace: the groups it could not place at that version (model.PutEval).
+func (s *Service) applyEval(e api.Event, ns namespaces) error {
+	var ev *api.Evaluation
+	if err := fromPayload(e, "Evaluation", &ev); err != nil {
+		return fmt.Errorf("decode evaluation %s: %w", e.Key, err)
+	}
+	if ev == nil || !ns.has(ev.Namespace) {
+		return nil
+	}
+	s.mu.Lock()
+	s.state.PutEval(ev)
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) error {

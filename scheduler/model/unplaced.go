@@ -1,0 +1,112 @@
+package model
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Unplaced is what Nomad said when it evaluated one version of a job and
+// could not place a group: the job modify index of that version and
+// Nomad's own account of why (its allocation metric).
+type Unplaced struct {
+	JobModifyIndex uint64
+	Reason         string
+	// Metric is Nomad's account of the failed placement.
+	Metric *api.AllocationMetric
+}
+
+// PutEval records what an evaluation of a job says about its groups: a
+// group Nomad failed to place at that version, or groups it placed (their
+// earlier failures are forgotten).
+func (s *State) PutEval(e *api.Evaluation) {
+	if e == nil || e.JobID == "" {
+		return
+	}
+	for _, g := range slices.Sorted(maps.Keys(e.FailedTGAllocs)) {
+		if s.unplaced == nil {
+			s.unplaced = map[decide.Key]Unplaced{}
+		}
+		k := decide.Key{Namespace: orDefault(e.Namespace), Job: e.JobID, Group: g}
+		if prev, ok := s.unplaced[k]; ok && prev.JobModifyIndex > e.JobModifyIndex {
+			continue
+		}
+		s.unplaced[k] = Unplaced{JobModifyIndex: e.JobModifyIndex, Reason: MetricReason(e.FailedTGAllocs[g]), Metric: e.FailedTGAllocs[g]}
+	}
+	if e.Status != api.EvalStatusComplete {
+		return
+	}
+	for k, u := range s.unplaced {
+		if k.Namespace == orDefault(e.Namespace) && k.Job == e.JobID && u.JobModifyIndex < e.JobModifyIndex {
+			if _, failed := e.FailedTGAllocs[k.Group]; !failed {
+				delete(s.unplaced, k)
+			}
+		}
+	}
+}
+
+// NomadFailed says why Nomad could not place the group at the job's
+// current version, if it evaluated that version and no pinned node could
+// ever take it: every node Nomad looked at was filtered by a rule of the
+// job other than the pin's own node constraint (pin), or none was
+// eligible at all (a datacenter or node pool the pin's nodes are not in).
+// A pin that failed only because its nodes were exhausted — its shares,
+// CPU or memory still held by an allocation being stopped or replaced — is
+// no failure: Nomad's blocked evaluation places it once they free, and its
+// shares stay held for it meanwhile.
+func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
+	u, ok := s.unplaced[KeyOf(job, group)]
+	if !ok || job.JobModifyIndex == nil || u.JobModifyIndex != *job.JobModifyIndex {
+		return "", false
+	}
+	mine := "" // the pin's node constraint, as Nomad's metric names it
+	if rec, ok := s.Record(job, group); ok {
+		mine = fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ","))
+	}
+	if m := u.Metric; m != nil && m.NodesExhausted > 0 && m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 {
+		return "", false
+	}
+	return u.Reason, true
+}
+
+// forgetUnplaced drops what Nomad said of a job's groups (it is gone).
+func (s *State) forgetUnplaced(namespace, job string) {
+	for k := range s.unplaced {
+		if k.Namespace == orDefault(namespace) && k.Job == job {
+			delete(s.unplaced, k)
+		}
+	}
+}
+
+// MetricReason puts Nomad's allocation metric of a failed placement into
+// words, as `nomad job status` does: how many nodes it evaluated, and what
+// filtered or exhausted them.
+func MetricReason(m *api.AllocationMetric) string {
+	if m == nil {
+		return "Nomad could not place it"
+	}
+	parts := []string{fmt.Sprintf("Nomad could not place it: %d node(s) evaluated", m.NodesEvaluated)}
+	tally := func(what string, counts map[string]int) {
+		for _, k := range slices.Sorted(maps.Keys(counts)) {
+			parts = append(parts, fmt.Sprintf("%s %s: %d", what, k, counts[k]))
+		}
+	}
+	if m.NodesFiltered > 0 {
+		parts = append(parts, fmt.Sprintf("%d filtered", m.NodesFiltered))
+	}
+	tally("class", m.ClassFiltered)
+	tally("constraint", m.ConstraintFiltered)
+	if m.NodesExhausted > 0 {
+		parts = append(parts, fmt.Sprintf("%d exhausted", m.NodesExhausted))
+	}
+	tally("exhausted", m.DimensionExhausted)
+	if len(m.QuotaExhausted) > 0 {
+		parts = append(parts, "quota exhausted: "+strings.Join(m.QuotaExhausted, ", "))
+	}
+	return strings.Join(parts, "; ")
+}

@@ -1,0 +1,255 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// deadlineNomad is a Nomad whose registrations hang until their context
+// ends (the job is edited meanwhile) and whose reads fail on a context
+// that has ended, as the HTTP client's do.
+type deadlineNomad struct {
+	*fakeNomad
+	edit func()
+}
+
+func (d *deadlineNomad) Register(ctx context.Context, _ *api.Job, _ uint64) (uint64, error) {
+	if d.edit != nil {
+		d.edit()
+		d.edit = nil
+	}
+	<-ctx.Done()
+	return 0, ctx.Err()
+}
+
+func (d *deadlineNomad) Job(ctx context.Context, ns, id string) (*api.Job, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return d.fakeNomad.Job(ctx, ns, id)
+}
+
+// After a registration that timed out, the job is read again with a
+// request of its own: the model learns the version Nomad holds (here a
+// user's edit made while the registration hung).
+func TestTimedOutPinReadsTheJobAgain(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	d := &deadlineNomad{fakeNomad: f}
+	d.edit = func() {
+		edited, err := copyJob(f.jobs["x"])
+		must.NoError(t, err)
+		edited.Meta["owner"] = "someone"
+		f.put(edited)
+	}
+	cfg := config.Default()
+	cfg.Nomad.RequestTimeout = "100ms"
+	s, err := newService(cfg, hclog.NewNullLogger(), d, time.Now)
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.StrContains(t, s.pending[key("x")], "deadline exceeded")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got := s.state.Jobs[model.JobKey("default", "x")]
+	must.Eq(t, *f.jobs["x"].JobModifyIndex, *got.JobModifyIndex)
+	must.Eq(t, "someone", got.Meta["owner"])
+	must.Eq(t, []string{"g"}, pin.Gated(got))
+}
+
+// A failed unpairing hands on nothing: the step counted the moved
+// allocation's shares free and gave them to a waiting job, but the
+// allocation still runs, so that job is not pinned onto them in the same
+// pass; once the unpairing succeeds it is.
+func TestFailedUnpairHandsNoSharesOn(t *testing.T) {
+	sc := newPairScene(t)
+	node, err := model.NodeOf(sc.f.nodes[0])
+	must.NoError(t, err)
+	paired := sc.old.GPUs[0]
+	taken := map[string]bool{}
+	for _, sh := range append(slices.Clone(sc.old.Shares), sc.new.Shares...) {
+		taken[sh] = true
+	}
+	for g, gpu := range node.GPUs { // every other share runs a filler: the cluster is full
+		var shares []string
+		for k := range 100 {
+			if sh := (devicefn.ShareID{UUID: gpu.UUID, Index: k}).String(); !taken[sh] {
+				shares = append(shares, sh)
+			}
+		}
+		fill(t, sc.f.fakeNomad, fmt.Sprintf("filler-%d", g), shares)
+	}
+	w := gated("w", 25)
+	w.SubmitTime = ptr(int64(1))
+	sc.f.put(w)
+	must.NoError(t, sc.s.resync(t.Context()))
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"])) // no room yet
+
+	sc.f.stopErr = errors.New("Unexpected response code: 503 (no leader)")
+	var steps [][]decide.Action
+	sc.s.onStep = func(a []decide.Action) { steps = append(steps, a) }
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	last := steps[len(steps)-1]
+	must.Eq(t, decide.Unpair, last[0].Kind)
+	must.True(t, slices.ContainsFunc(last, func(a decide.Action) bool { return a.Kind == decide.Pin && a.Group == key("w") }))
+	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"]))
+	must.StrContains(t, sc.s.pending[key("w")], "stopping that allocation failed")
+
+	sc.f.stopErr = nil
+	sc.sample(t, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	rec, ok := pin.ParseRecord(sc.f.jobs["w"], "g")
+	must.True(t, ok)
+	must.Eq(t, []string{paired}, rec.GPUs)
+}
+
+// fill runs a placed job "id" as one allocation on shares of the node.
+func fill(t *testing.T, f *fakeNomad, id string, shares []string) {
+	t.Helper()
+	if len(shares) == 0 {
+		return
+	}
+	job := gated(id, uint64(len(shares)))
+	job.TaskGroups[0].Constraints = nil
+	f.put(job)
+	f.index++
+	f.allocs = append(f.allocs, &api.Allocation{ID: "alloc-" + id, Namespace: "default", JobID: id, TaskGroup: "g", NodeID: "node-1",
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index, CreateIndex: f.index,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: shares}}}}}})
+}
+
+// An unpaired job keeps its place in the queue: Nomad stamps the
+// scheduler's registration as a new submission, but the scheduler decides
+// on when the job was submitted, kept in its records for the next leader,
+// until someone else registers the job.
+func TestUnpairedJobKeepsItsPlace(t *testing.T) {
+	sc := newPairScene(t)
+	sc.f.submitNow = func() time.Time { return *sc.clock }
+	submitted := time.Unix(5000, 0)
+	sc.f.mu.Lock()
+	sc.f.jobs["new"].SubmitTime = ptr(submitted.UnixNano()) // as its user submitted it
+	sc.f.mu.Unlock()
+	must.NoError(t, sc.s.resync(t.Context()))
+	sc.s.stateLoaded = true // records are saved
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.Eq(t, sc.clock.UnixNano(), *sc.f.jobs["new"].SubmitTime) // Nomad's stamp
+	// Nomad stops the allocation
+	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" })
+	sc.f.index++
+	must.NoError(t, sc.s.resync(t.Context()))
+
+	submitOf := func(s *Service) time.Time {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		groups, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)
+		for _, g := range groups {
+			if g.Key == key("new") {
+				return g.Submit
+			}
+		}
+		t.Fatal("new is not decided")
+		return time.Time{}
+	}
+	must.Eq(t, submitted, submitOf(sc.s))
+	sc.s.saveState(t.Context())
+	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, func() time.Time { return *sc.clock })
+	must.NoError(t, err)
+	must.NoError(t, next.resync(t.Context()))
+	must.NoError(t, next.loadState(t.Context(), true))
+	must.Eq(t, submitted, submitOf(next))
+
+	// its user submits it again: that is its place now
+	edited, err := copyJob(sc.f.jobs["new"])
+	must.NoError(t, err)
+	edited.SubmitTime = ptr(time.Unix(90000, 0).UnixNano())
+	sc.f.put(edited)
+	must.NoError(t, next.resync(t.Context()))
+	must.Eq(t, time.Unix(90000, 0), submitOf(next))
+	next.stateLoaded = true
+	next.saveState(t.Context())
+	must.MapEmpty(t, next.submitted)
+}
+
+// slowStops is a Nomad whose registrations and stops each take most of a
+// request's timeout, and fail when their context ends first.
+type slowStops struct {
+	*statsNomad
+	delay time.Duration
+}
+
+func (n *slowStops) wait(ctx context.Context) error {
+	sleep(ctx, n.delay)
+	return ctx.Err()
+}
+
+func (n *slowStops) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
+	if err := n.wait(ctx); err != nil {
+		return 0, err
+	}
+	return n.statsNomad.Register(ctx, j, index)
+}
+
+func (n *slowStops) StopAlloc(ctx context.Context, id string) error {
+	if err := n.wait(ctx); err != nil {
+		return err
+	}
+	return n.statsNomad.StopAlloc(ctx, id)
+}
+
+// Gating a group again and stopping its allocation are requests of their
+// own, each with the whole request timeout: a slow registration does not
+// use up the stop's.
+func TestUnpairRequestsEachHaveTheirTimeout(t *testing.T) {
+	sc := newPairScene(t, func(c *config.Config) { c.Nomad.RequestTimeout = "400ms" })
+	sc.s.nomad = &slowStops{statsNomad: sc.f, delay: 250 * time.Millisecond}
+	sc.sample(t, 20, 20, 20)
+	sc.s.reconcile(t.Context())
+	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
+	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
+}
+
+// A group that waits while the scheduler pins another group of its job
+// keeps the job's place in the queue: the pin's registration is no new
+// submission.
+func TestWaitingGroupKeepsItsPlaceAcrossAPinOfAnother(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, submitNow: func() time.Time { return time.Unix(9000, 0) }}
+	running(t, f, "busy", []int{0}, 0, "2h")
+	job := gated("two", 25)
+	big := *job.TaskGroups[0]
+	big.Name = ptr("h")
+	big.Tasks = []*api.Task{{Name: "t", Resources: &api.Resources{CPU: ptr(100), MemoryMB: ptr(128),
+		Devices: []*api.RequestedDevice{{Name: "nvidia/gpushare", Count: ptr(uint64(800))}}}}}
+	job.TaskGroups = append(job.TaskGroups, &big)
+	job.SubmitTime = ptr(time.Unix(500, 0).UnixNano())
+	f.put(job)
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	must.Eq(t, []string{"h"}, pin.Gated(f.jobs["two"]))
+	must.Eq(t, time.Unix(9000, 0).UnixNano(), *f.jobs["two"].SubmitTime)
+	must.NoError(t, s.resync(t.Context()))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	groups, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)
+	must.SliceLen(t, 1, groups)
+	must.Eq(t, "h", groups[0].Key.Group)
+	must.Eq(t, time.Unix(500, 0), groups[0].Submit)
+}

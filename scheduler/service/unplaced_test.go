@@ -1,0 +1,192 @@
+package service
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// spanning is n shares taken half from each of the first two GPUs of the
+// fake's node: what Nomad gives a fraction from one device group in map
+// order, and what Reserve refuses.
+func spanning(t *testing.T, f *fakeNomad, n int) []string {
+	t.Helper()
+	node, err := model.NodeOf(f.nodes[0])
+	must.NoError(t, err)
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%s:%d", node.GPUs[i%2].UUID, 90+i/2))
+	}
+	return out
+}
+
+// failedEval is Nomad's evaluation of job id's current version that could
+// not place group g.
+func failedEval(f *fakeNomad, id string) *api.Evaluation {
+	return &api.Evaluation{ID: "eval-" + id, Namespace: "default", JobID: id, Status: api.EvalStatusComplete,
+		JobModifyIndex: *f.jobs[id].JobModifyIndex,
+		FailedTGAllocs: map[string]*api.AllocationMetric{"g": {NodesEvaluated: 1, NodesFiltered: 1,
+			ConstraintFiltered: map[string]int{"${attr.kernel.name} = plan9": 1}}}}
+}
+
+// Adoption never replaces an allocation that runs on valid shares, and
+// leaves a new ungated job to Nomad until Nomad has tried: only a failed
+// evaluation of its version, or an allocation on shares Reserve refuses,
+// makes the service pin it.
+func TestAdoptionLeavesValidAllocationsAlone(t *testing.T) {
+	ungated := func(id string, count int) *api.Job {
+		j := gated(id, 25)
+		j.TaskGroups[0].Constraints = nil
+		j.TaskGroups[0].Count = ptr(count)
+		return j
+	}
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(ungated("fresh", 1))   // not evaluated by Nomad yet
+	f.put(ungated("half", 2))    // one valid allocation, one Nomad could not place
+	f.put(ungated("refused", 1)) // Nomad could not place it at all
+	node, err := model.NodeOf(f.nodes[0])
+	must.NoError(t, err)
+	var valid []string
+	for i := range 25 {
+		valid = append(valid, fmt.Sprintf("%s:%d", node.GPUs[3].UUID, i))
+	}
+	f.runningOn("half", "alloc-half", valid)
+	s := loadedService(t, f)
+	s.state.PutEval(failedEval(f, "half"))
+	s.state.PutEval(failedEval(f, "refused"))
+	s.reconcile(t.Context())
+
+	_, ok := pin.ParseRecord(f.jobs["fresh"], "g")
+	must.False(t, ok, must.Sprint("a job Nomad has not evaluated yet is left to Nomad"))
+	_, ok = pin.ParseRecord(f.jobs["half"], "g")
+	must.False(t, ok, must.Sprint("pinning would replace the allocation that runs on valid shares"))
+	_, ok = pin.ParseRecord(f.jobs["refused"], "g")
+	must.True(t, ok)
+
+	// Nomad placed the fresh job on shares of two GPUs: Reserve refuses
+	// them, so it is adopted, and the replacement is counted
+	f.runningOn("fresh", "alloc-fresh", spanning(t, f, 25))
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	_, ok = pin.ParseRecord(f.jobs["fresh"], "g")
+	must.True(t, ok)
+	must.Eq(t, 1.0, counterValue(t, s, `gpushare_restarts_total{reason="adopt"}`))
+}
+
+// A pin Nomad evaluated and could not place is noticed: its hold ends, it
+// is decided again without its nodes, and its reason says what Nomad said.
+func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
+	f, s, rec := pinnedX(t)
+	must.True(t, s.state.Pinned(f.jobs["x"], "g"))
+	s.state.PutEval(failedEval(f, "x"))
+	s.reconcile(t.Context())
+	why := s.pending[model.KeyOf(f.jobs["x"], "g")]
+	must.StrContains(t, why, "${attr.kernel.name} = plan9")
+	must.StrContains(t, why, "could not be placed")
+
+	// its shares are held no more: a later job gets them
+	f.put(gated("later", 800))
+	must.NoError(t, s.resync(t.Context()))
+	s.state.PutEval(failedEval(f, "x"))
+	s.reconcile(t.Context())
+	later, ok := pin.ParseRecord(f.jobs["later"], "g")
+	must.True(t, ok)
+	must.SliceLen(t, 800, later.Shares)
+	for _, sh := range rec.Shares {
+		must.SliceContains(t, later.Shares, sh)
+	}
+}
+
+// A paused periodic job is a template Nomad never evaluates: it is not
+// pinned, and a pin it carries holds nothing.
+func TestPausedPeriodicHoldsNothing(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	j := gated("nightly", 800)
+	j.Periodic = &api.PeriodicConfig{Enabled: ptr(false), Spec: ptr("@daily")}
+	f.put(j)
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	_, ok := pin.ParseRecord(f.jobs["nightly"], "g")
+	must.False(t, ok)
+	f.put(gated("now", 800))
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	_, ok = pin.ParseRecord(f.jobs["now"], "g")
+	must.True(t, ok)
+}
+
+// A group of two one-GPU allocations on an idle 8-GPU node is not refused
+// for good (the cluster could hold it under Nomad's rules): it waits, and
+// its reason explains gpushare's rule of one whole-GPU allocation of a
+// group per node and what to do.
+func TestTwoWholeGPUsOnOneNodeWaitWithTheRule(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	j := gated("two", 100)
+	j.TaskGroups[0].Count = ptr(2)
+	f.put(j)
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	key := model.KeyOf(f.jobs["two"], "g")
+	must.MapNotContainsKey(t, s.refused, key)
+	must.StrContains(t, s.pending[key], "at most one whole-GPU allocation of a group per node")
+	must.StrContains(t, s.pending[key], "split it into groups of count 1")
+}
+
+// A pin Nomad could not place only because its shares were still held (an
+// allocation being preempted or replaced) is no failure: Nomad's blocked
+// evaluation places it once they free, and its shares stay held for it.
+func TestAPinWaitingForItsSharesKeepsThem(t *testing.T) {
+	f, s, rec := pinnedX(t)
+	ev := failedEval(f, "x")
+	ev.FailedTGAllocs["g"] = &api.AllocationMetric{NodesEvaluated: 1, NodesExhausted: 1,
+		DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
+	s.state.PutEval(ev)
+	version := *f.jobs["x"].Version
+	f.put(gated("later", 800))
+	must.NoError(t, s.resync(t.Context()))
+	s.state.PutEval(ev)
+	s.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version) // not decided again
+	_, ok := pin.ParseRecord(f.jobs["later"], "g")
+	must.False(t, ok, must.Sprintf("x's %d shares are still held", len(rec.Shares)))
+}
+
+// A pin Nomad refuses on one node and then on another is decided again
+// without both: never back and forth between two nodes Nomad refuses.
+func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
+	src, err := fixtures.FS.ReadFile(fixtures.PCIe4GPU)
+	must.NoError(t, err)
+	st, err := fixture.Parse("pcie", src)
+	must.NoError(t, err)
+	g := devicefn.Groups(&st.Inventory, 100, "mps", nil)[0]
+	other := &api.Node{ID: "node-2", Name: "pcie", Status: "ready", SchedulingEligibility: "eligible",
+		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536},
+			Devices: []*api.NodeDeviceResource{{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}}}}
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t), other}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	seen := map[string]bool{}
+	for range 4 {
+		rec, _ := pin.ParseRecord(f.jobs["x"], "g")
+		must.MapNotContainsKey(t, seen, rec.Nodes[0], must.Sprint("pinned again on a node Nomad refused"))
+		seen[rec.Nodes[0]] = true
+		version := *f.jobs["x"].Version
+		must.NoError(t, s.resync(t.Context()))
+		s.state.PutEval(failedEval(f, "x"))
+		s.reconcile(t.Context())
+		if *f.jobs["x"].Version == version {
+			break // not pinned again: it waits
+		}
+	}
+	must.MapLen(t, 2, seen)
+	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+}
