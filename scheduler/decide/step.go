@@ -32,6 +32,11 @@ type Group struct {
 	// snapshot still allows it (a Pin with Kept set), so that its
 	// allocations are updated in place rather than replaced.
 	Keep []placement.Held
+	// Prefer is where the group's single running allocation (of
+	// Replaces) runs, when the group's request changed: the step keeps it
+	// on those GPUs when they still fit the new request (a Pin), rather
+	// than moving it wherever the policy would put a new group.
+	Prefer []placement.Held
 }
 
 // Config is what the configuration says about deciding.
@@ -109,9 +114,13 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			if k, err := st.snap.Keep(&g.Req, pol.Name(), g.Keep); err == nil { // a reservation's hold does not move what runs
 				d, kept = k, true
 			}
+		} else if len(g.Prefer) > 0 && len(restored) > 0 {
+			if p, err := st.snap.Prefer(&g.Req, pol.Name(), g.Prefer); err == nil {
+				d = p
+			}
 		}
 		switch ref, ok := failed[shape]; {
-		case kept:
+		case d != nil:
 		case ok && shape != "":
 			d = &placement.Decision{Request: req.ID, Policy: pol.Name(), Refusal: ref}
 		default:

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/shoenig/test/must"
 )
 
@@ -173,4 +174,28 @@ func BenchmarkDecideAllowed(b *testing.B) {
 		step(p, half)
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "decisions/s")
+}
+
+// TestKeepAndPreferOnlyWhereAllowed: a group is kept (or preferred) where
+// its allocations run only if its job's own rules still allow that node.
+func TestKeepAndPreferOnlyWhereAllowed(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 2}, NodeSpec{ID: "b", GPUs: 2})
+	n, _ := s.Node("a")
+	var shares []string
+	for k := range 25 {
+		shares = append(shares, devicefn.ShareID{UUID: n.GPUs[1].UUID, Index: k}.String())
+	}
+	held := []Held{{Node: "a", Shares: shares}}
+	for _, tc := range []struct {
+		allowed []string
+		ok      bool
+	}{{nil, true}, {[]string{"a", "b"}, true}, {[]string{"b"}, false}, {[]string{}, false}} {
+		r := Request{ID: "q", Count: 1, Shares: 25, Allowed: tc.allowed}
+		_, err := s.Keep(&r, "gpushare", held)
+		must.Eq(t, tc.ok, err == nil, must.Sprint(tc.allowed, err))
+		grown := r
+		grown.Shares = 50
+		_, err = s.Prefer(&grown, "gpushare", held)
+		must.Eq(t, tc.ok, err == nil, must.Sprint(tc.allowed, err))
+	}
 }

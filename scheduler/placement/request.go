@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -127,6 +128,10 @@ func (r *Request) avoids(id string) bool {
 	}
 	return false
 }
+
+// allows reports whether the request may use node id (Allowed; every
+// node when it is nil). The engine keeps a set of it instead (allowFor).
+func (r *Request) allows(id string) bool { return r.Allowed == nil || slices.Contains(r.Allowed, id) }
 
 // guaranteed reports whether the request counts against its VC's guarantee.
 func (r *Request) guaranteed() bool { return r.Class != ClassOpportunistic }

@@ -282,6 +282,9 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					}
 				}
 				g.Keep = ns.keepable(s.keep(job, key))
+				if g.Keep == nil {
+					g.Prefer = ns.keepable(s.held(key))
+				}
 				if g.Keep == nil && len(g.Replaces) > 0 && slices.Contains(gated, name) && s.priorUnread(key, g.Replaces[0]) {
 					// its running allocations' pin is read before it is
 					// decided, so that an unchanged group keeps its place
@@ -354,6 +357,18 @@ func (s *Service) keep(job *api.Job, key decide.Key) []placement.Held {
 		held = append(held, placement.Held{Node: a.NodeID, Shares: shares})
 	}
 	return held
+}
+
+// held is where a group's live allocations run, one entry each. The
+// caller holds s.mu.
+func (s *Service) held(key decide.Key) []placement.Held {
+	var out []placement.Held
+	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
+		if shares := model.Shares(a); len(shares) > 0 {
+			out = append(out, placement.Held{Node: a.NodeID, Shares: shares})
+		}
+	}
+	return out
 }
 
 // vcRefusal says why a group may not claim the virtual cluster it names

@@ -94,8 +94,10 @@ func TestReRegisteredUnchangedIsPinnedAsBefore(t *testing.T) {
 }
 
 // A group whose request changed is decided again: its old pin is not
-// written back.
-func TestChangedRequestIsDecidedAgain(t *testing.T) {
+// written back, but it stays on the GPU it holds when that still fits,
+// the shares it held first, rather than moving where the policy would put
+// a new group (here a GPU with exactly 50 shares free, the best fit).
+func TestChangedRequestIsDecidedAgainOnItsGPU(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("q", 25))
 	s := loadedService(t, f)
@@ -103,6 +105,18 @@ func TestChangedRequestIsDecidedAgain(t *testing.T) {
 	first := pinOf(t, f.jobs["q"])
 	rec, _ := pin.ParseRecord(f.jobs["q"], "g")
 	f.runningOn("q", "alloc-q", rec.Shares)
+	node, err := model.NodeOf(f.nodes[0])
+	must.NoError(t, err)
+	for _, g := range node.GPUs {
+		if g.UUID != rec.GPUs[0] {
+			var half []string
+			for i := range 50 {
+				half = append(half, fmt.Sprintf("%s:%d", g.UUID, i))
+			}
+			f.runningOn("packed", "alloc-p", half)
+			break
+		}
+	}
 	f.put(gated("q", 50))
 	must.NoError(t, s.resync(t.Context()))
 	s.reconcile(t.Context())
@@ -110,6 +124,10 @@ func TestChangedRequestIsDecidedAgain(t *testing.T) {
 	must.True(t, ok)
 	must.SliceLen(t, 50, again.Shares)
 	must.NotEq(t, first, pinOf(t, f.jobs["q"]))
+	must.Eq(t, rec.GPUs, again.GPUs)
+	for _, sh := range rec.Shares {
+		must.SliceContains(t, again.Shares, sh)
+	}
 }
 
 // A pinned spec registered again after its job was purged is another
