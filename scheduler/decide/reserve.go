@@ -26,7 +26,7 @@ import (
 // allocation, the cluster lacks the nodes, or they would not free within
 // r's own expected run time.
 func (st *step) reserveFor(r placement.Request) map[string]time.Time {
-	key := fmt.Sprintf("%d|%d|%s|%d", r.Shares, r.Count, strings.Join(r.Models, ","), st.expected(r))
+	key := fmt.Sprintf("%d|%d|%s|%d%s", r.Shares, r.Count, strings.Join(r.Models, ","), st.expected(r), allowedKey(r.Allowed))
 	if st.rooms == nil {
 		st.rooms = map[string]map[string]time.Time{}
 	}
@@ -35,8 +35,18 @@ func (st *step) reserveFor(r placement.Request) map[string]time.Time {
 	}
 	now := st.in.Now
 	ends := st.gpuEnds()
+	var allowed map[string]bool // the job's own rules (nil: every node)
+	if r.Allowed != nil {
+		allowed = make(map[string]bool, len(r.Allowed))
+		for _, id := range r.Allowed {
+			allowed[id] = true
+		}
+	}
 	var rooms []queue.Room // in the snapshot's node order
 	for _, n := range st.snap.Nodes() {
+		if allowed != nil && !allowed[n.ID] {
+			continue // Nomad would not place the group there
+		}
 		var free []time.Duration
 		need := 0
 		for i := range n.GPUs {

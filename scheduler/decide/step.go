@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strconv"
 	"strings"
@@ -361,5 +362,23 @@ func shapeOf(r placement.Request) string {
 		b.WriteByte(',')
 	}
 	b.WriteString(strconv.Itoa(len(r.Avoid)))
+	b.WriteString(allowedKey(r.Allowed)) // the job's own rules: requests allowing other nodes differ
+	if r.DistinctNodes {
+		b.WriteString("|distinct")
+	}
 	return b.String()
+}
+
+// allowedKey identifies a request's Allowed set ("" when it allows every
+// node).
+func allowedKey(ids []string) string {
+	if ids == nil {
+		return ""
+	}
+	h := fnv.New64a()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{','})
+	}
+	return fmt.Sprintf("|allowed %d:%x", len(ids), h.Sum64())
 }

@@ -261,3 +261,31 @@ func TestStepDeterministic(t *testing.T) {
 		must.Eq(t, first, kinds(Step(policy(t), Input{Snapshot: snapshot(t, fixtures.DGX1V100), Groups: gs, Now: now}, cfg())))
 	}
 }
+
+// A group that its job's own rules allow on some nodes only holds those:
+// never the node that frees first if Nomad could not place it there.
+func TestReservationOnlyOnAllowedNodes(t *testing.T) {
+	for _, tc := range []struct {
+		allowed []string
+		want    string
+	}{{nil, "n2"}, {[]string{"n1"}, "n1"}} {
+		s := snapshot(t, fixtures.DGX1V100, fixtures.HGXH100)
+		ends := map[string]time.Time{}
+		busy(t, s, ends, "four", []int{0, 1, 2, 3}, 2*time.Hour)
+		n2, _ := s.Node("n2")
+		var shares []string
+		for _, g := range []int{0, 1, 2, 3} {
+			for k := range 100 {
+				shares = append(shares, devicefn.ShareID{UUID: n2.GPUs[g].UUID, Index: k}.String())
+			}
+		}
+		must.NoError(t, s.AddAlloc(placement.Alloc{ID: "soon", Node: "n2", Shares: shares}))
+		ends["soon"] = now.Add(10 * time.Minute)
+		big := group("big", 1, 800, time.Minute, 3*time.Hour)
+		big.Req.Allowed = tc.allowed
+		as := Step(policy(t), Input{Snapshot: s, Groups: []Group{big}, Now: now, Ends: ends}, cfg())
+		must.Eq(t, []string{"wait big", "reserve big"}, kinds(as))
+		must.MapContainsKey(t, as[1].Hold, tc.want)
+		must.MapLen(t, 1, as[1].Hold)
+	}
+}

@@ -138,3 +138,29 @@ func TestBrokenNodeAttributesAreAProblem(t *testing.T) {
 	must.SliceLen(t, 1, problems)
 	must.StrContains(t, problems[0], `attribute "gpus": missing`)
 }
+
+// A pinned group holds its shares only on the nodes the current version
+// of its job still allows (State.Feasible): elsewhere Nomad places
+// nothing, so nothing is held, and the group is short of its pinned shares.
+func TestHoldsOnlyWhereTheJobsRulesAllow(t *testing.T) {
+	for _, allow := range []bool{true, false} {
+		s := New()
+		s.PutNode(pcieNode(t, "n1"))
+		pinned := gatedJob("pinned", 2)
+		_, err := pin.Pin(pinned, "g", &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+			{Node: "n1", GPUs: []string{gpu0}, Shares: []string{gpu0 + ":30", gpu0 + ":31"}},
+		}})
+		must.NoError(t, err)
+		s.PutJob(pinned)
+		var asked []string
+		s.Feasible = func(job *api.Job, group string) func(string) bool {
+			asked = append(asked, *job.ID+"/"+group)
+			return func(node string) bool { return allow }
+		}
+		b := s.Snapshot(nil, nil)
+		must.Eq(t, []string{"pinned/g"}, asked)
+		_, held := b.Snapshot.Alloc(PendingPrefix + "default/pinned/g@n1")
+		must.Eq(t, allow, held)
+		must.Eq(t, !allow, b.Short[KeyOf(pinned, "g")])
+	}
+}

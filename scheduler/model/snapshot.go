@@ -69,6 +69,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 				continue
 			}
 			key := KeyOf(job, *tg.Name)
+			rec = s.feasiblePart(job, *tg.Name, rec)
 			free := 0 // pinned shares no allocation holds
 			for _, h := range holds(key, rec, snap.InUse, r, missing, snap) {
 				h.VC, h.Class = s.Attribution(job, *tg.Name) // as its allocations will count
@@ -101,6 +102,31 @@ type Built struct {
 	Short map[decide.Key]bool
 	// Problems are what could not be modelled, for the log.
 	Problems []string
+}
+
+// feasiblePart is the record with only the pinned nodes the job's current
+// version still allows (State.Feasible): no hold on nodes where Nomad
+// cannot place the group.
+func (s *State) feasiblePart(job *api.Job, group string, rec *pin.Record) *pin.Record {
+	if s.Feasible == nil {
+		return rec
+	}
+	allows := s.Feasible(job, group)
+	if allows == nil {
+		return rec
+	}
+	var keep []string
+	for _, n := range rec.Nodes {
+		if allows(n) {
+			keep = append(keep, n)
+		}
+	}
+	if len(keep) == len(rec.Nodes) {
+		return rec
+	}
+	part := *rec
+	part.Nodes = keep
+	return &part
 }
 
 // holds keeps the shares a pinned group is still to be given, one

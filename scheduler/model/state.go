@@ -65,6 +65,11 @@ type State struct {
 	// counts: only placements the scheduler wrote do (a user may write the
 	// meta by hand).
 	Trust func(k decide.Key, placement, signature string) bool
+	// Feasible, when set, returns which nodes the current version of a
+	// pinned group's job still allows (Nomad's own rules: datacenters,
+	// constraints, drivers, ...); nil allows every node. Snapshot holds a
+	// pinned group's shares only on those: Nomad places nothing elsewhere.
+	Feasible func(job *api.Job, group string) func(node string) bool
 	// Managed, when set, says which namespaces the scheduler manages
 	// (Manages); Admits, when set, whether a virtual cluster admits the
 	// jobs of a namespace (Attribution).

@@ -21,6 +21,7 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 		return d
 	}
 	e.rng = e.seedFor(s, r)
+	e.allowFor(s, r)
 	ref, short := e.gate(s, r)
 	if ref != nil {
 		d.Refusal = ref
@@ -157,6 +158,8 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 		added = append(added, p.AllocID)
 		d.Placements = append(d.Placements, p)
 		switch {
+		case r.DistinctNodes: // one allocation per node (distinct_hosts)
+			pins[n.idx] = -1
 		case r.Shares == 0: // CPU-only allocations pin no shares
 		case c.gpu >= 0:
 			pins[n.idx] = c.gpu

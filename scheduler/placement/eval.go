@@ -13,6 +13,7 @@ import (
 const (
 	whyOK uint8 = iota
 	whyAvoid
+	whyRules // not among the nodes the request allows
 	whyModel
 	whySize
 	whyGPU
@@ -50,6 +51,10 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 	best := cand{why: whyModel, group: -1, gpu: -1}
 	if r.avoids(n.ID) {
 		best.why = whyAvoid
+		return best
+	}
+	if r.Allowed != nil && !e.allowed(n) {
+		best.why = whyRules
 		return best
 	}
 	free := n.Free()

@@ -7,8 +7,24 @@ import (
 )
 
 // explain builds the refusal for a request no node could take, naming the
-// rule that failed and the closest the cluster came.
+// rule that failed and the closest the cluster came. A request that allows
+// some nodes only is explained on those, and says so.
 func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
+	ref := e.explainAmong(s, r)
+	if r.Allowed == nil || ref.Code == RefusedRules {
+		return ref
+	}
+	allowed := 0
+	for _, n := range s.nodes {
+		if e.allowed(n) {
+			allowed++
+		}
+	}
+	ref.Message += fmt.Sprintf(" (on the %d of %d nodes the job's own rules allow)", allowed, len(s.nodes))
+	return ref
+}
+
+func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	var tally [whyCPU + 1]int
 	var mostFree, mostFrac, largestCell int
 	var mostFreeNode, mostFracNode, cellNode, cellName string
@@ -17,6 +33,9 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 	for _, n := range s.nodes {
 		c := e.eval(n, r, -1)
 		tally[c.why]++
+		if c.why == whyRules {
+			continue // not the job's: its GPUs are no measure
+		}
 		for gi := range n.groups {
 			grp := &n.groups[gi]
 			if !r.modelOK(grp.model) {
@@ -62,6 +81,8 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 	switch {
 	case len(s.nodes) == 0:
 		return &Refusal{RefusedNoCapacity, "the cluster has no nodes"}
+	case tally[whyRules] == len(s.nodes):
+		return &Refusal{RefusedRules, fmt.Sprintf("none of the cluster's %d nodes passes the job's own rules (datacenters, node pool, constraints, drivers, devices, volumes, distinct_hosts)", len(s.nodes))}
 	case r.Shares > 0 && spg == 0:
 		return &Refusal{RefusedNoModel, fmt.Sprintf("no node has GPUs of %s (the cluster has %s)", models, strings.Join(modelSeen, ", "))}
 	case r.Shares > 0 && !sizeOK:
@@ -89,6 +110,9 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 	case tally[whyCPU] > 0:
 		best := Resources{}
 		for _, n := range s.nodes {
+			if r.Allowed != nil && !e.allowed(n) {
+				continue
+			}
 			f := n.Free()
 			if f.CPU > best.CPU {
 				best.CPU = f.CPU

@@ -95,6 +95,10 @@ func (e *engine) indexKey(r *Request) string {
 		b = append(b, '|')
 		b = append(b, m...)
 	}
+	if r.Allowed != nil {
+		b = append(b, "|allowed:"...)
+		b = strconv.AppendUint(b, e.allowKey, 16)
+	}
 	e.key = b
 	return string(b)
 }
@@ -102,8 +106,11 @@ func (e *engine) indexKey(r *Request) string {
 // best returns the lowest-cost node for one allocation of r, using and
 // updating the index for r's kind of request. ok is false when no node fits.
 func (e *engine) best(s *Snapshot, req *Request) (n *Node, c cand, ok bool) {
+	if req.Allowed != nil && len(req.Allowed)*8 < len(s.nodes) {
+		return e.bestAmong(s, req) // a few nodes: no index needed
+	}
 	ir := *req
-	ir.Avoid = nil
+	ir.Avoid = nil // an index per Allowed set: its entries are the allowed nodes
 	r := &ir
 	key := e.indexKey(r)
 	ix := e.idx[key]
@@ -165,4 +172,22 @@ func (e *engine) push(ix *nodeIndex, nd *Node, r *Request) bool {
 	}
 	ix.h = append(ix.h, entry{cost: c.cost, node: int32(nd.idx), ver: nd.version})
 	return true
+}
+
+// bestAmong is best for a request that allows a few nodes: it scores those
+// alone, breaking ties by node order as the index does.
+func (e *engine) bestAmong(s *Snapshot, req *Request) (*Node, cand, bool) {
+	var bestN *Node
+	var best cand
+	for i, ok := range e.allow {
+		if !ok {
+			continue
+		}
+		nd := s.nodes[i]
+		c := e.eval(nd, req, -1)
+		if c.ok && (bestN == nil || less(&c.cost, &best.cost)) {
+			bestN, best = nd, c
+		}
+	}
+	return bestN, best, bestN != nil
 }

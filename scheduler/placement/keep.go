@@ -19,7 +19,7 @@ type Held struct {
 // Keep is the decision that places r exactly where its allocations run
 // now, one placement per held allocation, or an error saying why the
 // snapshot can no longer hold them there: a node that is gone or that
-// the request avoids, an unhealthy GPU, shares another allocation took,
+// the request avoids or does not allow, an unhealthy GPU, shares another allocation took,
 // shares the plugin's Reserve would refuse, or CPU and memory. It does
 // not change the snapshot (Apply does); the caller has taken the held
 // allocations out of it first. A group re-registered unchanged keeps its
@@ -36,6 +36,8 @@ func (s *Snapshot) Keep(r *Request, policy string, held []Held) (*Decision, erro
 			return nil, fmt.Errorf("node %s is not usable", h.Node)
 		case r.avoids(h.Node):
 			return nil, fmt.Errorf("the request avoids node %s", h.Node)
+		case !r.allows(h.Node):
+			return nil, fmt.Errorf("the job's own rules do not allow node %s", h.Node)
 		case len(h.Shares) != r.Shares:
 			return nil, fmt.Errorf("an allocation holds %d shares, the request asks for %d", len(h.Shares), r.Shares)
 		case !s.Reservable(h.Shares):
@@ -90,7 +92,7 @@ func (s *Snapshot) Prefer(r *Request, policy string, held []Held) (*Decision, er
 	}
 	h := held[0]
 	n, ok := s.byID[h.Node]
-	if !ok || r.avoids(h.Node) {
+	if !ok || r.avoids(h.Node) || !r.allows(h.Node) {
 		return nil, fmt.Errorf("node %s is not usable", h.Node)
 	}
 	var gpus []string // the held GPUs, in the order they were held

@@ -39,10 +39,37 @@ func (s *Snapshot) SoleGPU(id string) (uuid, model string, ok bool) {
 // and every GPU healthy, per allocation more GPUs, shares, CPU or memory
 // than any node has, or a GPU model no node has — or nil when r may fit
 // once capacity frees. Avoid is ignored: avoided nodes may come back.
+// Allowed is honoured (the nodes the job's own rules allow are what it may
+// ever have, until they change), and DistinctNodes (one allocation per
+// node).
 func Impossible(s *Snapshot, r Request) *Refusal {
 	if err := r.Validate(); err != nil {
 		return &Refusal{Code: RefusedInvalid, Message: err.Error()}
 	}
+	var allowed map[string]bool
+	if r.Allowed != nil {
+		allowed = make(map[string]bool, len(r.Allowed))
+		for _, id := range r.Allowed {
+			allowed[id] = true
+		}
+	}
+	ref := impossible(s, r, allowed)
+	if ref != nil && allowed != nil {
+		n := 0
+		for _, nd := range s.nodes {
+			if allowed[nd.ID] {
+				n++
+			}
+		}
+		if n == 0 {
+			return &Refusal{Code: RefusedRules, Message: fmt.Sprintf("none of the cluster's %d nodes passes the job's own rules", len(s.nodes))}
+		}
+		ref.Message += fmt.Sprintf(" (on the %d of %d nodes the job's own rules allow)", n, len(s.nodes))
+	}
+	return ref
+}
+
+func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 	models := "any model"
 	if len(r.Models) > 0 {
 		models = strings.Join(r.Models, " or ")
@@ -50,7 +77,7 @@ func Impossible(s *Snapshot, r Request) *Refusal {
 	room, seen, maxGPUs, need := 0, false, 0, 0
 	stacked := 0 // room if one node could hold several whole-GPU allocations
 	for _, n := range s.nodes {
-		if n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
+		if allowed != nil && !allowed[n.ID] || n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
 			continue
 		}
 		byRes := r.Count
@@ -59,6 +86,9 @@ func Impossible(s *Snapshot, r Request) *Refusal {
 		}
 		if r.Res.MemoryMiB > 0 {
 			byRes = min(byRes, int(n.Capacity.MemoryMiB/r.Res.MemoryMiB))
+		}
+		if r.DistinctNodes {
+			byRes = min(byRes, 1)
 		}
 		if r.Shares == 0 {
 			room += byRes

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"unsafe"
 
 	"github.com/gpushare/gpushare/scheduler/interference"
 )
@@ -129,6 +130,15 @@ type engine struct {
 	vcs   map[string]*VirtualCluster
 	rng   *rand.Rand
 	key   []byte
+	allow []bool // by node index: the nodes the request being decided allows
+	// allowKey identifies the request's Allowed set in the node index;
+	// allowOf is the list allow and allowKey were made from, and for which
+	// snapshot and epoch (a pass decides many requests of one list)
+	allowKey   uint64
+	allowOf    *string
+	allowLen   int
+	allowSnap  *Snapshot
+	allowEpoch uint64
 }
 
 func (e *engine) Name() string { return e.name }
@@ -159,3 +169,35 @@ func (e *engine) seedFor(s *Snapshot, r *Request) *rand.Rand {
 	}
 	return rand.New(rand.NewPCG(e.opts.Seed, h^s.Version()))
 }
+
+// allowFor marks the nodes of s that r allows (r.Allowed), for eval; a
+// request without Allowed allows every node.
+func (e *engine) allowFor(s *Snapshot, r *Request) {
+	if r.Allowed == nil {
+		return
+	}
+	if len(r.Allowed) > 0 && unsafe.SliceData(r.Allowed) == e.allowOf && len(r.Allowed) == e.allowLen && s == e.allowSnap && s.epoch == e.allowEpoch {
+		return // the same list as the last request's
+	}
+	e.allowOf, e.allowLen, e.allowSnap, e.allowEpoch = unsafe.SliceData(r.Allowed), len(r.Allowed), s, s.epoch
+	if cap(e.allow) < len(s.nodes) {
+		e.allow = make([]bool, len(s.nodes))
+	}
+	e.allow = e.allow[:len(s.nodes)]
+	clear(e.allow)
+	h := uint64(14695981039346656037) // FNV-1a over the IDs
+	for _, id := range r.Allowed {
+		if n, ok := s.byID[id]; ok {
+			e.allow[n.idx] = true
+		}
+		for i := 0; i < len(id); i++ {
+			h = (h ^ uint64(id[i])) * 1099511628211
+		}
+		h = (h ^ ',') * 1099511628211
+	}
+	e.allowKey = h
+}
+
+// allowed reports whether the request being decided may use node n (see
+// allowFor; only asked when it has Allowed).
+func (e *engine) allowed(n *Node) bool { return n.idx < len(e.allow) && e.allow[n.idx] }

@@ -37,7 +37,7 @@ func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, [
 				opp = append(opp, a)
 			}
 		}
-		if len(opp) == 0 || r.avoids(n.ID) || !couldFree(n, r, opp) {
+		if len(opp) == 0 || r.avoids(n.ID) || (r.Allowed != nil && !e.allowed(n)) || !couldFree(n, r, opp) {
 			continue
 		}
 		for _, a := range opp {

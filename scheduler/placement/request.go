@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,18 @@ type Request struct {
 	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
 	// Avoid lists node IDs not to use (for example nodes that lost it before).
 	Avoid []string `json:"avoid,omitempty"`
+	// Allowed, when not nil, lists the only node IDs the request may use:
+	// the nodes the job's own rules allow (the service checks Nomad's
+	// feasibility: datacenters, node pool, constraints, drivers, ...). An
+	// empty, non-nil list allows no node. Unlike Avoid it is a property of
+	// the job: Impossible honours it. A policy remembers the last list it
+	// was given by its identity: do not change a list once decided on
+	// (make a new one).
+	Allowed []string `json:"allowed,omitempty"`
+	// DistinctNodes puts at most one allocation of the request on a node
+	// (Nomad's distinct_hosts); otherwise fractions of a group may stack
+	// on one GPU of one node.
+	DistinctNodes bool `json:"distinct_nodes,omitempty"`
 	// Expected is how long the job expects to run (0: not declared). The
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
@@ -116,6 +129,10 @@ func (r *Request) avoids(id string) bool {
 	return false
 }
 
+// allows reports whether the request may use node id (Allowed; every
+// node when it is nil). The engine keeps a set of it instead (allowFor).
+func (r *Request) allows(id string) bool { return r.Allowed == nil || slices.Contains(r.Allowed, id) }
+
 // guaranteed reports whether the request counts against its VC's guarantee.
 func (r *Request) guaranteed() bool { return r.Class != ClassOpportunistic }
 
@@ -162,6 +179,7 @@ const (
 	RefusedQuota        = "virtual cluster quota exhausted"
 	RefusedOverQuota    = "larger than its guarantee"
 	RefusedReserve      = "Reserve would refuse the shares"
+	RefusedRules        = "no node the job's own rules allow"
 )
 
 // Refusal says why a request was not placed and what the user can do.

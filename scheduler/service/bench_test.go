@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -80,7 +81,39 @@ func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
 // and how long the pass holds the service's lock (lock-ms/op), during
 // which the HTTP API and the event stream wait.
 func BenchmarkPass(b *testing.B) {
+	benchPass(b, benchCluster(b, 1000, 10, 2000))
+}
+
+// BenchmarkPassRules is BenchmarkPass with Nomad's own rules to check:
+// the nodes alternate between two datacenters and report a docker driver
+// and their kernel, and every waiting job asks for the second datacenter,
+// docker and Linux, one in ten with a node constraint of its own (200
+// distinct rule sets): each group is placed among 500 nodes.
+func BenchmarkPassRules(b *testing.B) {
 	f := benchCluster(b, 1000, 10, 2000)
+	for i, n := range f.nodes {
+		n.Datacenter = []string{"dc1", "dc2"}[i%2]
+		n.Attributes = map[string]string{"kernel.name": "linux"}
+		n.Meta = map[string]string{"rack": fmt.Sprintf("r%d", i%20)}
+		n.Drivers = map[string]*api.DriverInfo{"docker": {Detected: true, Healthy: true}}
+	}
+	w := 0
+	for id, j := range f.jobs {
+		if !strings.HasPrefix(id, "wait-") {
+			continue
+		}
+		j.Datacenters = []string{"dc2"}
+		j.Constraints = []*api.Constraint{{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux"}}
+		if w%10 == 0 {
+			j.Constraints = append(j.Constraints, &api.Constraint{LTarget: "${node.unique.name}", Operand: "!=", RTarget: id})
+		}
+		j.TaskGroups[0].Tasks[0].Driver = "docker"
+		w++
+	}
+	benchPass(b, f)
+}
+
+func benchPass(b *testing.B, f *fakeNomad) {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), benchNomad{f}, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(b, err)
 	must.NoError(b, s.resync(b.Context()))

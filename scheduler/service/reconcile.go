@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -23,6 +24,7 @@ type refusal struct {
 	reason   string
 	jobIndex uint64
 	nodes    uint64 // clusterShape when refused
+	feasible uint64 // the nodes the job's own rules allowed (nodeSet.hash)
 }
 
 // reconcile is one pass of the decision loop: build the step's input from
@@ -138,7 +140,7 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 			idx = *job.JobModifyIndex
 		}
 		s.mu.Lock()
-		s.refused[a.Group] = refusal{reason: a.Reason, jobIndex: idx, nodes: shape}
+		s.refused[a.Group] = refusal{reason: a.Reason, jobIndex: idx, nodes: shape, feasible: s.feasibleOf[a.Group]}
 		s.mu.Unlock()
 		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
 	case decide.Preempt:
@@ -201,6 +203,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	var groups []decide.Group
 	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
+	seen := map[string]nodeSet{}    // node sets by rules, for this pass
 	said := map[decide.Key]string{} // what Nomad said of pins it could not place
 	s.nomadSaid = said
 	for _, job := range s.state.Jobs {
@@ -246,8 +249,15 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				pending[key] = why
 				continue
 			}
+			// Nomad's own rules first: a group no node passes waits, holding nothing
+			ns, err := s.feasibleNodes(built.Snapshot, job, name, seen)
+			if err != nil || ns.none != "" {
+				pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
+				continue
+			}
+			s.noteFeasible(key, ns)
 			if r, ok := s.refused[key]; ok {
-				if job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape {
+				if job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape && r.feasible == ns.hash {
 					pending[key] = r.reason
 					continue
 				}
@@ -263,6 +273,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				continue
 			}
 			req.Avoid = g.Req.Avoid
+			req.Allowed, req.DistinctNodes = ns.allowed, ns.distinct
 			g.Req = req
 			if !g.Repin {
 				for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, name) {
@@ -270,9 +281,9 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 						g.Replaces = append(g.Replaces, a.ID) // a new version takes its old shares
 					}
 				}
-				g.Keep = s.keep(job, key)
+				g.Keep = ns.keepable(s.keep(job, key))
 				if g.Keep == nil {
-					g.Prefer = s.held(key)
+					g.Prefer = ns.keepable(s.held(key))
 				}
 				if g.Keep == nil && len(g.Replaces) > 0 && slices.Contains(gated, name) && s.priorUnread(key, g.Replaces[0]) {
 					// its running allocations' pin is read before it is
@@ -299,6 +310,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			delete(s.retries, k)
 		}
 	}
+	s.forgetFeasible()
 	for k := range s.nomadRefused {
 		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
 		if job == nil {
@@ -460,7 +472,9 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 // capacity it was pinned to — its node is down, drained or gone, a GPU its
 // missing allocations were pinned to turned unhealthy, or another
 // allocation took some of its pinned shares (short: Nomad placed an
-// ungated job there meanwhile) — so that the replacements cannot be
+// ungated job there meanwhile), or the job's current version no longer
+// allows a pinned node (its own rules: constraints, datacenters, ...) —
+// so that the replacements cannot be
 // placed until it is pinned elsewhere. It returns the nodes to avoid. The
 // caller holds s.mu.
 func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) {
@@ -476,6 +490,11 @@ func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) 
 	for _, n := range rec.Nodes {
 		node, ok := s.state.Nodes[n]
 		if !ok || !model.Usable(node) {
+			gone = append(gone, n)
+		}
+	}
+	for _, n := range s.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
+		if !slices.Contains(gone, n) {
 			gone = append(gone, n)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -91,6 +92,10 @@ type Service struct {
 
 	// intro watches allocations that share a GPU (introspect.go)
 	intro *introspection
+	// rules caches each group's own feasibility rules (feasible.go), and
+	// feasibleOf the nodes they allowed when the group was last decided.
+	rules      *feasible.Cache
+	feasibleOf map[decide.Key]uint64
 }
 
 // New builds a service from a validated configuration.
@@ -135,9 +140,11 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		submitted:    map[string]submitted{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
+		rules:        feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
 	}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
+	s.state.Feasible = s.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and
 	// a VC counts only the allocations of the namespaces it admits
 	s.state.Managed = managedNamespaces(cfg.Nomad.Namespaces).has

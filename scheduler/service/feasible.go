@@ -1,0 +1,184 @@
+package service
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/feasible"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// nodeSet is where a group's own rules let Nomad place it, among the
+// nodes of the snapshot (DESIGN.md section 9: Nomad's rules first).
+type nodeSet struct {
+	// allowed are the nodes that pass, nil when every node does.
+	allowed []string
+	// hash identifies the set (0: every node), for refusals.
+	hash uint64
+	// none is why no node passes ("" when some does).
+	none string
+	// distinct: one allocation per node (distinct_hosts).
+	distinct bool
+}
+
+// skipFor leaves out of a group's rules what the pin protocol writes: the
+// gate (no node meets it, by design) and, in a pinned group, the pin's own
+// node constraint (the next pin replaces it; pin.PinWith). A user's own
+// node constraints elsewhere, or in a gated group, are checked.
+func skipFor(job *api.Job, group string) feasible.Skip {
+	pinned := -1 // read once, when the rules are compiled (the cache skips it)
+	return func(level feasible.Level, c *api.Constraint) bool {
+		if pin.IsGate(c) {
+			return true
+		}
+		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute || c.Operand != pin.OpSetContains {
+			return false
+		}
+		if pinned < 0 {
+			pinned = 0
+			if _, ok := pin.ParseRecord(job, group); ok {
+				pinned = 1
+			}
+		}
+		return pinned == 1
+	}
+}
+
+// checkFor returns the group's rules against the live allocations of its
+// job, leaving out the group's own when its placement replaces them. The
+// caller holds s.mu.
+func (s *Service) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible.Rules, *feasible.Check, error) {
+	rules, err := s.rules.Rules(job, group, skipFor(job, group))
+	if err != nil {
+		return nil, nil, err
+	}
+	var allocs []feasible.Alloc
+	if rules.Key() == "" { // only distinct_hosts and distinct_property read them
+		for _, tg := range job.TaskGroups {
+			if tg == nil || tg.Name == nil || (ownReplaced && *tg.Name == group) {
+				continue
+			}
+			for _, a := range s.state.GroupAllocs(nsOf(job), *job.ID, *tg.Name) {
+				allocs = append(allocs, feasible.Alloc{Group: a.TaskGroup, NodeID: a.NodeID, Node: s.state.Nodes[a.NodeID]})
+			}
+		}
+	}
+	return rules, rules.With(allocs), nil
+}
+
+// feasibleNodes returns the nodes of snap that the group's own rules allow
+// (computed once per pass for groups whose rules are the same, in seen).
+// The group's own allocations do not count (its placement replaces them).
+// The caller holds s.mu.
+func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, seen map[string]nodeSet) (nodeSet, error) {
+	rules, check, err := s.checkFor(job, group, true)
+	if err != nil {
+		return nodeSet{}, err
+	}
+	if ns, ok := seen[rules.Key()]; ok && rules.Key() != "" {
+		return ns, nil
+	}
+	var tally feasible.Tally
+	nodes := snap.Nodes()
+	allowed := make([]string, 0, len(nodes))
+	for _, n := range nodes {
+		an := s.state.Nodes[n.ID]
+		if an == nil {
+			continue
+		}
+		why := check.Reason(an)
+		if why == "" {
+			allowed = append(allowed, n.ID)
+		}
+		tally.Add(why)
+	}
+	ns := nodeSet{distinct: rules.DistinctHosts()}
+	switch {
+	case len(nodes) == 0: // nothing to choose from: the placement core says so
+	case len(allowed) == 0:
+		ns.none = fmt.Sprintf("%s: %s; Nomad cannot place it there either. Change the job's datacenters, node pool, constraints, drivers, devices or volumes, or add nodes that meet them (checked again every pass)",
+			placement.RefusedRules, tally.String())
+	case len(allowed) < len(nodes):
+		ns.allowed = allowed
+		h := fnv.New64a()
+		for _, id := range allowed {
+			h.Write([]byte(id))
+			h.Write([]byte{0})
+		}
+		ns.hash = h.Sum64()
+	}
+	if rules.Key() != "" {
+		seen[rules.Key()] = ns
+	}
+	return ns, nil
+}
+
+// keepable is keep (where a group's allocations run, to pin again as
+// before) when the job's own rules still allow every one of those nodes,
+// else nil: the group is decided anew among the nodes they allow.
+func (ns nodeSet) keepable(keep []placement.Held) []placement.Held {
+	if ns.allowed == nil {
+		return keep
+	}
+	for _, h := range keep {
+		if !slices.Contains(ns.allowed, h.Node) {
+			return nil
+		}
+	}
+	return keep
+}
+
+// failingNodes lists the nodes among ids that the current version of the
+// group's job no longer allows (nodes not in the state are left to the
+// caller). The caller holds s.mu.
+func (s *Service) failingNodes(job *api.Job, group string, ids []string) []string {
+	_, check, err := s.checkFor(job, group, true)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, id := range ids {
+		if n, ok := s.state.Nodes[id]; ok && check.Reason(n) != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// holdable is model.State.Feasible: the nodes a pinned group's missing
+// allocations may still be placed on by Nomad, so that its shares are held
+// there only. The caller holds s.mu.
+func (s *Service) holdable(job *api.Job, group string) func(node string) bool {
+	_, check, err := s.checkFor(job, group, true)
+	if err != nil {
+		return nil
+	}
+	return func(id string) bool {
+		n, ok := s.state.Nodes[id]
+		return ok && check.Reason(n) == ""
+	}
+}
+
+// noteFeasible remembers the node set a group was decided on, for the
+// refusal it may earn. The caller holds s.mu.
+func (s *Service) noteFeasible(k decide.Key, ns nodeSet) {
+	if s.feasibleOf == nil {
+		s.feasibleOf = map[decide.Key]uint64{}
+	}
+	s.feasibleOf[k] = ns.hash
+}
+
+// forgetFeasible drops what concerned groups whose job is gone.
+func (s *Service) forgetFeasible() {
+	for k := range s.feasibleOf {
+		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
+			delete(s.feasibleOf, k)
+		}
+	}
+	s.rules.Sweep()
+}
