@@ -332,45 +332,6 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	return groups, jobs, pending
 }
 
-// keep returns where a gated group's allocations run, when they run
-// under the pin an earlier version of the group carried and the group was
-// re-registered unchanged in everything the decision depends on (the
-// same pin.Digest): the step then places it there again, and pinGroup
-// writes that pin back byte for byte, so that Nomad updates the
-// allocations in place instead of replacing them. The caller holds s.mu.
-func (s *Service) keep(job *api.Job, key decide.Key) []placement.Held {
-	prior, ok := s.state.Prior(key)
-	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) {
-		return nil
-	}
-	var held []placement.Held
-	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
-		shares := model.Shares(a)
-		if len(shares) == 0 || !slices.Contains(prior.Record.Nodes, a.NodeID) {
-			return nil
-		}
-		for _, sh := range shares {
-			if !slices.Contains(prior.Record.Shares, sh) {
-				return nil
-			}
-		}
-		held = append(held, placement.Held{Node: a.NodeID, Shares: shares})
-	}
-	return held
-}
-
-// held is where a group's live allocations run, one entry each. The
-// caller holds s.mu.
-func (s *Service) held(key decide.Key) []placement.Held {
-	var out []placement.Held
-	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
-		if shares := model.Shares(a); len(shares) > 0 {
-			out = append(out, placement.Held{Node: a.NodeID, Shares: shares})
-		}
-	}
-	return out
-}
-
 // vcRefusal says why a group may not claim the virtual cluster it names
 // in gpushare.vc ("" when it may, or names none): the VC must be one this
 // scheduler has, and admit the group's namespace.
@@ -390,31 +351,6 @@ func (s *Service) vcRefusal(k decide.Key, name string) string {
 		return fmt.Sprintf("virtual cluster %q is bound to namespaces %s; a job of namespace %s cannot claim it: remove %s or run the job in one of those", name, strings.Join(vc.Namespaces, ", "), k.Namespace, pin.MetaVC)
 	}
 	return ""
-}
-
-// adopt reports whether an ungated, unpinned gpushare group needs placing:
-// Nomad gave one of its allocations shares that Reserve refuses (Nomad
-// takes a request's shares from one device group in map order, so a
-// fraction usually spans GPUs), or it has no allocation and Nomad
-// evaluated its version and could not place it. An allocation that runs
-// on valid shares is never replaced: a group with one waits for Nomad to
-// place the rest, as it would without gpushare, and a group Nomad has not
-// evaluated yet is left to Nomad. The caller holds s.mu.
-func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGroup) bool {
-	live, missing := s.state.Missing(job, tg)
-	if s.state.BatchDone(job, *tg.Name) {
-		return false
-	}
-	for _, a := range live {
-		if !snap.Reservable(model.Shares(a)) {
-			return true
-		}
-	}
-	if missing == 0 || len(live) > 0 {
-		return false
-	}
-	_, failed := s.state.NomadFailed(job, *tg.Name)
-	return failed
 }
 
 // anyMultiGPU reports whether a group asks for two GPUs or more per
@@ -468,58 +404,6 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 	return h.Sum64()
 }
 
-// lost reports whether a pinned group lost allocations together with the
-// capacity it was pinned to — its node is down, drained or gone, a GPU its
-// missing allocations were pinned to turned unhealthy, or another
-// allocation took some of its pinned shares (short: Nomad placed an
-// ungated job there meanwhile), or the job's current version no longer
-// allows a pinned node (its own rules: constraints, datacenters, ...) —
-// so that the replacements cannot be
-// placed until it is pinned elsewhere. It returns the nodes to avoid. The
-// caller holds s.mu.
-func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) {
-	rec, ok := s.state.Record(job, group)
-	if !ok {
-		return false, nil
-	}
-	live, missing := s.state.Missing(job, pin.Group(job, group))
-	if missing == 0 {
-		return false, nil
-	}
-	var gone []string
-	for _, n := range rec.Nodes {
-		node, ok := s.state.Nodes[n]
-		if !ok || !model.Usable(node) {
-			gone = append(gone, n)
-		}
-	}
-	for _, n := range s.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
-		if !slices.Contains(gone, n) {
-			gone = append(gone, n)
-		}
-	}
-	if len(gone) > 0 {
-		return true, gone
-	}
-	if short {
-		return true, nil
-	}
-	inUse := map[string]bool{} // GPUs the live allocations hold
-	for _, a := range live {
-		for _, sh := range model.Shares(a) {
-			inUse[model.GPUOf(sh)] = true
-		}
-	}
-	for _, n := range rec.Nodes {
-		for _, uuid := range model.UnhealthyGPUs(s.state.Nodes[n]) {
-			if slices.Contains(rec.GPUs, uuid) && !inUse[uuid] {
-				return true, nil // the core never chooses an unhealthy GPU
-			}
-		}
-	}
-	return false, nil
-}
-
 // expectedEnds returns when each allocation of the snapshot whose group
 // declares its run time is expected to end: its creation time plus that
 // run time, or now plus it for the holds of pinned groups not yet
@@ -559,38 +443,6 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 		}
 	}
 	return ends
-}
-
-// countRestarts says how many running allocations of the group a pin
-// just registered makes Nomad replace: every one, unless the pin was the
-// group's earlier pin written back (Kept), for Nomad treats a change of a
-// device block's constraints or of group meta as destructive. Nomad's
-// constraints are per group, so moving one allocation of a count > 1 group
-// moves them all; the log, the API's records and
-// gpushare_restarts_total{reason} say so.
-func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
-	if a.Kept {
-		return
-	}
-	s.mu.Lock()
-	var ids []string
-	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
-		ids = append(ids, al.ID)
-	}
-	s.mu.Unlock()
-	if len(ids) == 0 {
-		return
-	}
-	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
-	switch {
-	case a.Kind == decide.Repin:
-		reason = "repin"
-	case !slices.Contains(pin.Gated(orig), a.Group.Group):
-		reason = "adopt"
-	}
-	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(ids)))
-	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
-		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", ids, "reason", reason)
 }
 
 // preempt stops opportunistic allocations by gating their groups again:
