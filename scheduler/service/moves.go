@@ -164,4 +164,3 @@ func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
 	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
 		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", ids, "reason", reason)
 }
-
