@@ -28,7 +28,9 @@ import (
 //     in the same registration as the pin). A placement counts only with a
 //     valid signature: a user who writes the meta by hand holds no shares,
 //     and one copied from another group does not verify;
-//   - reasons-<i>: why each group waits, or was refused for good;
+//   - reasons-<i>: why each group waits, or was refused for good, and why
+//     each pinned group was placed where it is (kept out of the signed
+//     meta, which holds only what the decision is);
 //   - learned: the interference profiles learned from groups running alone;
 //   - preempted: allocations being stopped for a guaranteed group;
 //   - introspection: pairs seen breaking a bound, observations of
@@ -153,6 +155,12 @@ func (s *Service) saveState(ctx context.Context) {
 			}
 			reasons[itemKey(k)] = groupItem(k, state, why)
 		}
+		for k, why := range s.why { // why each pinned group is where it is
+			if len(why) > maxReason {
+				why = why[:maxReason] + "..."
+			}
+			reasons["p"+itemKey(k)] = groupItem(k, "placed", why)
+		}
 		vars[reasonsKind.path(0)] = reasons
 	}
 	wanted := s.groupKeys()
@@ -249,14 +257,17 @@ func hashItems(items map[string]string) string {
 // caller does not hold s.mu.
 func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	seen := map[string]string{} // path -> hash of what it holds
-	reasons := map[decide.Key]string{}
+	reasons, placed := map[decide.Key]string{}, map[decide.Key]string{}
 	if withReasons {
 		items, err := s.readKind(ctx, reasonsKind, seen)
 		if err != nil {
 			return err
 		}
 		for _, v := range items {
-			if k, f, ok := parseGroupItem(v); ok && len(f) == 2 {
+			switch k, f, ok := parseGroupItem(v); {
+			case ok && len(f) == 2 && f[0] == "placed":
+				placed[k] = f[1]
+			case ok && len(f) == 2:
 				reasons[k] = f[1]
 			}
 		}
@@ -282,6 +293,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	maps.Copy(s.saved, seen) // what is there need not be written again
 	if withReasons {
 		s.pending = reasons
+		maps.Copy(s.why, placed)
 	}
 	learned := map[string]bool{}
 	for _, v := range learnedItems {

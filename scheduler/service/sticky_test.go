@@ -183,3 +183,19 @@ func TestRestartedSchedulerKeepsAReRegisteredGroup(t *testing.T) {
 	s.reconcile(t.Context())
 	must.Eq(t, want, pinOf(t, f.jobs["q"]))
 }
+
+// Why a pinned group was placed where it is is not in its meta but in the
+// scheduler's records: a replica that takes over shows it too.
+func TestPlacementReasonSurvivesAFailover(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("pair", 200))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	key := model.KeyOf(f.jobs["pair"], "g")
+	must.StrContains(t, s.why[key], "NV2 pair")
+	next := loadedService(t, f)
+	st, ok := next.jobStatus("default", "pair", "default")
+	must.True(t, ok)
+	must.Eq(t, "pinned", st.Groups[0].State)
+	must.Eq(t, s.why[key], st.Groups[0].Placement.Reason)
+}
