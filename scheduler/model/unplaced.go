@@ -58,7 +58,8 @@ func (s *State) PutEval(e *api.Evaluation) {
 // A pin that failed only because its nodes were exhausted — its shares,
 // CPU or memory still held by an allocation being stopped or replaced — is
 // no failure: Nomad's blocked evaluation places it once they free, and its
-// shares stay held for it meanwhile.
+// shares stay held for it meanwhile. Exhausted ports, disk or cores are a
+// failure: the scheduler does not model them.
 func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	u, ok := s.unplaced[KeyOf(job, group)]
 	if !ok || job.JobModifyIndex == nil || u.JobModifyIndex != *job.JobModifyIndex {
@@ -68,10 +69,24 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	if rec, ok := s.Record(job, group); ok {
 		mine = fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ","))
 	}
-	if m := u.Metric; m != nil && m.NodesExhausted > 0 && m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 {
+	if m := u.Metric; m != nil && m.NodesExhausted > 0 && m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 && modelled(m.DimensionExhausted) {
 		return "", false
 	}
 	return u.Reason, true
+}
+
+// modelled reports whether every dimension Nomad found exhausted is one
+// the scheduler models and holds for a pin — GPU shares (devices), CPU,
+// memory — so that it frees with the allocations being stopped or
+// replaced. A port collision, a disk or a core exhausted is not: such a
+// pin is decided again elsewhere rather than held.
+func modelled(dims map[string]int) bool {
+	for d := range dims {
+		if !strings.HasPrefix(d, "devices") && d != "cpu" && d != "memory" {
+			return false
+		}
+	}
+	return true
 }
 
 // forgetUnplaced drops what Nomad said of a job's groups (it is gone).

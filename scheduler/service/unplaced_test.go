@@ -194,3 +194,15 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 	must.MapLen(t, 2, seen)
 	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
 }
+
+// A pin Nomad could not place because its node's ports (which the
+// scheduler does not model) are taken is decided again elsewhere.
+func TestAPinOnATakenPortIsDecidedAgain(t *testing.T) {
+	f, s, _ := pinnedX(t)
+	ev := failedEval(f, "x")
+	ev.FailedTGAllocs["g"] = &api.AllocationMetric{NodesEvaluated: 1, NodesExhausted: 1,
+		DimensionExhausted: map[string]int{"network: port collision": 1}}
+	s.state.PutEval(ev)
+	s.reconcile(t.Context())
+	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "port collision")
+}
