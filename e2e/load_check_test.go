@@ -219,7 +219,8 @@ func fits(free map[string]int, gpuNode map[string]string, shares, count int) boo
 // churn purges the batch jobs (finished or waiting) and waits until the
 // scheduler's records hold no more than the services: its waiting groups
 // (/v1/groups), its jobs (/v1/health) and the items of its Nomad
-// Variables under gpushare/state/.
+// Variables under gpushare/state/ (the reasons hold why each service
+// waits, or why it was placed where it runs).
 func (l *loadRun) churn() {
 	t := l.e.t
 	var groups []service.Waiting
@@ -260,10 +261,10 @@ func (l *loadRun) churn() {
 		}
 		pins, reasons = l.stateItems()
 		jobs = h.Jobs
-		return len(groups) == waitingServices && jobs == services && pins <= pinnedServices+1 && reasons <= waitingServices
+		return len(groups) == waitingServices && jobs == services && pins <= pinnedServices+1 && reasons <= waitingServices+pinnedServices
 	})
-	l.afterPurge = fmt.Sprintf("after purging %d batch jobs (%s): other record items=%d (<= %d pinned services + the key), reasons items=%d (<= %d waiting), /v1/groups=%d, scheduler jobs=%d",
-		purged, time.Since(start).Round(time.Second), pins, pinnedServices, reasons, waitingServices, len(groups), jobs)
+	l.afterPurge = fmt.Sprintf("after purging %d batch jobs (%s): other record items=%d (<= %d pinned services + the key), reasons items=%d (<= %d waiting + %d pinned services' placement reasons), /v1/groups=%d, scheduler jobs=%d",
+		purged, time.Since(start).Round(time.Second), pins, pinnedServices, reasons, waitingServices, pinnedServices, len(groups), jobs)
 }
 
 // stateItems counts the items of the scheduler's variables: its other
