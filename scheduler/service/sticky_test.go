@@ -199,3 +199,22 @@ func TestPlacementReasonSurvivesAFailover(t *testing.T) {
 	must.Eq(t, "pinned", st.Groups[0].State)
 	must.Eq(t, s.why[key], st.Groups[0].Placement.Reason)
 }
+
+// A signed pin counts only for the request it was made for: a pinned
+// spec whose request or gpushare meta was edited by hand afterwards (its
+// pin and signature copied along) holds nothing.
+func TestPinnedSpecEditedAfterItsPinIsNotTrusted(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("q", 1))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	_, ok := s.state.Record(f.jobs["q"], "g")
+	must.True(t, ok)
+	edited, err := copyJob(f.jobs["q"])
+	must.NoError(t, err)
+	edited.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(800))
+	f.put(edited)
+	must.NoError(t, s.resync(t.Context()))
+	_, ok = s.state.Record(f.jobs["q"], "g")
+	must.False(t, ok)
+}
