@@ -41,6 +41,8 @@ type Client struct {
 	// authoritative region, which a local cluster's only region is), so
 	// Start need not create it first.
 	NodePool string
+	// NodeClass is the node's class (${node.class}); empty means none.
+	NodeClass string
 	// DenyDrivers are task drivers the client does not offer (Nomad's
 	// client option driver.denylist), for example "raw_exec": a client
 	// without the driver a job uses. A job can still run there with
@@ -252,6 +254,9 @@ func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string
 	// cloud fingerprinters probe the network (and env_aws fails on this
 	// machine's AWS_CA_BUNDLE); a local cluster needs none of them
 	fmt.Fprintf(&b, "  node_pool = %q\n", cl.nodePool())
+	if cl.NodeClass != "" {
+		fmt.Fprintf(&b, "  node_class = %q\n", cl.NodeClass)
+	}
 	b.WriteString("  options = {\n    \"fingerprint.denylist\" = \"env_aws,env_gce,env_azure,env_digitalocean\"\n")
 	if len(cl.DenyDrivers) > 0 {
 		// the dev agent enables raw_exec through the legacy client option

@@ -21,6 +21,7 @@ type agentHCL struct {
 type clientHCL struct {
 	Enabled       bool
 	NodePool      string
+	NodeClass     string
 	Options, Meta map[string]string
 }
 
@@ -34,10 +35,11 @@ func parseAgent(t *testing.T, src string) agentHCL {
 	must.SliceLen(t, 1, clients, must.Sprintf("client blocks in:\n%s", src))
 	body := clients[0].Val.(*ast.ObjectType).List
 	out.Client = clientHCL{
-		Enabled:  literal(t, body, "enabled") == "true",
-		NodePool: literal(t, body, "node_pool"),
-		Options:  object(t, body, "options"),
-		Meta:     object(t, body, "meta"),
+		Enabled:   literal(t, body, "enabled") == "true",
+		NodePool:  literal(t, body, "node_pool"),
+		NodeClass: literal(t, body, "node_class"),
+		Options:   object(t, body, "options"),
+		Meta:      object(t, body, "meta"),
 	}
 	for _, p := range root.Filter("plugin").Items {
 		out.Plugins = append(out.Plugins, p.Keys[0].Token.Value().(string))
@@ -85,6 +87,7 @@ func TestAgentConfigDefaults(t *testing.T) {
 	must.Eq(t, "c0", cfg.Name)
 	must.Eq(t, "dc1", cfg.Datacenter)
 	must.Eq(t, "default", cfg.Client.NodePool)
+	must.Eq(t, "", cfg.Client.NodeClass)
 	must.True(t, cfg.Client.Enabled)
 	must.Eq(t, "env_aws,env_gce,env_azure,env_digitalocean", cfg.Client.Options["fingerprint.denylist"])
 	_, denied := cfg.Client.Options["driver.denylist"]
@@ -92,13 +95,14 @@ func TestAgentConfigDefaults(t *testing.T) {
 	must.Eq(t, []string{"raw_exec", "nomad-device-gpushare"}, cfg.Plugins)
 }
 
-// Datacenter, node pool, meta and denied drivers reach the agent's
+// Datacenter, node pool, node class, meta and denied drivers reach the agent's
 // configuration; a client that denies raw_exec does not configure it.
 func TestAgentConfigPlacementAttributes(t *testing.T) {
 	cl := Client{
 		Fixture:     "/f.hcl",
 		Datacenter:  "dc2",
 		NodePool:    "gpu-special",
+		NodeClass:   "edge",
 		Meta:        map[string]string{"tier": "gold", "rack": "r9"},
 		DenyDrivers: []string{"raw_exec", "java"},
 	}
@@ -106,6 +110,7 @@ func TestAgentConfigPlacementAttributes(t *testing.T) {
 	cfg := parseAgent(t, src)
 	must.Eq(t, "dc2", cfg.Datacenter)
 	must.Eq(t, "gpu-special", cfg.Client.NodePool)
+	must.Eq(t, "edge", cfg.Client.NodeClass)
 	must.Eq(t, map[string]string{"tier": "gold", "rack": "r9"}, cfg.Client.Meta)
 	must.Eq(t, "raw_exec,java", cfg.Client.Options["driver.denylist"])
 	must.Eq(t, []string{"nomad-device-gpushare"}, cfg.Plugins)
