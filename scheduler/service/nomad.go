@@ -26,6 +26,9 @@ type nomadAPI interface {
 	// their allocated resources.
 	Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error)
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
+	// FailedEvals lists the evaluations of a namespace ("*" for all) in
+	// which Nomad could not place some group.
+	FailedEvals(ctx context.Context, namespace string) ([]*api.Evaluation, error)
 	// Register re-registers job if its modify index is still index, and
 	// returns the new version's modify index (0 when Nomad did not say).
 	Register(ctx context.Context, job *api.Job, index uint64) (uint64, error)
@@ -173,6 +176,19 @@ func (n nomadClient) Alloc(ctx context.Context, id string) (*api.Allocation, err
 		return err
 	})
 	return a, err
+}
+
+func (n nomadClient) FailedEvals(ctx context.Context, namespace string) ([]*api.Evaluation, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	var evals []*api.Evaluation
+	err := retried(ctx, func() (err error) {
+		qo := q(ctx, namespace)
+		qo.Filter = "FailedTGAllocs is not empty"
+		evals, _, err = n.c.Evaluations().List(qo)
+		return err
+	})
+	return evals, err
 }
 
 func (n nomadClient) DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error) {

@@ -64,6 +64,8 @@ type fakeNomad struct {
 	listed []string
 	// nodeErr fails every read of one node.
 	nodeErr error
+	// evals are the evaluations FailedEvals lists.
+	evals []*api.Evaluation
 	// streams, when set, receives every event stream subscription, which
 	// the test drives; without it there is no stream.
 	streams chan *fakeStream
@@ -145,6 +147,18 @@ func (f *fakeNomad) Alloc(_ context.Context, id string) (*api.Allocation, error)
 	}
 	return nil, errors.New("not found")
 }
+func (f *fakeNomad) FailedEvals(_ context.Context, namespace string) ([]*api.Evaluation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*api.Evaluation
+	for _, e := range f.evals {
+		if inNamespace(namespace, e.Namespace) && len(e.FailedTGAllocs) > 0 {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
 func (f *fakeNomad) StopAlloc(context.Context, string) error { return nil }
 func (f *fakeNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupStats, error) {
 	return nil, errors.New("no stats in tests")

@@ -206,3 +206,16 @@ func TestAPinOnATakenPortIsDecidedAgain(t *testing.T) {
 	s.reconcile(t.Context())
 	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "port collision")
 }
+
+// A scheduler that starts after Nomad failed to place a pin lists Nomad's
+// failed evaluations: the pin is noticed without waiting for Nomad to
+// evaluate it again.
+func TestFailedEvaluationsAreListedOnStart(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("x", 25))
+	loadedService(t, f).reconcile(t.Context()) // pinned, signed; then this replica stops
+	f.evals = append(f.evals, failedEval(f, "x"))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+}

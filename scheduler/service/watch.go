@@ -1,6 +1,7 @@
 package service
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -321,9 +322,26 @@ func (s *Service) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	if l.Allocs, l.AllocsIndex, err = s.nomad.Allocs(ctx, "*"); err != nil {
 		return 0, fmt.Errorf("list the allocations: %w", err)
 	}
+	// what Nomad said of the groups it could not place: a pin it failed
+	// before this replica started is noticed too (model.PutEval)
+	var evals []*api.Evaluation
+	for _, name := range ns.list() {
+		got, err := s.nomad.FailedEvals(ctx, name)
+		if err != nil {
+			s.log.Warn("cannot list Nomad's failed evaluations; pins Nomad could not place are noticed at its next evaluation", "namespace", name, "error", err)
+			continue
+		}
+		evals = append(evals, got...)
+	}
+	slices.SortFunc(evals, func(a, b *api.Evaluation) int { return cmp.Compare(a.ModifyIndex, b.ModifyIndex) })
 	s.mu.Lock()
 	prev := s.state.Index
 	st := s.state.Relist(l)
+	for _, e := range evals {
+		if ns.has(e.Namespace) {
+			s.state.PutEval(e)
+		}
+	}
 	s.synced = true
 	s.mu.Unlock()
 	s.metrics.resyncs.Inc()
