@@ -1,0 +1,35 @@
+/* gpushare CUDA interposer: declarations shared by its two source files.
+ * Internal header; nothing here is an API for tasks. */
+#ifndef GPUSHARE_H
+#define GPUSHARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The reservation's limits, read once at load from the limits file. */
+struct gs_limits {
+    int have_memory;        /* memory_bytes present: allocations are capped */
+    uint64_t memory_bytes;  /* the reservation's memory, summed over its processes */
+    int compute_pct;        /* read and kept; pacing is a later step */
+    char klass[32];         /* production | opportunistic (later steps) */
+};
+
+/* Parses the key=value limits file at path. Returns 0 on success, -1 when the
+ * file cannot be read or a line is malformed (the caller then fails closed). */
+int gs_limits_read(const char *path, struct gs_limits *out);
+
+/* The usage region shared by the reservation's processes (region.c). */
+int gs_region_open(const char *path);          /* 0 ok, -1 unusable */
+int gs_region_charge(uint64_t bytes, uint64_t cap); /* 0 charged, -1 over the cap */
+void gs_region_uncharge(uint64_t bytes);
+void gs_region_force_charge(uint64_t bytes);   /* after the fact: pitch rounding */
+uint64_t gs_region_used(void);                 /* the reservation's use, dead reclaimed */
+
+/* Process-local record of what each live allocation was charged, so a free
+ * returns exactly that (region.c). Kinds keep a device pointer, a cuMemCreate
+ * handle and a CUarray apart even if their numeric values coincide. */
+enum gs_kind { GS_PTR = 1, GS_HANDLE = 2, GS_ARRAY = 3 };
+int gs_track_add(enum gs_kind kind, uint64_t key, uint64_t bytes); /* 0 ok, -1 no memory */
+int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 found */
+
+#endif

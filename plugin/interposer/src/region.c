@@ -1,0 +1,373 @@
+/* gpushare CUDA interposer: the reservation's limits file, the usage region
+ * shared by its processes, and the process-local allocation records.
+ *
+ * The region is one file mmap'ed MAP_SHARED by every process of the
+ * reservation: a header with a robust, process-shared mutex and one slot per
+ * process (pid, start time, bytes charged). A process changes only its own
+ * slot, under the mutex, so the sum over slots under the mutex is the
+ * reservation's use, and check-and-charge is atomic across processes. The
+ * mutex is robust: a process killed while holding it does not wedge the
+ * others (the next locker gets EOWNERDEAD and marks it consistent; every
+ * update is a single store to a slot, so there is no half-done state). A
+ * dead process's slot is reclaimed when its pid is gone, a zombie, or reused
+ * by a process with another start time; that check reads /proc, so it runs
+ * only when a charge would go over the cap or someone asks for the use. */
+#define _GNU_SOURCE
+#include "gpushare.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- limits file ---------------------------------------------------- */
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+int gs_limits_read(const char *path, struct gs_limits *out)
+{
+    memset(out, 0, sizeof *out);
+    out->compute_pct = 100;
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    char line[256];
+    int rc = 0;
+    while (fgets(line, sizeof line, f)) {
+        char *l = trim(line);
+        if (*l == 0 || *l == '#')
+            continue;
+        char *eq = strchr(l, '=');
+        if (!eq) {
+            rc = -1;
+            break;
+        }
+        *eq = 0;
+        char *k = trim(l), *v = trim(eq + 1), *end;
+        if (strcmp(k, "memory_bytes") == 0) {
+            errno = 0;
+            unsigned long long n = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-') {
+                rc = -1;
+                break;
+            }
+            out->have_memory = 1;
+            out->memory_bytes = n;
+        } else if (strcmp(k, "compute_pct") == 0) {
+            long n = strtol(v, &end, 10);
+            if (end == v || *end || n < 0 || n > 100) {
+                rc = -1;
+                break;
+            }
+            out->compute_pct = (int)n;
+        } else if (strcmp(k, "class") == 0) {
+            snprintf(out->klass, sizeof out->klass, "%s", v);
+        }
+        /* other keys: written by a newer plugin, ignored by this library */
+    }
+    fclose(f);
+    return rc;
+}
+
+/* ---- shared usage region -------------------------------------------- */
+
+#define GS_MAGIC 0x67737231u /* "gsr1" */
+#define GS_SLOTS 1024
+
+struct gs_slot {
+    int32_t pid;    /* 0: free */
+    uint32_t pad;
+    uint64_t start; /* /proc/<pid>/stat starttime: tells a reused pid apart */
+    uint64_t bytes;
+};
+
+struct gs_region {
+    uint32_t magic;
+    uint32_t nslots;
+    pthread_mutex_t lock;
+    struct gs_slot slot[GS_SLOTS];
+};
+
+static struct gs_region *R;
+static int my_slot = -1;     /* reset in a forked child */
+static pid_t my_pid;
+static uint64_t my_start;
+
+/* Reads starttime and state of pid from /proc. 0 when found. */
+static int proc_stat(pid_t pid, uint64_t *start, char *state)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    if (!p || p[1] != ' ')
+        return -1;
+    p += 2;
+    *state = *p;
+    /* state is field 3, starttime field 22: skip 19 more fields */
+    for (int i = 0; i < 19 && p; i++) {
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    if (!p)
+        return -1;
+    *start = strtoull(p, NULL, 10);
+    return 0;
+}
+
+static int slot_dead(const struct gs_slot *s)
+{
+    if (s->pid <= 0)
+        return 0;
+    if (kill(s->pid, 0) == -1 && errno == ESRCH)
+        return 1;
+    uint64_t st;
+    char state;
+    if (proc_stat(s->pid, &st, &state) != 0)
+        return 0; /* cannot tell (no /proc): keep the charge, err on the safe side */
+    return state == 'Z' || state == 'X' || st != s->start;
+}
+
+static void reclaim_dead(void)
+{
+    for (int i = 0; i < GS_SLOTS; i++)
+        if (i != my_slot && R->slot[i].pid && slot_dead(&R->slot[i]))
+            memset(&R->slot[i], 0, sizeof R->slot[i]);
+}
+
+static uint64_t sum(void)
+{
+    uint64_t t = 0;
+    for (int i = 0; i < GS_SLOTS; i++)
+        t += R->slot[i].bytes;
+    return t;
+}
+
+static int lock(void)
+{
+    int r = pthread_mutex_lock(&R->lock);
+    if (r == EOWNERDEAD) /* holder died; every update is one store: state is whole */
+        r = pthread_mutex_consistent(&R->lock);
+    return r;
+}
+
+static void unlock(void)
+{
+    pthread_mutex_unlock(&R->lock);
+}
+
+/* Under the lock: this process's slot, claimed on first use. */
+static struct gs_slot *mine(void)
+{
+    if (my_slot >= 0)
+        return &R->slot[my_slot];
+    my_pid = getpid();
+    char state;
+    if (proc_stat(my_pid, &my_start, &state) != 0)
+        my_start = 0;
+    int free_i = -1;
+    for (int i = 0; i < GS_SLOTS; i++) {
+        struct gs_slot *s = &R->slot[i];
+        if (s->pid == 0 || slot_dead(s)) {
+            if (free_i < 0)
+                free_i = i;
+            if (s->pid)
+                memset(s, 0, sizeof *s);
+        }
+    }
+    if (free_i < 0)
+        return NULL;
+    R->slot[free_i].pid = my_pid;
+    R->slot[free_i].start = my_start;
+    R->slot[free_i].bytes = 0;
+    my_slot = free_i;
+    return &R->slot[free_i];
+}
+
+static void after_fork_child(void);
+
+int gs_region_open(const char *path)
+{
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+    if (fd < 0)
+        return -1;
+    /* flock serialises first-time initialisation only; later the mutex rules */
+    if (flock(fd, LOCK_EX) != 0) {
+        close(fd);
+        return -1;
+    }
+    struct stat st;
+    int rc = -1;
+    void *m = MAP_FAILED;
+    if (fstat(fd, &st) != 0)
+        goto out;
+    if ((size_t)st.st_size < sizeof(struct gs_region) &&
+        ftruncate(fd, sizeof(struct gs_region)) != 0)
+        goto out;
+    m = mmap(NULL, sizeof(struct gs_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (m == MAP_FAILED)
+        goto out;
+    struct gs_region *r = m;
+    if (r->magic != GS_MAGIC) {
+        pthread_mutexattr_t a;
+        pthread_mutexattr_init(&a);
+        pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED);
+        pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST);
+        memset(r, 0, sizeof *r);
+        pthread_mutex_init(&r->lock, &a);
+        pthread_mutexattr_destroy(&a);
+        r->nslots = GS_SLOTS;
+        __atomic_store_n(&r->magic, GS_MAGIC, __ATOMIC_RELEASE);
+    } else if (r->nslots != GS_SLOTS) {
+        munmap(m, sizeof(struct gs_region));
+        goto out; /* a region of another layout: refuse rather than misread it */
+    }
+    R = r;
+    pthread_atfork(NULL, NULL, after_fork_child);
+    rc = 0;
+out:
+    flock(fd, LOCK_UN);
+    close(fd);
+    return rc;
+}
+
+int gs_region_charge(uint64_t bytes, uint64_t cap)
+{
+    if (!R || lock() != 0)
+        return -1;
+    struct gs_slot *s = mine();
+    int rc = -1;
+    if (s) {
+        uint64_t used = sum();
+        if (used > cap || bytes > cap - used) {
+            reclaim_dead(); /* only on the way to a refusal: it reads /proc */
+            used = sum();
+        }
+        if (used <= cap && bytes <= cap - used) {
+            s->bytes += bytes;
+            rc = 0;
+        }
+    }
+    unlock();
+    return rc;
+}
+
+void gs_region_force_charge(uint64_t bytes)
+{
+    if (!R || lock() != 0)
+        return;
+    struct gs_slot *s = mine();
+    if (s)
+        s->bytes += bytes;
+    unlock();
+}
+
+void gs_region_uncharge(uint64_t bytes)
+{
+    if (!R || lock() != 0)
+        return;
+    struct gs_slot *s = mine();
+    if (s)
+        s->bytes = s->bytes > bytes ? s->bytes - bytes : 0;
+    unlock();
+}
+
+uint64_t gs_region_used(void)
+{
+    if (!R || lock() != 0)
+        return 0;
+    reclaim_dead();
+    uint64_t u = sum();
+    unlock();
+    return u;
+}
+
+/* ---- process-local allocation records -------------------------------- */
+
+#define GS_BUCKETS 4096
+
+struct gs_rec {
+    struct gs_rec *next;
+    uint64_t key;
+    uint64_t bytes;
+    int kind;
+};
+
+static struct gs_rec *buckets[GS_BUCKETS];
+static pthread_mutex_t track_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned bucket(int kind, uint64_t key)
+{
+    uint64_t h = (key ^ (uint64_t)kind) * 0x9E3779B97F4A7C15ull;
+    return (unsigned)(h >> 52) & (GS_BUCKETS - 1);
+}
+
+int gs_track_add(enum gs_kind kind, uint64_t key, uint64_t bytes)
+{
+    struct gs_rec *r = malloc(sizeof *r);
+    if (!r)
+        return -1;
+    r->key = key;
+    r->bytes = bytes;
+    r->kind = kind;
+    unsigned b = bucket(kind, key);
+    pthread_mutex_lock(&track_lock);
+    r->next = buckets[b];
+    buckets[b] = r;
+    pthread_mutex_unlock(&track_lock);
+    return 0;
+}
+
+int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes)
+{
+    unsigned b = bucket(kind, key);
+    struct gs_rec *found = NULL;
+    pthread_mutex_lock(&track_lock);
+    for (struct gs_rec **p = &buckets[b]; *p; p = &(*p)->next) {
+        if ((*p)->kind == (int)kind && (*p)->key == key) {
+            found = *p;
+            *p = found->next;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&track_lock);
+    if (!found)
+        return -1;
+    *bytes = found->bytes;
+    free(found);
+    return 0;
+}
+
+/* A forked child is a new process with nothing charged: it claims its own
+ * slot on first use and forgets the parent's records (CUDA contexts do not
+ * survive fork; the records are dropped, not freed, to stay fork-safe). */
+static void after_fork_child(void)
+{
+    my_slot = -1;
+    memset(buckets, 0, sizeof buckets);
+    pthread_mutex_init(&track_lock, NULL);
+}

@@ -1,0 +1,186 @@
+/* A fake libcuda.so.1 for tests on machines without a GPU: the driver calls
+ * the interposer tests make, over fake device memory of FAKECUDA_TOTAL_BYTES
+ * (default 1 GiB) per process. Addresses are handed out, never backed.
+ * fakecuda_used() (not a driver call) tells a test what the "device" really
+ * holds, behind the interposer's back. Link with -Wl,-Bsymbolic so that
+ * cuGetProcAddress hands out this library's own functions, as the real
+ * driver does, not whatever a preloaded library exports under those names. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef struct {
+    size_t Width, Height;
+    int Format;
+    unsigned NumChannels;
+} AD;
+typedef struct {
+    size_t Width, Height, Depth;
+    int Format;
+    unsigned NumChannels, Flags;
+} AD3;
+
+#define MAXA 65536
+static struct { uint64_t addr, size; } live[MAXA];
+static uint64_t used, total, next_addr = 0x700000000000ull;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void init_total(void)
+{
+    if (!total) {
+        const char *t = getenv("FAKECUDA_TOTAL_BYTES");
+        total = t ? strtoull(t, NULL, 10) : (1ull << 30);
+    }
+}
+
+static CUresult fake_alloc(unsigned long long *out, uint64_t n)
+{
+    if (!out || !n)
+        return 1; /* CUDA_ERROR_INVALID_VALUE */
+    CUresult r = 2;
+    pthread_mutex_lock(&mu);
+    init_total();
+    if (n <= total - used) {
+        for (int i = 0; i < MAXA; i++) {
+            if (!live[i].addr) {
+                live[i].addr = next_addr;
+                live[i].size = n;
+                *out = next_addr;
+                next_addr += (n + 255) / 256 * 256 + 256;
+                used += n;
+                r = 0;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+static CUresult fake_free(uint64_t a)
+{
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAXA; i++) {
+        if (a && live[i].addr == a) {
+            used -= live[i].size;
+            live[i].addr = 0;
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+uint64_t fakecuda_used(void) { return used; }
+
+CUresult cuInit(unsigned f) { (void)f; init_total(); return 0; }
+CUresult cuDeviceGet(int *d, int ord) { if (ord != 0) return 101; *d = 0; return 0; }
+CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f; (void)d; *c = (void *)1; return 0; }
+
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return fake_alloc(p, n); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { (void)f; return fake_alloc(p, n); }
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) { (void)prop; (void)f; return fake_alloc(h, n); }
+
+/* pitch aligned to 256 bytes: less than the interposer's 512-byte estimate */
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e)
+{
+    (void)e;
+    *pitch = (w + 255) / 256 * 256;
+    return fake_alloc(p, (uint64_t)*pitch * h);
+}
+
+static uint64_t elem(int f) { return f == 1 || f == 8 ? 1 : f == 2 || f == 9 || f == 0x10 ? 2 : 4; }
+
+CUresult cuArrayCreate_v2(void **a, const AD *d)
+{
+    unsigned long long p;
+    CUresult r = fake_alloc(&p, elem(d->Format) * d->NumChannels * d->Width * (d->Height ? d->Height : 1));
+    *a = (void *)(uintptr_t)p;
+    return r;
+}
+
+CUresult cuArray3DCreate_v2(void **a, const AD3 *d)
+{
+    unsigned long long p;
+    CUresult r = fake_alloc(&p, elem(d->Format) * d->NumChannels * d->Width *
+                                    (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1));
+    *a = (void *)(uintptr_t)p;
+    return r;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
+CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return fake_free(p); }
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return fake_free(p); }
+CUresult cuMemRelease(unsigned long long h) { return fake_free(h); }
+CUresult cuArrayDestroy(void *a) { return fake_free((uintptr_t)a); }
+
+CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
+{
+    pthread_mutex_lock(&mu);
+    init_total();
+    *f = total - used;
+    *t = total;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; init_total(); *b = total; return 0; }
+
+CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
+CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
+
+#define E(n) {#n, (void *)n}
+static const struct { const char *name; void *fn; } table[] = {
+    E(cuInit), E(cuDeviceGet), E(cuCtxCreate_v2), E(cuMemAlloc_v2), E(cuMemAllocManaged),
+    E(cuMemAllocAsync), E(cuMemAllocAsync_ptsz), E(cuMemAllocFromPoolAsync),
+    E(cuMemAllocFromPoolAsync_ptsz), E(cuMemCreate), E(cuMemAllocPitch_v2),
+    E(cuArrayCreate_v2), E(cuArray3DCreate_v2), E(cuMemFree_v2), E(cuMemFreeAsync),
+    E(cuMemFreeAsync_ptsz), E(cuMemRelease), E(cuArrayDestroy), E(cuMemGetInfo_v2),
+    E(cuDeviceTotalMem_v2), E(cuGetProcAddress), E(cuGetProcAddress_v2),
+};
+
+static void *find(const char *n)
+{
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].name, n) == 0)
+            return table[i].fn;
+    return NULL;
+}
+
+/* Like the driver: a base name, the caller's version and flags pick the
+ * variant (per-thread-stream _ptsz for flag 2, else the newest _v2). */
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long flags, int *st)
+{
+    char n[128];
+    void *f = NULL;
+    if (flags & 2) {
+        snprintf(n, sizeof n, "%s_ptsz", sym);
+        f = find(n);
+    }
+    if (!f && ver >= 3020) {
+        snprintf(n, sizeof n, "%s_v2", sym);
+        f = find(n);
+    }
+    if (!f)
+        f = find(sym);
+    *pfn = f;
+    if (st)
+        *st = f ? 0 : 1;
+    return f ? 0 : 500;
+}
+
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
+{
+    return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
