@@ -49,9 +49,13 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// compiler is $CC, else cc, else gcc.
 func compiler() string {
 	if cc := os.Getenv("CC"); cc != "" {
 		return cc
+	}
+	if _, err := exec.LookPath("cc"); err != nil {
+		return "gcc"
 	}
 	return "cc"
 }
