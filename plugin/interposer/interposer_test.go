@@ -2,6 +2,7 @@ package interposer
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -28,6 +29,8 @@ type binaries struct {
 	fake   string
 	direct string
 	dyn    string
+	locker string // testdata/lockholder.c
+	next   string // testdata/nextlib.c
 }
 
 var (
@@ -78,12 +81,16 @@ func build(t *testing.T) *binaries {
 			fake:   filepath.Join(buildDir, "libcuda.so.1"),
 			direct: filepath.Join(buildDir, "cuprog-direct"),
 			dyn:    filepath.Join(buildDir, "cuprog-dlopen"),
+			locker: filepath.Join(buildDir, "lockholder"),
+			next:   filepath.Join(buildDir, "libnext.so"),
 		}
 		steps := [][]string{
 			append(append([]string{}, libFlags...), "-o", b.lib, "src/gpushare_cuda.c", "src/region.c", "-ldl", "-lpthread"),
 			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", b.fake, "testdata/fakecuda.c", "-lpthread"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.direct, "testdata/cuprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.dyn, "testdata/cuprog.c", "-ldl"},
+			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.locker, "testdata/lockholder.c", "-lpthread"},
+			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", b.next, "testdata/nextlib.c", "-ldl"},
 		}
 		for _, args := range steps {
 			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
@@ -117,6 +124,7 @@ func capOf(n int) string {
 type run struct {
 	limits  string // GPUSHARE_LIMITS; "" leaves it unset
 	noLib   bool   // without the interposer
+	preload string // another library preloaded after the interposer
 	program string // "" for the linked build
 	mode    string // direct, dlsym, procaddr, procaddr1
 }
@@ -134,7 +142,7 @@ func (r run) cmd(b *binaries, args ...string) *exec.Cmd {
 		"FAKECUDA_TOTAL_BYTES=" + strconv.Itoa(1<<30),
 	}
 	if !r.noLib {
-		env = append(env, "LD_PRELOAD="+b.lib)
+		env = append(env, strings.TrimSpace("LD_PRELOAD="+b.lib+" "+r.preload))
 	}
 	if r.limits != "" {
 		env = append(env, "GPUSHARE_LIMITS="+r.limits)
@@ -435,3 +443,64 @@ func TestLimitsFile(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// A process killed while holding the region's lock does not wedge the
+// reservation: the lock is robust, the next process takes it over. (With a
+// plain mutex the run below would hang: it has a deadline.)
+func TestDeadLockHolderDoesNotWedge(t *testing.T) {
+	b := build(t)
+	dir := reservation(t, capOf(10*mib))
+	r := run{limits: dir, mode: "direct"}
+	check(t, r.output(t, b, "alloc:1048576"), "alloc 0") // creates the region
+	locker := exec.Command(b.locker, filepath.Join(dir, "usage"))
+	out, err := locker.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := locker.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "locked\n" {
+		t.Fatalf("lock holder: %q %v", line, err)
+	}
+	locker.Process.Signal(syscall.SIGKILL)
+	locker.Wait()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := r.cmd(b, "alloc:6291456", "alloc:6291456", "info")
+	c = exec.CommandContext(ctx, c.Path, c.Args[1:]...)
+	c.Env = r.cmd(b).Env
+	got, err := c.Output()
+	if ctx.Err() != nil {
+		t.Fatal("a process hung on the lock its dead holder left")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(t, strings.Split(strings.TrimSpace(string(got)), "\n"),
+		"alloc 0", "alloc 2", fmt.Sprintf("info 0 %d %d", 4*mib, 10*mib))
+}
+
+// Interposing dlsym must not change what RTLD_NEXT means for other
+// libraries: a wrapper preloaded after the interposer still finds the next
+// definition, not itself (see testdata/nextlib.c).
+func TestDlsymKeepsRTLDNext(t *testing.T) {
+	b := build(t)
+	for _, noLib := range []bool{true, false} {
+		r := run{limits: reservation(t, capOf(10*mib)), noLib: noLib, preload: b.next, mode: "direct"}
+		if noLib {
+			r.preload = ""
+			c := r.cmd(b, "probe")
+			c.Env = append(c.Env, "LD_PRELOAD="+b.next)
+			got, err := c.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, strings.Split(strings.TrimSpace(string(got)), "\n"), "probe 2")
+			continue
+		}
+		check(t, r.output(t, b, "probe"), "probe 2")
+	}
+}

@@ -18,7 +18,28 @@ struct gs_limits {
  * file cannot be read or a line is malformed (the caller then fails closed). */
 int gs_limits_read(const char *path, struct gs_limits *out);
 
-/* The usage region shared by the reservation's processes (region.c). */
+/* The usage region shared by the reservation's processes (region.c): the
+ * layout of the file "usage", here so a test can hold its lock. */
+#include <pthread.h>
+
+#define GS_MAGIC 0x67737231u /* "gsr1" */
+#define GS_SLOTS 1024
+
+struct gs_slot {
+    int32_t pid;    /* 0: free */
+    uint32_t pad;
+    uint64_t start; /* /proc/<pid>/stat starttime: tells a reused pid apart */
+    uint64_t bytes;
+};
+
+struct gs_region {
+    uint32_t magic;
+    uint32_t nslots;
+    pthread_mutex_t lock;
+    struct gs_slot slot[GS_SLOTS];
+};
+
+
 int gs_region_open(const char *path);          /* 0 ok, -1 unusable */
 int gs_region_charge(uint64_t bytes, uint64_t cap); /* 0 charged, -1 over the cap */
 void gs_region_uncharge(uint64_t bytes);

@@ -87,23 +87,6 @@ int gs_limits_read(const char *path, struct gs_limits *out)
 
 /* ---- shared usage region -------------------------------------------- */
 
-#define GS_MAGIC 0x67737231u /* "gsr1" */
-#define GS_SLOTS 1024
-
-struct gs_slot {
-    int32_t pid;    /* 0: free */
-    uint32_t pad;
-    uint64_t start; /* /proc/<pid>/stat starttime: tells a reused pid apart */
-    uint64_t bytes;
-};
-
-struct gs_region {
-    uint32_t magic;
-    uint32_t nslots;
-    pthread_mutex_t lock;
-    struct gs_slot slot[GS_SLOTS];
-};
-
 static struct gs_region *R;
 static int my_slot = -1;     /* reset in a forked child */
 static pid_t my_pid;

@@ -15,6 +15,8 @@
  *   fake           what the fake driver really holds ("fake 0 <bytes>")
  *   setenv:K=V     setenv in this process ("setenv 0")
  *   wait           block until stdin closes ("wait 0" after)
+ *   probe          gs_probe() from the global scope ("probe <value>"), see
+ *                  testdata/nextlib.c
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -241,6 +243,10 @@ int main(int argc, char **argv)
         } else if (strcmp(c, "fake") == 0) {
             uint64_t (*used)(void) = need(dlsym(lib, "fakecuda_used"), "fakecuda_used");
             printf("fake 0 %llu\n", (unsigned long long)used());
+            continue;
+        } else if (strcmp(c, "probe") == 0) {
+            int (*probe)(void) = need(dlsym(RTLD_DEFAULT, "gs_probe"), "gs_probe");
+            printf("probe %d\n", probe());
             continue;
         } else if (strncmp(c, "setenv:", 7) == 0) {
             char *eq = strchr(c + 7, '=');
