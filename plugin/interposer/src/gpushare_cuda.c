@@ -3,8 +3,8 @@
  * Loaded into every process of a task (LD_PRELOAD here; /etc/ld.so.preload
  * in a later step), it stands in front of the real libcuda.so.1. One hook
  * table lists each intercepted driver symbol with our hook and the real
- * function, resolved once at load; the same table answers the three ways a
- * program finds a driver function:
+ * function, resolved once (at the first driver call); the same table
+ * answers the three ways a program finds a driver function:
  *   - symbol interposition: the program links libcuda and calls cuMemAlloc_v2,
  *     the dynamic linker finds ours first;
  *   - dlsym: the program dlopens libcuda.so.1 and resolves names from the
@@ -84,7 +84,9 @@ struct gs_hook {
 static struct gs_hook hooks[H_COUNT]; /* defined, with its names and hooks, at the end */
 
 static struct gs_limits L;
-static pthread_once_t once = PTHREAD_ONCE_INIT;
+static char real_path[4096] = "libcuda.so.1";
+static char usage_path[4096];
+static pthread_once_t load_once = PTHREAD_ONCE_INIT, driver_once = PTHREAD_ONCE_INIT;
 static void *(*real_dlsym)(void *, const char *);
 
 /* The real dlsym, found with dlvsym (which we do not interpose): our own
@@ -97,16 +99,14 @@ static void find_real_dlsym(void)
         real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", vers[i]);
 }
 
-static void init(void)
+/* At load: the environment and the limits file, read here and never again,
+ * so what the task sets later changes nothing. Nothing heavier: every
+ * process of the task loads the library, most never touch the GPU. */
+static void load_limits(void)
 {
-    find_real_dlsym();
     const char *lib = getenv("GPUSHARE_REAL_LIBCUDA");
-    void *h = dlopen(lib && *lib ? lib : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        fprintf(stderr, "gpushare: cannot load the CUDA driver: %s\n", dlerror());
-    for (int i = 0; i < H_COUNT && h && real_dlsym; i++)
-        hooks[i].real = real_dlsym(h, hooks[i].name);
-
+    if (lib && *lib)
+        snprintf(real_path, sizeof real_path, "%s", lib);
     const char *dir = getenv("GPUSHARE_LIMITS");
     if (!dir || !*dir)
         return; /* not under gpushare: pass everything through */
@@ -119,21 +119,31 @@ static void init(void)
         L.memory_bytes = 0;
         return;
     }
-    if (!L.have_memory)
-        return;
-    snprintf(path, sizeof path, "%s/usage", dir);
-    if (gs_region_open(path) != 0)
-        fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", path);
+    snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
 }
 
-/* Runs at load; hooks also call it in case another library's constructor
- * reaches the driver before ours ran. */
+/* At the first driver call: the real driver and the usage region. */
+static void load_driver(void)
+{
+    pthread_once(&load_once, load_limits);
+    find_real_dlsym();
+    void *h = dlopen(real_path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        fprintf(stderr, "gpushare: cannot load the CUDA driver: %s\n", dlerror());
+    for (int i = 0; i < H_COUNT && h && real_dlsym; i++)
+        hooks[i].real = real_dlsym(h, hooks[i].name);
+    if (L.have_memory && usage_path[0] && gs_region_open(usage_path) != 0)
+        fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", usage_path);
+}
+
+/* Runs at load; the first hook also makes sure of it, in case another
+ * library's constructor reaches the driver before ours ran. */
 __attribute__((constructor)) static void gs_load(void)
 {
-    pthread_once(&once, init);
+    pthread_once(&load_once, load_limits);
 }
 
-#define REAL(n) ((n##_fn)(pthread_once(&once, init), hooks[H_##n].real))
+#define REAL(n) ((n##_fn)(pthread_once(&driver_once, load_driver), hooks[H_##n].real))
 
 /* ---- charging -------------------------------------------------------- */
 
@@ -459,7 +469,7 @@ EXPORT void *dlsym(void *handle, const char *name)
     return real_dlsym(handle, name);
 }
 
-/* Names and our hooks are constants; only .real is written, once, at init. */
+/* Names and our hooks are constants; only .real is written, once, by load_driver. */
 #define X_FILL(n) [H_##n] = {#n, (void *)n, NULL},
 static struct gs_hook hooks[H_COUNT] = {GS_HOOKS(X_FILL)};
 #undef X_FILL
