@@ -22,7 +22,7 @@ int gs_limits_read(const char *path, struct gs_limits *out);
  * layout of the file "usage", here so a test can hold its lock. */
 #include <pthread.h>
 
-#define GS_MAGIC 0x67737231u /* "gsr1" */
+#define GS_MAGIC 0x67737232u /* "gsr2" */
 #define GS_SLOTS 1024
 
 struct gs_slot {
@@ -36,6 +36,9 @@ struct gs_region {
     uint32_t magic;
     uint32_t nslots;
     pthread_mutex_t lock;
+    uint64_t total;   /* the sum of the slots' bytes, kept so a charge is O(1) */
+    uint32_t hiwater; /* slots at or above this index were never used */
+    uint32_t pad;
     struct gs_slot slot[GS_SLOTS];
 };
 

@@ -2,13 +2,13 @@
  * shared by its processes, and the process-local allocation records.
  *
  * The region is one file mmap'ed MAP_SHARED by every process of the
- * reservation: a header with a robust, process-shared mutex and one slot per
- * process (pid, start time, bytes charged). A process changes only its own
- * slot, under the mutex, so the sum over slots under the mutex is the
- * reservation's use, and check-and-charge is atomic across processes. The
- * mutex is robust: a process killed while holding it does not wedge the
- * others (the next locker gets EOWNERDEAD and marks it consistent; every
- * update is a single store to a slot, so there is no half-done state). A
+ * reservation: a header with a robust, process-shared mutex, the total, and
+ * one slot per process (pid, start time, bytes charged). A process changes
+ * only its own slot and the total, under the mutex, so check-and-charge is
+ * atomic across processes and costs no scan. The mutex is robust: a process
+ * killed while holding it does not wedge the others (the next locker gets
+ * EOWNERDEAD, rebuilds the total from the slots, which are the truth, and
+ * marks the mutex consistent). A
  * dead process's slot is reclaimed when its pid is gone, a zombie, or reused
  * by a process with another start time; that check reads /proc, so it runs
  * only when a charge would go over the cap or someone asks for the use. */
@@ -135,32 +135,45 @@ static int slot_dead(const struct gs_slot *s)
     return state == 'Z' || state == 'X' || st != s->start;
 }
 
+/* Under the lock: frees the slots of dead processes, their bytes leave the total. */
 static void reclaim_dead(void)
 {
-    for (int i = 0; i < GS_SLOTS; i++)
-        if (i != my_slot && R->slot[i].pid && slot_dead(&R->slot[i]))
-            memset(&R->slot[i], 0, sizeof R->slot[i]);
-}
-
-static uint64_t sum(void)
-{
-    uint64_t t = 0;
-    for (int i = 0; i < GS_SLOTS; i++)
-        t += R->slot[i].bytes;
-    return t;
+    for (uint32_t i = 0; i < R->hiwater && i < GS_SLOTS; i++) {
+        struct gs_slot *s = &R->slot[i];
+        if ((int)i != my_slot && s->pid && slot_dead(s)) {
+            R->total -= s->bytes < R->total ? s->bytes : R->total;
+            memset(s, 0, sizeof *s);
+        }
+    }
 }
 
 static int lock(void)
 {
     int r = pthread_mutex_lock(&R->lock);
-    if (r == EOWNERDEAD) /* holder died; every update is one store: state is whole */
+    if (r == EOWNERDEAD) {
+        /* The holder died, perhaps between updating its slot and the total:
+         * the slots are the truth, the total is rebuilt from them. */
+        uint64_t t = 0;
+        for (int i = 0; i < GS_SLOTS; i++)
+            t += R->slot[i].bytes;
+        R->total = t;
+        R->hiwater = GS_SLOTS;
         r = pthread_mutex_consistent(&R->lock);
+    }
     return r;
 }
 
 static void unlock(void)
 {
     pthread_mutex_unlock(&R->lock);
+}
+
+static int free_slot(void)
+{
+    for (int i = 0; i < GS_SLOTS; i++)
+        if (R->slot[i].pid == 0)
+            return i;
+    return -1;
 }
 
 /* Under the lock: this process's slot, claimed on first use. */
@@ -172,23 +185,20 @@ static struct gs_slot *mine(void)
     char state;
     if (proc_stat(my_pid, &my_start, &state) != 0)
         my_start = 0;
-    int free_i = -1;
-    for (int i = 0; i < GS_SLOTS; i++) {
-        struct gs_slot *s = &R->slot[i];
-        if (s->pid == 0 || slot_dead(s)) {
-            if (free_i < 0)
-                free_i = i;
-            if (s->pid)
-                memset(s, 0, sizeof *s);
-        }
+    int i = free_slot();
+    if (i < 0) {
+        reclaim_dead(); /* all slots taken: only now look for the dead */
+        i = free_slot();
     }
-    if (free_i < 0)
+    if (i < 0)
         return NULL;
-    R->slot[free_i].pid = my_pid;
-    R->slot[free_i].start = my_start;
-    R->slot[free_i].bytes = 0;
-    my_slot = free_i;
-    return &R->slot[free_i];
+    R->slot[i].pid = my_pid;
+    R->slot[i].start = my_start;
+    R->slot[i].bytes = 0;
+    if ((uint32_t)i >= R->hiwater)
+        R->hiwater = i + 1;
+    my_slot = i;
+    return &R->slot[i];
 }
 
 static void after_fork_child(void);
@@ -245,13 +255,11 @@ int gs_region_charge(uint64_t bytes, uint64_t cap)
     struct gs_slot *s = mine();
     int rc = -1;
     if (s) {
-        uint64_t used = sum();
-        if (used > cap || bytes > cap - used) {
+        if (R->total > cap || bytes > cap - R->total)
             reclaim_dead(); /* only on the way to a refusal: it reads /proc */
-            used = sum();
-        }
-        if (used <= cap && bytes <= cap - used) {
+        if (R->total <= cap && bytes <= cap - R->total) {
             s->bytes += bytes;
+            R->total += bytes;
             rc = 0;
         }
     }
@@ -264,8 +272,10 @@ void gs_region_force_charge(uint64_t bytes)
     if (!R || lock() != 0)
         return;
     struct gs_slot *s = mine();
-    if (s)
+    if (s) {
         s->bytes += bytes;
+        R->total += bytes;
+    }
     unlock();
 }
 
@@ -274,8 +284,11 @@ void gs_region_uncharge(uint64_t bytes)
     if (!R || lock() != 0)
         return;
     struct gs_slot *s = mine();
-    if (s)
-        s->bytes = s->bytes > bytes ? s->bytes - bytes : 0;
+    if (s) {
+        uint64_t d = s->bytes < bytes ? s->bytes : bytes;
+        s->bytes -= d;
+        R->total -= d < R->total ? d : R->total;
+    }
     unlock();
 }
 
@@ -284,9 +297,22 @@ uint64_t gs_region_used(void)
     if (!R || lock() != 0)
         return 0;
     reclaim_dead();
-    uint64_t u = sum();
+    uint64_t u = R->total;
     unlock();
     return u;
+}
+
+/* A process that exits normally hands its slot back at once: the driver
+ * frees its memory as it ends, and the others need not find it dead first. */
+__attribute__((destructor)) static void release_slot(void)
+{
+    if (!R || my_slot < 0 || my_pid != getpid() || lock() != 0)
+        return;
+    struct gs_slot *s = &R->slot[my_slot];
+    R->total -= s->bytes < R->total ? s->bytes : R->total;
+    memset(s, 0, sizeof *s);
+    my_slot = -1;
+    unlock();
 }
 
 /* ---- process-local allocation records -------------------------------- */
