@@ -461,6 +461,8 @@ EXPORT void *dlsym(void *handle, const char *name)
 {
     if (!real_dlsym)
         find_real_dlsym();
+    if (!real_dlsym)
+        return NULL; /* not glibc: nothing sensible to forward to */
     if (name[0] == 'c' && name[1] == 'u') {
         for (int i = 0; i < H_COUNT; i++)
             if (strcmp(hooks[i].name, name) == 0)
