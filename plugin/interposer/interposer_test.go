@@ -65,7 +65,7 @@ func compiler() string {
 
 // build compiles everything once; a test without a C compiler skips, except
 // in CI, where it fails.
-func build(t *testing.T) *binaries {
+func build(t testing.TB) *binaries {
 	t.Helper()
 	cc := compiler()
 	if _, err := exec.LookPath(cc); err != nil {
@@ -107,7 +107,7 @@ func build(t *testing.T) *binaries {
 }
 
 // reservation is a limits directory: "limits" and the shared "usage" region.
-func reservation(t *testing.T, limits string) string {
+func reservation(t testing.TB, limits string) string {
 	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "limits"), []byte(limits), 0o644); err != nil {
@@ -159,7 +159,7 @@ func (r run) cmd(b *binaries, args ...string) *exec.Cmd {
 }
 
 // output runs the program to its end and returns its lines.
-func (r run) output(t *testing.T, b *binaries, args ...string) []string {
+func (r run) output(t testing.TB, b *binaries, args ...string) []string {
 	t.Helper()
 	c := r.cmd(b, args...)
 	var stderr strings.Builder
@@ -498,5 +498,35 @@ func TestDlsymKeepsRTLDNext(t *testing.T) {
 	for _, noLib := range []bool{true, false} { // without the interposer: the control
 		r := run{limits: reservation(t, capOf(10*mib)), noLib: noLib, preload: b.next, mode: "direct"}
 		check(t, r.output(t, b, "probe"), "probe 2")
+	}
+}
+
+// BenchmarkAllocFree: what the library adds to a cuMemAlloc_v2 + cuMemFree_v2
+// pair (over the fake driver, in one process per run; the figure is the
+// program's own timing, "ns/pair"), without it and under a memory cap, each
+// way of finding the driver.
+func BenchmarkAllocFree(b *testing.B) {
+	bin := build(b)
+	for _, m := range []string{"direct", "procaddr"} {
+		for _, noLib := range []bool{true, false} {
+			name := m + "/capped"
+			if noLib {
+				name = m + "/no-library"
+			}
+			b.Run(name, func(b *testing.B) {
+				prog := bin.direct
+				if m != "direct" {
+					prog = bin.dyn
+				}
+				r := run{limits: reservation(b, capOf(1<<30)), noLib: noLib, program: prog, mode: m}
+				line := r.output(b, bin, fmt.Sprintf("bench:%d", max(b.N, 1000)))[0]
+				var rc int
+				var ns float64
+				if _, err := fmt.Sscanf(line, "bench %d %f", &rc, &ns); err != nil || rc != 0 {
+					b.Fatalf("%q %v", line, err)
+				}
+				b.ReportMetric(ns, "ns/pair")
+			})
+		}
 	}
 }

@@ -15,6 +15,8 @@
  *   fake           what the fake driver really holds ("fake 0 <bytes>")
  *   setenv:K=V     setenv in this process ("setenv 0")
  *   wait           block until stdin closes ("wait 0" after)
+ *   bench:N        N pairs of cuMemAlloc_v2(256 bytes) + cuMemFree_v2
+ *                  ("bench 0 <ns per pair>")
  *   probe          gs_probe() from the global scope ("probe <value>"), see
  *                  testdata/nextlib.c
  */
@@ -24,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -243,6 +246,16 @@ int main(int argc, char **argv)
         } else if (strcmp(c, "fake") == 0) {
             uint64_t (*used)(void) = need(dlsym(lib, "fakecuda_used"), "fakecuda_used");
             printf("fake 0 %llu\n", (unsigned long long)used());
+            continue;
+        } else if (strncmp(c, "bench:", 6) == 0) {
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (unsigned long long k = 0; k < a && !r; k++)
+                if (!(r = cu.alloc(&p, 256)))
+                    r = cu.free(p);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+            printf("bench %d %.1f\n", r, a ? ns / a : 0);
             continue;
         } else if (strcmp(c, "probe") == 0) {
             int (*probe)(void) = need(dlsym(RTLD_DEFAULT, "gs_probe"), "gs_probe");
