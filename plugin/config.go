@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -36,6 +37,27 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		})),
 		hclspec.NewLiteral(`{ pipe_directory = "/tmp/nvidia-mps", log_directory = "/var/log/nvidia-mps" }`),
 	),
+	"interposer": hclspec.NewDefault(
+		hclspec.NewBlock("interposer", false, hclspec.NewObject(map[string]*hclspec.Spec{
+			"enabled": hclspec.NewDefault(
+				hclspec.NewAttr("enabled", "bool", false),
+				hclspec.NewLiteral("false"),
+			),
+			"library": hclspec.NewDefault(
+				hclspec.NewAttr("library", "string", false),
+				hclspec.NewLiteral(`"`+DefaultInterposerLibrary+`"`),
+			),
+			"state_dir": hclspec.NewDefault(
+				hclspec.NewAttr("state_dir", "string", false),
+				hclspec.NewLiteral(`"`+DefaultInterposerStateDir+`"`),
+			),
+			"gc_after": hclspec.NewDefault(
+				hclspec.NewAttr("gc_after", "string", false),
+				hclspec.NewLiteral(`"168h"`),
+			),
+		})),
+		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h" }`),
+	),
 	"fixture": hclspec.NewDefault(
 		hclspec.NewAttr("fixture", "string", false),
 		hclspec.NewLiteral(`""`),
@@ -52,19 +74,36 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the decoded plugin block.
 type Config struct {
-	Enabled           bool      `codec:"enabled"`
-	SharesPerGPU      int       `codec:"shares_per_gpu"`
-	Sharing           string    `codec:"sharing"`
-	MPS               MPSConfig `codec:"mps"`
-	Fixture           string    `codec:"fixture"`
-	IgnoredGPUIDs     []string  `codec:"ignored_gpu_ids"`
-	FingerprintPeriod string    `codec:"fingerprint_period"`
+	Enabled           bool             `codec:"enabled"`
+	SharesPerGPU      int              `codec:"shares_per_gpu"`
+	Sharing           string           `codec:"sharing"`
+	MPS               MPSConfig        `codec:"mps"`
+	Interposer        InterposerConfig `codec:"interposer"`
+	Fixture           string           `codec:"fixture"`
+	IgnoredGPUIDs     []string         `codec:"ignored_gpu_ids"`
+	FingerprintPeriod string           `codec:"fingerprint_period"`
 }
 
 // MPSConfig locates the directories of the node's MPS control daemon.
 type MPSConfig struct {
 	PipeDirectory string `codec:"pipe_directory"`
 	LogDirectory  string `codec:"log_directory"`
+}
+
+// Defaults of the interposer block.
+const (
+	DefaultInterposerLibrary  = "/usr/local/lib/gpushare/libgpushare-cuda.so"
+	DefaultInterposerStateDir = "/var/lib/gpushare/reservations"
+)
+
+// InterposerConfig is the interposer block: whether Reserve writes a
+// reservation's limits and preloads libgpushare-cuda.so into its task
+// (plugin/interposer/README.md).
+type InterposerConfig struct {
+	Enabled  bool   `codec:"enabled"`
+	Library  string `codec:"library"`
+	StateDir string `codec:"state_dir"`
+	GCAfter  string `codec:"gc_after"`
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -87,6 +126,17 @@ func (c *Config) validate() (time.Duration, error) {
 	}
 	if c.Sharing == devicefn.SharingMPS && (c.MPS.PipeDirectory == "" || c.MPS.LogDirectory == "") {
 		bad("mps: pipe_directory and log_directory must not be empty when sharing = \"mps\"")
+	}
+	if ip := c.Interposer; ip.Enabled {
+		if !filepath.IsAbs(ip.Library) {
+			bad("interposer.library = %q: must be the absolute path of libgpushare-cuda.so (from the release archive, or bin/ after make build)", ip.Library)
+		}
+		if !filepath.IsAbs(ip.StateDir) || filepath.Clean(ip.StateDir) == "/" {
+			bad("interposer.state_dir = %q: must be an absolute directory other than / (for example %q)", ip.StateDir, DefaultInterposerStateDir)
+		}
+		if d, err := time.ParseDuration(ip.GCAfter); err != nil || d < time.Minute {
+			bad("interposer.gc_after = %q: must be a duration of at least 1m (for example \"168h\")", ip.GCAfter)
+		}
 	}
 	period, err := time.ParseDuration(c.FingerprintPeriod)
 	switch {

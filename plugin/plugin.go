@@ -62,6 +62,8 @@ type Plugin struct {
 	gpus map[string]*gpuState
 	// groups is the last fingerprint's device groups.
 	groups []devicefn.Group
+	// lastGC is when the interposer's state_dir was last collected.
+	lastGC time.Time
 }
 
 type gpuState struct {
@@ -123,6 +125,15 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	if err != nil {
 		return err
 	}
+	if ip := cfg.Interposer; ip.Enabled {
+		if _, err := os.Stat(ip.Library); err != nil {
+			return fmt.Errorf("%w: interposer.library: %w; install libgpushare-cuda.so from the release archive there (or run make build), or set interposer.enabled = false", ErrConfig, err)
+		}
+		if os.Geteuid() != 0 {
+			p.logger.Warn("interposer enabled but the plugin does not run as root: a task running as the plugin's user can rewrite its limits",
+				"uid", os.Geteuid())
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.source != nil {
@@ -132,7 +143,8 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.cfg, p.period = &cfg, period
 	p.logger.Info("config set", "enabled", cfg.Enabled, "shares_per_gpu", cfg.SharesPerGPU,
 		"sharing", cfg.Sharing, "fixture", cfg.Fixture, "ignored_gpu_ids", cfg.IgnoredGPUIDs,
-		"fingerprint_period", period)
+		"fingerprint_period", period, "interposer", cfg.Interposer.Enabled,
+		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir)
 	return nil
 }
 
@@ -241,6 +253,9 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		if g.MIG && !skip[g.UUID] {
 			p.logger.Info("skipping MIG-enabled gpu: gpushare shares whole GPUs; disable MIG or use MIG-aware tooling", "gpu", g.UUID)
 		}
+	}
+	if ip := cfg.Interposer; ip.Enabled {
+		p.maybeCollectGarbage(ip, time.Now())
 	}
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
 	p.record(inv, groups, healthBy)

@@ -44,7 +44,9 @@ func TestConfigDefaults(t *testing.T) {
 	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, "")}))
 	must.Eq(t, &Config{
 		Enabled: true, SharesPerGPU: 100, Sharing: "mps",
-		MPS:               MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps"},
+		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps"},
+		Interposer: InterposerConfig{Enabled: false, Library: DefaultInterposerLibrary,
+			StateDir: DefaultInterposerStateDir, GCAfter: "168h"},
 		IgnoredGPUIDs:     []string{},
 		FingerprintPeriod: "1m",
 	}, p.cfg)
@@ -53,12 +55,16 @@ func TestConfigDefaults(t *testing.T) {
 
 func TestConfigErrorsNameTheField(t *testing.T) {
 	cases := map[string]string{
-		"shares_per_gpu = 0":               "shares_per_gpu = 0: must be between 1 and 1000",
-		"shares_per_gpu = 1001":            "shares_per_gpu = 1001: must be between 1 and 1000",
-		`sharing = "fair"`:                 `sharing = "fair": must be one of "mps", "timeslice" or "exclusive"`,
-		`fingerprint_period = "x"`:         `fingerprint_period = "x": not a duration`,
-		`fingerprint_period = "1ms"`:       `fingerprint_period = "1ms": must be at least 100ms`,
-		"mps {\n pipe_directory = \"\"\n}": "mps: pipe_directory and log_directory must not be empty",
+		"shares_per_gpu = 0":                                               "shares_per_gpu = 0: must be between 1 and 1000",
+		"shares_per_gpu = 1001":                                            "shares_per_gpu = 1001: must be between 1 and 1000",
+		`sharing = "fair"`:                                                 `sharing = "fair": must be one of "mps", "timeslice" or "exclusive"`,
+		`fingerprint_period = "x"`:                                         `fingerprint_period = "x": not a duration`,
+		`fingerprint_period = "1ms"`:                                       `fingerprint_period = "1ms": must be at least 100ms`,
+		"mps {\n pipe_directory = \"\"\n}":                                 "mps: pipe_directory and log_directory must not be empty",
+		"interposer {\n enabled = true\n library = \"lib.so\"\n}":          `interposer.library = "lib.so": must be the absolute path`,
+		"interposer {\n enabled = true\n state_dir = \"/\"\n}":             `interposer.state_dir = "/": must be an absolute directory`,
+		"interposer {\n enabled = true\n gc_after = \"1s\"\n}":             `interposer.gc_after = "1s": must be a duration of at least 1m`,
+		"interposer {\n enabled = true\n library = \"/nonexistent.so\"\n}": "interposer.library: stat /nonexistent.so: no such file or directory; install libgpushare-cuda.so",
 	}
 	for body, want := range cases {
 		t.Run(body, func(t *testing.T) {

@@ -163,6 +163,21 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 			{TaskPath: cfg.MPS.LogDirectory, HostPath: cfg.MPS.LogDirectory},
 		}
 	}
+	if cfg.Interposer.Enabled {
+		var memBytes uint64
+		for _, u := range uuids {
+			memBytes += gpus[u].gpu.MemoryMiB
+		}
+		if len(uuids) == 1 {
+			memBytes = memPerGPU
+		}
+		lim := interposerLimits{memoryBytes: memBytes << 20, computePct: int(math.Ceil(100 * min(fraction, 1)))}
+		sortedIDs := append([]string(nil), ids...)
+		sort.Strings(sortedIDs)
+		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {
+			return nil, err
+		}
+	}
 	nodes := append([]string(nil), controlDevices...)
 	for _, u := range uuids {
 		if m := gpus[u].gpu.Minor; m >= 0 {

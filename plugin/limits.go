@@ -1,0 +1,261 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/nomad/plugins/device"
+)
+
+// The interposer's files inside the task (plugin/interposer/README.md).
+const (
+	// LimitsTaskDir is where a filesystem-isolated task (exec, docker) sees
+	// its reservation's directory, read-only; the library reads its limits
+	// there in preference to $GPUSHARE_LIMITS.
+	LimitsTaskDir = "/run/gpushare"
+	// PreloadTaskPath is mounted read-only from state_dir/ld.so.preload, so
+	// every process of an isolated task loads the library even with
+	// LD_PRELOAD cleared.
+	PreloadTaskPath = "/etc/ld.so.preload"
+
+	EnvLimits  = "GPUSHARE_LIMITS"
+	EnvPreload = "LD_PRELOAD"
+
+	limitsFile  = "limits"
+	usageFile   = "usage"
+	sharesFile  = "shares"
+	preloadFile = "ld.so.preload"
+)
+
+// The usage region's layout (plugin/interposer/src/gpushare.h): magic and
+// slot count first, then a pthread mutex whose size differs by
+// architecture, then the slots, which end the file.
+const (
+	regionMagic = 0x67737232
+	regionSlots = 1024
+	slotSize    = 24 // int32 pid, pad, uint64 start, uint64 bytes
+)
+
+// reservationDirName names a reservation's directory after its share IDs:
+// the same shares always get the same directory. Readable ("<uuid>_40-64",
+// GPUs joined by "+", "," written ".") when short, else a hash.
+func reservationDirName(uuids []string, byGPU map[string][]int) string {
+	sorted := append([]string(nil), uuids...)
+	sort.Strings(sorted)
+	parts := make([]string, len(sorted))
+	for i, u := range sorted {
+		parts[i] = u + "_" + strings.ReplaceAll(ranges(byGPU[u]), ",", ".")
+	}
+	name := strings.Join(parts, "+")
+	if len(name) <= 200 && !strings.ContainsAny(name, "/\x00") && name != "." && name != ".." {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "h-" + hex.EncodeToString(sum[:12])
+}
+
+// interposerLimits is what the limits file says.
+type interposerLimits struct {
+	memoryBytes uint64
+	computePct  int
+}
+
+func (l interposerLimits) file() []byte {
+	// class is not known at Reserve (it is a job's property): omitted
+	return fmt.Appendf(nil, "# written by the gpushare device plugin at Reserve; read by libgpushare-cuda.so\nmemory_bytes=%d\ncompute_pct=%d\n",
+		l.memoryBytes, l.computePct)
+}
+
+// reserveInterposer writes the reservation's directory under state_dir and
+// adds the library's mounts and environment to res.
+func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []string, lim interposerLimits, res *device.ContainerReservation) error {
+	dir := filepath.Join(ic.StateDir, name)
+	if err := os.MkdirAll(ic.StateDir, 0o755); err != nil {
+		return fmt.Errorf("interposer: cannot create state_dir: %w; create it (root-owned, 0755) or change interposer.state_dir", err)
+	}
+	preload := filepath.Join(ic.StateDir, preloadFile)
+	if err := writeFileAtomic(preload, []byte(ic.Library+"\n"), 0o444); err != nil {
+		return fmt.Errorf("interposer: %w; check that state_dir is writable by the plugin", err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("interposer: cannot create the reservation's directory: %w", err)
+	}
+	// the umask must not decide the modes: the task's processes read
+	// limits and write usage, whatever user they run as
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, limitsFile), lim.file(), 0o444); err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
+	if err := writeFileAtomic(filepath.Join(dir, sharesFile), []byte(strings.Join(ids, "\n")+"\n"), 0o444); err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
+	usage := filepath.Join(dir, usageFile)
+	live, err := liveSlots(usage)
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		p.logger.Warn("interposer: unreadable usage region; starting a fresh one", "dir", dir, "error", err)
+		fallthrough
+	case live == 0:
+		// a fresh region; renamed over the old one, so a process that still
+		// maps the old file keeps it rather than fault on a truncated one
+		if err := writeFileAtomic(usage, nil, 0o666); err != nil {
+			return fmt.Errorf("interposer: %w", err)
+		}
+	default:
+		p.logger.Info("interposer: reservation reused while processes still hold its usage region; keeping their charges",
+			"dir", dir, "live_processes", live)
+	}
+	now := time.Now()
+	_ = os.Chtimes(dir, now, now) // the garbage collector's clock
+	res.Envs[EnvLimits] = dir
+	res.Envs[EnvPreload] = ic.Library
+	res.Mounts = append(res.Mounts,
+		&device.Mount{TaskPath: LimitsTaskDir, HostPath: dir, ReadOnly: true},
+		&device.Mount{TaskPath: LimitsTaskDir + "/" + usageFile, HostPath: usage, ReadOnly: false},
+		&device.Mount{TaskPath: ic.Library, HostPath: ic.Library, ReadOnly: true},
+		&device.Mount{TaskPath: PreloadTaskPath, HostPath: preload, ReadOnly: true},
+	)
+	p.logger.Debug("interposer: reservation limits written", "dir", dir,
+		"memory_bytes", lim.memoryBytes, "compute_pct", lim.computePct)
+	return nil
+}
+
+// writeFileAtomic writes path through a temporary file renamed over it, so
+// a reader sees the old content or the new, with mode set whatever the
+// umask.
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(mode)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	return nil
+}
+
+// liveSlots counts the usage region's slots held by live processes: a pid
+// that exists, is not a zombie and started when the slot says. The pids
+// are the task's: in another pid namespace (docker) a live process may be
+// missed, and the region is then replaced (safely: by rename) under it.
+func liveSlots(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if len(b) < 8+regionSlots*slotSize || binary.LittleEndian.Uint32(b) != regionMagic ||
+		binary.LittleEndian.Uint32(b[4:]) != regionSlots {
+		return 0, fmt.Errorf("%s is not a usage region of this version", path)
+	}
+	slots := b[len(b)-regionSlots*slotSize:]
+	live := 0
+	for i := 0; i < regionSlots; i++ {
+		s := slots[i*slotSize:]
+		pid := int32(binary.LittleEndian.Uint32(s))
+		if pid > 0 && procAlive(int(pid), binary.LittleEndian.Uint64(s[8:])) {
+			live++
+		}
+	}
+	return live, nil
+}
+
+// procAlive: pid runs and started at start (clock ticks since boot,
+// /proc/<pid>/stat field 22), as the library records it.
+func procAlive(pid int, start uint64) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return err == nil && (start == 0 || st == start)
+}
+
+// collectGarbage removes the reservation directories not reserved for
+// gcAfter whose usage region no live process holds. It runs from the
+// fingerprint loop (device plugins are never told a reservation ended).
+func (p *Plugin) collectGarbage(ic InterposerConfig, gcAfter time.Duration, now time.Time) {
+	entries, err := os.ReadDir(ic.StateDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			p.logger.Warn("interposer: cannot list state_dir for garbage collection", "state_dir", ic.StateDir, "error", err)
+		}
+		return
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(ic.StateDir, e.Name())
+		info, err := os.Stat(dir)
+		if err != nil || now.Sub(info.ModTime()) < gcAfter {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(dir, limitsFile)); err != nil {
+			continue // not one of ours
+		}
+		if live, err := liveSlots(filepath.Join(dir, usageFile)); err == nil && live > 0 {
+			continue
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			p.logger.Warn("interposer: cannot remove an old reservation directory", "dir", dir, "error", err)
+			continue
+		}
+		p.logger.Info("interposer: removed the directory of shares not reserved recently", "dir", dir, "unused_for", now.Sub(info.ModTime()).Round(time.Minute))
+	}
+}
+
+// gcEvery spaces the garbage collections of state_dir.
+const gcEvery = 10 * time.Minute
+
+func (p *Plugin) maybeCollectGarbage(ic InterposerConfig, now time.Time) {
+	p.mu.Lock()
+	due := p.lastGC.IsZero() || now.Sub(p.lastGC) >= gcEvery
+	if due {
+		p.lastGC = now
+	}
+	p.mu.Unlock()
+	if !due {
+		return
+	}
+	gcAfter, err := time.ParseDuration(ic.GCAfter)
+	if err != nil {
+		return // validated in SetConfig
+	}
+	p.collectGarbage(ic, gcAfter, now)
+}
