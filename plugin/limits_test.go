@@ -1,0 +1,188 @@
+package plugin
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/shoenig/test/must"
+)
+
+// interposerPlugin is a DGX-1 plugin with the interposer on, its state_dir
+// in a temporary directory.
+func interposerPlugin(t *testing.T) (*Plugin, string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libgpushare-cuda.so")
+	must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
+	state := filepath.Join(dir, "reservations")
+	p, _, _ := newPlugin(t, fixtures.DGX1V100, `interposer {
+  enabled = true
+  library = "`+lib+`"
+  state_dir = "`+state+`"
+}`)
+	return p, lib, state
+}
+
+func mode(t *testing.T, path string) os.FileMode {
+	t.Helper()
+	st, err := os.Stat(path)
+	must.NoError(t, err)
+	return st.Mode()
+}
+
+func TestReserveInterposer(t *testing.T) {
+	old := syscall.Umask(0o077) // the modes must not depend on the umask
+	defer syscall.Umask(old)
+	p, lib, state := interposerPlugin(t)
+	ids := shares(3, 10, 35)
+	res, err := p.Reserve(ids)
+	must.NoError(t, err)
+
+	dir := filepath.Join(state, v100+"3_10-34")
+	must.Eq(t, dir, res.Envs[EnvLimits])
+	must.Eq(t, lib, res.Envs[EnvPreload])
+	must.Eq(t, os.ModeDir|0o755, mode(t, dir))
+	must.Eq(t, 0o444, mode(t, filepath.Join(dir, "limits")))
+	must.Eq(t, 0o666, mode(t, filepath.Join(dir, "usage")))
+	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
+	must.NoError(t, err)
+	must.StrContains(t, string(limits), "\nmemory_bytes=4294967296\ncompute_pct=25\n") // 25% of 16 GiB
+	must.StrNotContains(t, string(limits), "class=")
+	if os.Geteuid() == 0 {
+		st, _ := os.Stat(filepath.Join(dir, "limits"))
+		must.Eq(t, uint32(0), st.Sys().(*syscall.Stat_t).Uid)
+	}
+	preload, err := os.ReadFile(filepath.Join(state, "ld.so.preload"))
+	must.NoError(t, err)
+	must.Eq(t, lib+"\n", string(preload))
+	must.Eq(t, 0o444, mode(t, filepath.Join(state, "ld.so.preload")))
+
+	// after the two MPS mounts
+	must.Eq(t, []*device.Mount{
+		{TaskPath: "/run/gpushare", HostPath: dir, ReadOnly: true},
+		{TaskPath: "/run/gpushare/usage", HostPath: filepath.Join(dir, "usage")},
+		{TaskPath: lib, HostPath: lib, ReadOnly: true},
+		{TaskPath: "/etc/ld.so.preload", HostPath: filepath.Join(state, "ld.so.preload"), ReadOnly: true},
+	}, res.Mounts[2:])
+
+	// whole GPUs: their memory summed, compute 100
+	res, err = p.Reserve(append(shares(4, 0, 100), shares(0, 0, 100)...))
+	must.NoError(t, err)
+	must.Eq(t, filepath.Join(state, v100+"0_0-99+"+v100+"4_0-99"), res.Envs[EnvLimits])
+	limits, err = os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
+	must.NoError(t, err)
+	must.StrContains(t, string(limits), "\nmemory_bytes=34359738368\ncompute_pct=100\n")
+}
+
+func TestReserveInterposerDisabled(t *testing.T) {
+	p, _, _ := newPlugin(t, fixtures.DGX1V100, `interposer { state_dir = "`+filepath.Join(t.TempDir(), "st")+`" }`)
+	res, err := p.Reserve(shares(3, 10, 35))
+	must.NoError(t, err)
+	must.MapNotContainsKey(t, res.Envs, EnvLimits)
+	must.MapNotContainsKey(t, res.Envs, EnvPreload)
+	must.SliceLen(t, 2, res.Mounts) // the MPS directories only
+	_, err = os.Stat(p.cfg.Interposer.StateDir)
+	must.True(t, os.IsNotExist(err))
+}
+
+// writeRegion writes a usage region holding one slot of pid.
+func writeRegion(t *testing.T, path string, pid int32, start uint64) {
+	t.Helper()
+	b := make([]byte, 64+regionSlots*slotSize)
+	binary.LittleEndian.PutUint32(b, regionMagic)
+	binary.LittleEndian.PutUint32(b[4:], regionSlots)
+	s := b[len(b)-regionSlots*slotSize+5*slotSize:]
+	binary.LittleEndian.PutUint32(s, uint32(pid))
+	binary.LittleEndian.PutUint64(s[8:], start)
+	binary.LittleEndian.PutUint64(s[16:], 1<<20)
+	must.NoError(t, os.WriteFile(path, b, 0o666))
+}
+
+func myStart(t *testing.T) uint64 {
+	b, err := os.ReadFile("/proc/self/stat")
+	must.NoError(t, err)
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	var v uint64
+	for _, c := range f[19] {
+		v = v*10 + uint64(c-'0')
+	}
+	return v
+}
+
+// The same shares get the same directory; its usage region is replaced
+// when no live process holds a slot, kept when one does.
+func TestReserveInterposerReuse(t *testing.T) {
+	p, _, _ := interposerPlugin(t)
+	ids := shares(2, 0, 25)
+	res, err := p.Reserve(ids)
+	must.NoError(t, err)
+	usage := filepath.Join(res.Envs[EnvLimits], "usage")
+
+	writeRegion(t, usage, int32(os.Getpid()), myStart(t)) // a live process
+	res2, err := p.Reserve(ids)
+	must.NoError(t, err)
+	must.Eq(t, res.Envs[EnvLimits], res2.Envs[EnvLimits])
+	st, err := os.Stat(usage)
+	must.NoError(t, err)
+	must.Positive(t, st.Size(), must.Sprint("kept: a live process holds a slot"))
+
+	writeRegion(t, usage, int32(os.Getpid()), myStart(t)+1) // the pid reused by another process
+	_, err = p.Reserve(ids)
+	must.NoError(t, err)
+	st, err = os.Stat(usage)
+	must.NoError(t, err)
+	must.Zero(t, st.Size(), must.Sprint("replaced: no live slot"))
+	must.Eq(t, 0o666, st.Mode())
+}
+
+func TestInterposerGarbageCollection(t *testing.T) {
+	p, _, state := interposerPlugin(t)
+	old, err := p.Reserve(shares(1, 0, 25))
+	must.NoError(t, err)
+	held, err := p.Reserve(shares(1, 25, 50))
+	must.NoError(t, err)
+	recent, err := p.Reserve(shares(1, 50, 75))
+	must.NoError(t, err)
+	writeRegion(t, filepath.Join(held.Envs[EnvLimits], "usage"), int32(os.Getpid()), myStart(t))
+	stranger := filepath.Join(state, "not-ours")
+	must.NoError(t, os.Mkdir(stranger, 0o755))
+	long := time.Now().Add(-200 * time.Hour)
+	for _, d := range []string{old.Envs[EnvLimits], held.Envs[EnvLimits], stranger} {
+		must.NoError(t, os.Chtimes(d, long, long))
+	}
+
+	p.collectGarbage(p.cfg.Interposer, 168*time.Hour, time.Now())
+	for dir, kept := range map[string]bool{
+		old.Envs[EnvLimits]:    false, // not reserved for 200h
+		held.Envs[EnvLimits]:   true,  // a live process holds its region
+		recent.Envs[EnvLimits]: true,
+		stranger:               true, // no limits file: not ours
+	} {
+		_, err := os.Stat(dir)
+		must.Eq(t, kept, err == nil, must.Sprint(dir))
+	}
+}
+
+func TestReservationDirName(t *testing.T) {
+	byGPU := map[string][]int{"GPU-b": {3, 1, 2, 7}, "GPU-a": {0}}
+	must.Eq(t, "GPU-a_0+GPU-b_1-3.7", reservationDirName([]string{"GPU-b", "GPU-a"}, byGPU))
+	long := map[string][]int{}
+	var uuids []string
+	for i := range 8 {
+		u := strings.Repeat("x", 40) + string(rune('a'+i))
+		uuids = append(uuids, u)
+		long[u] = []int{0, 1, 2, 3}
+	}
+	name := reservationDirName(uuids, long)
+	must.StrHasPrefix(t, "h-", name)
+	must.Eq(t, name, reservationDirName(uuids, long))
+	must.StrNotContains(t, name, "/")
+}
