@@ -13,11 +13,11 @@
  *     version-specific function by base name; we let the real driver pick the
  *     version and swap the pointer it returns for our hook by identity.
  *
- * Limits are read once, at load, from the directory named by GPUSHARE_LIMITS
- * (file "limits"; the usage region is the file "usage" beside it).
- * GPUSHARE_REAL_LIBCUDA names the real driver library, for tests only. A
- * later step replaces GPUSHARE_LIMITS by a fixed, read-only mount path so a
- * task cannot point the library elsewhere; setting either variable after the
+ * Limits are read once, at load, from /run/gpushare when it holds a limits
+ * file (the plugin's read-only mount in an isolated task), else from the
+ * directory named by GPUSHARE_LIMITS (raw_exec); file "limits", the usage
+ * region is the file "usage" beside it. GPUSHARE_REAL_LIBCUDA names the
+ * real driver library, for tests only. Setting either variable after the
  * process started changes nothing, as they are never read again.
  *
  * Kernel launches are not intercepted here; when they are, their hooks must
@@ -30,6 +30,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* Where the plugin mounts a reservation's directory in an isolated task. */
+#ifndef GS_FIXED_DIR
+#define GS_FIXED_DIR "/run/gpushare"
+#endif
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -107,7 +113,13 @@ static void load_limits(void)
     const char *lib = getenv("GPUSHARE_REAL_LIBCUDA");
     if (lib && *lib)
         snprintf(real_path, sizeof real_path, "%s", lib);
+    /* The plugin mounts the reservation's directory read-only at a fixed
+     * path in a filesystem-isolated task (exec, docker): there it wins over
+     * the environment, which the task controls. raw_exec tasks see the
+     * host, where only GPUSHARE_LIMITS names it. */
     const char *dir = getenv("GPUSHARE_LIMITS");
+    if (access(GS_FIXED_DIR "/limits", F_OK) == 0)
+        dir = GS_FIXED_DIR;
     if (!dir || !*dir)
         return; /* not under gpushare: pass everything through */
     char path[4096];
