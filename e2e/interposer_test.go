@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// interposerJob is a raw_exec batch job on 25 shares pinned to share_ids;
+// its task prints the two variables Reserve set, then runs the driver-API
+// test program under the interposer over the fake libcuda.so.1.
+const interposerJob = `
+variable "share_ids" { type = string }
+variable "bin" { type = string }
+
+job "x" {
+  type        = "batch"
+  datacenters = ["*"]
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "cuprog" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args = ["-c", <<-EOT
+          echo "limits $GPUSHARE_LIMITS"
+          echo "preload $LD_PRELOAD"
+          exec ${var.bin}/cuprog dlsym info alloc:3221225472 alloc:2147483648 info fake
+        EOT
+        ]
+      }
+      env {
+        LD_LIBRARY_PATH       = var.bin
+        GPUSHARE_REAL_LIBCUDA = "${var.bin}/libcuda.so.1"
+        FAKECUDA_TOTAL_BYTES  = "17179869184"
+      }
+      resources {
+        cpu    = 50
+        memory = 32
+        device "nvidia/gpushare" {
+          count = 25
+          constraint {
+            attribute = "${device.ids}"
+            operator  = "set_contains_any"
+            value     = var.share_ids
+          }
+        }
+      }
+    }
+  }
+}
+`
+
+// buildInterposer compiles the library, the fake driver and the dlopen
+// build of the test program as plugin/interposer's tests do.
+func buildInterposer(t *testing.T) string {
+	t.Helper()
+	root, err := devcluster.RepoRoot()
+	must.NoError(t, err)
+	cc := "cc"
+	if _, err := exec.LookPath(cc); err != nil {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no C compiler in CI: %v", err)
+		}
+		t.Skipf("no C compiler: %v", err)
+	}
+	// the tasks run as the agent's user: a directory they can read
+	bin, err := os.MkdirTemp("", "gpushare-interposer-")
+	must.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(bin) })
+	must.NoError(t, os.Chmod(bin, 0o755))
+	src := filepath.Join(root, "plugin", "interposer")
+	for _, args := range [][]string{
+		{"-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", filepath.Join(bin, "libgpushare-cuda.so"),
+			filepath.Join(src, "src", "gpushare_cuda.c"), filepath.Join(src, "src", "region.c"), "-ldl", "-lpthread"},
+		{"-shared", "-fPIC", "-O2", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(bin, "libcuda.so.1"),
+			filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"},
+		{"-O2", "-o", filepath.Join(bin, "cuprog"), filepath.Join(src, "testdata", "cuprog.c"), "-ldl"},
+	} {
+		out, err := exec.Command(cc, args...).CombinedOutput()
+		must.NoError(t, err, must.Sprintf("%s %s\n%s", cc, strings.Join(args, " "), out))
+	}
+	return bin
+}
+
+// TestInterposerReservation: two raw_exec tasks of two jobs get 25 shares
+// each of one fixture V100 (16 GiB) with the interposer on. Each sees its
+// share's 4 GiB (cuMemGetInfo), allocates 3 GiB and is refused 2 GiB more,
+// each in its own reservation's region, while the fake driver has 16 GiB.
+func TestInterposerReservation(t *testing.T) {
+	bin := buildInterposer(t)
+	fixture, err := fixtures.WriteTo(fixtures.DGX1V100, t.TempDir())
+	must.NoError(t, err)
+	state := filepath.Join(bin, "reservations")
+	c := startCluster(t, devcluster.Client{Name: "dgx1", Fixture: fixture, PluginConfig: fmt.Sprintf(
+		"interposer {\n  enabled = true\n  library = %q\n  state_dir = %q\n}\n", filepath.Join(bin, "libgpushare-cuda.so"), state)})
+	nomad := c.API()
+
+	jobs := map[string][]string{"lim-a": shareIDs(3, 0, 25), "lim-b": shareIDs(3, 25, 50)}
+	for id, ids := range jobs {
+		job, err := nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{
+			JobHCL:       interposerJob,
+			Variables:    fmt.Sprintf("share_ids = %q\nbin = %q\n", strings.Join(ids, ","), bin),
+			Canonicalize: true,
+		})
+		must.NoError(t, err)
+		job.ID, job.Name = &id, &id
+		_, _, err = nomad.Jobs().Register(job, nil)
+		must.NoError(t, err)
+		t.Cleanup(func() { _, _, _ = nomad.Jobs().Deregister(id, true, nil) })
+	}
+	for id, ids := range jobs {
+		alloc := waitFinished(t, nomad, id)
+		must.Eq(t, "complete", alloc.ClientStatus, must.Sprintf("task events: %s", events(alloc)))
+		must.Eq(t, sorted(ids), sorted(allocatedIDs(alloc)))
+		r, err := nomad.AllocFS().Cat(alloc, "alloc/logs/cuprog.stdout.0", nil)
+		must.NoError(t, err)
+		out, err := io.ReadAll(r)
+		r.Close()
+		must.NoError(t, err)
+		dir := filepath.Join(state, dgx1GPU+"3_"+ranges(ids))
+		must.Eq(t, []string{
+			"limits " + dir,
+			"preload " + filepath.Join(bin, "libgpushare-cuda.so"),
+			"info 0 4294967296 4294967296", // the share's 4 GiB of 16
+			"alloc 0",                      // 3 GiB
+			"alloc 2",                      // 2 GiB more: CUDA_ERROR_OUT_OF_MEMORY
+			"info 0 1073741824 4294967296",
+			"fake 0 3221225472", // the driver never saw the refused 2 GiB
+		}, strings.Split(strings.TrimSpace(string(out)), "\n"), must.Sprintf("job %s", id))
+		limits, err := os.ReadFile(filepath.Join(dir, "limits"))
+		must.NoError(t, err)
+		must.StrContains(t, string(limits), "memory_bytes=4294967296\ncompute_pct=25\n")
+	}
+}
+
+func ranges(ids []string) string {
+	first := ids[0][strings.LastIndexByte(ids[0], ':')+1:]
+	last := ids[len(ids)-1][strings.LastIndexByte(ids[len(ids)-1], ':')+1:]
+	return first + "-" + last
+}
+
+func waitFinished(t *testing.T, nomad *api.Client, id string) *api.Allocation {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	for {
+		allocs, _, err := nomad.Jobs().Allocations(id, true, nil)
+		must.NoError(t, err)
+		for _, a := range allocs {
+			if a.ClientStatus == "complete" || a.ClientStatus == "failed" {
+				full, _, err := nomad.Allocations().Info(a.ID, nil)
+				must.NoError(t, err)
+				return full
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("job %s did not finish within 90s; allocations %d", id, len(allocs))
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
