@@ -80,7 +80,12 @@ func (l interposerLimits) file() []byte {
 // adds the library's mounts and environment to res.
 func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []string, lim interposerLimits, res *device.ContainerReservation) error {
 	dir := filepath.Join(ic.StateDir, name)
-	if err := os.MkdirAll(ic.StateDir, 0o755); err != nil {
+	// 0755 whatever the umask: a raw_exec task's user must traverse it
+	err := os.MkdirAll(ic.StateDir, 0o755)
+	if err == nil {
+		err = os.Chmod(ic.StateDir, 0o755)
+	}
+	if err != nil {
 		return fmt.Errorf("interposer: cannot create state_dir: %w; create it (root-owned, 0755) or change interposer.state_dir", err)
 	}
 	preload := filepath.Join(ic.StateDir, preloadFile)

@@ -49,6 +49,7 @@ func TestReserveInterposer(t *testing.T) {
 	must.Eq(t, dir, res.Envs[EnvLimits])
 	must.Eq(t, lib, res.Envs[EnvPreload])
 	must.Eq(t, os.ModeDir|0o755, mode(t, dir))
+	must.Eq(t, os.ModeDir|0o755, mode(t, state))
 	must.Eq(t, 0o444, mode(t, filepath.Join(dir, "limits")))
 	must.Eq(t, 0o666, mode(t, filepath.Join(dir, "usage")))
 	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
