@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,4 +183,130 @@ func waitFinished(t *testing.T, nomad *api.Client, id string) *api.Allocation {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// execJob is interposerJob's program run by the exec driver (a chroot
+// with the plugin's mounts), fetched as artifacts from the test's HTTP
+// server. The task clears LD_PRELOAD and points GPUSHARE_LIMITS at limits
+// of its own: /etc/ld.so.preload and /run/gpushare still hold it.
+const execJob = `
+variable "share_ids" { type = string }
+variable "url" { type = string }
+
+job "x" {
+  type        = "batch"
+  datacenters = ["*"]
+  group "g" {
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+    task "cuprog" {
+      driver = "exec"
+      artifact {
+        source = "${var.url}/cuprog"
+        mode   = "file"
+        destination = "local/cuprog"
+      }
+      artifact {
+        source = "${var.url}/libcuda.so.1"
+        mode   = "file"
+        destination = "local/libcuda.so.1"
+      }
+      config {
+        command = "/bin/sh"
+        args = ["-c", <<-EOT
+          chmod +x /local/cuprog
+          mkdir -p /local/own && echo memory_bytes=17179869184 > /local/own/limits
+          echo "preload-file $(cat /etc/ld.so.preload)"
+          exec env -u LD_PRELOAD GPUSHARE_LIMITS=/local/own /local/cuprog dlsym info alloc:3221225472 alloc:2147483648 info fake
+        EOT
+        ]
+      }
+      env {
+        LD_LIBRARY_PATH       = "/local"
+        GPUSHARE_REAL_LIBCUDA = "/local/libcuda.so.1"
+        FAKECUDA_TOTAL_BYTES  = "17179869184"
+      }
+      resources {
+        cpu    = 50
+        memory = 64
+        device "nvidia/gpushare" {
+          count = 25
+          constraint {
+            attribute = "${device.ids}"
+            operator  = "set_contains_any"
+            value     = var.share_ids
+          }
+        }
+      }
+    }
+  }
+}
+`
+
+// TestInterposerExec: with the exec driver, a task that clears LD_PRELOAD
+// and sets its own GPUSHARE_LIMITS still gets the library (from the
+// read-only /etc/ld.so.preload) and its share's cap (from the read-only
+// /run/gpushare). Needs root and cgroups (the exec driver); skips when the
+// client offers no exec driver.
+func TestInterposerExec(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the exec driver needs root")
+	}
+	bin := buildInterposer(t)
+	srv := httptest.NewServer(http.FileServer(http.Dir(bin)))
+	t.Cleanup(srv.Close)
+	fixture, err := fixtures.WriteTo(fixtures.DGX1V100, t.TempDir())
+	must.NoError(t, err)
+	state := filepath.Join(bin, "reservations")
+	lib := filepath.Join(bin, "libgpushare-cuda.so")
+	c := startCluster(t, devcluster.Client{Name: "dgx1", Fixture: fixture, PluginConfig: fmt.Sprintf(
+		"interposer {\n  enabled = true\n  library = %q\n  state_dir = %q\n}\n", lib, state)})
+	nomad := c.API()
+	nodeID := onlyNode(t, nomad)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		node, _, err := nomad.Nodes().Info(nodeID, nil)
+		must.NoError(t, err)
+		if d := node.Drivers["exec"]; d != nil && d.Detected && d.Healthy {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Skipf("the client offers no healthy exec driver: %+v", node.Drivers["exec"])
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+
+	ids := shareIDs(5, 50, 75)
+	job, err := nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{
+		JobHCL:       execJob,
+		Variables:    fmt.Sprintf("share_ids = %q\nurl = %q\n", strings.Join(ids, ","), srv.URL),
+		Canonicalize: true,
+	})
+	must.NoError(t, err)
+	id := "lim-exec"
+	job.ID, job.Name = &id, &id
+	_, _, err = nomad.Jobs().Register(job, nil)
+	must.NoError(t, err)
+	t.Cleanup(func() { _, _, _ = nomad.Jobs().Deregister(id, true, nil) })
+	alloc := waitFinished(t, nomad, id)
+	must.Eq(t, "complete", alloc.ClientStatus, must.Sprintf("task events: %s", events(alloc)))
+	r, err := nomad.AllocFS().Cat(alloc, "alloc/logs/cuprog.stdout.0", nil)
+	must.NoError(t, err)
+	out, err := io.ReadAll(r)
+	r.Close()
+	must.NoError(t, err)
+	must.Eq(t, []string{
+		"preload-file " + lib,
+		"info 0 4294967296 4294967296", // the share's, not the task's own 16 GiB
+		"alloc 0",
+		"alloc 2",
+		"info 0 1073741824 4294967296",
+		"fake 0 3221225472",
+	}, strings.Split(strings.TrimSpace(string(out)), "\n"))
 }
