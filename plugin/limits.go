@@ -79,6 +79,8 @@ func (l interposerLimits) file() []byte {
 // reserveInterposer writes the reservation's directory under state_dir and
 // adds the library's mounts and environment to res.
 func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []string, lim interposerLimits, res *device.ContainerReservation) error {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
 	dir := filepath.Join(ic.StateDir, name)
 	// 0755 whatever the umask: a raw_exec task's user must traverse it
 	err := os.MkdirAll(ic.StateDir, 0o755)
@@ -215,6 +217,8 @@ func procAlive(pid int, start uint64) bool {
 // gcAfter whose usage region no live process holds. It runs from the
 // fingerprint loop (device plugins are never told a reservation ended).
 func (p *Plugin) collectGarbage(ic InterposerConfig, gcAfter time.Duration, now time.Time) {
+	p.stateMu.Lock()
+	defer p.stateMu.Unlock()
 	entries, err := os.ReadDir(ic.StateDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -64,6 +64,9 @@ type Plugin struct {
 	groups []devicefn.Group
 	// lastGC is when the interposer's state_dir was last collected.
 	lastGC time.Time
+	// stateMu keeps the garbage collector from removing a directory that
+	// Reserve is writing.
+	stateMu sync.Mutex
 }
 
 type gpuState struct {
