@@ -187,3 +187,20 @@ func TestReservationDirName(t *testing.T) {
 	must.Eq(t, name, reservationDirName(uuids, long))
 	must.StrNotContains(t, name, "/")
 }
+
+// The fingerprint loop collects state_dir at most every gcEvery.
+func TestInterposerGarbageCollectionFromFingerprint(t *testing.T) {
+	p, _, _ := interposerPlugin(t) // its first fingerprint collected once
+	res, err := p.Reserve(shares(6, 0, 25))
+	must.NoError(t, err)
+	long := time.Now().Add(-200 * time.Hour)
+	must.NoError(t, os.Chtimes(res.Envs[EnvLimits], long, long))
+
+	p.maybeCollectGarbage(p.cfg.Interposer, time.Now())
+	_, err = os.Stat(res.Envs[EnvLimits])
+	must.NoError(t, err, must.Sprint("collected again within gcEvery"))
+
+	p.maybeCollectGarbage(p.cfg.Interposer, time.Now().Add(gcEvery+time.Second))
+	_, err = os.Stat(res.Envs[EnvLimits])
+	must.True(t, os.IsNotExist(err))
+}
