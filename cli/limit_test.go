@@ -11,6 +11,15 @@ import (
 	"github.com/shoenig/test/must"
 )
 
+// TestMain removes what buildInterposer built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if interposerBin.dir != "" {
+		os.RemoveAll(interposerBin.dir)
+	}
+	os.Exit(code)
+}
+
 func TestParseSize(t *testing.T) {
 	for in, want := range map[string]uint64{
 		"":        0,
@@ -144,6 +153,7 @@ func buildInterposer(t *testing.T) interposer {
 			interposerErr = err
 			return
 		}
+		interposerBin.dir = dir // for TestMain to remove, even if a step fails
 		src := filepath.Join("..", "plugin", "interposer")
 		srcs, _ := filepath.Glob(filepath.Join(src, "src", "*.c"))
 		b := interposer{dir: dir, lib: filepath.Join(dir, libraryName), fake: filepath.Join(dir, "libcuda.so.1"), prog: filepath.Join(dir, "cuprog")}
