@@ -4,11 +4,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 )
 
@@ -86,4 +88,16 @@ func TestFingerprintWithoutMPSSaysNothing(t *testing.T) {
 	_, ok := g.Attributes[AttrMPSDaemon]
 	must.False(t, ok)
 	must.Eq(t, "", g.Devices[0].HealthDesc)
+}
+
+// The daemon's state is logged when it changes, not every fingerprint.
+func TestNoteMPSLogsChanges(t *testing.T) {
+	var buf strings.Builder
+	p := New(hclog.New(&hclog.LoggerOptions{Output: &buf}), nil)
+	gone := checkMPSDaemon(filepath.Join(t.TempDir(), "none"))
+	p.noteMPS(gone)
+	p.noteMPS(gone)
+	must.Eq(t, 1, strings.Count(buf.String(), "[WARN]  gpushare: MPS control daemon not usable; shares stay healthy but run without MPS"), must.Sprint(buf.String()))
+	p.noteMPS(mpsStatus{State: mpsRunning, Health: "MPS control daemon answers at /x"})
+	must.StrContains(t, buf.String(), "[INFO]  gpushare: MPS control daemon answers: detail=\"MPS control daemon answers at /x\"")
 }

@@ -248,7 +248,7 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
 	p.record(inv, groups, healthBy)
 	var mps *mpsStatus
-	if cfg.Sharing == devicefn.SharingMPS {
+	if cfg.Sharing == devicefn.SharingMPS && len(groups) > 0 {
 		st := checkMPSDaemon(cfg.MPS.PipeDirectory)
 		mps = &st
 		p.noteMPS(st)
