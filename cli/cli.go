@@ -31,6 +31,7 @@ func Commands() map[string]Command {
 		{"fixture", "make or check GPU fixture files (for machines without GPUs)", runFixture},
 		{"job", "lint a jobspec's GPU request, or run it through gpushare (adds the gate, checks the fit)", runJob},
 		{"scheduler", "run the scheduling service: watch Nomad, place gated GPU jobs, pin them", runScheduler},
+		{"limit", "run a program under the CUDA interposer with a share's limits (GPU memory cap), to try it by hand", runLimit},
 		{"sim", "replay real cluster traces through the placement core and compare policies", runSim},
 	}
 	m := map[string]Command{}

@@ -67,6 +67,9 @@ type Plugin struct {
 	// stateMu keeps the garbage collector from removing a directory that
 	// Reserve is writing.
 	stateMu sync.Mutex
+	// mps is what the last fingerprint found at the MPS pipe directory
+	// (sharing = "mps" only), to log its changes.
+	mps *mpsStatus
 }
 
 type gpuState struct {
@@ -262,16 +265,27 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	}
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
 	p.record(inv, groups, healthBy)
+	var mps *mpsStatus
+	if cfg.Sharing == devicefn.SharingMPS && len(groups) > 0 {
+		st := checkMPSDaemon(cfg.MPS.PipeDirectory)
+		mps = &st
+		p.noteMPS(st)
+	}
 
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	resp := &device.FingerprintResponse{}
 	for _, g := range groups {
+		attrs, note := g.Attributes(), ""
+		if mps != nil {
+			attrs[AttrMPSDaemon] = devicefn.StringAttr(mps.State)
+			note = mps.Health
+		}
 		dg := &device.DeviceGroup{
 			Vendor:     devicefn.Vendor,
 			Type:       devicefn.DeviceType,
 			Name:       g.Model,
-			Attributes: sdkAttributes(g.Attributes()),
+			Attributes: sdkAttributes(attrs),
 		}
 		for _, gpu := range g.GPUs {
 			st := p.gpus[gpu.UUID]
@@ -279,7 +293,7 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 				dg.Devices = append(dg.Devices, &device.Device{
 					ID:         id,
 					Healthy:    st.healthy,
-					HealthDesc: st.reason,
+					HealthDesc: withMPSNote(st.healthy, st.reason, note),
 					HwLocality: &device.DeviceLocality{PciBusID: gpu.PCIBusID},
 				})
 			}
@@ -325,4 +339,21 @@ func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, health
 		}
 	}
 	p.gpus, p.groups = next, groups
+}
+
+// noteMPS logs when the MPS daemon's state changes (first fingerprint
+// included). Shares stay healthy without the daemon: CUDA then runs the
+// tasks time-sliced, which works, but without MPS's limits.
+func (p *Plugin) noteMPS(st mpsStatus) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.mps != nil && *p.mps == st {
+		return
+	}
+	if st.running() {
+		p.logger.Info("MPS control daemon answers", "detail", st.Health)
+	} else {
+		p.logger.Warn("MPS control daemon not usable; shares stay healthy but run without MPS", "detail", st.Health)
+	}
+	p.mps = &st
 }
