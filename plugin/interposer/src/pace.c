@@ -104,7 +104,7 @@ enum {
     TGS_START = 50,
     TGS_REBASE = 10,    /* windows at the floor before the reference is rebased */
 };
-#define TGS_MARGIN 0.03
+#define TGS_MARGIN 0.04
 
 void gs_tgs_init(struct gs_tgs *t, uint64_t window_ns, uint64_t now)
 {
@@ -112,14 +112,18 @@ void gs_tgs_init(struct gs_tgs *t, uint64_t window_ns, uint64_t now)
     t->next_ns = now + window_ns;
     t->absent_ns = window_ns / 2;
     t->seen_work = t->seen_active = 0;
-    t->ref = 0;
+    t->ref = t->rate = 0;
     t->share = TGS_START;
     t->floor_windows = 0;
 }
 
 /* One window's decision on production's rate (work per active ns). */
-static void window(struct gs_tgs *t, double rate)
+static void window(struct gs_tgs *t, double sample)
 {
+    /* one window holds a few dozen kernels whose run times vary: smooth
+     * over windows, or the noise alone reads as harm and starves the job */
+    t->rate = t->rate ? t->rate + (sample - t->rate) / 4 : sample;
+    double rate = t->rate;
     if (rate > t->ref)
         t->ref = rate;
     if (rate >= t->ref * (1 - TGS_MARGIN)) {

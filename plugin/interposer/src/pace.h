@@ -67,7 +67,8 @@ void gs_tgs_produce(struct gs_tgs_channel *c, struct gs_tgs_producer *p, uint64_
 struct gs_tgs {
     uint64_t window_ns, next_ns, absent_ns;
     uint64_t seen_work, seen_active; /* the channel at the last window */
-    double ref;                      /* production's best rate (work per active ns) */
+    double rate;                     /* production's rate (work per active ns), smoothed */
+    double ref;                      /* its best smoothed rate: its rate alone */
     uint32_t share;                  /* permille, applied while production is present */
     uint32_t floor_windows;          /* windows at the floor with production still slow */
 };

@@ -13,6 +13,8 @@
  *     production alone, then with an opportunistic job under the TGS loop;
  *     figures over [FROM, SECONDS]: production's work alone and shared, the
  *     idle time it leaves alone, the opportunistic job's GPU time.
+ *     production: 4 ms kernels and GAP us (default 1000) of CPU between them;
+ *     the opportunistic job: OPPK us kernels (default 2000) back to back.
  * "nocontrol" runs the same without the controller (pacer and TGS off). */
 #include "../src/pace.h"
 
@@ -132,14 +134,14 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "tgs") == 0) {
         bursty = strcmp(argv[2], "bursty") == 0;
         uint64_t end = strtoull(argv[3], NULL, 10) * SEC, from = strtoull(argv[4], NULL, 10) * SEC;
-        /* production: 4 ms kernels, 1 ms of CPU between them; the
-         * opportunistic job: 0.5 ms kernels back to back */
+        uint64_t opp_kern = getenv("OPPK") ? strtoull(getenv("OPPK"), NULL, 10) * 1000 : 2 * MS;
+        uint64_t prod_gap = getenv("GAP") ? strtoull(getenv("GAP"), NULL, 10) * 1000 : MS;
         struct proc alone[1], shared[2];
-        init(&alone[0], PRODUCTION, GS_SHARE_FULL, 4 * MS, 1 * MS);
+        init(&alone[0], PRODUCTION, GS_SHARE_FULL, 4 * MS, prod_gap);
         simulate(alone, 1, from, end);
         rng = 88172645463325252ull; /* the same kernels again */
-        init(&shared[0], PRODUCTION, GS_SHARE_FULL, 4 * MS, 1 * MS);
-        init(&shared[1], OPPORTUNISTIC, GS_SHARE_FULL, MS / 2, 0);
+        init(&shared[0], PRODUCTION, GS_SHARE_FULL, 4 * MS, prod_gap);
+        init(&shared[1], OPPORTUNISTIC, GS_SHARE_FULL, opp_kern, 0);
         simulate(shared, 2, from, end);
         uint64_t idle = (end - from) - alone[0].busy;
         printf("production alone %llu\nproduction shared %llu\n",
