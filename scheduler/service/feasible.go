@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/feasible"
-	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
@@ -175,10 +174,6 @@ func (s *Service) noteFeasible(k decide.Key, ns nodeSet) {
 
 // forgetFeasible drops what concerned groups whose job is gone.
 func (s *Service) forgetFeasible() {
-	for k := range s.feasibleOf {
-		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
-			delete(s.feasibleOf, k)
-		}
-	}
+	dropGone(s, s.feasibleOf)
 	s.rules.Sweep()
 }

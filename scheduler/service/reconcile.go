@@ -300,16 +300,9 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 		}
 	}
 	// forget what concerned groups whose job is gone
-	for k := range s.refused {
-		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
-			delete(s.refused, k)
-		}
-	}
-	for k := range s.retries {
-		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
-			delete(s.retries, k)
-		}
-	}
+	dropGone(s, s.refused)
+	dropGone(s, s.retries)
+	dropGone(s, s.why)
 	s.forgetFeasible()
 	for k := range s.nomadRefused {
 		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
@@ -324,12 +317,17 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			delete(s.priorRead, id)
 		}
 	}
-	for k := range s.why {
+	return groups, jobs, pending
+}
+
+// dropGone deletes from m the groups whose job the state no longer has.
+// The caller holds s.mu.
+func dropGone[V any](s *Service, m map[decide.Key]V) {
+	for k := range m {
 		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
-			delete(s.why, k)
+			delete(m, k)
 		}
 	}
-	return groups, jobs, pending
 }
 
 // vcRefusal says why a group may not claim the virtual cluster it names
