@@ -129,11 +129,16 @@ func (s *State) LearnPrior(old *api.Job, group string) bool {
 	if !ok {
 		return false
 	}
+	s.setPrior(old, tg, rec)
+	return true
+}
+
+// setPrior remembers the pin rec that tg carries in job.
+func (s *State) setPrior(job *api.Job, tg *api.TaskGroup, rec *pin.Record) {
 	if s.prior == nil {
 		s.prior = map[decide.Key]Prior{}
 	}
-	s.prior[KeyOf(old, group)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
-	return true
+	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
 }
 
 // keepPriors remembers the trusted pins of prev, the version next
@@ -150,10 +155,7 @@ func (s *State) keepPriors(prev, next *api.Job) {
 		if !ok || !s.Pinned(prev, *tg.Name) {
 			continue
 		}
-		if s.prior == nil {
-			s.prior = map[decide.Key]Prior{}
-		}
-		s.prior[KeyOf(prev, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
+		s.setPrior(prev, tg, rec)
 	}
 }
 

@@ -17,29 +17,27 @@ import (
 // capacity is gone (lost), and every pin that replaces running
 // allocations is counted and said (countRestarts).
 
-// keep returns where a gated group's allocations run, when they run
-// under the pin an earlier version of the group carried and the group was
-// re-registered unchanged in everything the decision depends on (the
-// same pin.Digest): the step then places it there again, and pinGroup
+// keep returns held, where a gated group's allocations run, when they
+// all run under the pin an earlier version of the group carried and the
+// group was re-registered unchanged in everything the decision depends on
+// (the same pin.Digest): the step then places it there again, and the pin
 // writes that pin back byte for byte, so that Nomad updates the
 // allocations in place instead of replacing them. The caller holds s.mu.
-func (s *Service) keep(job *api.Job, key decide.Key) []placement.Held {
+func (s *Service) keep(job *api.Job, key decide.Key, held []placement.Held) []placement.Held {
 	prior, ok := s.state.Prior(key)
-	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) {
+	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) ||
+		len(held) != len(s.state.GroupAllocs(key.Namespace, key.Job, key.Group)) { // one holds no shares
 		return nil
 	}
-	var held []placement.Held
-	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
-		shares := model.Shares(a)
-		if len(shares) == 0 || !slices.Contains(prior.Record.Nodes, a.NodeID) {
+	for _, h := range held {
+		if !slices.Contains(prior.Record.Nodes, h.Node) {
 			return nil
 		}
-		for _, sh := range shares {
+		for _, sh := range h.Shares {
 			if !slices.Contains(prior.Record.Shares, sh) {
 				return nil
 			}
 		}
-		held = append(held, placement.Held{Node: a.NodeID, Shares: shares})
 	}
 	return held
 }

@@ -281,9 +281,10 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 						g.Replaces = append(g.Replaces, a.ID) // a new version takes its old shares
 					}
 				}
-				g.Keep = ns.keepable(s.keep(job, key))
+				held := s.held(key)
+				g.Keep = ns.keepable(s.keep(job, key, held))
 				if g.Keep == nil {
-					g.Prefer = ns.keepable(s.held(key))
+					g.Prefer = ns.keepable(held)
 				}
 				if g.Keep == nil && len(g.Replaces) > 0 && slices.Contains(gated, name) && s.priorUnread(key, g.Replaces[0]) {
 					// its running allocations' pin is read before it is
