@@ -62,9 +62,6 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	rec.Nodes, rec.GPUs = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus))
 	rec.Shares = slices.SortedFunc(maps.Keys(shares), compareShares) // GPU by GPU, :2 before :10
 	rec.Cell = strings.Join(cells, ",")
-	if len(rec.Shares) > 0 && device(tg) == nil {
-		return nil, fmt.Errorf("group %q has no %q device to pin", group, DeviceName)
-	}
 	if t := gpuTask(tg); t != nil {
 		n := 1
 		if dev := device(tg); dev != nil && dev.Count != nil {
