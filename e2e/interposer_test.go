@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/internal/devcluster"
+	"github.com/gpushare/gpushare/plugin/interposer"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -94,8 +95,8 @@ func buildInterposer(t *testing.T) string {
 	must.NoError(t, os.Chmod(bin, 0o755))
 	src := filepath.Join(root, "plugin", "interposer")
 	for _, args := range [][]string{
-		{"-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", filepath.Join(bin, "libgpushare-cuda.so"),
-			filepath.Join(src, "src", "gpushare_cuda.c"), filepath.Join(src, "src", "region.c"), "-ldl", "-lpthread"},
+		append(append([]string{"-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", filepath.Join(bin, "libgpushare-cuda.so")},
+			interposer.Sources(src)...), "-ldl", "-lpthread"),
 		{"-shared", "-fPIC", "-O2", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(bin, "libcuda.so.1"),
 			filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"},
 		{"-O2", "-o", filepath.Join(bin, "cuprog"), filepath.Join(src, "testdata", "cuprog.c"), "-ldl"},

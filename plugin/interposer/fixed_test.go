@@ -21,8 +21,8 @@ func TestFixedPathWinsOverEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	lib := filepath.Join(t.TempDir(), "libgpushare-cuda.so")
-	args := append(append([]string{}, libFlags...), `-DGS_FIXED_DIR="`+fixed+`"`, "-o", lib,
-		"src/gpushare_cuda.c", "src/region.c", "-ldl", "-lpthread")
+	args := append(append(append([]string{}, libFlags...), `-DGS_FIXED_DIR="`+fixed+`"`, "-o", lib),
+		append(Sources("."), "-ldl", "-lpthread")...)
 	if out, err := exec.Command(compiler(), args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", compiler(), strings.Join(args, " "), err, out)
 	}

@@ -85,7 +85,7 @@ func build(t testing.TB) *binaries {
 			next:   filepath.Join(buildDir, "libnext.so"),
 		}
 		steps := [][]string{
-			append(append([]string{}, libFlags...), "-o", b.lib, "src/gpushare_cuda.c", "src/region.c", "-ldl", "-lpthread"),
+			append(append(append(append([]string{}, libFlags...), "-o", b.lib), Sources(".")...), "-ldl", "-lpthread"),
 			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", b.fake, "testdata/fakecuda.c", "-lpthread"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.direct, "testdata/cuprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.dyn, "testdata/cuprog.c", "-ldl"},

@@ -6,6 +6,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The driver types every hook needs (no CUDA headers): 64-bit ABI. */
+typedef int CUresult;
+typedef int CUdevice;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUstream;
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_NOT_FOUND = 500,
+};
+
 /* The reservation's limits, read once at load from the limits file. */
 struct gs_limits {
     int have_memory;        /* memory_bytes present: allocations are capped */
@@ -55,5 +68,41 @@ uint64_t gs_region_used(void);                 /* the reservation's use, dead re
 enum gs_kind { GS_PTR = 1, GS_HANDLE = 2, GS_ARRAY = 3 };
 int gs_track_add(enum gs_kind kind, uint64_t key, uint64_t bytes); /* 0 ok, -1 no memory */
 int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 found */
+
+/* ---- the hook table (hooks.c) ----------------------------------------
+ * Each intercepted driver symbol, with our hook and the real function. A
+ * hook in any source file finds its real function with GS_REAL(name),
+ * given a typedef name##_fn; the driver is loaded at the first use. */
+
+/* Every intercepted symbol, once. The _ptsz variants are what
+ * cuGetProcAddress hands out under per-thread default streams. */
+#define GS_HOOKS(X)                                                         \
+    X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged)             \
+    X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)   \
+    X(cuMemAllocFromPoolAsync_ptsz) X(cuMemCreate) X(cuArrayCreate_v2)      \
+    X(cuArray3DCreate_v2) X(cuMemFree_v2) X(cuMemFreeAsync)                 \
+    X(cuMemFreeAsync_ptsz) X(cuMemRelease) X(cuArrayDestroy)                \
+    X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
+    X(cuGetProcAddress_v2)
+
+#define GS_X_ENUM(n) H_##n,
+enum { GS_HOOKS(GS_X_ENUM) H_COUNT };
+
+struct gs_hook {
+    const char *name;
+    void *hook; /* ours */
+    void *real; /* the driver's, NULL when it lacks the symbol */
+};
+/* The table (hooks.c): names and our hooks are constants; .real is written
+ * once, by gs_load_driver. */
+extern struct gs_hook gs_hooks[H_COUNT];
+
+/* The reservation's limits, read once at load (hooks.c). */
+extern struct gs_limits gs_lim;
+/* Loads the real driver and resolves every .real, once; cheap after that. */
+void gs_load_driver(void);
+#define GS_REAL(n) ((n##_fn)(gs_load_driver(), gs_hooks[H_##n].real))
+/* The hook standing for a real driver function, or p itself. */
+void *gs_to_hook(void *p);
 
 #endif

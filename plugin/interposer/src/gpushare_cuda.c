@@ -13,39 +13,22 @@
  *     version-specific function by base name; we let the real driver pick the
  *     version and swap the pointer it returns for our hook by identity.
  *
- * Limits are read once, at load, from /run/gpushare when it holds a limits
- * file (the plugin's read-only mount in an isolated task), else from the
- * directory named by GPUSHARE_LIMITS (raw_exec); file "limits", the usage
- * region is the file "usage" beside it. GPUSHARE_REAL_LIBCUDA names the
- * real driver library, for tests only. Setting either variable after the
- * process started changes nothing, as they are never read again.
+ * The table, the limits and dlsym are in hooks.c; the driver types we need
+ * (no CUDA headers) in gpushare.h.
  *
  * Kernel launches are not intercepted here; when they are, their hooks must
  * not allocate, lock or call getenv. */
 #define _GNU_SOURCE
 #include "gpushare.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-/* Where the plugin mounts a reservation's directory in an isolated task. */
-#ifndef GS_FIXED_DIR
-#define GS_FIXED_DIR "/run/gpushare"
-#endif
+#include <stdint.h>
 
 #define EXPORT __attribute__((visibility("default")))
 
-/* The few driver types we need (no CUDA headers): 64-bit ABI. */
-typedef int CUresult;
-typedef int CUdevice;
-typedef unsigned long long CUdeviceptr;
+/* The memory hooks' own driver types. */
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef unsigned long long cuuint64_t;
-typedef void *CUstream;
 typedef void *CUmemoryPool;
 typedef void *CUarray;
 typedef struct {
@@ -59,103 +42,8 @@ typedef struct {
     unsigned NumChannels, Flags;
 } CUDA_ARRAY3D_DESCRIPTOR;
 
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NOT_INITIALIZED = 3,
-    CUDA_ERROR_NOT_FOUND = 500,
-};
-
-/* ---- the hook table -------------------------------------------------- */
-
-/* Every intercepted symbol, once. The _ptsz variants are what
- * cuGetProcAddress hands out under per-thread default streams. */
-#define GS_HOOKS(X)                                                         \
-    X(cuMemAlloc_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged)             \
-    X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)   \
-    X(cuMemAllocFromPoolAsync_ptsz) X(cuMemCreate) X(cuArrayCreate_v2)      \
-    X(cuArray3DCreate_v2) X(cuMemFree_v2) X(cuMemFreeAsync)                 \
-    X(cuMemFreeAsync_ptsz) X(cuMemRelease) X(cuArrayDestroy)                \
-    X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
-    X(cuGetProcAddress_v2)
-
-#define X_ENUM(n) H_##n,
-enum { GS_HOOKS(X_ENUM) H_COUNT };
-
-struct gs_hook {
-    const char *name;
-    void *hook; /* ours */
-    void *real; /* the driver's, NULL when it lacks the symbol */
-};
-static struct gs_hook hooks[H_COUNT]; /* defined, with its names and hooks, at the end */
-
-static struct gs_limits L;
-static char real_path[4096] = "libcuda.so.1";
-static char usage_path[4096];
-static pthread_once_t load_once = PTHREAD_ONCE_INIT, driver_once = PTHREAD_ONCE_INIT;
-static void *(*real_dlsym)(void *, const char *);
-
-/* The real dlsym, found with dlvsym (which we do not interpose): our own
- * dlsym would answer with our hooks. The version names differ by
- * architecture and glibc release. */
-static void find_real_dlsym(void)
-{
-    static const char *vers[] = {"GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5", "GLIBC_2.0"};
-    for (size_t i = 0; !real_dlsym && i < sizeof vers / sizeof vers[0]; i++)
-        real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", vers[i]);
-}
-
-/* At load: the environment and the limits file, read here and never again,
- * so what the task sets later changes nothing. Nothing heavier: every
- * process of the task loads the library, most never touch the GPU. */
-static void load_limits(void)
-{
-    const char *lib = getenv("GPUSHARE_REAL_LIBCUDA");
-    if (lib && *lib)
-        snprintf(real_path, sizeof real_path, "%s", lib);
-    /* The plugin mounts the reservation's directory read-only at a fixed
-     * path in a filesystem-isolated task (exec, docker): there it wins over
-     * the environment, which the task controls. raw_exec tasks see the
-     * host, where only GPUSHARE_LIMITS names it. */
-    const char *dir = getenv("GPUSHARE_LIMITS");
-    if (access(GS_FIXED_DIR "/limits", F_OK) == 0)
-        dir = GS_FIXED_DIR;
-    if (!dir || !*dir)
-        return; /* not under gpushare: pass everything through */
-    char path[4096];
-    snprintf(path, sizeof path, "%s/limits", dir);
-    if (gs_limits_read(path, &L) != 0) {
-        /* fail closed: a broken limits file must not mean "no limit" */
-        fprintf(stderr, "gpushare: cannot read limits %s: refusing GPU memory\n", path);
-        L.have_memory = 1;
-        L.memory_bytes = 0;
-        return;
-    }
-    snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
-}
-
-/* At the first driver call: the real driver and the usage region. */
-static void load_driver(void)
-{
-    pthread_once(&load_once, load_limits);
-    find_real_dlsym();
-    void *h = dlopen(real_path, RTLD_NOW | RTLD_LOCAL);
-    if (!h)
-        fprintf(stderr, "gpushare: cannot load the CUDA driver: %s\n", dlerror());
-    for (int i = 0; i < H_COUNT && h && real_dlsym; i++)
-        hooks[i].real = real_dlsym(h, hooks[i].name);
-    if (L.have_memory && usage_path[0] && gs_region_open(usage_path) != 0)
-        fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", usage_path);
-}
-
-/* Runs at load; the first hook also makes sure of it, in case another
- * library's constructor reaches the driver before ours ran. */
-__attribute__((constructor)) static void gs_load(void)
-{
-    pthread_once(&load_once, load_limits);
-}
-
-#define REAL(n) ((n##_fn)(pthread_once(&driver_once, load_driver), hooks[H_##n].real))
+#define REAL(n) GS_REAL(n)
+#define L gs_lim
 
 /* ---- charging -------------------------------------------------------- */
 
@@ -433,23 +321,13 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 
 /* ---- the two lookup paths -------------------------------------------- */
 
-/* The driver picked the function for the caller's version and flags; if it
- * is one we stand in front of, hand out our hook instead. */
-static void *to_hook(void *p)
-{
-    for (int i = 0; p && i < H_COUNT; i++)
-        if (hooks[i].real == p)
-            return hooks[i].hook;
-    return p;
-}
-
 EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, cuuint64_t flags)
 {
     cuGetProcAddress_fn f = REAL(cuGetProcAddress);
     NEED(f);
     CUresult r = f(sym, pfn, ver, flags);
     if (r == CUDA_SUCCESS && pfn)
-        *pfn = to_hook(*pfn);
+        *pfn = gs_to_hook(*pfn);
     return r;
 }
 
@@ -460,30 +338,7 @@ EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, cuuint
     NEED(f);
     CUresult r = f(sym, pfn, ver, flags, status);
     if (r == CUDA_SUCCESS && pfn)
-        *pfn = to_hook(*pfn);
+        *pfn = gs_to_hook(*pfn);
     return r;
 }
 
-/* dlsym: intercepted names from any handle get our hook, if the driver has
- * the symbol at all. Every other name goes straight to the real dlsym as a
- * tail call, so the return address it sees (which RTLD_NEXT is relative to)
- * is still the caller's. Needs nothing but the real dlsym: libraries
- * that call dlsym from their constructors reach here before ours ran. */
-EXPORT void *dlsym(void *handle, const char *name)
-{
-    if (!real_dlsym)
-        find_real_dlsym();
-    if (!real_dlsym)
-        return NULL; /* not glibc: nothing sensible to forward to */
-    if (name[0] == 'c' && name[1] == 'u') {
-        for (int i = 0; i < H_COUNT; i++)
-            if (strcmp(hooks[i].name, name) == 0)
-                return real_dlsym(handle, name) ? hooks[i].hook : NULL;
-    }
-    return real_dlsym(handle, name);
-}
-
-/* Names and our hooks are constants; only .real is written, once, by load_driver. */
-#define X_FILL(n) [H_##n] = {#n, (void *)n, NULL},
-static struct gs_hook hooks[H_COUNT] = {GS_HOOKS(X_FILL)};
-#undef X_FILL
