@@ -19,12 +19,17 @@ enum {
     CUDA_ERROR_NOT_FOUND = 500,
 };
 
+/* The task's class (gpushare.class): production is never paced; an
+ * opportunistic task is paced by the TGS loop. */
+enum gs_class { GS_CLASS_NORMAL = 0, GS_CLASS_PRODUCTION, GS_CLASS_OPPORTUNISTIC };
+
 /* The reservation's limits, read once at load from the limits file. */
 struct gs_limits {
     int have_memory;        /* memory_bytes present: allocations are capped */
     uint64_t memory_bytes;  /* the reservation's memory, summed over its processes */
-    int compute_pct;        /* read and kept; pacing is a later step */
-    char klass[32];         /* production | opportunistic (later steps) */
+    int compute_pct;        /* the share of GPU time, percent (100: not paced) */
+    char klass[32];         /* production | opportunistic | "" (hooks.c: class_of) */
+    enum gs_class klass_id;
 };
 
 /* Parses the key=value limits file at path. Returns 0 on success, -1 when the
@@ -99,6 +104,8 @@ extern struct gs_hook gs_hooks[H_COUNT];
 
 /* The reservation's limits, read once at load (hooks.c). */
 extern struct gs_limits gs_lim;
+/* The reservation's directory ("" when not under gpushare). */
+extern char gs_dir[4096];
 /* Loads the real driver and resolves every .real, once; cheap after that. */
 void gs_load_driver(void);
 #define GS_REAL(n) ((n##_fn)(gs_load_driver(), gs_hooks[H_##n].real))

@@ -27,6 +27,7 @@
 struct gs_limits gs_lim;
 static char real_path[4096] = "libcuda.so.1";
 static char usage_path[4096];
+char gs_dir[4096];
 static pthread_once_t load_once = PTHREAD_ONCE_INIT, driver_once = PTHREAD_ONCE_INIT;
 static void *(*real_dlsym)(void *, const char *);
 
@@ -38,6 +39,27 @@ static void find_real_dlsym(void)
     static const char *vers[] = {"GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5", "GLIBC_2.0"};
     for (size_t i = 0; !real_dlsym && i < sizeof vers / sizeof vers[0]; i++)
         real_dlsym = (void *(*)(void *, const char *))dlvsym(RTLD_NEXT, "dlsym", vers[i]);
+}
+
+/* The task's class: the limits file's class= when the plugin wrote one,
+ * else the job's gpushare.class meta, which Nomad puts in the task's
+ * environment (NOMAD_META_<key>, '.' made '_', as written and upper case).
+ * The meta is the user's own declaration and the environment the task's:
+ * a task that claims production is not paced (README, what escapes it). */
+static enum gs_class class_of(char *klass)
+{
+    if (!klass[0]) {
+        const char *m = getenv("NOMAD_META_gpushare_class");
+        if (!m)
+            m = getenv("NOMAD_META_GPUSHARE_CLASS");
+        if (m)
+            snprintf(klass, sizeof gs_lim.klass, "%s", m);
+    }
+    if (strcmp(klass, "production") == 0)
+        return GS_CLASS_PRODUCTION;
+    if (strcmp(klass, "opportunistic") == 0)
+        return GS_CLASS_OPPORTUNISTIC;
+    return GS_CLASS_NORMAL;
 }
 
 /* At load: the environment and the limits file, read here and never again,
@@ -67,6 +89,8 @@ static void load_limits(void)
         return;
     }
     snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
+    snprintf(gs_dir, sizeof gs_dir, "%s", dir);
+    gs_lim.klass_id = class_of(gs_lim.klass);
 }
 
 /* At the first driver call: the real driver and the usage region. */
