@@ -88,7 +88,10 @@ int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 foun
     X(cuArray3DCreate_v2) X(cuMemFree_v2) X(cuMemFreeAsync)                 \
     X(cuMemFreeAsync_ptsz) X(cuMemRelease) X(cuArrayDestroy)                \
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
-    X(cuGetProcAddress_v2)
+    X(cuGetProcAddress_v2)                                                  \
+    X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)            \
+    X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                   \
+    X(cuLaunchCooperativeKernel_ptsz)
 
 #define GS_X_ENUM(n) H_##n,
 enum { GS_HOOKS(GS_X_ENUM) H_COUNT };

@@ -86,9 +86,10 @@ void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns)
 void gs_tgs_produce(struct gs_tgs_channel *c, struct gs_tgs_producer *p, uint64_t now,
                     uint64_t work)
 {
-    if (p->last_ns && now > p->last_ns && now - p->last_ns <= p->idle_ns)
-        __atomic_fetch_add(&c->active_ns, now - p->last_ns, __ATOMIC_RELAXED);
-    p->last_ns = now;
+    /* exchanged, so the threads of a process may share one producer */
+    uint64_t prev = __atomic_exchange_n(&p->last_ns, now, __ATOMIC_RELAXED);
+    if (prev && now > prev && now - prev <= p->idle_ns)
+        __atomic_fetch_add(&c->active_ns, now - prev, __ATOMIC_RELAXED);
     __atomic_fetch_add(&c->work, work, __ATOMIC_RELAXED);
     if (__atomic_load_n(&c->last_ns, __ATOMIC_RELAXED) < now)
         __atomic_store_n(&c->last_ns, now, __ATOMIC_RELAXED);

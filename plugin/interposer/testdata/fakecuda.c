@@ -4,7 +4,8 @@
  * fakecuda_used() (not a driver call) tells a test what the "device" really
  * holds, behind the interposer's back. Link with -Wl,-Bsymbolic so that
  * cuGetProcAddress hands out this library's own functions, as the real
- * driver does, not whatever a preloaded library exports under those names. */
+ * driver does, not whatever a preloaded library exports under those names.
+ * Kernels, events and the GPU shared by processes: testdata/fakegpu.c. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <stdint.h>
@@ -143,6 +144,19 @@ CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; init_total(); *b = tot
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 
+/* testdata/fakegpu.c: the GPU timeline, launches, events, modules and
+ * synchronization; declared here only to take their addresses */
+#define FAKEGPU(X)                                                              \
+    X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)                \
+    X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                       \
+    X(cuLaunchCooperativeKernel_ptsz) X(cuEventCreate) X(cuEventDestroy_v2)     \
+    X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize) \
+    X(cuEventElapsedTime) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz)    \
+    X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction)
+#define DECL(n) void n(void);
+FAKEGPU(DECL)
+#define EC(n) E(n),
+
 #define E(n) {#n, (void *)n}
 static const struct { const char *name; void *fn; } table[] = {
     E(cuInit), E(cuDeviceGet), E(cuCtxCreate_v2), E(cuMemAlloc_v2), E(cuMemAllocManaged),
@@ -151,6 +165,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuArrayCreate_v2), E(cuArray3DCreate_v2), E(cuMemFree_v2), E(cuMemFreeAsync),
     E(cuMemFreeAsync_ptsz), E(cuMemRelease), E(cuArrayDestroy), E(cuMemGetInfo_v2),
     E(cuDeviceTotalMem_v2), E(cuGetProcAddress), E(cuGetProcAddress_v2),
+    FAKEGPU(EC)
 };
 
 static void *find(const char *n)

@@ -1,0 +1,210 @@
+/* The fake driver's GPU (linked into testdata/fakecuda.c's libcuda.so.1):
+ * one time-sliced GPU shared by processes, for the compute tests.
+ *
+ * FAKECUDA_GPU names a small file, created if absent and mapped by every
+ * process that names it (without it, a GPU of the process's own). It holds
+ * the GPU's timeline: kernels of ALL processes run one at a time, in
+ * submission order (time-slicing between processes at its coarsest), on
+ * CLOCK_MONOTONIC, which every process of the host shares. A launch takes
+ * start = max(now, when the GPU frees up), end = start + run time, with one
+ * compare-and-swap; nothing spins or sleeps but the synchronize calls.
+ *
+ * A kernel's run time is its name: cuModuleGetFunction(&f, m, "k<us>")
+ * hands out a function of <us> microseconds (encoded in the handle). An
+ * event is a point on the same timeline: recorded, it completes when the GPU
+ * reaches it (every kernel submitted before it, by any process, is done),
+ * so the time between two events around a kernel is the kernel's, plus any
+ * kernel another process slipped in between the two records.
+ *
+ * Per pid, the file counts the GPU time of the kernels submitted (at
+ * submission); fakecuda_busy_ns() reads the caller's and fakecuda_events()
+ * the event calls the process made, for tests (not driver calls). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef void *CUstream;
+
+enum { NOT_READY = 600, INVALID_HANDLE = 400, NOT_FOUND = 500, SLOTS = 128 };
+
+struct gpu {
+    uint64_t free_ns; /* when the last kernel submitted ends */
+    struct {
+        int32_t pid;
+        uint32_t pad;
+        uint64_t busy_ns, kernels;
+    } slot[SLOTS];
+};
+
+static struct gpu own, *gpu;
+static int me = -1;            /* this process's slot */
+static uint64_t last_end;      /* this process's last kernel ends (all its streams) */
+static uint64_t events;        /* event calls made by this process */
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static void open_gpu(void)
+{
+    gpu = &own;
+    const char *path = getenv("FAKECUDA_GPU");
+    if (path && *path) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        /* the same size from every process: a second ftruncate keeps data */
+        if (fd >= 0 && ftruncate(fd, sizeof(struct gpu)) == 0) {
+            void *m = mmap(NULL, sizeof(struct gpu), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (m != MAP_FAILED)
+                gpu = m;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    int32_t pid = getpid();
+    for (int i = 0; i < SLOTS && me < 0; i++) {
+        int32_t zero = 0;
+        if (__atomic_compare_exchange_n(&gpu->slot[i].pid, &zero, pid, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+            me = i;
+    }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void sleep_until(uint64_t t)
+{
+    struct timespec ts = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
+        ;
+}
+
+#define FN_BASE 0x6b00000000ull /* a function handle is FN_BASE + its run time in us */
+
+static CUresult submit(void *f)
+{
+    uint64_t h = (uint64_t)(uintptr_t)f;
+    if (h < FN_BASE || h - FN_BASE > 10000000)
+        return INVALID_HANDLE;
+    pthread_once(&once, open_gpu);
+    uint64_t run = (h - FN_BASE) * 1000, now = now_ns();
+    uint64_t free = __atomic_load_n(&gpu->free_ns, __ATOMIC_ACQUIRE), end;
+    do
+        end = (free > now ? free : now) + run;
+    while (!__atomic_compare_exchange_n(&gpu->free_ns, &free, end, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    if (me >= 0) {
+        __atomic_fetch_add(&gpu->slot[me].busy_ns, run, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&gpu->slot[me].kernels, 1, __ATOMIC_RELAXED);
+    }
+    uint64_t prev = __atomic_load_n(&last_end, __ATOMIC_RELAXED);
+    while (prev < end && !__atomic_compare_exchange_n(&last_end, &prev, end, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+    return 0;
+}
+
+uint64_t fakecuda_busy_ns(void)
+{
+    pthread_once(&once, open_gpu);
+    return me >= 0 ? __atomic_load_n(&gpu->slot[me].busy_ns, __ATOMIC_RELAXED) : 0;
+}
+
+uint64_t fakecuda_events(void) { return __atomic_load_n(&events, __ATOMIC_RELAXED); }
+
+CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = (void *)0x6d; return 0; }
+
+CUresult cuModuleGetFunction(void **f, void *m, const char *name)
+{
+    (void)m;
+    char *end;
+    if (name[0] != 'k')
+        return NOT_FOUND;
+    unsigned long us = strtoul(name + 1, &end, 10);
+    if (end == name + 1 || *end || us > 10000000)
+        return NOT_FOUND;
+    *f = (void *)(uintptr_t)(FN_BASE + us);
+    return 0;
+}
+
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    CUstream s;
+    void *attrs;
+    unsigned nattrs;
+} Config;
+
+#define KARGS void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, \
+              unsigned shmem, CUstream s, void **kp
+#define UNUSED (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)kp
+
+CUresult cuLaunchKernel(KARGS, void **extra) { UNUSED, (void)extra; return submit(f); }
+CUresult cuLaunchKernel_ptsz(KARGS, void **extra) { UNUSED, (void)extra; return submit(f); }
+CUresult cuLaunchCooperativeKernel(KARGS) { UNUSED; return submit(f); }
+CUresult cuLaunchCooperativeKernel_ptsz(KARGS) { UNUSED; return submit(f); }
+CUresult cuLaunchKernelEx(const Config *c, void *f, void **kp, void **extra) { (void)c, (void)kp, (void)extra; return submit(f); }
+CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **kp, void **extra) { (void)c, (void)kp, (void)extra; return submit(f); }
+
+/* An event: the time the GPU reaches it; 0 until recorded. */
+struct event { uint64_t t; };
+
+CUresult cuEventCreate(struct event **e, unsigned flags)
+{
+    (void)flags;
+    __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    *e = calloc(1, sizeof **e);
+    return *e ? 0 : 2;
+}
+
+CUresult cuEventDestroy_v2(struct event *e) { __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED); free(e); return 0; }
+
+CUresult cuEventRecord(struct event *e, CUstream s)
+{
+    (void)s;
+    __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    if (!e)
+        return INVALID_HANDLE;
+    pthread_once(&once, open_gpu);
+    uint64_t now = now_ns(), free = __atomic_load_n(&gpu->free_ns, __ATOMIC_ACQUIRE);
+    e->t = free > now ? free : now;
+    return 0;
+}
+
+CUresult cuEventRecord_ptsz(struct event *e, CUstream s) { return cuEventRecord(e, s); }
+
+CUresult cuEventQuery(struct event *e)
+{
+    __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    if (!e)
+        return INVALID_HANDLE;
+    return now_ns() >= e->t ? 0 : NOT_READY;
+}
+
+CUresult cuEventSynchronize(struct event *e)
+{
+    __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    if (!e)
+        return INVALID_HANDLE;
+    sleep_until(e->t);
+    return 0;
+}
+
+CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b)
+{
+    __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    if (!a || !b || !a->t || !b->t)
+        return INVALID_HANDLE;
+    if (now_ns() < b->t || now_ns() < a->t)
+        return NOT_READY;
+    *ms = (float)((double)((int64_t)b->t - (int64_t)a->t) / 1e6);
+    return 0;
+}
+
+CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(__atomic_load_n(&last_end, __ATOMIC_RELAXED)); return 0; }
+CUresult cuStreamSynchronize_ptsz(CUstream s) { return cuStreamSynchronize(s); }
+CUresult cuCtxSynchronize(void) { sleep_until(__atomic_load_n(&last_end, __ATOMIC_RELAXED)); return 0; }

@@ -1,0 +1,242 @@
+/* A kernel-launching test program (the compute tests; testdata/cuprog.c is
+ * the memory one): runs the commands on its command line, one line of
+ * output per command. argv[1] picks how it finds the driver, as cuprog does:
+ *   direct    calls the functions it was linked against (build with -DLINKED)
+ *   dlsym     dlopen("libcuda.so.1") and dlsym from the handle
+ *   procaddr  cuGetProcAddress_v2 with the per-thread-stream flag: the
+ *             launches are the _ptsz variants
+ *   procaddr1 cuGetProcAddress (CUDA 11.3 style), default flags
+ * Kernels run on the fake driver's GPU (testdata/fakegpu.c): "k<us>".
+ * Commands:
+ *   kern:US       later kernels run US microseconds ("kern 0")
+ *   gap:US        US microseconds of host time (sleep) after each kernel
+ *   via:plain|ex|coop  launch with cuLaunchKernel, cuLaunchKernelEx or
+ *                 cuLaunchCooperativeKernel (or their _ptsz variants)
+ *   run:T:F:U     launch a kernel, wait for it (cuCtxSynchronize), sleep the
+ *                 gap; again, for T ms; prints "run <rc> <busy> <window>
+ *                 <kernels>": the fake GPU's busy ns for this process, the
+ *                 ns and the kernels launched between F ms and U ms
+ *   launch:N      N kernels, then cuCtxSynchronize ("launch <rc>")
+ *   events        the event calls this process made ("events 0 <n>")
+ *   bench:N       N launches without waiting ("bench <rc> <ns per launch>")
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef void *CUstream;
+typedef struct {
+    unsigned gx, gy, gz, bx, by, bz, shmem;
+    CUstream s;
+    void *attrs;
+    unsigned nattrs;
+} Config;
+
+static struct {
+    CUresult (*init)(unsigned);
+    CUresult (*devget)(int *, int);
+    CUresult (*ctx)(void **, unsigned, int);
+    CUresult (*modload)(void **, const void *);
+    CUresult (*getfn)(void **, void *, const char *);
+    CUresult (*launch)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                       unsigned, CUstream, void **, void **);
+    CUresult (*launchex)(const Config *, void *, void **, void **);
+    CUresult (*coop)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                     unsigned, CUstream, void **);
+    CUresult (*sync)(void);
+} cu;
+
+#ifdef LINKED
+CUresult cuInit(unsigned);
+CUresult cuDeviceGet(int *, int);
+CUresult cuCtxCreate_v2(void **, unsigned, int);
+CUresult cuModuleLoadData(void **, const void *);
+CUresult cuModuleGetFunction(void **, void *, const char *);
+CUresult cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                        unsigned, CUstream, void **, void **);
+CUresult cuLaunchKernelEx(const Config *, void *, void **, void **);
+CUresult cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                   unsigned, unsigned, CUstream, void **);
+CUresult cuCtxSynchronize(void);
+
+static void bind_direct(void)
+{
+    cu.init = cuInit; cu.devget = cuDeviceGet; cu.ctx = cuCtxCreate_v2;
+    cu.modload = cuModuleLoadData; cu.getfn = cuModuleGetFunction; cu.launch = cuLaunchKernel;
+    cu.launchex = cuLaunchKernelEx; cu.coop = cuLaunchCooperativeKernel; cu.sync = cuCtxSynchronize;
+}
+#endif
+
+static void *lib;
+
+static void *need(void *p, const char *name)
+{
+    if (!p) {
+        fprintf(stderr, "kernprog: cannot resolve %s\n", name);
+        exit(3);
+    }
+    return p;
+}
+
+#define SYM(field, name) *(void **)&cu.field = need(dlsym(lib, name), name)
+
+static void bind_dlsym(void)
+{
+    SYM(init, "cuInit"); SYM(devget, "cuDeviceGet"); SYM(ctx, "cuCtxCreate_v2");
+    SYM(modload, "cuModuleLoadData"); SYM(getfn, "cuModuleGetFunction");
+    SYM(launch, "cuLaunchKernel"); SYM(launchex, "cuLaunchKernelEx");
+    SYM(coop, "cuLaunchCooperativeKernel"); SYM(sync, "cuCtxSynchronize");
+}
+
+static CUresult (*gpa1)(const char *, void **, int, unsigned long long);
+static CUresult (*gpa2)(const char *, void **, int, unsigned long long, int *);
+
+static void *gpa(const char *name, unsigned long long flags)
+{
+    void *p = NULL;
+    int st = -1;
+    CUresult r = gpa2 ? gpa2(name, &p, 12000, flags, &st) : gpa1(name, &p, 12000, flags);
+    if (r != 0 || (gpa2 && st != 0))
+        p = NULL;
+    return need(p, name);
+}
+
+#define GPA(field, name, flags) *(void **)&cu.field = gpa(name, flags)
+
+static void bind_procaddr(unsigned long long launch_flags)
+{
+    GPA(init, "cuInit", 0); GPA(devget, "cuDeviceGet", 0); GPA(ctx, "cuCtxCreate", 0);
+    GPA(modload, "cuModuleLoadData", 0); GPA(getfn, "cuModuleGetFunction", 0);
+    GPA(launch, "cuLaunchKernel", launch_flags); GPA(launchex, "cuLaunchKernelEx", launch_flags);
+    GPA(coop, "cuLaunchCooperativeKernel", launch_flags); GPA(sync, "cuCtxSynchronize", 0);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *fn;  /* the current kernel */
+static int via;   /* 0 plain, 1 ex, 2 coop */
+
+static CUresult launch(void)
+{
+    Config c = {1, 1, 1, 32, 1, 1, 0, NULL, NULL, 0};
+    switch (via) {
+    case 1: return cu.launchex(&c, fn, NULL, NULL);
+    case 2: return cu.coop(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL);
+    default: return cu.launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2)
+        return 2;
+    const char *mode = argv[1];
+    lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!lib) {
+        fprintf(stderr, "kernprog: %s\n", dlerror());
+        return 3;
+    }
+    if (strcmp(mode, "direct") == 0) {
+#ifdef LINKED
+        bind_direct();
+#else
+        fprintf(stderr, "kernprog: built without -DLINKED\n");
+        return 2;
+#endif
+    } else if (strcmp(mode, "dlsym") == 0) {
+        bind_dlsym();
+    } else if (strcmp(mode, "procaddr") == 0) {
+        *(void **)&gpa2 = need(dlsym(lib, "cuGetProcAddress_v2"), "cuGetProcAddress_v2");
+        bind_procaddr(2); /* CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM */
+    } else if (strcmp(mode, "procaddr1") == 0) {
+        *(void **)&gpa1 = need(dlsym(lib, "cuGetProcAddress"), "cuGetProcAddress");
+        bind_procaddr(0);
+    } else {
+        return 2;
+    }
+    uint64_t (*busy)(void) = need(dlsym(lib, "fakecuda_busy_ns"), "fakecuda_busy_ns");
+    uint64_t (*events)(void) = need(dlsym(lib, "fakecuda_events"), "fakecuda_events");
+    int dev;
+    void *ctx, *mod;
+    if (cu.init(0) || cu.devget(&dev, 0) || cu.ctx(&ctx, 0, dev) || cu.modload(&mod, "") ||
+        cu.getfn(&fn, mod, "k1000")) {
+        fprintf(stderr, "kernprog: init failed\n");
+        return 3;
+    }
+    uint64_t gap_ns = 0;
+    for (int i = 2; i < argc; i++) {
+        char *c = argv[i], *arg = strchr(c, ':');
+        unsigned long long a = 0, b = 0, d = 0;
+        if (arg)
+            sscanf(arg + 1, "%llu:%llu:%llu", &a, &b, &d);
+        CUresult r = 0;
+        if (strncmp(c, "kern:", 5) == 0) {
+            char name[32];
+            snprintf(name, sizeof name, "k%llu", a);
+            r = cu.getfn(&fn, mod, name);
+        } else if (strncmp(c, "gap:", 4) == 0) {
+            gap_ns = a * 1000;
+        } else if (strncmp(c, "via:", 4) == 0) {
+            via = strcmp(arg + 1, "ex") == 0 ? 1 : strcmp(arg + 1, "coop") == 0 ? 2 : 0;
+        } else if (strncmp(c, "run:", 4) == 0) {
+            uint64_t t0 = now_ns(), from = t0 + b * 1000000, to = t0 + d * 1000000;
+            uint64_t end = t0 + a * 1000000, b0 = 0, b1 = 0, w0 = 0, w1 = 0, k = 0;
+            for (uint64_t t = t0; t < end && !r; t = now_ns()) {
+                if (!w0 && t >= from) {
+                    w0 = t;
+                    b0 = busy();
+                }
+                if (w0 && !w1 && t >= to) {
+                    w1 = t;
+                    b1 = busy();
+                }
+                if (w0 && !w1)
+                    k++;
+                if (!(r = launch()))
+                    r = cu.sync();
+                if (gap_ns) {
+                    struct timespec ts = {(time_t)(gap_ns / 1000000000ull), (long)(gap_ns % 1000000000ull)};
+                    nanosleep(&ts, NULL);
+                }
+            }
+            if (!w1) { /* the window ran past the end */
+                w1 = now_ns();
+                b1 = busy();
+            }
+            printf("run %d %llu %llu %llu\n", r, (unsigned long long)(b1 - b0),
+                   (unsigned long long)(w1 - w0), (unsigned long long)k);
+            continue;
+        } else if (strncmp(c, "launch:", 7) == 0) {
+            for (unsigned long long k = 0; k < a && !r; k++)
+                r = launch();
+            if (!r)
+                r = cu.sync();
+        } else if (strcmp(c, "events") == 0) {
+            printf("events 0 %llu\n", (unsigned long long)events());
+            continue;
+        } else if (strncmp(c, "bench:", 6) == 0) {
+            uint64_t t0 = now_ns();
+            for (unsigned long long k = 0; k < a && !r; k++)
+                r = launch();
+            uint64_t t1 = now_ns();
+            printf("bench %d %.2f\n", r, a ? (double)(t1 - t0) / (double)a : 0);
+            continue;
+        } else {
+            fprintf(stderr, "kernprog: unknown command %s\n", c);
+            return 2;
+        }
+        printf("%.*s %d\n", (int)(arg ? arg - c : (long)strlen(c)), c, r);
+    }
+    return 0;
+}
