@@ -33,6 +33,8 @@ const (
 
 	limitsFile  = "limits"
 	usageFile   = "usage"
+	tgsFile     = "tgs" // in a reservation's directory: its GPU's TGS channel
+	tgsDir      = "tgs" // in state_dir: one channel per GPU, named by UUID
 	sharesFile  = "shares"
 	preloadFile = "ld.so.preload"
 )
@@ -44,6 +46,16 @@ const (
 	regionMagic = 0x67737232
 	regionSlots = 1024
 	slotSize    = 24 // int32 pid, pad, uint64 start, uint64 bytes
+)
+
+// The TGS channel's layout (plugin/interposer/src/pace.h, struct
+// gs_tgs_channel; src/launch.c checks it): magic and version, then
+// counters the library's production processes add to, in a file of
+// exactly tgsSize bytes.
+const (
+	tgsMagic   = 0x67737467
+	tgsVersion = 1
+	tgsSize    = 4096
 )
 
 // reservationDirName names a reservation's directory after its share IDs:
@@ -77,8 +89,10 @@ func (l interposerLimits) file() []byte {
 }
 
 // reserveInterposer writes the reservation's directory under state_dir and
-// adds the library's mounts and environment to res.
-func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []string, lim interposerLimits, res *device.ContainerReservation) error {
+// adds the library's mounts and environment to res. gpu is the UUID of the
+// task's first GPU (its CUDA device 0), whose TGS channel the reservation
+// gets.
+func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []string, gpu string, lim interposerLimits, res *device.ContainerReservation) error {
 	p.stateMu.Lock()
 	defer p.stateMu.Unlock()
 	dir := filepath.Join(ic.StateDir, name)
@@ -124,6 +138,14 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 		p.logger.Info("interposer: reservation reused while processes still hold its usage region; keeping their charges",
 			"dir", dir, "live_processes", live)
 	}
+	channel, err := tgsChannel(ic.StateDir, gpu)
+	if err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
+	tgs := filepath.Join(dir, tgsFile)
+	if err := linkOnce(channel, tgs); err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now) // the garbage collector's clock
 	res.Envs[EnvLimits] = dir
@@ -131,11 +153,82 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	res.Mounts = append(res.Mounts,
 		&device.Mount{TaskPath: LimitsTaskDir, HostPath: dir, ReadOnly: true},
 		&device.Mount{TaskPath: LimitsTaskDir + "/" + usageFile, HostPath: usage, ReadOnly: false},
+		&device.Mount{TaskPath: LimitsTaskDir + "/" + tgsFile, HostPath: tgs, ReadOnly: false},
 		&device.Mount{TaskPath: ic.Library, HostPath: ic.Library, ReadOnly: true},
 		&device.Mount{TaskPath: PreloadTaskPath, HostPath: preload, ReadOnly: true},
 	)
 	p.logger.Debug("interposer: reservation limits written", "dir", dir,
 		"memory_bytes", lim.memoryBytes, "compute_pct", lim.computePct)
+	return nil
+}
+
+// tgsChannel returns the path of gpu's TGS channel, <state_dir>/tgs/<gpu>,
+// creating it if absent: a fixed-size file, 0666 (every task's processes
+// on the GPU map it), created once and never replaced, so every process
+// that maps it, in any reservation, shares the same counters.
+func tgsChannel(stateDir, gpu string) (string, error) {
+	if gpu == "" || strings.ContainsAny(gpu, "/\x00") || gpu == "." || gpu == ".." {
+		return "", fmt.Errorf("GPU UUID %q cannot name a TGS channel file", gpu)
+	}
+	d := filepath.Join(stateDir, tgsDir)
+	err := os.Mkdir(d, 0o755)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("cannot create %s: %w", d, err)
+	}
+	if err := os.Chmod(d, 0o755); err != nil {
+		return "", err
+	}
+	path := filepath.Join(d, gpu)
+	if st, err := os.Stat(path); err == nil {
+		if st.Size() != tgsSize {
+			return "", fmt.Errorf("%s is %d bytes, not a TGS channel of this version (%d); remove it when no task uses the GPU", path, st.Size(), tgsSize)
+		}
+		return path, nil
+	}
+	// written aside, then linked into place: a process never maps a
+	// half-written channel, and a concurrent creator's stays (Link fails)
+	data := make([]byte, tgsSize)
+	binary.LittleEndian.PutUint32(data, tgsMagic)
+	binary.LittleEndian.PutUint32(data[4:], tgsVersion)
+	f, err := os.CreateTemp(d, "."+gpu+".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("cannot create %s: %w", path, err)
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o666)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Link(tmp, path)
+	}
+	if err != nil && !errors.Is(err, fs.ErrExist) {
+		return "", fmt.Errorf("cannot create %s: %w", path, err)
+	}
+	return path, nil
+}
+
+// linkOnce makes dst a hard link to src, unless it already is one.
+func linkOnce(src, dst string) error {
+	s, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if d, err := os.Lstat(dst); err == nil {
+		if os.SameFile(s, d) {
+			return nil
+		}
+		if err := os.Remove(dst); err != nil {
+			return err
+		}
+	}
+	if err := os.Link(src, dst); err != nil {
+		return fmt.Errorf("cannot link the TGS channel into the reservation: %w", err)
+	}
 	return nil
 }
 

@@ -69,6 +69,7 @@ func TestReserveInterposer(t *testing.T) {
 	must.Eq(t, []*device.Mount{
 		{TaskPath: "/run/gpushare", HostPath: dir, ReadOnly: true},
 		{TaskPath: "/run/gpushare/usage", HostPath: filepath.Join(dir, "usage")},
+		{TaskPath: "/run/gpushare/tgs", HostPath: filepath.Join(dir, "tgs")},
 		{TaskPath: lib, HostPath: lib, ReadOnly: true},
 		{TaskPath: "/etc/ld.so.preload", HostPath: filepath.Join(state, "ld.so.preload"), ReadOnly: true},
 	}, res.Mounts[2:])
@@ -80,6 +81,89 @@ func TestReserveInterposer(t *testing.T) {
 	limits, err = os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
 	must.NoError(t, err)
 	must.StrContains(t, string(limits), "\nmemory_bytes=34359738368\ncompute_pct=100\n")
+}
+
+// Each GPU has one TGS channel, <state_dir>/tgs/<uuid>: created at the first
+// Reserve on the GPU (fixed size, magic and version, 0666 whatever the
+// umask), never recreated, hard-linked into every reservation's directory
+// on the GPU as "tgs" (mounted read-write at /run/gpushare/tgs), so the
+// production and opportunistic tasks of different reservations share its
+// counters. A reservation of several GPUs gets its first GPU's (the task's
+// CUDA device 0).
+func TestReserveInterposerTGSChannel(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	p, _, state := interposerPlugin(t)
+	channel := filepath.Join(state, "tgs", v100+"3")
+	a, err := p.Reserve(shares(3, 0, 10))
+	must.NoError(t, err)
+	b, err := p.Reserve(shares(3, 10, 35))
+	must.NoError(t, err)
+
+	data, err := os.ReadFile(channel)
+	must.NoError(t, err)
+	must.SliceLen(t, 4096, data)
+	must.Eq(t, uint32(0x67737467), binary.LittleEndian.Uint32(data))
+	must.Eq(t, uint32(1), binary.LittleEndian.Uint32(data[4:]))
+	must.Eq(t, 0o666, mode(t, channel))
+	must.Eq(t, os.ModeDir|0o755, mode(t, filepath.Join(state, "tgs")))
+	ch, err := os.Stat(channel)
+	must.NoError(t, err)
+	for _, res := range []*device.ContainerReservation{a, b} {
+		st, err := os.Stat(filepath.Join(res.Envs[EnvLimits], "tgs"))
+		must.NoError(t, err)
+		must.True(t, os.SameFile(ch, st), must.Sprint("the reservation's tgs is the GPU's channel"))
+		must.SliceContains(t, res.Mounts, &device.Mount{TaskPath: "/run/gpushare/tgs", HostPath: filepath.Join(res.Envs[EnvLimits], "tgs")})
+	}
+
+	// never recreated: what production processes added stays
+	f, err := os.OpenFile(channel, os.O_WRONLY, 0)
+	must.NoError(t, err)
+	_, err = f.WriteAt([]byte{42}, 8)
+	must.NoError(t, err)
+	must.NoError(t, f.Close())
+	_, err = p.Reserve(shares(3, 0, 10))
+	must.NoError(t, err)
+	data, err = os.ReadFile(channel)
+	must.NoError(t, err)
+	must.Eq(t, byte(42), data[8])
+
+	// several GPUs: the first's (GPU 0 before GPU 4)
+	multi, err := p.Reserve(append(shares(4, 0, 100), shares(0, 0, 100)...))
+	must.NoError(t, err)
+	st, err := os.Stat(filepath.Join(multi.Envs[EnvLimits], "tgs"))
+	must.NoError(t, err)
+	first, err := os.Stat(filepath.Join(state, "tgs", v100+"0"))
+	must.NoError(t, err)
+	must.True(t, os.SameFile(first, st))
+	_, err = os.Stat(filepath.Join(state, "tgs", v100+"4"))
+	must.True(t, os.IsNotExist(err), must.Sprint("no reservation uses GPU 4's channel"))
+
+	// a stale link (the channel removed by hand and made again) is replaced
+	must.NoError(t, os.Remove(channel))
+	c, err := p.Reserve(shares(3, 0, 10))
+	must.NoError(t, err)
+	ch, err = os.Stat(channel)
+	must.NoError(t, err)
+	st, err = os.Stat(filepath.Join(c.Envs[EnvLimits], "tgs"))
+	must.NoError(t, err)
+	must.True(t, os.SameFile(ch, st))
+
+	// garbage collection leaves the channels alone
+	p.collectGarbage(p.cfg.Interposer, 0, time.Now().Add(time.Hour))
+	_, err = os.Stat(channel)
+	must.NoError(t, err)
+}
+
+// A file of another size where the channel should be is not used, nor
+// replaced under the processes that may map it: Reserve says what to do.
+func TestReserveInterposerTGSChannelWrongSize(t *testing.T) {
+	p, _, state := interposerPlugin(t)
+	must.NoError(t, os.MkdirAll(filepath.Join(state, "tgs"), 0o755))
+	must.NoError(t, os.WriteFile(filepath.Join(state, "tgs", v100+"3"), []byte("short"), 0o666))
+	_, err := p.Reserve(shares(3, 0, 10))
+	must.ErrorContains(t, err, "not a TGS channel of this version")
+	must.ErrorContains(t, err, "remove it")
 }
 
 func TestReserveInterposerDisabled(t *testing.T) {

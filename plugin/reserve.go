@@ -174,7 +174,7 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		lim := interposerLimits{memoryBytes: memBytes << 20, computePct: int(math.Ceil(100 * min(fraction, 1)))}
 		sortedIDs := append([]string(nil), ids...)
 		sort.Strings(sortedIDs)
-		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {
+		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, uuids[0], lim, res); err != nil {
 			return nil, err
 		}
 	}
