@@ -31,6 +31,8 @@ type binaries struct {
 	dyn    string
 	locker string // testdata/lockholder.c
 	next   string // testdata/nextlib.c
+	// testdata/kernprog.c, linked and dlopen-only (launch_test.go)
+	kdirect, kdyn string
 }
 
 var (
@@ -83,14 +85,19 @@ func build(t testing.TB) *binaries {
 			dyn:    filepath.Join(buildDir, "cuprog-dlopen"),
 			locker: filepath.Join(buildDir, "lockholder"),
 			next:   filepath.Join(buildDir, "libnext.so"),
+
+			kdirect: filepath.Join(buildDir, "kernprog-direct"),
+			kdyn:    filepath.Join(buildDir, "kernprog-dlopen"),
 		}
 		steps := [][]string{
 			append(append(append(append([]string{}, libFlags...), "-o", b.lib), Sources(".")...), "-ldl", "-lpthread"),
-			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", b.fake, "testdata/fakecuda.c", "-lpthread"},
+			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", b.fake, "testdata/fakecuda.c", "testdata/fakegpu.c", "-lpthread"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.direct, "testdata/cuprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.dyn, "testdata/cuprog.c", "-ldl"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.locker, "testdata/lockholder.c", "-lpthread"},
 			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", b.next, "testdata/nextlib.c", "-ldl"},
+			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.kdirect, "testdata/kernprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl"},
+			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.kdyn, "testdata/kernprog.c", "-ldl"},
 		}
 		for _, args := range steps {
 			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
@@ -122,11 +129,12 @@ func capOf(n int) string {
 
 // run describes one run of the test program.
 type run struct {
-	limits  string // GPUSHARE_LIMITS; "" leaves it unset
-	noLib   bool   // without the interposer
-	preload string // another library preloaded after the interposer
-	program string // "" for the linked build
-	mode    string // direct, dlsym, procaddr, procaddr1
+	limits  string   // GPUSHARE_LIMITS; "" leaves it unset
+	noLib   bool     // without the interposer
+	preload string   // another library preloaded after the interposer
+	program string   // "" for the linked build
+	mode    string   // direct, dlsym, procaddr, procaddr1
+	env     []string // more of the environment (FAKECUDA_GPU, ...)
 }
 
 func (r run) cmd(b *binaries, args ...string) *exec.Cmd {
@@ -154,7 +162,7 @@ func (r run) cmd(b *binaries, args ...string) *exec.Cmd {
 	if r.limits != "" {
 		env = append(env, "GPUSHARE_LIMITS="+r.limits)
 	}
-	c.Env = env
+	c.Env = append(env, r.env...)
 	return c
 }
 

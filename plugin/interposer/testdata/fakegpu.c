@@ -18,7 +18,8 @@
  *
  * Per pid, the file counts the GPU time of the kernels submitted (at
  * submission); fakecuda_busy_ns() reads the caller's and fakecuda_events()
- * the event calls the process made, for tests (not driver calls). */
+ * the event calls the process made, for tests (not driver calls).
+ * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -157,6 +158,8 @@ CUresult cuEventCreate(struct event **e, unsigned flags)
 {
     (void)flags;
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    if (getenv("FAKECUDA_NO_EVENTS")) /* a driver that will not make events */
+        return 999;                   /* CUDA_ERROR_UNKNOWN */
     *e = calloc(1, sizeof **e);
     return *e ? 0 : 2;
 }

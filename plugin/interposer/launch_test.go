@@ -1,0 +1,240 @@
+package interposer
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// The compute tests run testdata/kernprog.c as real processes on the fake
+// driver's GPU (testdata/fakegpu.c): kernels of every process that names
+// the same FAKECUDA_GPU file run one at a time, in submission order, on
+// the host's monotonic clock; a kernel "k<us>" runs <us> microseconds. A
+// process's share is the GPU time of its kernels (the fake's accounting,
+// not the library's) over a window of wall time.
+
+// gpuEnv is a fake GPU of its own for the processes given it.
+func gpuEnv(t *testing.T) []string {
+	return []string{"FAKECUDA_GPU=" + filepath.Join(t.TempDir(), "gpu")}
+}
+
+// channel makes a TGS channel (as the plugin does: plugin/limits.go) and
+// links it into each reservation directory as "tgs".
+func channel(t *testing.T, dirs ...string) string {
+	t.Helper()
+	data := make([]byte, 4096)
+	binary.LittleEndian.PutUint32(data, 0x67737467)
+	binary.LittleEndian.PutUint32(data[4:], 1)
+	path := filepath.Join(t.TempDir(), "channel")
+	must.NoError(t, os.WriteFile(path, data, 0o666))
+	for _, d := range dirs {
+		must.NoError(t, os.Link(path, filepath.Join(d, "tgs")))
+	}
+	return path
+}
+
+// window is what "run" printed: the process's GPU time, the wall time and
+// its kernels in the measured window.
+type window struct {
+	busy, wall float64 // ns
+	kernels    float64
+}
+
+func (w window) share() float64 { return 100 * w.busy / w.wall }
+func (w window) rate() float64  { return w.kernels / w.wall } // kernels per ns
+
+// kernRun is one kernprog process: its run and its commands ("run:..." last).
+type kernRun struct {
+	run
+	args []string
+}
+
+func kprog(b *binaries, mode string) string {
+	if mode == "direct" {
+		return b.kdirect
+	}
+	return b.kdyn
+}
+
+// together starts the processes at once and returns each one's window.
+func together(t *testing.T, b *binaries, runs ...kernRun) []window {
+	t.Helper()
+	type result struct {
+		out  []byte
+		err  error
+		errs strings.Builder
+	}
+	res := make([]*result, len(runs))
+	done := make(chan int)
+	for i, r := range runs {
+		res[i] = &result{}
+		c := r.cmd(b, r.args...)
+		c.Stderr = &res[i].errs
+		go func() {
+			res[i].out, res[i].err = c.Output()
+			done <- i
+		}()
+	}
+	for range runs {
+		<-done
+	}
+	ws := make([]window, len(runs))
+	for i, r := range res {
+		must.NoError(t, r.err, must.Sprintf("%v: %s", runs[i].args, r.errs.String()))
+		lines := strings.Split(strings.TrimSpace(string(r.out)), "\n")
+		var rc int
+		_, err := fmt.Sscanf(lines[len(lines)-1], "run %d %f %f %f", &rc, &ws[i].busy, &ws[i].wall, &ws[i].kernels)
+		must.NoError(t, err, must.Sprintf("%q", lines))
+		must.Zero(t, rc)
+	}
+	return ws
+}
+
+// Two processes in two reservations, capped at 30% and 70%, launch as fast
+// as they can (each kernel waited for) on one GPU for 5 s: each gets its
+// cap within 5 points, though the 30% one launches kernels twice as long.
+// Without the library the GPU's launch order decides (about 67/33), and a
+// process alone at 30% is held there (alone, unpaced, it takes over 90%).
+func TestComputeCapsOnSharedGPU(t *testing.T) {
+	b := build(t)
+	const measure = "run:5000:1000:4500" // 3.5 s measured, from 1 s on
+	for _, lib := range []bool{true, false} {
+		name := map[bool]string{true: "library", false: "no-library"}[lib]
+		t.Run(name, func(t *testing.T) {
+			gpu := gpuEnv(t)
+			a := kernRun{run{limits: reservation(t, "compute_pct=30\n"), noLib: !lib, program: b.kdirect, mode: "direct", env: gpu},
+				[]string{"kern:4000", measure}}
+			c := kernRun{run{limits: reservation(t, "compute_pct=70\n"), noLib: !lib, program: b.kdirect, mode: "direct", env: gpu},
+				[]string{"kern:2000", measure}}
+			ws := together(t, b, a, c)
+			t.Logf("%s: shares %.2f%% (cap 30%%, 4 ms kernels) and %.2f%% (cap 70%%, 2 ms kernels)", name, ws[0].share(), ws[1].share())
+			if lib {
+				must.Between(t, 25, ws[0].share(), 35)
+				must.Between(t, 65, ws[1].share(), 75)
+			} else {
+				must.Greater(t, 45, ws[0].share(), must.Sprint("unpaced, the long kernels take most of the GPU"))
+			}
+		})
+	}
+	t.Run("alone", func(t *testing.T) {
+		for _, lib := range []bool{true, false} {
+			r := kernRun{run{limits: reservation(t, "compute_pct=30\n"), noLib: !lib, program: b.kdirect, mode: "direct", env: gpuEnv(t)},
+				[]string{"kern:2000", "run:3000:500:3000"}}
+			w := together(t, b, r)[0]
+			t.Logf("alone, library %v: share %.2f%% (cap 30%%)", lib, w.share())
+			if lib {
+				must.Between(t, 25, w.share(), 35)
+			} else {
+				must.Greater(t, 80, w.share())
+			}
+		}
+	})
+}
+
+// Every way of reaching a launch is paced: the linked symbol, dlsym, and
+// cuGetProcAddress (the _ptsz variants with the per-thread-stream flag,
+// the plain ones through cuGetProcAddress), for cuLaunchKernel,
+// cuLaunchKernelEx and cuLaunchCooperativeKernel. A path the library
+// missed would run unpaced, at over 80%.
+func TestEveryLaunchPathIsPaced(t *testing.T) {
+	b := build(t)
+	for _, mode := range []string{"direct", "dlsym", "procaddr", "procaddr1"} {
+		for _, via := range []string{"plain", "ex", "coop"} {
+			t.Run(mode+"/"+via, func(t *testing.T) {
+				t.Parallel() // a GPU each; the processes mostly sleep
+				r := kernRun{run{limits: reservation(t, "compute_pct=30\n"), program: kprog(b, mode), mode: mode, env: gpuEnv(t)},
+					[]string{"via:" + via, "kern:2000", "run:2000:400:2000"}}
+				w := together(t, b, r)[0]
+				t.Logf("%s/%s: share %.2f%% (cap 30%%)", mode, via, w.share())
+				must.Between(t, 25, w.share(), 35)
+			})
+		}
+	}
+}
+
+// A task without a compute limit keeps its launch path: not one event call
+// reaches the driver, whether it is not under gpushare, has compute_pct 100,
+// or is production without a channel. A paced task's do (the control).
+func TestUnlimitedLaunchPathUntouched(t *testing.T) {
+	b := build(t)
+	cases := []struct {
+		name, limits string // limits "": not under gpushare
+		events       bool
+	}{
+		{"not-under-gpushare", "", false},
+		{"compute-100", "compute_pct=100\n", false},
+		{"production-without-channel", "compute_pct=40\nclass=production\n", false},
+		{"opportunistic-100-without-channel", "compute_pct=100\nclass=opportunistic\n", false},
+		{"paced", "compute_pct=50\n", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := run{program: b.kdirect, mode: "direct"}
+			if c.limits != "" {
+				r.limits = reservation(t, c.limits)
+			}
+			got := r.output(t, b, "kern:10", "launch:1000", "events")
+			if c.events {
+				must.NotEq(t, "events 0 0", got[2])
+			} else {
+				check(t, got, "kern 0", "launch 0", "events 0 0")
+			}
+		})
+	}
+}
+
+// A driver that will not create events: launches go through unpaced, with
+// one line on stderr; nothing hangs or fails.
+func TestNoEventsMeansNotPaced(t *testing.T) {
+	b := build(t)
+	r := run{limits: reservation(t, "compute_pct=30\n"), program: b.kdirect, mode: "direct",
+		env: append(gpuEnv(t), "FAKECUDA_NO_EVENTS=1")}
+	c := r.cmd(b, "kern:2000", "run:1000:200:1000")
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	out, err := c.Output()
+	must.NoError(t, err)
+	var rc int
+	var w window
+	_, err = fmt.Sscanf(strings.Split(string(out), "\n")[1], "run %d %f %f %f", &rc, &w.busy, &w.wall, &w.kernels)
+	must.NoError(t, err)
+	must.Zero(t, rc)
+	must.Greater(t, 80, w.share())
+	must.Eq(t, 1, strings.Count(stderr.String(), "\n"))
+	must.StrContains(t, stderr.String(), "cannot create CUDA events")
+}
+
+// A tgs file that is not a channel (wrong size or magic) is ignored with a
+// line on stderr: production runs unhindered, an opportunistic task at its
+// compute_pct.
+func TestBadChannelIgnored(t *testing.T) {
+	b := build(t)
+	for _, class := range []string{"production", "opportunistic"} {
+		t.Run(class, func(t *testing.T) {
+			dir := reservation(t, "compute_pct=30\nclass="+class+"\n")
+			must.NoError(t, os.WriteFile(filepath.Join(dir, "tgs"), make([]byte, 4096), 0o666))
+			r := run{limits: dir, program: b.kdirect, mode: "direct", env: gpuEnv(t)}
+			c := r.cmd(b, "kern:2000", "run:1500:300:1500")
+			var stderr strings.Builder
+			c.Stderr = &stderr
+			out, err := c.Output()
+			must.NoError(t, err)
+			must.StrContains(t, stderr.String(), "is not a TGS channel of this version")
+			var rc int
+			var w window
+			_, err = fmt.Sscanf(strings.Split(string(out), "\n")[1], "run %d %f %f %f", &rc, &w.busy, &w.wall, &w.kernels)
+			must.NoError(t, err)
+			t.Logf("%s with a bad channel: share %.2f%%", class, w.share())
+			if class == "production" {
+				must.Greater(t, 80, w.share())
+			} else {
+				must.Between(t, 25, w.share(), 35)
+			}
+		})
+	}
+}
