@@ -334,3 +334,66 @@ func TestTGSNoProductionNoLimit(t *testing.T) {
 	t.Logf("opportunistic alone: %.2f%% of the GPU with the library, %.2f%% without", shares[0], shares[1])
 	must.Greater(t, shares[1]-5, shares[0])
 }
+
+// benchLaunch runs n launches of a 0 us kernel in one process and returns
+// the program's own figure: ns per cuLaunchKernel call (linked symbol).
+func benchLaunch(b *testing.B, bin *binaries, r run, n int) float64 {
+	b.Helper()
+	r.program, r.mode = bin.kdirect, "direct"
+	r.env = append(r.env, "FAKECUDA_GPU="+filepath.Join(b.TempDir(), "gpu"))
+	lines := r.output(b, bin, "kern:0", fmt.Sprintf("bench:%d", n))
+	var rc int
+	var ns float64
+	if _, err := fmt.Sscanf(lines[len(lines)-1], "bench %d %f", &rc, &ns); err != nil || rc != 0 {
+		b.Fatalf("%q %v", lines, err)
+	}
+	return ns
+}
+
+// BenchmarkLaunch: what the library adds to a cuLaunchKernel call over the
+// fake driver ("ns-added/launch", against the same launches without the
+// library, measured at the start of the same run): not under gpushare; a
+// reservation without a compute limit; production counting into a TGS
+// channel; a compute limit that does not bind (kernels of 0 us: the whole
+// paced path, events and mutex included, never a wait). ns/op is the
+// program's ns per launch.
+func BenchmarkLaunch(b *testing.B) {
+	bin := build(b)
+	const baseN = 2000000
+	base := benchLaunch(b, bin, run{noLib: true}, baseN)
+	prodDir := reservation(b, "compute_pct=100\nclass=production\n")
+	data := make([]byte, 4096)
+	binary.LittleEndian.PutUint32(data, 0x67737467)
+	binary.LittleEndian.PutUint32(data[4:], 1)
+	if err := os.WriteFile(filepath.Join(prodDir, "tgs"), data, 0o666); err != nil {
+		b.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		r    run
+	}{
+		{"no-library", run{noLib: true}},
+		{"not-under-gpushare", run{}},
+		{"no-compute-limit", run{limits: reservation(b, "compute_pct=100\n")}},
+		{"production-channel", run{limits: prodDir}},
+		{"limit-not-binding", run{limits: reservation(b, "compute_pct=90\n")}},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			ns := benchLaunch(b, bin, c.r, max(b.N, 100000))
+			b.ReportMetric(ns, "ns/op")
+			b.ReportMetric(ns-base, "ns-added/launch")
+		})
+	}
+	// the fake driver's event calls, which the paced path's figure includes
+	b.Run("fake-events-per-paced-launch", func(b *testing.B) {
+		r := run{noLib: true, program: bin.kdirect, mode: "direct"}
+		line := r.output(b, bin, fmt.Sprintf("evbench:%d", max(b.N, 100000)))[0]
+		var rc int
+		var ns float64
+		if _, err := fmt.Sscanf(line, "evbench %d %f", &rc, &ns); err != nil || rc != 0 {
+			b.Fatalf("%q %v", line, err)
+		}
+		b.ReportMetric(ns, "ns/op")
+	})
+}

@@ -233,8 +233,9 @@ static void harvest(void)
 static void pace_before(CUstream s, int *slot, uint64_t *charged)
 {
     pthread_mutex_lock(&pace.mu);
+    uint64_t now;
     for (;;) {
-        uint64_t now = now_ns();
+        now = now_ns();
         harvest();
         if (pace.tgs_on) {
             uint32_t t = gs_tgs_share(&pace.tgs, chan, now);
@@ -253,8 +254,9 @@ static void pace_before(CUstream s, int *slot, uint64_t *charged)
     if (pace.n == POOL) { /* POOL kernels still running: wait for the oldest */
         ev.sync(pace.end[pace.head]);
         harvest();
+        now = now_ns();
     }
-    *charged = gs_pacer_launch(&pace.pacer, now_ns());
+    *charged = gs_pacer_launch(&pace.pacer, now);
     *slot = -1;
     if (pace.n < POOL) {
         unsigned i = (pace.head + pace.n) % POOL;
@@ -276,19 +278,19 @@ static void pace_after(CUstream s, int slot, uint64_t charged, CUresult r)
     pthread_mutex_unlock(&pace.mu);
 }
 
-/* One hook. The first line is the whole path of a task without a compute
- * limit. A _ptsz variant's NULL stream is the per-thread default stream,
- * which the (legacy) event record names CU_STREAM_PER_THREAD. */
+/* One hook: the exported function is the whole path of a task without a
+ * compute limit (a load of mode and of the real function, a tail call);
+ * everything else is in name##_slow, kept out of line so the fast path
+ * sets up no frame. A _ptsz variant's NULL stream is the per-thread
+ * default stream, which the (legacy) event record names
+ * CU_STREAM_PER_THREAD. */
 #define LAUNCH_HOOK(name, ptsz, stream, params, args)                           \
-    EXPORT CUresult name params                                                 \
+    static __attribute__((noinline)) CUresult name##_slow params                \
     {                                                                           \
         int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);                       \
-        name##_fn real = (name##_fn)gs_hooks[H_##name].real;                    \
-        if (__builtin_expect(m == M_PASS && real != NULL, 1))                   \
-            return real args;                                                   \
         if (m == M_UNSET)                                                       \
             m = setup();                                                        \
-        real = (name##_fn)gs_hooks[H_##name].real;                              \
+        name##_fn real = (name##_fn)gs_hooks[H_##name].real;                    \
         if (!real)                                                              \
             return CUDA_ERROR_NOT_FOUND;                                        \
         if (m == M_PASS)                                                        \
@@ -306,6 +308,13 @@ static void pace_after(CUstream s, int slot, uint64_t charged, CUresult r)
         CUresult r_ = real args;                                                \
         pace_after(s_, slot_, charged_, r_);                                    \
         return r_;                                                              \
+    }                                                                           \
+    EXPORT CUresult name params                                                 \
+    {                                                                           \
+        name##_fn real = (name##_fn)gs_hooks[H_##name].real;                    \
+        if (__builtin_expect(__atomic_load_n(&mode, __ATOMIC_ACQUIRE) == M_PASS && real, 1)) \
+            return real args;                                                   \
+        return name##_slow args;                                                \
     }
 
 #define KPARAMS(tail)                                                           \

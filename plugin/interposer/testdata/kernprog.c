@@ -19,6 +19,10 @@
  *   launch:N      N kernels, then cuCtxSynchronize ("launch <rc>")
  *   events        the event calls this process made ("events 0 <n>")
  *   bench:N       N launches without waiting ("bench <rc> <ns per launch>")
+ *   evbench:N     N times the fake driver's event calls a paced launch makes
+ *                 (two records, a query, an elapsed time), without a launch
+ *                 ("evbench <rc> <ns per set>"): the driver's share of the
+ *                 paced path's cost
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -231,6 +235,20 @@ int main(int argc, char **argv)
                 r = launch();
             uint64_t t1 = now_ns();
             printf("bench %d %.2f\n", r, a ? (double)(t1 - t0) / (double)a : 0);
+            continue;
+        } else if (strncmp(c, "evbench:", 8) == 0) {
+            CUresult (*create)(void **, unsigned) = need(dlsym(lib, "cuEventCreate"), "cuEventCreate");
+            CUresult (*record)(void *, CUstream) = need(dlsym(lib, "cuEventRecord"), "cuEventRecord");
+            CUresult (*query)(void *) = need(dlsym(lib, "cuEventQuery"), "cuEventQuery");
+            CUresult (*elapsed)(float *, void *, void *) = need(dlsym(lib, "cuEventElapsedTime"), "cuEventElapsedTime");
+            void *e0, *e1;
+            float ms;
+            r = create(&e0, 0) || create(&e1, 0);
+            uint64_t t0 = now_ns();
+            for (unsigned long long k = 0; k < a && !r; k++)
+                r = record(e0, NULL) || record(e1, NULL) || query(e1) || elapsed(&ms, e0, e1);
+            uint64_t t1 = now_ns();
+            printf("evbench %d %.2f\n", r, a ? (double)(t1 - t0) / (double)a : 0);
             continue;
         } else {
             fprintf(stderr, "kernprog: unknown command %s\n", c);
