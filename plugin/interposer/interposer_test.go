@@ -96,8 +96,8 @@ func build(t testing.TB) *binaries {
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.dyn, "testdata/cuprog.c", "-ldl"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.locker, "testdata/lockholder.c", "-lpthread"},
 			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", b.next, "testdata/nextlib.c", "-ldl"},
-			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.kdirect, "testdata/kernprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl"},
-			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.kdyn, "testdata/kernprog.c", "-ldl"},
+			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.kdirect, "testdata/kernprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl", "-lpthread"},
+			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.kdyn, "testdata/kernprog.c", "-ldl", "-lpthread"},
 		}
 		for _, args := range steps {
 			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {

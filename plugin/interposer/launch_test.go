@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -153,6 +154,19 @@ func TestEveryLaunchPathIsPaced(t *testing.T) {
 				t.Logf("%s/%s: share %.2f%% (cap 30%%)", mode, via, w.share())
 				must.Between(t, 25, w.share(), 35)
 			})
+		}
+	}
+}
+
+// A _ptsz launch on the NULL stream runs on the per-thread default stream:
+// its events are recorded there (CU_STREAM_PER_THREAD), not on the legacy
+// stream a NULL stream means to cuEventRecord; a plain launch's are not.
+func TestPerThreadStreamEvents(t *testing.T) {
+	b := build(t)
+	for mode, want := range map[string]string{"procaddr": "ptds 0 20", "procaddr1": "ptds 0 0"} {
+		r := run{limits: reservation(t, "compute_pct=50\n"), program: b.kdyn, mode: mode, env: gpuEnv(t)}
+		for _, via := range []string{"plain", "ex", "coop"} {
+			check(t, r.output(t, b, "via:"+via, "kern:100", "launch:10", "ptds"), "via 0", "kern 0", "launch 0", want)
 		}
 	}
 }
@@ -396,4 +410,37 @@ func BenchmarkLaunch(b *testing.B) {
 		}
 		b.ReportMetric(ns, "ns/op")
 	})
+}
+
+// A paced process whose threads launch at once (4 threads, each launching
+// and waiting) is held to its cap as one: the pacer is the process's, its
+// mutex makes the threads take turns.
+func TestThreadsOfAPacedProcess(t *testing.T) {
+	b := build(t)
+	r := kernRun{run{limits: reservation(t, "compute_pct=30\n"), program: b.kdirect, mode: "direct", env: gpuEnv(t)},
+		[]string{"threads:4", "kern:1000", "run:2000:400:2000"}}
+	w := together(t, b, r)[0]
+	t.Logf("4 threads at 30%%: share %.2f%%", w.share())
+	must.Between(t, 25, w.share(), 35)
+}
+
+// A process that queues kernels without waiting for them cannot run ahead
+// of its measurements: 300 kernels of 1 ms at 30% take about 1 s of wall
+// time (300 ms of GPU time / 0.3), though launching them takes microseconds
+// and the GPU runs them in 0.3 s. It fills the pool of events (64 kernels
+// in flight) and waits for the oldest.
+func TestQueuedLaunchesArePaced(t *testing.T) {
+	b := build(t)
+	for _, lib := range []bool{true, false} {
+		r := run{limits: reservation(t, "compute_pct=30\n"), noLib: !lib, program: b.kdirect, mode: "direct", env: gpuEnv(t)}
+		start := time.Now()
+		check(t, r.output(t, b, "kern:1000", "launch:300"), "kern 0", "launch 0")
+		took := time.Since(start)
+		t.Logf("300 x 1 ms queued, library %v: %v", lib, took.Round(time.Millisecond))
+		if lib {
+			must.Between(t, 850*time.Millisecond, took, 1300*time.Millisecond)
+		} else {
+			must.Less(t, 500*time.Millisecond, took)
+		}
+	}
 }

@@ -17,8 +17,9 @@
  * kernel another process slipped in between the two records.
  *
  * Per pid, the file counts the GPU time of the kernels submitted (at
- * submission); fakecuda_busy_ns() reads the caller's and fakecuda_events()
- * the event calls the process made, for tests (not driver calls).
+ * submission); fakecuda_busy_ns() reads the caller's, fakecuda_events()
+ * the event calls the process made and fakecuda_ptds_records() its event
+ * records on CU_STREAM_PER_THREAD, for tests (not driver calls).
  * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN). */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -48,6 +49,7 @@ static struct gpu own, *gpu;
 static int me = -1;            /* this process's slot */
 static uint64_t last_end;      /* this process's last kernel ends (all its streams) */
 static uint64_t events;        /* event calls made by this process */
+static uint64_t ptds;          /* of which records on CU_STREAM_PER_THREAD */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static void open_gpu(void)
@@ -117,6 +119,7 @@ uint64_t fakecuda_busy_ns(void)
 }
 
 uint64_t fakecuda_events(void) { return __atomic_load_n(&events, __ATOMIC_RELAXED); }
+uint64_t fakecuda_ptds_records(void) { return __atomic_load_n(&ptds, __ATOMIC_RELAXED); }
 
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = (void *)0x6d; return 0; }
 
@@ -168,8 +171,9 @@ CUresult cuEventDestroy_v2(struct event *e) { __atomic_fetch_add(&events, 1, __A
 
 CUresult cuEventRecord(struct event *e, CUstream s)
 {
-    (void)s;
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
+    if (s == (CUstream)0x2)
+        __atomic_fetch_add(&ptds, 1, __ATOMIC_RELAXED);
     if (!e)
         return INVALID_HANDLE;
     pthread_once(&once, open_gpu);

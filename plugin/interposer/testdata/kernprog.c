@@ -16,8 +16,10 @@
  *                 gap; again, for T ms; prints "run <rc> <busy> <window>
  *                 <kernels>": the fake GPU's busy ns for this process, the
  *                 ns and the kernels launched between F ms and U ms
+ *   threads:N     later runs launch from N threads (the main one measures)
  *   launch:N      N kernels, then cuCtxSynchronize ("launch <rc>")
  *   events        the event calls this process made ("events 0 <n>")
+ *   ptds          of which records on CU_STREAM_PER_THREAD ("ptds 0 <n>")
  *   bench:N       N launches without waiting ("bench <rc> <ns per launch>")
  *   evbench:N     N times the fake driver's event calls a paced launch makes
  *                 (two records, a query, an elapsed time), without a launch
@@ -26,6 +28,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -129,6 +132,7 @@ static uint64_t now_ns(void)
 
 static void *fn;  /* the current kernel */
 static int via;   /* 0 plain, 1 ex, 2 coop */
+static uint64_t gap_ns;
 
 static CUresult launch(void)
 {
@@ -138,6 +142,27 @@ static CUresult launch(void)
     case 2: return cu.coop(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL);
     default: return cu.launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
     }
+}
+
+/* One launcher of "run": launch, wait, sleep the gap, until end. */
+static CUresult cycle(void)
+{
+    CUresult r = launch();
+    if (!r)
+        r = cu.sync();
+    if (gap_ns) {
+        struct timespec ts = {(time_t)(gap_ns / 1000000000ull), (long)(gap_ns % 1000000000ull)};
+        nanosleep(&ts, NULL);
+    }
+    return r;
+}
+
+static void *launcher(void *end)
+{
+    CUresult r = 0;
+    while (!r && now_ns() < *(uint64_t *)end)
+        r = cycle();
+    return (void *)(intptr_t)r;
 }
 
 int main(int argc, char **argv)
@@ -178,7 +203,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kernprog: init failed\n");
         return 3;
     }
-    uint64_t gap_ns = 0;
+    int nthreads = 1;
     for (int i = 2; i < argc; i++) {
         char *c = argv[i], *arg = strchr(c, ':');
         unsigned long long a = 0, b = 0, d = 0;
@@ -191,11 +216,16 @@ int main(int argc, char **argv)
             r = cu.getfn(&fn, mod, name);
         } else if (strncmp(c, "gap:", 4) == 0) {
             gap_ns = a * 1000;
+        } else if (strncmp(c, "threads:", 8) == 0) {
+            nthreads = a < 1 ? 1 : a > 64 ? 64 : (int)a;
         } else if (strncmp(c, "via:", 4) == 0) {
             via = strcmp(arg + 1, "ex") == 0 ? 1 : strcmp(arg + 1, "coop") == 0 ? 2 : 0;
         } else if (strncmp(c, "run:", 4) == 0) {
             uint64_t t0 = now_ns(), from = t0 + b * 1000000, to = t0 + d * 1000000;
             uint64_t end = t0 + a * 1000000, b0 = 0, b1 = 0, w0 = 0, w1 = 0, k = 0;
+            pthread_t th[64];
+            for (int j = 1; j < nthreads; j++)
+                pthread_create(&th[j], NULL, launcher, &end);
             for (uint64_t t = t0; t < end && !r; t = now_ns()) {
                 if (!w0 && t >= from) {
                     w0 = t;
@@ -207,12 +237,13 @@ int main(int argc, char **argv)
                 }
                 if (w0 && !w1)
                     k++;
-                if (!(r = launch()))
-                    r = cu.sync();
-                if (gap_ns) {
-                    struct timespec ts = {(time_t)(gap_ns / 1000000000ull), (long)(gap_ns % 1000000000ull)};
-                    nanosleep(&ts, NULL);
-                }
+                r = cycle();
+            }
+            for (int j = 1; j < nthreads; j++) {
+                void *tr;
+                pthread_join(th[j], &tr);
+                if (!r)
+                    r = (CUresult)(intptr_t)tr;
             }
             if (!w1) { /* the window ran past the end */
                 w1 = now_ns();
@@ -228,6 +259,10 @@ int main(int argc, char **argv)
                 r = cu.sync();
         } else if (strcmp(c, "events") == 0) {
             printf("events 0 %llu\n", (unsigned long long)events());
+            continue;
+        } else if (strcmp(c, "ptds") == 0) {
+            uint64_t (*n)(void) = need(dlsym(lib, "fakecuda_ptds_records"), "fakecuda_ptds_records");
+            printf("ptds 0 %llu\n", (unsigned long long)n());
             continue;
         } else if (strncmp(c, "bench:", 6) == 0) {
             uint64_t t0 = now_ns();
