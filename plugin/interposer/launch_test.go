@@ -100,7 +100,9 @@ func together(t *testing.T, b *binaries, runs ...kernRun) []window {
 // as they can (each kernel waited for) on one GPU for 5 s: each gets its
 // cap within 5 points, though the 30% one launches kernels twice as long.
 // Without the library the GPU's launch order decides (about 67/33), and a
-// process alone at 30% is held there (alone, unpaced, it takes over 90% on a quiet machine; the check is over 50%, far from 30, as the host's wake-up latency under load lowers it).
+// process alone at 30% is held there (alone, unpaced, it takes over 90% on
+// a quiet machine; the control checks over 50%, far from 30: the host's
+// wake-up latency under load lowers it).
 func TestComputeCapsOnSharedGPU(t *testing.T) {
 	b := build(t)
 	const measure = "run:5000:1000:4500" // 3.5 s measured, from 1 s on
