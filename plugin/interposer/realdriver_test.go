@@ -32,7 +32,9 @@ func realLibcuda(t *testing.T) string {
 // call says "not initialised"), nothing crashes, and an allocation the driver
 // refused is not charged (three 4 MiB allocations under a 10 MiB cap all get
 // the driver's error, not the cap's). Only an allocation over the cap gets
-// CUDA_ERROR_OUT_OF_MEMORY (2) from the library itself.
+// CUDA_ERROR_OUT_OF_MEMORY (2) from the library itself. A launch under a
+// compute limit cannot make its events (no GPU, no context): it says so once
+// on stderr, runs unpaced and gets the driver's own error.
 func TestRealDriverErrorsPassThrough(t *testing.T) {
 	path := realLibcuda(t)
 	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
@@ -69,7 +71,7 @@ func TestRealDriverErrorsPassThrough(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			bare, _ := runIt(t, m.prog, m.name, "", 4*mib)
 			lines := strings.Split(strings.TrimSpace(bare), "\n")
-			if len(lines) != 7 || lines[0] == "init 0" {
+			if len(lines) != 9 || lines[0] == "init 0" {
 				t.Fatalf("without the library, over %s: want cuInit to fail (no GPU), got:\n%s", path, bare)
 			}
 			t.Logf("the real driver without a GPU:\n%s", bare)
@@ -80,6 +82,14 @@ func TestRealDriverErrorsPassThrough(t *testing.T) {
 			}
 			if stderr != "" {
 				t.Errorf("the library complained over the real driver: %s", stderr)
+			}
+
+			paced, stderr := runIt(t, m.prog, m.name, reservation(t, "compute_pct=30\n"), 4*mib)
+			if paced != bare {
+				t.Errorf("under a compute limit the driver's results changed:\n got:\n%s\nwant (without it):\n%s", paced, bare)
+			}
+			if want := "gpushare: cannot create CUDA events to measure kernels: launches are not paced\n"; stderr != want {
+				t.Errorf("under a compute limit, stderr %q, want %q", stderr, want)
 			}
 
 			over, _ := runIt(t, m.prog, m.name, reservation(t, capOf(10*mib)), 16*mib)
