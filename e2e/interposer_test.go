@@ -155,6 +155,12 @@ func TestInterposerReservation(t *testing.T) {
 		limits, err := os.ReadFile(filepath.Join(dir, "limits"))
 		must.NoError(t, err)
 		must.StrContains(t, string(limits), "memory_bytes=4294967296\ncompute_pct=25\n")
+		// both reservations share GPU 3's TGS channel
+		tgs, err := os.Stat(filepath.Join(dir, "tgs"))
+		must.NoError(t, err)
+		channel, err := os.Stat(filepath.Join(state, "tgs", dgx1GPU+"3"))
+		must.NoError(t, err)
+		must.True(t, os.SameFile(channel, tgs), must.Sprintf("job %s: tgs is not GPU 3's channel", id))
 	}
 }
 
