@@ -37,7 +37,7 @@ func TestCheckMPSDaemon(t *testing.T) {
 	must.NoError(t, os.WriteFile(filepath.Join(file, "control"), nil, 0o600))
 	st = checkMPSDaemon(file)
 	must.Eq(t, "not a pipe: "+filepath.Join(file, "control"), st.State)
-	must.StrContains(t, st.Health, "is not a named pipe")
+	must.StrContains(t, st.Health, "is neither a socket nor a named pipe")
 
 	// the pipe a daemon left behind: nobody reads it
 	stale := t.TempDir()
@@ -58,7 +58,7 @@ func TestCheckMPSDaemon(t *testing.T) {
 // healthy. A daemon that starts later shows up in the next fingerprint.
 func TestFingerprintReportsMPSDaemon(t *testing.T) {
 	dir := t.TempDir()
-	p, _, first := newPlugin(t, fixtures.PCIe4GPU, fmt.Sprintf("mps {\n pipe_directory = %q\n}", dir))
+	p, _, first := newPlugin(t, fixtures.PCIe4GPU, fmt.Sprintf("mps {\n daemons = \"node\"\n pipe_directory = %q\n}", dir))
 	g := first.Devices[0]
 	must.Eq(t, "not found at "+dir, *g.Attributes[AttrMPSDaemon].String)
 	for _, d := range g.Devices {
