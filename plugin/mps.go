@@ -3,8 +3,8 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"os"
 	"net"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
