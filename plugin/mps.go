@@ -61,7 +61,11 @@ func checkMPSDaemon(dir string) mpsStatus {
 			Health: fmt.Sprintf("MPS control daemon: cannot check %s: %v (the plugin must be able to read the pipe directory)", pipe, err),
 		}
 	case st.Mode()&os.ModeSocket != 0:
-		c, err := net.DialTimeout("unix", pipe, time.Second)
+		// SOCK_SEQPACKET in the drivers seen (535); a stream socket else
+		c, err := net.DialTimeout("unixpacket", pipe, time.Second)
+		if errors.Is(err, syscall.EPROTOTYPE) {
+			c, err = net.DialTimeout("unix", pipe, time.Second)
+		}
 		switch {
 		case err == nil:
 			c.Close()
