@@ -281,7 +281,9 @@ func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string
 	if !slices.Contains(cl.DenyDrivers, "raw_exec") {
 		b.WriteString("plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n")
 	}
-	fmt.Fprintf(&b, "plugin \"nomad-device-gpushare\" {\n  config {\n    fixture = %q\n    fingerprint_period = \"1s\"\n    mps {\n      pipe_directory = %q\n      log_directory = %q\n    }\n%s\n  }\n}\n",
+	// fixture GPUs have no MPS: the node-daemon mode, whose directories
+	// the cluster makes, rather than a daemon per reservation
+	fmt.Fprintf(&b, "plugin \"nomad-device-gpushare\" {\n  config {\n    fixture = %q\n    fingerprint_period = \"1s\"\n    mps {\n      daemons = \"node\"\n      pipe_directory = %q\n      log_directory = %q\n    }\n%s\n  }\n}\n",
 		cl.Fixture, filepath.Join(dir, "mps-pipe"), filepath.Join(dir, "mps-log"), cl.PluginConfig)
 	return b.String()
 }
