@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -538,11 +537,4 @@ func lastLines(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.TrimSpace(strings.Join(lines, "\n"))
-}
-
-// sortedCopy returns ids sorted.
-func sortedCopy(ids []string) []string {
-	s := append([]string(nil), ids...)
-	sort.Strings(s)
-	return s
 }

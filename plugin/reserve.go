@@ -144,6 +144,8 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		EnvShareMemory:   strconv.FormatUint(memPerGPU, 10),
 		EnvSharing:       cfg.Sharing,
 	}}
+	sortedIDs := append([]string(nil), ids...)
+	sort.Strings(sortedIDs)
 	if cfg.Sharing == devicefn.SharingMPS {
 		lim := mpsLimits{Visible: uuids, Threads: int(math.Ceil(100 * min(fraction, 1)))}
 		for _, u := range uuids {
@@ -156,7 +158,7 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		res.Envs[EnvMPSThreads] = strconv.Itoa(lim.Threads)
 		res.Envs[EnvMPSPinnedMemory] = lim.pinned()
 		if cfg.MPS.Daemons == MPSDaemonsReservation {
-			if err := p.reserveMPSDaemon(cfg.MPS, reservationDirName(uuids, byGPU), sortedCopy(ids), lim, res); err != nil {
+			if err := p.reserveMPSDaemon(cfg.MPS, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {
 				return nil, err
 			}
 		} else {
@@ -177,8 +179,6 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 			memBytes = memPerGPU
 		}
 		lim := interposerLimits{memoryBytes: memBytes << 20, computePct: int(math.Ceil(100 * min(fraction, 1)))}
-		sortedIDs := append([]string(nil), ids...)
-		sort.Strings(sortedIDs)
 		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {
 			return nil, err
 		}
