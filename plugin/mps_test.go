@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,6 +46,15 @@ func TestCheckMPSDaemon(t *testing.T) {
 	st = checkMPSDaemon(stale)
 	must.Eq(t, "not answering at "+stale, st.State)
 	must.StrContains(t, st.Health, "no daemon reads it")
+
+	// current drivers listen on a SOCK_SEQPACKET socket
+	sock := t.TempDir()
+	l, err := net.Listen("unixpacket", filepath.Join(sock, "control"))
+	must.NoError(t, err)
+	must.Eq(t, "running", checkMPSDaemon(sock).State)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	must.NoError(t, l.Close())
+	must.Eq(t, "not answering at "+sock, checkMPSDaemon(sock).State)
 
 	live := t.TempDir()
 	mpsPipe(t, live, true)

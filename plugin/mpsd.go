@@ -47,6 +47,7 @@ const (
 	mpsSharesFile = "shares"      // the reservation's share IDs
 	mpsLimitsFile = "limits.json" // mpsLimits, to restart and check the daemon
 	mpsStartOut   = "start.out"   // in the log directory: what -d printed
+	mpsFailedFile = "failed"      // the daemon could not be started: not restarted
 	mpsProbeDir   = "probe"
 	// mpsTimeout bounds every run of the control binary (a wedged daemon
 	// must not hang Reserve or the fingerprint loop).
@@ -205,6 +206,19 @@ func (p *Plugin) mpsStop(ctx context.Context, control, dir, why string) {
 	p.logger.Info("mps: stopped the control daemon of a reservation that ended", "dir", dir, "reason", why)
 }
 
+// mpsAbandon quits a daemon that failed to start or to take its limits
+// (no daemon must serve without them) and marks dir so that the collector
+// does not start it again; dir stays, with its log, until gc_after.
+func (p *Plugin) mpsAbandon(ctx context.Context, control, dir string) {
+	pipe := filepath.Join(dir, mpsPipeDir)
+	if mpsAnswers(ctx, control, pipe) {
+		if _, err := mpsRun(ctx, control, pipe, "quit -t 5"); err != nil {
+			p.logger.Warn("mps: cannot quit a control daemon that failed to take its limits", "dir", dir, "error", err)
+		}
+	}
+	_ = os.WriteFile(filepath.Join(dir, mpsFailedFile), nil, 0o444)
+}
+
 // reserveMPSDaemon gives the reservation its running daemon, started or
 // reused, and adds the pipe and log directories to res.
 func (p *Plugin) reserveMPSDaemon(m MPSConfig, reservation string, ids []string, lim mpsLimits, res *device.ContainerReservation) error {
@@ -242,31 +256,39 @@ func (p *Plugin) reserveMPSDaemon(m MPSConfig, reservation string, ids []string,
 		}
 	}
 
+	// the files first: the collector finds a daemon by them, even one
+	// whose start fails half way
 	limJSON, err := json.Marshal(lim)
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(dir, mpsSharesFile), []byte(strings.Join(ids, "\n")+"\n"), 0o444)
+	}
+	if err == nil {
+		err = writeFileAtomic(filepath.Join(dir, mpsLimitsFile), limJSON, 0o444)
+	}
 	if err != nil {
 		return fail(err)
 	}
+	_ = os.Remove(filepath.Join(dir, mpsFailedFile))
 	log := p.logger.With("dir", dir, "shares", list(ids), "active_thread_percentage", lim.Threads, "pinned_mem_limit", lim.pinned())
 	if mpsAnswers(ctx, m.Control, pipe) {
 		// the same shares again (a restarted task): same limits, re-applied
 		if err := mpsConfigure(ctx, m.Control, pipe, lim); err != nil {
+			p.mpsAbandon(ctx, m.Control, dir)
 			return fail(err)
 		}
 		log.Info("mps: reservation reuses its running control daemon")
 	} else {
-		if _, err := os.Stat(dir); err == nil {
+		if _, err := os.Stat(pipe); err == nil {
 			log.Warn("mps: the reservation's control daemon is not running; starting it again")
 		}
 		if err := mpsStart(ctx, m.Control, dir, lim); err != nil {
+			p.mpsAbandon(ctx, m.Control, dir)
 			return fail(err)
 		}
 		log.Info("mps: started the reservation's control daemon")
-	}
-	if err := writeFileAtomic(filepath.Join(dir, mpsSharesFile), []byte(strings.Join(ids, "\n")+"\n"), 0o444); err != nil {
-		return fail(err)
-	}
-	if err := writeFileAtomic(filepath.Join(dir, mpsLimitsFile), limJSON, 0o444); err != nil {
-		return fail(err)
 	}
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now) // the garbage collector's clock
@@ -353,13 +375,14 @@ func (p *Plugin) collectMPSDaemons(ctx context.Context, m MPSConfig, gcAfter tim
 			p.mpsRestoreLimits(ctx, m.Control, pipe, lim, log)
 		case answers:
 			p.mpsStop(ctx, m.Control, d.dir, fmt.Sprintf("not reserved for %s, no process uses it", now.Sub(d.modTime).Round(time.Minute)))
-		case recent || held[d.key]:
+		case held[d.key] || recent && !fileExists(filepath.Join(d.dir, mpsFailedFile)):
 			// a task whose daemon is gone would run its next CUDA process
 			// without MPS, unlimited: start the daemon again
 			log.Warn("mps: the control daemon of a reservation still in use has died; starting it again (clients it served have lost their GPU context)")
 			if err := mpsStart(ctx, m.Control, d.dir, lim); err != nil {
 				log.Error("mps: cannot restart a reservation's control daemon: new CUDA processes of its task run without MPS limits", "error", err)
 			}
+		case recent: // failed at Reserve: kept a while for its log
 		default:
 			if err := os.RemoveAll(d.dir); err == nil {
 				log.Info("mps: removed the directory of a reservation whose daemon is gone", "unused_for", now.Sub(d.modTime).Round(time.Minute))
@@ -537,4 +560,9 @@ func lastLines(b []byte, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.TrimSpace(strings.Join(lines, "\n"))
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

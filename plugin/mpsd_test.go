@@ -270,6 +270,16 @@ func TestMPSDaemonFailsToStart(t *testing.T) {
 	t.Setenv("FAKE_MPS_STUCK", "1")
 	_, err = p.Reserve(shares(3, 0, 25))
 	must.ErrorContains(t, err, "says its default active thread percentage is \"100.0\", not 25")
+	// a daemon without its limits serves no one: quit, and not restarted
+	// by the collector, which removes its directory after gc_after
+	dir := filepath.Join(p.cfg.MPS.DaemonDir, mpsKey(v100+"3_0-24"))
+	pipe := filepath.Join(dir, "pipe")
+	must.Eq(t, 1, f.count(t, pipe, "quit -t 5"))
+	p.collectMPSDaemons(t.Context(), p.cfg.MPS, time.Hour, time.Now())
+	must.Eq(t, 2, f.count(t, pipe, "-d"), must.Sprint("the failed start and the stuck one, no third"))
+	must.True(t, fileExists(filepath.Join(dir, "log", "start.out")))
+	p.collectMPSDaemons(t.Context(), p.cfg.MPS, time.Hour, time.Now().Add(2*time.Hour))
+	must.False(t, fileExists(dir))
 }
 
 // The fingerprint loop's pass over the daemons: stop what nothing uses,
