@@ -12,6 +12,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 )
 
@@ -110,4 +111,14 @@ func TestNoteMPSLogsChanges(t *testing.T) {
 	must.Eq(t, 1, strings.Count(buf.String(), "[WARN]  gpushare: MPS control daemon not usable; shares stay healthy but run without MPS"), must.Sprint(buf.String()))
 	p.noteMPS(mpsStatus{State: mpsRunning, Health: "MPS control daemon answers at /x"})
 	must.StrContains(t, buf.String(), "[INFO]  gpushare: MPS control daemon answers: detail=\"MPS control daemon answers at /x\"")
+}
+
+// With per-reservation daemons a failed probe is an error: the shares are
+// offered unhealthy.
+func TestNoteMPSLogsReservationFailure(t *testing.T) {
+	var buf strings.Builder
+	p := New(hclog.New(&hclog.LoggerOptions{Output: &buf}), nil)
+	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, "")}))
+	p.noteMPS(mpsStatus{State: "control not found: x", Health: "MPS: cannot start per-reservation control daemons"})
+	must.StrContains(t, buf.String(), "[ERROR] gpushare: MPS control daemons cannot be started; shares are offered unhealthy until they can")
 }
