@@ -48,7 +48,11 @@ const (
 	mpsLimitsFile = "limits.json" // mpsLimits, to restart and check the daemon
 	mpsStartOut   = "start.out"   // in the log directory: what -d printed
 	mpsFailedFile = "failed"      // the daemon could not be started: not restarted
-	mpsProbeDir   = "probe"
+	// mpsPrivilegedSocket is the daemon's root-only socket, hidden from
+	// tasks under mpsHiddenFile (in daemon_dir), an empty read-only file
+	mpsPrivilegedSocket = "control_privileged"
+	mpsHiddenFile       = "privileged-hidden"
+	mpsProbeDir         = "probe"
 	// mpsTimeout bounds every run of the control binary (a wedged daemon
 	// must not hang Reserve or the fingerprint loop).
 	mpsTimeout = 15 * time.Second
@@ -293,11 +297,24 @@ func (p *Plugin) reserveMPSDaemon(m MPSConfig, reservation string, ids []string,
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now) // the garbage collector's clock
 
+	// an empty file over the daemon's root-only socket: a task's client
+	// that could open it (a non-root user with CAP_DAC_OVERRIDE, in exec's
+	// and docker's default capabilities) would use it and be refused ("Unable
+	// to accept priviliged connection from other user"), where without it
+	// it uses control; a task's root loses the root-only commands (quit)
+	hidden := filepath.Join(m.DaemonDir, mpsHiddenFile)
+	if !fileExists(hidden) {
+		if err := writeFileAtomic(hidden, nil, 0o444); err != nil {
+			return fail(err)
+		}
+	}
 	res.Envs[EnvMPSPipe] = pipe
 	res.Envs[EnvMPSLog] = logs
 	res.Mounts = append(res.Mounts,
 		&device.Mount{TaskPath: pipe, HostPath: pipe},
 		&device.Mount{TaskPath: MPSTaskPipe, HostPath: pipe},
+		&device.Mount{TaskPath: filepath.Join(pipe, mpsPrivilegedSocket), HostPath: hidden, ReadOnly: true},
+		&device.Mount{TaskPath: filepath.Join(MPSTaskPipe, mpsPrivilegedSocket), HostPath: hidden, ReadOnly: true},
 		&device.Mount{TaskPath: logs, HostPath: logs, ReadOnly: true},
 	)
 	return nil

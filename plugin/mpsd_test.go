@@ -152,11 +152,18 @@ func TestReserveStartsADaemonPerReservation(t *testing.T) {
 	must.Eq(t, filepath.Join(qDir, "log"), quarter.Envs[EnvMPSLog])
 	must.Eq(t, "25", quarter.Envs[EnvMPSThreads])
 	must.Eq(t, "0=4096M", quarter.Envs[EnvMPSPinnedMemory])
+	hidden := filepath.Join(daemonDir, "privileged-hidden")
 	must.Eq(t, []*device.Mount{
 		{TaskPath: qPipe, HostPath: qPipe},
 		{TaskPath: "/tmp/nvidia-mps", HostPath: qPipe},
+		{TaskPath: filepath.Join(qPipe, "control_privileged"), HostPath: hidden, ReadOnly: true},
+		{TaskPath: "/tmp/nvidia-mps/control_privileged", HostPath: hidden, ReadOnly: true},
 		{TaskPath: filepath.Join(qDir, "log"), HostPath: filepath.Join(qDir, "log"), ReadOnly: true},
 	}, quarter.Mounts)
+	must.Eq(t, 0o444, mode(t, hidden))
+	st, err := os.Stat(hidden)
+	must.NoError(t, err)
+	must.Zero(t, st.Size())
 	env := envFile(t, filepath.Join(qDir, "log"))
 	must.Eq(t, v100+"3", env["CUDA_VISIBLE_DEVICES"])
 	must.Eq(t, "25", env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"])
