@@ -31,11 +31,14 @@ import (
 // (CUDA_VISIBLE_DEVICES) with the reservation's compute and memory as its
 // defaults, in daemon_dir/<key>/{pipe,log}; the pipe directory is mounted
 // at its host path and at CUDA's default /tmp/nvidia-mps, so a task that
-// clears CUDA_MPS_PIPE_DIRECTORY still reaches its own daemon. Nomad never
-// tells a device plugin that a reservation ended: a daemon is stopped when
-// its shares are reserved again in another combination (Nomad hands a share
-// to one allocation at a time), or from the fingerprint loop when it was not
-// reserved for gc_after and nothing uses it.
+// clears CUDA_MPS_PIPE_DIRECTORY still reaches its own daemon, and the
+// daemon's root-only socket is hidden there. Nomad never tells a device
+// plugin that a reservation ended: a daemon is stopped when its shares are
+// reserved again in another combination (Nomad hands a share to one
+// allocation at a time), or from the fingerprint loop when it was not
+// reserved for gc_after and nothing uses it (no process mounts its pipe
+// directory or names it in its environment, no MPS client); that loop also
+// restarts a daemon that died in use and restores limits a task changed.
 
 // MPSTaskPipe is CUDA's default MPS pipe directory, where a task that
 // clears CUDA_MPS_PIPE_DIRECTORY looks for its daemon.
