@@ -65,11 +65,11 @@ func TestStatusShowsWaitingGroups(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out strings.Builder
-	renderWaiting(IO{Out: &out, Err: &out}, srv.URL)
+	must.True(t, renderWaiting(IO{Out: &out, Err: &out}, scheduler{addr: srv.URL, how: "-scheduler"}))
 	must.StrContains(t, out.String(), "1 group(s) wait for gpushare:\n  default/huge/g  refused: larger than any node: needs 16 GPUs")
 	out.Reset()
-	renderWaiting(IO{Out: &out, Err: &out}, "http://127.0.0.1:1")
-	must.StrContains(t, out.String(), "waiting groups: not shown, the scheduler at http://127.0.0.1:1 did not answer")
+	must.False(t, renderWaiting(IO{Out: &out, Err: &out}, scheduler{addr: "http://127.0.0.1:1", how: "-scheduler"}))
+	must.StrContains(t, out.String(), "waiting groups not shown: the scheduler at http://127.0.0.1:1 (-scheduler) did not answer")
 }
 
 // job lint checks gpushare.vc against the scheduler's virtual clusters.
@@ -102,7 +102,7 @@ func TestJobLintChecksVC(t *testing.T) {
 	must.StrContains(t, out, `gpushare.vc = "reserch" names no virtual cluster of the scheduler (it has: research)`)
 	code, out, _ = run("job", "lint", "-scheduler", "http://127.0.0.1:1", file)
 	must.EqOp(t, 0, code)
-	must.StrContains(t, out, "gpushare.vc not checked: the scheduler at http://127.0.0.1:1 did not answer")
+	must.StrContains(t, out, "gpushare.vc not checked: the scheduler at http://127.0.0.1:1 (-scheduler) did not answer")
 }
 
 // /dev/null is a character device but no terminal: the demo must not wait

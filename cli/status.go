@@ -3,7 +3,6 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 func runStatus(args []string, io IO) int {
 	fs := newFlags("status", "status [-address URL] [-scheduler URL] [-json]", io)
 	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646); the token comes from $NOMAD_TOKEN")
-	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, for the groups that wait and why (\"\" to skip)")
+	schedFlag := addSchedulerFlag(fs, "for the groups that wait and why")
 	asJSON := fs.Bool("json", false, "print the map as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -37,42 +36,36 @@ func runStatus(args []string, io IO) int {
 	if err := gpumap.Render(io.Out, m); err != nil {
 		return 1
 	}
-	if *sched != "" {
-		renderWaiting(io, *sched)
-		renderUnpairs(io, *sched)
+	sched := schedFlag.resolve(*addr)
+	if sched.addr == "" {
+		return 0
 	}
+	if !renderWaiting(io, sched) {
+		return 1
+	}
+	renderUnpairs(io, sched.addr)
 	return 0
 }
 
 // renderWaiting prints the groups the scheduler says wait or were refused
-// for good, with why; a scheduler that cannot be reached is only noted.
-func renderWaiting(io IO, addr string) {
+// for good, with why. A scheduler that cannot be reached is said on stderr
+// and makes it return false: the status is then incomplete, and the
+// command fails (-scheduler "" skips the scheduler).
+func renderWaiting(io IO, sched scheduler) bool {
 	var groups []service.Waiting
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/groups", &groups); err != nil {
-		fmt.Fprintf(io.Out, "\nwaiting groups: not shown, the scheduler at %s did not answer (%v); pass -scheduler <its http_address>\n", addr, err)
-		return
+	if err := getJSON(strings.TrimSuffix(sched.addr, "/")+"/v1/groups", &groups); err != nil {
+		fmt.Fprintf(io.Err, "gpushare status: waiting groups not shown: %s: %v (-scheduler \"\" skips them)\n", sched.hint(), err)
+		return false
 	}
 	if len(groups) == 0 {
 		fmt.Fprintln(io.Out, "\nno group waits for gpushare")
-		return
+		return true
 	}
 	fmt.Fprintf(io.Out, "\n%d group(s) wait for gpushare:\n", len(groups))
 	for _, g := range groups {
 		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", g.Namespace, g.Job, g.Group, g.State, g.Reason)
 	}
-}
-
-func getJSON(url string, out any) error {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return true
 }
 
 // FetchMap reads nodes and allocations from Nomad and builds the GPU map.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,6 +104,17 @@ func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	}
 	must.NoError(t, getJSON(leader+"/v1/jobs/by-nomad-job", &st))
 	t.Logf("leader's view of by-nomad-job: %+v", st)
+
+	// the CLI finds the scheduler through the job's Nomad service, with no
+	// -scheduler flag and no GPUSHARE_ADDR
+	var out []byte
+	e.eventually(15*time.Second, "gpushare job status to find the scheduler's service", func() bool {
+		cmd := exec.Command(cliBin, "job", "status", "by-nomad-job")
+		cmd.Env = append(os.Environ(), "GPUSHARE_ADDR=", "NOMAD_ADDR="+e.c.Address(), "NOMAD_TOKEN="+e.c.ManagementToken())
+		out, err = cmd.CombinedOutput()
+		return err == nil
+	})
+	must.StrContains(t, string(out), "group g: pinned", must.Sprint(string(out)))
 
 	// the leader's allocation stops: another replica takes the lock (the
 	// follower, or the allocation Nomad starts in its place, whichever

@@ -112,6 +112,24 @@ job "gpushare-scheduler" {
       port "http" {}
     }
 
+    # Nomad's own service discovery: `gpushare status` and `gpushare job
+    # status` find the scheduler through it when neither -scheduler nor
+    # GPUSHARE_ADDR is given (they prefer the replica that leads). The check
+    # passes once a replica has read the cluster (/v1/health: 503 while
+    # starting).
+    service {
+      name     = "gpushare-scheduler"
+      provider = "nomad"
+      port     = "http"
+
+      check {
+        type     = "http"
+        path     = "/v1/health"
+        interval = "5s"
+        timeout  = "2s"
+      }
+    }
+
     # a replica that exits is restarted in place; while it is down another
     # one leads (after the lock's ttl and lock_delay when it held the lock)
     restart {
