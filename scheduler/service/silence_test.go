@@ -1,0 +1,89 @@
+package service
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// groupsOf is what /v1/groups says.
+func groupsOf(t *testing.T, s *Service) map[string]Waiting {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
+	must.EqOp(t, 200, rr.Code, must.Sprint(rr.Body.String()))
+	var list []Waiting
+	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &list))
+	out := map[string]Waiting{}
+	for _, g := range list {
+		out[g.Job] = g
+	}
+	return out
+}
+
+// metricsOf is the scheduler's /metrics text.
+func metricsOf(t *testing.T, s *Service) string {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	return rr.Body.String()
+}
+
+// Nothing waits in silence: a gated group asking for 0 shares (which Nomad
+// accepts and then blocks for ever) is refused with its reason, not pinned
+// as "cpu-only"; a group naming an undefined virtual cluster waits; both
+// are in /v1/groups and in the metrics, whose every outcome is a series
+// from the start. A gated group scaled to 0 is neither.
+func TestNothingWaitsInSilence(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("zero", 0))
+	vc := gated("novc", 25)
+	vc.Meta["gpushare.vc"] = "nowhere"
+	f.put(vc)
+	scaled := gated("scaled", 25)
+	scaled.TaskGroups[0].Count = ptr(0)
+	f.put(scaled)
+	f.put(gated("fine", 25))
+	s := newTestService(t, f)
+	m := metricsOf(t, s)
+	for _, o := range []string{"placed", "refused", "never"} {
+		must.StrContains(t, m, `gpushare_decisions_total{outcome="`+o+`"} 0`)
+	}
+	s.reconcile(t.Context())
+
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["zero"]), must.Sprint("a request of zero devices was pinned"))
+	_, pinned := pin.ParseRecord(f.jobs["zero"], "g")
+	must.False(t, pinned)
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["scaled"]))
+	must.SliceEmpty(t, pin.Gated(f.jobs["fine"]))
+
+	gs := groupsOf(t, s)
+	must.MapLen(t, 2, gs, must.Sprint(gs))
+	must.EqOp(t, "refused", gs["zero"].State)
+	must.StrContains(t, gs["zero"].Reason, "count = 0: Nomad cannot place a request of zero devices")
+	must.EqOp(t, "pending", gs["novc"].State)
+	must.StrContains(t, gs["novc"].Reason, `gpushare.vc = "nowhere" names no virtual cluster`)
+
+	m = metricsOf(t, s)
+	must.StrContains(t, m, "gpushare_pending_groups 1\n")
+	must.StrContains(t, m, "gpushare_refused_groups 1\n")
+
+	// a refused request stays refused, with its reason, pass after pass,
+	// until the job changes
+	s.reconcile(t.Context())
+	must.EqOp(t, "refused", groupsOf(t, s)["zero"].State)
+	fixed := gated("zero", 10)
+	fixed.JobModifyIndex = ptr(uint64(99))
+	f.put(fixed)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["zero"]))
+	m = metricsOf(t, s)
+	must.StrContains(t, m, "gpushare_refused_groups 0\n")
+	must.True(t, strings.Contains(m, `gpushare_decisions_total{outcome="placed"} 2`), must.Sprint(m))
+}
