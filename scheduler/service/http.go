@@ -118,13 +118,15 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	id := r.PathValue("id")
 	name := strings.TrimSuffix(model.JobKey(ns, ""), "/")
+	// authorised first: the managed namespaces are said only to a caller
+	// who may read the one it asked about
+	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
+		authFailed(w, err)
+		return
+	}
 	if managed := s.namespaces(); !managed.has(ns) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf(
 			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
-		return
-	}
-	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
-		authFailed(w, err)
 		return
 	}
 	// the answer is built under the lock and written after it: a slow
@@ -189,8 +191,8 @@ type Waiting struct {
 // handleGroups lists the groups that wait or were refused for good, in
 // the managed namespaces, sorted.
 func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
-		authFailed(w, ErrNoToken)
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
 		return
 	}
 	managed := s.namespaces()
