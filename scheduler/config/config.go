@@ -91,10 +91,16 @@ type Opportunistic struct {
 
 // Nomad is how the service reaches Nomad.
 type Nomad struct {
-	Address    string   `hcl:"address,optional"`
-	Token      string   `hcl:"token,optional"`
-	TokenFile  string   `hcl:"token_file,optional"`
-	Region     string   `hcl:"region,optional"`
+	Address   string `hcl:"address,optional"`
+	Token     string `hcl:"token,optional"`
+	TokenFile string `hcl:"token_file,optional"`
+	Region    string `hcl:"region,optional"`
+	// Namespace is the scheduler's own namespace, where its leader lock and
+	// records (gpushare/* variables) live: a namespace of its own, which
+	// ordinary submitters cannot write to, keeps its signing key from them.
+	// Default: $NOMAD_NAMESPACE (Nomad sets it for a task), else "default".
+	Namespace string `hcl:"namespace,optional"`
+	// Namespaces are the namespaces whose jobs it schedules (default: all).
 	Namespaces []string `hcl:"namespaces,optional"`
 	CACert     string   `hcl:"ca_cert,optional"`
 	ClientCert string   `hcl:"client_cert,optional"`
@@ -299,6 +305,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Nomad.ClientKey, o.Nomad.ClientKey)
 	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
 	str(&c.Nomad.RequestTimeout, o.Nomad.RequestTimeout)
+	str(&c.Nomad.Namespace, o.Nomad.Namespace)
 	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
 	if len(o.Nomad.Namespaces) > 0 {
 		c.Nomad.Namespaces = o.Nomad.Namespaces

@@ -118,9 +118,11 @@ func (n nomadClient) Authorize(ctx context.Context, token string, scope authScop
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
 	if token == "" {
-		_, _, err := n.c.ACLTokens().Self((&api.QueryOptions{}).WithContext(ctx))
+		self, _, err := n.c.ACLTokens().Self((&api.QueryOptions{}).WithContext(ctx))
 		switch {
-		case isStatus(err, http.StatusBadRequest): // ACLs disabled: Nomad answers anyone
+		// ACLs disabled: Nomad answers anyone (1.11 says so with a
+		// pseudo-token, older versions with a 400)
+		case err == nil && self != nil && self.AccessorID == aclsDisabledAccessor, isStatus(err, http.StatusBadRequest):
 			return nil
 		case err == nil, isForbidden(err), isStatus(err, http.StatusUnauthorized), isNotFound(err):
 			return ErrNoToken
@@ -154,6 +156,10 @@ func (n nomadClient) Authorize(ctx context.Context, token string, scope authScop
 	}
 	return err
 }
+
+// aclsDisabledAccessor is the accessor of the token Nomad (1.11) returns
+// from /v1/acl/token/self when ACLs are disabled.
+const aclsDisabledAccessor = "acls-disabled"
 
 // authProbeJob is the job ID Authorize looks up to learn whether a token
 // has read-job in a namespace; whether it exists does not matter.
