@@ -156,8 +156,9 @@ void *gs_to_hook(void *p)
     return p;
 }
 
-/* dlsym: intercepted names from any handle get our hook, if the driver has
- * the symbol at all. Every other name goes straight to the real dlsym as a
+/* dlsym: intercepted names from any handle get our hook, if the library
+ * behind the handle has the symbol at all (cu*: the table here; nvml*:
+ * nvml.c's). Every other name goes straight to the real dlsym as a
  * tail call, so the return address it sees (which RTLD_NEXT is relative to)
  * is still the caller's. Needs nothing but the real dlsym: libraries
  * that call dlsym from their constructors reach here before ours ran. */
