@@ -141,9 +141,9 @@ func realLibNVML(t *testing.T) string {
 		}
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal("NVIDIA's libnvidia-ml.so.1 not found in the system library directories: install libnvidia-ml1 (Debian non-free), as for libcuda1")
+		t.Fatal("NVIDIA's libnvidia-ml.so.1 not found in the system library directories: .ci/run installs it (apt-get install libnvidia-ml1 from Debian's non-free archive)")
 	}
-	t.Skip("NVIDIA's libnvidia-ml.so.1 not installed (Debian: apt-get install libnvidia-ml1, from non-free)")
+	t.Skip("NVIDIA's libnvidia-ml.so.1 not installed (Debian: apt-get install libnvidia-ml1, from non-free; .ci/run does it)")
 	return ""
 }
 
