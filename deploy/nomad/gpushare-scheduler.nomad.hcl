@@ -9,7 +9,7 @@
 #   nomad namespace apply -description "gpushare scheduler" gpushare
 #   nomad acl policy apply -description "gpushare scheduler" \
 #     gpushare-scheduler deploy/nomad/gpushare-scheduler.policy.hcl
-#   nomad var put -namespace gpushare nomad/jobs/gpushare-scheduler \
+#   nomad var put -out none -namespace gpushare nomad/jobs/gpushare-scheduler \
 #     token="$(nomad acl token create -name gpushare -policy gpushare-scheduler -json | jq -r .SecretID)"
 #   nomad job run -var nomad_addr=http://10.0.0.1:4646 deploy/nomad/gpushare-scheduler.nomad.hcl
 #

@@ -87,3 +87,16 @@ func TestNothingWaitsInSilence(t *testing.T) {
 	must.StrContains(t, m, "gpushare_refused_groups 0\n")
 	must.True(t, strings.Contains(m, `gpushare_decisions_total{outcome="placed"} 2`), must.Sprint(m))
 }
+
+// A request no node could ever hold because it is malformed (150 shares of
+// 100-share GPUs) is told to change the request, not to add nodes.
+func TestAnInvalidRequestIsNotToldToAddNodes(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("odd", 150))
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	g := groupsOf(t, s)["odd"]
+	must.EqOp(t, "refused", g.State)
+	must.StrContains(t, g.Reason, "nor whole GPUs (a multiple of 100): ask for 100 or 200; this cluster can never hold it: change the request")
+	must.StrNotContains(t, g.Reason, "add nodes")
+}
