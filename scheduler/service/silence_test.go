@@ -100,3 +100,17 @@ func TestAnInvalidRequestIsNotToldToAddNodes(t *testing.T) {
 	must.StrContains(t, g.Reason, "nor whole GPUs (a multiple of 100): ask for 100 or 200; this cluster can never hold it: change the request")
 	must.StrNotContains(t, g.Reason, "add nodes")
 }
+
+// A group asking for a GPU model the cluster does not have is told which
+// gpushare devices the cluster has.
+func TestAnUnknownModelListsTheClustersModels(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	j := gated("t4", 100)
+	j.TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpushare/Tesla T4"
+	f.put(j)
+	s := newTestService(t, f)
+	s.reconcile(t.Context())
+	g := groupsOf(t, s)["t4"]
+	must.StrContains(t, g.Reason, "missing devices (1)")
+	must.StrContains(t, g.Reason, "the cluster's gpushare devices: nvidia/gpushare/Tesla V100-SXM2-16GB")
+}
