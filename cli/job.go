@@ -346,6 +346,14 @@ func jobStatus(args []string, io IO) int {
 		return 1
 	}
 	fmt.Fprintf(io.Out, "job %s (namespace %s)\n", st.ID, st.Namespace)
+	switch {
+	case st.Status == "dead" && st.Type == api.JobTypeBatch:
+		fmt.Fprintln(io.Out, "  status dead: the batch job has finished (or was stopped); its allocations hold no shares any more")
+	case st.Status == "dead":
+		fmt.Fprintln(io.Out, "  status dead: the job is stopped; its allocations hold no shares any more")
+	case st.Status != "":
+		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
+	}
 	for _, g := range st.Groups {
 		fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
 		switch {
@@ -358,7 +366,11 @@ func jobStatus(args []string, io IO) int {
 			fmt.Fprintf(io.Out, "    allocations: %s\n", strings.Join(g.Allocs, ", "))
 		}
 		if g.Profile != nil {
-			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", g.Profile.Name, g.Profile.SM, g.Profile.MemBW)
+			name := g.Profile.Name
+			if name == "" {
+				name = "from the job's meta" // gpushare.sm_util / gpushare.mem_bw, no profile name
+			}
+			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", name, g.Profile.SM, g.Profile.MemBW)
 		}
 	}
 	return 0

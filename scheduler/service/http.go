@@ -95,9 +95,13 @@ func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
 
 // JobStatus is the body of /v1/jobs/<id>.
 type JobStatus struct {
-	Namespace string        `json:"namespace"`
-	ID        string        `json:"id"`
-	Groups    []GroupStatus `json:"groups"`
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	// Type and Status are Nomad's (service/batch/...; pending, running or
+	// dead: a batch job whose allocations all finished is dead).
+	Type   string        `json:"type,omitempty"`
+	Status string        `json:"status,omitempty"`
+	Groups []GroupStatus `json:"groups"`
 }
 
 // GroupStatus says where a group is pinned, or why it waits.
@@ -147,6 +151,12 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 		return JobStatus{}, false
 	}
 	out := JobStatus{Namespace: name, ID: id}
+	if job.Type != nil {
+		out.Type = *job.Type
+	}
+	if job.Status != nil {
+		out.Status = *job.Status
+	}
 	gated := pin.Gated(job)
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}

@@ -114,3 +114,17 @@ func TestAnUnknownModelListsTheClustersModels(t *testing.T) {
 	must.StrContains(t, g.Reason, "missing devices (1)")
 	must.StrContains(t, g.Reason, "the cluster's gpushare devices: nvidia/gpushare/Tesla V100-SXM2-16GB")
 }
+
+// /v1/jobs says Nomad's type and status of the job, so that a finished
+// batch job is not shown as if it still held its pin.
+func TestJobStatusSaysTheJobFinished(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	j := gated("done", 25)
+	j.Type, j.Status = ptr("batch"), ptr("dead")
+	f.put(j)
+	s := newTestService(t, f)
+	st, ok := s.jobStatus("default", "done", "default")
+	must.True(t, ok)
+	must.EqOp(t, "batch", st.Type)
+	must.EqOp(t, "dead", st.Status)
+}
