@@ -2,9 +2,15 @@ package service
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
@@ -127,4 +133,31 @@ func TestJobStatusSaysTheJobFinished(t *testing.T) {
 	must.True(t, ok)
 	must.EqOp(t, "batch", st.Type)
 	must.EqOp(t, "dead", st.Status)
+}
+
+// An allocation holding shares outside its group's pin is warned about
+// once, with how many shares, not once per share.
+func TestSharesOutsideThePinAreOneLine(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("w", 50))
+	var logs strings.Builder
+	s, err := newService(config.Default(), hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}), f, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["w"], "g")
+	must.True(t, ok)
+	// its allocation appears on 50 other shares
+	var other []string
+	for i := 0; len(other) < 50; i++ {
+		sh := fmt.Sprintf("%s:%d", rec.GPUs[0], i)
+		if !slices.Contains(rec.Shares, sh) {
+			other = append(other, sh)
+		}
+	}
+	f.runningOn("w", "w-0", other)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.EqOp(t, 1, strings.Count(logs.String(), "shares outside its pin"), must.Sprint(logs.String()))
+	must.StrContains(t, logs.String(), "shares_outside=50")
 }
