@@ -157,7 +157,11 @@ func jobRun(args []string, io IO) int {
 	if *detach {
 		return 0
 	}
-	return waitPlaced(ctx, client, *job.ID, io)
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	return waitPlaced(ctx, client, ns, *job.ID, io)
 }
 
 // checkFit asks the placement core whether each gated group fits the
@@ -264,13 +268,16 @@ func canonical(job *api.Job) (*api.Job, error) {
 	return &c, nil
 }
 
-func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
+// waitPlaced waits until no group of the job (in namespace ns) waits at
+// the gate and one of its allocations runs or has finished.
+func waitPlaced(ctx context.Context, client *api.Client, ns, id string, io IO) int {
 	last := ""
+	q := &api.QueryOptions{Namespace: ns}
 	for {
-		job, _, err := client.Jobs().Info(id, nil)
+		job, _, err := client.Jobs().Info(id, q)
 		if err == nil {
 			gated := pin.Gated(job)
-			allocs, _, _ := client.Jobs().Allocations(id, false, nil)
+			allocs, _, _ := client.Jobs().Allocations(id, false, q)
 			running := 0
 			for _, a := range allocs {
 				if a.ClientStatus == "running" || a.ClientStatus == "complete" {
