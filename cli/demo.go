@@ -155,12 +155,14 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		return err
 	}
 	if keep {
-		say("cluster is up: Nomad UI at %s/ui, scheduler API at http://%s; press Ctrl-C to stop", c.Address(), httpAddr)
-		say("try, in another terminal: ./bin/gpushare status -address %s -scheduler http://%s", c.Address(), httpAddr)
-		say("                          ./bin/gpushare job status -scheduler http://%s train-pair", httpAddr)
+		say("cluster is up: Nomad at %s, scheduler API at http://%s; press Ctrl-C to stop", c.Address(), httpAddr)
+		say("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  ./bin/gpushare status\n  ./bin/gpushare job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr)
 		<-ctx.Done()
+		say("stopping the cluster")
+		return nil
 	}
-	say("stopping the cluster")
+	// not from a terminal: the addresses above are gone once this returns
+	say("stopping the cluster: its addresses above no longer answer (run with -keep to keep it up until Ctrl-C)")
 	return nil
 }
 

@@ -165,6 +165,7 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 		"sharing", cfg.Sharing, "fixture", cfg.Fixture, "ignored_gpu_ids", cfg.IgnoredGPUIDs,
 		"fingerprint_period", period, "interposer", cfg.Interposer.Enabled,
 		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir,
+		"interposer_unified_memory", cfg.Interposer.UnifiedMemory,
 		"mps_daemons", cfg.MPS.Daemons, "mps_control", cfg.MPS.Control, "mps_daemon_dir", cfg.MPS.DaemonDir)
 	return nil
 }

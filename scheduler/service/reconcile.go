@@ -63,7 +63,6 @@ func (s *Service) reconcile(ctx context.Context) {
 	for _, pr := range problems {
 		s.log.Warn("model problem", "problem", pr)
 	}
-	s.metrics.pending.Set(float64(len(groups)))
 	oldest := 0.0
 	for _, g := range groups {
 		if !g.Submit.IsZero() {
@@ -102,7 +101,19 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.readPriors(ctx)
 	s.mu.Lock()
 	s.pending = pending
+	waiting, refused := 0, 0
+	for k := range pending {
+		if _, ok := s.refused[k]; ok {
+			refused++
+		} else {
+			waiting++
+		}
+	}
 	s.mu.Unlock()
+	// every group the pass left waiting, whatever the reason, and every
+	// group refused for good: what /v1/groups lists
+	s.metrics.pending.Set(float64(waiting))
+	s.metrics.refused.Set(float64(refused))
 	s.saveState(ctx)
 }
 
@@ -216,6 +227,8 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			key := model.KeyOf(job, name)
 			g := decide.Group{Key: key}
 			switch {
+			case pin.Count(tg) == 0:
+				continue // scaled to zero: nothing to place, nothing held
 			case slices.Contains(gated, name):
 			case s.state.Pinned(job, name):
 				repin, avoid := s.lost(job, name, built.Short[key])
@@ -265,7 +278,14 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			}
 			req, err := s.state.Request(job, name, s.profile)
 			if err != nil {
+				// only a new version of the job can change a bad request:
+				// refused, like a group no node can ever hold
 				pending[key] = err.Error()
+				var idx uint64
+				if job.JobModifyIndex != nil {
+					idx = *job.JobModifyIndex
+				}
+				s.refused[key] = refusal{reason: err.Error(), jobIndex: idx, nodes: shape, feasible: ns.hash}
 				continue
 			}
 			if why := s.vcRefusal(key, req.VC); why != "" {
@@ -480,10 +500,16 @@ func (s *Service) confirm() {
 			continue
 		}
 		for _, a := range allocs {
+			// one line per allocation, not per share (a GPU is 100 shares)
+			var outside []string
 			for _, sh := range model.Shares(a) {
 				if !slices.Contains(rec.Shares, sh) {
-					s.log.Warn("allocation holds a share outside its pin", "group", key.String(), "alloc_id", a.ID, "share", sh)
+					outside = append(outside, sh)
 				}
+			}
+			if len(outside) > 0 {
+				s.log.Warn("allocation holds shares outside its pin (placed before the pin, or a pin written by hand)",
+					"group", key.String(), "alloc_id", a.ID, "shares_outside", len(outside), "first", outside[0])
 			}
 		}
 		s.metrics.confirmations.Inc()
