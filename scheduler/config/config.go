@@ -101,6 +101,11 @@ type Nomad struct {
 	// RequestTimeout bounds each request to Nomad but the event stream, so
 	// that a hung Nomad does not stall scheduling.
 	RequestTimeout string `hcl:"request_timeout,optional"`
+	// UIAddress is where users open Nomad's web UI (its agents' address,
+	// "https://nomad.example.com:4646"): the scheduler's page links jobs,
+	// allocations and clients there. Empty: no such links (a Nomad built
+	// from the module proxy has no UI).
+	UIAddress string `hcl:"ui_address,optional"`
 }
 
 // Leader configures leader election through a Nomad Variable lock.
@@ -296,6 +301,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Nomad.ClientKey, o.Nomad.ClientKey)
 	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
 	str(&c.Nomad.RequestTimeout, o.Nomad.RequestTimeout)
+	str(&c.Nomad.UIAddress, o.Nomad.UIAddress)
 	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
 	if len(o.Nomad.Namespaces) > 0 {
 		c.Nomad.Namespaces = o.Nomad.Namespaces
@@ -361,6 +367,9 @@ func (c *Config) Validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, c.located(fmt.Sprintf(format, a...))) }
 	if !strings.HasPrefix(c.Nomad.Address, "http://") && !strings.HasPrefix(c.Nomad.Address, "https://") {
 		bad("nomad.address %q: must start with http:// or https://", c.Nomad.Address)
+	}
+	if u := c.Nomad.UIAddress; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		bad("nomad.ui_address %q: must start with http:// or https:// (where users open Nomad's UI), or be empty", u)
 	}
 	if c.Nomad.Token != "" && c.Nomad.TokenFile != "" {
 		bad("nomad: set token or token_file, not both")
