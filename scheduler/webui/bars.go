@@ -69,7 +69,7 @@ func summarize(m *gpumap.Map) summary {
 }
 
 func colour(namespace, job string) template.CSS {
-	return template.CSS(fmt.Sprintf("background:hsl(%d 62%% 46%%)", hue(namespace, job)))
+	return template.CSS(fmt.Sprintf("background:hsl(%d 58%% 40%%)", hue(namespace, job)))
 }
 
 func nodeViews(m *gpumap.Map, links Links) []nodeView {

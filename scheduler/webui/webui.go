@@ -177,7 +177,9 @@ func Render(w http.ResponseWriter, code int, page any) error {
 	case Login:
 		name, data = "login", p
 	default:
-		return fmt.Errorf("webui: no page for %T", page)
+		err := fmt.Errorf("webui: no page for %T", page)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return err
 	}
 	var b bytes.Buffer
 	if err := pages.ExecuteTemplate(&b, name, data); err != nil {
