@@ -12,6 +12,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -234,4 +235,45 @@ func TestUITokenForm(t *testing.T) {
 	rr = httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, req)
 	must.EqOp(t, http.StatusForbidden, rr.Code)
+}
+
+// Preemptions are recorded and shown, on the page and at
+// /v1/preemptions, to the tokens that may read the preempted group's
+// namespace; the group it was for is named only to those that may read
+// that one's too.
+func TestPreemptionsAreShownToWhoMayReadThem(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{},
+		tokens: map[string][]string{"a": {"team-a", "nodes"}, "ab": {"team-a", "team-b", "nodes"}, "b": {"team-b"}}}
+	fraction(t, f, "team-a", "scavenger", 0, 0, 50)
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = true })
+	urgent := model.AllocKey(&api.Allocation{Namespace: "team-b", JobID: "urgent", TaskGroup: "g"})
+	must.NoError(t, s.preempt(t.Context(), []string{"alloc-scavenger"}, urgent))
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["scavenger"])) // gated again
+
+	list := func(token string) []Preemption {
+		req := httptest.NewRequest("GET", "/v1/preemptions", nil)
+		req.Header.Set("X-Nomad-Token", token)
+		rr := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rr, req)
+		must.EqOp(t, http.StatusOK, rr.Code)
+		var out []Preemption
+		must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &out))
+		return out
+	}
+	got := list("ab")
+	must.SliceLen(t, 1, got)
+	must.EqOp(t, "scavenger", got[0].Job)
+	must.EqOp(t, "team-b/urgent/g", got[0].For)
+	must.Eq(t, []string{"alloc-scavenger"}, got[0].Allocations)
+	got = list("a")
+	must.SliceLen(t, 1, got)
+	must.EqOp(t, "", got[0].For) // team-b's job is not named
+	must.SliceEmpty(t, list("b"))
+
+	page := uiServe(s, "GET", "/ui", "a", nil).Body.String()
+	must.StrContains(t, page, "preempted for a guaranteed group of another namespace (1 allocation(s) stopped)")
+	must.StrNotContains(t, page, "urgent")
+	page = uiServe(s, "GET", "/ui", "ab", nil).Body.String()
+	must.StrContains(t, page, "preempted for the guaranteed group team-b/urgent/g")
+	must.StrNotContains(t, uiServe(s, "GET", "/ui", "b", nil).Body.String(), "scavenger")
 }
