@@ -3,6 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/service"
+	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
 
@@ -111,4 +117,76 @@ func TestWebUIInABrowser(t *testing.T) {
 	st, err := os.Stat(shot)
 	must.NoError(t, err)
 	must.Greater(t, 10000, st.Size())
+}
+
+// On a cluster with ACLs and http_require_token, the page asks for a
+// token, checks it with Nomad, and shows a token of another namespace
+// none of this namespace's jobs, on the page nor in /v1/gpus: their
+// shares are used by another namespace.
+func TestWebUIShowsATokenWhatItMayRead(t *testing.T) {
+	e := newEnvWith(t, devcluster.Options{ACL: true})
+	must.NoError(t, e.c.ApplyPolicyFile("gpushare-scheduler", policyFile))
+	token, err := e.c.CreateToken("gpushare", "gpushare-scheduler")
+	must.NoError(t, err)
+	e.nomadHCL = fmt.Sprintf("  token = %q\n", token)
+	_, err = e.nomad.Namespaces().Register(&api.Namespace{Name: "team-b"}, nil)
+	must.NoError(t, err)
+	readers := map[string]string{}
+	for _, ns := range []string{"default", "team-b"} {
+		must.NoError(t, e.c.ApplyPolicy("read-"+ns, "reads "+ns, fmt.Sprintf("namespace %q {\n  policy = \"read\"\n}\nnode {\n  policy = \"read\"\n}\n", ns)))
+		readers[ns], err = e.c.CreateToken("reader-"+ns, "read-"+ns)
+		must.NoError(t, err)
+	}
+	sched := e.startScheduler("s1", "http_require_token = true")
+	e.register("ui-secret", map[string]any{"shares": 25})
+	e.running("ui-secret", 1, 90*time.Second)
+
+	gpus := func(token string) string {
+		req, err := http.NewRequest("GET", sched.http+"/v1/gpus", nil)
+		must.NoError(t, err)
+		req.Header.Set("X-Nomad-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		must.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		must.NoError(t, err)
+		must.EqOp(t, http.StatusOK, resp.StatusCode, must.Sprint(string(b)))
+		return string(b)
+	}
+	e.eventually(30*time.Second, "the scheduler's map to show ui-secret", func() bool {
+		return strings.Contains(gpus(readers["default"]), "ui-secret")
+	})
+	// page signs in with the form, as a browser does, and returns /ui
+	page := func(token string) (int, string) {
+		jar, err := cookiejar.New(nil)
+		must.NoError(t, err)
+		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+		resp, err := c.PostForm(sched.http+"/ui/login", url.Values{"token": {token}})
+		must.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		must.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+
+	code, body := page(readers["default"])
+	must.EqOp(t, http.StatusOK, code, must.Sprint(body))
+	must.StrContains(t, body, `title="default/ui-secret/g: 25 shares`)
+	must.StrContains(t, body, "Sign out")
+
+	code, body = page(readers["team-b"])
+	must.EqOp(t, http.StatusOK, code, must.Sprint(body))
+	must.StrNotContains(t, body, "ui-secret")
+	must.StrContains(t, body, "25 shares used by another namespace")
+	other := gpus(readers["team-b"])
+	must.StrNotContains(t, other, "ui-secret")
+	must.StrContains(t, other, `"other_namespace": true`)
+
+	code, body = page("00000000-0000-0000-0000-000000000000")
+	must.EqOp(t, http.StatusUnauthorized, code)
+	must.StrContains(t, body, "Nomad does not know this token")
+	resp, err := http.Get(sched.http + "/ui")
+	must.NoError(t, err)
+	resp.Body.Close()
+	must.EqOp(t, http.StatusUnauthorized, resp.StatusCode) // the token form
 }
