@@ -21,14 +21,16 @@ type Config struct {
 	Policy string `hcl:"policy,optional"`
 	// ProductionMaxSlowdown bounds a production job's predicted slowdown.
 	ProductionMaxSlowdown float64 `hcl:"production_max_slowdown,optional"`
-	// HTTPAddress serves /v1/health, /v1/gpus, /v1/jobs/<id> and /metrics.
+	// HTTPAddress serves the web page /ui, /v1/health, /v1/gpus,
+	// /v1/jobs/<id>, ... and /metrics.
 	HTTPAddress string `hcl:"http_address,optional"`
 	// HTTPCertFile and HTTPKeyFile, when set, serve the HTTP API over TLS.
 	HTTPCertFile string `hcl:"http_cert_file,optional"`
 	HTTPKeyFile  string `hcl:"http_key_file,optional"`
 	// HTTPRequireToken makes the HTTP API (but /v1/health) require a Nomad
 	// ACL token that may read what is asked: jobs of the namespace for
-	// /v1/jobs and /v1/groups, nodes for /v1/gpus.
+	// /v1/jobs and /v1/groups, nodes for /v1/gpus; the page asks for it
+	// in a form.
 	HTTPRequireToken bool   `hcl:"http_require_token,optional"`
 	LogLevel         string `hcl:"log_level,optional"`
 	LogJSON          bool   `hcl:"log_json,optional"`

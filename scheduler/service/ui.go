@@ -180,7 +180,7 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 	for _, g := range st.Groups {
 		jg := webui.JobGroup{Name: g.Name, State: g.State, Reason: g.Reason, Allocs: g.Allocs}
 		if p := g.Placement; p != nil {
-			jg.Nodes, jg.GPUs, jg.Shares = p.Nodes, p.GPUs, len(p.Shares)
+			jg.Nodes, jg.GPUs, jg.Shares = s.nodeNames(p.Nodes), p.GPUs, len(p.Shares)
 			jg.Cell, jg.Policy, jg.Class, jg.VC, jg.Reason = p.Cell, p.Policy, p.Class, p.VC, p.Reason
 		}
 		if g.Profile != nil {
@@ -195,6 +195,20 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		page.Groups = append(page.Groups, jg)
 	}
 	s.render(w, http.StatusOK, page)
+}
+
+// nodeNames names nodes by their name, else their ID.
+func (s *Service) nodeNames(ids []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id
+		if n := s.state.Nodes[id]; n != nil && n.Name != "" {
+			out[i] = n.Name
+		}
+	}
+	return out
 }
 
 func (s *Service) handleUILoginForm(w http.ResponseWriter, r *http.Request) {

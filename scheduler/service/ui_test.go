@@ -65,6 +65,7 @@ func TestUIShowsTheMapAndTheQueue(t *testing.T) {
 	fraction(t, f, "default", "infer", 0, 25, 75)
 	running(t, f, "whole", []int{1, 2, 3, 4, 5, 6, 7}, 0, "2h")
 	f.put(gated("big", 800)) // the DGX-1's 8 GPUs: waits until they are free
+	f.put(gated("quarter", 25))
 	s := withConfig(t, f, func(c *config.Config) { c.Nomad.UIAddress = "https://nomad.example.com" })
 
 	rr := uiServe(s, "GET", "/", "", nil)
@@ -84,24 +85,29 @@ func TestUIShowsTheMapAndTheQueue(t *testing.T) {
 	must.StrContains(t, body, `href="https://nomad.example.com/ui/jobs/infer@default"`)   // Nomad's
 	must.StrContains(t, body, "train&lt;script&gt;alert(1)&lt;/script&gt;")               // escaped
 	must.StrNotContains(t, body, "<script>alert")
-	must.StrContains(t, body, "<td class=\"pos\">1 of 1</td>")
+	must.StrContains(t, body, "<td class=\"pos\">1 of 2</td>")
 	must.StrContains(t, body, `<a href="/ui/jobs/big?namespace=default">big</a>/g`)
 	must.StrContains(t, body, s.pending[key("big")])
-	must.StrContains(t, body, "position 1 of 1")
+	must.StrContains(t, body, "position 1 of 2") // the queue this pass decided: big, then quarter (placed)
 
 	// /v1/groups says the place too
 	var groups []Waiting
 	must.NoError(t, json.Unmarshal(uiServe(s, "GET", "/v1/groups", "", nil).Body.Bytes(), &groups))
 	must.SliceLen(t, 1, groups)
 	must.EqOp(t, 1, groups[0].Position)
-	must.EqOp(t, 1, groups[0].Of)
+	must.EqOp(t, 2, groups[0].Of)
 
 	// the job's page
 	rr = uiServe(s, "GET", "/ui/jobs/big?namespace=default", "", nil)
 	must.EqOp(t, http.StatusOK, rr.Code)
 	must.StrContains(t, rr.Body.String(), "Why it waits")
-	must.StrContains(t, rr.Body.String(), "position 1 of 1")
+	must.StrContains(t, rr.Body.String(), "position 1 of 2")
 	must.StrContains(t, rr.Body.String(), `href="https://nomad.example.com/ui/jobs/big@default"`)
+	rr = uiServe(s, "GET", "/ui/jobs/quarter", "", nil)
+	must.EqOp(t, http.StatusOK, rr.Code)
+	must.StrContains(t, rr.Body.String(), `<span class="badge pinned">pinned</span>`)
+	must.StrContains(t, rr.Body.String(), "node dgx1; 1 GPU (GPU-")
+	must.StrContains(t, rr.Body.String(), "25 shares")
 	slash := gated("a/b", 25)
 	slash.TaskGroups[0].Name = ptr("c/d")
 	f.put(slash)
