@@ -158,8 +158,11 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		say("cluster is up: Nomad at %s, scheduler API at http://%s, its page at http://%s/ui; press Ctrl-C to stop", c.Address(), httpAddr, httpAddr)
 		say("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  ./bin/gpushare status\n  ./bin/gpushare job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr)
 		<-ctx.Done()
+		say("stopping the cluster")
+		return nil
 	}
-	say("stopping the cluster")
+	// not from a terminal: the addresses above are gone once this returns
+	say("stopping the cluster: its addresses above no longer answer (run with -keep to keep it up until Ctrl-C)")
 	return nil
 }
 

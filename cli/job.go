@@ -157,7 +157,11 @@ func jobRun(args []string, io IO) int {
 	if *detach {
 		return 0
 	}
-	return waitPlaced(ctx, client, *job.ID, io)
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	return waitPlaced(ctx, client, ns, *job.ID, io)
 }
 
 // checkFit asks the placement core whether each gated group fits the
@@ -264,13 +268,16 @@ func canonical(job *api.Job) (*api.Job, error) {
 	return &c, nil
 }
 
-func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
+// waitPlaced waits until no group of the job (in namespace ns) waits at
+// the gate and one of its allocations runs or has finished.
+func waitPlaced(ctx context.Context, client *api.Client, ns, id string, io IO) int {
 	last := ""
+	q := &api.QueryOptions{Namespace: ns}
 	for {
-		job, _, err := client.Jobs().Info(id, nil)
+		job, _, err := client.Jobs().Info(id, q)
 		if err == nil {
 			gated := pin.Gated(job)
-			allocs, _, _ := client.Jobs().Allocations(id, false, nil)
+			allocs, _, _ := client.Jobs().Allocations(id, false, q)
 			running := 0
 			for _, a := range allocs {
 				if a.ClientStatus == "running" || a.ClientStatus == "complete" {
@@ -346,6 +353,14 @@ func jobStatus(args []string, io IO) int {
 		return 1
 	}
 	fmt.Fprintf(io.Out, "job %s (namespace %s)\n", st.ID, st.Namespace)
+	switch {
+	case st.Status == "dead" && st.Type == api.JobTypeBatch:
+		fmt.Fprintln(io.Out, "  status dead: the batch job has finished (or was stopped); its allocations hold no shares any more")
+	case st.Status == "dead":
+		fmt.Fprintln(io.Out, "  status dead: the job is stopped; its allocations hold no shares any more")
+	case st.Status != "":
+		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
+	}
 	for _, g := range st.Groups {
 		fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
 		switch {
@@ -358,7 +373,11 @@ func jobStatus(args []string, io IO) int {
 			fmt.Fprintf(io.Out, "    allocations: %s\n", strings.Join(g.Allocs, ", "))
 		}
 		if g.Profile != nil {
-			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", g.Profile.Name, g.Profile.SM, g.Profile.MemBW)
+			name := g.Profile.Name
+			if name == "" {
+				name = "from the job's meta" // gpushare.sm_util / gpushare.mem_bw, no profile name
+			}
+			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", name, g.Profile.SM, g.Profile.MemBW)
 		}
 	}
 	return 0

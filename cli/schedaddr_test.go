@@ -132,3 +132,17 @@ func TestStatusFailsWithoutTheScheduler(t *testing.T) {
 	code, _, errOut = run("status", "-address", nomad.URL, "-scheduler", "")
 	must.EqOp(t, 0, code, must.Sprint(errOut))
 }
+
+// A Nomad that refuses the token is not "not running": the message says
+// what the token needs.
+func TestStatusSaysWhenNomadRefusesTheToken(t *testing.T) {
+	cleanEnv(t)
+	nomad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "Permission denied", http.StatusForbidden)
+	}))
+	defer nomad.Close()
+	code, _, errOut := run("status", "-address", nomad.URL, "-scheduler", "")
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, `Nomad refused the token: set NOMAD_TOKEN to a token with node { policy = "read" }`)
+	must.StrNotContains(t, errOut, "is Nomad running")
+}

@@ -2,7 +2,9 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 
@@ -94,7 +96,7 @@ func fetchMap(client *api.Client) (*gpumap.Map, error) {
 func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 	stubs, _, err := client.Nodes().List(nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing nodes at %s: %w (is Nomad running? set -address or NOMAD_ADDR)", client.Address(), err)
+		return nil, nil, fmt.Errorf("listing nodes at %s: %w (%s)", client.Address(), err, nomadHint(err, "node { policy = \"read\" }"))
 	}
 	var nodes []*api.Node
 	for _, s := range stubs {
@@ -106,7 +108,7 @@ func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 	}
 	stubsA, _, err := client.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing allocations: %w", err)
+		return nil, nil, fmt.Errorf("listing allocations: %w (%s)", err, nomadHint(err, "read-job in the namespaces to show"))
 	}
 	allocs := make([]*api.Allocation, 0, len(stubsA))
 	for _, s := range stubsA {
@@ -126,4 +128,19 @@ func renderUnpairs(io IO, addr string) {
 	for _, u := range list {
 		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", u.Namespace, u.Job, u.Group, u.At.UTC().Format(time.RFC3339), u.Reason)
 	}
+}
+
+// nomadHint says what to do about an error from Nomad: a refusal is about
+// the token (need: the capability it lacks), anything else about reaching
+// Nomad.
+func nomadHint(err error, need string) string {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		switch ue.StatusCode() {
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return "Nomad refused the token: set NOMAD_TOKEN to a token with " + need
+		}
+		return "Nomad answered with an error"
+	}
+	return "is Nomad running? set -address or NOMAD_ADDR"
 }

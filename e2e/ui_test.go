@@ -125,11 +125,8 @@ func TestWebUIInABrowser(t *testing.T) {
 // shares are used by another namespace.
 func TestWebUIShowsATokenWhatItMayRead(t *testing.T) {
 	e := newEnvWith(t, devcluster.Options{ACL: true})
-	must.NoError(t, e.c.ApplyPolicyFile("gpushare-scheduler", policyFile))
-	token, err := e.c.CreateToken("gpushare", "gpushare-scheduler")
-	must.NoError(t, err)
-	e.nomadHCL = fmt.Sprintf("  token = %q\n", token)
-	_, err = e.nomad.Namespaces().Register(&api.Namespace{Name: "team-b"}, nil)
+	e.nomadHCL = fmt.Sprintf("  token = %q\n", e.c.ManagementToken())
+	_, err := e.nomad.Namespaces().Register(&api.Namespace{Name: "team-b"}, nil)
 	must.NoError(t, err)
 	readers := map[string]string{}
 	for _, ns := range []string{"default", "team-b"} {
@@ -187,6 +184,10 @@ func TestWebUIShowsATokenWhatItMayRead(t *testing.T) {
 	must.StrContains(t, body, "Nomad does not know this token")
 	resp, err := http.Get(sched.http + "/ui")
 	must.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	must.NoError(t, err)
 	must.EqOp(t, http.StatusUnauthorized, resp.StatusCode) // the token form
+	must.StrContains(t, string(b), `<form method="post" action="/ui/login">`)
+	must.StrNotContains(t, string(b), "ui-secret")
 }

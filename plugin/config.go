@@ -55,8 +55,16 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 				hclspec.NewAttr("gc_after", "string", false),
 				hclspec.NewLiteral(`"168h"`),
 			),
+			"unified_memory": hclspec.NewDefault(
+				hclspec.NewAttr("unified_memory", "bool", false),
+				hclspec.NewLiteral("false"),
+			),
+			"unified_oversubscription_pct": hclspec.NewDefault(
+				hclspec.NewAttr("unified_oversubscription_pct", "number", false),
+				hclspec.NewLiteral("100"),
+			),
 		})),
-		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h" }`),
+		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h", unified_memory = false, unified_oversubscription_pct = 100 }`),
 	),
 	"fixture": hclspec.NewDefault(
 		hclspec.NewAttr("fixture", "string", false),
@@ -104,7 +112,18 @@ type InterposerConfig struct {
 	Library  string `codec:"library"`
 	StateDir string `codec:"state_dir"`
 	GCAfter  string `codec:"gc_after"`
+	// UnifiedMemory turns an opportunistic task's device allocations into
+	// managed memory the driver can evict to host when production needs
+	// the GPU's memory (TGS); UnifiedOversubscriptionPct is how far beyond
+	// its share, in percent of the share, such a task's managed memory may
+	// go (plugin/interposer/README.md, "Unified memory").
+	UnifiedMemory              bool `codec:"unified_memory"`
+	UnifiedOversubscriptionPct int  `codec:"unified_oversubscription_pct"`
 }
+
+// MaxUnifiedOversubscriptionPct bounds interposer.unified_oversubscription_pct:
+// managed memory beyond the share lands in host memory when evicted.
+const MaxUnifiedOversubscriptionPct = 1000
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid gpushare plugin config")
@@ -137,6 +156,12 @@ func (c *Config) validate() (time.Duration, error) {
 		if d, err := time.ParseDuration(ip.GCAfter); err != nil || d < time.Minute {
 			bad("interposer.gc_after = %q: must be a duration of at least 1m (for example \"168h\")", ip.GCAfter)
 		}
+	} else if ip.UnifiedMemory {
+		bad("interposer.unified_memory = true: needs interposer.enabled = true (the library makes the allocations managed memory)")
+	}
+	if ip := c.Interposer; ip.UnifiedOversubscriptionPct < 0 || ip.UnifiedOversubscriptionPct > MaxUnifiedOversubscriptionPct {
+		bad("interposer.unified_oversubscription_pct = %d: must be between 0 and %d (percent of the share an opportunistic task may hold beyond it as managed memory)",
+			ip.UnifiedOversubscriptionPct, MaxUnifiedOversubscriptionPct)
 	}
 	period, err := time.ParseDuration(c.FingerprintPeriod)
 	switch {

@@ -150,7 +150,8 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 	p.logger.Info("config set", "enabled", cfg.Enabled, "shares_per_gpu", cfg.SharesPerGPU,
 		"sharing", cfg.Sharing, "fixture", cfg.Fixture, "ignored_gpu_ids", cfg.IgnoredGPUIDs,
 		"fingerprint_period", period, "interposer", cfg.Interposer.Enabled,
-		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir)
+		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir,
+		"interposer_unified_memory", cfg.Interposer.UnifiedMemory)
 	return nil
 }
 

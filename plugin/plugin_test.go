@@ -46,7 +46,8 @@ func TestConfigDefaults(t *testing.T) {
 		Enabled: true, SharesPerGPU: 100, Sharing: "mps",
 		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps"},
 		Interposer: InterposerConfig{Enabled: false, Library: DefaultInterposerLibrary,
-			StateDir: DefaultInterposerStateDir, GCAfter: "168h"},
+			StateDir: DefaultInterposerStateDir, GCAfter: "168h",
+			UnifiedMemory: false, UnifiedOversubscriptionPct: 100},
 		IgnoredGPUIDs:     []string{},
 		FingerprintPeriod: "1m",
 	}, p.cfg)
@@ -65,6 +66,9 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"interposer {\n enabled = true\n state_dir = \"/\"\n}":             `interposer.state_dir = "/": must be an absolute directory`,
 		"interposer {\n enabled = true\n gc_after = \"1s\"\n}":             `interposer.gc_after = "1s": must be a duration of at least 1m`,
 		"interposer {\n enabled = true\n library = \"/nonexistent.so\"\n}": "interposer.library: stat /nonexistent.so: no such file or directory; install libgpushare-cuda.so",
+		"interposer {\n unified_memory = true\n}":                          "interposer.unified_memory = true: needs interposer.enabled = true",
+		"interposer {\n unified_oversubscription_pct = -1\n}":              "interposer.unified_oversubscription_pct = -1: must be between 0 and 1000",
+		"interposer {\n unified_oversubscription_pct = 1001\n}":            "interposer.unified_oversubscription_pct = 1001: must be between 0 and 1000",
 	}
 	for body, want := range cases {
 		t.Run(body, func(t *testing.T) {

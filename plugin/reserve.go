@@ -172,6 +172,10 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 			memBytes = memPerGPU
 		}
 		lim := interposerLimits{memoryBytes: memBytes << 20, computePct: int(math.Ceil(100 * min(fraction, 1)))}
+		if ip := cfg.Interposer; ip.UnifiedMemory {
+			lim.unifiedMemory = true
+			lim.unifiedExtraBytes = lim.memoryBytes * uint64(ip.UnifiedOversubscriptionPct) / 100
+		}
 		sortedIDs := append([]string(nil), ids...)
 		sort.Strings(sortedIDs)
 		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {

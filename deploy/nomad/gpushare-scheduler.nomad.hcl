@@ -6,9 +6,10 @@
 # deploy/nomad/gpushare-scheduler.policy.hcl) in the job's own variable,
 # which the template reads through the job's workload identity:
 #
+#   nomad namespace apply -description "gpushare scheduler" gpushare
 #   nomad acl policy apply -description "gpushare scheduler" \
 #     gpushare-scheduler deploy/nomad/gpushare-scheduler.policy.hcl
-#   nomad var put nomad/jobs/gpushare-scheduler \
+#   nomad var put -out none -namespace gpushare nomad/jobs/gpushare-scheduler \
 #     token="$(nomad acl token create -name gpushare -policy gpushare-scheduler -json | jq -r .SecretID)"
 #   nomad job run -var nomad_addr=http://10.0.0.1:4646 deploy/nomad/gpushare-scheduler.nomad.hcl
 #
@@ -37,8 +38,8 @@ variable "datacenters" {
 
 variable "namespace" {
   type        = string
-  default     = "default"
-  description = "The job's namespace, which is the scheduler's (the leader lock and gpushare/state/ live there; the policy's named namespace block must match)."
+  default     = "gpushare"
+  description = "The job's namespace, which is the scheduler's (the leader lock and gpushare/state/, its signing key among them, live there; the policy's named namespace block must match). A namespace of its own, which ordinary submitters cannot write to: whoever may register a job named gpushare-scheduler in it, or alloc exec into it, can read its token. Create it first: nomad namespace apply gpushare."
 }
 
 variable "count" {

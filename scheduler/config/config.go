@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -27,11 +28,12 @@ type Config struct {
 	// HTTPCertFile and HTTPKeyFile, when set, serve the HTTP API over TLS.
 	HTTPCertFile string `hcl:"http_cert_file,optional"`
 	HTTPKeyFile  string `hcl:"http_key_file,optional"`
-	// HTTPRequireToken makes the HTTP API (but /v1/health) require a Nomad
-	// ACL token that may read what is asked: jobs of the namespace for
-	// /v1/jobs and /v1/groups, nodes for /v1/gpus; the page asks for it
-	// in a form.
-	HTTPRequireToken bool   `hcl:"http_require_token,optional"`
+	// HTTPRequireToken makes the HTTP API (but /v1/health and /metrics)
+	// require a Nomad ACL token that may read what is asked: read-job in
+	// the namespace for /v1/jobs, /v1/groups and /v1/unpairs, nodes for
+	// /v1/gpus. Unset, it is on whenever http_address listens beyond
+	// loopback (RequireToken). The page (/ui) asks for it in a form.
+	HTTPRequireToken *bool  `hcl:"http_require_token,optional"`
 	LogLevel         string `hcl:"log_level,optional"`
 	LogJSON          bool   `hcl:"log_json,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
@@ -90,10 +92,16 @@ type Opportunistic struct {
 
 // Nomad is how the service reaches Nomad.
 type Nomad struct {
-	Address    string   `hcl:"address,optional"`
-	Token      string   `hcl:"token,optional"`
-	TokenFile  string   `hcl:"token_file,optional"`
-	Region     string   `hcl:"region,optional"`
+	Address   string `hcl:"address,optional"`
+	Token     string `hcl:"token,optional"`
+	TokenFile string `hcl:"token_file,optional"`
+	Region    string `hcl:"region,optional"`
+	// Namespace is the scheduler's own namespace, where its leader lock and
+	// records (gpushare/* variables) live: a namespace of its own, which
+	// ordinary submitters cannot write to, keeps its signing key from them.
+	// Default: $NOMAD_NAMESPACE (Nomad sets it for a task), else "default".
+	Namespace string `hcl:"namespace,optional"`
+	// Namespaces are the namespaces whose jobs it schedules (default: all).
 	Namespaces []string `hcl:"namespaces,optional"`
 	CACert     string   `hcl:"ca_cert,optional"`
 	ClientCert string   `hcl:"client_cert,optional"`
@@ -303,6 +311,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Nomad.ClientKey, o.Nomad.ClientKey)
 	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
 	str(&c.Nomad.RequestTimeout, o.Nomad.RequestTimeout)
+	str(&c.Nomad.Namespace, o.Nomad.Namespace)
 	str(&c.Nomad.UIAddress, o.Nomad.UIAddress)
 	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
 	if len(o.Nomad.Namespaces) > 0 {
@@ -315,7 +324,9 @@ func (c *Config) Merge(o *Config) {
 	str(&c.HTTPAddress, o.HTTPAddress)
 	str(&c.HTTPCertFile, o.HTTPCertFile)
 	str(&c.HTTPKeyFile, o.HTTPKeyFile)
-	c.HTTPRequireToken = c.HTTPRequireToken || o.HTTPRequireToken
+	if o.HTTPRequireToken != nil {
+		c.HTTPRequireToken = o.HTTPRequireToken
+	}
 	str(&c.LogLevel, o.LogLevel)
 	c.LogJSON = c.LogJSON || o.LogJSON
 	str(&c.ResyncInterval, o.ResyncInterval)
@@ -529,4 +540,30 @@ func (c *Config) VCNames() []string {
 func Duration(s string) time.Duration {
 	d, _ := time.ParseDuration(s)
 	return d
+}
+
+// RequireToken says whether the HTTP API asks callers for a Nomad ACL
+// token: http_require_token when set, else whenever http_address listens
+// beyond loopback (a host name, an unspecified or a routable address), so
+// that an API reachable from other machines never answers anonymously by
+// default. On a Nomad cluster without ACLs a request without a token is
+// still answered: Nomad itself then answers anyone.
+func (c *Config) RequireToken() bool {
+	if c.HTTPRequireToken != nil {
+		return *c.HTTPRequireToken
+	}
+	return !loopbackAddress(c.HTTPAddress)
+}
+
+// loopbackAddress: addr's host is a loopback IP or "localhost".
+func loopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

@@ -166,3 +166,22 @@ func TestOpportunistic(t *testing.T) {
 	_, err = Parse("o.hcl", []byte("opportunistic {\n  priority = 1\n}\n"))
 	must.ErrorContains(t, err, "o.hcl:2,3-11: Unsupported argument")
 }
+
+// The API asks for a token whenever it listens beyond loopback, unless
+// http_require_token says otherwise; on loopback only when it says so.
+func TestRequireTokenBeyondLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8646": false, "[::1]:8646": false, "localhost:8646": false, "127.0.0.53:1": false,
+		"0.0.0.0:8646": true, ":8646": true, "10.0.0.5:8646": true, "[::]:8646": true, "sched.example.com:8646": true,
+	} {
+		c, err := Parse("s.hcl", []byte(`http_address = "`+addr+`"`))
+		must.NoError(t, err)
+		must.EqOp(t, want, c.RequireToken(), must.Sprint(addr))
+	}
+	c, err := Parse("s.hcl", []byte("http_address = \"0.0.0.0:8646\"\nhttp_require_token = false\n"))
+	must.NoError(t, err)
+	must.False(t, c.RequireToken())
+	c, err = Parse("s.hcl", []byte("http_require_token = true\n"))
+	must.NoError(t, err)
+	must.True(t, c.RequireToken())
+}

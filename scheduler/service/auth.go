@@ -31,6 +31,8 @@ var (
 
 // authScope is what a caller asks to read: the jobs of a namespace, or
 // nodes (Namespace "").
+// authScope is what a request reads: jobs of Namespace (read-job), or the
+// nodes; neither: only that the token is one Nomad knows.
 type authScope struct {
 	Namespace string
 	Nodes     bool
@@ -109,13 +111,12 @@ func (v *visibility) can(ns string) bool {
 // authorize checks that the request's token may read scope; nil when
 // tokens are not required.
 func (s *Service) authorize(r *http.Request, scope authScope) error {
-	if !s.cfg.HTTPRequireToken {
+	if !s.cfg.RequireToken() {
 		return nil
 	}
+	// no token is asked about too: on a cluster without ACLs Nomad answers
+	// anyone, and so does the API; with ACLs it is refused (ErrNoToken)
 	tok := tokenOf(r)
-	if tok == "" {
-		return ErrNoToken
-	}
 	key := tok + "\x00" + scope.Namespace
 	if scope.Nodes {
 		key += "\x00nodes"
@@ -129,8 +130,11 @@ func (s *Service) authorize(r *http.Request, scope authScope) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	err := s.nomad.Authorize(ctx, tok, scope)
-	if err != nil && !errors.Is(err, ErrBadToken) && !errors.Is(err, ErrForbidden) {
+	if err != nil && !errors.Is(err, ErrBadToken) && !errors.Is(err, ErrForbidden) && !errors.Is(err, ErrNoToken) {
 		return err // Nomad did not answer: not cached
+	}
+	if tok == "" && errors.Is(err, ErrBadToken) {
+		err = ErrNoToken
 	}
 	s.auth.mu.Lock()
 	if s.auth.answers == nil || len(s.auth.answers) > 10000 {
@@ -154,11 +158,28 @@ func authFailed(w http.ResponseWriter, err error) {
 }
 
 // Authorize asks Nomad, with the caller's token, whether it may read
-// scope: the token itself (401 from Nomad: ErrBadToken), then a one-item
-// listing of what the scope covers (403: ErrForbidden).
+// scope: the token itself (401 from Nomad: ErrBadToken), then what the
+// scope covers (403: ErrForbidden). Jobs are checked with read-job, the
+// capability Nomad itself asks to read a job (not list-jobs): a job lookup
+// in the namespace, whose permission Nomad checks before it looks (so the
+// probe's ID need not exist). Without a token, it asks only whether Nomad
+// has ACLs at all (with the scheduler's own token: the API client sends it
+// whenever a request carries none).
 func (n nomadClient) Authorize(ctx context.Context, token string, scope authScope) error {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
+	if token == "" {
+		self, _, err := n.c.ACLTokens().Self((&api.QueryOptions{}).WithContext(ctx))
+		switch {
+		// ACLs disabled: Nomad answers anyone (1.11 says so with a
+		// pseudo-token, older versions with a 400)
+		case err == nil && self != nil && self.AccessorID == aclsDisabledAccessor, isStatus(err, http.StatusBadRequest):
+			return nil
+		case err == nil, isForbidden(err), isStatus(err, http.StatusUnauthorized), isNotFound(err):
+			return ErrNoToken
+		}
+		return err
+	}
 	q := func(ns string) *api.QueryOptions {
 		return (&api.QueryOptions{AuthToken: token, Namespace: ns, PerPage: 1}).WithContext(ctx)
 	}
@@ -172,13 +193,25 @@ func (n nomadClient) Authorize(ctx context.Context, token string, scope authScop
 		return nil
 	}
 	var err error
-	if scope.Nodes {
+	switch {
+	case scope.Nodes:
 		_, _, err = n.c.Nodes().List(q(""))
-	} else {
-		_, _, err = n.c.Jobs().List(q(scope.Namespace))
+	case scope.Namespace != "":
+		_, _, err = n.c.Jobs().Info(authProbeJob, q(scope.Namespace))
+		if isNotFound(err) {
+			err = nil // allowed to look: there is no such job
+		}
 	}
 	if isForbidden(err) {
 		return ErrForbidden
 	}
 	return err
 }
+
+// aclsDisabledAccessor is the accessor of the token Nomad (1.11) returns
+// from /v1/acl/token/self when ACLs are disabled.
+const aclsDisabledAccessor = "acls-disabled"
+
+// authProbeJob is the job ID Authorize looks up to learn whether a token
+// has read-job in a namespace; whether it exists does not matter.
+const authProbeJob = "gpushare-read-job-probe"

@@ -115,9 +115,13 @@ func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
 
 // JobStatus is the body of /v1/jobs/<id>.
 type JobStatus struct {
-	Namespace string        `json:"namespace"`
-	ID        string        `json:"id"`
-	Groups    []GroupStatus `json:"groups"`
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	// Type and Status are Nomad's (service/batch/...; pending, running or
+	// dead: a batch job whose allocations all finished is dead).
+	Type   string        `json:"type,omitempty"`
+	Status string        `json:"status,omitempty"`
+	Groups []GroupStatus `json:"groups"`
 }
 
 // GroupStatus says where a group is pinned, or why it waits.
@@ -138,13 +142,15 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	id := r.PathValue("id")
 	name := strings.TrimSuffix(model.JobKey(ns, ""), "/")
+	// authorised first: the managed namespaces are said only to a caller
+	// who may read the one it asked about
+	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
+		authFailed(w, err)
+		return
+	}
 	if managed := s.namespaces(); !managed.has(ns) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf(
 			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
-		return
-	}
-	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
-		authFailed(w, err)
 		return
 	}
 	// the answer is built under the lock and written after it: a slow
@@ -165,6 +171,12 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 		return JobStatus{}, false
 	}
 	out := JobStatus{Namespace: name, ID: id}
+	if job.Type != nil {
+		out.Type = *job.Type
+	}
+	if job.Status != nil {
+		out.Status = *job.Status
+	}
 	gated := pin.Gated(job)
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
@@ -213,8 +225,8 @@ type Waiting struct {
 // handleGroups lists the groups that wait or were refused for good, in
 // the managed namespaces, sorted.
 func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
-		authFailed(w, ErrNoToken)
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
 		return
 	}
 	out := s.waiting()

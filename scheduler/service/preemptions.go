@@ -59,8 +59,8 @@ func (s *Service) preemptionsFor(see *visibility) []Preemption {
 // handlePreemptions lists the groups last preempted, newest first, in the
 // namespaces the caller may read.
 func (s *Service) handlePreemptions(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
-		authFailed(w, ErrNoToken)
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
 		return
 	}
 	see := s.visibility(r)

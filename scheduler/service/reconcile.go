@@ -510,10 +510,16 @@ func (s *Service) confirm() {
 			continue
 		}
 		for _, a := range allocs {
+			// one line per allocation, not per share (a GPU is 100 shares)
+			var outside []string
 			for _, sh := range model.Shares(a) {
 				if !slices.Contains(rec.Shares, sh) {
-					s.log.Warn("allocation holds a share outside its pin", "group", key.String(), "alloc_id", a.ID, "share", sh)
+					outside = append(outside, sh)
 				}
+			}
+			if len(outside) > 0 {
+				s.log.Warn("allocation holds shares outside its pin (placed before the pin, or a pin written by hand)",
+					"group", key.String(), "alloc_id", a.ID, "shares_outside", len(outside), "first", outside[0])
 			}
 		}
 		s.metrics.confirmations.Inc()

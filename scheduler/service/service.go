@@ -117,6 +117,9 @@ func New(cfg *config.Config, logger hclog.Logger) (*Service, error) {
 	acfg.Address = cfg.Nomad.Address
 	acfg.SecretID = token
 	acfg.Region = cfg.Nomad.Region
+	if cfg.Nomad.Namespace != "" {
+		acfg.Namespace = cfg.Nomad.Namespace // else $NOMAD_NAMESPACE, read by DefaultConfig
+	}
 	acfg.TLSConfig = &api.TLSConfig{CACert: cfg.Nomad.CACert, ClientCert: cfg.Nomad.ClientCert, ClientKey: cfg.Nomad.ClientKey,
 		TLSServerName: cfg.Nomad.TLSServer, Insecure: cfg.Nomad.Insecure}
 	client, err := api.NewClient(acfg)

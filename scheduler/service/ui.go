@@ -41,7 +41,7 @@ func (s *Service) uiRoutes(mux *http.ServeMux) {
 
 func (s *Service) session(r *http.Request) webui.Session {
 	_, err := r.Cookie(tokenCookie)
-	return webui.Session{Required: s.cfg.HTTPRequireToken, SignedIn: err == nil}
+	return webui.Session{Required: s.cfg.RequireToken(), SignedIn: err == nil}
 }
 
 func (s *Service) links() webui.Links { return webui.Links{NomadUI: s.cfg.Nomad.UIAddress} }
@@ -74,8 +74,8 @@ func (s *Service) uiAuthFailed(w http.ResponseWriter, r *http.Request, err error
 // nodes), the queue, refused groups and recent moves of the namespaces it
 // may read.
 func (s *Service) handleUI(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
-		s.uiAuthFailed(w, r, ErrNoToken)
+	if err := s.authorize(r, authScope{}); err != nil { // nothing shown before authentication
+		s.uiAuthFailed(w, r, err)
 		return
 	}
 	page := webui.Overview{Session: s.session(r), Links: s.links(), Refresh: uiRefresh, Now: s.now(), Leader: s.IsLeader()}
@@ -155,13 +155,15 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		ns = "default"
 	}
 	id := r.PathValue("id")
+	// authorised first: the managed namespaces are said only to a caller
+	// who may read the one it asked about
+	if err := s.authorize(r, authScope{Namespace: ns}); err != nil {
+		s.uiAuthFailed(w, r, err)
+		return
+	}
 	if managed := s.namespaces(); !managed.has(ns) {
 		s.render(w, http.StatusNotFound, webui.Problem{Session: s.session(r), Title: "Namespace not managed",
 			Message: fmt.Sprintf("Namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces).", ns, managed)})
-		return
-	}
-	if err := s.authorize(r, authScope{Namespace: ns}); err != nil {
-		s.uiAuthFailed(w, r, err)
 		return
 	}
 	st, found := s.jobStatus(ns, id, ns)
@@ -212,7 +214,7 @@ func (s *Service) nodeNames(ids []string) []string {
 }
 
 func (s *Service) handleUILoginForm(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.HTTPRequireToken {
+	if !s.cfg.RequireToken() {
 		http.Redirect(w, r, "/ui", http.StatusSeeOther)
 		return
 	}
@@ -227,7 +229,7 @@ func (s *Service) handleUILogin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the token form must be sent from this scheduler's own page", http.StatusForbidden)
 		return
 	}
-	if !s.cfg.HTTPRequireToken {
+	if !s.cfg.RequireToken() {
 		http.Redirect(w, r, "/ui", http.StatusSeeOther)
 		return
 	}

@@ -144,7 +144,7 @@ func TestUIAndGPUMapShowOnlyReadableNamespaces(t *testing.T) {
 	wait.Namespace = ptr("team-a")
 	f.put(wait)
 	fraction(t, f, "team-b", "bees", 0, 40, 60)
-	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = true })
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
 	s.intro.rec.noteUnpaired(model.AllocKey(f.allocs[0]), "secret-reason", s.now())
 
 	for _, c := range []struct {
@@ -198,7 +198,7 @@ func TestUIAndGPUMapShowOnlyReadableNamespaces(t *testing.T) {
 func TestUITokenForm(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{},
 		tokens: map[string][]string{"a": {"team-a"}}}
-	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = true })
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
 
 	rr := uiServe(s, "GET", "/ui", "", nil)
 	must.EqOp(t, http.StatusUnauthorized, rr.Code)
@@ -251,7 +251,7 @@ func TestPreemptionsAreShownToWhoMayReadThem(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{},
 		tokens: map[string][]string{"a": {"team-a", "nodes"}, "ab": {"team-a", "team-b", "nodes"}, "b": {"team-b"}}}
 	fraction(t, f, "team-a", "scavenger", 0, 0, 50)
-	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = true })
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
 	urgent := model.AllocKey(&api.Allocation{Namespace: "team-b", JobID: "urgent", TaskGroup: "g"})
 	must.NoError(t, s.preempt(t.Context(), []string{"alloc-scavenger"}, urgent))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["scavenger"])) // gated again
