@@ -202,7 +202,7 @@ func ago(now, t time.Time) string {
 	if t.IsZero() {
 		return ""
 	}
-	d := now.Sub(t).Round(time.Second)
+	d := max(now.Sub(t).Round(time.Second), 0) // clocks of two replicas may disagree
 	switch {
 	case d < time.Minute:
 		return fmt.Sprintf("%ds ago", int(d.Seconds()))

@@ -80,3 +80,20 @@ func TestLinks(t *testing.T) {
 	must.EqOp(t, "/ui/jobs/a%2Fb?namespace=team+a", l.Job("team a", "a/b"))
 	must.EqOp(t, "", Links{}.NomadJob("default", "x"))
 }
+
+func TestAgo(t *testing.T) {
+	now := time.Unix(100000, 0)
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{now.Add(-42 * time.Second), "42s ago"},
+		{now.Add(-5 * time.Minute), "5m ago"},
+		{now.Add(-150 * time.Minute), "2h30m ago"},
+		{now.Add(3 * time.Second), "0s ago"},
+		{time.Time{}, ""},
+		{time.Unix(0, 0), "1970-01-01 00:00 UTC"},
+	} {
+		must.EqOp(t, c.want, ago(now, c.at))
+	}
+}
