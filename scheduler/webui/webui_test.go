@@ -92,7 +92,8 @@ func TestAgo(t *testing.T) {
 		{now.Add(-150 * time.Minute), "2h30m ago"},
 		{now.Add(3 * time.Second), "0s ago"},
 		{time.Time{}, ""},
-		{time.Unix(0, 0), "1970-01-01 00:00 UTC"},
+		{time.Unix(0, 0), "27h46m ago"},
+		{now.Add(-72 * time.Hour), "1969-12-30 03:46 UTC"},
 	} {
 		must.EqOp(t, c.want, ago(now, c.at))
 	}
