@@ -158,6 +158,9 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 	// authorised first: the managed namespaces are said only to a caller
 	// who may read the one it asked about
 	if err := s.authorize(r, authScope{Namespace: ns}); err != nil {
+		if errors.Is(err, ErrForbidden) {
+			err = fmt.Errorf("%w: it needs read-job in namespace %s to see job %s", err, ns, id)
+		}
 		s.uiAuthFailed(w, r, err)
 		return
 	}

@@ -189,6 +189,7 @@ func TestUIAndGPUMapShowOnlyReadableNamespaces(t *testing.T) {
 	// nor another namespace's job page
 	page = uiServe(s, "GET", "/ui/jobs/secret-wait?namespace=team-a", "b", nil)
 	must.EqOp(t, http.StatusForbidden, page.Code)
+	must.StrContains(t, page.Body.String(), "this ACL token may not read it: it needs read-job in namespace team-a")
 	must.StrNotContains(t, page.Body.String(), "1600")
 }
 
