@@ -155,7 +155,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		return err
 	}
 	if keep {
-		say("cluster is up: Nomad at %s, scheduler API at http://%s; press Ctrl-C to stop", c.Address(), httpAddr)
+		say("cluster is up: Nomad at %s, scheduler API at http://%s, its page at http://%s/ui; press Ctrl-C to stop", c.Address(), httpAddr, httpAddr)
 		say("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  ./bin/gpushare status\n  ./bin/gpushare job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr)
 		<-ctx.Done()
 		say("stopping the cluster")

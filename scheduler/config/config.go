@@ -22,7 +22,8 @@ type Config struct {
 	Policy string `hcl:"policy,optional"`
 	// ProductionMaxSlowdown bounds a production job's predicted slowdown.
 	ProductionMaxSlowdown float64 `hcl:"production_max_slowdown,optional"`
-	// HTTPAddress serves /v1/health, /v1/gpus, /v1/jobs/<id> and /metrics.
+	// HTTPAddress serves the web page /ui, /v1/health, /v1/gpus,
+	// /v1/jobs/<id>, ... and /metrics.
 	HTTPAddress string `hcl:"http_address,optional"`
 	// HTTPCertFile and HTTPKeyFile, when set, serve the HTTP API over TLS.
 	HTTPCertFile string `hcl:"http_cert_file,optional"`
@@ -31,7 +32,7 @@ type Config struct {
 	// require a Nomad ACL token that may read what is asked: read-job in
 	// the namespace for /v1/jobs, /v1/groups and /v1/unpairs, nodes for
 	// /v1/gpus. Unset, it is on whenever http_address listens beyond
-	// loopback (RequireToken).
+	// loopback (RequireToken). The page (/ui) asks for it in a form.
 	HTTPRequireToken *bool  `hcl:"http_require_token,optional"`
 	LogLevel         string `hcl:"log_level,optional"`
 	LogJSON          bool   `hcl:"log_json,optional"`
@@ -110,6 +111,11 @@ type Nomad struct {
 	// RequestTimeout bounds each request to Nomad but the event stream, so
 	// that a hung Nomad does not stall scheduling.
 	RequestTimeout string `hcl:"request_timeout,optional"`
+	// UIAddress is where users open Nomad's web UI (its agents' address,
+	// "https://nomad.example.com:4646"): the scheduler's page links jobs,
+	// allocations and clients there. Empty: no such links (a Nomad built
+	// from the module proxy has no UI).
+	UIAddress string `hcl:"ui_address,optional"`
 }
 
 // Leader configures leader election through a Nomad Variable lock.
@@ -306,6 +312,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
 	str(&c.Nomad.RequestTimeout, o.Nomad.RequestTimeout)
 	str(&c.Nomad.Namespace, o.Nomad.Namespace)
+	str(&c.Nomad.UIAddress, o.Nomad.UIAddress)
 	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
 	if len(o.Nomad.Namespaces) > 0 {
 		c.Nomad.Namespaces = o.Nomad.Namespaces
@@ -373,6 +380,9 @@ func (c *Config) Validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, c.located(fmt.Sprintf(format, a...))) }
 	if !strings.HasPrefix(c.Nomad.Address, "http://") && !strings.HasPrefix(c.Nomad.Address, "https://") {
 		bad("nomad.address %q: must start with http:// or https://", c.Nomad.Address)
+	}
+	if u := c.Nomad.UIAddress; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		bad("nomad.ui_address %q: must start with http:// or https:// (where users open Nomad's UI), or be empty", u)
 	}
 	if c.Nomad.Token != "" && c.Nomad.TokenFile != "" {
 		bad("nomad: set token or token_file, not both")

@@ -14,14 +14,17 @@ import (
 // The HTTP API can require a Nomad ACL token (http_require_token): the
 // caller's token must be one Nomad knows (else 401) and may read what is
 // asked (else 403): the jobs of the namespace for /v1/jobs/<id>, the jobs
-// of each namespace listed for /v1/groups, nodes for /v1/gpus. Nomad
-// answers the question, with the caller's token; answers are kept for
-// authTTL. /v1/health and /metrics stay open (probes and scrapers); they
-// name no job.
+// of each namespace listed for /v1/groups, nodes for /v1/gpus (where the
+// jobs, groups and allocations of namespaces the token may not read show
+// as anonymous shares). Nomad answers the question, with the caller's
+// token; answers are kept for authTTL. /v1/health and /metrics stay open
+// (probes and scrapers); they name no job. A browser cannot send a
+// header: the page's token form (/ui/login) keeps the token in a cookie,
+// read wherever the token is.
 
 // Errors of authorize.
 var (
-	ErrNoToken   = errors.New("this API needs a Nomad ACL token (X-Nomad-Token header or Authorization: Bearer)")
+	ErrNoToken   = errors.New("this API needs a Nomad ACL token (X-Nomad-Token header or Authorization: Bearer; in a browser, sign in at /ui/login)")
 	ErrBadToken  = errors.New("Nomad does not know this ACL token")
 	ErrForbidden = errors.New("this ACL token may not read it")
 )
@@ -47,6 +50,11 @@ type authAnswer struct {
 	at  time.Time
 }
 
+// tokenCookie holds the token the page's form was given.
+const tokenCookie = "gpushare_token"
+
+// tokenOf is the caller's token: the X-Nomad-Token header, else a bearer
+// token, else the page's cookie.
 func tokenOf(r *http.Request) string {
 	if t := r.Header.Get("X-Nomad-Token"); t != "" {
 		return t
@@ -54,7 +62,50 @@ func tokenOf(r *http.Request) string {
 	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return strings.TrimSpace(t)
 	}
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		return c.Value
+	}
 	return ""
+}
+
+// visibility answers, for one request, which namespaces' jobs the caller
+// may see: those the service manages and the caller's token may read,
+// asking Nomad once per namespace. err is the first answer that was
+// neither yes nor no (Nomad did not answer).
+type visibility struct {
+	s       *Service
+	r       *http.Request
+	managed namespaces
+	seen    map[string]bool
+	err     error
+}
+
+func (s *Service) visibility(r *http.Request) *visibility {
+	return &visibility{s: s, r: r, managed: s.namespaces(), seen: map[string]bool{}}
+}
+
+// can reports whether the caller may see namespace ns's jobs.
+func (v *visibility) can(ns string) bool {
+	if ns == "" {
+		ns = "default"
+	}
+	if ok, seen := v.seen[ns]; seen {
+		return ok
+	}
+	ok := false
+	if v.managed.has(ns) {
+		switch err := v.s.authorize(v.r, authScope{Namespace: ns}); {
+		case err == nil:
+			ok = true
+		case errors.Is(err, ErrForbidden):
+		default:
+			if v.err == nil {
+				v.err = err
+			}
+		}
+	}
+	v.seen[ns] = ok
+	return ok
 }
 
 // authorize checks that the request's token may read scope; nil when

@@ -78,6 +78,12 @@ func (s *Service) reconcile(ctx context.Context) {
 	if s.onStep != nil {
 		s.onStep(actions)
 	}
+	positions := map[decide.Key]queuePos{}
+	for _, a := range actions {
+		if a.Kind == decide.Wait && a.Of > 0 {
+			positions[a.Group] = queuePos{Position: a.Position, Of: a.Of}
+		}
+	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
 	var pins []decide.Action
 	kept := map[string]bool{} // shares of allocations a failed unpair left running
@@ -101,6 +107,7 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.readPriors(ctx)
 	s.mu.Lock()
 	s.pending = pending
+	s.positions = positions
 	waiting, refused := 0, 0
 	for k := range pending {
 		if _, ok := s.refused[k]; ok {
@@ -470,6 +477,9 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
 	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
 		s.metrics.preemptions.Add(float64(len(ids)))
+		s.mu.Lock()
+		s.notePreempted(t, ids, forKey)
+		s.mu.Unlock()
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
 			"job_id", t.Job, "group", t.Group, "allocations", ids, "for", forKey.String())
 	})

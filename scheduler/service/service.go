@@ -71,6 +71,12 @@ type Service struct {
 	// preempted allocations Nomad is stopping: their capacity is already
 	// given to the guaranteed job that preempted them
 	preempted map[string]time.Time
+	// preemptions are the groups last preempted, newest last (kept in
+	// memory only: a new leader starts with none)
+	preemptions []Preemption
+	// positions are the queue places the last pass gave the groups it
+	// left waiting
+	positions map[decide.Key]queuePos
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
 	// submitted keeps when jobs the scheduler registered again were
