@@ -98,7 +98,7 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 
 	t.Run("links", func(t *testing.T) {
 		broken := brokenLinks(t, dir)
-		must.SliceEmpty(t, broken, must.Sprint("links that lead nowhere in the unpacked archive"))
+		must.SliceEmpty(t, broken, must.Sprintf("links that lead nowhere in the unpacked archive:\n%s", strings.Join(broken, "\n")))
 	})
 
 	gpushare := filepath.Join(dir, "gpushare")
