@@ -96,6 +96,30 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 		must.StrContains(t, string(lic), `Exhibit B - "Incompatible With Secondary Licenses" Notice`)
 	})
 
+	t.Run("no design notes outside the repository", func(t *testing.T) {
+		// comments and documents cite docs/, never the design notes kept
+		// beside the repository, which a reader of the archive or of the
+		// repository does not have
+		notes := "DESIGN" + ".md"
+		var cites []string
+		err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() || !strings.HasSuffix(p, ".md") && !strings.HasSuffix(p, ".hcl") {
+				return err
+			}
+			b, err := os.ReadFile(p)
+			if err == nil && strings.Contains(string(b), notes) {
+				cites = append(cites, p[len(dir)+1:])
+			}
+			return err
+		})
+		must.NoError(t, err)
+		ls := exec.Command("git", "grep", "-l", notes)
+		ls.Dir = root
+		out, _ := ls.Output() // exit 1: no match
+		cites = append(cites, strings.Fields(string(out))...)
+		must.SliceEmpty(t, cites, must.Sprintf("files that cite %s: %v", notes, cites))
+	})
+
 	t.Run("links", func(t *testing.T) {
 		broken := brokenLinks(t, dir)
 		must.SliceEmpty(t, broken, must.Sprintf("links that lead nowhere in the unpacked archive:\n%s", strings.Join(broken, "\n")))
