@@ -289,6 +289,8 @@ func devAgent(t *testing.T, ctx context.Context, dir string) {
 	cmd := exec.Command(nomadBin, "agent", "-dev", "-config", "deploy/nomad/dev.hcl", "-config", portsFile, "-plugin-dir", plugins)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// a dev agent's client directories (NomadClient*) are left in TMPDIR
+	cmd.Env = append(os.Environ(), "TMPDIR="+t.TempDir())
 	must.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
