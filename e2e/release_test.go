@@ -35,16 +35,19 @@ var releaseMustHold = []string{
 	"docs/gate-and-pin.md", "fixtures/topo/PROVENANCE.md", "plugin/interposer/README.md",
 }
 
-// TestReleaseArchiveStandsAlone (the release test: make release for the
-// host's architecture, then the archive alone, about 15 s when the build
-// cache is warm) unpacks the archive into an empty directory, outside any
+// TestReleaseArchiveStandsAlone is THE RELEASE TEST: make release for the
+// host's architecture only, then the archive alone (about 20 s when the
+// build cache is warm; the first build of the release binaries takes
+// longer). It unpacks the archive into an empty directory, outside any
 // checkout, and checks that it stands alone: every file the README and
 // the other shipped documents link to is in it, and so are the fixtures,
-// the examples, the example agent configurations and LICENSE; the
+// the examples, the example agent configurations and LICENSE (MPL-2.0);
+// nothing cites the design notes kept outside the repository; the
 // README's commands that need no cluster work from it (job lint of the
-// examples, fixture check); gpushare demo, with Nomad from -nomad, finds
-// the plugin beside it and its embedded fixtures and examples, runs them
-// all and exits 0; without Nomad it says how to get one.
+// examples, fixture check); deploy/nomad/dev.hcl starts a dev agent whose
+// node offers the fixture's GPUs; gpushare demo, with Nomad from -nomad,
+// finds the plugin beside it and its embedded fixtures and examples, runs
+// them all and exits 0; without Nomad it says how to get one.
 func TestReleaseArchiveStandsAlone(t *testing.T) {
 	root, err := devcluster.RepoRoot()
 	must.NoError(t, err)
