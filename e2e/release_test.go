@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -159,7 +158,29 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 	})
 
 	t.Run("dev agent", func(t *testing.T) {
-		devAgent(t, ctx, dir)
+		// as the README says: the dev agent, the scheduler, an example
+		addr := devAgent(t, ctx, dir)
+		sched := "http://127.0.0.1:" + strconv.Itoa(freePort(t))
+		logf, err := os.Create(filepath.Join(t.TempDir(), "scheduler.log"))
+		must.NoError(t, err)
+		cmd := exec.Command(gpushare, "scheduler", "-nomad-address", addr, "-http-address", strings.TrimPrefix(sched, "http://"))
+		cmd.Dir, cmd.Env, cmd.Stdout, cmd.Stderr = dir, bare, logf, logf
+		must.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			stopProcess(cmd)
+			logf.Close()
+			if t.Failed() {
+				b, _ := os.ReadFile(logf.Name())
+				t.Logf("gpushare scheduler:\n%s", b)
+			}
+		})
+		out, err := run(t, bare, "job", "run", "-address", addr, "-scheduler", sched, "-timeout", "2m", "jobspecs/examples/training-nvlink-pair.nomad.hcl")
+		must.NoError(t, err, must.Sprint(out))
+		must.StrContains(t, out, "pinned to 1 node(s), 2 GPU(s), 200 share(s) in NV")
+		out, err = run(t, bare, "status", "-address", addr, "-scheduler", sched)
+		must.NoError(t, err, must.Sprint(out))
+		must.StrContains(t, out, "train-pair/trainer")
+		t.Logf("gpushare status on the dev agent:\n%s", out)
 	})
 
 	t.Run("demo", func(t *testing.T) {
@@ -269,26 +290,20 @@ func jobspecsPaths() []string {
 }
 
 // devAgent runs deploy/nomad/dev.hcl as its header says, from the unpacked
-// archive dir (on ports of its own), and waits for its node to offer the
-// fixture's 8 GPUs as 800 shares.
-func devAgent(t *testing.T, ctx context.Context, dir string) {
+// archive dir (on ports of its own), waits for its node to offer the
+// fixture's 8 GPUs as 800 shares and returns its address; it stops when
+// the test ends.
+func devAgent(t *testing.T, ctx context.Context, dir string) string {
 	plugins := filepath.Join(dir, "plugins")
 	must.NoError(t, os.MkdirAll(plugins, 0o755))
 	b, err := os.ReadFile(filepath.Join(dir, "nomad-device-gpushare"))
 	must.NoError(t, err)
 	must.NoError(t, os.WriteFile(filepath.Join(plugins, "nomad-device-gpushare"), b, 0o755))
-	var ports [3]int
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		must.NoError(t, err)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
-	}
+	ports := [3]int{freePort(t), freePort(t), freePort(t)}
 	portsFile := filepath.Join(t.TempDir(), "ports.hcl")
 	must.NoError(t, os.WriteFile(portsFile, []byte(fmt.Sprintf("ports {\n  http = %d\n  rpc = %d\n  serf = %d\n}\n", ports[0], ports[1], ports[2])), 0o644))
 	logf, err := os.Create(filepath.Join(t.TempDir(), "nomad.log"))
 	must.NoError(t, err)
-	defer logf.Close()
 	cmd := exec.Command(nomadBin, "agent", "-dev", "-config", "deploy/nomad/dev.hcl", "-config", portsFile, "-plugin-dir", plugins)
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -297,7 +312,7 @@ func devAgent(t *testing.T, ctx context.Context, dir string) {
 	must.NoError(t, cmd.Start())
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
-	defer func() {
+	t.Cleanup(func() {
 		_ = cmd.Process.Signal(os.Interrupt)
 		select {
 		case <-exited:
@@ -305,12 +320,14 @@ func devAgent(t *testing.T, ctx context.Context, dir string) {
 			_ = cmd.Process.Kill()
 			<-exited
 		}
+		logf.Close()
 		if t.Failed() {
 			b, _ := os.ReadFile(logf.Name())
 			t.Logf("nomad agent -dev -config deploy/nomad/dev.hcl:\n%s", b)
 		}
-	}()
-	client, err := api.NewClient(&api.Config{Address: fmt.Sprintf("http://127.0.0.1:%d", ports[0])})
+	})
+	addr := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
+	client, err := api.NewClient(&api.Config{Address: addr})
 	must.NoError(t, err)
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -319,13 +336,13 @@ func devAgent(t *testing.T, ctx context.Context, dir string) {
 			for _, d := range nodes[0].NodeResources.Devices {
 				if d.Type == "gpushare" && len(d.Instances) == 800 {
 					t.Logf("dev agent: %s %s, %d shares", d.Vendor, d.Name, len(d.Instances))
-					return
+					return addr
 				}
 			}
 		}
 		select {
 		case err := <-exited:
-			exited <- err // for the deferred stop
+			exited <- err // for the stop at cleanup
 			t.Fatalf("the dev agent exited: %v", err)
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
@@ -334,5 +351,19 @@ func devAgent(t *testing.T, ctx context.Context, dir string) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no node with the fixture's 800 gpushare shares after 90s (last error: %v)", err)
 		}
+	}
+}
+
+// stopProcess interrupts a process the test started and waits for it,
+// killing it after 30 s.
+func stopProcess(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }

@@ -9,9 +9,9 @@
 #
 # then, in another terminal:
 #
-#   gpushare scheduler &                      # Nomad at 127.0.0.1:4646
-#   gpushare job run jobspecs/examples/inference-quarter.nomad.hcl
-#   gpushare status
+#   ./gpushare scheduler &                    # Nomad at 127.0.0.1:4646
+#   ./gpushare job run jobspecs/examples/training-nvlink-pair.nomad.hcl   # 2 GPUs, an NVLink pair
+#   ./gpushare status
 #
 # gpushare demo does all of this with three clients, and stops when done.
 # On a machine with GPUs, set fixture = "" to serve them through NVML.
