@@ -15,7 +15,7 @@ import (
 )
 
 // nodeSet is where a group's own rules let Nomad place it, among the
-// nodes of the snapshot (DESIGN.md section 9: Nomad's rules first).
+// nodes of the snapshot (Nomad's rules first: docs/gate-and-pin.md, "The pin").
 type nodeSet struct {
 	// allowed are the nodes that pass, nil when every node does.
 	allowed []string
