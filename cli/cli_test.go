@@ -65,11 +65,11 @@ func TestStatusShowsWaitingGroups(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out strings.Builder
-	renderWaiting(IO{Out: &out, Err: &out}, srv.URL)
+	must.True(t, renderWaiting(IO{Out: &out, Err: &out}, scheduler{addr: srv.URL, how: "-scheduler"}))
 	must.StrContains(t, out.String(), "1 group(s) wait for gpushare:\n  default/huge/g  refused: larger than any node: needs 16 GPUs")
 	out.Reset()
-	renderWaiting(IO{Out: &out, Err: &out}, "http://127.0.0.1:1")
-	must.StrContains(t, out.String(), "waiting groups: not shown, the scheduler at http://127.0.0.1:1 did not answer")
+	must.False(t, renderWaiting(IO{Out: &out, Err: &out}, scheduler{addr: "http://127.0.0.1:1", how: "-scheduler"}))
+	must.StrContains(t, out.String(), "waiting groups not shown: the scheduler at http://127.0.0.1:1 (-scheduler) did not answer")
 }
 
 // job lint checks gpushare.vc against the scheduler's virtual clusters.
@@ -102,7 +102,7 @@ func TestJobLintChecksVC(t *testing.T) {
 	must.StrContains(t, out, `gpushare.vc = "reserch" names no virtual cluster of the scheduler (it has: research)`)
 	code, out, _ = run("job", "lint", "-scheduler", "http://127.0.0.1:1", file)
 	must.EqOp(t, 0, code)
-	must.StrContains(t, out, "gpushare.vc not checked: the scheduler at http://127.0.0.1:1 did not answer")
+	must.StrContains(t, out, "gpushare.vc not checked: the scheduler at http://127.0.0.1:1 (-scheduler) did not answer")
 }
 
 // /dev/null is a character device but no terminal: the demo must not wait
@@ -119,14 +119,17 @@ func TestJobStatus(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		must.EqOp(t, "/v1/jobs/train", r.URL.Path)
 		must.EqOp(t, "team-a", r.URL.Query().Get("namespace"))
-		_, _ = w.Write([]byte(`{"namespace":"team-a","id":"train","groups":[
+		_, _ = w.Write([]byte(`{"namespace":"team-a","id":"train","type":"batch","status":"dead","groups":[
 			{"name":"g","state":"refused","reason":"larger than any node: needs 16 GPUs"},
+			{"name":"p","state":"pinned","placement":{"nodes":["n1"],"gpus":["GPU-1"],"shares":["GPU-1:9"]},"profile":{"name":"","sm_util":0.3,"mem_bw":0.2}},
 			{"name":"h","state":"pinned","placement":{"nodes":["n1"],"gpus":["GPU-1"],"shares":["GPU-1:0"],"reason":"25 shares of GPU 0"},"allocations":["a1"]}]}`))
 	}))
 	defer srv.Close()
 	code, out, errOut := run("job", "status", "-scheduler", srv.URL, "-namespace", "team-a", "train")
 	must.EqOp(t, 0, code, must.Sprint(errOut))
 	must.StrContains(t, out, "group g: refused\n    why: larger than any node: needs 16 GPUs")
+	must.StrContains(t, out, "status dead: the batch job has finished")
+	must.StrContains(t, out, "interference profile: from the job's meta (sm 0.30, memory bandwidth 0.20)")
 	must.StrContains(t, out, "group h: pinned\n    pinned to 1 node(s), 1 GPU(s), 1 share(s): 25 shares of GPU 0\n    allocations: a1")
 	code, _, errOut = run("job", "status", "-scheduler", "http://127.0.0.1:1", "train")
 	must.EqOp(t, 1, code)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -24,8 +25,8 @@ import (
 
 func runDemo(args []string, io IO) int {
 	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep]", io)
-	nomadBin := fs.String("nomad", "", "Nomad v1.11.3 binary (default: build bin/nomad from the Go module proxy)")
-	pluginBin := fs.String("plugin", "", "nomad-device-gpushare binary (default: build it)")
+	nomadBin := fs.String("nomad", "", "Nomad binary (default: $GPUSHARE_NOMAD; in a checkout bin/nomad, built from the Go module proxy; else nomad on PATH)")
+	pluginBin := fs.String("plugin", "", "nomad-device-gpushare binary (default: the one beside gpushare; in a checkout, built)")
 	keep := fs.Bool("keep", isTerminal(os.Stdin), "keep the cluster running until Ctrl-C (default when run from a terminal)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -48,8 +49,12 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	say := func(format string, a ...any) { fmt.Fprintf(io.Out, "==> "+format+"\n", a...) }
-	root, err := devcluster.RepoRoot()
-	if err != nil {
+	host := thisHost()
+	// both found before anything starts: a missing one is said at once
+	if nomadBin, err = host.nomad(nomadBin); err != nil {
+		return err
+	}
+	if pluginBin, err = host.plugin(pluginBin); err != nil {
 		return err
 	}
 	dir, err := os.MkdirTemp("", "gpushare-demo-")
@@ -64,17 +69,25 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		// the error may point at the agents' logs: keep them
 		fmt.Fprintf(io.Err, "gpushare demo: logs kept in %s (remove it when done)\n", dir)
 	}()
-	if nomadBin == "" {
-		if nomadBin, err = devcluster.NomadBinary(ctx, root, func(s string) { say("%s", s) }); err != nil {
+	if nomadBin == "" { // in a checkout
+		if nomadBin, err = devcluster.NomadBinary(ctx, host.root, func(s string) { say("%s", s) }); err != nil {
 			return err
 		}
 	}
-	if pluginBin == "" {
+	version, err := nomadVersion(nomadBin)
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(version, "Nomad "+devcluster.NomadVersion) {
+		say("%s is %s; the demo is tested with Nomad %s", nomadBin, version, devcluster.NomadVersion)
+	}
+	if pluginBin == "" { // in a checkout
 		say("building the device plugin")
-		if pluginBin, err = devcluster.BuildPlugin(ctx, root, dir); err != nil {
+		if pluginBin, err = devcluster.BuildPlugin(ctx, host.root, dir); err != nil {
 			return err
 		}
 	}
+	say("Nomad: %s; plugin: %s", nomadBin, pluginBin)
 	var clients []devcluster.Client
 	for _, c := range []struct{ name, fixture, rack string }{
 		{"hgx-h100", fixtures.HGXH100, "r1"}, {"dgx1-v100", fixtures.DGX1V100, "r1"}, {"pcie-p100", fixtures.PCIe4GPU, "r2"},
@@ -85,7 +98,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		}
 		clients = append(clients, devcluster.Client{Name: c.name, Fixture: p, Meta: map[string]string{"rack": c.rack}})
 	}
-	say("starting Nomad %s: one server and three clients with fixture GPUs (HGX H100, DGX-1 V100, 4 x PCIe P100)", devcluster.NomadVersion)
+	say("starting %s: one server and three clients with fixture GPUs (HGX H100, DGX-1 V100, 4 x PCIe P100)", version)
 	c, err := devcluster.Start(ctx, devcluster.Options{Dir: filepath.Join(dir, "cluster"), NomadBin: nomadBin, PluginBin: pluginBin, Clients: clients,
 		Log: func(s string) { say("%s", s) }})
 	if err != nil {
@@ -117,7 +130,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 	say("gpushare scheduler running, API at http://%s (/v1/gpus, /v1/jobs/<id>, /metrics)", httpAddr)
 
 	var ids []string
-	for _, name := range jobspecs.ExampleNames() {
+	for _, name := range jobspecs.DemoExampleNames() {
 		src, err := fs.ReadFile(jobspecs.Examples, name)
 		if err != nil {
 			return err
@@ -155,12 +168,16 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		return err
 	}
 	if keep {
-		say("cluster is up: Nomad UI at %s/ui, scheduler API at http://%s; press Ctrl-C to stop", c.Address(), httpAddr)
-		say("try, in another terminal: ./bin/gpushare status -address %s -scheduler http://%s", c.Address(), httpAddr)
-		say("                          ./bin/gpushare job status -scheduler http://%s train-pair", httpAddr)
+		say("cluster is up: Nomad at %s, scheduler API at http://%s, its page at http://%s/ui; press Ctrl-C to stop", c.Address(), httpAddr, httpAddr)
+		wd, _ := os.Getwd()
+		cmd := host.commandName(wd)
+		say("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  %s status\n  %s job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr, cmd, cmd)
 		<-ctx.Done()
+		say("stopping the cluster")
+		return nil
 	}
-	say("stopping the cluster")
+	// not from a terminal: the addresses above are gone once this returns
+	say("stopping the cluster: its addresses above no longer answer (run with -keep to keep it up until Ctrl-C)")
 	return nil
 }
 

@@ -48,7 +48,7 @@ func jobLint(args []string, io IO) int {
 	var vars varFlags
 	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
 	spg := fs.Int("shares-per-gpu", 100, "the plugin's shares_per_gpu")
-	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, to check gpushare.vc against its virtual clusters (\"\" to skip)")
+	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,6 +56,7 @@ func jobLint(args []string, io IO) int {
 		fs.Usage()
 		return 2
 	}
+	sched := schedFlag.resolve("")
 	code := 0
 	for _, file := range fs.Args() {
 		job, err := parseFile(file, vars)
@@ -64,7 +65,7 @@ func jobLint(args []string, io IO) int {
 			code = 1
 			continue
 		}
-		findings := append(jobspecs.LintWith(job, *spg, schedulerProfiles(*sched)), checkVC(job, *sched)...)
+		findings := append(jobspecs.LintWith(job, *spg, schedulerProfiles(sched.addr)), checkVC(job, sched)...)
 		for _, f := range findings {
 			fmt.Fprintf(io.Out, "%s: %s\n", file, f)
 		}
@@ -93,7 +94,7 @@ func jobRun(args []string, io IO) int {
 	detach := fs.Bool("detach", false, "register and return without waiting for the placement")
 	check := fs.Bool("check", false, "check against the cluster and stop before registering")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the job to run")
-	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, to check gpushare.vc against its virtual clusters (\"\" to skip)")
+	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -107,8 +108,9 @@ func jobRun(args []string, io IO) int {
 		return 1
 	}
 	added := pin.AddGate(job)
-	profiles := schedulerProfiles(*sched)
-	findings := append(jobspecs.LintWith(job, 0, profiles), checkVC(job, *sched)...)
+	sched := schedFlag.resolve(*addr)
+	profiles := schedulerProfiles(sched.addr)
+	findings := append(jobspecs.LintWith(job, 0, profiles), checkVC(job, sched)...)
 	for _, f := range findings {
 		fmt.Fprintln(io.Err, f)
 	}
@@ -155,7 +157,11 @@ func jobRun(args []string, io IO) int {
 	if *detach {
 		return 0
 	}
-	return waitPlaced(ctx, client, *job.ID, io)
+	ns := ""
+	if job.Namespace != nil {
+		ns = *job.Namespace
+	}
+	return waitPlaced(ctx, client, ns, *job.ID, io)
 }
 
 // checkFit asks the placement core whether each gated group fits the
@@ -262,13 +268,16 @@ func canonical(job *api.Job) (*api.Job, error) {
 	return &c, nil
 }
 
-func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
+// waitPlaced waits until no group of the job (in namespace ns) waits at
+// the gate and one of its allocations runs or has finished.
+func waitPlaced(ctx context.Context, client *api.Client, ns, id string, io IO) int {
 	last := ""
+	q := &api.QueryOptions{Namespace: ns}
 	for {
-		job, _, err := client.Jobs().Info(id, nil)
+		job, _, err := client.Jobs().Info(id, q)
 		if err == nil {
 			gated := pin.Gated(job)
-			allocs, _, _ := client.Jobs().Allocations(id, false, nil)
+			allocs, _, _ := client.Jobs().Allocations(id, false, q)
 			running := 0
 			for _, a := range allocs {
 				if a.ClientStatus == "running" || a.ClientStatus == "complete" {
@@ -301,25 +310,26 @@ func waitPlaced(ctx context.Context, client *api.Client, id string, io IO) int {
 // checkVC checks the job's gpushare.vc against the virtual clusters the
 // scheduler at addr offers; a scheduler that does not answer gives a
 // warning, not an error.
-func checkVC(job *api.Job, addr string) []jobspecs.Finding {
+func checkVC(job *api.Job, sched scheduler) []jobspecs.Finding {
 	named := false
 	for _, tg := range job.TaskGroups {
 		named = named || pin.Meta(job, tg)[pin.MetaVC] != ""
 	}
-	if !named || addr == "" {
+	if !named || sched.addr == "" {
 		return nil
 	}
 	var vcs []jobspecs.VC
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/vcs", &vcs); err != nil {
-		return []jobspecs.Finding{{Severity: jobspecs.Warning, Message: fmt.Sprintf("%s not checked: the scheduler at %s did not answer (%v); pass -scheduler <its http_address>", pin.MetaVC, addr, err)}}
+	if err := getJSON(strings.TrimSuffix(sched.addr, "/")+"/v1/vcs", &vcs); err != nil {
+		return []jobspecs.Finding{{Severity: jobspecs.Warning, Message: fmt.Sprintf("%s not checked: %s: %v", pin.MetaVC, sched.hint(), err)}}
 	}
 	return jobspecs.CheckVC(job, vcs)
 }
 
 // jobStatus prints what the scheduler says of a job's gpushare groups.
 func jobStatus(args []string, io IO) int {
-	fs := newFlags("job status", "job status [-scheduler URL] [-namespace NS] JOB", io)
-	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address")
+	fs := newFlags("job status", "job status [-scheduler URL] [-address URL] [-namespace NS] JOB", io)
+	schedFlag := addSchedulerFlag(fs, "which this command reads")
+	addr := fs.String("address", "", "Nomad HTTP address, to find the scheduler's service (default: $NOMAD_ADDR or http://127.0.0.1:4646)")
 	ns := fs.String("namespace", "", "the job's namespace (default: default)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -328,16 +338,29 @@ func jobStatus(args []string, io IO) int {
 		fs.Usage()
 		return 2
 	}
-	u := strings.TrimSuffix(*sched, "/") + "/v1/jobs/" + url.PathEscape(fs.Arg(0))
+	sched := schedFlag.resolve(*addr)
+	if sched.addr == "" {
+		fmt.Fprintln(io.Err, "gpushare job status: reads the scheduler: -scheduler must not be empty")
+		return 2
+	}
+	u := strings.TrimSuffix(sched.addr, "/") + "/v1/jobs/" + url.PathEscape(fs.Arg(0))
 	if *ns != "" {
 		u += "?namespace=" + url.QueryEscape(*ns)
 	}
 	var st service.JobStatus
 	if err := getJSON(u, &st); err != nil {
-		fmt.Fprintf(io.Err, "gpushare job status: %v (is the scheduler at %s? pass -scheduler <its http_address>)\n", err, *sched)
+		fmt.Fprintf(io.Err, "gpushare job status: %v (%s)\n", err, sched.hint())
 		return 1
 	}
 	fmt.Fprintf(io.Out, "job %s (namespace %s)\n", st.ID, st.Namespace)
+	switch {
+	case st.Status == "dead" && st.Type == api.JobTypeBatch:
+		fmt.Fprintln(io.Out, "  status dead: the batch job has finished (or was stopped); its allocations hold no shares any more")
+	case st.Status == "dead":
+		fmt.Fprintln(io.Out, "  status dead: the job is stopped; its allocations hold no shares any more")
+	case st.Status != "":
+		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
+	}
 	for _, g := range st.Groups {
 		fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
 		switch {
@@ -350,7 +373,11 @@ func jobStatus(args []string, io IO) int {
 			fmt.Fprintf(io.Out, "    allocations: %s\n", strings.Join(g.Allocs, ", "))
 		}
 		if g.Profile != nil {
-			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", g.Profile.Name, g.Profile.SM, g.Profile.MemBW)
+			name := g.Profile.Name
+			if name == "" {
+				name = "from the job's meta" // gpushare.sm_util / gpushare.mem_bw, no profile name
+			}
+			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", name, g.Profile.SM, g.Profile.MemBW)
 		}
 	}
 	return 0

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -16,7 +17,7 @@ import (
 func runStatus(args []string, io IO) int {
 	fs := newFlags("status", "status [-address URL] [-scheduler URL] [-json]", io)
 	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646); the token comes from $NOMAD_TOKEN")
-	sched := fs.String("scheduler", "http://127.0.0.1:8646", "the gpushare scheduler's HTTP address, for the groups that wait and why (\"\" to skip)")
+	schedFlag := addSchedulerFlag(fs, "for the groups that wait and why")
 	asJSON := fs.Bool("json", false, "print the map as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -37,42 +38,36 @@ func runStatus(args []string, io IO) int {
 	if err := gpumap.Render(io.Out, m); err != nil {
 		return 1
 	}
-	if *sched != "" {
-		renderWaiting(io, *sched)
-		renderUnpairs(io, *sched)
+	sched := schedFlag.resolve(*addr)
+	if sched.addr == "" {
+		return 0
 	}
+	if !renderWaiting(io, sched) {
+		return 1
+	}
+	renderUnpairs(io, sched.addr)
 	return 0
 }
 
 // renderWaiting prints the groups the scheduler says wait or were refused
-// for good, with why; a scheduler that cannot be reached is only noted.
-func renderWaiting(io IO, addr string) {
+// for good, with why. A scheduler that cannot be reached is said on stderr
+// and makes it return false: the status is then incomplete, and the
+// command fails (-scheduler "" skips the scheduler).
+func renderWaiting(io IO, sched scheduler) bool {
 	var groups []service.Waiting
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/groups", &groups); err != nil {
-		fmt.Fprintf(io.Out, "\nwaiting groups: not shown, the scheduler at %s did not answer (%v); pass -scheduler <its http_address>\n", addr, err)
-		return
+	if err := getJSON(strings.TrimSuffix(sched.addr, "/")+"/v1/groups", &groups); err != nil {
+		fmt.Fprintf(io.Err, "gpushare status: waiting groups not shown: %s: %v (-scheduler \"\" skips them)\n", sched.hint(), err)
+		return false
 	}
 	if len(groups) == 0 {
 		fmt.Fprintln(io.Out, "\nno group waits for gpushare")
-		return
+		return true
 	}
 	fmt.Fprintf(io.Out, "\n%d group(s) wait for gpushare:\n", len(groups))
 	for _, g := range groups {
 		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", g.Namespace, g.Job, g.Group, g.State, g.Reason)
 	}
-}
-
-func getJSON(url string, out any) error {
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
+	return true
 }
 
 // FetchMap reads nodes and allocations from Nomad and builds the GPU map.
@@ -101,7 +96,7 @@ func fetchMap(client *api.Client) (*gpumap.Map, error) {
 func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 	stubs, _, err := client.Nodes().List(nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing nodes at %s: %w (is Nomad running? set -address or NOMAD_ADDR)", client.Address(), err)
+		return nil, nil, fmt.Errorf("listing nodes at %s: %w (%s)", client.Address(), err, nomadHint(err, "node { policy = \"read\" }"))
 	}
 	var nodes []*api.Node
 	for _, s := range stubs {
@@ -113,7 +108,7 @@ func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 	}
 	stubsA, _, err := client.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	if err != nil {
-		return nil, nil, fmt.Errorf("listing allocations: %w", err)
+		return nil, nil, fmt.Errorf("listing allocations: %w (%s)", err, nomadHint(err, "read-job in the namespaces to show"))
 	}
 	allocs := make([]*api.Allocation, 0, len(stubsA))
 	for _, s := range stubsA {
@@ -133,4 +128,19 @@ func renderUnpairs(io IO, addr string) {
 	for _, u := range list {
 		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", u.Namespace, u.Job, u.Group, u.At.UTC().Format(time.RFC3339), u.Reason)
 	}
+}
+
+// nomadHint says what to do about an error from Nomad: a refusal is about
+// the token (need: the capability it lacks), anything else about reaching
+// Nomad.
+func nomadHint(err error, need string) string {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		switch ue.StatusCode() {
+		case http.StatusForbidden, http.StatusUnauthorized:
+			return "Nomad refused the token: set NOMAD_TOKEN to a token with " + need
+		}
+		return "Nomad answered with an error"
+	}
+	return "is Nomad running? set -address or NOMAD_ADDR"
 }

@@ -7,7 +7,7 @@ import (
 	"strconv"
 )
 
-// The device contract of DESIGN.md section 3.
+// The device contract of docs/device-contract.md.
 const (
 	// PluginName is the name the plugin registers with Nomad.
 	PluginName = "gpushare"

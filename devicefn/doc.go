@@ -1,5 +1,5 @@
 // Package devicefn is the one place where gpushare's device contract is written
-// in code (DESIGN.md section 3). It holds the Source interface through which
+// in code (docs/device-contract.md). It holds the Source interface through which
 // the plugin sees GPUs, the topology model (link kinds and the GPU-to-GPU link
 // matrix in the vocabulary of `nvidia-smi topo -m`), share IDs, and the
 // encoder and decoder of the Nomad device-group attributes that carry all of

@@ -25,6 +25,9 @@ var policyFile = filepath.Join("..", "deploy", "nomad", "gpushare-scheduler.poli
 func TestSchedulerWithACLs(t *testing.T) {
 	e := newEnvWith(t, devcluster.Options{ACL: true})
 	must.NotEq(t, "", e.c.ManagementToken())
+	// the scheduler's own namespace, which the shipped policy names
+	_, err := e.nomad.Namespaces().Register(&api.Namespace{Name: "gpushare"}, nil)
+	must.NoError(t, err)
 	must.NoError(t, e.c.ApplyPolicyFile("gpushare-scheduler", policyFile))
 	token, err := e.c.CreateToken("gpushare", "gpushare-scheduler")
 	must.NoError(t, err)
@@ -42,7 +45,7 @@ func TestSchedulerWithACLs(t *testing.T) {
 
 	tokenFile := filepath.Join(e.dir, "token")
 	must.NoError(t, os.WriteFile(tokenFile, []byte(token+"\n"), 0o600))
-	e.nomadHCL = fmt.Sprintf("  token_file = %q\n", tokenFile)
+	e.nomadHCL = fmt.Sprintf("  token_file = %q\n  namespace = \"gpushare\"\n", tokenFile)
 	s1 := e.startScheduler("s1", "")
 	e.eventually(30*time.Second, "s1 to lead", s1.leader)
 	e.register("acl-quarter", map[string]any{"shares": 25})
@@ -62,7 +65,7 @@ func TestSchedulerWithACLs(t *testing.T) {
 	must.NoError(t, e.c.ApplyPolicy("no-register", "the scheduler's policy without register-job", rules))
 	token, err = e.c.CreateToken("gpushare-no-register", "no-register")
 	must.NoError(t, err)
-	e.nomadHCL = fmt.Sprintf("  token = %q\n", token)
+	e.nomadHCL = fmt.Sprintf("  token = %q\n  namespace = \"gpushare\"\n", token)
 	s2 := e.startScheduler("s2", "")
 	e.eventually(30*time.Second, "s2 to lead", s2.leader)
 	e.register("acl-denied", map[string]any{"shares": 25})

@@ -215,8 +215,11 @@ func checkShares(t *testing.T, e *env) {
 }
 
 // runningNow lists a job's running allocations, once.
-func (e *env) runningNow(id string) []*api.Allocation {
-	stubs, _, err := e.nomad.Jobs().Allocations(id, false, nil)
+func (e *env) runningNow(id string) []*api.Allocation { return e.runningNowIn("", id) }
+
+// runningNowIn is runningNow for a job of namespace ns ("": the client's).
+func (e *env) runningNowIn(ns, id string) []*api.Allocation {
+	stubs, _, err := e.nomad.Jobs().Allocations(id, false, &api.QueryOptions{Namespace: ns})
 	if err != nil {
 		return nil
 	}

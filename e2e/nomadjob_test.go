@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,12 +41,17 @@ func TestSchedulerAsNomadJobNoACL(t *testing.T) {
 func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	start := time.Now()
 	e := newEnvWith(t, devcluster.Options{ACL: acl})
+	// the scheduler runs in a namespace of its own (README: submitters of
+	// other namespaces cannot read its token or signing key)
+	const ns = "gpushare"
+	_, err := e.nomad.Namespaces().Register(&api.Namespace{Name: ns, Description: "the gpushare scheduler"}, nil)
+	must.NoError(t, err)
 	if acl {
 		must.NoError(t, e.c.ApplyPolicyFile("gpushare-scheduler", policyFile))
 		token, err := e.c.CreateToken("gpushare", "gpushare-scheduler")
 		must.NoError(t, err)
 		_, _, err = e.nomad.Variables().Create(&api.Variable{
-			Namespace: "default",
+			Namespace: ns,
 			Path:      "nomad/jobs/gpushare-scheduler",
 			Items:     api.VariableItems{"token": token},
 		}, nil)
@@ -56,6 +64,7 @@ func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: string(src), Variables: vars, Canonicalize: true})
 	must.NoError(t, err)
 	must.Eq(t, "gpushare-scheduler", *job.ID)
+	must.Eq(t, ns, *job.Namespace)
 	must.Eq(t, 2, *job.TaskGroups[0].Count)
 	must.SliceEmpty(t, pin.Gated(job), must.Sprint("the scheduler's own job is gated"))
 	for _, task := range job.TaskGroups[0].Tasks {
@@ -66,11 +75,11 @@ func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	must.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
-			dumpAllocLogs(t, e, "gpushare-scheduler", "scheduler")
+			dumpAllocLogs(t, e, ns, "gpushare-scheduler", "scheduler")
 		}
 	})
 
-	allocs := e.running("gpushare-scheduler", 2, 60*time.Second)
+	allocs := e.runningIn(ns, "gpushare-scheduler", 2, 60*time.Second)
 	must.NotEq(t, allocs[0].NodeID, allocs[1].NodeID, must.Sprint("replicas on the same client"))
 	var replicas []string
 	for _, a := range allocs {
@@ -101,8 +110,20 @@ func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	var st struct {
 		Groups []struct{ State string }
 	}
-	must.NoError(t, getJSON(leader+"/v1/jobs/by-nomad-job", &st))
+	// the API listens beyond loopback: it asks for a token (where Nomad has ACLs)
+	must.NoError(t, getJSONWith(leader+"/v1/jobs/by-nomad-job", e.c.ManagementToken(), &st))
 	t.Logf("leader's view of by-nomad-job: %+v", st)
+
+	// the CLI finds the scheduler through the job's Nomad service, with no
+	// -scheduler flag and no GPUSHARE_ADDR
+	var out []byte
+	e.eventually(15*time.Second, "gpushare job status to find the scheduler's service", func() bool {
+		cmd := exec.Command(cliBin, "job", "status", "by-nomad-job")
+		cmd.Env = append(os.Environ(), "GPUSHARE_ADDR=", "NOMAD_ADDR="+e.c.Address(), "NOMAD_TOKEN="+e.c.ManagementToken())
+		out, err = cmd.CombinedOutput()
+		return err == nil
+	})
+	must.StrContains(t, string(out), "group g: pinned", must.Sprint(string(out)))
 
 	// the leader's allocation stops: another replica takes the lock (the
 	// follower, or the allocation Nomad starts in its place, whichever
@@ -115,7 +136,7 @@ func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	}
 	stopped := time.Now()
 	e.eventually(30*time.Second, "another replica to lead", func() bool {
-		for _, a := range e.runningNow("gpushare-scheduler") {
+		for _, a := range e.runningNowIn(ns, "gpushare-scheduler") {
 			var h struct{ Leader bool }
 			if r := httpOf(t, a); r != leader && getJSON(r+"/v1/health", &h) == nil && h.Leader {
 				leader = r
@@ -129,10 +150,10 @@ func testSchedulerAsNomadJob(t *testing.T, acl bool) {
 	must.SliceLen(t, 1, gpus(e.running("after-failover", 1, 60*time.Second)[0]))
 
 	// the scheduler's own allocations hold no shares
-	for _, a := range e.runningNow("gpushare-scheduler") {
+	for _, a := range e.runningNowIn(ns, "gpushare-scheduler") {
 		must.SliceEmpty(t, allocatedIDs(a))
 	}
-	_, _, err = e.nomad.Jobs().Deregister("gpushare-scheduler", true, nil)
+	_, _, err = e.nomad.Jobs().Deregister("gpushare-scheduler", true, &api.WriteOptions{Namespace: ns})
 	must.NoError(t, err)
 	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
 }
@@ -155,8 +176,8 @@ func httpOf(t *testing.T, a *api.Allocation) string {
 }
 
 // dumpAllocLogs logs the stderr of a task of each allocation of a job.
-func dumpAllocLogs(t *testing.T, e *env, job, task string) {
-	stubs, _, err := e.nomad.Jobs().Allocations(job, true, nil)
+func dumpAllocLogs(t *testing.T, e *env, ns, job, task string) {
+	stubs, _, err := e.nomad.Jobs().Allocations(job, true, &api.QueryOptions{Namespace: ns})
 	if err != nil {
 		t.Logf("allocations of %s: %v", job, err)
 		return
@@ -222,4 +243,25 @@ func TestNoSchedulerNothingLost(t *testing.T) {
 	must.Eq(t, first.ID, still[0].ID, must.Sprint("the running job was replaced"))
 	must.Eq(t, version, e.version("before"), must.Sprint("the running job was pinned again"))
 	t.Logf("done in %s", time.Since(start).Round(time.Millisecond))
+}
+
+// getJSONWith is getJSON with a Nomad ACL token ("" sends none).
+func getJSONWith(url, token string, out any) error {
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("X-Nomad-Token", token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s: %s", url, resp.Status, b)
+	}
+	return json.Unmarshal(b, out)
 }

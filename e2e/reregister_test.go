@@ -22,7 +22,7 @@ import (
 // again unchanged, as `nomad job run` of the same file or a CI pipeline
 // does, is pinned exactly as before, so Nomad updates it in place: the
 // allocations keep their IDs and keep running, none is replaced (issue 19;
-// DESIGN.md section 4). Also after another job landed on the same GPU, and
+// docs/gate-and-pin.md, "Sticky pins"). Also after another job landed on the same GPU, and
 // when the spec is registered three times in a row without waiting.
 //
 // The job is jobspecs/examples/inference-quarter.nomad.hcl (two replicas of

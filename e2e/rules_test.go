@@ -19,7 +19,7 @@ import (
 
 // The rules cluster: four 4-GPU PCIe clients that differ in what Nomad
 // checks before it places a group (issue 19, "never worse than Nomad
-// alone"; DESIGN.md section 9).
+// alone"; docs/gate-and-pin.md, "The pin").
 //
 //	alpha  dc1  pool default  raw_exec  meta tier=gold  Tesla P100-PCIE-16GB
 //	beta   dc2  pool default  raw_exec                  Tesla P100-PCIE-12GB

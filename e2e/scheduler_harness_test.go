@@ -222,9 +222,15 @@ func (e *env) purge(ids ...string) {
 // running waits until job id has n running allocations and returns them.
 func (e *env) running(id string, n int, timeout time.Duration) []*api.Allocation {
 	e.t.Helper()
+	return e.runningIn("", id, n, timeout)
+}
+
+// runningIn is running for a job of namespace ns ("": the client's).
+func (e *env) runningIn(ns, id string, n int, timeout time.Duration) []*api.Allocation {
+	e.t.Helper()
 	var out []*api.Allocation
 	e.eventually(timeout, fmt.Sprintf("%d running allocation(s) of %s", n, id), func() bool {
-		out = e.runningNow(id)
+		out = e.runningNowIn(ns, id)
 		return len(out) == n
 	})
 	return out

@@ -145,3 +145,20 @@ func TestLintWarnsAboutMPSEnv(t *testing.T) {
 	must.StrNotContains(t, text, "group prod: task") // production: the scheduler writes nothing to disagree with
 	must.False(t, HasErrors(findings))
 }
+
+// The examples show each driver a GPU task may use; the demo and the e2e
+// runs register only those a dev cluster runs anywhere (raw_exec).
+func TestExamplesShowEveryDriver(t *testing.T) {
+	byDriver := map[string][]string{}
+	for _, name := range ExampleNames() {
+		drivers, err := ExampleDrivers(name)
+		must.NoError(t, err)
+		for _, d := range drivers {
+			byDriver[d] = append(byDriver[d], name)
+		}
+	}
+	must.Eq(t, []string{"examples/docker-nvidia.nomad.hcl"}, byDriver["docker"])
+	must.Eq(t, []string{"examples/exec-batch.nomad.hcl"}, byDriver["exec"])
+	must.SliceLen(t, 4, byDriver["raw_exec"])
+	must.Eq(t, byDriver["raw_exec"], DemoExampleNames())
+}

@@ -34,8 +34,25 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 				hclspec.NewAttr("log_directory", "string", false),
 				hclspec.NewLiteral(`"/var/log/nvidia-mps"`),
 			),
+			"daemons": hclspec.NewDefault(
+				hclspec.NewAttr("daemons", "string", false),
+				hclspec.NewLiteral(`"`+MPSDaemonsReservation+`"`),
+			),
+			"control": hclspec.NewDefault(
+				hclspec.NewAttr("control", "string", false),
+				hclspec.NewLiteral(`"`+DefaultMPSControl+`"`),
+			),
+			"daemon_dir": hclspec.NewDefault(
+				hclspec.NewAttr("daemon_dir", "string", false),
+				hclspec.NewLiteral(`"`+DefaultMPSDaemonDir+`"`),
+			),
+			"gc_after": hclspec.NewDefault(
+				hclspec.NewAttr("gc_after", "string", false),
+				hclspec.NewLiteral(`"1h"`),
+			),
 		})),
-		hclspec.NewLiteral(`{ pipe_directory = "/tmp/nvidia-mps", log_directory = "/var/log/nvidia-mps" }`),
+		hclspec.NewLiteral(`{ pipe_directory = "/tmp/nvidia-mps", log_directory = "/var/log/nvidia-mps", daemons = "`+
+			MPSDaemonsReservation+`", control = "`+DefaultMPSControl+`", daemon_dir = "`+DefaultMPSDaemonDir+`", gc_after = "1h" }`),
 	),
 	"interposer": hclspec.NewDefault(
 		hclspec.NewBlock("interposer", false, hclspec.NewObject(map[string]*hclspec.Spec{
@@ -55,8 +72,16 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 				hclspec.NewAttr("gc_after", "string", false),
 				hclspec.NewLiteral(`"168h"`),
 			),
+			"unified_memory": hclspec.NewDefault(
+				hclspec.NewAttr("unified_memory", "bool", false),
+				hclspec.NewLiteral("false"),
+			),
+			"unified_oversubscription_pct": hclspec.NewDefault(
+				hclspec.NewAttr("unified_oversubscription_pct", "number", false),
+				hclspec.NewLiteral("100"),
+			),
 		})),
-		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h" }`),
+		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h", unified_memory = false, unified_oversubscription_pct = 100 }`),
 	),
 	"fixture": hclspec.NewDefault(
 		hclspec.NewAttr("fixture", "string", false),
@@ -84,11 +109,30 @@ type Config struct {
 	FingerprintPeriod string           `codec:"fingerprint_period"`
 }
 
-// MPSConfig locates the directories of the node's MPS control daemon.
+// MPSConfig is the mps block. With daemons = "reservation" (the default)
+// the plugin starts one MPS control daemon per reservation with control,
+// under daemon_dir, whose defaults are the reservation's limits (mpsd.go);
+// with daemons = "node" tasks use the operator's daemon at pipe_directory
+// and log_directory, limited only by their environment.
 type MPSConfig struct {
 	PipeDirectory string `codec:"pipe_directory"`
 	LogDirectory  string `codec:"log_directory"`
+	Daemons       string `codec:"daemons"`
+	Control       string `codec:"control"`
+	DaemonDir     string `codec:"daemon_dir"`
+	GCAfter       string `codec:"gc_after"`
 }
+
+// The values of mps.daemons, and the defaults of the mps block.
+const (
+	MPSDaemonsReservation = "reservation"
+	MPSDaemonsNode        = "node"
+	DefaultMPSControl     = "nvidia-cuda-mps-control"
+	DefaultMPSDaemonDir   = "/run/gpushare-mps"
+	// maxMPSDaemonDir keeps the daemons' UNIX socket paths
+	// (daemon_dir/<16 hex>/pipe/<socket>) well under the kernel's 108 bytes.
+	maxMPSDaemonDir = 48
+)
 
 // Defaults of the interposer block.
 const (
@@ -104,7 +148,18 @@ type InterposerConfig struct {
 	Library  string `codec:"library"`
 	StateDir string `codec:"state_dir"`
 	GCAfter  string `codec:"gc_after"`
+	// UnifiedMemory turns an opportunistic task's device allocations into
+	// managed memory the driver can evict to host when production needs
+	// the GPU's memory (TGS); UnifiedOversubscriptionPct is how far beyond
+	// its share, in percent of the share, such a task's managed memory may
+	// go (plugin/interposer/README.md, "Unified memory").
+	UnifiedMemory              bool `codec:"unified_memory"`
+	UnifiedOversubscriptionPct int  `codec:"unified_oversubscription_pct"`
 }
+
+// MaxUnifiedOversubscriptionPct bounds interposer.unified_oversubscription_pct:
+// managed memory beyond the share lands in host memory when evicted.
+const MaxUnifiedOversubscriptionPct = 1000
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("invalid gpushare plugin config")
@@ -124,8 +179,25 @@ func (c *Config) validate() (time.Duration, error) {
 	default:
 		bad("sharing = %q: must be one of %q, %q or %q", c.Sharing, devicefn.SharingMPS, devicefn.SharingTimeslice, devicefn.SharingExclusive)
 	}
-	if c.Sharing == devicefn.SharingMPS && (c.MPS.PipeDirectory == "" || c.MPS.LogDirectory == "") {
-		bad("mps: pipe_directory and log_directory must not be empty when sharing = \"mps\"")
+	if m := c.MPS; c.Sharing == devicefn.SharingMPS {
+		switch m.Daemons {
+		case MPSDaemonsNode:
+			if m.PipeDirectory == "" || m.LogDirectory == "" {
+				bad("mps: pipe_directory and log_directory must not be empty when sharing = \"mps\"")
+			}
+		case MPSDaemonsReservation:
+			if m.Control == "" {
+				bad("mps.control = \"\": must name nvidia-cuda-mps-control (a path, or a name looked up on PATH)")
+			}
+			if d := filepath.Clean(m.DaemonDir); !filepath.IsAbs(m.DaemonDir) || d == "/" || len(d) > maxMPSDaemonDir {
+				bad("mps.daemon_dir = %q: must be an absolute directory other than /, at most %d characters (UNIX socket paths are short; for example %q)", m.DaemonDir, maxMPSDaemonDir, DefaultMPSDaemonDir)
+			}
+			if d, err := time.ParseDuration(m.GCAfter); err != nil || d < time.Minute {
+				bad("mps.gc_after = %q: must be a duration of at least 1m (for example \"1h\")", m.GCAfter)
+			}
+		default:
+			bad("mps.daemons = %q: must be %q (one MPS control daemon per reservation, started by the plugin) or %q (the operator's daemon at pipe_directory)", m.Daemons, MPSDaemonsReservation, MPSDaemonsNode)
+		}
 	}
 	if ip := c.Interposer; ip.Enabled {
 		if !filepath.IsAbs(ip.Library) {
@@ -137,6 +209,12 @@ func (c *Config) validate() (time.Duration, error) {
 		if d, err := time.ParseDuration(ip.GCAfter); err != nil || d < time.Minute {
 			bad("interposer.gc_after = %q: must be a duration of at least 1m (for example \"168h\")", ip.GCAfter)
 		}
+	} else if ip.UnifiedMemory {
+		bad("interposer.unified_memory = true: needs interposer.enabled = true (the library makes the allocations managed memory)")
+	}
+	if ip := c.Interposer; ip.UnifiedOversubscriptionPct < 0 || ip.UnifiedOversubscriptionPct > MaxUnifiedOversubscriptionPct {
+		bad("interposer.unified_oversubscription_pct = %d: must be between 0 and %d (percent of the share an opportunistic task may hold beyond it as managed memory)",
+			ip.UnifiedOversubscriptionPct, MaxUnifiedOversubscriptionPct)
 	}
 	period, err := time.ParseDuration(c.FingerprintPeriod)
 	switch {

@@ -1,7 +1,9 @@
 // Package plugin is the gpushare Nomad device plugin: it exposes every GPU
 // as shares_per_gpu fractional instances (IDs "<GPU UUID>:<k>"), describes
 // the GPUs' NVLink/PCIe topology in its device-group attributes, reports
-// health and stats, and enforces the share rules at Reserve (DESIGN.md
-// section 3). It sees GPUs only through a devicefn.Source: NVML on real
-// hardware, a fixture file elsewhere.
+// health and stats, and enforces the share rules at Reserve
+// (docs/device-contract.md), starting with sharing = "mps" one MPS control
+// daemon per reservation whose defaults are its limits (mpsd.go). It sees
+// GPUs only through a devicefn.Source: NVML on real hardware, a fixture
+// file elsewhere.
 package plugin

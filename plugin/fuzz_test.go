@@ -23,7 +23,7 @@ func fuzzPlugin(t testing.TB, sharing string, perGPU int) *Plugin {
 	must.NoError(t, err)
 	cfg := Config{Enabled: true, SharesPerGPU: perGPU, Sharing: sharing, Fixture: path, FingerprintPeriod: "1m",
 		IgnoredGPUIDs: []string{v100 + "6"},
-		MPS:           MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps"}}
+		MPS:           MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
 	var buf []byte
 	must.NoError(t, base.MsgPackEncode(&buf, &cfg))
 	p := New(hclog.NewNullLogger(), nil)

@@ -80,12 +80,21 @@ func reservationDirName(uuids []string, byGPU map[string][]int) string {
 type interposerLimits struct {
 	memoryBytes uint64
 	computePct  int
+	// unified memory (interposer.unified_memory): an opportunistic task's
+	// allocations become managed memory, which may exceed memoryBytes by
+	// unifiedExtraBytes
+	unifiedMemory     bool
+	unifiedExtraBytes uint64
 }
 
 func (l interposerLimits) file() []byte {
 	// class is not known at Reserve (it is a job's property): omitted
-	return fmt.Appendf(nil, "# written by the gpushare device plugin at Reserve; read by libgpushare-cuda.so\nmemory_bytes=%d\ncompute_pct=%d\n",
+	b := fmt.Appendf(nil, "# written by the gpushare device plugin at Reserve; read by libgpushare-cuda.so\nmemory_bytes=%d\ncompute_pct=%d\n",
 		l.memoryBytes, l.computePct)
+	if l.unifiedMemory {
+		b = fmt.Appendf(b, "unified_memory=1\nunified_extra_bytes=%d\n", l.unifiedExtraBytes)
+	}
+	return b
 }
 
 // reserveInterposer writes the reservation's directory under state_dir and
@@ -158,7 +167,8 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 		&device.Mount{TaskPath: PreloadTaskPath, HostPath: preload, ReadOnly: true},
 	)
 	p.logger.Debug("interposer: reservation limits written", "dir", dir,
-		"memory_bytes", lim.memoryBytes, "compute_pct", lim.computePct)
+		"memory_bytes", lim.memoryBytes, "compute_pct", lim.computePct,
+		"unified_memory", lim.unifiedMemory, "unified_extra_bytes", lim.unifiedExtraBytes)
 	return nil
 }
 

@@ -56,6 +56,7 @@ func TestReserveInterposer(t *testing.T) {
 	must.NoError(t, err)
 	must.StrContains(t, string(limits), "\nmemory_bytes=4294967296\ncompute_pct=25\n") // 25% of 16 GiB
 	must.StrNotContains(t, string(limits), "class=")
+	must.StrNotContains(t, string(limits), "unified_") // unified memory is off by default
 	if os.Geteuid() == 0 {
 		st, _ := os.Stat(filepath.Join(dir, "limits"))
 		must.Eq(t, uint32(0), st.Sys().(*syscall.Stat_t).Uid)
@@ -287,4 +288,35 @@ func TestInterposerGarbageCollectionFromFingerprint(t *testing.T) {
 	p.maybeCollectGarbage(p.cfg.Interposer, time.Now().Add(gcEvery+time.Second))
 	_, err = os.Stat(res.Envs[EnvLimits])
 	must.True(t, os.IsNotExist(err))
+}
+
+// With interposer.unified_memory the limits file tells the library to make
+// an opportunistic task's allocations managed memory, and how far beyond the
+// share it may go: unified_oversubscription_pct of memory_bytes (default 100).
+func TestReserveInterposerUnifiedMemory(t *testing.T) {
+	for _, c := range []struct {
+		extra string
+		want  string
+	}{
+		{"", "\nmemory_bytes=4294967296\ncompute_pct=25\nunified_memory=1\nunified_extra_bytes=4294967296\n"},
+		{"unified_oversubscription_pct = 50\n", "\nunified_memory=1\nunified_extra_bytes=2147483648\n"},
+		{"unified_oversubscription_pct = 0\n", "\nunified_memory=1\nunified_extra_bytes=0\n"},
+	} {
+		t.Run(c.extra, func(t *testing.T) {
+			dir := t.TempDir()
+			lib := filepath.Join(dir, "libgpushare-cuda.so")
+			must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
+			p, _, _ := newPlugin(t, fixtures.DGX1V100, `interposer {
+  enabled = true
+  library = "`+lib+`"
+  state_dir = "`+filepath.Join(dir, "reservations")+`"
+  unified_memory = true
+  `+c.extra+`}`)
+			res, err := p.Reserve(shares(3, 10, 35))
+			must.NoError(t, err)
+			limits, err := os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
+			must.NoError(t, err)
+			must.StrContains(t, string(limits), c.want)
+		})
+	}
 }

@@ -3,15 +3,21 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"syscall"
+	"time"
 )
 
 // AttrMPSDaemon is the device group attribute that says, with sharing =
-// "mps", whether the node's MPS control daemon answers at the configured
-// pipe directory: "running", or what is wrong ("not found at <dir>", ...).
-// Constraints can use it: attribute "${device.attr.mps_daemon}" = "running".
+// "mps", whether tasks get an MPS control daemon: "running", or what is
+// wrong. With mps { daemons = "reservation" } "running" means the plugin
+// started (and quit) a probe daemon, so it can start one per reservation;
+// else "control not found: <binary>" or "cannot start <binary>". With
+// daemons = "node" it means the node's daemon answers at pipe_directory;
+// else "not found at <dir>", "not answering at <dir>", ... Constraints can
+// use it: attribute "${device.attr.mps_daemon}" = "running".
 const AttrMPSDaemon = "mps_daemon"
 
 // mpsRunning is the attribute's value when the daemon answers.
@@ -27,15 +33,21 @@ type mpsStatus struct {
 
 func (s mpsStatus) running() bool { return s.State == mpsRunning }
 
-// checkMPSDaemon looks for the MPS control daemon at dir: its "control"
-// pipe must exist, be a FIFO, and have a reader. The last is tested by
-// opening the pipe for writing without blocking (the kernel refuses with
-// ENXIO when no process has it open for reading) and closing it at once,
-// writing nothing: it neither blocks nor sends the daemon a command. It runs
-// no nvidia-cuda-mps-control (which could hang on a wedged daemon).
+// checkMPSDaemon looks for the node's MPS control daemon at dir (mps {
+// daemons = "node" }). Its "control" entry must have a listener: a UNIX
+// socket (current drivers; tested by connecting and closing at once,
+// sending nothing) or a named pipe (older drivers; tested by opening it for
+// writing without blocking, which the kernel refuses with ENXIO when no
+// process reads it). It runs no nvidia-cuda-mps-control (which could hang
+// on a wedged daemon).
 func checkMPSDaemon(dir string) mpsStatus {
 	pipe := filepath.Join(dir, "control")
 	const fix = "start it with CUDA_MPS_PIPE_DIRECTORY=%s nvidia-cuda-mps-control -d, or set mps { pipe_directory } to where it runs"
+	notAnswering := mpsStatus{
+		State:  "not answering at " + dir,
+		Health: fmt.Sprintf("MPS control daemon not answering at %s (the pipe is left over, no daemon reads it): tasks run time-sliced, without MPS (%s)", dir, fmt.Sprintf(fix, dir)),
+	}
+	running := mpsStatus{State: mpsRunning, Health: "MPS control daemon answers at " + dir}
 	st, err := os.Lstat(pipe)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -48,22 +60,36 @@ func checkMPSDaemon(dir string) mpsStatus {
 			State:  "unreadable at " + dir,
 			Health: fmt.Sprintf("MPS control daemon: cannot check %s: %v (the plugin must be able to read the pipe directory)", pipe, err),
 		}
+	case st.Mode()&os.ModeSocket != 0:
+		// SOCK_SEQPACKET in the drivers seen (535); a stream socket else
+		c, err := net.DialTimeout("unixpacket", pipe, time.Second)
+		if errors.Is(err, syscall.EPROTOTYPE) {
+			c, err = net.DialTimeout("unix", pipe, time.Second)
+		}
+		switch {
+		case err == nil:
+			c.Close()
+			return running
+		case errors.Is(err, syscall.ECONNREFUSED):
+			return notAnswering
+		}
+		return mpsStatus{
+			State:  "unreadable at " + dir,
+			Health: fmt.Sprintf("MPS control daemon: cannot connect to %s: %v (the plugin must be able to reach the control socket, as root does)", pipe, err),
+		}
 	case st.Mode()&os.ModeNamedPipe == 0:
 		return mpsStatus{
 			State:  "not a pipe: " + pipe,
-			Health: fmt.Sprintf("MPS control daemon: %s is not a named pipe (%v): tasks run time-sliced, without MPS (%s)", pipe, st.Mode().Type(), fmt.Sprintf(fix, dir)),
+			Health: fmt.Sprintf("MPS control daemon: %s is neither a socket nor a named pipe (%v): tasks run time-sliced, without MPS (%s)", pipe, st.Mode().Type(), fmt.Sprintf(fix, dir)),
 		}
 	}
 	fd, err := syscall.Open(pipe, syscall.O_WRONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err == nil {
 		syscall.Close(fd)
-		return mpsStatus{State: mpsRunning, Health: "MPS control daemon answers at " + dir}
+		return running
 	}
 	if errors.Is(err, syscall.ENXIO) {
-		return mpsStatus{
-			State:  "not answering at " + dir,
-			Health: fmt.Sprintf("MPS control daemon not answering at %s (the pipe is left over, no daemon reads it): tasks run time-sliced, without MPS (%s)", dir, fmt.Sprintf(fix, dir)),
-		}
+		return notAnswering
 	}
 	return mpsStatus{
 		State:  "unreadable at " + dir,

@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 )
 
@@ -37,7 +39,7 @@ func TestCheckMPSDaemon(t *testing.T) {
 	must.NoError(t, os.WriteFile(filepath.Join(file, "control"), nil, 0o600))
 	st = checkMPSDaemon(file)
 	must.Eq(t, "not a pipe: "+filepath.Join(file, "control"), st.State)
-	must.StrContains(t, st.Health, "is not a named pipe")
+	must.StrContains(t, st.Health, "is neither a socket nor a named pipe")
 
 	// the pipe a daemon left behind: nobody reads it
 	stale := t.TempDir()
@@ -45,6 +47,15 @@ func TestCheckMPSDaemon(t *testing.T) {
 	st = checkMPSDaemon(stale)
 	must.Eq(t, "not answering at "+stale, st.State)
 	must.StrContains(t, st.Health, "no daemon reads it")
+
+	// current drivers listen on a SOCK_SEQPACKET socket
+	sock := t.TempDir()
+	l, err := net.Listen("unixpacket", filepath.Join(sock, "control"))
+	must.NoError(t, err)
+	must.Eq(t, "running", checkMPSDaemon(sock).State)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	must.NoError(t, l.Close())
+	must.Eq(t, "not answering at "+sock, checkMPSDaemon(sock).State)
 
 	live := t.TempDir()
 	mpsPipe(t, live, true)
@@ -58,7 +69,7 @@ func TestCheckMPSDaemon(t *testing.T) {
 // healthy. A daemon that starts later shows up in the next fingerprint.
 func TestFingerprintReportsMPSDaemon(t *testing.T) {
 	dir := t.TempDir()
-	p, _, first := newPlugin(t, fixtures.PCIe4GPU, fmt.Sprintf("mps {\n pipe_directory = %q\n}", dir))
+	p, _, first := newPlugin(t, fixtures.PCIe4GPU, fmt.Sprintf("mps {\n daemons = \"node\"\n pipe_directory = %q\n}", dir))
 	g := first.Devices[0]
 	must.Eq(t, "not found at "+dir, *g.Attributes[AttrMPSDaemon].String)
 	for _, d := range g.Devices {
@@ -100,4 +111,14 @@ func TestNoteMPSLogsChanges(t *testing.T) {
 	must.Eq(t, 1, strings.Count(buf.String(), "[WARN]  gpushare: MPS control daemon not usable; shares stay healthy but run without MPS"), must.Sprint(buf.String()))
 	p.noteMPS(mpsStatus{State: mpsRunning, Health: "MPS control daemon answers at /x"})
 	must.StrContains(t, buf.String(), "[INFO]  gpushare: MPS control daemon answers: detail=\"MPS control daemon answers at /x\"")
+}
+
+// With per-reservation daemons a failed probe is an error: the shares are
+// offered unhealthy.
+func TestNoteMPSLogsReservationFailure(t *testing.T) {
+	var buf strings.Builder
+	p := New(hclog.New(&hclog.LoggerOptions{Output: &buf}), nil)
+	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, "")}))
+	p.noteMPS(mpsStatus{State: "control not found: x", Health: "MPS: cannot start per-reservation control daemons"})
+	must.StrContains(t, buf.String(), "[ERROR] gpushare: MPS control daemons cannot be started; shares are offered unhealthy until they can")
 }

@@ -70,6 +70,16 @@ type Plugin struct {
 	// mps is what the last fingerprint found at the MPS pipe directory
 	// (sharing = "mps" only), to log its changes.
 	mps *mpsStatus
+	// mpsProbe is the last probe of per-reservation daemons (nil: probe
+	// again); lastMPSGC is when their daemons were last checked.
+	mpsProbe  *mpsStatus
+	lastMPSGC time.Time
+	// mpsMu serialises Reserve's and the fingerprint's work on the
+	// per-reservation daemons.
+	mpsMu sync.Mutex
+	// mpsHolders says which daemon directories (by key) processes use;
+	// procHolders over /proc by default.
+	mpsHolders func(daemonDir string, keys map[string]bool) map[string]bool
 }
 
 type gpuState struct {
@@ -93,6 +103,9 @@ func New(logger hclog.Logger, newSource SourceFactory) *Plugin {
 		logger:    logger.Named(devicefn.PluginName),
 		newSource: newSource,
 		exists:    func(p string) bool { _, err := os.Stat(p); return err == nil },
+		mpsHolders: func(daemonDir string, keys map[string]bool) map[string]bool {
+			return procHolders("/proc", daemonDir, keys)
+		},
 	}
 }
 
@@ -147,10 +160,13 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 		p.source = nil
 	}
 	p.cfg, p.period = &cfg, period
+	p.mpsProbe, p.lastMPSGC = nil, time.Time{}
 	p.logger.Info("config set", "enabled", cfg.Enabled, "shares_per_gpu", cfg.SharesPerGPU,
 		"sharing", cfg.Sharing, "fixture", cfg.Fixture, "ignored_gpu_ids", cfg.IgnoredGPUIDs,
 		"fingerprint_period", period, "interposer", cfg.Interposer.Enabled,
-		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir)
+		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir,
+		"interposer_unified_memory", cfg.Interposer.UnifiedMemory,
+		"mps_daemons", cfg.MPS.Daemons, "mps_control", cfg.MPS.Control, "mps_daemon_dir", cfg.MPS.DaemonDir)
 	return nil
 }
 
@@ -266,8 +282,17 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
 	p.record(inv, groups, healthBy)
 	var mps *mpsStatus
+	// with per-reservation daemons that cannot start, Reserve refuses: the
+	// shares are offered unhealthy, saying why
+	mpsBlocks := false
 	if cfg.Sharing == devicefn.SharingMPS && len(groups) > 0 {
-		st := checkMPSDaemon(cfg.MPS.PipeDirectory)
+		var st mpsStatus
+		if cfg.MPS.Daemons == MPSDaemonsReservation {
+			st = p.mpsReservationStatus(ctx, cfg.MPS, time.Now())
+			mpsBlocks = !st.running()
+		} else {
+			st = checkMPSDaemon(cfg.MPS.PipeDirectory)
+		}
 		mps = &st
 		p.noteMPS(st)
 	}
@@ -289,11 +314,15 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		}
 		for _, gpu := range g.GPUs {
 			st := p.gpus[gpu.UUID]
+			healthy, desc := st.healthy, withMPSNote(st.healthy, st.reason, note)
+			if healthy && mpsBlocks {
+				healthy = false
+			}
 			for _, id := range devicefn.ShareIDs(gpu.UUID, cfg.SharesPerGPU) {
 				dg.Devices = append(dg.Devices, &device.Device{
 					ID:         id,
-					Healthy:    st.healthy,
-					HealthDesc: withMPSNote(st.healthy, st.reason, note),
+					Healthy:    healthy,
+					HealthDesc: desc,
 					HwLocality: &device.DeviceLocality{PciBusID: gpu.PCIBusID},
 				})
 			}
@@ -350,9 +379,12 @@ func (p *Plugin) noteMPS(st mpsStatus) {
 	if p.mps != nil && *p.mps == st {
 		return
 	}
-	if st.running() {
+	switch {
+	case st.running():
 		p.logger.Info("MPS control daemon answers", "detail", st.Health)
-	} else {
+	case p.cfg != nil && p.cfg.MPS.Daemons == MPSDaemonsReservation:
+		p.logger.Error("MPS control daemons cannot be started; shares are offered unhealthy until they can", "detail", st.Health)
+	default:
 		p.logger.Warn("MPS control daemon not usable; shares stay healthy but run without MPS", "detail", st.Health)
 	}
 	p.mps = &st

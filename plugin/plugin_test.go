@@ -44,9 +44,11 @@ func TestConfigDefaults(t *testing.T) {
 	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, "")}))
 	must.Eq(t, &Config{
 		Enabled: true, SharesPerGPU: 100, Sharing: "mps",
-		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps"},
+		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps",
+			Daemons: "reservation", Control: "nvidia-cuda-mps-control", DaemonDir: "/run/gpushare-mps", GCAfter: "1h"},
 		Interposer: InterposerConfig{Enabled: false, Library: DefaultInterposerLibrary,
-			StateDir: DefaultInterposerStateDir, GCAfter: "168h"},
+			StateDir: DefaultInterposerStateDir, GCAfter: "168h",
+			UnifiedMemory: false, UnifiedOversubscriptionPct: 100},
 		IgnoredGPUIDs:     []string{},
 		FingerprintPeriod: "1m",
 	}, p.cfg)
@@ -60,11 +62,19 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		`sharing = "fair"`:                                                 `sharing = "fair": must be one of "mps", "timeslice" or "exclusive"`,
 		`fingerprint_period = "x"`:                                         `fingerprint_period = "x": not a duration`,
 		`fingerprint_period = "1ms"`:                                       `fingerprint_period = "1ms": must be at least 100ms`,
-		"mps {\n pipe_directory = \"\"\n}":                                 "mps: pipe_directory and log_directory must not be empty",
+		"mps {\n daemons = \"node\"\n pipe_directory = \"\"\n}":            "mps: pipe_directory and log_directory must not be empty",
+		"mps {\n daemons = \"both\"\n}":                                    `mps.daemons = "both": must be "reservation" (one MPS control daemon per reservation, started by the plugin) or "node"`,
+		"mps {\n daemon_dir = \"run\"\n}":                                  `mps.daemon_dir = "run": must be an absolute directory other than /, at most 48 characters`,
+		"mps {\n daemon_dir = \"/" + strings.Repeat("d", 60) + "\"\n}":     "at most 48 characters (UNIX socket paths are short",
+		"mps {\n gc_after = \"10s\"\n}":                                    `mps.gc_after = "10s": must be a duration of at least 1m`,
+		"mps {\n control = \"\"\n}":                                        `mps.control = "": must name nvidia-cuda-mps-control`,
 		"interposer {\n enabled = true\n library = \"lib.so\"\n}":          `interposer.library = "lib.so": must be the absolute path`,
 		"interposer {\n enabled = true\n state_dir = \"/\"\n}":             `interposer.state_dir = "/": must be an absolute directory`,
 		"interposer {\n enabled = true\n gc_after = \"1s\"\n}":             `interposer.gc_after = "1s": must be a duration of at least 1m`,
 		"interposer {\n enabled = true\n library = \"/nonexistent.so\"\n}": "interposer.library: stat /nonexistent.so: no such file or directory; install libgpushare-cuda.so",
+		"interposer {\n unified_memory = true\n}":                          "interposer.unified_memory = true: needs interposer.enabled = true",
+		"interposer {\n unified_oversubscription_pct = -1\n}":              "interposer.unified_oversubscription_pct = -1: must be between 0 and 1000",
+		"interposer {\n unified_oversubscription_pct = 1001\n}":            "interposer.unified_oversubscription_pct = 1001: must be between 0 and 1000",
 	}
 	for body, want := range cases {
 		t.Run(body, func(t *testing.T) {
@@ -88,6 +98,10 @@ func newPlugin(t *testing.T, fixture, extra string) (*Plugin, string, *device.Fi
 	must.NoError(t, err)
 	p := New(hclog.NewNullLogger(), nil)
 	p.exists = func(string) bool { return false }
+	if !strings.Contains(extra, "mps {") {
+		// the node's daemon: no per-reservation daemons to start (mpsd_test.go)
+		extra += "\nmps {\n daemons = \"node\"\n}"
+	}
 	cfg := fmt.Sprintf("fixture = %q\nfingerprint_period = \"100ms\"\n%s", path, extra)
 	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}))
 	ctx, cancel := context.WithCancel(context.Background())

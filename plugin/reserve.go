@@ -144,23 +144,30 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		EnvShareMemory:   strconv.FormatUint(memPerGPU, 10),
 		EnvSharing:       cfg.Sharing,
 	}}
+	sortedIDs := append([]string(nil), ids...)
+	sort.Strings(sortedIDs)
 	if cfg.Sharing == devicefn.SharingMPS {
-		threads := int(math.Ceil(100 * min(fraction, 1)))
-		limits := make([]string, len(uuids))
-		for i, u := range uuids {
+		lim := mpsLimits{Visible: uuids, Threads: int(math.Ceil(100 * min(fraction, 1)))}
+		for _, u := range uuids {
 			mem := gpus[u].gpu.MemoryMiB
 			if len(uuids) == 1 {
 				mem = memPerGPU
 			}
-			limits[i] = fmt.Sprintf("%d=%dM", i, mem)
+			lim.MemoryMiB = append(lim.MemoryMiB, mem)
 		}
-		res.Envs[EnvMPSPipe] = cfg.MPS.PipeDirectory
-		res.Envs[EnvMPSLog] = cfg.MPS.LogDirectory
-		res.Envs[EnvMPSThreads] = strconv.Itoa(threads)
-		res.Envs[EnvMPSPinnedMemory] = strings.Join(limits, ",")
-		res.Mounts = []*device.Mount{
-			{TaskPath: cfg.MPS.PipeDirectory, HostPath: cfg.MPS.PipeDirectory},
-			{TaskPath: cfg.MPS.LogDirectory, HostPath: cfg.MPS.LogDirectory},
+		res.Envs[EnvMPSThreads] = strconv.Itoa(lim.Threads)
+		res.Envs[EnvMPSPinnedMemory] = lim.pinned()
+		if cfg.MPS.Daemons == MPSDaemonsReservation {
+			if err := p.reserveMPSDaemon(cfg.MPS, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {
+				return nil, err
+			}
+		} else {
+			res.Envs[EnvMPSPipe] = cfg.MPS.PipeDirectory
+			res.Envs[EnvMPSLog] = cfg.MPS.LogDirectory
+			res.Mounts = []*device.Mount{
+				{TaskPath: cfg.MPS.PipeDirectory, HostPath: cfg.MPS.PipeDirectory},
+				{TaskPath: cfg.MPS.LogDirectory, HostPath: cfg.MPS.LogDirectory},
+			}
 		}
 	}
 	if cfg.Interposer.Enabled {
@@ -172,8 +179,10 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 			memBytes = memPerGPU
 		}
 		lim := interposerLimits{memoryBytes: memBytes << 20, computePct: int(math.Ceil(100 * min(fraction, 1)))}
-		sortedIDs := append([]string(nil), ids...)
-		sort.Strings(sortedIDs)
+		if ip := cfg.Interposer; ip.UnifiedMemory {
+			lim.unifiedMemory = true
+			lim.unifiedExtraBytes = lim.memoryBytes * uint64(ip.UnifiedOversubscriptionPct) / 100
+		}
 		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, uuids[0], lim, res); err != nil {
 			return nil, err
 		}

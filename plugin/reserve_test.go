@@ -157,7 +157,7 @@ func benchPlugin(b *testing.B) *Plugin {
 	path, err := fixtures.WriteTo(fixtures.DGX1V100, b.TempDir())
 	must.NoError(b, err)
 	cfg := Config{Enabled: true, SharesPerGPU: 100, Sharing: devicefn.SharingMPS, Fixture: path, FingerprintPeriod: "1m",
-		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps"}}
+		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
 	var buf []byte
 	must.NoError(b, base.MsgPackEncode(&buf, &cfg))
 	p := New(hclog.NewNullLogger(), nil)

@@ -6,9 +6,10 @@
 # deploy/nomad/gpushare-scheduler.policy.hcl) in the job's own variable,
 # which the template reads through the job's workload identity:
 #
+#   nomad namespace apply -description "gpushare scheduler" gpushare
 #   nomad acl policy apply -description "gpushare scheduler" \
 #     gpushare-scheduler deploy/nomad/gpushare-scheduler.policy.hcl
-#   nomad var put nomad/jobs/gpushare-scheduler \
+#   nomad var put -out none -namespace gpushare nomad/jobs/gpushare-scheduler \
 #     token="$(nomad acl token create -name gpushare -policy gpushare-scheduler -json | jq -r .SecretID)"
 #   nomad job run -var nomad_addr=http://10.0.0.1:4646 deploy/nomad/gpushare-scheduler.nomad.hcl
 #
@@ -37,8 +38,8 @@ variable "datacenters" {
 
 variable "namespace" {
   type        = string
-  default     = "default"
-  description = "The job's namespace, which is the scheduler's (the leader lock and gpushare/state/ live there; the policy's named namespace block must match)."
+  default     = "gpushare"
+  description = "The job's namespace, which is the scheduler's (the leader lock and gpushare/state/, its signing key among them, live there; the policy's named namespace block must match). A namespace of its own, which ordinary submitters cannot write to: whoever may register a job named gpushare-scheduler in it, or alloc exec into it, can read its token. Create it first: nomad namespace apply gpushare."
 }
 
 variable "count" {
@@ -110,6 +111,24 @@ job "gpushare-scheduler" {
 
     network {
       port "http" {}
+    }
+
+    # Nomad's own service discovery: `gpushare status` and `gpushare job
+    # status` find the scheduler through it when neither -scheduler nor
+    # GPUSHARE_ADDR is given (they prefer the replica that leads). The check
+    # passes once a replica has read the cluster (/v1/health: 503 while
+    # starting).
+    service {
+      name     = "gpushare-scheduler"
+      provider = "nomad"
+      port     = "http"
+
+      check {
+        type     = "http"
+        path     = "/v1/health"
+        interval = "5s"
+        timeout  = "2s"
+      }
     }
 
     # a replica that exits is restarted in place; while it is down another

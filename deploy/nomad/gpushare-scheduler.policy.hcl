@@ -32,9 +32,13 @@ namespace "*" {
 
 # The same capabilities again: a namespace block that names a namespace
 # replaces "*" for it (Nomad does not merge the two), and the leader lock
-# lives in the scheduler's own namespace, "default" unless $NOMAD_NAMESPACE
-# says otherwise (then rename this block).
-namespace "default" {
+# and the scheduler's records (its signing key among them) live in its own
+# namespace, "gpushare": the shipped job runs there, a scheduler run
+# outside Nomad says so with nomad { namespace = "gpushare" }. A namespace
+# of its own, which ordinary submitters cannot write to, keeps them from
+# reading its token (nomad/jobs/gpushare-scheduler) and signing key.
+# Create it first: nomad namespace apply -description "gpushare scheduler" gpushare
+namespace "gpushare" {
   capabilities = ["list-jobs", "read-job", "register-job", "alloc-lifecycle"]
 
   variables {

@@ -1,6 +1,6 @@
 # A batch job pinned to exact gpushare shares: the ${device.ids}
 # constraint inside the device block is how the gpushare scheduler pins a
-# placement (DESIGN.md section 4). The task prints the environment the
+# placement (docs/gate-and-pin.md). The task prints the environment the
 # plugin's Reserve gave it.
 variable "shares" {
   type = number

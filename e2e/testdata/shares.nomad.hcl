@@ -1,5 +1,5 @@
 # A service that asks gpushare for GPU shares: the gate constraint hands
-# the group to the gpushare scheduler, which pins it (DESIGN.md section 4).
+# the group to the gpushare scheduler, which pins it (docs/gate-and-pin.md).
 variable "shares" {
   type = number
 }

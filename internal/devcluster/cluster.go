@@ -27,6 +27,10 @@ type Client struct {
 	Fixture string
 	// PluginConfig is extra HCL inside the plugin's config block.
 	PluginConfig string
+	// MPS is the body of the plugin's mps block; empty means the node
+	// daemon mode with directories of the cluster's (fixture GPUs have no
+	// MPS), rather than a daemon per reservation.
+	MPS string
 	// Meta is the node's meta (for example rack).
 	Meta map[string]string
 	// CPUTotalCompute and MemoryTotalMB, when set, replace the node's
@@ -281,8 +285,12 @@ func agentConfig(name, dir, pluginDir string, http, rpc, serf int, server string
 	if !slices.Contains(cl.DenyDrivers, "raw_exec") {
 		b.WriteString("plugin \"raw_exec\" {\n  config {\n    enabled = true\n  }\n}\n")
 	}
-	fmt.Fprintf(&b, "plugin \"nomad-device-gpushare\" {\n  config {\n    fixture = %q\n    fingerprint_period = \"1s\"\n    mps {\n      pipe_directory = %q\n      log_directory = %q\n    }\n%s\n  }\n}\n",
-		cl.Fixture, filepath.Join(dir, "mps-pipe"), filepath.Join(dir, "mps-log"), cl.PluginConfig)
+	mps := cl.MPS
+	if mps == "" {
+		mps = fmt.Sprintf("daemons = \"node\"\npipe_directory = %q\nlog_directory = %q", filepath.Join(dir, "mps-pipe"), filepath.Join(dir, "mps-log"))
+	}
+	fmt.Fprintf(&b, "plugin \"nomad-device-gpushare\" {\n  config {\n    fixture = %q\n    fingerprint_period = \"1s\"\n    mps {\n%s\n    }\n%s\n  }\n}\n",
+		cl.Fixture, mps, cl.PluginConfig)
 	return b.String()
 }
 

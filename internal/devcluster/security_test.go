@@ -83,10 +83,13 @@ func TestSchedulerPolicy(t *testing.T) {
 	must.False(t, a.AllowNodeWrite())
 	must.False(t, a.AllowAgentRead())
 	must.False(t, a.AllowOperatorRead())
-	must.True(t, a.AllowVariableOperation("default", "gpushare/leader", acl.VariablesCapabilityWrite, nil))
+	// the leader lock and records in the scheduler's own namespace only
+	must.True(t, a.AllowVariableOperation("gpushare", "gpushare/leader", acl.VariablesCapabilityWrite, nil))
 	for _, op := range []string{acl.VariablesCapabilityRead, acl.VariablesCapabilityWrite, acl.VariablesCapabilityDestroy} {
-		must.True(t, a.AllowVariableOperation("default", "gpushare/state/pins-00", op, nil), must.Sprint(op))
+		must.True(t, a.AllowVariableOperation("gpushare", "gpushare/state/pins-00", op, nil), must.Sprint(op))
 	}
-	must.False(t, a.AllowVariableOperation("default", "nomad/jobs/x", acl.VariablesCapabilityWrite, nil))
-	must.False(t, a.AllowVariableOperation("team-a", "gpushare/leader", acl.VariablesCapabilityWrite, nil))
+	must.False(t, a.AllowVariableOperation("gpushare", "nomad/jobs/x", acl.VariablesCapabilityWrite, nil))
+	for _, ns := range []string{"default", "team-a"} {
+		must.False(t, a.AllowVariableOperation(ns, "gpushare/leader", acl.VariablesCapabilityWrite, nil), must.Sprint(ns))
+	}
 }

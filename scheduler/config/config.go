@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -21,15 +22,18 @@ type Config struct {
 	Policy string `hcl:"policy,optional"`
 	// ProductionMaxSlowdown bounds a production job's predicted slowdown.
 	ProductionMaxSlowdown float64 `hcl:"production_max_slowdown,optional"`
-	// HTTPAddress serves /v1/health, /v1/gpus, /v1/jobs/<id> and /metrics.
+	// HTTPAddress serves the web page /ui, /v1/health, /v1/gpus,
+	// /v1/jobs/<id>, ... and /metrics.
 	HTTPAddress string `hcl:"http_address,optional"`
 	// HTTPCertFile and HTTPKeyFile, when set, serve the HTTP API over TLS.
 	HTTPCertFile string `hcl:"http_cert_file,optional"`
 	HTTPKeyFile  string `hcl:"http_key_file,optional"`
-	// HTTPRequireToken makes the HTTP API (but /v1/health) require a Nomad
-	// ACL token that may read what is asked: jobs of the namespace for
-	// /v1/jobs and /v1/groups, nodes for /v1/gpus.
-	HTTPRequireToken bool   `hcl:"http_require_token,optional"`
+	// HTTPRequireToken makes the HTTP API (but /v1/health and /metrics)
+	// require a Nomad ACL token that may read what is asked: read-job in
+	// the namespace for /v1/jobs, /v1/groups and /v1/unpairs, nodes for
+	// /v1/gpus. Unset, it is on whenever http_address listens beyond
+	// loopback (RequireToken). The page (/ui) asks for it in a form.
+	HTTPRequireToken *bool  `hcl:"http_require_token,optional"`
 	LogLevel         string `hcl:"log_level,optional"`
 	LogJSON          bool   `hcl:"log_json,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
@@ -88,10 +92,16 @@ type Opportunistic struct {
 
 // Nomad is how the service reaches Nomad.
 type Nomad struct {
-	Address    string   `hcl:"address,optional"`
-	Token      string   `hcl:"token,optional"`
-	TokenFile  string   `hcl:"token_file,optional"`
-	Region     string   `hcl:"region,optional"`
+	Address   string `hcl:"address,optional"`
+	Token     string `hcl:"token,optional"`
+	TokenFile string `hcl:"token_file,optional"`
+	Region    string `hcl:"region,optional"`
+	// Namespace is the scheduler's own namespace, where its leader lock and
+	// records (gpushare/* variables) live: a namespace of its own, which
+	// ordinary submitters cannot write to, keeps its signing key from them.
+	// Default: $NOMAD_NAMESPACE (Nomad sets it for a task), else "default".
+	Namespace string `hcl:"namespace,optional"`
+	// Namespaces are the namespaces whose jobs it schedules (default: all).
 	Namespaces []string `hcl:"namespaces,optional"`
 	CACert     string   `hcl:"ca_cert,optional"`
 	ClientCert string   `hcl:"client_cert,optional"`
@@ -101,6 +111,11 @@ type Nomad struct {
 	// RequestTimeout bounds each request to Nomad but the event stream, so
 	// that a hung Nomad does not stall scheduling.
 	RequestTimeout string `hcl:"request_timeout,optional"`
+	// UIAddress is where users open Nomad's web UI (its agents' address,
+	// "https://nomad.example.com:4646"): the scheduler's page links jobs,
+	// allocations and clients there. Empty: no such links (a Nomad built
+	// from the module proxy has no UI).
+	UIAddress string `hcl:"ui_address,optional"`
 }
 
 // Leader configures leader election through a Nomad Variable lock.
@@ -296,6 +311,8 @@ func (c *Config) Merge(o *Config) {
 	str(&c.Nomad.ClientKey, o.Nomad.ClientKey)
 	str(&c.Nomad.TLSServer, o.Nomad.TLSServer)
 	str(&c.Nomad.RequestTimeout, o.Nomad.RequestTimeout)
+	str(&c.Nomad.Namespace, o.Nomad.Namespace)
+	str(&c.Nomad.UIAddress, o.Nomad.UIAddress)
 	c.Nomad.Insecure = c.Nomad.Insecure || o.Nomad.Insecure
 	if len(o.Nomad.Namespaces) > 0 {
 		c.Nomad.Namespaces = o.Nomad.Namespaces
@@ -307,7 +324,9 @@ func (c *Config) Merge(o *Config) {
 	str(&c.HTTPAddress, o.HTTPAddress)
 	str(&c.HTTPCertFile, o.HTTPCertFile)
 	str(&c.HTTPKeyFile, o.HTTPKeyFile)
-	c.HTTPRequireToken = c.HTTPRequireToken || o.HTTPRequireToken
+	if o.HTTPRequireToken != nil {
+		c.HTTPRequireToken = o.HTTPRequireToken
+	}
 	str(&c.LogLevel, o.LogLevel)
 	c.LogJSON = c.LogJSON || o.LogJSON
 	str(&c.ResyncInterval, o.ResyncInterval)
@@ -361,6 +380,9 @@ func (c *Config) Validate() error {
 	bad := func(format string, a ...any) { errs = append(errs, c.located(fmt.Sprintf(format, a...))) }
 	if !strings.HasPrefix(c.Nomad.Address, "http://") && !strings.HasPrefix(c.Nomad.Address, "https://") {
 		bad("nomad.address %q: must start with http:// or https://", c.Nomad.Address)
+	}
+	if u := c.Nomad.UIAddress; u != "" && !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+		bad("nomad.ui_address %q: must start with http:// or https:// (where users open Nomad's UI), or be empty", u)
 	}
 	if c.Nomad.Token != "" && c.Nomad.TokenFile != "" {
 		bad("nomad: set token or token_file, not both")
@@ -518,4 +540,30 @@ func (c *Config) VCNames() []string {
 func Duration(s string) time.Duration {
 	d, _ := time.ParseDuration(s)
 	return d
+}
+
+// RequireToken says whether the HTTP API asks callers for a Nomad ACL
+// token: http_require_token when set, else whenever http_address listens
+// beyond loopback (a host name, an unspecified or a routable address), so
+// that an API reachable from other machines never answers anonymously by
+// default. On a Nomad cluster without ACLs a request without a token is
+// still answered: Nomad itself then answers anyone.
+func (c *Config) RequireToken() bool {
+	if c.HTTPRequireToken != nil {
+		return *c.HTTPRequireToken
+	}
+	return !loopbackAddress(c.HTTPAddress)
+}
+
+// loopbackAddress: addr's host is a loopback IP or "localhost".
+func loopbackAddress(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		host = addr
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }

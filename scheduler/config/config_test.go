@@ -15,6 +15,7 @@ nomad {
   address    = "http://127.0.0.1:4646"
   token_file = "/etc/gpushare/token"
   namespaces = ["default", "ml"]
+  ui_address = "https://nomad.example.com:4646"
 }
 policy                  = "gpushare"
 production_max_slowdown = 0.2
@@ -58,6 +59,7 @@ func TestParse(t *testing.T) {
 	must.NoError(t, c.Validate())
 	must.Eq(t, 0.2, c.ProductionMaxSlowdown)
 	must.Eq(t, []string{"default", "ml"}, c.Nomad.Namespaces)
+	must.Eq(t, "https://nomad.example.com:4646", c.Nomad.UIAddress)
 	must.Eq(t, "10s", c.Leader.TTL)
 	must.Eq(t, "5s", c.Leader.LockDelay) // default kept
 	must.Eq(t, "gpushare/leader", c.Leader.VariablePath)
@@ -77,6 +79,7 @@ func TestDefaultsAreValid(t *testing.T) {
 func TestValidateReportsEveryProblem(t *testing.T) {
 	c := Default()
 	c.Nomad.Address = "127.0.0.1:4646"
+	c.Nomad.UIAddress = "nomad.example.com"
 	c.Policy = "magic"
 	c.ProductionMaxSlowdown = 2
 	c.Leader.TTL = "soon"
@@ -86,7 +89,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	c.Typical = []TypicalRequest{{Shares: 50, Weight: 0.5}}
 	err := c.Validate()
 	must.True(t, errors.Is(err, ErrInvalid))
-	for _, want := range []string{"nomad.address", `unknown policy "magic"`, "production_max_slowdown = 2", `leader.ttl = "soon"`, `default_expected_runtime = "0s"`,
+	for _, want := range []string{"nomad.address", `nomad.ui_address "nomad.example.com"`, `unknown policy "magic"`, "production_max_slowdown = 2", `leader.ttl = "soon"`, `default_expected_runtime = "0s"`,
 		`virtual_cluster "a" is defined twice`, `virtual_cluster "a" cell 0`, `profile "x"`, "typical_request: mix weights sum to 0.500"} {
 		must.ErrorContains(t, err, want)
 	}
@@ -162,4 +165,23 @@ func TestOpportunistic(t *testing.T) {
 
 	_, err = Parse("o.hcl", []byte("opportunistic {\n  priority = 1\n}\n"))
 	must.ErrorContains(t, err, "o.hcl:2,3-11: Unsupported argument")
+}
+
+// The API asks for a token whenever it listens beyond loopback, unless
+// http_require_token says otherwise; on loopback only when it says so.
+func TestRequireTokenBeyondLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8646": false, "[::1]:8646": false, "localhost:8646": false, "127.0.0.53:1": false,
+		"0.0.0.0:8646": true, ":8646": true, "10.0.0.5:8646": true, "[::]:8646": true, "sched.example.com:8646": true,
+	} {
+		c, err := Parse("s.hcl", []byte(`http_address = "`+addr+`"`))
+		must.NoError(t, err)
+		must.EqOp(t, want, c.RequireToken(), must.Sprint(addr))
+	}
+	c, err := Parse("s.hcl", []byte("http_address = \"0.0.0.0:8646\"\nhttp_require_token = false\n"))
+	must.NoError(t, err)
+	must.False(t, c.RequireToken())
+	c, err = Parse("s.hcl", []byte("http_require_token = true\n"))
+	must.NoError(t, err)
+	must.True(t, c.RequireToken())
 }

@@ -132,8 +132,12 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 				failed[shape] = d.Refusal
 			}
 			if never := st.never(d.Refusal, req); never != nil {
+				fix := "change the request (or add nodes that can hold it)"
+				if never.Code == placement.RefusedInvalid {
+					fix = "change the request" // no node could ever hold it
+				}
 				out = append(out, Action{Kind: Refuse, Group: g.Key, Refusal: never,
-					Reason: never.String() + "; this cluster can never hold it: change the request (or add nodes that can hold it)"})
+					Reason: never.String() + "; this cluster can never hold it: " + fix})
 				continue
 			}
 			w := Action{Kind: Wait, Group: g.Key, Refusal: d.Refusal, Position: i + 1, Of: len(queue), Ratio: q.ratio}

@@ -1,6 +1,6 @@
 // Package feasible says whether Nomad's own scheduler would find a node
 // feasible for a task group, before the placement core sees the node
-// (DESIGN.md section 9, "Nomad's rules first"): the job's datacenters and
+// (Nomad's rules first: docs/gate-and-pin.md, "The pin"): the job's datacenters and
 // node pool, its constraints at job, group and task level with every
 // operator Nomad knows, the tasks' drivers, the device blocks (the
 // gpushare one's constraints against the node's gpushare device groups,

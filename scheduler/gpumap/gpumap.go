@@ -39,12 +39,17 @@ type GPU struct {
 	Users    []Usage `json:"users,omitempty"`
 }
 
-// Usage is one allocation's shares of a GPU.
+// Usage is one allocation's shares of a GPU, or (Other) the shares the
+// allocations of namespaces the reader may not see hold on it.
 type Usage struct {
-	AllocID string `json:"alloc_id"`
-	Job     string `json:"job"`
-	Group   string `json:"group"`
-	Shares  int    `json:"shares"`
+	AllocID   string `json:"alloc_id,omitempty"`
+	Namespace string `json:"namespace,omitempty"`
+	Job       string `json:"job,omitempty"`
+	Group     string `json:"group,omitempty"`
+	Shares    int    `json:"shares"`
+	// Other marks the shares used by another namespace: who holds them
+	// is not shown (Hide).
+	Other bool `json:"other_namespace,omitempty"`
 }
 
 // Build makes the map from full node objects and the cluster's allocations;
@@ -124,11 +129,41 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 				continue
 			}
 			g.Used += n
-			g.Users = append(g.Users, Usage{AllocID: a.ID, Job: a.JobID, Group: a.TaskGroup, Shares: n})
+			ns := a.Namespace
+			if ns == "" {
+				ns = "default"
+			}
+			g.Users = append(g.Users, Usage{AllocID: a.ID, Namespace: ns, Job: a.JobID, Group: a.TaskGroup, Shares: n})
 		}
 	}
 	for _, g := range where {
 		sort.Slice(g.Users, func(i, j int) bool { return g.Users[i].AllocID < g.Users[j].AllocID })
 	}
 	return m
+}
+
+// Hide replaces, on every GPU, the usage of the namespaces visible does
+// not accept by one anonymous usage of their shares (Other): the reader
+// sees that the shares are used, not by which job, group or allocation.
+func (m *Map) Hide(visible func(namespace string) bool) {
+	for i := range m.Nodes {
+		for j := range m.Nodes[i].GPUs {
+			g := &m.Nodes[i].GPUs[j]
+			kept, other := g.Users[:0], 0
+			for _, u := range g.Users {
+				if u.Other || !visible(u.Namespace) {
+					other += u.Shares
+					continue
+				}
+				kept = append(kept, u)
+			}
+			if other > 0 {
+				kept = append(kept, Usage{Shares: other, Other: true})
+			}
+			g.Users = kept
+			if len(g.Users) == 0 {
+				g.Users = nil
+			}
+		}
+	}
 }

@@ -80,3 +80,25 @@ func TestRenderEmpty(t *testing.T) {
 	must.NoError(t, Render(&b, &Map{}))
 	must.StrContains(t, b.String(), "no nodes with gpushare devices")
 }
+
+func TestHideShowsOtherNamespacesAsAnonymousShares(t *testing.T) {
+	const gpu3 = "GPU-d1000000-0000-4000-8000-000000000003"
+	mine := alloc("aaaaaaaa-1", "train", "running", gpu3, 0, 25)
+	theirs := alloc("bbbbbbbb-2", "secret-job", "running", gpu3, 25, 75)
+	theirs.Namespace = "team-b"
+	theirs2 := alloc("cccccccc-3", "secret-two", "running", gpu3, 75, 85)
+	theirs2.Namespace = "team-b"
+	m := Build([]*api.Node{node(t, "dgx1", fixtures.DGX1V100, "")}, []*api.Allocation{mine, theirs, theirs2})
+	m.Hide(func(ns string) bool { return ns == "default" })
+	g := m.Nodes[0].GPUs[3]
+	must.Eq(t, 85, g.Used) // their shares are used all the same
+	must.Eq(t, []Usage{
+		{AllocID: "aaaaaaaa-1", Namespace: "default", Job: "train", Group: "g", Shares: 25},
+		{Shares: 60, Other: true},
+	}, g.Users)
+
+	var b strings.Builder
+	must.NoError(t, Render(&b, m))
+	must.StrContains(t, b.String(), "train/g[aaaaaaaa]:25 (another namespace):60")
+	must.StrNotContains(t, b.String(), "secret")
+}

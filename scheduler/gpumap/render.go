@@ -57,6 +57,10 @@ func bar(used, total int) string {
 func users(us []Usage) string {
 	parts := make([]string, len(us))
 	for i, u := range us {
+		if u.Other {
+			parts[i] = fmt.Sprintf("(another namespace):%d", u.Shares)
+			continue
+		}
 		parts[i] = fmt.Sprintf("%s/%s[%s]:%d", u.Job, u.Group, short(u.AllocID), u.Shares)
 	}
 	return strings.Join(parts, " ")

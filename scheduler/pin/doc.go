@@ -1,5 +1,5 @@
-// Package pin is the jobspec side of the gate-and-pin protocol (DESIGN.md
-// section 4): it finds the task groups a user handed to gpushare with the
+// Package pin is the jobspec side of the gate-and-pin protocol
+// (docs/gate-and-pin.md): it finds the task groups a user handed to gpushare with the
 // gate constraint, turns a group into a placement request, and rewrites a
 // job so that Nomad places a group exactly where the placement core
 // decided: the gate replaced by a node constraint, a ${device.ids}

@@ -154,6 +154,10 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 		return r, fmt.Errorf("%w %q: it carries the gpushare gate but no task asks for a %q device; remove the gate or add a device block", ErrNotPlaceable, r.ID, DeviceName)
 	case devices > 1:
 		return r, fmt.Errorf("%w %q: %d device blocks ask for %q; gpushare places one GPU request per group: put the GPU work in one task", ErrNotPlaceable, r.ID, devices, DeviceName)
+	case r.Shares == 0:
+		// Nomad accepts the job and then blocks the group for ever
+		// ("invalid request of zero devices"): a pin would only hide that
+		return r, fmt.Errorf("%w %q: its %q device block asks for count = 0: Nomad cannot place a request of zero devices; ask for at least 1 share, or remove the device block and the gate", ErrNotPlaceable, r.ID, DeviceName)
 	}
 	meta := Meta(job, tg)
 	if meta[MetaClass] == "normal" {

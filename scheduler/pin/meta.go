@@ -10,7 +10,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
-// Meta keys of the jobspec contract (DESIGN.md section 4), read from the
+// Meta keys of the jobspec contract (docs/gate-and-pin.md), read from the
 // job or group (group wins) by Request and written by the pin. The
 // placement core never sees them: Request and ApplyMeta turn them into the
 // typed fields of a placement.Request.

@@ -79,7 +79,7 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		rec.Env, rec.Priority = rt.runtimeEnv(meta[MetaClass], n, user)
 	}
 	// the meta holds what the decision is, never why: the same decision
-	// is the same meta, byte for byte (DESIGN.md section 4)
+	// is the same meta, byte for byte (docs/gate-and-pin.md, "Sticky pins")
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return nil, err

@@ -103,8 +103,8 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string) (
 
 // placeGroup places Count allocations one by one, trying each on the
 // snapshot and undoing them all at the end. A node holds either one
-// allocation of the group or fractions stacked on one GPU (DESIGN.md
-// section 4). Groups of more than one allocation prefer one rack.
+// allocation of the group or fractions stacked on one GPU
+// (docs/gate-and-pin.md, "Several allocations"). Groups of more than one allocation prefer one rack.
 //
 // With preempt, an allocation that fits nowhere may stop opportunistic
 // allocations (the victims are listed in d.Preempt).

@@ -1,5 +1,5 @@
-// Package placement is gpushare's placement core (DESIGN.md sections 5 and
-// 6): a pure library that takes a cluster Snapshot and a Request and returns
+// Package placement is gpushare's placement core (README.md in this
+// directory): a pure library that takes a cluster Snapshot and a Request and returns
 // a Decision — for every allocation the node, the GPUs and the exact share
 // IDs, the cell, a score and a reason — or a refusal a user can act on, and
 // the opportunistic allocations to preempt when a guaranteed job needs its

@@ -86,7 +86,7 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	case r.Shares > 0 && spg == 0:
 		return &Refusal{RefusedNoModel, fmt.Sprintf("no node has GPUs of %s (the cluster has %s)", models, strings.Join(modelSeen, ", "))}
 	case r.Shares > 0 && !sizeOK:
-		return &Refusal{RefusedInvalid, fmt.Sprintf("%d shares is neither a fraction of one GPU (fewer than %d) nor whole GPUs (a multiple of %d)", r.Shares, spg, spg)}
+		return &Refusal{RefusedInvalid, fmt.Sprintf("%d shares is neither a fraction of one GPU (fewer than %d) nor whole GPUs (a multiple of %d): ask for %d or %d", r.Shares, spg, spg, r.Shares/spg*spg, (r.Shares/spg+1)*spg)}
 	case whole > maxGPUs:
 		return &Refusal{RefusedTooLarge, fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", whole, models, maxGPUs)}
 	case tally[whyInterference] > 0 && tally[whyGPU] == 0 && tally[whyCPU] == 0:

@@ -54,8 +54,9 @@ func randomRequest(rng *rand.Rand, i int) Request {
 	return r
 }
 
-// checkGroupRule asserts DESIGN.md section 4: on any one node, the shares of
-// a group's allocations are one allocation's worth or all on one GPU.
+// checkGroupRule asserts the rule of docs/gate-and-pin.md, "Several
+// allocations": on any one node, the shares of a group's allocations are
+// one allocation's worth or all on one GPU.
 func checkGroupRule(t testing.TB, d *Decision) {
 	byNode := map[string][]Placement{}
 	for _, p := range d.Placements {

@@ -216,7 +216,7 @@ func TestGroupStacksFractionsOnOneGPUOnly(t *testing.T) {
 	p := policy(t, PolicyGpushare, Options{})
 	d := place(t, s, p, Request{ID: "g", Count: 3, Shares: 30})
 	must.Eq(t, 3, len(d.Placements))
-	// All on one node, so all on one GPU (DESIGN.md section 4).
+	// All on one node, so all on one GPU (docs/gate-and-pin.md, "Several allocations").
 	for _, pl := range d.Placements {
 		must.Eq(t, d.Placements[0].GPUs, pl.GPUs)
 	}

@@ -14,20 +14,25 @@ import (
 // The HTTP API can require a Nomad ACL token (http_require_token): the
 // caller's token must be one Nomad knows (else 401) and may read what is
 // asked (else 403): the jobs of the namespace for /v1/jobs/<id>, the jobs
-// of each namespace listed for /v1/groups, nodes for /v1/gpus. Nomad
-// answers the question, with the caller's token; answers are kept for
-// authTTL. /v1/health and /metrics stay open (probes and scrapers); they
-// name no job.
+// of each namespace listed for /v1/groups, nodes for /v1/gpus (where the
+// jobs, groups and allocations of namespaces the token may not read show
+// as anonymous shares). Nomad answers the question, with the caller's
+// token; answers are kept for authTTL. /v1/health and /metrics stay open
+// (probes and scrapers); they name no job. A browser cannot send a
+// header: the page's token form (/ui/login) keeps the token in a cookie,
+// read wherever the token is.
 
 // Errors of authorize.
 var (
-	ErrNoToken   = errors.New("this API needs a Nomad ACL token (X-Nomad-Token header or Authorization: Bearer)")
+	ErrNoToken   = errors.New("this API needs a Nomad ACL token (X-Nomad-Token header or Authorization: Bearer; in a browser, sign in at /ui/login)")
 	ErrBadToken  = errors.New("Nomad does not know this ACL token")
 	ErrForbidden = errors.New("this ACL token may not read it")
 )
 
 // authScope is what a caller asks to read: the jobs of a namespace, or
 // nodes (Namespace "").
+// authScope is what a request reads: jobs of Namespace (read-job), or the
+// nodes; neither: only that the token is one Nomad knows.
 type authScope struct {
 	Namespace string
 	Nodes     bool
@@ -45,6 +50,11 @@ type authAnswer struct {
 	at  time.Time
 }
 
+// tokenCookie holds the token the page's form was given.
+const tokenCookie = "gpushare_token"
+
+// tokenOf is the caller's token: the X-Nomad-Token header, else a bearer
+// token, else the page's cookie.
 func tokenOf(r *http.Request) string {
 	if t := r.Header.Get("X-Nomad-Token"); t != "" {
 		return t
@@ -52,19 +62,61 @@ func tokenOf(r *http.Request) string {
 	if t, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return strings.TrimSpace(t)
 	}
+	if c, err := r.Cookie(tokenCookie); err == nil {
+		return c.Value
+	}
 	return ""
+}
+
+// visibility answers, for one request, which namespaces' jobs the caller
+// may see: those the service manages and the caller's token may read,
+// asking Nomad once per namespace. err is the first answer that was
+// neither yes nor no (Nomad did not answer).
+type visibility struct {
+	s       *Service
+	r       *http.Request
+	managed namespaces
+	seen    map[string]bool
+	err     error
+}
+
+func (s *Service) visibility(r *http.Request) *visibility {
+	return &visibility{s: s, r: r, managed: s.namespaces(), seen: map[string]bool{}}
+}
+
+// can reports whether the caller may see namespace ns's jobs.
+func (v *visibility) can(ns string) bool {
+	if ns == "" {
+		ns = "default"
+	}
+	if ok, seen := v.seen[ns]; seen {
+		return ok
+	}
+	ok := false
+	if v.managed.has(ns) {
+		switch err := v.s.authorize(v.r, authScope{Namespace: ns}); {
+		case err == nil:
+			ok = true
+		case errors.Is(err, ErrForbidden):
+		default:
+			if v.err == nil {
+				v.err = err
+			}
+		}
+	}
+	v.seen[ns] = ok
+	return ok
 }
 
 // authorize checks that the request's token may read scope; nil when
 // tokens are not required.
 func (s *Service) authorize(r *http.Request, scope authScope) error {
-	if !s.cfg.HTTPRequireToken {
+	if !s.cfg.RequireToken() {
 		return nil
 	}
+	// no token is asked about too: on a cluster without ACLs Nomad answers
+	// anyone, and so does the API; with ACLs it is refused (ErrNoToken)
 	tok := tokenOf(r)
-	if tok == "" {
-		return ErrNoToken
-	}
 	key := tok + "\x00" + scope.Namespace
 	if scope.Nodes {
 		key += "\x00nodes"
@@ -78,8 +130,11 @@ func (s *Service) authorize(r *http.Request, scope authScope) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	err := s.nomad.Authorize(ctx, tok, scope)
-	if err != nil && !errors.Is(err, ErrBadToken) && !errors.Is(err, ErrForbidden) {
+	if err != nil && !errors.Is(err, ErrBadToken) && !errors.Is(err, ErrForbidden) && !errors.Is(err, ErrNoToken) {
 		return err // Nomad did not answer: not cached
+	}
+	if tok == "" && errors.Is(err, ErrBadToken) {
+		err = ErrNoToken
 	}
 	s.auth.mu.Lock()
 	if s.auth.answers == nil || len(s.auth.answers) > 10000 {
@@ -103,11 +158,28 @@ func authFailed(w http.ResponseWriter, err error) {
 }
 
 // Authorize asks Nomad, with the caller's token, whether it may read
-// scope: the token itself (401 from Nomad: ErrBadToken), then a one-item
-// listing of what the scope covers (403: ErrForbidden).
+// scope: the token itself (401 from Nomad: ErrBadToken), then what the
+// scope covers (403: ErrForbidden). Jobs are checked with read-job, the
+// capability Nomad itself asks to read a job (not list-jobs): a job lookup
+// in the namespace, whose permission Nomad checks before it looks (so the
+// probe's ID need not exist). Without a token, it asks only whether Nomad
+// has ACLs at all (with the scheduler's own token: the API client sends it
+// whenever a request carries none).
 func (n nomadClient) Authorize(ctx context.Context, token string, scope authScope) error {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
+	if token == "" {
+		self, _, err := n.c.ACLTokens().Self((&api.QueryOptions{}).WithContext(ctx))
+		switch {
+		// ACLs disabled: Nomad answers anyone (1.11 says so with a
+		// pseudo-token, older versions with a 400)
+		case err == nil && self != nil && self.AccessorID == aclsDisabledAccessor, isStatus(err, http.StatusBadRequest):
+			return nil
+		case err == nil, isForbidden(err), isStatus(err, http.StatusUnauthorized), isNotFound(err):
+			return ErrNoToken
+		}
+		return err
+	}
 	q := func(ns string) *api.QueryOptions {
 		return (&api.QueryOptions{AuthToken: token, Namespace: ns, PerPage: 1}).WithContext(ctx)
 	}
@@ -121,13 +193,25 @@ func (n nomadClient) Authorize(ctx context.Context, token string, scope authScop
 		return nil
 	}
 	var err error
-	if scope.Nodes {
+	switch {
+	case scope.Nodes:
 		_, _, err = n.c.Nodes().List(q(""))
-	} else {
-		_, _, err = n.c.Jobs().List(q(scope.Namespace))
+	case scope.Namespace != "":
+		_, _, err = n.c.Jobs().Info(authProbeJob, q(scope.Namespace))
+		if isNotFound(err) {
+			err = nil // allowed to look: there is no such job
+		}
 	}
 	if isForbidden(err) {
 		return ErrForbidden
 	}
 	return err
 }
+
+// aclsDisabledAccessor is the accessor of the token Nomad (1.11) returns
+// from /v1/acl/token/self when ACLs are disabled.
+const aclsDisabledAccessor = "acls-disabled"
+
+// authProbeJob is the job ID Authorize looks up to learn whether a token
+// has read-job in a namespace; whether it exists does not matter.
+const authProbeJob = "gpushare-read-job-probe"

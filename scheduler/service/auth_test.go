@@ -37,7 +37,7 @@ func TestHTTPRequiresAToken(t *testing.T) {
 		job.Namespace = ptr(j.ns)
 		f.put(job)
 	}
-	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = true })
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
 	get := func(path, token string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", path, nil)
 		if token != "" {
@@ -60,6 +60,12 @@ func TestHTTPRequiresAToken(t *testing.T) {
 		{"/v1/gpus", "nodes", 200},
 		{"/v1/groups", "", 401},
 		{"/v1/groups", "bogus", 401},
+		{"/v1/unpairs", "", 401},
+		// nothing is said before authentication, not even which
+		// namespaces this scheduler manages
+		{"/v1/jobs/x?namespace=elsewhere", "", 401},
+		{"/v1/jobs/x?namespace=elsewhere", "team-a", 403},
+		{"/v1/jobs/x?namespace=elsewhere", "ops", 404},
 		{"/v1/health", "", 200},
 	}
 	for _, c := range cases {
@@ -75,6 +81,18 @@ func TestHTTPRequiresAToken(t *testing.T) {
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, req)
 	must.EqOp(t, 200, rr.Code)
+}
+
+// Listening beyond loopback, the API asks for a token without being told
+// to; on loopback it does not.
+func TestHTTPBeyondLoopbackRequiresAToken(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, tokens: map[string][]string{"ops": {"*"}}}
+	for addr, want := range map[string]int{"0.0.0.0:0": 401, "127.0.0.1:0": 200} {
+		s := withConfig(t, f, func(c *config.Config) { c.HTTPAddress = addr })
+		rr := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
+		must.EqOp(t, want, rr.Code, must.Sprint(addr, rr.Body.String()))
+	}
 }
 
 // With http_cert_file and http_key_file the API is served over TLS.

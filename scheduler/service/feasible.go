@@ -3,7 +3,9 @@ package service
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/feasible"
@@ -13,7 +15,7 @@ import (
 )
 
 // nodeSet is where a group's own rules let Nomad place it, among the
-// nodes of the snapshot (DESIGN.md section 9: Nomad's rules first).
+// nodes of the snapshot (Nomad's rules first: docs/gate-and-pin.md, "The pin").
 type nodeSet struct {
 	// allowed are the nodes that pass, nil when every node does.
 	allowed []string
@@ -102,6 +104,9 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 	case len(allowed) == 0:
 		ns.none = fmt.Sprintf("%s: %s; Nomad cannot place it there either. Change the job's datacenters, node pool, constraints, drivers, devices or volumes, or add nodes that meet them (checked again every pass)",
 			placement.RefusedRules, tally.String())
+		if strings.Contains(tally.String(), "missing devices") {
+			ns.none += "; the cluster's gpushare devices: " + s.deviceNames()
+		}
 	case len(allowed) < len(nodes):
 		ns.allowed = allowed
 		h := fnv.New64a()
@@ -176,4 +181,25 @@ func (s *Service) noteFeasible(k decide.Key, ns nodeSet) {
 func (s *Service) forgetFeasible() {
 	dropGone(s, s.feasibleOf)
 	s.rules.Sweep()
+}
+
+// deviceNames lists the gpushare device groups the cluster's nodes offer
+// ("nvidia/gpushare/<model>"), for a request whose device no node has.
+// The caller holds s.mu.
+func (s *Service) deviceNames() string {
+	set := map[string]bool{}
+	for _, n := range s.state.Nodes {
+		if n.NodeResources == nil {
+			continue
+		}
+		for _, d := range n.NodeResources.Devices {
+			if d.Vendor+"/"+d.Type == pin.DeviceName {
+				set[pin.DeviceName+"/"+d.Name] = true
+			}
+		}
+	}
+	if len(set) == 0 {
+		return "none"
+	}
+	return strings.Join(slices.Sorted(maps.Keys(set)), ", ")
 }

@@ -163,6 +163,9 @@ func FuzzHandler(f *testing.F) {
 		{"GET", "/v1/jobs/wait?namespace=%zz"}, {"GET", "//v1//gpus"}, {"GET", "/v1/gpus/../health"},
 		{"POST", "/v1/jobs/wait"}, {"DELETE", "/v1/groups"}, {"HEAD", "/v1/health"}, {"OPTIONS", "*"},
 		{"PUT", "/metrics"}, {"GET", "/"}, {"GET", "/v2"}, {"GET", "/v1/jobs/" + strings.Repeat("a", 5000)},
+		{"GET", "/ui"}, {"GET", "/ui/"}, {"GET", "/ui/jobs/wait"}, {"GET", "/ui/jobs/run?namespace=other"},
+		{"GET", "/ui/jobs/%2e%2e?namespace=%zz"}, {"GET", "/ui/static/style.css"}, {"GET", "/ui/static/../../v1/gpus"},
+		{"GET", "/ui/login"}, {"POST", "/ui/login"}, {"POST", "/ui/logout"}, {"GET", "/v1/preemptions"},
 	} {
 		f.Add(s.method, s.target, false)
 		f.Add(s.method, s.target, true)

@@ -27,7 +27,9 @@ import (
 //	GET /v1/vcs             the virtual clusters jobs may name in gpushare.vc
 //	GET /v1/profiles        the interference profiles jobs may name in gpushare.profile
 //	GET /v1/unpairs         the groups last moved off a GPU they shared, and why
+//	GET /v1/preemptions     the groups last preempted for a guaranteed one
 //	GET /metrics            Prometheus metrics
+//	GET /ui                 the web page (ui.go); / redirects there
 func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
@@ -37,6 +39,8 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/vcs", s.handleVCs)
 	mux.HandleFunc("GET /v1/profiles", s.handleProfiles)
 	mux.HandleFunc("GET /v1/unpairs", s.handleUnpairs)
+	mux.HandleFunc("GET /v1/preemptions", s.handlePreemptions)
+	s.uiRoutes(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -71,33 +75,53 @@ func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, h)
 }
 
+// handleGPUs serves the GPU map. Every namespace's allocations hold
+// shares; those of namespaces the caller may not see (not managed, or
+// their jobs not readable by its token) show as anonymous shares.
 func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r, authScope{Nodes: true}); err != nil {
 		authFailed(w, err)
 		return
 	}
+	see := s.visibility(r)
+	m := s.gpuMap(see.can)
+	if see.err != nil {
+		authFailed(w, see.err)
+		return
+	}
+	writeJSON(w, http.StatusOK, m)
+}
+
+// gpuMap builds the GPU map with the usage of the namespaces visible does
+// not accept anonymous. It reads the model under the lock and asks
+// visible (which may ask Nomad) after it.
+func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
 	s.mu.Lock()
 	nodes := make([]*api.Node, 0, len(s.state.Nodes))
 	for _, n := range s.state.Nodes {
 		nodes = append(nodes, n)
 	}
 	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
-	ns := s.namespaces()
 	for _, a := range s.state.Allocs {
-		// the model holds no other namespace's; never show one anyway
-		if model.Live(a) && ns.has(a.Namespace) {
+		if model.Live(a) {
 			allocs = append(allocs, a)
 		}
 	}
 	s.mu.Unlock()
-	writeJSON(w, http.StatusOK, gpumap.Build(nodes, allocs))
+	m := gpumap.Build(nodes, allocs)
+	m.Hide(visible)
+	return m
 }
 
 // JobStatus is the body of /v1/jobs/<id>.
 type JobStatus struct {
-	Namespace string        `json:"namespace"`
-	ID        string        `json:"id"`
-	Groups    []GroupStatus `json:"groups"`
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+	// Type and Status are Nomad's (service/batch/...; pending, running or
+	// dead: a batch job whose allocations all finished is dead).
+	Type   string        `json:"type,omitempty"`
+	Status string        `json:"status,omitempty"`
+	Groups []GroupStatus `json:"groups"`
 }
 
 // GroupStatus says where a group is pinned, or why it waits.
@@ -118,13 +142,15 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	id := r.PathValue("id")
 	name := strings.TrimSuffix(model.JobKey(ns, ""), "/")
+	// authorised first: the managed namespaces are said only to a caller
+	// who may read the one it asked about
+	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
+		authFailed(w, err)
+		return
+	}
 	if managed := s.namespaces(); !managed.has(ns) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf(
 			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
-		return
-	}
-	if err := s.authorize(r, authScope{Namespace: name}); err != nil {
-		authFailed(w, err)
 		return
 	}
 	// the answer is built under the lock and written after it: a slow
@@ -145,6 +171,12 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 		return JobStatus{}, false
 	}
 	out := JobStatus{Namespace: name, ID: id}
+	if job.Type != nil {
+		out.Type = *job.Type
+	}
+	if job.Status != nil {
+		out.Status = *job.Status
+	}
 	gated := pin.Gated(job)
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
@@ -184,36 +216,48 @@ type Waiting struct {
 	Group     string `json:"group"`
 	State     string `json:"state"` // "pending" or "refused"
 	Reason    string `json:"reason"`
+	// Position is the group's place in the queue of Of groups, when the
+	// last decision queued it.
+	Position int `json:"position,omitempty"`
+	Of       int `json:"of,omitempty"`
 }
 
 // handleGroups lists the groups that wait or were refused for good, in
 // the managed namespaces, sorted.
 func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
-		authFailed(w, ErrNoToken)
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
 		return
 	}
-	managed := s.namespaces()
-	s.mu.Lock()
-	out := make([]Waiting, 0, len(s.pending))
-	for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
-		why := s.pending[k]
-		if !managed.has(k.Namespace) {
-			continue
-		}
-		st := "pending"
-		if _, never := s.refused[k]; never {
-			st = "refused"
-		}
-		out = append(out, Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: st, Reason: why})
-	}
-	s.mu.Unlock()
+	out := s.waiting()
 	// only the namespaces the caller's token may read
 	kept, ok := readableOnly(s, w, r, out, func(g Waiting) string { return g.Namespace })
 	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, kept)
+}
+
+// waiting lists the groups of managed namespaces that wait or were
+// refused for good, sorted.
+func (s *Service) waiting() []Waiting {
+	managed := s.namespaces()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Waiting, 0, len(s.pending))
+	for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
+		if !managed.has(k.Namespace) {
+			continue
+		}
+		w := Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: "pending", Reason: s.pending[k]}
+		if _, never := s.refused[k]; never {
+			w.State = "refused"
+		} else if p, ok := s.positions[k]; ok {
+			w.Position, w.Of = p.Position, p.Of
+		}
+		out = append(out, w)
+	}
+	return out
 }
 
 // VC is one entry of /v1/vcs: a virtual cluster jobs may name in

@@ -211,8 +211,8 @@ func (s *Service) unpairedOf(k decide.Key) *Unpaired {
 // handleUnpairs lists the groups last unpaired, newest first, in the
 // namespaces the caller may read.
 func (s *Service) handleUnpairs(w http.ResponseWriter, r *http.Request) {
-	if s.cfg.HTTPRequireToken && tokenOf(r) == "" {
-		authFailed(w, ErrNoToken)
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
 		return
 	}
 	managed := s.namespaces()

@@ -7,6 +7,7 @@ import (
 type metrics struct {
 	reg              *prometheus.Registry
 	pending          prometheus.Gauge
+	refused          prometheus.Gauge
 	oldestPending    prometheus.Gauge
 	leader           prometheus.Gauge
 	decisions        *prometheus.CounterVec
@@ -28,7 +29,8 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_pending_groups", Help: "Task groups waiting at the gpushare gate."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_pending_groups", Help: "Task groups waiting for gpushare after the last pass, for any reason (capacity, Nomad's rules, a backoff, ...): /v1/groups state pending."}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_refused_groups", Help: "Task groups refused for good until their job or the cluster's nodes change (a bad request, larger than any node): /v1/groups state refused."}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_oldest_pending_seconds",
 			Help: "How long the longest-waiting group at the gate has waited since its job was submitted."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_leader", Help: "1 while this replica holds the leader lock."}),
@@ -54,7 +56,10 @@ func newMetrics() *metrics {
 		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
-	m.reg.MustRegister(m.pending, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
+	for _, o := range []string{"placed", "refused", "never"} {
+		m.decisions.WithLabelValues(o) // every outcome is a series from the start, at 0
+	}
+	m.reg.MustRegister(m.pending, m.refused, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
 		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests, m.restarts)
 	return m
 }

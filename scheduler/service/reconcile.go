@@ -63,7 +63,6 @@ func (s *Service) reconcile(ctx context.Context) {
 	for _, pr := range problems {
 		s.log.Warn("model problem", "problem", pr)
 	}
-	s.metrics.pending.Set(float64(len(groups)))
 	oldest := 0.0
 	for _, g := range groups {
 		if !g.Submit.IsZero() {
@@ -78,6 +77,12 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
 	if s.onStep != nil {
 		s.onStep(actions)
+	}
+	positions := map[decide.Key]queuePos{}
+	for _, a := range actions {
+		if a.Kind == decide.Wait && a.Of > 0 {
+			positions[a.Group] = queuePos{Position: a.Position, Of: a.Of}
+		}
 	}
 	failed := map[decide.Key]bool{} // groups whose preemption failed: no pin
 	var pins []decide.Action
@@ -102,7 +107,20 @@ func (s *Service) reconcile(ctx context.Context) {
 	s.readPriors(ctx)
 	s.mu.Lock()
 	s.pending = pending
+	s.positions = positions
+	waiting, refused := 0, 0
+	for k := range pending {
+		if _, ok := s.refused[k]; ok {
+			refused++
+		} else {
+			waiting++
+		}
+	}
 	s.mu.Unlock()
+	// every group the pass left waiting, whatever the reason, and every
+	// group refused for good: what /v1/groups lists
+	s.metrics.pending.Set(float64(waiting))
+	s.metrics.refused.Set(float64(refused))
 	s.saveState(ctx)
 }
 
@@ -216,6 +234,8 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			key := model.KeyOf(job, name)
 			g := decide.Group{Key: key}
 			switch {
+			case pin.Count(tg) == 0:
+				continue // scaled to zero: nothing to place, nothing held
 			case slices.Contains(gated, name):
 			case s.state.Pinned(job, name):
 				repin, avoid := s.lost(job, name, built.Short[key])
@@ -265,7 +285,14 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			}
 			req, err := s.state.Request(job, name, s.profile)
 			if err != nil {
+				// only a new version of the job can change a bad request:
+				// refused, like a group no node can ever hold
 				pending[key] = err.Error()
+				var idx uint64
+				if job.JobModifyIndex != nil {
+					idx = *job.JobModifyIndex
+				}
+				s.refused[key] = refusal{reason: err.Error(), jobIndex: idx, nodes: shape, feasible: ns.hash}
 				continue
 			}
 			if why := s.vcRefusal(key, req.VC); why != "" {
@@ -450,6 +477,9 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
 	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
 		s.metrics.preemptions.Add(float64(len(ids)))
+		s.mu.Lock()
+		s.notePreempted(t, ids, forKey)
+		s.mu.Unlock()
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
 			"job_id", t.Job, "group", t.Group, "allocations", ids, "for", forKey.String())
 	})
@@ -480,10 +510,16 @@ func (s *Service) confirm() {
 			continue
 		}
 		for _, a := range allocs {
+			// one line per allocation, not per share (a GPU is 100 shares)
+			var outside []string
 			for _, sh := range model.Shares(a) {
 				if !slices.Contains(rec.Shares, sh) {
-					s.log.Warn("allocation holds a share outside its pin", "group", key.String(), "alloc_id", a.ID, "share", sh)
+					outside = append(outside, sh)
 				}
+			}
+			if len(outside) > 0 {
+				s.log.Warn("allocation holds shares outside its pin (placed before the pin, or a pin written by hand)",
+					"group", key.String(), "alloc_id", a.ID, "shares_outside", len(outside), "first", outside[0])
 			}
 		}
 		s.metrics.confirmations.Inc()

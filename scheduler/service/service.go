@@ -71,6 +71,12 @@ type Service struct {
 	// preempted allocations Nomad is stopping: their capacity is already
 	// given to the guaranteed job that preempted them
 	preempted map[string]time.Time
+	// preemptions are the groups last preempted, newest last (kept in
+	// memory only: a new leader starts with none)
+	preemptions []Preemption
+	// positions are the queue places the last pass gave the groups it
+	// left waiting
+	positions map[decide.Key]queuePos
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
 	// submitted keeps when jobs the scheduler registered again were
@@ -111,6 +117,9 @@ func New(cfg *config.Config, logger hclog.Logger) (*Service, error) {
 	acfg.Address = cfg.Nomad.Address
 	acfg.SecretID = token
 	acfg.Region = cfg.Nomad.Region
+	if cfg.Nomad.Namespace != "" {
+		acfg.Namespace = cfg.Nomad.Namespace // else $NOMAD_NAMESPACE, read by DefaultConfig
+	}
 	acfg.TLSConfig = &api.TLSConfig{CACert: cfg.Nomad.CACert, ClientCert: cfg.Nomad.ClientCert, ClientKey: cfg.Nomad.ClientKey,
 		TLSServerName: cfg.Nomad.TLSServer, Insecure: cfg.Nomad.Insecure}
 	client, err := api.NewClient(acfg)

@@ -1,5 +1,5 @@
-// Package sim is the home of gpushare's trace-driven simulators (DESIGN.md
-// section 7): they replay real cluster traces through the placement core and
+// Package sim is the home of gpushare's trace-driven simulators (results in
+// docs/results): they replay real cluster traces through the placement core and
 // compare gpushare's policy with the baselines in the same run.
 //
 //   - openb: the Alibaba openb traces with the FGD paper's method

@@ -30,6 +30,8 @@ struct gs_limits {
     int compute_pct;        /* the share of GPU time, percent (100: not paced) */
     char klass[32];         /* production | opportunistic | "" (hooks.c: class_of) */
     enum gs_class klass_id;
+    int unified;                  /* unified_memory=1: see unified.c */
+    uint64_t unified_extra_bytes; /* what an opportunistic task may hold beyond the cap */
 };
 
 /* Parses the key=value limits file at path. Returns 0 on success, -1 when the
@@ -70,7 +72,7 @@ uint64_t gs_region_used(void);                 /* the reservation's use, dead re
 /* Process-local record of what each live allocation was charged, so a free
  * returns exactly that (region.c). Kinds keep a device pointer, a cuMemCreate
  * handle and a CUarray apart even if their numeric values coincide. */
-enum gs_kind { GS_PTR = 1, GS_HANDLE = 2, GS_ARRAY = 3 };
+enum gs_kind { GS_PTR = 1, GS_HANDLE = 2, GS_ARRAY = 3, GS_MIPMAP = 4 };
 int gs_track_add(enum gs_kind kind, uint64_t key, uint64_t bytes); /* 0 ok, -1 no memory */
 int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 found */
 
@@ -89,6 +91,7 @@ int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 foun
     X(cuMemFreeAsync_ptsz) X(cuMemRelease) X(cuArrayDestroy)                \
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
     X(cuGetProcAddress_v2)                                                  \
+    X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                   \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)            \
     X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                   \
     X(cuLaunchCooperativeKernel_ptsz)
@@ -114,5 +117,22 @@ void gs_load_driver(void);
 #define GS_REAL(n) ((n##_fn)(gs_load_driver(), gs_hooks[H_##n].real))
 /* The hook standing for a real driver function, or p itself. */
 void *gs_to_hook(void *p);
+/* A driver function we call but do not stand in front of (cuMemAdvise):
+ * the real driver's, or NULL. Loads the driver; not for hot paths. */
+void *gs_driver_sym(const char *name);
+/* glibc's dlsym (ours answers with hooks): for nvml.c's own lookups. */
+void *gs_real_dlsym(void *handle, const char *name);
+/* Opens the reservation's usage region, once (a process that only asks
+ * NVML never loads the driver, but must see the reservation's use). */
+void gs_load_region(void);
+
+/* Unified memory (unified.c): whether this task's device allocations become
+ * managed memory, and those allocations. cuMemAllocManaged lives there. */
+int gs_unified_converts(void);
+CUresult gs_unified_alloc(CUdeviceptr *dptr, size_t n);
+CUresult gs_unified_pitch(CUdeviceptr *dptr, size_t *pitch, size_t w, size_t h, unsigned elem);
+
+/* NVML (nvml.c): the hook for an intercepted nvml* name, or NULL. */
+void *gs_nvml_hook(const char *name);
 
 #endif

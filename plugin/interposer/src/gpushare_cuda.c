@@ -31,6 +31,7 @@ typedef unsigned long long CUmemGenericAllocationHandle;
 typedef unsigned long long cuuint64_t;
 typedef void *CUmemoryPool;
 typedef void *CUarray;
+typedef void *CUmipmappedArray;
 typedef struct {
     size_t Width, Height;
     int Format;
@@ -90,7 +91,6 @@ static void record(enum gs_kind k, uint64_t key, uint64_t bytes)
 
 typedef CUresult (*cuMemAlloc_v2_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*cuMemAllocPitch_v2_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
-typedef CUresult (*cuMemAllocManaged_fn)(CUdeviceptr *, size_t, unsigned);
 typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
 typedef cuMemAllocAsync_fn cuMemAllocAsync_ptsz_fn;
 typedef CUresult (*cuMemAllocFromPoolAsync_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
@@ -98,6 +98,8 @@ typedef cuMemAllocFromPoolAsync_fn cuMemAllocFromPoolAsync_ptsz_fn;
 typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
 typedef CUresult (*cuArrayCreate_v2_fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 typedef CUresult (*cuArray3DCreate_v2_fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+typedef CUresult (*cuMipmappedArrayCreate_fn)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
+typedef CUresult (*cuMipmappedArrayDestroy_fn)(CUmipmappedArray);
 typedef CUresult (*cuMemFree_v2_fn)(CUdeviceptr);
 typedef CUresult (*cuMemFreeAsync_fn)(CUdeviceptr, CUstream);
 typedef cuMemFreeAsync_fn cuMemFreeAsync_ptsz_fn;
@@ -130,14 +132,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n)
 {
     cuMemAlloc_v2_fn f = REAL(cuMemAlloc_v2);
     NEED(f);
+    if (gs_unified_converts())
+        return gs_unified_alloc(dptr, n); /* managed memory: unified.c */
     ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n));
-}
-
-EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t n, unsigned flags)
-{
-    cuMemAllocManaged_fn f = REAL(cuMemAllocManaged);
-    NEED(f);
-    ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n, flags));
 }
 
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
@@ -183,6 +180,8 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w, s
 {
     cuMemAllocPitch_v2_fn f = REAL(cuMemAllocPitch_v2);
     NEED(f);
+    if (gs_unified_converts())
+        return gs_unified_pitch(dptr, pitch, w, h, elem);
     uint64_t est;
     if (w > UINT64_MAX - 511 || __builtin_mul_overflow((w + 511) / 512 * 512, h, &est))
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -249,6 +248,42 @@ EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d)
     ALLOC_WITH(GS_ARRAY, (uintptr_t)*a, n, f(a, d));
 }
 
+/* Every level: each halves width, height and depth (never below 1; a 1D or
+ * 2D array keeps its 0 height or depth). The driver clamps the count to
+ * [1, 1 + log2(largest extent)], and so does this. 0 on overflow. */
+static uint64_t mipmap_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+{
+    size_t w = d->Width, h = d->Height, z = d->Depth;
+    size_t big = w > h ? w : h;
+    unsigned most = 1;
+    for (big = big > z ? big : z; big > 1; big >>= 1)
+        most++;
+    levels = levels < 1 ? 1 : levels > most ? most : levels;
+    uint64_t sum = 0;
+    for (unsigned l = 0; l < levels; l++) {
+        uint64_t n = array_bytes(w, h, z, d->Format, d->NumChannels);
+        if ((!n && w) || __builtin_add_overflow(sum, n, &sum))
+            return 0;
+        w = w > 1 ? w / 2 : w;
+        h = h > 1 ? h / 2 : h;
+        z = z > 1 ? z / 2 : z;
+    }
+    return sum;
+}
+
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_DESCRIPTOR *d,
+                                       unsigned levels)
+{
+    cuMipmappedArrayCreate_fn f = REAL(cuMipmappedArrayCreate);
+    NEED(f);
+    if (!d || !m)
+        return f(m, d, levels);
+    uint64_t n = mipmap_bytes(d, levels);
+    if (!n && d->Width)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    ALLOC_WITH(GS_MIPMAP, (uintptr_t)*m, n, f(m, d, levels));
+}
+
 /* ---- frees ----------------------------------------------------------- */
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
@@ -286,6 +321,13 @@ EXPORT CUresult cuArrayDestroy(CUarray a)
     cuArrayDestroy_fn f = REAL(cuArrayDestroy);
     NEED(f);
     FREE_WITH(GS_ARRAY, (uintptr_t)a, f(a));
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray m)
+{
+    cuMipmappedArrayDestroy_fn f = REAL(cuMipmappedArrayDestroy);
+    NEED(f);
+    FREE_WITH(GS_MIPMAP, (uintptr_t)m, f(m));
 }
 
 /* ---- what the task sees ---------------------------------------------- */

@@ -28,7 +28,9 @@ struct gs_limits gs_lim;
 static char real_path[4096] = "libcuda.so.1";
 static char usage_path[4096];
 char gs_dir[4096];
-static pthread_once_t load_once = PTHREAD_ONCE_INIT, driver_once = PTHREAD_ONCE_INIT;
+static pthread_once_t load_once = PTHREAD_ONCE_INIT, driver_once = PTHREAD_ONCE_INIT,
+                      region_once = PTHREAD_ONCE_INIT;
+static void *driver; /* the real driver's handle */
 static void *(*real_dlsym)(void *, const char *);
 
 /* The real dlsym, found with dlvsym (which we do not interpose): our own
@@ -103,8 +105,33 @@ static void load_driver_once(void)
         fprintf(stderr, "gpushare: cannot load the CUDA driver: %s\n", dlerror());
     for (int i = 0; i < H_COUNT && h && real_dlsym; i++)
         gs_hooks[i].real = real_dlsym(h, gs_hooks[i].name);
+    driver = h;
+    gs_load_region();
+}
+
+static void load_region_once(void)
+{
+    pthread_once(&load_once, load_limits);
     if (gs_lim.have_memory && usage_path[0] && gs_region_open(usage_path) != 0)
         fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", usage_path);
+}
+
+void gs_load_region(void)
+{
+    pthread_once(&region_once, load_region_once);
+}
+
+void *gs_driver_sym(const char *name)
+{
+    gs_load_driver();
+    return driver && real_dlsym ? real_dlsym(driver, name) : NULL;
+}
+
+void *gs_real_dlsym(void *handle, const char *name)
+{
+    if (!real_dlsym)
+        find_real_dlsym();
+    return real_dlsym ? real_dlsym(handle, name) : NULL;
 }
 
 /* Runs at load; the first hook also makes sure of it, in case another
@@ -129,8 +156,9 @@ void *gs_to_hook(void *p)
     return p;
 }
 
-/* dlsym: intercepted names from any handle get our hook, if the driver has
- * the symbol at all. Every other name goes straight to the real dlsym as a
+/* dlsym: intercepted names from any handle get our hook, if the library
+ * behind the handle has the symbol at all (cu*: the table here; nvml*:
+ * nvml.c's). Every other name goes straight to the real dlsym as a
  * tail call, so the return address it sees (which RTLD_NEXT is relative to)
  * is still the caller's. Needs nothing but the real dlsym: libraries
  * that call dlsym from their constructors reach here before ours ran. */
@@ -144,6 +172,10 @@ EXPORT void *dlsym(void *handle, const char *name)
         for (int i = 0; i < H_COUNT; i++)
             if (strcmp(gs_hooks[i].name, name) == 0)
                 return real_dlsym(handle, name) ? gs_hooks[i].hook : NULL;
+    } else if (strncmp(name, "nvml", 4) == 0) {
+        void *hook = gs_nvml_hook(name); /* NVML's table: nvml.c */
+        if (hook)
+            return real_dlsym(handle, name) ? hook : NULL;
     }
     return real_dlsym(handle, name);
 }

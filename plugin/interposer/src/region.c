@@ -76,6 +76,20 @@ int gs_limits_read(const char *path, struct gs_limits *out)
                 break;
             }
             out->compute_pct = (int)n;
+        } else if (strcmp(k, "unified_memory") == 0) {
+            if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0) {
+                rc = -1;
+                break;
+            }
+            out->unified = *v == '1';
+        } else if (strcmp(k, "unified_extra_bytes") == 0) {
+            errno = 0;
+            unsigned long long n = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-') {
+                rc = -1;
+                break;
+            }
+            out->unified_extra_bytes = n;
         } else if (strcmp(k, "class") == 0) {
             snprintf(out->klass, sizeof out->klass, "%s", v);
         }

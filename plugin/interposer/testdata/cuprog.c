@@ -8,11 +8,14 @@
  * Commands (each prints "<cmd> <result> [values]"):
  *   alloc:N managed:N async:N pool:N create:N  allocate N bytes (rc)
  *   pitch:W:H array:W:H array3d:W:H:D          pitched or array allocation (rc)
+ *   mipmap:W:H:D:L  mipmapped array of L levels, float, one channel (rc)
  *   fill:N         allocate N-byte blocks until refused ("fill <count> <last rc>")
  *   free:I         free the I-th successful allocation (rc)
  *   info           cuMemGetInfo_v2 ("info <rc> <free> <total>")
  *   total          cuDeviceTotalMem_v2 ("total <rc> <bytes>")
  *   fake           what the fake driver really holds ("fake 0 <bytes>")
+ *   umem           of that, managed memory, and managed memory advised to
+ *                  stay on the device ("umem 0 <managed> <preferred>")
  *   setenv:K=V     setenv in this process ("setenv 0")
  *   wait           block until stdin closes ("wait 0" after)
  *   bench:N        N pairs of cuMemAlloc_v2(256 bytes) + cuMemFree_v2
@@ -52,6 +55,8 @@ static struct {
     CUresult (*destroy)(void *);
     CUresult (*info)(size_t *, size_t *);
     CUresult (*total)(size_t *, int);
+    CUresult (*mipmap)(void **, const AD3 *, unsigned);
+    CUresult (*mipdestroy)(void *);
 } cu;
 
 #ifdef LINKED
@@ -72,6 +77,8 @@ CUresult cuMemRelease(unsigned long long);
 CUresult cuArrayDestroy(void *);
 CUresult cuMemGetInfo_v2(size_t *, size_t *);
 CUresult cuDeviceTotalMem_v2(size_t *, int);
+CUresult cuMipmappedArrayCreate(void **, const AD3 *, unsigned);
+CUresult cuMipmappedArrayDestroy(void *);
 
 static void bind_direct(void)
 {
@@ -81,6 +88,7 @@ static void bind_direct(void)
     cu.array = cuArrayCreate_v2; cu.array3d = cuArray3DCreate_v2; cu.free = cuMemFree_v2;
     cu.freeasync = cuMemFreeAsync; cu.release = cuMemRelease; cu.destroy = cuArrayDestroy;
     cu.info = cuMemGetInfo_v2; cu.total = cuDeviceTotalMem_v2;
+    cu.mipmap = cuMipmappedArrayCreate; cu.mipdestroy = cuMipmappedArrayDestroy;
 }
 #endif
 
@@ -105,6 +113,7 @@ static void bind_dlsym(void)
     SYM(array, "cuArrayCreate_v2"); SYM(array3d, "cuArray3DCreate_v2"); SYM(free, "cuMemFree_v2");
     SYM(freeasync, "cuMemFreeAsync"); SYM(release, "cuMemRelease"); SYM(destroy, "cuArrayDestroy");
     SYM(info, "cuMemGetInfo_v2"); SYM(total, "cuDeviceTotalMem_v2");
+    SYM(mipmap, "cuMipmappedArrayCreate"); SYM(mipdestroy, "cuMipmappedArrayDestroy");
 }
 
 static CUresult (*gpa1)(const char *, void **, int, unsigned long long);
@@ -134,6 +143,7 @@ static void bind_procaddr(void)
     GPA(freeasync, "cuMemFreeAsync", 2); GPA(release, "cuMemRelease", 0);
     GPA(destroy, "cuArrayDestroy", 0); GPA(info, "cuMemGetInfo", 0);
     GPA(total, "cuDeviceTotalMem", 0);
+    GPA(mipmap, "cuMipmappedArrayCreate", 0); GPA(mipdestroy, "cuMipmappedArrayDestroy", 0);
 }
 
 /* successful allocations, in order, for free:I */
@@ -186,9 +196,9 @@ int main(int argc, char **argv)
 
     for (int i = 2; i < argc; i++) {
         char *c = argv[i], *arg = strchr(c, ':');
-        unsigned long long a = 0, b = 0, d = 0;
+        unsigned long long a = 0, b = 0, d = 0, e = 0;
         if (arg)
-            sscanf(arg + 1, "%llu:%llu:%llu", &a, &b, &d);
+            sscanf(arg + 1, "%llu:%llu:%llu:%llu", &a, &b, &d, &e);
         CUdeviceptr p = 0;
         CUresult r = 0;
         if (strncmp(c, "alloc:", 6) == 0) {
@@ -213,6 +223,10 @@ int main(int argc, char **argv)
             AD3 desc = {a, b, d, 0x20, 1, 0};
             void *arr;
             if (!(r = cu.array3d(&arr, &desc))) hold('r', (uintptr_t)arr);
+        } else if (strncmp(c, "mipmap:", 7) == 0) {
+            AD3 desc = {a, b, d, 0x20, 1, 0};
+            void *m;
+            if (!(r = cu.mipmap(&m, &desc, (unsigned)e))) hold('m', (uintptr_t)m);
         } else if (strncmp(c, "fill:", 5) == 0) {
             int n = 0;
             while (!(r = cu.alloc(&p, a))) {
@@ -230,6 +244,7 @@ int main(int argc, char **argv)
                 case 'p': r = cu.free(v); break;
                 case 'a': r = cu.freeasync(v, NULL); break;
                 case 'h': r = cu.release(v); break;
+                case 'm': r = cu.mipdestroy((void *)(uintptr_t)v); break;
                 default: r = cu.destroy((void *)(uintptr_t)v); break;
                 }
             }
@@ -246,6 +261,11 @@ int main(int argc, char **argv)
         } else if (strcmp(c, "fake") == 0) {
             uint64_t (*used)(void) = need(dlsym(lib, "fakecuda_used"), "fakecuda_used");
             printf("fake 0 %llu\n", (unsigned long long)used());
+            continue;
+        } else if (strcmp(c, "umem") == 0) {
+            uint64_t (*managed)(uint64_t *) = need(dlsym(lib, "fakecuda_managed"), "fakecuda_managed");
+            uint64_t pref = 0, m = managed(&pref);
+            printf("umem 0 %llu %llu\n", (unsigned long long)m, (unsigned long long)pref);
             continue;
         } else if (strncmp(c, "bench:", 6) == 0) {
             struct timespec t0, t1;

@@ -27,7 +27,7 @@ typedef struct {
 } AD3;
 
 #define MAXA 65536
-static struct { uint64_t addr, size; } live[MAXA];
+static struct { uint64_t addr, size; unsigned flags; } live[MAXA]; /* flags: F_MANAGED | F_PREFER_DEV */
 static uint64_t used, total, next_addr = 0x700000000000ull;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -51,6 +51,7 @@ static CUresult fake_alloc(unsigned long long *out, uint64_t n)
             if (!live[i].addr) {
                 live[i].addr = next_addr;
                 live[i].size = n;
+                live[i].flags = 0;
                 *out = next_addr;
                 next_addr += (n + 255) / 256 * 256 + 256;
                 used += n;
@@ -89,7 +90,7 @@ CUresult cuDeviceGet(int *d, int ord) { if (ord != 0) return 101; *d = 0; return
 CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f; (void)d; *c = (void *)1; return 0; }
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return fake_alloc(p, n); }
-CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { (void)f; return fake_alloc(p, n); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f);
 CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
@@ -142,6 +143,10 @@ CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
 CUresult cuDeviceTotalMem_v2(size_t *b, int d) { (void)d; init_total(); *b = total; return 0; }
 
 CUresult cuGetProcAddress(const char *, void **, int, unsigned long long);
+CUresult cuMipmappedArrayCreate(void **, const AD3 *, unsigned);
+CUresult cuMipmappedArrayDestroy(void *);
+CUresult cuMemAdvise(CUdeviceptr, size_t, int, int);
+CUresult cuCtxGetDevice(int *);
 CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int *);
 
 /* testdata/fakegpu.c: the GPU timeline, launches, events, modules and
@@ -165,6 +170,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuArrayCreate_v2), E(cuArray3DCreate_v2), E(cuMemFree_v2), E(cuMemFreeAsync),
     E(cuMemFreeAsync_ptsz), E(cuMemRelease), E(cuArrayDestroy), E(cuMemGetInfo_v2),
     E(cuDeviceTotalMem_v2), E(cuGetProcAddress), E(cuGetProcAddress_v2),
+    E(cuMipmappedArrayCreate), E(cuMipmappedArrayDestroy), E(cuMemAdvise), E(cuCtxGetDevice),
     FAKEGPU(EC)
 };
 
@@ -201,4 +207,85 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long
 CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, unsigned long long flags)
 {
     return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+
+/* ---- mipmapped arrays and managed memory (issue 20) ---- */
+
+/* Every level, each halving the extents (never below 1), the level count
+ * clamped to [1, 1 + log2(largest extent)], as the driver does. */
+CUresult cuMipmappedArrayCreate(void **m, const AD3 *d, unsigned levels)
+{
+    size_t w = d->Width, h = d->Height, z = d->Depth, big = w > h ? w : h;
+    unsigned most = 1;
+    for (big = big > z ? big : z; big > 1; big >>= 1)
+        most++;
+    levels = levels < 1 ? 1 : levels > most ? most : levels;
+    uint64_t n = 0;
+    for (unsigned l = 0; l < levels; l++) {
+        n += elem(d->Format) * d->NumChannels * w * (h ? h : 1) * (z ? z : 1);
+        w = w > 1 ? w / 2 : w;
+        h = h > 1 ? h / 2 : h;
+        z = z > 1 ? z / 2 : z;
+    }
+    unsigned long long p;
+    CUresult r = fake_alloc(&p, n);
+    *m = (void *)(uintptr_t)p;
+    return r;
+}
+
+CUresult cuMipmappedArrayDestroy(void *m) { return fake_free((uintptr_t)m); }
+
+enum { F_MANAGED = 1, F_PREFER_DEV = 2 };
+
+/* Sets flag on the live allocation at a; 1 (CUDA_ERROR_INVALID_VALUE) when
+ * there is none, or when need is set and the allocation lacks it. */
+static CUresult mark(uint64_t a, unsigned flag, unsigned need)
+{
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAXA; i++) {
+        if (a && live[i].addr == a && (live[i].flags & need) == need) {
+            live[i].flags |= flag;
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f)
+{
+    (void)f;
+    CUresult r = fake_alloc(p, n);
+    return r ? r : mark(*p, F_MANAGED, 0);
+}
+
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+
+/* Records CU_MEM_ADVISE_SET_PREFERRED_LOCATION (3) for device 0 on managed
+ * memory; other advice is accepted and forgotten. */
+CUresult cuMemAdvise(CUdeviceptr p, size_t n, int advice, int dev)
+{
+    (void)n;
+    if (advice == 3 && dev == 0)
+        return mark(p, F_PREFER_DEV, F_MANAGED);
+    return 0;
+}
+
+/* Not a driver call: the live managed bytes, and of them those advised to
+ * stay on the device. */
+uint64_t fakecuda_managed(uint64_t *preferred)
+{
+    uint64_t m = 0, d = 0;
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAXA; i++) {
+        if (live[i].addr && (live[i].flags & F_MANAGED))
+            m += live[i].size;
+        if (live[i].addr && (live[i].flags & F_PREFER_DEV))
+            d += live[i].size;
+    }
+    pthread_mutex_unlock(&mu);
+    *preferred = d;
+    return m;
 }

@@ -1,0 +1,97 @@
+# Nomad agent configuration for a GPU client with gpushare's device plugin.
+# See README.md, "Installing the device plugin (operators)".
+#
+# Install it beside the agent's other configuration (for example as
+# /etc/nomad.d/client.hcl: nomad agent -config /etc/nomad.d loads every file
+# there), set servers and datacenter, then:
+#
+#   install -m 0755 nomad-device-gpushare /opt/nomad/data/plugins/
+#   systemctl restart nomad
+#   nomad node status -self -verbose | grep gpushare   # the device attributes
+#
+# The agent must run as root: the plugin writes root-owned limit files for
+# the interposer, and the exec driver needs root.
+
+datacenter = "dc1"
+data_dir   = "/opt/nomad/data"
+
+# Where Nomad looks for plugin binaries (the default is <data_dir>/plugins).
+# Keep only plugins in it: nomad-device-gpushare, not gpushare nor
+# libgpushare-cuda.so (mode 0644, in /usr/local/lib/gpushare/, below). Nomad
+# loads the executables a plugin block names and warns about every other.
+plugin_dir = "/opt/nomad/data/plugins"
+
+client {
+  enabled = true
+  servers = ["nomad-server.example.com:4647"] # or server_join { retry_join = [...] }
+
+  options = {
+    # Cloud VMs: at start Nomad's cloud fingerprinters query the metadata
+    # service of AWS, GCE, Azure and DigitalOcean. On a VM where such a
+    # request fails in a way the fingerprinter does not expect (an AWS
+    # setting in the agent's environment it cannot use, such as an
+    # AWS_CA_BUNDLE, or a metadata service that answers in part), the agent
+    # stops at start; where none answers, each probe waits for its timeout.
+    # Denying them costs only the attributes they set (platform.aws.*,
+    # platform.gce.*, ...): keep the one of your cloud if jobs constrain on
+    # its attributes and it works there.
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+
+# gpushare's device plugin. Every option, with its default; invalid values
+# stop the agent with a message naming each bad field.
+plugin "nomad-device-gpushare" {
+  config {
+    # false: the plugin reports no devices
+    enabled = true
+
+    # instances per GPU, 1..1000; 100 => 1 share = 1% of a GPU's SMs and
+    # memory. Every client of a cluster should use the same value.
+    shares_per_gpu = 100
+
+    # "mps" (the node runs the MPS control daemon, nvidia-cuda-mps-control
+    # -d; tasks get CUDA_MPS_* limits for their fraction), "timeslice" (CUDA
+    # time-slices the contexts) or "exclusive" (whole GPUs only)
+    sharing = "mps"
+
+    # where the node's MPS control daemon keeps its pipes and logs; mounted
+    # into tasks when sharing = "mps"
+    mps {
+      pipe_directory = "/tmp/nvidia-mps"
+      log_directory  = "/var/log/nvidia-mps"
+    }
+
+    # the CUDA interposer, which holds each task to its share's GPU memory
+    # (README, "What holds a task to its share"); off by default
+    interposer {
+      enabled   = false
+      library   = "/usr/local/lib/gpushare/libgpushare-cuda.so" # from the release archive
+      state_dir = "/var/lib/gpushare/reservations"              # one root-owned directory per reservation
+      gc_after  = "168h"                                        # directories unused this long are removed
+    }
+
+    # the path of a fixture file (fixtures/ in the release archive): serve
+    # these GPUs instead of NVML's, to try gpushare on a machine without GPUs
+    fixture = ""
+
+    # GPU UUIDs never offered (GPUs kept for other uses)
+    ignored_gpu_ids = []
+
+    # how often GPUs, links and health are read again
+    fingerprint_period = "1m"
+  }
+}
+
+# The task drivers of the examples (jobspecs/examples/). exec is on by
+# default when the agent runs as root with cgroups. docker needs Docker and,
+# for GPUs, the NVIDIA Container Toolkit with its runtime registered with
+# Docker (nvidia-ctk runtime configure --runtime=docker): the plugin's
+# Reserve sets NVIDIA_VISIBLE_DEVICES, and Nomad's docker driver then runs
+# the container with nvidia_runtime. These are the driver's defaults.
+plugin "docker" {
+  config {
+    nvidia_runtime = "nvidia"
+    allow_runtimes = ["runc", "nvidia"]
+  }
+}

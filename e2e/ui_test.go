@@ -1,0 +1,193 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/cookiejar"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/internal/devcluster"
+	"github.com/gpushare/gpushare/scheduler/service"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// chromium finds a headless browser: skipped without one, but never in CI
+// (.ci/run installs Debian's chromium).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no chromium in CI: .ci/run installs it (apt-get install chromium)")
+	}
+	t.Skip("no chromium on PATH (apt-get install chromium)")
+	return ""
+}
+
+// browse runs headless Chromium on url with args (--dump-dom,
+// --screenshot=...) and returns what it printed.
+func browse(t *testing.T, bin, url string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + t.TempDir(),
+		"--window-size=1400,1000", "--hide-scrollbars"}, args...)
+	cmd := exec.CommandContext(ctx, bin, append(all, url)...)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	cmd.Dir = t.TempDir()
+	must.NoError(t, cmd.Run(), must.Sprintf("chromium %s:\n%s", url, errb.String()))
+	return out.String()
+}
+
+// The scheduler's page, opened in a browser, shows a running fractional
+// job on its GPU and a waiting group with its reason and place in the
+// queue. GPUSHARE_UI_SCREENSHOT=<file> keeps its screenshot (docs/ui.png
+// is made so).
+func TestWebUIInABrowser(t *testing.T) {
+	bin := chromium(t)
+	e := newEnv(t)
+	sched := e.startScheduler("s1", "")
+	for _, j := range []struct {
+		id     string
+		shares int
+		model  string
+	}{
+		{"train-bert", 25, modelH100}, {"inference", 50, modelH100}, {"notebook", 30, modelV100}, {"eval", 40, modelV100},
+		{"resnet-pair", 200, modelV100}, {"sweep", 100, modelP100},
+	} {
+		e.register(j.id, map[string]any{"shares": j.shares, "model": j.model})
+		e.running(j.id, 1, 90*time.Second)
+	}
+	// eight whole H100s wait while fractions run on the H100 node
+	e.register("llm-finetune", map[string]any{"shares": 800, "model": modelH100})
+	var waiting service.Waiting
+	e.eventually(60*time.Second, "llm-finetune to wait with its place in the queue", func() bool {
+		var groups []service.Waiting
+		if getJSON(sched.http+"/v1/groups", &groups) != nil {
+			return false
+		}
+		for _, g := range groups {
+			if g.Job == "llm-finetune" && g.Position > 0 {
+				waiting = g
+				return true
+			}
+		}
+		return false
+	})
+
+	dom := browse(t, bin, sched.http+"/", "--dump-dom") // / redirects to /ui
+	for _, want := range []string{
+		"GPUs and queue", "h100", "dgx1", "pcie",
+		// the fractional job on its GPU's bar, with a link to its page
+		`title="default/train-bert/g: 25 shares`, `href="/ui/jobs/train-bert?namespace=default"`,
+		// the waiting group with its reason and place
+		`<a href="/ui/jobs/llm-finetune?namespace=default">llm-finetune</a>/g`,
+		fmt.Sprintf(`<td class="pos">%d of %d</td>`, waiting.Position, waiting.Of),
+	} {
+		must.StrContains(t, dom, want, must.Sprintf("page:\n%s", dom))
+	}
+	reason := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(waiting.Reason)
+	must.StrContains(t, dom, reason)
+
+	job := browse(t, bin, sched.http+"/ui/jobs/train-bert?namespace=default", "--dump-dom")
+	must.StrContains(t, job, `<span class="badge pinned">pinned</span>`)
+	must.StrContains(t, job, "25 shares")
+
+	shot := filepath.Join(t.TempDir(), "ui.png")
+	if keep := os.Getenv("GPUSHARE_UI_SCREENSHOT"); keep != "" {
+		abs, err := filepath.Abs(keep)
+		must.NoError(t, err)
+		shot = abs
+		t.Logf("screenshot in %s", shot)
+	}
+	browse(t, bin, sched.http+"/ui", "--screenshot="+shot)
+	st, err := os.Stat(shot)
+	must.NoError(t, err)
+	must.Greater(t, 10000, st.Size())
+}
+
+// On a cluster with ACLs and http_require_token, the page asks for a
+// token, checks it with Nomad, and shows a token of another namespace
+// none of this namespace's jobs, on the page nor in /v1/gpus: their
+// shares are used by another namespace.
+func TestWebUIShowsATokenWhatItMayRead(t *testing.T) {
+	e := newEnvWith(t, devcluster.Options{ACL: true})
+	e.nomadHCL = fmt.Sprintf("  token = %q\n", e.c.ManagementToken())
+	_, err := e.nomad.Namespaces().Register(&api.Namespace{Name: "team-b"}, nil)
+	must.NoError(t, err)
+	readers := map[string]string{}
+	for _, ns := range []string{"default", "team-b"} {
+		must.NoError(t, e.c.ApplyPolicy("read-"+ns, "reads "+ns, fmt.Sprintf("namespace %q {\n  policy = \"read\"\n}\nnode {\n  policy = \"read\"\n}\n", ns)))
+		readers[ns], err = e.c.CreateToken("reader-"+ns, "read-"+ns)
+		must.NoError(t, err)
+	}
+	sched := e.startScheduler("s1", "http_require_token = true")
+	e.register("ui-secret", map[string]any{"shares": 25})
+	e.running("ui-secret", 1, 90*time.Second)
+
+	gpus := func(token string) string {
+		req, err := http.NewRequest("GET", sched.http+"/v1/gpus", nil)
+		must.NoError(t, err)
+		req.Header.Set("X-Nomad-Token", token)
+		resp, err := http.DefaultClient.Do(req)
+		must.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		must.NoError(t, err)
+		must.EqOp(t, http.StatusOK, resp.StatusCode, must.Sprint(string(b)))
+		return string(b)
+	}
+	e.eventually(30*time.Second, "the scheduler's map to show ui-secret", func() bool {
+		return strings.Contains(gpus(readers["default"]), "ui-secret")
+	})
+	// page signs in with the form, as a browser does, and returns /ui
+	page := func(token string) (int, string) {
+		jar, err := cookiejar.New(nil)
+		must.NoError(t, err)
+		c := &http.Client{Jar: jar, Timeout: 30 * time.Second}
+		resp, err := c.PostForm(sched.http+"/ui/login", url.Values{"token": {token}})
+		must.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		must.NoError(t, err)
+		return resp.StatusCode, string(b)
+	}
+
+	code, body := page(readers["default"])
+	must.EqOp(t, http.StatusOK, code, must.Sprint(body))
+	must.StrContains(t, body, `title="default/ui-secret/g: 25 shares`)
+	must.StrContains(t, body, "Sign out")
+
+	code, body = page(readers["team-b"])
+	must.EqOp(t, http.StatusOK, code, must.Sprint(body))
+	must.StrNotContains(t, body, "ui-secret")
+	must.StrContains(t, body, "25 shares used by another namespace")
+	other := gpus(readers["team-b"])
+	must.StrNotContains(t, other, "ui-secret")
+	must.StrContains(t, other, `"other_namespace": true`)
+
+	code, body = page("00000000-0000-0000-0000-000000000000")
+	must.EqOp(t, http.StatusUnauthorized, code)
+	must.StrContains(t, body, "Nomad does not know this token")
+	resp, err := http.Get(sched.http + "/ui")
+	must.NoError(t, err)
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	must.NoError(t, err)
+	must.EqOp(t, http.StatusUnauthorized, resp.StatusCode) // the token form
+	must.StrContains(t, string(b), `<form method="post" action="/ui/login">`)
+	must.StrNotContains(t, string(b), "ui-secret")
+}

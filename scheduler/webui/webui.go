@@ -1,0 +1,236 @@
+package webui
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"hash/fnv"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+)
+
+//go:embed templates/*.html static/*
+var files embed.FS
+
+var pages = template.Must(template.New("").Funcs(template.FuncMap{
+	"ago":   ago,
+	"short": short,
+	"pct":   pct,
+	"head": func(title string, refresh int, script bool) headData {
+		return headData{Title: title, Refresh: refresh, Script: script}
+	},
+}).ParseFS(files, "templates/*.html"))
+
+// headData is what the head of every page reads.
+type headData struct {
+	Title   string
+	Refresh int
+	Script  bool
+}
+
+// Session is what the page says of the caller's token.
+type Session struct {
+	// Required: the scheduler's http_require_token is on.
+	Required bool
+	// SignedIn: the token comes from the page's cookie (it can sign out).
+	SignedIn bool
+}
+
+// Links makes the page's links: to the page's own job view, and to
+// Nomad's UI when one is configured (NomadUI, its base address).
+type Links struct {
+	NomadUI string
+}
+
+// Job is the page's own view of a job.
+func (Links) Job(namespace, id string) string {
+	return "/ui/jobs/" + url.PathEscape(id) + "?namespace=" + url.QueryEscape(namespace)
+}
+
+// NomadJob is the job's page in Nomad's UI, "" without one.
+func (l Links) NomadJob(namespace, id string) string {
+	if l.NomadUI == "" {
+		return ""
+	}
+	return strings.TrimSuffix(l.NomadUI, "/") + "/ui/jobs/" + url.PathEscape(id+"@"+namespace)
+}
+
+// NomadAlloc is the allocation's page in Nomad's UI, "" without one.
+func (l Links) NomadAlloc(id string) string {
+	if l.NomadUI == "" {
+		return ""
+	}
+	return strings.TrimSuffix(l.NomadUI, "/") + "/ui/allocations/" + url.PathEscape(id)
+}
+
+// NomadNode is the client's page in Nomad's UI, "" without one.
+func (l Links) NomadNode(id string) string {
+	if l.NomadUI == "" {
+		return ""
+	}
+	return strings.TrimSuffix(l.NomadUI, "/") + "/ui/clients/" + url.PathEscape(id)
+}
+
+// Overview is the main page.
+type Overview struct {
+	Session
+	Links
+	// Index is the model's index: the script reloads when it changes.
+	Index          uint64
+	Leader, Synced bool
+	// Map is the GPU map, other namespaces' usage anonymous; nil with
+	// MapNote saying why it is not shown.
+	Map     *gpumap.Map
+	MapNote string
+	// Waiting are the groups that wait, in queue order; Refused those
+	// refused for good.
+	Waiting, Refused []Group
+	// Unpairs and Preemptions are the recent moves, newest first.
+	Unpairs, Preemptions []Event
+	// Refresh is the meta refresh period, in seconds.
+	Refresh int
+	Now     time.Time
+}
+
+// Group is a group that waits or was refused, and why.
+type Group struct {
+	Namespace, Job, Group string
+	Reason                string
+	// Position of Of in the queue; 0 when the group was not queued.
+	Position, Of int
+}
+
+// Event is a group moved off its GPU (an unpair or a preemption).
+type Event struct {
+	Namespace, Job, Group string
+	Reason                string
+	At                    time.Time
+}
+
+// Job is the page of one job.
+type Job struct {
+	Session
+	Links
+	Namespace, ID string
+	Groups        []JobGroup
+	Now           time.Time
+}
+
+// JobGroup is one group of a job: where it is pinned, or why it waits.
+type JobGroup struct {
+	Name  string
+	State string // "pinned", "pending", "refused" or "not-gpushare"
+	// Reason is why it waits, or why it was placed where it is.
+	Reason string
+	// Where it is pinned.
+	Nodes, GPUs         []string
+	Shares              int
+	Cell, Policy, Class string
+	VC                  string
+	Allocs              []string
+	Profile             string
+	Unpaired            *Event
+	Position, Of        int
+}
+
+// Problem is a page that says what is wrong and what to do.
+type Problem struct {
+	Session
+	Title, Message string
+}
+
+// Login is the token form.
+type Login struct {
+	Error string
+}
+
+// headers are the security headers of every page: no script but ours,
+// no framing, no caching of what a token may read.
+func headers(h http.Header) {
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Content-Security-Policy", "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Cache-Control", "no-store")
+}
+
+// Render writes page (an Overview, Job, Problem or Login) with status
+// code. The page is rendered whole before anything is written: a template
+// error is a 500, never half a page.
+func Render(w http.ResponseWriter, code int, page any) error {
+	var name string
+	var data any
+	switch p := page.(type) {
+	case Overview:
+		name, data = "overview", overviewPage{Overview: p, Nodes: nodeViews(p.Map, p.Links), Summary: summarize(p.Map)}
+	case Job:
+		name, data = "job", p
+	case Problem:
+		name, data = "problem", p
+	case Login:
+		name, data = "login", p
+	default:
+		err := fmt.Errorf("webui: no page for %T", page)
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return err
+	}
+	var b bytes.Buffer
+	if err := pages.ExecuteTemplate(&b, name, data); err != nil {
+		http.Error(w, "rendering the page: "+err.Error(), http.StatusInternalServerError)
+		return err
+	}
+	headers(w.Header())
+	w.WriteHeader(code)
+	_, err := w.Write(b.Bytes())
+	return err
+}
+
+// Static serves the stylesheet and the script, under /ui/static/.
+func Static() http.Handler {
+	sub, _ := fs.Sub(files, "static")
+	return http.StripPrefix("/ui/static/", http.FileServerFS(sub))
+}
+
+func ago(now, t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	d := max(now.Sub(t).Round(time.Second), 0) // clocks of two replicas may disagree
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm ago", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return t.UTC().Format("2006-01-02 15:04 UTC")
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+func pct(a, b int) string {
+	if b == 0 {
+		return "0%"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(a)/float64(b))
+}
+
+// hue is a job's colour, the same on every page and every refresh.
+func hue(namespace, job string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(namespace + "\x00" + job))
+	return int(h.Sum32() % 360)
+}

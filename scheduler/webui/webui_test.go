@@ -1,0 +1,100 @@
+package webui
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/shoenig/test/must"
+)
+
+func render(t *testing.T, page any) string {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	must.NoError(t, Render(rr, http.StatusOK, page))
+	must.EqOp(t, http.StatusOK, rr.Code)
+	return rr.Body.String()
+}
+
+// A GPU is a bar of its shares: each allocation's in its job's colour,
+// other namespaces' hatched and anonymous, the free ones last.
+func TestSegments(t *testing.T) {
+	g := gpumap.GPU{Shares: 100, Used: 85, Users: []gpumap.Usage{
+		{Shares: 10, Other: true},
+		{AllocID: "0123456789", Namespace: "ml", Job: "train", Group: "g", Shares: 25},
+		{AllocID: "abc", Namespace: "ml", Job: "tiny", Group: "g", Shares: 50},
+	}}
+	segs := segments(g, Links{})
+	must.SliceLen(t, 4, segs)
+	must.EqOp(t, "job", segs[0].Kind)
+	must.EqOp(t, "train", segs[0].Label)
+	must.EqOp(t, "/ui/jobs/train?namespace=ml", segs[0].Href)
+	must.StrContains(t, string(segs[0].Style), "width:25.000%;background:hsl(")
+	must.EqOp(t, "other", segs[2].Kind)
+	must.EqOp(t, "", segs[2].Href)
+	must.EqOp(t, "width:10.000%", string(segs[2].Style))
+	must.EqOp(t, "free", segs[3].Kind)
+	must.EqOp(t, "width:15.000%", string(segs[3].Style))
+	// the same job has the same colour on every page
+	must.EqOp(t, colour("ml", "train"), colour("ml", "train"))
+	must.NotEq(t, colour("ml", "train"), colour("ml", "tiny"))
+}
+
+func TestOverviewEscapesWhatUsersNamed(t *testing.T) {
+	evil := `"><script>alert(1)</script>`
+	m := &gpumap.Map{Nodes: []gpumap.Node{{ID: "n1", Name: evil, Status: "ready", Model: "H100", GPUs: []gpumap.GPU{
+		{Shares: 100, Used: 50, Healthy: true, Users: []gpumap.Usage{{AllocID: "a1", Namespace: evil, Job: evil, Group: evil, Shares: 50}}},
+	}}}}
+	body := render(t, Overview{Map: m, Refresh: 15, Now: time.Unix(0, 0), Links: Links{NomadUI: "https://nomad.example.com"},
+		Waiting: []Group{{Namespace: "default", Job: evil, Group: "g", Reason: evil, Position: 1, Of: 1}}})
+	must.StrNotContains(t, body, "<script>alert")
+	must.StrContains(t, body, "&lt;script&gt;alert(1)&lt;/script&gt;")
+	// in links too: the job's ID is a path segment, escaped
+	must.StrContains(t, body, `href="/ui/jobs/%22%3E%3Cscript%3Ealert%281%29%3C%2Fscript%3E?namespace=`)
+	must.StrContains(t, body, `<script src="/ui/static/refresh.js" defer></script>`) // ours only
+	must.EqOp(t, 1, strings.Count(body, "<script"))
+}
+
+func TestOverviewWithoutAMap(t *testing.T) {
+	body := render(t, Overview{MapNote: "This token may not read nodes.", Now: time.Unix(0, 0)})
+	must.StrContains(t, body, "This token may not read nodes.")
+	must.StrNotContains(t, body, "No node has gpushare devices")
+	body = render(t, Overview{Map: &gpumap.Map{}, Now: time.Unix(0, 0)})
+	must.StrContains(t, body, "No node has gpushare devices")
+	must.StrNotContains(t, body, `http-equiv="refresh"`) // no period, no refresh
+}
+
+func TestRenderRefusesAnUnknownPage(t *testing.T) {
+	rr := httptest.NewRecorder()
+	must.Error(t, Render(rr, http.StatusOK, 42))
+}
+
+func TestLinks(t *testing.T) {
+	l := Links{NomadUI: "https://nomad.example.com:4646/"}
+	must.EqOp(t, "https://nomad.example.com:4646/ui/jobs/a%2Fb@team-a", l.NomadJob("team-a", "a/b"))
+	must.EqOp(t, "https://nomad.example.com:4646/ui/allocations/x", l.NomadAlloc("x"))
+	must.EqOp(t, "https://nomad.example.com:4646/ui/clients/n", l.NomadNode("n"))
+	must.EqOp(t, "/ui/jobs/a%2Fb?namespace=team+a", l.Job("team a", "a/b"))
+	must.EqOp(t, "", Links{}.NomadJob("default", "x"))
+}
+
+func TestAgo(t *testing.T) {
+	now := time.Unix(100000, 0)
+	for _, c := range []struct {
+		at   time.Time
+		want string
+	}{
+		{now.Add(-42 * time.Second), "42s ago"},
+		{now.Add(-5 * time.Minute), "5m ago"},
+		{now.Add(-150 * time.Minute), "2h30m ago"},
+		{now.Add(3 * time.Second), "0s ago"},
+		{time.Time{}, ""},
+		{time.Unix(0, 0), "27h46m ago"},
+		{now.Add(-72 * time.Hour), "1969-12-30 03:46 UTC"},
+	} {
+		must.EqOp(t, c.want, ago(now, c.at))
+	}
+}
