@@ -16,8 +16,7 @@
  * The table, the limits and dlsym are in hooks.c; the driver types we need
  * (no CUDA headers) in gpushare.h.
  *
- * Kernel launches are not intercepted here; when they are, their hooks must
- * not allocate, lock or call getenv. */
+ * Kernel launches are intercepted in launch.c (pacing, the TGS channel). */
 #define _GNU_SOURCE
 #include "gpushare.h"
 
