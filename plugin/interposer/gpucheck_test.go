@@ -1,0 +1,253 @@
+package interposer
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	nvmlsrc "github.com/gpushare/gpushare/devicefn/nvml"
+)
+
+// `make gpu-check` (GPUSHARE_GPU_CHECK=1) runs these checks over the
+// machine's real driver and NVML and prints what held; without the
+// variable the same checks run over the fake driver, where each must hold:
+// that is how CI tests the check itself.
+const envGPUCheck = "GPUSHARE_GPU_CHECK"
+
+// checkRow is one line of the report.
+type checkRow struct {
+	name, want, got string
+	held            bool
+}
+
+// gpuChecker runs testdata/gpucheck.c under the library, over the real
+// driver or the fake one.
+type gpuChecker struct {
+	t    *testing.T
+	b    *binaries
+	prog string
+	real bool
+	gpu  string // the fake GPU's timeline file, shared by the processes
+}
+
+var (
+	gpucheckOnce sync.Once
+	gpucheckBin  string
+	gpucheckErr  error
+)
+
+func newGPUChecker(t *testing.T, real bool) *gpuChecker {
+	b := build(t)
+	gpucheckOnce.Do(func() {
+		gpucheckBin = filepath.Join(b.dir, "gpucheck")
+		out, err := exec.Command(compiler(), "-O2", "-Wall", "-Wextra", "-Werror", "-o", gpucheckBin, "testdata/gpucheck.c", "-ldl").CombinedOutput()
+		if err != nil {
+			gpucheckErr = fmt.Errorf("building gpucheck: %v\n%s", err, out)
+		}
+	})
+	if gpucheckErr != nil {
+		t.Fatal(gpucheckErr)
+	}
+	return &gpuChecker{t: t, b: b, prog: gpucheckBin, real: real, gpu: filepath.Join(t.TempDir(), "gpu")}
+}
+
+// cmd is the program under limits ("": without the library).
+func (g *gpuChecker) cmd(limits string, args ...string) *exec.Cmd {
+	c := exec.Command(g.prog, args...)
+	env := []string{"PATH=" + os.Getenv("PATH")}
+	if !g.real {
+		env = append(env, "LD_LIBRARY_PATH="+g.b.dir, "GPUSHARE_REAL_LIBCUDA="+g.b.fake,
+			"FAKECUDA_TOTAL_BYTES="+strconv.Itoa(4<<30), "FAKECUDA_GPU="+g.gpu)
+	}
+	if limits != "" {
+		env = append(env, "LD_PRELOAD="+g.b.lib, "GPUSHARE_LIMITS="+reservation(g.t, limits))
+	}
+	c.Env = env
+	return c
+}
+
+// fields runs the program to its end; its output's lines, split.
+func (g *gpuChecker) fields(limits string, args ...string) ([][]string, error) {
+	c := g.cmd(limits, args...)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	out, err := c.Output()
+	var lines [][]string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		lines = append(lines, strings.Fields(l))
+	}
+	if err != nil {
+		return lines, fmt.Errorf("gpucheck %v: %v: %s%s", args, err, out, stderr.String())
+	}
+	return lines, nil
+}
+
+func num(s string) uint64 {
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return n
+}
+
+const checkMiB = 1 << 20
+
+// run is every check, in order; the first error (no driver) stops it.
+func (g *gpuChecker) run() (string, []checkRow, error) {
+	lines, err := g.fields("", "info")
+	if err != nil {
+		if len(lines) > 0 && len(lines[0]) > 1 && lines[0][0] == "init" {
+			return "", nil, fmt.Errorf("no usable GPU: cuInit returned %s (100: no device; 999: unknown, e.g. no kernel module)", lines[0][1])
+		}
+		return "", nil, err
+	}
+	info := lines[0]
+	total := num(info[2])
+	gpu := fmt.Sprintf("%s (%d MiB)", strings.Join(info[5:], " "), total/checkMiB)
+	var rows []checkRow
+
+	// memory: a cap a quarter of the GPU, at most 1 GiB
+	capB := min(total/4, 1<<30) / checkMiB * checkMiB
+	limits := fmt.Sprintf("memory_bytes=%d\n", capB)
+	l, err := g.fields(limits, "info", "fill:64")
+	if err != nil {
+		return gpu, rows, err
+	}
+	rows = append(rows, checkRow{"memory info reports the share", fmt.Sprintf("total %d MiB", capB/checkMiB),
+		fmt.Sprintf("total %d MiB, free %d MiB", num(l[0][2])/checkMiB, num(l[0][3])/checkMiB), num(l[0][2]) == capB && num(l[0][3]) <= capB})
+	got := num(l[1][2])
+	rows = append(rows, checkRow{"allocations stop at the cap", fmt.Sprintf("%d..%d MiB, then 2 (out of memory)", (capB-64*checkMiB)/checkMiB, capB/checkMiB),
+		fmt.Sprintf("%d MiB, then %s", got/checkMiB, l[1][1]), got <= capB && got+64*checkMiB > capB && l[1][1] == "2"})
+
+	// two processes of one reservation share its cap
+	res := reservation(g.t, limits)
+	half := capB / 2 / checkMiB
+	first := g.cmd("", fmt.Sprintf("take:%d", half), "hold:3000")
+	first.Env = append(first.Env, "LD_PRELOAD="+g.b.lib, "GPUSHARE_LIMITS="+res)
+	out, err := first.StdoutPipe()
+	if err != nil {
+		return gpu, rows, err
+	}
+	if err := first.Start(); err != nil {
+		return gpu, rows, err
+	}
+	sc := bufio.NewScanner(out)
+	var a uint64
+	if sc.Scan() {
+		a = num(strings.Fields(sc.Text())[2])
+	}
+	second := g.cmd("", "fill:64")
+	second.Env = append(second.Env, "LD_PRELOAD="+g.b.lib, "GPUSHARE_LIMITS="+res)
+	o2, err := second.Output()
+	_, _ = io.Copy(io.Discard, out)
+	_ = first.Wait()
+	if err != nil {
+		return gpu, rows, fmt.Errorf("second process: %v", err)
+	}
+	bb := num(strings.Fields(string(o2))[2])
+	rows = append(rows, checkRow{"two processes share one cap", fmt.Sprintf("%d MiB, then %d..%d MiB", half, (capB-half*checkMiB-64*checkMiB)/checkMiB, capB/checkMiB-half),
+		fmt.Sprintf("%d MiB, then %d MiB", a/checkMiB, bb/checkMiB), a == half*checkMiB && a+bb <= capB && a+bb+64*checkMiB > capB})
+
+	// compute: 2 ms kernels, measured alone, then two processes capped at
+	// 30% and 70% at once, and one alone at 30%
+	l, err = g.fields("", "calib:2000")
+	if err != nil {
+		return gpu, rows, err
+	}
+	n, alone := l[0][2], num(l[0][3])
+	if alone == 0 {
+		return gpu, rows, fmt.Errorf("calibration measured no GPU time: %v", l[0])
+	}
+	share := func(line []string) float64 {
+		return 100 * float64(num(line[2])*alone) / float64(num(line[3]))
+	}
+	spin := "spin:" + n + ":4000"
+	var wg sync.WaitGroup
+	var s30, s70 [][]string
+	var e30, e70 error
+	wg.Add(2)
+	go func() { defer wg.Done(); s30, e30 = g.fields("compute_pct=30\n", spin) }()
+	go func() { defer wg.Done(); s70, e70 = g.fields("compute_pct=70\n", spin) }()
+	wg.Wait()
+	if e30 != nil || e70 != nil {
+		return gpu, rows, fmt.Errorf("compute runs: %v %v", e30, e70)
+	}
+	p30, p70 := share(s30[0]), share(s70[0])
+	rows = append(rows, checkRow{"compute caps 30% and 70% side by side", "30 and 70 (within 5 points)",
+		fmt.Sprintf("%.1f and %.1f (kernels of %.2f ms)", p30, p70, float64(alone)/1e6), math.Abs(p30-30) <= 5 && math.Abs(p70-70) <= 5})
+	l, err = g.fields("compute_pct=30\n", "spin:"+n+":3000")
+	if err != nil {
+		return gpu, rows, err
+	}
+	p := share(l[0])
+	rows = append(rows, checkRow{"compute cap 30% alone", "30 (within 5 points)", fmt.Sprintf("%.1f", p), math.Abs(p-30) <= 5})
+	return gpu, rows, nil
+}
+
+// report prints the rows as a table and says whether all held.
+func report(w io.Writer, gpu string, rows []checkRow) bool {
+	fmt.Fprintf(w, "gpushare gpu-check on %s\n\n", gpu)
+	all := true
+	for _, r := range rows {
+		mark := "held"
+		if !r.held {
+			mark, all = "NOT HELD", false
+		}
+		fmt.Fprintf(w, "  %-40s want %-32s got %-40s %s\n", r.name, r.want, r.got, mark)
+	}
+	return all
+}
+
+// On a machine with a GPU: `make gpu-check`.
+func TestGPUCheck(t *testing.T) {
+	if os.Getenv(envGPUCheck) != "1" {
+		t.Skip("run by make gpu-check on a machine with a GPU (" + envGPUCheck + "=1)")
+	}
+	g := newGPUChecker(t, true)
+	gpu, rows, err := g.run()
+	ok := true
+	if gpu != "" {
+		ok = report(os.Stdout, gpu, rows)
+	}
+	if err != nil {
+		t.Fatalf("gpu-check: %v", err)
+	}
+	// the plugin's NVML source over the real library
+	src := nvmlsrc.New(nvmlsrc.Options{})
+	defer src.Close()
+	inv, err := src.Inventory(context.Background())
+	if err != nil {
+		t.Fatalf("gpu-check: the plugin's NVML source: %v", err)
+	}
+	fmt.Printf("\nthe plugin's NVML source: %d GPU(s), driver %s, CUDA %s\n", len(inv.GPUs), inv.DriverVersion, inv.CUDAVersion)
+	for i, gp := range inv.GPUs {
+		fmt.Printf("  GPU %d %s %s %d MiB, links %v\n", i, gp.UUID, gp.Model, gp.MemoryMiB, inv.Links[i])
+	}
+	if !ok {
+		t.Fatal("gpu-check: some limits did not hold (above)")
+	}
+}
+
+// The same checks over the fake driver, where every one must hold: the
+// check itself is tested on machines without a GPU.
+func TestGPUCheckOverTheFakeDriver(t *testing.T) {
+	g := newGPUChecker(t, false)
+	start := time.Now()
+	gpu, rows, err := g.run()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	ok := report(&b, gpu, rows)
+	t.Logf("%s(%s)", b.String(), time.Since(start).Round(time.Millisecond))
+	if len(rows) != 5 || !ok {
+		t.Fatalf("want 5 checks, all held:\n%s", b.String())
+	}
+}
