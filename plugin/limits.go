@@ -43,7 +43,7 @@ const (
 // slot count first, then a pthread mutex whose size differs by
 // architecture, then the slots, which end the file.
 const (
-	regionMagic = 0x67737232
+	regionMagic = 0x67737233 // "gsr3"
 	regionSlots = 1024
 	slotSize    = 24 // int32 pid, pad, uint64 start, uint64 bytes
 )

@@ -96,6 +96,20 @@ func together(t *testing.T, b *binaries, runs ...kernRun) []window {
 	return ws
 }
 
+// A task's share is the task's, not each process's: two processes of one
+// reservation capped at 30% get 30% between them (paced separately, they
+// would take 60%); the pacer lives in the usage region they share.
+func TestComputeCapIsPerTask(t *testing.T) {
+	b := build(t)
+	gpu := gpuEnv(t)
+	res := reservation(t, "compute_pct=30\n")
+	one := kernRun{run{limits: res, program: b.kdirect, mode: "direct", env: gpu}, []string{"kern:2000", "run:4000:1000:3500"}}
+	ws := together(t, b, one, one)
+	sum := ws[0].share() + ws[1].share()
+	t.Logf("two processes of one task at 30%%: %.2f%% + %.2f%% = %.2f%%", ws[0].share(), ws[1].share(), sum)
+	must.Between(t, 25, sum, 35)
+}
+
 // Two processes in two reservations, capped at 30% and 70%, launch as fast
 // as they can (each kernel waited for) on one GPU for 5 s: each gets its
 // cap within 5 points, though the 30% one launches kernels twice as long.

@@ -42,7 +42,9 @@ int gs_limits_read(const char *path, struct gs_limits *out);
  * layout of the file "usage", here so a test can hold its lock. */
 #include <pthread.h>
 
-#define GS_MAGIC 0x67737232u /* "gsr2" */
+#include "pace.h"
+
+#define GS_MAGIC 0x67737233u /* "gsr3": the task's pacer in the header */
 #define GS_SLOTS 1024
 
 struct gs_slot {
@@ -58,12 +60,21 @@ struct gs_region {
     pthread_mutex_t lock;
     uint64_t total;   /* the sum of the slots' bytes, kept so a charge is O(1) */
     uint32_t hiwater; /* slots at or above this index were never used */
-    uint32_t pad;
-    struct gs_slot slot[GS_SLOTS];
+    uint32_t pacer_ready; /* pacer initialised (by the first paced launch) */
+    /* The task's compute pacer, shared by its processes (src/launch.c):
+     * the share is the task's, not each process's. Under lock. */
+    struct gs_pacer pacer;
+    struct gs_slot slot[GS_SLOTS]; /* last: the plugin reads them from the end */
 };
 
 
 int gs_region_open(const char *path);          /* 0 ok, -1 unusable */
+/* The task's shared pacer, initialised with share and window by its first
+ * user; NULL without a region. Use it between gs_region_lock (0: held)
+ * and gs_region_unlock. */
+struct gs_pacer *gs_region_pacer(uint32_t share, uint64_t window_ns, uint64_t now);
+int gs_region_lock(void);
+void gs_region_unlock(void);
 int gs_region_charge(uint64_t bytes, uint64_t cap); /* 0 charged, -1 over the cap */
 void gs_region_uncharge(uint64_t bytes);
 void gs_region_force_charge(uint64_t bytes);   /* after the fact: pitch rounding */

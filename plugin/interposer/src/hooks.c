@@ -112,8 +112,15 @@ static void load_driver_once(void)
 static void load_region_once(void)
 {
     pthread_once(&load_once, load_limits);
-    if (gs_lim.have_memory && usage_path[0] && gs_region_open(usage_path) != 0)
-        fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", usage_path);
+    /* the region also holds the task's compute pacer: opened for a
+     * compute limit too (without one, only memory needs it) */
+    int paced = gs_lim.compute_pct < 100 || gs_lim.klass_id == GS_CLASS_OPPORTUNISTIC;
+    if ((gs_lim.have_memory || paced) && usage_path[0] && gs_region_open(usage_path) != 0) {
+        if (gs_lim.have_memory)
+            fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", usage_path);
+        else
+            fprintf(stderr, "gpushare: cannot open usage region %s: compute paced per process\n", usage_path);
+    }
 }
 
 void gs_load_region(void)

@@ -87,7 +87,23 @@ static struct gs_tgs_channel *chan;
 static struct gs_tgs_producer producer = {.idle_ns = IDLE_NS};
 
 /* M_PACE's state, under pace.mu. The pool's pairs form a ring of kernels
- * in flight, oldest at head. */
+ * in flight, oldest at head. The pacer is the task's, in the usage region
+ * shared by its processes (P, used between plock and punlock: the region's
+ * robust mutex), so that a task of several processes is held to its share
+ * in all, not each; without a region, this process's own (pace.pacer). */
+static struct gs_pacer *P;
+static int shared_pacer;
+static void plock(void)
+{
+    if (shared_pacer)
+        gs_region_lock();
+}
+static void punlock(void)
+{
+    if (shared_pacer)
+        gs_region_unlock();
+}
+
 static struct {
     pthread_mutex_t mu;
     struct gs_pacer pacer;
@@ -190,6 +206,10 @@ static void setup_mode(void)
             pace.base = share;
             pace.tgs_on = chan != NULL;
             gs_pacer_init(&pace.pacer, share, WINDOW_NS, now);
+            P = gs_region_pacer(share, WINDOW_NS, now);
+            shared_pacer = P != NULL;
+            if (!P)
+                P = &pace.pacer;
             gs_tgs_init(&pace.tgs, WINDOW_NS, now);
         }
     }
@@ -208,7 +228,7 @@ static void produce(void)
 }
 
 /* Feeds the pacer the run times of the finished kernels, oldest first,
- * without blocking. A measurement the driver will not give (an event of
+ * without blocking; the caller holds pace.mu and plock. A measurement the driver will not give (an event of
  * another context, say) settles at what was charged. */
 static void harvest(void)
 {
@@ -221,7 +241,7 @@ static void harvest(void)
         uint64_t busy = pace.charged[i];
         if (r == CUDA_SUCCESS && ev.elapsed(&ms, pace.start[i], pace.end[i]) == CUDA_SUCCESS && ms >= 0)
             busy = (uint64_t)((double)ms * 1e6);
-        gs_pacer_done(&pace.pacer, pace.charged[i], busy);
+        gs_pacer_done(P, pace.charged[i], busy);
         pace.head = (i + 1) % POOL;
         pace.n--;
     }
@@ -234,16 +254,25 @@ static void pace_before(CUstream s, int *slot, uint64_t *charged)
 {
     pthread_mutex_lock(&pace.mu);
     uint64_t now;
+    if (pace.n == POOL) /* POOL kernels still running: wait for the oldest */
+        ev.sync(pace.end[pace.head]);
     for (;;) {
+        /* one take of the task's pacer per launch (plock: the region's
+         * mutex), none while sleeping */
         now = now_ns();
+        plock();
         harvest();
         if (pace.tgs_on) {
             uint32_t t = gs_tgs_share(&pace.tgs, chan, now);
-            gs_pacer_set_share(&pace.pacer, t < GS_SHARE_FULL ? t : pace.base, now);
+            gs_pacer_set_share(P, t < GS_SHARE_FULL ? t : pace.base, now);
         }
-        uint64_t d = gs_pacer_delay(&pace.pacer, now);
-        if (!d)
+        uint64_t d = gs_pacer_delay(P, now);
+        if (!d) {
+            *charged = gs_pacer_launch(P, now);
+            punlock();
             break;
+        }
+        punlock();
         if (d > MAX_SLEEP_NS)
             d = MAX_SLEEP_NS;
         pthread_mutex_unlock(&pace.mu);
@@ -251,12 +280,6 @@ static void pace_before(CUstream s, int *slot, uint64_t *charged)
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&pace.mu);
     }
-    if (pace.n == POOL) { /* POOL kernels still running: wait for the oldest */
-        ev.sync(pace.end[pace.head]);
-        harvest();
-        now = now_ns();
-    }
-    *charged = gs_pacer_launch(&pace.pacer, now);
     *slot = -1;
     if (pace.n < POOL) {
         unsigned i = (pace.head + pace.n) % POOL;
@@ -269,8 +292,11 @@ static void pace_before(CUstream s, int *slot, uint64_t *charged)
  * ran nothing: its charge is taken back. */
 static void pace_after(CUstream s, int slot, uint64_t charged, CUresult r)
 {
-    if (r != CUDA_SUCCESS)
-        pace.pacer.debt_ns -= (int64_t)charged;
+    if (r != CUDA_SUCCESS) {
+        plock();
+        P->debt_ns -= (int64_t)charged;
+        punlock();
+    }
     else if (slot >= 0 && ev.record(pace.end[slot], s) == CUDA_SUCCESS) {
         pace.charged[slot] = charged;
         pace.n++;

@@ -182,6 +182,21 @@ static void unlock(void)
     pthread_mutex_unlock(&R->lock);
 }
 
+int gs_region_lock(void) { return R ? lock() : -1; }
+void gs_region_unlock(void) { unlock(); }
+
+struct gs_pacer *gs_region_pacer(uint32_t share, uint64_t window_ns, uint64_t now)
+{
+    if (!R || lock() != 0)
+        return NULL;
+    if (!R->pacer_ready) {
+        gs_pacer_init(&R->pacer, share, window_ns, now);
+        R->pacer_ready = 1;
+    }
+    unlock();
+    return &R->pacer;
+}
+
 static int free_slot(void)
 {
     for (int i = 0; i < GS_SLOTS; i++)
