@@ -32,7 +32,8 @@ Example:
 
 Under a 4 GiB cap, cuMemGetInfo reports 4 GiB total and an allocation past it
 returns CUDA_ERROR_OUT_OF_MEMORY; the cap is summed over every process PROGRAM
-starts. It is not a security boundary (see plugin/interposer/README.md for what
+starts. Under -compute 25 its kernel launches, all its processes together, are
+paced to 25%% of the GPU's time, measured with CUDA events. It is not a security boundary (see plugin/interposer/README.md for what
 escapes it). The library is looked up next to the gpushare binary, then in
 ./bin/ (after make build), unless -library names it.
 
