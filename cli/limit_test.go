@@ -159,7 +159,7 @@ func buildInterposer(t *testing.T) interposer {
 		b := interposer{dir: dir, lib: filepath.Join(dir, libraryName), fake: filepath.Join(dir, "libcuda.so.1"), prog: filepath.Join(dir, "cuprog")}
 		for _, args := range [][]string{
 			append(append([]string{"-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", b.lib}, srcs...), "-ldl", "-lpthread"),
-			{"-shared", "-fPIC", "-O2", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", b.fake, filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"},
+			{"-shared", "-fPIC", "-O2", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", b.fake, filepath.Join(src, "testdata", "fakecuda.c"), filepath.Join(src, "testdata", "fakegpu.c"), "-lpthread"},
 			{"-O2", "-DLINKED", "-o", b.prog, filepath.Join(src, "testdata", "cuprog.c"), "-L" + dir, "-l:libcuda.so.1", "-ldl"},
 		} {
 			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {

@@ -98,7 +98,7 @@ func buildInterposer(t *testing.T) string {
 		append(append([]string{"-shared", "-fPIC", "-O2", "-fvisibility=hidden", "-o", filepath.Join(bin, "libgpushare-cuda.so")},
 			interposer.Sources(src)...), "-ldl", "-lpthread"),
 		{"-shared", "-fPIC", "-O2", "-Wl,-Bsymbolic", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(bin, "libcuda.so.1"),
-			filepath.Join(src, "testdata", "fakecuda.c"), "-lpthread"},
+			filepath.Join(src, "testdata", "fakecuda.c"), filepath.Join(src, "testdata", "fakegpu.c"), "-lpthread"},
 		{"-O2", "-o", filepath.Join(bin, "cuprog"), filepath.Join(src, "testdata", "cuprog.c"), "-ldl"},
 	} {
 		out, err := exec.Command(cc, args...).CombinedOutput()
