@@ -28,7 +28,9 @@ var ErrNoParser = errors.New("no Nomad to parse the jobspec with: set NOMAD_ADDR
 // (`nomad job run -output`, which contacts no server).
 type Parser struct {
 	// Nomad is the agent to parse with first; nil skips it. An agent that
-	// does not answer, or refuses the request, is skipped for the binary.
+	// does not answer, or refuses the request, is skipped for the binary;
+	// when the agent finds the jobspec wrong and the binary is there, the
+	// binary's verdict counts (it reads the files the jobspec names).
 	Nomad *api.Client
 	// Binary is the nomad binary; "" looks for nomad on PATH.
 	Binary string
@@ -61,33 +63,39 @@ func (p Parser) Parse(filename string, src []byte, vars []string) (*api.Job, err
 			return nil, fmt.Errorf("-var %q: want name=value, name a valid HCL identifier", kv)
 		}
 	}
-	var tried []error
+	bin := p.Binary
+	if bin == "" {
+		bin = "nomad"
+	}
+	bin, binErr := exec.LookPath(bin)
+	var tried []string
 	if p.Nomad != nil {
-		job, err := p.viaAgent(filename, src, vars)
+		job, err := p.viaAgent(src, vars)
 		var resp api.UnexpectedResponseError
 		switch {
 		case err == nil:
 			return job, nil
-		case errors.As(err, &resp) && resp.StatusCode() == 400:
+		case errors.As(err, &resp) && resp.StatusCode() == 400 && binErr != nil:
 			// the agent parsed the jobspec and found it wrong
 			return nil, agentParseError(filename, resp)
+		case errors.As(err, &resp) && resp.StatusCode() == 400:
+			// the binary has the last word: unlike the agent, it reads
+			// the files the jobspec names (file()), as `nomad job run` does
+		default:
+			tried = append(tried, fmt.Sprintf("Nomad at %s: %v", p.Nomad.Address(), err))
 		}
-		tried = append(tried, fmt.Errorf("Nomad at %s: %w", p.Nomad.Address(), err))
 	}
-	bin := p.Binary
-	if bin == "" {
-		var err error
-		if bin, err = exec.LookPath("nomad"); err != nil {
-			tried = append(tried, fmt.Errorf("nomad binary: %w", err))
-			return nil, fmt.Errorf("%s: %w (%w)", filename, ErrNoParser, errors.Join(tried...))
-		}
+	if binErr != nil {
+		tried = append(tried, fmt.Sprintf("nomad binary: %v", binErr))
+		return nil, fmt.Errorf("%s: %w (%s)", filename, ErrNoParser, strings.Join(tried, "; "))
 	}
 	return p.viaBinary(bin, filename, src, vars)
 }
 
 // viaAgent parses with the agent's /v1/jobs/parse, not canonicalized, as
-// `nomad job run` sends jobs. The agent reads no files (file() fails).
-func (p Parser) viaAgent(filename string, src []byte, vars []string) (*api.Job, error) {
+// `nomad job run` sends jobs. The agent reads no files (file() fails) and
+// ignores variables the jobspec does not declare.
+func (p Parser) viaAgent(src []byte, vars []string) (*api.Job, error) {
 	content, err := varFile(vars)
 	if err != nil {
 		return nil, err

@@ -140,3 +140,27 @@ func TestParseFallsBackToTheBinary(t *testing.T) {
 	must.ErrorContains(t, err, "v.nomad.hcl: no Nomad to parse the jobspec with: set NOMAD_ADDR")
 	must.ErrorContains(t, err, "403")
 }
+
+// The agent reads no files; when it fails on one and the binary is there,
+// the binary parses the jobspec as `nomad job run` would.
+func TestParseReadsFilesWithTheBinary(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "run.sh")
+	must.NoError(t, os.WriteFile(script, []byte("echo hi\n"), 0o644))
+	src := []byte(`job "f" {
+  group "g" {
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "/bin/sh"
+        args    = ["-c", file("` + script + `")]
+      }
+    }
+  }
+}
+`)
+	var req api.JobsParseRequest
+	c := fakeAgent(t, 400, `Failed to parse job: input.hcl:7,28-32: Error in function call; Call to function "file" failed: filesystem function disabled.`, &req)
+	job, err := Parser{Nomad: c, Binary: nomadBinary(t)}.Parse("f.nomad.hcl", src, nil)
+	must.NoError(t, err)
+	must.Eq(t, any([]any{"-c", "echo hi\n"}), job.TaskGroups[0].Tasks[0].Config["args"])
+}
