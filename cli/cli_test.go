@@ -74,6 +74,7 @@ func TestStatusShowsWaitingGroups(t *testing.T) {
 
 // job lint checks gpushare.vc against the scheduler's virtual clusters.
 func TestJobLintChecksVC(t *testing.T) {
+	useNomadBinary(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/v1/profiles" {
 			_, _ = w.Write([]byte(`[]`))
@@ -139,6 +140,7 @@ func TestJobStatus(t *testing.T) {
 // A profile the scheduler's configuration defines (profile "bert-large")
 // passes lint against that scheduler, and is only a warning without it.
 func TestJobLintKnowsTheSchedulersProfiles(t *testing.T) {
+	useNomadBinary(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/v1/profiles":

@@ -135,7 +135,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		if err != nil {
 			return err
 		}
-		job, err := jobspecs.Parse(name, src, nil)
+		job, err := jobspecs.Parser{Nomad: c.API()}.Parse(name, src, nil)
 		if err != nil {
 			return err
 		}

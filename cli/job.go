@@ -59,7 +59,7 @@ func jobLint(args []string, io IO) int {
 	sched := schedFlag.resolve("")
 	code := 0
 	for _, file := range fs.Args() {
-		job, err := parseFile(file, vars)
+		job, err := parseFile(jobspecs.DefaultParser(), file, vars)
 		if err != nil {
 			fmt.Fprintln(io.Err, err)
 			code = 1
@@ -78,12 +78,14 @@ func jobLint(args []string, io IO) int {
 	return code
 }
 
-func parseFile(file string, vars []string) (*api.Job, error) {
+// parseFile parses a jobspec with Nomad's parser: the agent p names, or
+// the nomad binary (jobspecs.Parser).
+func parseFile(p jobspecs.Parser, file string, vars []string) (*api.Job, error) {
 	src, err := os.ReadFile(file)
 	if err != nil {
 		return nil, err
 	}
-	return jobspecs.Parse(file, src, vars)
+	return p.Parse(file, src, vars)
 }
 
 func jobRun(args []string, io IO) int {
@@ -102,7 +104,16 @@ func jobRun(args []string, io IO) int {
 		fs.Usage()
 		return 2
 	}
-	job, err := parseFile(fs.Arg(0), vars)
+	cfg := api.DefaultConfig()
+	if *addr != "" {
+		cfg.Address = *addr
+	}
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
+		return 1
+	}
+	job, err := parseFile(jobspecs.Parser{Nomad: client}, fs.Arg(0), vars)
 	if err != nil {
 		fmt.Fprintln(io.Err, err)
 		return 1
@@ -119,15 +130,6 @@ func jobRun(args []string, io IO) int {
 	}
 	if len(added) > 0 {
 		fmt.Fprintf(io.Out, "added the gpushare gate to %s\n", strings.Join(added, ", "))
-	}
-	cfg := api.DefaultConfig()
-	if *addr != "" {
-		cfg.Address = *addr
-	}
-	client, err := api.NewClient(cfg)
-	if err != nil {
-		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
-		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()

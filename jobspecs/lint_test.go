@@ -2,6 +2,8 @@ package jobspecs
 
 import (
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -15,7 +17,7 @@ func TestExamplesAreClean(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			src, err := fs.ReadFile(Examples, name)
 			must.NoError(t, err)
-			job, err := Parse(name, src, nil)
+			job, err := testParse(t, name, src, nil)
 			must.NoError(t, err)
 			must.SliceEmpty(t, Lint(job, 100))
 		})
@@ -56,7 +58,7 @@ job "bad" {
 `
 
 func TestLintFindsProblems(t *testing.T) {
-	job, err := Parse("bad.nomad.hcl", []byte(bad), nil)
+	job, err := testParse(t, "bad.nomad.hcl", []byte(bad), nil)
 	must.NoError(t, err)
 	findings := Lint(job, 100)
 	var all []string
@@ -71,7 +73,7 @@ func TestLintFindsProblems(t *testing.T) {
 }
 
 func TestParseErrorsNameTheLine(t *testing.T) {
-	_, err := Parse("broken.nomad.hcl", []byte("job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n"), nil)
+	_, err := testParse(t, "broken.nomad.hcl", []byte("job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n"), nil)
 	must.ErrorContains(t, err, "broken.nomad.hcl:")
 	must.EqOp(t, 1, strings.Count(err.Error(), "broken.nomad.hcl")) // named once
 }
@@ -132,7 +134,7 @@ job "scavenger" {
 // groups unless the task sets it: lint says the user's value wins, and
 // that a thread percentage in the env block has no effect.
 func TestLintWarnsAboutMPSEnv(t *testing.T) {
-	job, err := Parse("p.nomad.hcl", []byte(userPriority), nil)
+	job, err := testParse(t, "p.nomad.hcl", []byte(userPriority), nil)
 	must.NoError(t, err)
 	findings := Lint(job, 100)
 	var all []string
@@ -149,6 +151,7 @@ func TestLintWarnsAboutMPSEnv(t *testing.T) {
 // The examples show each driver a GPU task may use; the demo and the e2e
 // runs register only those a dev cluster runs anywhere (raw_exec).
 func TestExamplesShowEveryDriver(t *testing.T) {
+	t.Setenv("PATH", filepath.Dir(nomadBinary(t))+string(os.PathListSeparator)+os.Getenv("PATH")) // the parser
 	byDriver := map[string][]string{}
 	for _, name := range ExampleNames() {
 		drivers, err := ExampleDrivers(name)

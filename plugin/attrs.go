@@ -2,7 +2,7 @@ package plugin
 
 import (
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
+	"github.com/gpushare/gpushare/internal/nomadplugin/structs"
 )
 
 // sdkAttributes converts a device group's attributes into the plugin SDK's

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
+	"github.com/gpushare/gpushare/internal/nomadplugin/structs"
 	"github.com/shoenig/test/must"
 )
 

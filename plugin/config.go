@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
+	"github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 )
 
 // configSpec is the plugin's configuration schema with its defaults.
@@ -99,14 +99,14 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 
 // Config is the decoded plugin block.
 type Config struct {
-	Enabled           bool             `codec:"enabled"`
-	SharesPerGPU      int              `codec:"shares_per_gpu"`
-	Sharing           string           `codec:"sharing"`
-	MPS               MPSConfig        `codec:"mps"`
-	Interposer        InterposerConfig `codec:"interposer"`
-	Fixture           string           `codec:"fixture"`
-	IgnoredGPUIDs     []string         `codec:"ignored_gpu_ids"`
-	FingerprintPeriod string           `codec:"fingerprint_period"`
+	Enabled           bool             `cty:"enabled"`
+	SharesPerGPU      int              `cty:"shares_per_gpu"`
+	Sharing           string           `cty:"sharing"`
+	MPS               MPSConfig        `cty:"mps"`
+	Interposer        InterposerConfig `cty:"interposer"`
+	Fixture           string           `cty:"fixture"`
+	IgnoredGPUIDs     []string         `cty:"ignored_gpu_ids"`
+	FingerprintPeriod string           `cty:"fingerprint_period"`
 }
 
 // MPSConfig is the mps block. With daemons = "reservation" (the default)
@@ -115,12 +115,12 @@ type Config struct {
 // with daemons = "node" tasks use the operator's daemon at pipe_directory
 // and log_directory, limited only by their environment.
 type MPSConfig struct {
-	PipeDirectory string `codec:"pipe_directory"`
-	LogDirectory  string `codec:"log_directory"`
-	Daemons       string `codec:"daemons"`
-	Control       string `codec:"control"`
-	DaemonDir     string `codec:"daemon_dir"`
-	GCAfter       string `codec:"gc_after"`
+	PipeDirectory string `cty:"pipe_directory"`
+	LogDirectory  string `cty:"log_directory"`
+	Daemons       string `cty:"daemons"`
+	Control       string `cty:"control"`
+	DaemonDir     string `cty:"daemon_dir"`
+	GCAfter       string `cty:"gc_after"`
 }
 
 // The values of mps.daemons, and the defaults of the mps block.
@@ -144,17 +144,17 @@ const (
 // reservation's limits and preloads libgpushare-cuda.so into its task
 // (plugin/interposer/README.md).
 type InterposerConfig struct {
-	Enabled  bool   `codec:"enabled"`
-	Library  string `codec:"library"`
-	StateDir string `codec:"state_dir"`
-	GCAfter  string `codec:"gc_after"`
+	Enabled  bool   `cty:"enabled"`
+	Library  string `cty:"library"`
+	StateDir string `cty:"state_dir"`
+	GCAfter  string `cty:"gc_after"`
 	// UnifiedMemory turns an opportunistic task's device allocations into
 	// managed memory the driver can evict to host when production needs
 	// the GPU's memory (TGS); UnifiedOversubscriptionPct is how far beyond
 	// its share, in percent of the share, such a task's managed memory may
 	// go (plugin/interposer/README.md, "Unified memory").
-	UnifiedMemory              bool `codec:"unified_memory"`
-	UnifiedOversubscriptionPct int  `codec:"unified_oversubscription_pct"`
+	UnifiedMemory              bool `cty:"unified_memory"`
+	UnifiedOversubscriptionPct int  `cty:"unified_oversubscription_pct"`
 }
 
 // MaxUnifiedOversubscriptionPct bounds interposer.unified_oversubscription_pct:

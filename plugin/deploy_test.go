@@ -5,10 +5,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gpushare/gpushare/internal/nomadplugin/base"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl"
 	"github.com/hashicorp/hcl/hcl/ast"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 )
 

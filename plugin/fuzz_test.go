@@ -11,8 +11,9 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/nomadplugin/base"
+	"github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 )
 
@@ -24,8 +25,8 @@ func fuzzPlugin(t testing.TB, sharing string, perGPU int) *Plugin {
 	cfg := Config{Enabled: true, SharesPerGPU: perGPU, Sharing: sharing, Fixture: path, FingerprintPeriod: "1m",
 		IgnoredGPUIDs: []string{v100 + "6"},
 		MPS:           MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
-	var buf []byte
-	must.NoError(t, base.MsgPackEncode(&buf, &cfg))
+	buf, err := hclspec.Encode(configSpec, cfg)
+	must.NoError(t, err)
 	p := New(hclog.NewNullLogger(), nil)
 	p.exists = func(path string) bool { return path != "/dev/nvidia-uvm-tools" }
 	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: buf}))

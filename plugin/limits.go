@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
 )
 
 // The interposer's files inside the task (plugin/interposer/README.md).

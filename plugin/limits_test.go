@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/fixtures"
-	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
 	"github.com/shoenig/test/must"
 )
 

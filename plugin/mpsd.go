@@ -16,8 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/device"
 )
 
 // Per-reservation MPS control daemons (mps { daemons = "reservation" }).

@@ -13,12 +13,12 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/devicefn/nvml"
+	"github.com/gpushare/gpushare/internal/nomadplugin/base"
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
+	"github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 	"github.com/gpushare/gpushare/internal/version"
 	"github.com/hashicorp/go-hclog"
 	goversion "github.com/hashicorp/go-version"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/hclspec"
 )
 
 // pluginVersion is the gpushare version (internal/version, the one
@@ -136,7 +136,7 @@ func (p *Plugin) ConfigSchema() (*hclspec.Spec, error) { return configSpec, nil 
 func (p *Plugin) SetConfig(c *base.Config) error {
 	var cfg Config
 	if len(c.PluginConfig) != 0 {
-		if err := base.MsgPackDecode(c.PluginConfig, &cfg); err != nil {
+		if err := hclspec.Decode(configSpec, c.PluginConfig, &cfg); err != nil {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}

@@ -13,28 +13,20 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/nomadplugin/base"
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
+	"github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 	"github.com/gpushare/gpushare/internal/version"
 	"github.com/hashicorp/go-hclog"
 	goversion "github.com/hashicorp/go-version"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclspecutils"
-	"github.com/hashicorp/nomad/helper/pluginutils/hclutils"
-	"github.com/hashicorp/nomad/plugins/base"
-	"github.com/hashicorp/nomad/plugins/device"
 	"github.com/shoenig/test/must"
-	"github.com/zclconf/go-cty/cty/msgpack"
 )
 
 // encodeConfig turns the body of a plugin "gpushare" { config { ... } }
 // block into what Nomad hands SetConfig, defaults applied by the schema.
 func encodeConfig(t *testing.T, body string) []byte {
 	t.Helper()
-	spec, diags := hclspecutils.Convert(configSpec)
-	must.False(t, diags.HasErrors())
-	raw := hclutils.HclConfigToInterface(t, "config {\n"+body+"\n}")
-	val, diags, errs := hclutils.ParseHclInterface(raw, spec, nil)
-	must.SliceEmpty(t, errs)
-	must.False(t, diags.HasErrors(), must.Sprint(diags))
-	b, err := msgpack.Marshal(val, val.Type())
+	b, err := hclspec.EncodeHCL(configSpec, []byte(body), "config.hcl")
 	must.NoError(t, err)
 	return b
 }

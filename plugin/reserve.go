@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/hashicorp/nomad/plugins/device"
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
 )
 
 // Reservation errors; every refusal wraps one of them and names the IDs,

@@ -7,8 +7,9 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/nomadplugin/base"
+	"github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 )
 
@@ -158,8 +159,8 @@ func benchPlugin(b *testing.B) *Plugin {
 	must.NoError(b, err)
 	cfg := Config{Enabled: true, SharesPerGPU: 100, Sharing: devicefn.SharingMPS, Fixture: path, FingerprintPeriod: "1m",
 		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
-	var buf []byte
-	must.NoError(b, base.MsgPackEncode(&buf, &cfg))
+	buf, err := hclspec.Encode(configSpec, cfg)
+	must.NoError(b, err)
 	p := New(hclog.NewNullLogger(), nil)
 	must.NoError(b, p.SetConfig(&base.Config{PluginConfig: buf}))
 	must.NoError(b, p.fingerprintOnce(b.Context()).Error)

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/hashicorp/nomad/plugins/device"
-	"github.com/hashicorp/nomad/plugins/shared/structs"
+	"github.com/gpushare/gpushare/internal/nomadplugin/device"
+	"github.com/gpushare/gpushare/internal/nomadplugin/structs"
 )
 
 // Stats implements device.DevicePlugin: every share reports its GPU's

@@ -3,11 +3,11 @@
 package main
 
 import (
+	"github.com/gpushare/gpushare/internal/nomadplugin"
 	"github.com/gpushare/gpushare/plugin"
 	"github.com/hashicorp/go-hclog"
-	"github.com/hashicorp/nomad/plugins"
 )
 
 func main() {
-	plugins.Serve(func(logger hclog.Logger) interface{} { return plugin.New(logger, nil) })
+	nomadplugin.Serve(func(logger hclog.Logger) any { return plugin.New(logger, nil) })
 }

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpushare/gpushare/internal/nomadplugin/base"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
-	"github.com/hashicorp/nomad/plugins/base"
 	"github.com/shoenig/test/must"
 )
 

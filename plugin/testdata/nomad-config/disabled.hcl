@@ -1,0 +1,4 @@
+enabled = false
+interposer {
+  gc_after = "2h"
+}

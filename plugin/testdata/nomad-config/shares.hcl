@@ -1,0 +1,3 @@
+shares_per_gpu = 4
+sharing        = "timeslice"
+fingerprint_period = "30s"
