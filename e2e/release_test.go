@@ -43,7 +43,7 @@ var releaseMustHold = []string{
 // the examples, the example agent configurations and LICENSE (MPL-2.0);
 // nothing cites the design notes kept outside the repository; the
 // README's commands that need no cluster work from it (job lint of the
-// examples, fixture check); deploy/nomad/dev.hcl starts a dev agent whose
+// examples with the nomad binary on PATH, fixture check); deploy/nomad/dev.hcl starts a dev agent whose
 // node offers the fixture's GPUs; gpushare demo, with Nomad from -nomad,
 // finds the plugin beside it and its embedded fixtures and examples, runs
 // them all and exits 0; without Nomad it says how to get one.
@@ -143,8 +143,15 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 	t.Run("commands", func(t *testing.T) {
 		examples, _ := filepath.Glob(filepath.Join(dir, "jobspecs", "examples", "*.nomad.hcl"))
 		must.SliceLen(t, len(jobspecs.ExampleNames()), examples)
-		out, err := run(t, bare, append([]string{"job", "lint", "-scheduler", ""}, examples...)...)
+		// gpushare links no jobspec parser: lint parses with Nomad, here
+		// the nomad binary on PATH, as on a machine Nomad is installed on
+		withNomad := append([]string{"PATH=" + filepath.Dir(nomadBin) + ":/usr/bin:/bin"}, bare[1:]...)
+		out, err := run(t, withNomad, append([]string{"job", "lint", "-scheduler", ""}, examples...)...)
 		must.NoError(t, err, must.Sprint(out))
+		// and without one it says what it needs
+		out, err = run(t, bare, "job", "lint", "-scheduler", "", examples[0])
+		must.Error(t, err)
+		must.StrContains(t, out, "no Nomad to parse the jobspec with")
 		fx, _ := filepath.Glob(filepath.Join(dir, "fixtures", "*.hcl"))
 		out, err = run(t, bare, append([]string{"fixture", "check"}, fx...)...)
 		must.NoError(t, err, must.Sprint(out))

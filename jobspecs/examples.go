@@ -2,8 +2,13 @@ package jobspecs
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"sort"
+
+	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // Examples holds the example jobspecs.
@@ -41,25 +46,50 @@ func DemoExampleNames() []string {
 }
 
 // ExampleDrivers returns the task drivers an example uses, sorted, each
-// once.
+// once. It reads the HCL's task blocks directly (driver is a literal in
+// every example), so it needs no Nomad to parse the jobspec with: the demo
+// chooses its examples with it before a cluster runs.
 func ExampleDrivers(name string) ([]string, error) {
 	src, err := fs.ReadFile(Examples, name)
 	if err != nil {
 		return nil, err
 	}
-	job, err := Parse(name, src, nil)
-	if err != nil {
-		return nil, err
+	f, diags := hclparse.NewParser().ParseHCL(src, name)
+	if diags.HasErrors() {
+		return nil, diags
 	}
 	seen := map[string]bool{}
 	var drivers []string
-	for _, tg := range job.TaskGroups {
-		for _, t := range tg.Tasks {
-			if !seen[t.Driver] {
-				seen[t.Driver] = true
-				drivers = append(drivers, t.Driver)
+	var walk func(b *hclsyntax.Body) error
+	walk = func(b *hclsyntax.Body) error {
+		for _, blk := range b.Blocks {
+			if blk.Type == "task" {
+				a, ok := blk.Body.Attributes["driver"]
+				if !ok {
+					return fmt.Errorf("%s: task %v has no driver", blk.DefRange(), blk.Labels)
+				}
+				v, d := a.Expr.Value(nil)
+				if d.HasErrors() || v.Type() != cty.String {
+					return fmt.Errorf("%s: the driver is not a literal string", a.SrcRange)
+				}
+				if drv := v.AsString(); !seen[drv] {
+					seen[drv] = true
+					drivers = append(drivers, drv)
+				}
+				continue
+			}
+			if err := walk(blk.Body); err != nil {
+				return err
 			}
 		}
+		return nil
+	}
+	body, ok := f.Body.(*hclsyntax.Body)
+	if !ok {
+		return nil, fmt.Errorf("%s: not native HCL syntax", name)
+	}
+	if err := walk(body); err != nil {
+		return nil, err
 	}
 	sort.Strings(drivers)
 	return drivers, nil

@@ -2,8 +2,6 @@ package jobspecs
 
 import (
 	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -151,7 +149,6 @@ func TestLintWarnsAboutMPSEnv(t *testing.T) {
 // The examples show each driver a GPU task may use; the demo and the e2e
 // runs register only those a dev cluster runs anywhere (raw_exec).
 func TestExamplesShowEveryDriver(t *testing.T) {
-	t.Setenv("PATH", filepath.Dir(nomadBinary(t))+string(os.PathListSeparator)+os.Getenv("PATH")) // the parser
 	byDriver := map[string][]string{}
 	for _, name := range ExampleNames() {
 		drivers, err := ExampleDrivers(name)
