@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+const (
+	a100MIGGPU = "GPU-a2000000-0000-4000-8000-000000000000"
+	a100MIG3g  = "MIG-a2000000-0000-4000-8000-000000000001"
+)
+
+// TestMIG runs a node with two MIG-enabled A100s (fixtures/a100-mig.hcl)
+// beside a DGX-1 node of whole GPUs: a 3g.20gb job and two 1g.5gb jobs run
+// at once on the instances of the first A100, Nomad placing them by the
+// device name; a 2-GPU job goes, through the gpushare scheduler, to whole
+// GPUs of the DGX-1, since MIG-enabled GPUs offer no shares.
+func TestMIG(t *testing.T) {
+	fx := t.TempDir()
+	a100, err := fixtures.WriteTo(fixtures.A100MIG, fx)
+	must.NoError(t, err)
+	dgx1, err := fixtures.WriteTo(fixtures.DGX1V100, fx)
+	must.NoError(t, err)
+	c := startClusterWith(t, devcluster.Options{Persistent: true, Clients: []devcluster.Client{
+		{Name: "a100", Fixture: a100}, {Name: "dgx1", Fixture: dgx1},
+	}})
+	e := envOn(t, c, map[string]string{"a100": a100, "dgx1": dgx1}, "gpushare-mig-")
+
+	t.Run("the A100 node offers its instances by profile and no shares", func(t *testing.T) {
+		node := nodeNamed(t, e.nomad, "a100")
+		byName := map[string]*api.NodeDeviceResource{}
+		for _, d := range node.NodeResources.Devices {
+			byName[d.Vendor+"/"+d.Type+"/"+d.Name] = d
+		}
+		must.MapLen(t, 4, byName)
+		g := byName["nvidia/gpushare-mig/1g.5gb"]
+		must.NotNil(t, g)
+		must.SliceLen(t, 2, g.Instances)
+		must.Eq(t, "1g.5gb", *g.Attributes["profile"].StringVal)
+		must.Eq(t, a100MIGGPU, *g.Attributes["mig0.parent_uuid"].StringVal)
+		must.NotNil(t, byName["nvidia/gpushare-mig/3g.20gb"])
+		must.NotNil(t, byName["nvidia/gpushare-mig/7g.40gb"])
+	})
+
+	migJob := func(id, profile string) {
+		src, err := os.ReadFile(filepath.Join("testdata", "mig.nomad.hcl"))
+		must.NoError(t, err)
+		job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{
+			JobHCL: strings.Replace(string(src), "PROFILE", profile, 1), Canonicalize: true})
+		must.NoError(t, err)
+		job.ID, job.Name = &id, &id
+		_, _, err = e.nomad.Jobs().Register(job, nil)
+		must.NoError(t, err)
+		t.Cleanup(func() { e.purge(id) })
+	}
+
+	t.Run("a 3g.20gb job and two 1g.5gb jobs share one A100", func(t *testing.T) {
+		migJob("mig-3g", "3g.20gb")
+		migJob("mig-1g-a", "1g.5gb")
+		migJob("mig-1g-b", "1g.5gb")
+		seen := map[string]string{}
+		for _, id := range []string{"mig-3g", "mig-1g-a", "mig-1g-b"} {
+			a := e.running(id, 1, 60*time.Second)[0]
+			ids := allocatedIDs(a)
+			must.SliceLen(t, 1, ids, must.Sprintf("%s: %v", id, ids))
+			must.StrHasPrefix(t, "MIG-", ids[0])
+			if other, dup := seen[ids[0]]; dup {
+				t.Fatalf("%s and %s hold the same instance %s", id, other, ids[0])
+			}
+			seen[ids[0]] = id
+			env := taskEnvOf(t, e, a, "work")
+			must.Eq(t, ids[0], env["NVIDIA_VISIBLE_DEVICES"])
+			must.Eq(t, ids[0], env["CUDA_VISIBLE_DEVICES"])
+			must.Eq(t, a100MIGGPU, env["GPUSHARE_MIG_PARENT"], must.Sprint(id))
+			must.Eq(t, "mig", env["GPUSHARE_SHARING"])
+			if id == "mig-3g" {
+				must.Eq(t, a100MIG3g, ids[0])
+				must.Eq(t, "3g.20gb", env["GPUSHARE_MIG_PROFILE"])
+				must.Eq(t, "19968", env["GPUSHARE_MEMORY_MIB"])
+			} else {
+				must.Eq(t, "1g.5gb", env["GPUSHARE_MIG_PROFILE"])
+			}
+		}
+	})
+
+	t.Run("a 2-GPU job gets whole GPUs of the DGX-1", func(t *testing.T) {
+		e.startScheduler("s1", "")
+		e.register("two-gpus", map[string]any{"shares": 200})
+		t.Cleanup(func() { e.purge("two-gpus") })
+		a := e.running("two-gpus", 1, 90*time.Second)[0]
+		must.Eq(t, nodeNamed(t, e.nomad, "dgx1").ID, a.NodeID)
+		g := gpus(a)
+		must.SliceLen(t, 2, g)
+		must.SliceLen(t, 200, allocatedIDs(a))
+		env := taskEnvOf(t, e, a, "work")
+		must.Eq(t, "2", env["GPUSHARE_FRACTION"])
+		must.Eq(t, strings.Join(g, ","), env["CUDA_VISIBLE_DEVICES"])
+	})
+}
+
+func nodeNamed(t *testing.T, nomad *api.Client, name string) *api.Node {
+	t.Helper()
+	nodes, _, err := nomad.Nodes().List(nil)
+	must.NoError(t, err)
+	for _, n := range nodes {
+		if n.Name == name {
+			node, _, err := nomad.Nodes().Info(n.ID, nil)
+			must.NoError(t, err)
+			return node
+		}
+	}
+	t.Fatalf("no node named %s", name)
+	return nil
+}
