@@ -50,11 +50,16 @@ func TestMIG(t *testing.T) {
 		must.NotNil(t, byName["nvidia/gpushare-mig/7g.40gb"])
 	})
 
-	migJob := func(id, profile string) {
+	// migJob runs testdata/mig.nomad.hcl asking for a profile, or with
+	// device the whole device block's opening instead
+	migJob := func(id, profile string, device ...string) {
 		src, err := os.ReadFile(filepath.Join("testdata", "mig.nomad.hcl"))
 		must.NoError(t, err)
-		job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{
-			JobHCL: strings.Replace(string(src), "PROFILE", profile, 1), Canonicalize: true})
+		hcl := strings.Replace(string(src), "PROFILE", profile, 1)
+		if len(device) > 0 {
+			hcl = strings.Replace(string(src), `device "nvidia/gpushare-mig/PROFILE" {`, device[0], 1)
+		}
+		job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: hcl, Canonicalize: true})
 		must.NoError(t, err)
 		job.ID, job.Name = &id, &id
 		_, _, err = e.nomad.Jobs().Register(job, nil)
@@ -89,6 +94,18 @@ func TestMIG(t *testing.T) {
 				must.Eq(t, "1g.5gb", env["GPUSHARE_MIG_PROFILE"])
 			}
 		}
+	})
+
+	t.Run("an instance asked for by memory, as in the README", func(t *testing.T) {
+		migJob("mig-big", "", `device "nvidia/gpushare-mig" {
+          constraint {
+            attribute = "${device.attr.memory}"
+            operator  = ">="
+            value     = "30 GiB"
+          }`)
+		a := e.running("mig-big", 1, 60*time.Second)[0]
+		must.Eq(t, []string{"MIG-a2000000-0000-4000-8000-000000000011"}, allocatedIDs(a))
+		must.Eq(t, "7g.40gb", taskEnvOf(t, e, a, "work")["GPUSHARE_MIG_PROFILE"])
 	})
 
 	t.Run("a 2-GPU job gets whole GPUs of the DGX-1", func(t *testing.T) {
