@@ -197,3 +197,62 @@ func (g *MIGGroup) Attributes() map[string]Attr {
 	}
 	return attrs
 }
+
+// DecodeMIGGroup rebuilds a MIGGroup from the attributes of the device
+// group named profile, as the scheduler reads them back from Nomad. Its
+// Attributes are the attributes decoded: each instance takes the group's
+// memory and slices (one profile has one size), and what is not encoded
+// (the parent's memory and device minor, /dev/nvidia-caps minors) is left
+// unknown.
+func DecodeMIGGroup(profile string, attrs map[string]Attr) (*MIGGroup, error) {
+	d := decoder{attrs: attrs}
+	g := &MIGGroup{
+		Profile:           d.str(AttrMIGProfile),
+		DriverVersion:     d.str(AttrDriverVersion),
+		CUDAVersion:       d.str(AttrCUDAVersion),
+		ComputeCapability: d.str(AttrComputeCapability),
+		MemoryMiB:         uint64(d.int(AttrMemory)),
+		Slices:            int(d.int(AttrMIGSlices)),
+		ParentSlices:      int(d.int(AttrMIGParentSlices)),
+	}
+	if d.err == nil && g.Profile != profile {
+		d.fail(AttrMIGProfile, fmt.Errorf("%q in a device group named %q", g.Profile, profile))
+	}
+	n := int(d.int(AttrMIGInstances))
+	if d.err == nil && (n < 0 || n > 4096) {
+		d.fail(AttrMIGInstances, fmt.Errorf("%d instances is out of range", n))
+	}
+	for i := 0; i < n && d.err == nil; i++ {
+		m := MIGInstance{
+			MIGDevice: MIGDevice{
+				UUID: d.str(migAttr(i, attrMIGUUID)), Profile: g.Profile, MemoryMiB: g.MemoryMiB,
+				Slices: g.Slices, ParentSlices: g.ParentSlices,
+				GPUInstanceID:     int(d.int(migAttr(i, attrMIGGPUInstance))),
+				ComputeInstanceID: int(d.int(migAttr(i, attrMIGComputeInstID))),
+			},
+			Parent: GPU{
+				Index: int(d.int(migAttr(i, attrMIGParentIndex))), UUID: d.str(migAttr(i, attrMIGParentUUID)),
+				Model: d.str(migAttr(i, attrMIGModel)), PCIBusID: d.str(migAttr(i, attrMIGParentPCI)),
+				NUMANode: int(d.int(migAttr(i, attrMIGParentNUMA))), ComputeCapability: g.ComputeCapability,
+				Minor: -1, MIG: true,
+			},
+		}
+		if links := d.str(migAttr(i, attrMIGParentLinks)); d.err == nil {
+			row, err := DecodeRow(links)
+			if err != nil {
+				d.fail(migAttr(i, attrMIGParentLinks), err)
+			}
+			m.ParentLinks = row
+		}
+		if d.err == nil {
+			if err := m.MIGDevice.Validate(); err != nil {
+				d.fail(migAttr(i, attrMIGUUID), err)
+			}
+		}
+		g.Instances = append(g.Instances, m)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	return g, nil
+}

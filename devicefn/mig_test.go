@@ -78,3 +78,30 @@ func TestValidateMIG(t *testing.T) {
 	inv.GPUs[0].MIGDevices[1].UUID = "MIG-0b"
 	must.ErrorContains(t, inv.Validate(), `MIG device "MIG-0b" has the UUID`)
 }
+
+func TestDecodeMIGGroupRoundTrip(t *testing.T) {
+	for _, g := range MIGGroups(migInventory(), nil) {
+		attrs := g.Attributes()
+		back, err := DecodeMIGGroup(g.Profile, attrs)
+		must.NoError(t, err)
+		must.Eq(t, attrs, back.Attributes())
+		must.Eq(t, g.Instances[0].Parent.UUID, back.Instances[0].Parent.UUID)
+	}
+}
+
+func TestDecodeMIGGroupErrors(t *testing.T) {
+	g := MIGGroups(migInventory(), nil)[1]
+	attrs := g.Attributes()
+	_, err := DecodeMIGGroup("2g.10gb", attrs)
+	must.ErrorIs(t, err, ErrBadAttributes)
+	must.ErrorContains(t, err, `"3g.20gb" in a device group named "2g.10gb"`)
+
+	delete(attrs, "mig0.parent_uuid")
+	_, err = DecodeMIGGroup("3g.20gb", attrs)
+	must.ErrorContains(t, err, `attribute "mig0.parent_uuid": missing`)
+
+	attrs = g.Attributes()
+	attrs["mig0.uuid"] = StringAttr("GPU-not-mig")
+	_, err = DecodeMIGGroup("3g.20gb", attrs)
+	must.ErrorContains(t, err, "does not start with MIG-")
+}
