@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -120,6 +121,16 @@ func TestMIG(t *testing.T) {
 		env := taskEnvOf(t, e, a, "work")
 		must.Eq(t, "2", env["GPUSHARE_FRACTION"])
 		must.Eq(t, strings.Join(g, ","), env["CUDA_VISIBLE_DEVICES"])
+	})
+
+	t.Run("gpushare status shows the instances under their GPU", func(t *testing.T) {
+		out, err := exec.Command(cliBin, "status", "-address", e.c.Address(), "-scheduler", e.scheds[0].http).CombinedOutput()
+		must.NoError(t, err, must.Sprint(string(out)))
+		must.StrContains(t, string(out), "2 x NVIDIA A100-SXM4-40GB  sharing=mig  12/14 MIG slices used")
+		must.StrContains(t, string(out), "    MIG 3g.20gb    "+a100MIG3g+"  mig-3g/g[")
+		must.StrContains(t, string(out), "    MIG 2g.10gb    MIG-a2000000-0000-4000-8000-000000000002  free")
+		must.StrContains(t, string(out), "cluster: 12/14 MIG slices used")
+		must.StrContains(t, string(out), "/800 shares used") // the DGX-1, shared as ever
 	})
 }
 
