@@ -1,6 +1,8 @@
 package devicefn
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -255,4 +257,42 @@ func DecodeMIGGroup(profile string, attrs map[string]Attr) (*MIGGroup, error) {
 		return nil, d.err
 	}
 	return g, nil
+}
+
+// MIGLayouter is implemented by sources that can change the MIG instances
+// of a GPU (devicefn/nvml); the plugin applies its mig layouts through it.
+type MIGLayouter interface {
+	// ApplyMIGLayout makes the instances of the MIG-enabled GPU uuid be
+	// profiles (a compute instance filling each GPU instance). A GPU that
+	// already has them is left alone; one that runs processes is left
+	// alone with an error wrapping ErrGPUBusy.
+	ApplyMIGLayout(ctx context.Context, uuid string, profiles []string) error
+}
+
+// Errors of ApplyMIGLayout.
+var (
+	ErrGPUBusy           = errors.New("GPU has running processes")
+	ErrUnknownMIGProfile = errors.New("unknown MIG profile")
+	ErrMIGModeOff        = errors.New("MIG mode is off")
+)
+
+// SameProfiles reports whether a GPU's MIG devices are the profiles given,
+// in any order.
+func SameProfiles(devs []MIGDevice, profiles []string) bool {
+	if len(devs) != len(profiles) {
+		return false
+	}
+	have := make([]string, len(devs))
+	for i, d := range devs {
+		have[i] = d.Profile
+	}
+	want := append([]string(nil), profiles...)
+	sort.Strings(have)
+	sort.Strings(want)
+	for i := range have {
+		if have[i] != want[i] {
+			return false
+		}
+	}
+	return true
 }

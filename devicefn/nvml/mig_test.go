@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -28,16 +29,17 @@ var ciProfileFor = map[uint32]int{
 // enableMIG turns MIG on for d and creates, through the mock's own MIG
 // model, one GPU instance per profile with a compute instance that fills
 // it. go-nvml's mock has no MIG device handles, so enableMIG adds them:
-// GetMaxMigDeviceCount and GetMigDeviceHandleByIndex on d return handles
-// that know their UUID, instance IDs and attributes, as NVML's do. It
-// returns the MIG device UUIDs in creation order.
+// GetMaxMigDeviceCount and GetMigDeviceHandleByIndex on d return, as
+// NVML does, a handle per compute instance the mock holds at the time of
+// the call (so a layout applied later shows), knowing its UUID
+// ("MIG-<gpu>-<gi>-<ci>"), instance IDs and attributes. It returns the MIG
+// device UUIDs in creation order.
 func enableMIG(t testing.TB, d *server.Device, giProfiles ...int) []string {
 	t.Helper()
 	ret, _ := d.SetMigMode(nvml.DEVICE_MIG_ENABLE)
 	must.Eq(t, nvml.SUCCESS, ret)
-	var handles []nvml.Device
 	var uuids []string
-	for k, id := range giProfiles {
+	for _, id := range giProfiles {
 		info, ret := d.GetGpuInstanceProfileInfo(id)
 		must.Eq(t, nvml.SUCCESS, ret, must.Sprintf("GPU instance profile %d", id))
 		gi, ret := d.CreateGpuInstance(&info)
@@ -48,30 +50,57 @@ func enableMIG(t testing.TB, d *server.Device, giProfiles ...int) []string {
 		ci, ret := gi.CreateComputeInstance(&ciInfo)
 		must.Eq(t, nvml.SUCCESS, ret)
 		ciID, _ := ci.GetInfo()
-		uuid := fmt.Sprintf("MIG-%s-%d", d.UUID[4:12], k)
-		uuids = append(uuids, uuid)
-		attrs := nvml.DeviceAttributes{
-			GpuInstanceSliceCount: info.SliceCount, ComputeInstanceSliceCount: ciInfo.SliceCount,
-			MemorySizeMB: info.MemorySizeMB, MultiprocessorCount: ciInfo.MultiprocessorCount,
-		}
-		handles = append(handles, &mock.Device{
-			GetUUIDFunc:              func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
-			GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return int(giInfo.Id), nvml.SUCCESS },
-			GetComputeInstanceIdFunc: func() (int, nvml.Return) { return int(ciID.Id), nvml.SUCCESS },
-			GetAttributesFunc:        func() (nvml.DeviceAttributes, nvml.Return) { return attrs, nvml.SUCCESS },
-		})
+		uuids = append(uuids, migUUID(d, int(giInfo.Id), int(ciID.Id)))
 	}
 	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 7, nvml.SUCCESS }
 	d.GetMigDeviceHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		if i < 0 || i >= 7 {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
 		}
+		handles := migHandles(d)
 		if i >= len(handles) {
 			return nil, nvml.ERROR_NOT_FOUND
 		}
 		return handles[i], nvml.SUCCESS
 	}
 	return uuids
+}
+
+func migUUID(d *server.Device, gi, ci int) string {
+	return fmt.Sprintf("MIG-%s-%d-%d", d.UUID[4:12], gi, ci)
+}
+
+// migHandles are the MIG device handles of d's compute instances, by GPU
+// instance ID.
+func migHandles(d *server.Device) []nvml.Device {
+	d.RLock()
+	gis := make([]*server.GpuInstance, 0, len(d.GpuInstances))
+	for gi := range d.GpuInstances {
+		gis = append(gis, gi)
+	}
+	d.RUnlock()
+	sort.Slice(gis, func(i, j int) bool { return gis[i].Info.Id < gis[j].Info.Id })
+	var out []nvml.Device
+	for _, gi := range gis {
+		giProfile := d.Config.MIGProfiles.GpuInstanceProfiles[int(gi.Info.ProfileId)]
+		gi.RLock()
+		for ci := range gi.ComputeInstances {
+			ciProfile := d.Config.MIGProfiles.ComputeInstanceProfiles[int(gi.Info.ProfileId)][int(ci.Info.ProfileId)]
+			uuid, giID, ciID := migUUID(d, int(gi.Info.Id), int(ci.Info.Id)), int(gi.Info.Id), int(ci.Info.Id)
+			attrs := nvml.DeviceAttributes{
+				GpuInstanceSliceCount: giProfile.SliceCount, ComputeInstanceSliceCount: ciProfile.SliceCount,
+				MemorySizeMB: giProfile.MemorySizeMB, MultiprocessorCount: ciProfile.MultiprocessorCount,
+			}
+			out = append(out, &mock.Device{
+				GetUUIDFunc:              func() (string, nvml.Return) { return uuid, nvml.SUCCESS },
+				GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return giID, nvml.SUCCESS },
+				GetComputeInstanceIdFunc: func() (int, nvml.Return) { return ciID, nvml.SUCCESS },
+				GetAttributesFunc:        func() (nvml.DeviceAttributes, nvml.Return) { return attrs, nvml.SUCCESS },
+			})
+		}
+		gi.RUnlock()
+	}
+	return out
 }
 
 func TestInventoryMIGDevicesA100(t *testing.T) {
