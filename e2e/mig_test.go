@@ -31,9 +31,26 @@ func TestMIG(t *testing.T) {
 	dgx1, err := fixtures.WriteTo(fixtures.DGX1V100, fx)
 	must.NoError(t, err)
 	c := startClusterWith(t, devcluster.Options{Persistent: true, Clients: []devcluster.Client{
-		{Name: "a100", Fixture: a100}, {Name: "dgx1", Fixture: dgx1},
+		// the fixture's own layout: the plugin finds it in place (a
+		// fixture cannot change layouts); Nomad's agent parses the block
+		{Name: "a100", Fixture: a100, PluginConfig: `mig {
+  "NVIDIA A100-SXM4-40GB" = ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+}`}, {Name: "dgx1", Fixture: dgx1},
 	}})
 	e := envOn(t, c, map[string]string{"a100": a100, "dgx1": dgx1}, "gpushare-mig-")
+
+	t.Run("the mig block reaches the plugin through Nomad", func(t *testing.T) {
+		logs, err := filepath.Glob(filepath.Join(c.Dir(), "a100", "*.log"))
+		must.NoError(t, err)
+		var all string
+		for _, l := range logs {
+			b, err := os.ReadFile(l)
+			must.NoError(t, err)
+			all += string(b)
+		}
+		must.StrContains(t, all, "MIG layout in place")
+		must.StrContains(t, all, "the gpu source cannot change MIG layouts")
+	})
 
 	t.Run("the A100 node offers its instances by profile and no shares", func(t *testing.T) {
 		node := nodeNamed(t, e.nomad, "a100")

@@ -1,6 +1,7 @@
 package plugin
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/internal/nomadplugin/device"
+	"github.com/hashicorp/go-hclog"
 )
 
 // MIG reservation errors.
@@ -104,4 +106,72 @@ func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[st
 	}
 	p.logger.Info("MIG instance reserved", "mig_device", m.UUID, "profile", m.Profile, "gpu", m.Parent.UUID)
 	return res, nil
+}
+
+// applyMIGLayouts makes the instances of every MIG-enabled GPU of a model
+// listed in the mig block the profiles listed, through a source that can
+// (devicefn.MIGLayouter), and returns the inventory read again when it
+// changed one (else inv). Busy GPUs, GPUs with MIG mode off and sources
+// that cannot change layouts are logged once per state and left alone.
+func (p *Plugin) applyMIGLayouts(ctx context.Context, cfg *Config, src devicefn.Source, inv *devicefn.Inventory, skip map[string]bool) *devicefn.Inventory {
+	layouter, canLayout := src.(devicefn.MIGLayouter)
+	changed := false
+	for _, g := range inv.GPUs {
+		want, listed := cfg.MIG[g.Model]
+		if !listed || skip[g.UUID] {
+			continue
+		}
+		switch {
+		case !g.MIG:
+			p.noteLayout(g.UUID, hclog.Warn, "MIG mode is off: no layout applied; turn it on with nvidia-smi -i <gpu> -mig 1 (the GPU is reset)", nil)
+		case devicefn.SameProfiles(g.MIGDevices, want):
+			p.noteLayout(g.UUID, hclog.Info, "MIG layout in place", nil)
+		case !canLayout:
+			p.noteLayout(g.UUID, hclog.Warn, "the gpu source cannot change MIG layouts: mig block ignored", nil)
+		default:
+			err := layouter.ApplyMIGLayout(ctx, g.UUID, want)
+			switch {
+			case err == nil:
+				changed = true
+				p.noteLayout(g.UUID, hclog.Info, "MIG layout applied", nil)
+			case errors.Is(err, devicefn.ErrGPUBusy):
+				p.noteLayout(g.UUID, hclog.Info, "gpu busy: MIG layout left as it is until the gpu is idle", err)
+			default:
+				p.noteLayout(g.UUID, hclog.Error, "cannot apply the MIG layout", err)
+			}
+		}
+	}
+	if !changed {
+		return inv
+	}
+	again, err := src.Inventory(ctx)
+	if err != nil {
+		p.logger.Error("failed to list gpus after a MIG layout change; reporting the inventory before it", "error", err)
+		return inv
+	}
+	return again
+}
+
+// noteLayout logs a GPU's layout state when it differs from the last one
+// logged for that GPU.
+func (p *Plugin) noteLayout(uuid string, level hclog.Level, msg string, err error) {
+	state := msg
+	if err != nil {
+		state += ": " + err.Error()
+	}
+	p.mu.Lock()
+	if p.layoutNotes == nil {
+		p.layoutNotes = map[string]string{}
+	}
+	same := p.layoutNotes[uuid] == state
+	p.layoutNotes[uuid] = state
+	p.mu.Unlock()
+	if same {
+		return
+	}
+	args := []any{"gpu", uuid}
+	if err != nil {
+		args = append(args, "error", err)
+	}
+	p.logger.Log(level, msg, args...)
 }

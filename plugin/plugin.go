@@ -67,6 +67,8 @@ type Plugin struct {
 	migs map[string]devicefn.MIGInstance
 	// noMIG holds the MIG-enabled GPUs without instances, to warn once.
 	noMIG map[string]bool
+	// layoutNotes is the MIG layout state last logged per GPU.
+	layoutNotes map[string]string
 	// lastGC is when the interposer's state_dir was last collected.
 	lastGC time.Time
 	// stateMu keeps the garbage collector from removing a directory that
@@ -145,6 +147,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
+	if len(cfg.MIG) == 0 {
+		cfg.MIG = nil // an empty mig block is no block
+	}
 	period, err := cfg.validate()
 	if err != nil {
 		return err
@@ -171,7 +176,8 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 		"fingerprint_period", period, "interposer", cfg.Interposer.Enabled,
 		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir,
 		"interposer_unified_memory", cfg.Interposer.UnifiedMemory,
-		"mps_daemons", cfg.MPS.Daemons, "mps_control", cfg.MPS.Control, "mps_daemon_dir", cfg.MPS.DaemonDir)
+		"mps_daemons", cfg.MPS.Daemons, "mps_control", cfg.MPS.Control, "mps_daemon_dir", cfg.MPS.DaemonDir,
+		"mig_layouts", cfg.MIG)
 	return nil
 }
 
@@ -278,6 +284,9 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	}
 	if ip := cfg.Interposer; ip.Enabled {
 		p.maybeCollectGarbage(ip, time.Now())
+	}
+	if len(cfg.MIG) > 0 {
+		inv = p.applyMIGLayouts(ctx, cfg, src, inv, skip)
 	}
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
 	migGroups := devicefn.MIGGroups(inv, skip)
