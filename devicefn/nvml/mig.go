@@ -55,7 +55,9 @@ func (s *Source) readMIGDevices(g *gpu, totalMiB uint64, minor int) ([]devicefn.
 		parentSlices = max(parentSlices, int(info.SliceCount))
 		instances, ret := g.dev.GetGpuInstances(&info)
 		switch {
-		case ret == nvml.ERROR_NOT_FOUND || unsupported(ret):
+		case ret == nvml.ERROR_NOT_FOUND || ret == nvml.ERROR_NO_PERMISSION || unsupported(ret):
+			// without the right to list GPU instances each MIG device's
+			// own attributes name its profile (readMIGDevice)
 			continue
 		case ret != nvml.SUCCESS:
 			return nil, gpuErr(g, fmt.Sprintf("list MIG GPU instances of profile %d", id), ret)
@@ -121,7 +123,12 @@ func (s *Source) readMIGDevice(g *gpu, mig nvml.Device, gis map[int]gpuInstance,
 	}
 	gi, ok := gis[m.GPUInstanceID]
 	if !ok {
-		return m, fmt.Errorf("GPU %d (%s): MIG device %s is in GPU instance %d, which NVML does not list", g.index, g.uuid, m.UUID, m.GPUInstanceID)
+		// a GPU instance NVML did not list (no permission to list them):
+		// the device's attributes give its size, though not a "+me" suffix
+		if attrs.GpuInstanceSliceCount == 0 {
+			return m, fmt.Errorf("GPU %d (%s): MIG device %s is in GPU instance %d, which NVML does not list, and has no slice count", g.index, g.uuid, m.UUID, m.GPUInstanceID)
+		}
+		gi = gpuInstance{profileID: -1, info: nvml.GpuInstanceProfileInfo{SliceCount: attrs.GpuInstanceSliceCount, MemorySizeMB: attrs.MemorySizeMB}}
 	}
 	giSlices := int(gi.info.SliceCount)
 	m.Slices = int(attrs.ComputeInstanceSliceCount)

@@ -199,7 +199,23 @@ func TestInventoryMIGErrors(t *testing.T) {
 		}, nvml.SUCCESS
 	}
 	_, err := n.source(t, Options{}).Inventory(context.Background())
-	must.ErrorContains(t, err, "MIG device MIG-x is in GPU instance 5, which NVML does not list")
+	must.ErrorContains(t, err, "MIG device MIG-x is in GPU instance 5, which NVML does not list, and has no slice count")
+}
+
+// Without the right to list GPU instances, the MIG devices' own attributes
+// name their profiles.
+func TestInventoryMIGWithoutListPermission(t *testing.T) {
+	n := newDGXA100(t)
+	uuids := enableMIG(t, n.devs[0], nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	n.devs[0].GetGpuInstancesFunc = func(*nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return) {
+		return nil, nvml.ERROR_NO_PERMISSION
+	}
+	inv, err := n.source(t, Options{}).Inventory(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []devicefn.MIGDevice{
+		{UUID: uuids[0], Profile: "3g.20gb", MemoryMiB: 19968, Slices: 3, ParentSlices: 7, GPUInstanceID: 0},
+		{UUID: uuids[1], Profile: "1g.5gb", MemoryMiB: 4864, Slices: 1, ParentSlices: 7, GPUInstanceID: 1},
+	}, inv.GPUs[0].MIGDevices)
 }
 
 func TestMIGMemoryGB(t *testing.T) {
