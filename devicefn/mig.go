@@ -125,8 +125,8 @@ type MIGInstance struct {
 }
 
 // MIGGroups returns one group per MIG profile of the inventory's
-// MIG-enabled GPUs, sorted by profile. GPUs listed in skip (by UUID) are
-// left out.
+// MIG-enabled GPUs, sorted by profile. GPUs and MIG devices listed in skip
+// (by UUID) are left out.
 func MIGGroups(inv *Inventory, skip map[string]bool) []MIGGroup {
 	byProfile := map[string]*MIGGroup{}
 	for i, g := range inv.GPUs {
@@ -138,6 +138,9 @@ func MIGGroups(inv *Inventory, skip map[string]bool) []MIGGroup {
 			row = inv.Links[i]
 		}
 		for _, m := range g.MIGDevices {
+			if skip[m.UUID] {
+				continue
+			}
 			grp := byProfile[m.Profile]
 			if grp == nil {
 				grp = &MIGGroup{

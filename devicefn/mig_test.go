@@ -60,8 +60,12 @@ func TestMIGGroups(t *testing.T) {
 		must.NoError(t, a.Validate(), must.Sprint(name))
 	}
 
-	// ignored GPUs give no instances
+	// ignored GPUs give no instances, ignored instances are left out
 	must.Len(t, 0, MIGGroups(inv, map[string]bool{"GPU-0": true}))
+	groups = MIGGroups(inv, map[string]bool{"MIG-0c": true, "MIG-0a": true})
+	must.Len(t, 1, groups)
+	must.Len(t, 1, groups[0].Instances)
+	must.Eq(t, "MIG-0b", groups[0].Instances[0].UUID)
 }
 
 func TestMIGProfileName(t *testing.T) {

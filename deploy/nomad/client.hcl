@@ -75,7 +75,8 @@ plugin "nomad-device-gpushare" {
     # these GPUs instead of NVML's, to try gpushare on a machine without GPUs
     fixture = ""
 
-    # GPU UUIDs never offered (GPUs kept for other uses)
+    # GPU UUIDs never offered (GPUs kept for other uses); MIG device UUIDs
+    # (MIG-...) leave out single MIG instances
     ignored_gpu_ids = []
 
     # how often GPUs, links and health are read again
