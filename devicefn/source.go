@@ -29,6 +29,9 @@ type GPU struct {
 	Minor int
 	// MIG is true when MIG mode is enabled on the GPU.
 	MIG bool
+	// MIGDevices are the MIG devices of a MIG-enabled GPU, by GPU instance
+	// ID; empty when MIG is off or no instance is configured.
+	MIGDevices []MIGDevice
 }
 
 // Inventory is a node's GPUs and how they are connected.
@@ -109,6 +112,23 @@ func (inv *Inventory) Validate() error {
 			return fmt.Errorf("gpus %d and %d have the same UUID %q", j, i, g.UUID)
 		}
 		seen[g.UUID] = i
+		if len(g.MIGDevices) > 0 && !g.MIG {
+			return fmt.Errorf("gpu %d (%s) has MIG devices but MIG mode off", i, g.UUID)
+		}
+		slices := 0
+		for _, m := range g.MIGDevices {
+			if err := m.Validate(); err != nil {
+				return fmt.Errorf("gpu %d (%s): %w", i, g.UUID, err)
+			}
+			if j, dup := seen[m.UUID]; dup {
+				return fmt.Errorf("gpu %d: MIG device %q has the UUID of gpu %d or of another MIG device", i, m.UUID, j)
+			}
+			seen[m.UUID] = i
+			slices += m.Slices
+			if slices > m.ParentSlices {
+				return fmt.Errorf("gpu %d (%s): its MIG devices take %d slices, more than its %d", i, g.UUID, slices, m.ParentSlices)
+			}
+		}
 	}
 	if len(inv.Links) != len(inv.GPUs) {
 		return fmt.Errorf("link matrix has %d rows for %d GPUs", len(inv.Links), len(inv.GPUs))

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -95,6 +96,8 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("fingerprint_period", "string", false),
 		hclspec.NewLiteral(`"1m"`),
 	),
+	// mig { "NVIDIA A100-SXM4-40GB" = ["3g.20gb", "2g.10gb", "2g.10gb"] }
+	"mig": hclspec.NewBlockAttrs("mig", "list(string)", false),
 })
 
 // Config is the decoded plugin block.
@@ -107,6 +110,9 @@ type Config struct {
 	Fixture           string           `cty:"fixture"`
 	IgnoredGPUIDs     []string         `cty:"ignored_gpu_ids"`
 	FingerprintPeriod string           `cty:"fingerprint_period"`
+	// MIG is the MIG layout per GPU model: the profiles the plugin makes
+	// the instances of every idle MIG-enabled GPU of that model.
+	MIG map[string][]string `cty:"mig"`
 }
 
 // MPSConfig is the mps block. With daemons = "reservation" (the default)
@@ -215,6 +221,16 @@ func (c *Config) validate() (time.Duration, error) {
 	if ip := c.Interposer; ip.UnifiedOversubscriptionPct < 0 || ip.UnifiedOversubscriptionPct > MaxUnifiedOversubscriptionPct {
 		bad("interposer.unified_oversubscription_pct = %d: must be between 0 and %d (percent of the share an opportunistic task may hold beyond it as managed memory)",
 			ip.UnifiedOversubscriptionPct, MaxUnifiedOversubscriptionPct)
+	}
+	for model, profiles := range c.MIG {
+		if len(profiles) == 0 {
+			bad("mig %q = []: give the profiles of its instances, for example [\"3g.20gb\", \"2g.10gb\", \"2g.10gb\"] (or leave the model out)", model)
+		}
+		for _, p := range profiles {
+			if p == "" || strings.ContainsAny(p, " /,") {
+				bad("mig %q: profile %q is not a MIG profile name such as \"3g.20gb\" (nvidia-smi mig -lgip lists them)", model, p)
+			}
+		}
 	}
 	period, err := time.ParseDuration(c.FingerprintPeriod)
 	switch {

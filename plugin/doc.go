@@ -3,7 +3,9 @@
 // the GPUs' NVLink/PCIe topology in its device-group attributes, reports
 // health and stats, and enforces the share rules at Reserve
 // (docs/device-contract.md), starting with sharing = "mps" one MPS control
-// daemon per reservation whose defaults are its limits (mpsd.go). It sees
+// daemon per reservation whose defaults are its limits (mpsd.go). A GPU in
+// MIG mode offers its MIG instances instead, one whole instance per task,
+// and gets the mig block's layout when idle (mig.go). It sees
 // GPUs only through a devicefn.Source: NVML on real hardware, a fixture
 // file elsewhere.
 package plugin

@@ -60,8 +60,15 @@ type Plugin struct {
 	source devicefn.Source
 	// gpus is what the last fingerprint told Nomad, by GPU UUID.
 	gpus map[string]*gpuState
-	// groups is the last fingerprint's device groups.
+	// groups is the last fingerprint's device groups of shares.
 	groups []devicefn.Group
+	// migs is what the last fingerprint offered of MIG instances, by MIG
+	// device UUID; their health is their parent's, in gpus.
+	migs map[string]devicefn.MIGInstance
+	// noMIG holds the MIG-enabled GPUs without instances, to warn once.
+	noMIG map[string]bool
+	// layoutNotes is the MIG layout state last logged per GPU.
+	layoutNotes map[string]string
 	// lastGC is when the interposer's state_dir was last collected.
 	lastGC time.Time
 	// stateMu keeps the garbage collector from removing a directory that
@@ -140,6 +147,9 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 			return fmt.Errorf("%w: %v", ErrConfig, err)
 		}
 	}
+	if len(cfg.MIG) == 0 {
+		cfg.MIG = nil // an empty mig block is no block
+	}
 	period, err := cfg.validate()
 	if err != nil {
 		return err
@@ -166,7 +176,8 @@ func (p *Plugin) SetConfig(c *base.Config) error {
 		"fingerprint_period", period, "interposer", cfg.Interposer.Enabled,
 		"interposer_library", cfg.Interposer.Library, "interposer_state_dir", cfg.Interposer.StateDir,
 		"interposer_unified_memory", cfg.Interposer.UnifiedMemory,
-		"mps_daemons", cfg.MPS.Daemons, "mps_control", cfg.MPS.Control, "mps_daemon_dir", cfg.MPS.DaemonDir)
+		"mps_daemons", cfg.MPS.Daemons, "mps_control", cfg.MPS.Control, "mps_daemon_dir", cfg.MPS.DaemonDir,
+		"mig_layouts", cfg.MIG)
 	return nil
 }
 
@@ -251,7 +262,7 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	inv, err := src.Inventory(ctx)
 	if errors.Is(err, devicefn.ErrUnavailable) {
 		p.logger.Warn("no gpus reported: the gpu source is unavailable", "source", src.Name(), "error", err)
-		p.record(nil, nil, nil)
+		p.record(nil, nil, nil, nil)
 		return device.NewFingerprint()
 	}
 	if err != nil {
@@ -271,16 +282,15 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	for _, id := range cfg.IgnoredGPUIDs {
 		skip[id] = true
 	}
-	for _, g := range inv.GPUs {
-		if g.MIG && !skip[g.UUID] {
-			p.logger.Info("skipping MIG-enabled gpu: gpushare shares whole GPUs; disable MIG or use MIG-aware tooling", "gpu", g.UUID)
-		}
-	}
 	if ip := cfg.Interposer; ip.Enabled {
 		p.maybeCollectGarbage(ip, time.Now())
 	}
+	if len(cfg.MIG) > 0 {
+		inv = p.applyMIGLayouts(ctx, cfg, src, inv, skip)
+	}
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
-	p.record(inv, groups, healthBy)
+	migGroups := devicefn.MIGGroups(inv, skip)
+	p.record(inv, groups, migGroups, healthBy)
 	var mps *mpsStatus
 	// with per-reservation daemons that cannot start, Reserve refuses: the
 	// shares are offered unhealthy, saying why
@@ -329,18 +339,48 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		}
 		resp.Devices = append(resp.Devices, dg)
 	}
+	// MIG instances are isolated by the hardware: no MPS, no note
+	for _, g := range migGroups {
+		dg := &device.DeviceGroup{
+			Vendor:     devicefn.Vendor,
+			Type:       devicefn.MIGDeviceType,
+			Name:       g.Profile,
+			Attributes: sdkAttributes(g.Attributes()),
+		}
+		for _, m := range g.Instances {
+			st := p.gpus[m.Parent.UUID]
+			desc := ""
+			if !st.healthy {
+				desc = "parent GPU " + m.Parent.UUID + ": " + st.reason
+			}
+			dg.Devices = append(dg.Devices, &device.Device{
+				ID:         m.UUID,
+				Healthy:    st.healthy,
+				HealthDesc: desc,
+				HwLocality: &device.DeviceLocality{PciBusID: m.Parent.PCIBusID},
+			})
+		}
+		resp.Devices = append(resp.Devices, dg)
+	}
 	return resp
 }
 
 // record keeps what Nomad is told, so Reserve and Stats see the same GPUs,
 // and logs every change of health.
-func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, health map[string]devicefn.Health) {
+func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, migGroups []devicefn.MIGGroup, health map[string]devicefn.Health) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	exposed := map[string]bool{}
 	for _, g := range groups {
 		for _, gpu := range g.GPUs {
 			exposed[gpu.UUID] = true
+		}
+	}
+	migs := map[string]devicefn.MIGInstance{}
+	for _, g := range migGroups {
+		for _, m := range g.Instances {
+			exposed[m.Parent.UUID] = true
+			migs[m.UUID] = m
 		}
 	}
 	next := map[string]*gpuState{}
@@ -361,13 +401,33 @@ func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, health
 				p.logger.Warn("gpu unhealthy: its shares are no longer offered", "gpu", g.UUID, "reason", st.reason)
 			case prev != nil && !prev.healthy && st.healthy:
 				p.logger.Info("gpu recovered", "gpu", g.UUID)
+			case prev == nil && g.MIG:
+				profiles := make([]string, len(g.MIGDevices))
+				for i, m := range g.MIGDevices {
+					profiles[i] = m.Profile
+				}
+				p.logger.Info("MIG-enabled gpu found: its MIG instances are offered as nvidia/gpushare-mig/<profile>", "gpu", g.UUID,
+					"model", g.Model, "pci_bus_id", g.PCIBusID, "healthy", st.healthy, "mig_profiles", profiles)
 			case prev == nil:
 				p.logger.Info("gpu found", "gpu", g.UUID, "model", g.Model, "pci_bus_id", g.PCIBusID, "healthy", st.healthy)
 			}
 			next[g.UUID] = st
 		}
+		for _, g := range inv.GPUs {
+			if g.MIG && len(g.MIGDevices) == 0 && !p.noMIG[g.UUID] {
+				p.logger.Warn("MIG-enabled gpu has no MIG instances: nothing of it is offered; create instances (nvidia-smi mig -cgi <profiles> -C) or disable MIG (nvidia-smi -i <gpu> -mig 0)", "gpu", g.UUID)
+			}
+		}
 	}
-	p.gpus, p.groups = next, groups
+	p.noMIG = map[string]bool{}
+	if inv != nil {
+		for _, g := range inv.GPUs {
+			if g.MIG && len(g.MIGDevices) == 0 {
+				p.noMIG[g.UUID] = true
+			}
+		}
+	}
+	p.gpus, p.groups, p.migs = next, groups, migs
 }
 
 // noteMPS logs when the MPS daemon's state changes (first fingerprint

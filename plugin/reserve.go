@@ -46,16 +46,20 @@ var controlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-
 
 // Reserve implements device.DevicePlugin. It refuses unknown or unhealthy
 // share IDs, a fraction spread over several GPUs, and a request of
-// shares_per_gpu or more shares that is not made of whole GPUs.
+// shares_per_gpu or more shares that is not made of whole GPUs. A request
+// for MIG instances is reserveMIG's.
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	p.mu.Lock()
-	cfg, gpus := p.cfg, p.gpus
+	cfg, gpus, migs := p.cfg, p.gpus, p.migs
 	p.mu.Unlock()
 	if cfg == nil {
 		return nil, errors.New("gpushare plugin asked to reserve before SetConfig")
 	}
 	if len(ids) == 0 {
 		return nil, ErrEmptyReservation
+	}
+	if isMIGRequest(ids, migs) {
+		return p.reserveMIG(ids, gpus, migs)
 	}
 	perGPU := cfg.SharesPerGPU
 
@@ -70,15 +74,22 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		}
 		seen[id] = true
 		sid, err := devicefn.ParseShareID(id)
-		if err != nil || gpus[sid.UUID] == nil || sid.Index >= perGPU {
+		// a MIG-enabled GPU offers its instances, not shares
+		if err != nil || gpus[sid.UUID] == nil || gpus[sid.UUID].gpu.MIG || sid.Index >= perGPU {
 			unknown = append(unknown, id)
 			continue
 		}
 		byGPU[sid.UUID] = append(byGPU[sid.UUID], sid.Index)
 	}
 	if len(unknown) > 0 {
+		var shared []string
+		for _, u := range sortedKeys(gpus) {
+			if !gpus[u].gpu.MIG {
+				shared = append(shared, u)
+			}
+		}
 		return nil, fmt.Errorf("%w: %s: this node's gpushare plugin offers shares 0..%d of the GPUs %s",
-			ErrUnknownShare, list(unknown), perGPU-1, list(sortedKeys(gpus)))
+			ErrUnknownShare, list(unknown), perGPU-1, list(shared))
 	}
 	if len(dups) > 0 {
 		return nil, fmt.Errorf("%w: %s", ErrDuplicateShare, list(dups))

@@ -75,11 +75,21 @@ plugin "nomad-device-gpushare" {
     # these GPUs instead of NVML's, to try gpushare on a machine without GPUs
     fixture = ""
 
-    # GPU UUIDs never offered (GPUs kept for other uses)
+    # GPU UUIDs never offered (GPUs kept for other uses); MIG device UUIDs
+    # (MIG-...) leave out single MIG instances
     ignored_gpu_ids = []
 
     # how often GPUs, links and health are read again
     fingerprint_period = "1m"
+
+    # MIG layouts by GPU model (empty: the plugin leaves MIG instances as
+    # they are). On every MIG-enabled GPU of a listed model that runs no
+    # process, the plugin makes the instances these profiles; busy GPUs are
+    # left until they are idle. It never turns MIG mode on (that resets
+    # the GPU: nvidia-smi -i <gpu> -mig 1). For example:
+    #   "NVIDIA A100-SXM4-40GB" = ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]
+    mig {
+    }
   }
 }
 

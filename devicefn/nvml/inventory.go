@@ -70,8 +70,12 @@ func (s *Source) readInventory(ctx context.Context) (*devicefn.Inventory, error)
 			return nil, err
 		}
 		if facts.MIG && !s.migLogged[g.uuid] {
-			s.logger.Info("skipping MIG-enabled GPU", "gpu_index", g.index, "gpu_uuid", g.uuid,
-				"hint", "gpushare shares whole GPUs only; disable MIG mode (nvidia-smi -i <gpu> -mig 0) to share it")
+			profiles := make([]string, len(facts.MIGDevices))
+			for i, m := range facts.MIGDevices {
+				profiles[i] = m.Profile
+			}
+			s.logger.Info("MIG-enabled GPU: offering its MIG devices", "gpu_index", g.index, "gpu_uuid", g.uuid,
+				"mig_profiles", profiles)
 			s.migLogged[g.uuid] = true
 		}
 		inv.GPUs = append(inv.GPUs, facts)
@@ -144,6 +148,13 @@ func (s *Source) readGPU(g *gpu) (devicefn.GPU, error) {
 		facts.MIG = current == nvml.DEVICE_MIG_ENABLE
 	case !unsupported(ret):
 		return facts, gpuErr(g, "read MIG mode", ret)
+	}
+	if facts.MIG {
+		migs, err := s.readMIGDevices(g, facts.MemoryMiB, facts.Minor)
+		if err != nil {
+			return facts, err
+		}
+		facts.MIGDevices = migs
 	}
 	return facts, nil
 }

@@ -101,8 +101,7 @@ func TestInventory_notSupportedFacts(t *testing.T) {
 
 func TestInventory_MIG(t *testing.T) {
 	n := newDGXA100(t)
-	ret, _ := n.devs[3].SetMigMode(nvml.DEVICE_MIG_ENABLE)
-	must.Eq(t, nvml.SUCCESS, ret)
+	enableMIG(t, n.devs[3])
 	logger, logs := newLogger()
 	src := n.source(t, Options{Logger: logger})
 
@@ -119,7 +118,7 @@ func TestInventory_MIG(t *testing.T) {
 			must.NotEq(t, n.devs[3].UUID, g.UUID)
 		}
 	}
-	must.Eq(t, 1, logs.count("[INFO]  nvml: skipping MIG-enabled GPU"), must.Sprint("logged once"))
+	must.Eq(t, 1, logs.count("[INFO]  nvml: MIG-enabled GPU"), must.Sprint("logged once"))
 }
 
 // A GPU that falls off the bus after a good inventory keeps its place: the

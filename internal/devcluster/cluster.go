@@ -342,7 +342,8 @@ func (c *Cluster) waitLeader(ctx context.Context) error {
 	}
 }
 
-// waitReady waits until every client is ready and shows gpushare devices.
+// waitReady waits until every client is ready and shows gpushare devices
+// (shares or MIG instances).
 func (c *Cluster) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -357,7 +358,8 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 					continue
 				}
 				for _, d := range n.NodeResources.Devices {
-					if d.Type == "gpushare" && len(d.Instances) > 0 {
+					// shares, or MIG instances on a node whose GPUs are all in MIG mode
+					if (d.Type == "gpushare" || d.Type == "gpushare-mig") && len(d.Instances) > 0 {
 						ready++
 						break
 					}

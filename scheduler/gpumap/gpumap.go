@@ -37,6 +37,20 @@ type GPU struct {
 	Shares   int     `json:"shares"`
 	Used     int     `json:"used"`
 	Users    []Usage `json:"users,omitempty"`
+	// MIG are the instances of a GPU in MIG mode (Node.Sharing "mig"); its
+	// Shares and Used then count compute slices, and Users hold slices.
+	MIG []Instance `json:"mig,omitempty"`
+}
+
+// Instance is one MIG instance of a GPU and the allocation holding it.
+type Instance struct {
+	UUID      string  `json:"uuid"`
+	Profile   string  `json:"profile"`
+	Slices    int     `json:"slices"`
+	MemoryMiB uint64  `json:"memory_mib"`
+	Healthy   bool    `json:"healthy"`
+	Health    string  `json:"health,omitempty"`
+	Users     []Usage `json:"users,omitempty"`
 }
 
 // Usage is one allocation's shares of a GPU, or (Other) the shares the
@@ -91,16 +105,29 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			}
 			m.Nodes = append(m.Nodes, node)
 		}
+		m.addMIG(n)
 	}
 	sort.Slice(m.Nodes, func(i, j int) bool {
 		if m.Nodes[i].Name != m.Nodes[j].Name {
 			return m.Nodes[i].Name < m.Nodes[j].Name
 		}
-		return m.Nodes[i].Model < m.Nodes[j].Model
+		if m.Nodes[i].Model != m.Nodes[j].Model {
+			return m.Nodes[i].Model < m.Nodes[j].Model
+		}
+		return m.Nodes[i].Sharing != devicefn.SharingMIG && m.Nodes[j].Sharing == devicefn.SharingMIG
 	})
+	type instanceAt struct {
+		gpu *GPU
+		k   int
+	}
+	instances := map[string]instanceAt{} // MIG UUID -> its GPU and index
 	for i := range m.Nodes {
 		for j := range m.Nodes[i].GPUs {
-			where[m.Nodes[i].GPUs[j].UUID] = &m.Nodes[i].GPUs[j]
+			g := &m.Nodes[i].GPUs[j]
+			where[g.UUID] = g
+			for k, inst := range g.MIG {
+				instances[inst.UUID] = instanceAt{g, k}
+			}
 		}
 	}
 	for _, a := range allocs {
@@ -113,6 +140,17 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 				continue
 			}
 			for _, d := range tr.Devices {
+				if d != nil && d.Vendor == devicefn.Vendor && d.Type == devicefn.MIGDeviceType {
+					for _, id := range d.DeviceIDs {
+						if at, ok := instances[id]; ok {
+							u := usage(a, at.gpu.MIG[at.k].Slices)
+							at.gpu.MIG[at.k].Users = append(at.gpu.MIG[at.k].Users, u)
+							at.gpu.Used += u.Shares
+							at.gpu.Users = append(at.gpu.Users, u)
+						}
+					}
+					continue
+				}
 				if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 					continue
 				}
@@ -129,17 +167,85 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 				continue
 			}
 			g.Used += n
-			ns := a.Namespace
-			if ns == "" {
-				ns = "default"
-			}
-			g.Users = append(g.Users, Usage{AllocID: a.ID, Namespace: ns, Job: a.JobID, Group: a.TaskGroup, Shares: n})
+			g.Users = append(g.Users, usage(a, n))
 		}
 	}
 	for _, g := range where {
 		sort.Slice(g.Users, func(i, j int) bool { return g.Users[i].AllocID < g.Users[j].AllocID })
 	}
 	return m
+}
+
+func usage(a *api.Allocation, shares int) Usage {
+	ns := a.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return Usage{AllocID: a.ID, Namespace: ns, Job: a.JobID, Group: a.TaskGroup, Shares: shares}
+}
+
+// addMIG adds the MIG-enabled GPUs of node n, with their instances, as
+// one Node per parent model with sharing "mig".
+func (m *Map) addMIG(n *api.Node) {
+	byParent := map[string]*GPU{}
+	models := map[string]string{} // parent UUID -> model
+	for _, d := range n.NodeResources.Devices {
+		if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.MIGDeviceType {
+			continue
+		}
+		g, err := nomadattr.DecodeMIGGroup(d)
+		if err != nil {
+			m.Problems = append(m.Problems, "node "+n.Name+": "+err.Error())
+			continue
+		}
+		health := map[string]*api.NodeDevice{}
+		for _, inst := range d.Instances {
+			if inst != nil {
+				health[inst.ID] = inst
+			}
+		}
+		for _, inst := range g.Instances {
+			p := byParent[inst.Parent.UUID]
+			if p == nil {
+				p = &GPU{Index: inst.Parent.Index, UUID: inst.Parent.UUID, NUMANode: inst.Parent.NUMANode,
+					Links: devicefn.EncodeRow(inst.ParentLinks), Shares: inst.ParentSlices, Healthy: true}
+				byParent[inst.Parent.UUID] = p
+				models[inst.Parent.UUID] = inst.Parent.Model
+			}
+			out := Instance{UUID: inst.UUID, Profile: inst.Profile, Slices: inst.Slices, MemoryMiB: inst.MemoryMiB, Healthy: true}
+			if h := health[inst.UUID]; h != nil {
+				out.Healthy, out.Health = h.Healthy, h.HealthDescription
+				if !h.Healthy && p.Healthy {
+					p.Healthy, p.Health = false, h.HealthDescription
+				}
+			}
+			p.MIG = append(p.MIG, out)
+		}
+	}
+	byModel := map[string]*Node{}
+	var order []string
+	for uuid, g := range byParent {
+		sort.Slice(g.MIG, func(i, j int) bool {
+			if g.MIG[i].Slices != g.MIG[j].Slices {
+				return g.MIG[i].Slices > g.MIG[j].Slices
+			}
+			return g.MIG[i].UUID < g.MIG[j].UUID
+		})
+		model := models[uuid]
+		node := byModel[model]
+		if node == nil {
+			node = &Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: model, Sharing: devicefn.SharingMIG}
+			byModel[model] = node
+			order = append(order, model)
+		}
+		node.GPUs = append(node.GPUs, *g)
+	}
+	sort.Strings(order)
+	for _, model := range order {
+		node := byModel[model]
+		sort.Slice(node.GPUs, func(i, j int) bool { return node.GPUs[i].Index < node.GPUs[j].Index })
+		m.Nodes = append(m.Nodes, *node)
+	}
 }
 
 // Hide replaces, on every GPU, the usage of the namespaces visible does
@@ -149,21 +255,28 @@ func (m *Map) Hide(visible func(namespace string) bool) {
 	for i := range m.Nodes {
 		for j := range m.Nodes[i].GPUs {
 			g := &m.Nodes[i].GPUs[j]
-			kept, other := g.Users[:0], 0
-			for _, u := range g.Users {
-				if u.Other || !visible(u.Namespace) {
-					other += u.Shares
-					continue
-				}
-				kept = append(kept, u)
-			}
-			if other > 0 {
-				kept = append(kept, Usage{Shares: other, Other: true})
-			}
-			g.Users = kept
-			if len(g.Users) == 0 {
-				g.Users = nil
+			g.Users = hide(g.Users, visible)
+			for k := range g.MIG {
+				g.MIG[k].Users = hide(g.MIG[k].Users, visible)
 			}
 		}
 	}
+}
+
+func hide(users []Usage, visible func(namespace string) bool) []Usage {
+	kept, other := users[:0], 0
+	for _, u := range users {
+		if u.Other || !visible(u.Namespace) {
+			other += u.Shares
+			continue
+		}
+		kept = append(kept, u)
+	}
+	if other > 0 {
+		kept = append(kept, Usage{Shares: other, Other: true})
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	return kept
 }

@@ -35,6 +35,13 @@ func node(t *testing.T, name, fx string, sick string) *api.Node {
 		}
 		n.NodeResources.Devices = append(n.NodeResources.Devices, d)
 	}
+	for _, g := range devicefn.MIGGroups(&st.Inventory, nil) {
+		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare-mig", Name: g.Profile, Attributes: nomadattr.ToAPI(g.Attributes())}
+		for _, inst := range g.Instances {
+			d.Instances = append(d.Instances, &api.NodeDevice{ID: inst.UUID, Healthy: inst.Parent.UUID != sick})
+		}
+		n.NodeResources.Devices = append(n.NodeResources.Devices, d)
+	}
 	return n
 }
 
@@ -101,4 +108,50 @@ func TestHideShowsOtherNamespacesAsAnonymousShares(t *testing.T) {
 	must.NoError(t, Render(&b, m))
 	must.StrContains(t, b.String(), "train/g[aaaaaaaa]:25 (another namespace):60")
 	must.StrNotContains(t, b.String(), "secret")
+}
+
+func migAlloc(id, job string, mig ...string) *api.Allocation {
+	return &api.Allocation{ID: id, JobID: job, TaskGroup: "g", ClientStatus: "running", DesiredStatus: "run",
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{
+			"t": {Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare-mig", Name: "x", DeviceIDs: mig}}},
+		}}}
+}
+
+func TestBuildMIG(t *testing.T) {
+	const (
+		gpu0 = "GPU-a2000000-0000-4000-8000-000000000000"
+		mig3 = "MIG-a2000000-0000-4000-8000-000000000001"
+		mig1 = "MIG-a2000000-0000-4000-8000-000000000004"
+	)
+	nodes := []*api.Node{node(t, "a100", fixtures.A100MIG, ""), node(t, "dgx1", fixtures.DGX1V100, "")}
+	allocs := []*api.Allocation{migAlloc("aaaaaaaa-1", "big", mig3), migAlloc("bbbbbbbb-2", "small", mig1)}
+	m := Build(nodes, allocs)
+	must.SliceLen(t, 2, m.Nodes)
+	must.SliceEmpty(t, m.Problems)
+	a := m.Nodes[0]
+	must.Eq(t, "a100", a.Name)
+	must.Eq(t, "mig", a.Sharing)
+	must.SliceLen(t, 2, a.GPUs)
+	g := a.GPUs[0]
+	must.Eq(t, gpu0, g.UUID)
+	must.Eq(t, 7, g.Shares) // slices
+	must.Eq(t, 4, g.Used)   // 3g + 1g held
+	must.SliceLen(t, 4, g.MIG)
+	must.Eq(t, []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"},
+		[]string{g.MIG[0].Profile, g.MIG[1].Profile, g.MIG[2].Profile, g.MIG[3].Profile})
+	must.Eq(t, "big", g.MIG[0].Users[0].Job)
+	must.SliceEmpty(t, g.MIG[1].Users)
+	must.Eq(t, "small", g.MIG[3].Users[0].Job)
+
+	m.Hide(func(ns string) bool { return false })
+	must.True(t, m.Nodes[0].GPUs[0].MIG[0].Users[0].Other)
+
+	var b strings.Builder
+	must.NoError(t, Render(&b, m))
+	out := b.String()
+	must.StrContains(t, out, "a100  a100-000  2 x NVIDIA A100-SXM4-40GB  sharing=mig  4/14 MIG slices used (29%)")
+	must.StrContains(t, out, "    MIG 3g.20gb    "+mig3+"  (another namespace):3")
+	must.StrContains(t, out, "    MIG 2g.10gb    MIG-a2000000-0000-4000-8000-000000000002  free")
+	must.StrContains(t, out, "cluster: 0/800 shares used (0.0%)")
+	must.StrContains(t, out, "cluster: 4/14 MIG slices used (28.6%)")
 }

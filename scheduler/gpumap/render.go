@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
 )
 
 const barWidth = 20
@@ -15,28 +17,49 @@ func Render(w io.Writer, m *Map) error {
 	if len(m.Nodes) == 0 {
 		b.WriteString("no nodes with gpushare devices: is the nomad-device-gpushare plugin installed on the clients?\n")
 	}
-	totalShares, totalUsed := 0, 0
+	totalShares, totalUsed, totalSlices, usedSlices, shared := 0, 0, 0, 0, false
 	for _, n := range m.Nodes {
 		used, shares := 0, 0
 		for _, g := range n.GPUs {
 			used += g.Used
 			shares += g.Shares
 		}
-		totalShares += shares
-		totalUsed += used
-		fmt.Fprintf(&b, "%s  %s  %d x %s  sharing=%s  %d/%d shares used (%.0f%%)\n",
-			n.Name, short(n.ID), len(n.GPUs), n.Model, n.Sharing, used, shares, pct(used, shares))
+		unit := "shares"
+		if n.Sharing == devicefn.SharingMIG {
+			unit = "MIG slices"
+			totalSlices += shares
+			usedSlices += used
+		} else {
+			totalShares += shares
+			totalUsed += used
+			shared = true
+		}
+		fmt.Fprintf(&b, "%s  %s  %d x %s  sharing=%s  %d/%d %s used (%.0f%%)\n",
+			n.Name, short(n.ID), len(n.GPUs), n.Model, n.Sharing, used, shares, unit, pct(used, shares))
 		for _, g := range n.GPUs {
 			health := ""
 			if !g.Healthy {
 				health = "  UNHEALTHY: " + g.Health
 			}
 			fmt.Fprintf(&b, "  GPU%-2d numa %-2d [%s] %4d/%-4d %s%s\n", g.Index, g.NUMANode, bar(g.Used, g.Shares), g.Used, g.Shares, users(g.Users), health)
+			for _, inst := range g.MIG {
+				state := "free"
+				if len(inst.Users) > 0 {
+					state = users(inst.Users)
+				}
+				if !inst.Healthy {
+					state += "  UNHEALTHY"
+				}
+				fmt.Fprintf(&b, "    MIG %-10s %s  %s\n", inst.Profile, inst.UUID, state)
+			}
 		}
 		b.WriteByte('\n')
 	}
-	if len(m.Nodes) > 0 {
+	if shared {
 		fmt.Fprintf(&b, "cluster: %d/%d shares used (%.1f%%)\n", totalUsed, totalShares, pct(totalUsed, totalShares))
+	}
+	if totalSlices > 0 {
+		fmt.Fprintf(&b, "cluster: %d/%d MIG slices used (%.1f%%)\n", usedSlices, totalSlices, pct(usedSlices, totalSlices))
 	}
 	for _, p := range m.Problems {
 		fmt.Fprintf(&b, "problem: %s\n", p)

@@ -33,3 +33,9 @@ func ToAPI(in map[string]devicefn.Attr) map[string]*api.Attribute {
 func DecodeGroup(d *api.NodeDeviceResource) (*devicefn.Group, error) {
 	return devicefn.DecodeGroup(d.Name, FromAPI(d.Attributes))
 }
+
+// DecodeMIGGroup decodes a gpushare-mig device group d of a node, as
+// devicefn.DecodeMIGGroup does for the plugin's attributes.
+func DecodeMIGGroup(d *api.NodeDeviceResource) (*devicefn.MIGGroup, error) {
+	return devicefn.DecodeMIGGroup(d.Name, FromAPI(d.Attributes))
+}

@@ -29,6 +29,10 @@ const (
 // "nvidia/gpushare/<model>".
 const DeviceName = devicefn.Vendor + "/" + devicefn.DeviceType
 
+// migDeviceName is the device of MIG instances, which the scheduler does
+// not place: Nomad does, by the device name.
+const migDeviceName = devicefn.Vendor + "/" + devicefn.MIGDeviceType
+
 // ErrNotPlaceable is wrapped by errors about a group that gpushare cannot
 // turn into a request; the message says what to change in the jobspec.
 var ErrNotPlaceable = errors.New("cannot place this group")
@@ -119,6 +123,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	}
 	r := placement.Request{ID: GroupKey(job, group), Count: Count(tg)}
 	var devices int
+	mig := ""
 	for _, t := range tg.Tasks {
 		if t.Resources == nil {
 			continue
@@ -130,6 +135,9 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 			r.Res.MemoryMiB += int64(*t.Resources.MemoryMB)
 		}
 		for _, d := range t.Resources.Devices {
+			if d.Name == migDeviceName || strings.HasPrefix(d.Name, migDeviceName+"/") {
+				mig = d.Name
+			}
 			if !isOurs(d.Name) {
 				continue
 			}
@@ -150,6 +158,8 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 		}
 	}
 	switch {
+	case devices == 0 && mig != "":
+		return r, fmt.Errorf("%w %q: it carries the gpushare gate but asks only for a MIG instance (%q), which Nomad places by itself; remove the gate", ErrNotPlaceable, r.ID, mig)
 	case devices == 0:
 		return r, fmt.Errorf("%w %q: it carries the gpushare gate but no task asks for a %q device; remove the gate or add a device block", ErrNotPlaceable, r.ID, DeviceName)
 	case devices > 1:

@@ -55,6 +55,9 @@ func TestRequest(t *testing.T) {
 func TestRequestErrorsSayWhatToChange(t *testing.T) {
 	cases := map[string]func(*api.Job){
 		"no task asks for": func(j *api.Job) { j.TaskGroups[0].Tasks[1].Resources.Devices = nil },
+		`asks only for a MIG instance ("nvidia/gpushare-mig/3g.20gb"), which Nomad places by itself; remove the gate`: func(j *api.Job) {
+			j.TaskGroups[0].Tasks[1].Resources.Devices = []*api.RequestedDevice{{Name: "nvidia/gpushare-mig/3g.20gb", Count: ptr(uint64(1))}}
+		},
 		"put the GPU work in one": func(j *api.Job) {
 			j.TaskGroups[0].Tasks[0].Resources.Devices = j.TaskGroups[0].Tasks[1].Resources.Devices
 		},

@@ -5,6 +5,7 @@ import (
 	"html/template"
 	"slices"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 )
 
@@ -58,8 +59,10 @@ func summarize(m *gpumap.Map) summary {
 		s.Nodes++
 		for _, g := range n.GPUs {
 			s.GPUs++
-			s.Used += g.Used
-			s.Shares += g.Shares
+			if n.Sharing != devicefn.SharingMIG { // a MIG GPU counts slices, not shares
+				s.Used += g.Used
+				s.Shares += g.Shares
+			}
 			if !g.Healthy {
 				s.Unhealthy++
 			}

@@ -98,3 +98,11 @@ func TestAgo(t *testing.T) {
 		must.EqOp(t, c.want, ago(now, c.at))
 	}
 }
+
+func TestSummaryCountsSharesNotMIGSlices(t *testing.T) {
+	s := summarize(&gpumap.Map{Nodes: []gpumap.Node{
+		{Sharing: "mps", GPUs: []gpumap.GPU{{Shares: 100, Used: 25, Healthy: true}}},
+		{Sharing: "mig", GPUs: []gpumap.GPU{{Shares: 7, Used: 4, Healthy: true}}},
+	}})
+	must.Eq(t, summary{Nodes: 2, GPUs: 2, Used: 25, Shares: 100}, s)
+}
