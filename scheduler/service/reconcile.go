@@ -27,6 +27,21 @@ type refusal struct {
 	feasible uint64 // the nodes the job's own rules allowed (nodeSet.hash)
 }
 
+// newRefusal is a refusal of the version of job the pass read.
+func newRefusal(job *api.Job, reason string, shape, feasible uint64) refusal {
+	var idx uint64
+	if job != nil && job.JobModifyIndex != nil {
+		idx = *job.JobModifyIndex
+	}
+	return refusal{reason: reason, jobIndex: idx, nodes: shape, feasible: feasible}
+}
+
+// holds: the refusal still stands for this version of job, these nodes
+// and these allowed nodes; anything else changed decides the group again.
+func (r refusal) holds(job *api.Job, shape, feasible uint64) bool {
+	return job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape && r.feasible == feasible
+}
+
 // reconcile is one pass of the decision loop: build the step's input from
 // the model, let decide.Step choose the actions, execute them against
 // Nomad.
@@ -153,12 +168,8 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 	case decide.Refuse:
 		s.metrics.decisions.WithLabelValues("never").Inc()
 		pending[a.Group] = a.Reason
-		var idx uint64
-		if job != nil && job.JobModifyIndex != nil {
-			idx = *job.JobModifyIndex
-		}
 		s.mu.Lock()
-		s.refused[a.Group] = refusal{reason: a.Reason, jobIndex: idx, nodes: shape, feasible: s.feasibleOf[a.Group]}
+		s.refused[a.Group] = newRefusal(job, a.Reason, shape, s.feasibleOf[a.Group])
 		s.mu.Unlock()
 		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
 	case decide.Preempt:
@@ -277,7 +288,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			}
 			s.noteFeasible(key, ns)
 			if r, ok := s.refused[key]; ok {
-				if job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape && r.feasible == ns.hash {
+				if r.holds(job, shape, ns.hash) {
 					pending[key] = r.reason
 					continue
 				}
@@ -288,11 +299,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				// only a new version of the job can change a bad request:
 				// refused, like a group no node can ever hold
 				pending[key] = err.Error()
-				var idx uint64
-				if job.JobModifyIndex != nil {
-					idx = *job.JobModifyIndex
-				}
-				s.refused[key] = refusal{reason: err.Error(), jobIndex: idx, nodes: shape, feasible: ns.hash}
+				s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash)
 				continue
 			}
 			if why := s.vcRefusal(key, req.VC); why != "" {
