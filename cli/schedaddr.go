@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -114,12 +114,15 @@ func discover(nomadAddr string) (string, string, error) {
 	if len(regs) == 0 {
 		return "", "", errNoService
 	}
+	addrOf := func(r *api.ServiceRegistration) string {
+		return "http://" + net.JoinHostPort(r.Address, strconv.Itoa(r.Port)) // brackets IPv6
+	}
 	how := func(r *api.ServiceRegistration, role string) string {
 		return fmt.Sprintf("Nomad service %s in namespace %s, %s, allocation %.8s", SchedulerService, r.Namespace, role, r.AllocID)
 	}
 	var answered *api.ServiceRegistration
 	for _, r := range regs {
-		addr := "http://" + hostPort(r.Address, r.Port)
+		addr := addrOf(r)
 		var h struct {
 			Leader bool `json:"leader"`
 		}
@@ -134,18 +137,10 @@ func discover(nomadAddr string) (string, string, error) {
 		}
 	}
 	if answered != nil {
-		return "http://" + hostPort(answered.Address, answered.Port), how(answered, "no leader answered"), nil
+		return addrOf(answered), how(answered, "no leader answered"), nil
 	}
 	r := regs[0]
-	return "http://" + hostPort(r.Address, r.Port), how(r, "not answering"), nil
-}
-
-// hostPort joins an address and a port, bracketing IPv6 addresses.
-func hostPort(addr string, port int) string {
-	if strings.Contains(addr, ":") && !strings.HasPrefix(addr, "[") {
-		addr = "[" + addr + "]"
-	}
-	return addr + ":" + strconv.Itoa(port)
+	return addrOf(r), how(r, "not answering"), nil
 }
 
 // schedulerToken is what getJSON sends the scheduler.
