@@ -71,7 +71,8 @@ func tokenOf(r *http.Request) string {
 // visibility answers, for one request, which namespaces' jobs the caller
 // may see: those the service manages and the caller's token may read,
 // asking Nomad once per namespace. err is the first answer that was
-// neither yes nor no (Nomad did not answer).
+// neither yes nor no (no token, a bad one, Nomad did not answer); after
+// it nothing more is asked.
 type visibility struct {
 	s       *Service
 	r       *http.Request
@@ -91,6 +92,9 @@ func (v *visibility) can(ns string) bool {
 	}
 	if ok, seen := v.seen[ns]; seen {
 		return ok
+	}
+	if v.err != nil {
+		return false // the request fails anyway: ask Nomad no more
 	}
 	ok := false
 	if v.managed.has(ns) {

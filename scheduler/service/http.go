@@ -2,7 +2,6 @@ package service
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http"
@@ -286,26 +285,19 @@ func (s *Service) handleProfiles(w http.ResponseWriter, _ *http.Request) {
 }
 
 // readableOnly keeps the items of the namespaces the caller's token may
-// read, asking once per namespace; false means it answered the request
-// with the authorisation error.
+// read (visibility: asking once per namespace); false means it answered
+// the request with the authorisation error.
 func readableOnly[T any](s *Service, w http.ResponseWriter, r *http.Request, items []T, namespace func(T) string) ([]T, bool) {
-	readable := map[string]error{}
+	see := s.visibility(r)
 	kept := items[:0]
 	for _, it := range items {
-		ns := namespace(it)
-		err, seen := readable[ns]
-		if !seen {
-			err = s.authorize(r, authScope{Namespace: ns})
-			readable[ns] = err
-		}
-		switch {
-		case err == nil:
+		if see.can(namespace(it)) {
 			kept = append(kept, it)
-		case errors.Is(err, ErrForbidden):
-		default:
-			authFailed(w, err)
-			return nil, false
 		}
+	}
+	if see.err != nil {
+		authFailed(w, see.err)
+		return nil, false
 	}
 	return kept, true
 }
