@@ -212,11 +212,12 @@ static void setup_mode(void)
             uint64_t now = now_ns();
             pace.base = share;
             pace.tgs_on = chan != NULL;
-            gs_pacer_init(&pace.pacer, share, WINDOW_NS, now);
             P = gs_region_pacer(share, WINDOW_NS, now);
             shared_pacer = P != NULL;
-            if (!P)
+            if (!P) { /* no region: this process paces itself */
+                gs_pacer_init(&pace.pacer, share, WINDOW_NS, now);
                 P = &pace.pacer;
+            }
             gs_tgs_init(&pace.tgs, WINDOW_NS, now);
         }
     }
