@@ -16,6 +16,7 @@ import (
 	"time"
 
 	nvmlsrc "github.com/gpushare/gpushare/devicefn/nvml"
+	"github.com/shoenig/test/must"
 )
 
 // `make gpu-check` (GPUSHARE_GPU_CHECK=1) runs these checks over the
@@ -250,4 +251,24 @@ func TestGPUCheckOverTheFakeDriver(t *testing.T) {
 	if len(rows) != 5 || !ok {
 		t.Fatalf("want 5 checks, all held:\n%s", b.String())
 	}
+}
+
+// On a machine without a GPU (CI has NVIDIA's libcuda.so.1 but no device)
+// the check says there is no usable GPU, with cuInit's answer, rather than
+// a table of failures.
+func TestGPUCheckWithoutAGPUSaysSo(t *testing.T) {
+	if _, err := os.Stat("/proc/driver/nvidia/version"); err == nil {
+		t.Skip("the nvidia kernel module is loaded: this test is for machines without a GPU")
+	}
+	if m, _ := filepath.Glob("/usr/lib/*/libcuda.so.1"); len(m) == 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("NVIDIA's libcuda.so.1 is missing: .ci/run installs it (libcuda1)")
+		}
+		t.Skip("NVIDIA's libcuda.so.1 not installed")
+	}
+	g := newGPUChecker(t, true)
+	gpu, rows, err := g.run()
+	must.EqOp(t, "", gpu)
+	must.SliceEmpty(t, rows)
+	must.ErrorContains(t, err, "no usable GPU: cuInit returned 100")
 }

@@ -110,6 +110,29 @@ func TestComputeCapIsPerTask(t *testing.T) {
 	must.Between(t, 25, sum, 35)
 }
 
+// Without a usage region to share (here "usage" is a directory, so it
+// cannot be opened) each process paces itself, and says so: a limit, never
+// none.
+func TestComputeCapWithoutARegionIsPerProcess(t *testing.T) {
+	b := build(t)
+	res := reservation(t, "compute_pct=30\n")
+	must.NoError(t, os.Mkdir(filepath.Join(res, "usage"), 0o755))
+	r := kernRun{run{limits: res, program: b.kdirect, mode: "direct", env: gpuEnv(t)}, []string{"kern:2000", "run:3000:500:3000"}}
+	c := r.cmd(b, r.args...)
+	var stderr strings.Builder
+	c.Stderr = &stderr
+	out, err := c.Output()
+	must.NoError(t, err, must.Sprint(stderr.String()))
+	var w window
+	var rc int
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	_, err = fmt.Sscanf(lines[len(lines)-1], "run %d %f %f %f", &rc, &w.busy, &w.wall, &w.kernels)
+	must.NoError(t, err)
+	t.Logf("alone at 30%% without a region: %.2f%%", w.share())
+	must.Between(t, 25, w.share(), 35)
+	must.StrContains(t, stderr.String(), "compute paced per process")
+}
+
 // Two processes in two reservations, capped at 30% and 70%, launch as fast
 // as they can (each kernel waited for) on one GPU for 5 s: each gets its
 // cap within 5 points, though the 30% one launches kernels twice as long.
