@@ -60,6 +60,9 @@ type Group struct {
 	// GPUs in NVML index order. GroupGPU.Links indexes this slice, so the
 	// matrix of a group covers the GPUs of its own model only.
 	GPUs []GroupGPU
+	// MIG is set when the GPUs are MIG instances shared further
+	// (SharedMIGGroups); nil for whole GPUs.
+	MIG *GroupMIG
 }
 
 // GroupGPU is one GPU of a group.
@@ -68,14 +71,34 @@ type GroupGPU struct {
 	PCIBusID string
 	NUMANode int
 	Links    []Link
+	// Parent is the UUID of the GPU a MIG instance is part of, ParentIndex
+	// its NVML index and Profiles the MIG profiles it offers; "", 0 and nil
+	// for a whole GPU.
+	Parent      string
+	ParentIndex int
+	Profiles    []MIGProfile
+	instanceID  int
 }
 
-// ShareMemoryMiB is the memory that one share stands for.
+// ShareMemoryMiB is the memory that one share stands for (of a shared MIG
+// instance: the instance's memory over its shares).
 func (g *Group) ShareMemoryMiB() uint64 {
+	if g.MIG != nil && g.MIG.Shares > 0 {
+		return g.MemoryMiB / uint64(g.MIG.Shares)
+	}
 	if g.SharesPerGPU <= 0 {
 		return 0
 	}
 	return g.MemoryMiB / uint64(g.SharesPerGPU)
+}
+
+// GPUShares is the shares each GPU of the group offers: SharesPerGPU, or a
+// shared MIG instance's own.
+func (g *Group) GPUShares() int {
+	if g.MIG != nil {
+		return g.MIG.Shares
+	}
+	return g.SharesPerGPU
 }
 
 // Links returns the group's link matrix.
@@ -148,6 +171,9 @@ func (g *Group) Attributes() map[string]Attr {
 		attrs[gpuAttr(i, attrGPUNUMANode)] = IntAttr(int64(gpu.NUMANode), "")
 		attrs[gpuAttr(i, attrGPULinks)] = StringAttr(EncodeRow(gpu.Links))
 	}
+	if g.MIG != nil {
+		g.migAttributes(attrs)
+	}
 	return attrs
 }
 
@@ -191,6 +217,7 @@ func DecodeGroup(model string, attrs map[string]Attr) (*Group, error) {
 		}
 		g.GPUs = append(g.GPUs, gpu)
 	}
+	d.decodeMIG(g)
 	if d.err != nil {
 		return nil, d.err
 	}

@@ -97,6 +97,7 @@ const (
 	attrMIGParentLinks   = "parent_links"
 	attrMIGGPUInstance   = "gpu_instance_id"
 	attrMIGComputeInstID = "compute_instance_id"
+	attrMIGParentProfs   = "parent_profiles"
 )
 
 // MIGGroup is one Nomad device group of MIG instances: the instances of
@@ -199,6 +200,7 @@ func (g *MIGGroup) Attributes() map[string]Attr {
 		attrs[migAttr(i, attrMIGParentLinks)] = StringAttr(EncodeRow(m.ParentLinks))
 		attrs[migAttr(i, attrMIGGPUInstance)] = IntAttr(int64(m.GPUInstanceID), "")
 		attrs[migAttr(i, attrMIGComputeInstID)] = IntAttr(int64(m.ComputeInstanceID), "")
+		attrs[migAttr(i, attrMIGParentProfs)] = StringAttr(EncodeMIGProfiles(m.Parent.MIGProfiles))
 	}
 	return attrs
 }
@@ -248,6 +250,17 @@ func DecodeMIGGroup(profile string, attrs map[string]Attr) (*MIGGroup, error) {
 				d.fail(migAttr(i, attrMIGParentLinks), err)
 			}
 			m.ParentLinks = row
+		}
+		if d.err == nil {
+			// optional: a plugin before mig profiles were published has none
+			if a, ok := attrs[migAttr(i, attrMIGParentProfs)]; ok {
+				v, _ := a.GetString()
+				ps, err := DecodeMIGProfiles(v)
+				if err != nil {
+					d.fail(migAttr(i, attrMIGParentProfs), err)
+				}
+				m.Parent.MIGProfiles = ps
+			}
 		}
 		if d.err == nil {
 			if err := m.MIGDevice.Validate(); err != nil {

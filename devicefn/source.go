@@ -32,6 +32,9 @@ type GPU struct {
 	// MIGDevices are the MIG devices of a MIG-enabled GPU, by GPU instance
 	// ID; empty when MIG is off or no instance is configured.
 	MIGDevices []MIGDevice
+	// MIGProfiles are the GPU instance profiles a MIG-enabled GPU offers,
+	// by slices; empty when the source cannot tell.
+	MIGProfiles []MIGProfile
 }
 
 // Inventory is a node's GPUs and how they are connected.
