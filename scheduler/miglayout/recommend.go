@@ -117,9 +117,10 @@ type Recommendation struct {
 	// GPUs of the model on the node, and how many have an instance in use.
 	GPUs int `json:"gpus"`
 	Busy int `json:"busy"`
-	// Current is the GPUs' layout ("mixed" layouts: CurrentByGPU differ).
-	Current      []string   `json:"current"`
-	CurrentByGPU [][]string `json:"current_by_gpu,omitempty"`
+	// Current is the GPUs' layout; nil when their layouts differ, each
+	// then in CurrentByGPU.
+	Current      []string    `json:"current"`
+	CurrentByGPU []GPULayout `json:"current_by_gpu,omitempty"`
 	// Recommended is the layout recommended; Change says whether it
 	// differs from the current one (when it does not, it is the current).
 	Recommended []string `json:"recommended,omitempty"`
@@ -138,6 +139,14 @@ type Recommendation struct {
 	Note string `json:"note,omitempty"`
 	// Demand is the request sizes counted for the model.
 	Demand []Size `json:"demand,omitempty"`
+}
+
+// GPULayout is one GPU's current layout.
+type GPULayout struct {
+	Index  int      `json:"index"`
+	UUID   string   `json:"uuid"`
+	Layout []string `json:"layout"`
+	Busy   bool     `json:"busy,omitempty"`
 }
 
 // Recommend returns a recommendation per node and model, in node order.
@@ -191,8 +200,9 @@ func recommend(m Model, demand []Demand, opts Options) Recommendation {
 	for _, l := range current[1:] {
 		if !sameLayout(l, current[0]) {
 			r.Current = nil
-			for _, c := range current {
-				r.CurrentByGPU = append(r.CurrentByGPU, c.Names())
+			for i, c := range current {
+				g := m.GPUs[i]
+				r.CurrentByGPU = append(r.CurrentByGPU, GPULayout{Index: g.Index, UUID: g.UUID, Layout: c.Names(), Busy: g.Busy()})
 			}
 			break
 		}
@@ -234,17 +244,18 @@ func recommend(m Model, demand []Demand, opts Options) Recommendation {
 			best, bestF = l, f
 		}
 	}
+	var notes []string // what the search assumed, after why nothing changes
 	if cut {
-		r.Note = fmt.Sprintf("only the first %d layouts were compared. ", MaxLayouts)
+		notes = append(notes, fmt.Sprintf("only the first %d layouts were compared", MaxLayouts))
 	}
 	if parent.Derived {
-		r.Note += "the plugin published no MIG profiles for this model: the standard table was assumed. "
+		notes = append(notes, "the plugin published no MIG profiles for this model: the standard table was assumed")
 	}
 	saving := cur.Shares - bestF.Shares
 	keep := func(why string) Recommendation {
 		r.Recommended = r.Current
 		r.Fragmentation.Recommended = r.Fragmentation.Current
-		r.Note = strings.TrimSpace(r.Note + why)
+		r.Note = strings.Join(append([]string{why}, notes...), "; ")
 		return r
 	}
 	switch {
@@ -263,7 +274,7 @@ func recommend(m Model, demand []Demand, opts Options) Recommendation {
 	r.Fragmentation.Recommended = round(bestF)
 	r.Saving = round(Amount{Shares: saving, Slices: cur.Slices - bestF.Slices})
 	r.Config = Config(m.Model, r.Recommended)
-	r.Note = strings.TrimSpace(r.Note)
+	r.Note = strings.Join(notes, "; ")
 	return r
 }
 

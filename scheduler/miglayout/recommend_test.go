@@ -232,7 +232,8 @@ func TestSeveralGPUs(t *testing.T) {
 	seven := GPU{Index: 1, UUID: "GPU-1", Mode: devicefn.MIGWhole, SharesPerGPU: 100, Instances: []Instance{{Profile: "7g.40gb", Slices: 7, Used: 7}}}
 	r := one(t, a100Model(mixedA100(devicefn.MIGWhole), seven), []Demand{shares(14, 1)}, DefaultOptions)
 	must.Nil(t, r.Current)
-	must.Eq(t, [][]string{{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}, {"7g.40gb"}}, r.CurrentByGPU)
+	must.Eq(t, []GPULayout{{Index: 0, UUID: "GPU-0", Layout: []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}},
+		{Index: 1, UUID: "GPU-1", Layout: []string{"7g.40gb"}, Busy: true}}, r.CurrentByGPU)
 	must.Eq(t, 130.0, r.Fragmentation.Current.Shares) // 44 + 86
 	must.Eq(t, 4.0, r.Fragmentation.Recommended.Shares)
 	must.Eq(t, 126.0, r.Saving.Shares)

@@ -83,7 +83,9 @@ func TestGPUsRecommendMIGLayouts(t *testing.T) {
 		must.Eq(t, migA100, r.Model)
 		must.Eq(t, "whole", r.Mode)
 		must.Eq(t, 1, r.Busy) // the 3g.20gb instance is held
-		must.Eq(t, [][]string{{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}, {"7g.40gb"}}, r.CurrentByGPU)
+		must.Eq(t, []miglayout.GPULayout{
+			{Index: 0, UUID: "GPU-a2000000-0000-4000-8000-000000000000", Layout: []string{"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}, Busy: true},
+			{Index: 1, UUID: "GPU-a2000000-0000-4000-8000-000000000001", Layout: []string{"7g.40gb"}}}, r.CurrentByGPU)
 		must.Eq(t, []miglayout.Size{{Profile: "3g.20gb", Weight: 1}, {Shares: 14, Weight: 4}}, r.Demand)
 		must.True(t, r.Change)
 		must.Eq(t, "1g.5gb ×7", miglayout.Format(r.Recommended))
