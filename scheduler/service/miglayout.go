@@ -1,6 +1,9 @@
 package service
 
 import (
+	"slices"
+
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/miglayout"
 	"github.com/gpushare/gpushare/scheduler/model"
@@ -20,7 +23,8 @@ type GPUs struct {
 
 // migLayouts recommends a layout for each node's MIG-enabled GPUs of a
 // model from the demand the model holds now; nothing when no node has MIG.
-// It reads the model under the lock and computes after it.
+// It reads the model under the lock (the demand only when a node may have
+// MIG GPUs) and decodes and computes after it.
 func (s *Service) migLayouts() []miglayout.Recommendation {
 	managed := s.namespaces()
 	s.mu.Lock()
@@ -28,22 +32,37 @@ func (s *Service) migLayouts() []miglayout.Recommendation {
 	for _, n := range s.state.Nodes {
 		nodes = append(nodes, n)
 	}
-	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
-	for _, a := range s.state.Allocs {
-		if model.Live(a) {
-			allocs = append(allocs, a)
-		}
-	}
-	mig, _ := miglayout.FromNomad(nodes, allocs) // the GPU map names the groups it cannot decode
+	var allocs []*api.Allocation
 	var demand []miglayout.Demand
-	if len(mig) > 0 {
+	mig := slices.ContainsFunc(nodes, mayHaveMIG)
+	if mig {
+		for _, a := range s.state.Allocs {
+			if model.Live(a) {
+				allocs = append(allocs, a)
+			}
+		}
 		demand = s.migDemand(managed)
 	}
 	s.mu.Unlock()
-	if len(mig) == 0 {
+	if !mig {
 		return nil
 	}
-	return miglayout.Recommend(mig, demand, miglayout.DefaultOptions)
+	gpus, _ := miglayout.FromNomad(nodes, allocs) // the GPU map names the groups it cannot decode
+	return miglayout.Recommend(gpus, demand, miglayout.DefaultOptions)
+}
+
+// mayHaveMIG reports whether a node offers MIG instances, whole or shared.
+func mayHaveMIG(n *api.Node) bool {
+	if n == nil || n.NodeResources == nil {
+		return false
+	}
+	return slices.ContainsFunc(n.NodeResources.Devices, func(d *api.NodeDeviceResource) bool {
+		if d == nil || d.Vendor != devicefn.Vendor {
+			return false
+		}
+		_, shared := d.Attributes[devicefn.AttrMIGGroupProfile]
+		return d.Type == devicefn.MIGDeviceType || (d.Type == devicefn.DeviceType && shared)
+	})
 }
 
 // migDemand is every request of the groups of managed namespaces that wait

@@ -108,8 +108,9 @@ func TestGPUsRecommendMIGLayouts(t *testing.T) {
 	}
 }
 
-// Without MIG-enabled GPUs /v1/gpus has no mig_layouts.
-func TestGPUsWithoutMIGHaveNoLayouts(t *testing.T) {
+// Without MIG-enabled GPUs /v1/gpus has no mig_layouts; with them but no
+// demand, each says that nothing is recommended.
+func TestGPUsWithoutMIGOrDemand(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	fraction(t, f, "default", "small", 0, 0, 14)
 	s := newTestService(t, f)
@@ -117,4 +118,14 @@ func TestGPUsWithoutMIGHaveNoLayouts(t *testing.T) {
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/gpus", nil))
 	must.EqOp(t, http.StatusOK, rr.Code)
 	must.StrNotContains(t, rr.Body.String(), "mig_layouts")
+
+	s = newTestService(t, &fakeNomad{nodes: []*api.Node{a100MIG(t)}, jobs: map[string]*api.Job{}})
+	rr = httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/gpus", nil))
+	var body GPUs
+	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &body))
+	must.SliceLen(t, 1, body.MIGLayouts)
+	must.False(t, body.MIGLayouts[0].Change)
+	must.Nil(t, body.MIGLayouts[0].Recommended)
+	must.StrContains(t, body.MIGLayouts[0].Note, "no fractional demand")
 }
