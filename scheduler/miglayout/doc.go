@@ -28,9 +28,14 @@
 //     an instance of at least d shares wastes the difference, a smaller one
 //     counts whole. A request of a profile is held only by an instance of
 //     that profile (Nomad matches the device name), and uses all of it;
+//   - on shared instances a request of a profile counts as a request of
+//     that profile's shares (3g.20gb of 7 slices at 100: 42);
 //   - compute slices in no instance count fully, and so do the shares the
 //     plugin's rounding leaves out (seven 1g instances offer 7 x 14 = 98
 //     shares of 100).
+//
+// Requests are sized by their shares only: the memory a share stands for
+// is not weighed separately.
 //
 // A GPU's expected fragmentation is therefore shares_per_gpu minus the
 // expected shares its layout puts to use; a node's is the sum over its GPUs
