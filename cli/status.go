@@ -17,7 +17,7 @@ import (
 func runStatus(args []string, io IO) int {
 	fs := newFlags("status", "status [-address URL] [-scheduler URL] [-json]", io)
 	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646); the token comes from $NOMAD_TOKEN")
-	schedFlag := addSchedulerFlag(fs, "for the groups that wait and why")
+	schedFlag := addSchedulerFlag(fs, "for the groups that wait and why and the MIG layouts it recommends")
 	asJSON := fs.Bool("json", false, "print the map as JSON")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -46,6 +46,7 @@ func runStatus(args []string, io IO) int {
 		return 1
 	}
 	renderUnpairs(io, sched.addr)
+	renderMIGLayouts(io, sched.addr)
 	return 0
 }
 

@@ -74,9 +74,10 @@ func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, code, h)
 }
 
-// handleGPUs serves the GPU map. Every namespace's allocations hold
-// shares; those of namespaces the caller may not see (not managed, or
-// their jobs not readable by its token) show as anonymous shares.
+// handleGPUs serves the GPU map and the MIG layouts recommended (GPUs).
+// Every namespace's allocations hold shares; those of namespaces the
+// caller may not see (not managed, or their jobs not readable by its
+// token) show as anonymous shares.
 func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r, authScope{Nodes: true}); err != nil {
 		authFailed(w, err)
@@ -88,7 +89,7 @@ func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
 		authFailed(w, see.err)
 		return
 	}
-	writeJSON(w, http.StatusOK, m)
+	writeJSON(w, http.StatusOK, GPUs{Map: m, MIGLayouts: s.migLayouts()})
 }
 
 // gpuMap builds the GPU map with the usage of the namespaces visible does

@@ -1,0 +1,45 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/miglayout"
+	"github.com/gpushare/gpushare/scheduler/service"
+)
+
+// renderMIGLayouts prints, per node with MIG-enabled GPUs, the layout the
+// scheduler recommends from the demand it sees, and how to apply it. A
+// scheduler that cannot be reached, or that does not let the token read
+// nodes, shows nothing here (renderWaiting said so already).
+func renderMIGLayouts(io IO, addr string) {
+	var body service.GPUs
+	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/gpus", &body); err != nil || len(body.MIGLayouts) == 0 {
+		return
+	}
+	writeMIGLayouts(io, body.MIGLayouts)
+}
+
+func writeMIGLayouts(io IO, rs []miglayout.Recommendation) {
+	fmt.Fprintf(io.Out, "\nMIG layouts for the demand the scheduler sees (waiting and running fractional requests):\n")
+	for _, r := range rs {
+		fmt.Fprintf(io.Out, "  %s  %s\n", r.Node, r.Summary())
+		if len(r.Demand) > 0 {
+			parts := make([]string, len(r.Demand))
+			for i, d := range r.Demand {
+				size := fmt.Sprintf("%d shares", d.Shares)
+				if d.Profile != "" {
+					size = d.Profile
+				}
+				parts[i] = fmt.Sprintf("%g x %s", d.Weight, size)
+			}
+			fmt.Fprintf(io.Out, "    demand: %s\n", strings.Join(parts, ", "))
+		}
+		if r.Change && r.Note != "" {
+			fmt.Fprintf(io.Out, "    note: %s\n", r.Note)
+		}
+		if how := r.Apply(); how != "" {
+			fmt.Fprintf(io.Out, "    to apply: %s\n", how)
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package service
+
+import (
+	"slices"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/miglayout"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+)
+
+// GPUs is the body of /v1/gpus: the GPU map and, per node and model of
+// MIG-enabled GPUs, the layout the demand calls for.
+type GPUs struct {
+	*gpumap.Map
+	// MIGLayouts are the layouts recommended (package miglayout). They are
+	// computed from aggregate request sizes and name no job: every token
+	// that may read nodes sees the same.
+	MIGLayouts []miglayout.Recommendation `json:"mig_layouts,omitempty"`
+}
+
+// migLayouts recommends a layout for each node's MIG-enabled GPUs of a
+// model from the demand the model holds now; nothing when no node has MIG.
+// It reads the model under the lock (the demand only when a node may have
+// MIG GPUs) and decodes and computes after it.
+func (s *Service) migLayouts() []miglayout.Recommendation {
+	managed := s.namespaces()
+	s.mu.Lock()
+	nodes := make([]*api.Node, 0, len(s.state.Nodes))
+	for _, n := range s.state.Nodes {
+		nodes = append(nodes, n)
+	}
+	var allocs []*api.Allocation
+	var demand []miglayout.Demand
+	mig := slices.ContainsFunc(nodes, mayHaveMIG)
+	if mig {
+		for _, a := range s.state.Allocs {
+			if model.Live(a) {
+				allocs = append(allocs, a)
+			}
+		}
+		demand = s.migDemand(managed)
+	}
+	s.mu.Unlock()
+	if !mig {
+		return nil
+	}
+	gpus, _ := miglayout.FromNomad(nodes, allocs) // the GPU map names the groups it cannot decode
+	return miglayout.Recommend(gpus, demand, miglayout.DefaultOptions)
+}
+
+// mayHaveMIG reports whether a node offers MIG instances, whole or shared.
+func mayHaveMIG(n *api.Node) bool {
+	if n == nil || n.NodeResources == nil {
+		return false
+	}
+	return slices.ContainsFunc(n.NodeResources.Devices, func(d *api.NodeDeviceResource) bool {
+		if d == nil || d.Vendor != devicefn.Vendor {
+			return false
+		}
+		_, shared := d.Attributes[devicefn.AttrMIGGroupProfile]
+		return d.Type == devicefn.MIGDeviceType || (d.Type == devicefn.DeviceType && shared)
+	})
+}
+
+// migDemand is every request of the groups of managed namespaces that wait
+// or run, weighted by their allocations (live and missing): their
+// nvidia/gpushare request (miglayout counts the fractional ones) and their
+// requests of whole MIG instances. Groups refused for good, stopped jobs
+// and templates ask for nothing. The caller holds s.mu.
+func (s *Service) migDemand(managed namespaces) []miglayout.Demand {
+	var out []miglayout.Demand
+	for _, job := range s.state.Jobs {
+		if (job.Stop != nil && *job.Stop) || model.Template(job) {
+			continue
+		}
+		for _, tg := range job.TaskGroups {
+			key := model.KeyOf(job, *tg.Name)
+			if !managed.has(key.Namespace) || pin.Count(tg) == 0 {
+				continue
+			}
+			if _, never := s.refused[key]; never {
+				continue
+			}
+			live, missing := s.state.Missing(job, tg)
+			n := len(live) + missing
+			if n == 0 {
+				continue
+			}
+			if pin.Wants(tg) {
+				if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Shares > 0 {
+					out = append(out, miglayout.Demand{Shares: r.Shares, Models: r.Models, Weight: float64(n)})
+				}
+			}
+			out = append(out, miglayout.TaskGroupDemand(tg, n)...)
+		}
+	}
+	return out
+}
