@@ -33,9 +33,9 @@ func (l Layout) slices() (int, int) {
 	return c, m
 }
 
-// Valid reports whether the parent can hold the layout by the slice rule:
-// compute and memory slices within the parent's, and only profiles it
-// offers.
+// Valid reports whether the parent can hold the layout: only profiles it
+// offers, compute and memory slices within the parent's, and a place for
+// every instance (placeable).
 func (p *Parent) Valid(l Layout) bool {
 	for _, q := range l {
 		if _, ok := p.profile(q.Name); !ok {
@@ -43,7 +43,39 @@ func (p *Parent) Valid(l Layout) bool {
 		}
 	}
 	c, m := l.slices()
-	return len(l) > 0 && c <= p.Slices && m <= p.MemSlices
+	return len(l) > 0 && c <= p.Slices && m <= p.MemSlices && p.placeable(l)
+}
+
+// placeable reports whether the instances of l can be put side by side on
+// the GPU by the placement rule of A100, H100 and A30 GPUs: an instance of
+// m memory slices and g compute slices starts at a multiple of m, ends
+// within the memory slices and its compute slices within the GPU's (on an
+// A100: 1g at 0..6, 2g at 0, 2, 4, 3g at 0 or 4, 4g and 7g at 0), and no
+// two overlap. So 4g+3g fits (4g at 0, 3g at 4) but 3g+3g+1g does not.
+// The plugin creates instances through NVML, which checks NVIDIA's own
+// placements before it destroys anything.
+func (p *Parent) placeable(l Layout) bool {
+	if p.MemSlices >= 64 {
+		return true // no such GPU; the slice sums decide
+	}
+	order := canonical(l)
+	slices.SortStableFunc(order, func(a, b Profile) int { return b.MemSlices - a.MemSlices })
+	var place func(i int, used uint64) bool
+	place = func(i int, used uint64) bool {
+		if i == len(order) {
+			return true
+		}
+		q := order[i]
+		m := max(q.MemSlices, 1)
+		for s := 0; s+m <= p.MemSlices && s+q.Slices <= p.Slices; s += m {
+			span := (uint64(1)<<m - 1) << s
+			if used&span == 0 && place(i+1, used|span) {
+				return true
+			}
+		}
+		return false
+	}
+	return place(0, 0)
 }
 
 // Layouts enumerates the valid layouts of recommendable profiles, at most
@@ -73,7 +105,9 @@ func (p *Parent) Layouts() ([]Layout, bool) {
 				continue
 			}
 			cur = append(cur, q)
-			walk(i, c+q.Slices, m+q.MemSlices)
+			if p.placeable(cur) { // a layout that cannot be placed has no placeable superset
+				walk(i, c+q.Slices, m+q.MemSlices)
+			}
 			cur = cur[:len(cur)-1]
 			if cut {
 				return

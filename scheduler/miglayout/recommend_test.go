@@ -241,3 +241,30 @@ func TestSeveralGPUs(t *testing.T) {
 	must.Eq(t, 1, r.Busy)
 	must.Eq(t, "whole", r.Mode)
 }
+
+// Instances must also find places side by side (an instance of m memory
+// slices starts at a multiple of m): on an A100 every layout the slice sums
+// allow can be placed (4g at 0 and 3g at 4; 3g at 4 and 2g at 0 and 2), but
+// on a GPU of six compute slices and eight memory slices two 3g instances
+// cannot, though their slices add up.
+func TestLayoutsMustBePlaceable(t *testing.T) {
+	p := NewParent(7, a100, nil)
+	for _, l := range []Layout{
+		{{"4g.20gb", 4, 4}, {"3g.20gb", 3, 4}},
+		{{"3g.20gb", 3, 4}, {"2g.10gb", 2, 2}, {"2g.10gb", 2, 2}},
+		{{"2g.10gb", 2, 2}, {"2g.10gb", 2, 2}, {"2g.10gb", 2, 2}, {"1g.5gb", 1, 1}},
+		{{"1g.10gb", 1, 2}, {"1g.10gb", 1, 2}, {"1g.10gb", 1, 2}, {"1g.10gb", 1, 2}},
+	} {
+		must.True(t, p.Valid(l), must.Sprint(l))
+	}
+	six := Parent{Slices: 6, MemSlices: 8, Profiles: []Profile{{"3g.20gb", 3, 4}, {"1g.5gb", 1, 1}}}
+	must.False(t, six.Valid(Layout{{"3g.20gb", 3, 4}, {"3g.20gb", 3, 4}}))
+	must.True(t, six.Valid(Layout{{"3g.20gb", 3, 4}, {"1g.5gb", 1, 1}, {"1g.5gb", 1, 1}}))
+	must.False(t, six.Valid(Layout{{"3g.20gb", 3, 4}, {"1g.5gb", 1, 1}, {"1g.5gb", 1, 1}, {"1g.5gb", 1, 1}})) // 1g only at 4 and 5
+	ls, _ := six.Layouts()
+	for _, l := range ls {
+		must.True(t, six.placeable(l), must.Sprint(l))
+	}
+	// 1g.10gb takes two memory slices: at most four of them
+	must.False(t, p.Valid(Layout{{"1g.10gb", 1, 2}, {"1g.10gb", 1, 2}, {"1g.10gb", 1, 2}, {"1g.10gb", 1, 2}, {"1g.5gb", 1, 1}}))
+}
