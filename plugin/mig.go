@@ -85,6 +85,7 @@ func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[st
 		EnvNvidiaVisible: m.UUID,
 		EnvCUDAVisible:   m.UUID,
 		EnvShares:        "1",
+		EnvShareIDs:      m.UUID, // the instance is the share (devicefn.ParseShareIDs)
 		EnvFraction:      strconv.FormatFloat(m.Fraction(), 'f', 4, 64),
 		EnvShareMemory:   strconv.FormatUint(m.MemoryMiB, 10),
 		EnvSharing:       devicefn.SharingMIG,
@@ -92,20 +93,19 @@ func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[st
 		EnvMIGParent:     m.Parent.UUID,
 	}}
 	res.Envs[EnvFraction] = strings.TrimRight(strings.TrimRight(res.Envs[EnvFraction], "0"), ".")
-	nodes := append([]string(nil), controlDevices...)
-	if minor := st.gpu.Minor; minor >= 0 {
-		nodes = append(nodes, "/dev/nvidia"+strconv.Itoa(minor))
-	}
-	for _, c := range m.CapMinors {
-		nodes = append(nodes, capsDir+"/nvidia-cap"+strconv.Itoa(c))
-	}
-	for _, dev := range nodes {
-		if p.exists(dev) {
-			res.Devices = append(res.Devices, &device.DeviceSpec{TaskPath: dev, HostPath: dev, CgroupPerms: "rw"})
-		}
-	}
+	res.Devices = p.deviceSpecs(migNodes(st.gpu.Minor, m.CapMinors))
 	p.logger.Info("MIG instance reserved", "mig_device", m.UUID, "profile", m.Profile, "gpu", m.Parent.UUID)
 	return res, nil
+}
+
+// migNodes are the device nodes of a MIG instance besides the control
+// nodes: its parent's /dev/nvidia<minor> and its /dev/nvidia-caps nodes.
+func migNodes(parentMinor int, capMinors []int) []string {
+	nodes := gpuNode(parentMinor)
+	for _, c := range capMinors {
+		nodes = append(nodes, capsDir+"/nvidia-cap"+strconv.Itoa(c))
+	}
+	return nodes
 }
 
 // applyMIGLayouts makes the instances of every MIG-enabled GPU of a model

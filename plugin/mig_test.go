@@ -150,6 +150,7 @@ func TestReserveMIG(t *testing.T) {
 		EnvNvidiaVisible: migInst3,
 		EnvCUDAVisible:   migInst3,
 		EnvShares:        "1",
+		EnvShareIDs:      migInst3, // whole: the instance's own ID
 		EnvFraction:      "0.4286",
 		EnvShareMemory:   "19968",
 		EnvSharing:       "mig",
