@@ -226,3 +226,40 @@ func TestMIGMemoryGB(t *testing.T) {
 		must.Eq(t, c.want, migMemoryGB(c.total, c.profile), must.Sprintf("%d of %d", c.profile, c.total))
 	}
 }
+
+// A MIG-enabled GPU's profiles are NVML's GPU instance profiles, named as
+// the layouts name them, by slices; a GPU without MIG has none.
+func TestInventoryMIGProfiles(t *testing.T) {
+	n := newDGXA100(t)
+	enableMIG(t, n.devs[2], nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	inv, err := n.source(t, Options{}).Inventory(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []devicefn.MIGProfile{
+		{Name: "1g.5gb", Slices: 1, MemoryMiB: 4864},
+		{Name: "1g.5gb+me", Slices: 1, MemoryMiB: 4864},
+		{Name: "1g.10gb", Slices: 1, MemoryMiB: 9856},
+		{Name: "2g.10gb", Slices: 2, MemoryMiB: 9856},
+		{Name: "3g.20gb", Slices: 3, MemoryMiB: 19968},
+		{Name: "4g.20gb", Slices: 4, MemoryMiB: 19968},
+		{Name: "7g.40gb", Slices: 7, MemoryMiB: 40192},
+	}, inv.GPUs[2].MIGProfiles)
+	must.SliceEmpty(t, inv.GPUs[0].MIGProfiles)
+
+	h := newDGXH100(t)
+	enableMIG(t, h.devs[0])
+	inv, err = h.source(t, Options{}).Inventory(context.Background())
+	must.NoError(t, err)
+	names := make([]string, len(inv.GPUs[0].MIGProfiles))
+	for i, p := range inv.GPUs[0].MIGProfiles {
+		names[i] = p.Name
+	}
+	must.Eq(t, []string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}, names)
+
+	// a layout names profiles as the inventory does
+	src := n.source(t, Options{})
+	must.NoError(t, src.ApplyMIGLayout(context.Background(), n.devs[2].UUID, []string{"4g.20gb", "1g.10gb"}))
+	inv, err = src.Inventory(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, "4g.20gb", inv.GPUs[2].MIGDevices[0].Profile)
+	must.Eq(t, "1g.10gb", inv.GPUs[2].MIGDevices[1].Profile)
+}
