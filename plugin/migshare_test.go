@@ -71,6 +71,9 @@ func TestFingerprintSharedMIG(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, 42, g.GPUShares())
 	must.Eq(t, migA100+"0", g.GPUs[0].Parent)
+	// the parent's profiles, the fixture's defaults for an A100-40GB
+	must.Eq(t, "1g.5gb:1:4864,2g.10gb:2:9856,3g.20gb:3:19968,4g.20gb:4:19968,7g.40gb:7:40192",
+		*by["gpushare/"+a100MIG+"3g.20gb"].Attributes["gpu0.mig_profiles"].String)
 }
 
 func TestSharedMIGParentUnhealthy(t *testing.T) {
