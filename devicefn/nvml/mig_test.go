@@ -96,6 +96,10 @@ func migHandles(d *server.Device) []nvml.Device {
 				GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return giID, nvml.SUCCESS },
 				GetComputeInstanceIdFunc: func() (int, nvml.Return) { return ciID, nvml.SUCCESS },
 				GetAttributesFunc:        func() (nvml.DeviceAttributes, nvml.Return) { return attrs, nvml.SUCCESS },
+				// used: 100 MiB per GPU instance ID + 1, to tell them apart
+				GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+					return nvml.Memory{Total: attrs.MemorySizeMB * mib, Used: uint64(giID+1) * 100 * mib}, nvml.SUCCESS
+				},
 			})
 		}
 		gi.RUnlock()
@@ -262,4 +266,20 @@ func TestInventoryMIGProfiles(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, "4g.20gb", inv.GPUs[2].MIGDevices[0].Profile)
 	must.Eq(t, "1g.10gb", inv.GPUs[2].MIGDevices[1].Profile)
+}
+
+// A MIG-enabled GPU's stats carry its MIG devices' memory, read through
+// their handles; its other counters stay the GPU's.
+func TestStatsMIGDevices(t *testing.T) {
+	n := newDGXA100(t)
+	uuids := enableMIG(t, n.devs[2], nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	n.devs[2].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 55, nvml.SUCCESS }
+	stats, err := n.source(t, Options{}).Stats(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []devicefn.MIGStats{
+		{UUID: uuids[0], MemoryUsedMiB: 100, MemoryTotalMiB: 19968},
+		{UUID: uuids[1], MemoryUsedMiB: 200, MemoryTotalMiB: 4864},
+	}, stats[2].MIGDevices)
+	must.Eq(t, 55, stats[2].TemperatureC)
+	must.SliceEmpty(t, stats[0].MIGDevices) // MIG off
 }
