@@ -45,14 +45,9 @@ func isMIGRequest(ids []string, migs map[string]devicefn.MIGInstance) bool {
 // the same request, more than one instance (CUDA gives a process a single
 // MIG device) and instances of unhealthy GPUs.
 func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[string]devicefn.MIGInstance) (*device.ContainerReservation, error) {
-	var inst, other, dups []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			dups = append(dups, id)
-			continue
-		}
-		seen[id] = true
+	var inst, other []string
+	distinct, dups := splitDuplicates(ids)
+	for _, id := range distinct {
 		if _, ok := migs[id]; ok {
 			inst = append(inst, id)
 		} else {

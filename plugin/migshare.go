@@ -81,14 +81,9 @@ func isMIGShareRequest(ids []string, shared map[string]migShare) bool {
 // instance.
 func (p *Plugin) reserveMIGShares(cfg *Config, ids []string, gpus map[string]*gpuState, shared map[string]migShare) (*device.ContainerReservation, error) {
 	byInst := map[string][]int{}
-	var unknown, dups, onGPUs []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			dups = append(dups, id)
-			continue
-		}
-		seen[id] = true
+	var unknown, onGPUs []string
+	distinct, dups := splitDuplicates(ids)
+	for _, id := range distinct {
 		sid, err := devicefn.ParseShareID(id)
 		m, isMIG := shared[sid.UUID]
 		switch {

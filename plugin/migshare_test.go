@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,8 +9,6 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
-	"github.com/gpushare/gpushare/internal/nomadplugin/base"
-	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 )
 
@@ -21,15 +18,10 @@ const a100MIG = "NVIDIA A100-SXM4-40GB MIG "
 // "shared" and extra config, fingerprinted once.
 func sharedPlugin(t *testing.T, content, extra string) *Plugin {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "gpus.hcl")
-	must.NoError(t, os.WriteFile(path, []byte(content), 0o644))
-	p := New(hclog.NewNullLogger(), nil)
-	p.exists = func(string) bool { return false }
 	if !strings.Contains(extra, "sharing") {
 		extra += "\nsharing = \"timeslice\""
 	}
-	cfg := fmt.Sprintf("fixture = %q\nmig_instances = \"shared\"\n%s", path, extra)
-	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}))
+	p := pluginOnFile(t, content, "mig_instances = \"shared\"\n"+extra)
 	must.NoError(t, p.fingerprintOnce(t.Context()).Error)
 	return p
 }
@@ -77,17 +69,7 @@ func TestFingerprintSharedMIG(t *testing.T) {
 }
 
 func TestSharedMIGParentUnhealthy(t *testing.T) {
-	p, path, _ := newPlugin(t, fixtures.A100MIG, `mig_instances = "shared"`)
-	ch, err := p.Fingerprint(t.Context())
-	must.NoError(t, err)
-	next(t, ch)
-
-	src, err := os.ReadFile(path)
-	must.NoError(t, err)
-	head := `gpu "` + migA100 + `0" {` + "\n"
-	writeLater(t, path, strings.Replace(string(src), head, head+"  healthy = false\n  health_reason = \"XID 79: GPU has fallen off the bus\"\n", 1))
-
-	by := groupsByType(next(t, ch))
+	p, by := sickParent(t, `mig_instances = "shared"`)
 	for _, profile := range []string{"3g.20gb", "2g.10gb", "1g.5gb"} {
 		for _, d := range by["gpushare/"+a100MIG+profile].Devices {
 			must.False(t, d.Healthy, must.Sprint(d.ID))
@@ -97,7 +79,7 @@ func TestSharedMIGParentUnhealthy(t *testing.T) {
 	for _, d := range by["gpushare/"+a100MIG+"7g.40gb"].Devices { // the other GPU's instance
 		must.True(t, d.Healthy)
 	}
-	_, err = p.Reserve(migShareIDs(migInst3, 0, 14))
+	_, err := p.Reserve(migShareIDs(migInst3, 0, 14))
 	must.ErrorIs(t, err, ErrUnhealthyShare)
 	must.ErrorContains(t, err, "shares 0-13 of MIG instance "+migInst3+" of GPU "+migA100+"0 (XID 79")
 	_, err = p.Reserve(migShareIDs(migInst7, 0, 14))
@@ -136,12 +118,7 @@ func TestReserveSharedMIG(t *testing.T) {
 
 func TestReserveSharedMIGRefusals(t *testing.T) {
 	p := sharedPlugin(t, mixedNode, "")
-	for _, c := range []struct {
-		name string
-		ids  []string
-		err  error
-		want []string
-	}{
+	mustRefuse(t, p, []refusal{
 		{"two instances", append(migShareIDs("MIG-mig-3g", 0, 2), "MIG-mig-1g:0"), ErrMIGSpread,
 			[]string{"3 shares span 2 MIG instances (MIG-mig-1g has 1, MIG-mig-3g has 2)", "instances cannot be joined"}},
 		{"instance and GPU", []string{"MIG-mig-3g:0", "GPU-whole:0"}, ErrMIGSpread,
@@ -152,15 +129,7 @@ func TestReserveSharedMIGRefusals(t *testing.T) {
 		{"duplicate", []string{"MIG-mig-3g:1", "MIG-mig-3g:1"}, ErrDuplicateShare, []string{"MIG-mig-3g:1"}},
 		{"the whole instance's ID", []string{"MIG-mig-3g"}, ErrUnknownShare, []string{"MIG-mig-3g"}},
 		{"shares of the MIG GPU", []string{"GPU-mig:0"}, ErrUnknownShare, []string{"GPU-mig:0"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := p.Reserve(c.ids)
-			must.True(t, errors.Is(err, c.err), must.Sprintf("got %v", err))
-			for _, w := range c.want {
-				must.ErrorContains(t, err, w)
-			}
-		})
-	}
+	})
 
 	// sharing = "exclusive": whole instances only
 	ex := sharedPlugin(t, mixedNode, `sharing = "exclusive"`)
@@ -233,20 +202,6 @@ func TestReserveSharedMIGInterposer(t *testing.T) {
 // The device nodes of shares of an instance are its parent's and its own
 // /dev/nvidia-caps nodes.
 func TestReserveSharedMIGDeviceNodes(t *testing.T) {
-	src := capsSource{devicefn.Inventory{
-		GPUs: []devicefn.GPU{{UUID: "GPU-0", Model: "A100", MemoryMiB: 40960, Minor: 2, MIG: true,
-			MIGDevices: []devicefn.MIGDevice{{UUID: "MIG-0", Profile: "1g.5gb", MemoryMiB: 4864, Slices: 1, ParentSlices: 7, CapMinors: []int{21, 22}}}}},
-		Links: devicefn.Matrix{{{Kind: devicefn.LinkSelf}}},
-	}}
-	p := New(hclog.NewNullLogger(), func(*Config, hclog.Logger) (devicefn.Source, error) { return src, nil })
-	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, "sharing = \"timeslice\"\nmig_instances = \"shared\"")}))
-	p.exists = func(path string) bool { return path != "/dev/nvidia-uvm-tools" }
-	must.NoError(t, p.fingerprintOnce(t.Context()).Error)
-	res, err := p.Reserve([]string{"MIG-0:3"})
-	must.NoError(t, err)
-	var got []string
-	for _, d := range res.Devices {
-		got = append(got, d.HostPath)
-	}
-	must.Eq(t, []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22"}, got)
+	must.Eq(t, []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22"},
+		capsNodes(t, "sharing = \"timeslice\"\nmig_instances = \"shared\"", "MIG-0:3", func(path string) bool { return path != "/dev/nvidia-uvm-tools" }))
 }

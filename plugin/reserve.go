@@ -69,14 +69,9 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 
 	// unknown and duplicate IDs
 	byGPU := map[string][]int{}
-	var unknown, dups []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			dups = append(dups, id)
-			continue
-		}
-		seen[id] = true
+	var unknown []string
+	distinct, dups := splitDuplicates(ids)
+	for _, id := range distinct {
 		sid, err := devicefn.ParseShareID(id)
 		// a MIG-enabled GPU offers its instances, not shares
 		if err != nil || gpus[sid.UUID] == nil || gpus[sid.UUID].gpu.MIG || sid.Index >= perGPU {
@@ -255,6 +250,20 @@ func (p *Plugin) deviceSpecs(nodes []string) []*device.DeviceSpec {
 		}
 	}
 	return out
+}
+
+// splitDuplicates returns ids without repeats, in order, and the repeats.
+func splitDuplicates(ids []string) (distinct, dups []string) {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			dups = append(dups, id)
+			continue
+		}
+		seen[id] = true
+		distinct = append(distinct, id)
+	}
+	return distinct, dups
 }
 
 func sortedKeys[V any](m map[string]V) []string {

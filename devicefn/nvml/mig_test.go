@@ -253,11 +253,12 @@ func TestInventoryMIGProfiles(t *testing.T) {
 	enableMIG(t, h.devs[0])
 	inv, err = h.source(t, Options{}).Inventory(context.Background())
 	must.NoError(t, err)
-	names := make([]string, len(inv.GPUs[0].MIGProfiles))
-	for i, p := range inv.GPUs[0].MIGProfiles {
-		names[i] = p.Name
-	}
-	must.Eq(t, []string{"1g.10gb", "1g.10gb+me", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"}, names)
+	must.Eq(t, []devicefn.MIGProfile{
+		{Name: "1g.10gb", Slices: 1, MemoryMiB: 10240}, {Name: "1g.10gb+me", Slices: 1, MemoryMiB: 10240},
+		{Name: "1g.20gb", Slices: 1, MemoryMiB: 20480}, {Name: "2g.20gb", Slices: 2, MemoryMiB: 20480},
+		{Name: "3g.40gb", Slices: 3, MemoryMiB: 40960}, {Name: "4g.40gb", Slices: 4, MemoryMiB: 40960},
+		{Name: "7g.80gb", Slices: 7, MemoryMiB: 81920},
+	}, inv.GPUs[0].MIGProfiles)
 
 	// a layout names profiles as the inventory does
 	src := n.source(t, Options{})
