@@ -16,8 +16,10 @@ import (
 
 // EnvShareIDs is the task environment variable Reserve sets to the share
 // IDs it reserved, one entry per GPU separated by spaces, each
-// "<GPU UUID>:<ranges>" with ranges such as "0-24,50" (FormatShareIDs).
-// A process that carries it holds those shares: the sources read it from
+// "<GPU UUID>:<ranges>" with ranges such as "0-24,50" (FormatShareIDs);
+// the shares of a shared MIG instance are "<MIG UUID>:<ranges>", and a
+// whole MIG instance (mig_instances = "whole") is its bare "MIG-..." UUID,
+// the instance's own Nomad ID. A process that carries it holds those shares: the sources read it from
 // /proc/<pid>/environ to tell which share a GPU process uses.
 const EnvShareIDs = "GPUSHARE_SHARE_IDS"
 
@@ -63,11 +65,21 @@ func FormatShareIDs(uuids []string, byGPU map[string][]int) string {
 // (shares_per_gpu is at most a few hundred, GPUs per node a few dozen).
 const maxParsedShares = 1 << 16
 
-// ParseShareIDs reads EnvShareIDs back into share IDs by GPU UUID.
+// ParseShareIDs reads EnvShareIDs back into share IDs by GPU (or MIG
+// device) UUID; a whole MIG instance's entry is its UUID alone.
 func ParseShareIDs(s string) (map[string][]string, error) {
 	out := map[string][]string{}
 	n := 0
 	for _, entry := range strings.Fields(s) {
+		if strings.HasPrefix(entry, "MIG-") && !strings.Contains(entry, ":") {
+			// a whole MIG instance: its ID is its UUID
+			if _, dup := out[entry]; dup {
+				return nil, fmt.Errorf("%w: MIG instance %s appears twice in %s", ErrBadShareID, entry, EnvShareIDs)
+			}
+			out[entry] = []string{entry}
+			n++
+			continue
+		}
 		i := strings.LastIndexByte(entry, ':')
 		if i <= 0 || i == len(entry)-1 {
 			return nil, fmt.Errorf("%w %q in %s: want <GPU UUID>:<ranges>, for example GPU-1234:0-24", ErrBadShareID, entry, EnvShareIDs)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -20,7 +21,12 @@ func TestShareIDsEnv(t *testing.T) {
 		"GPU-b": {"GPU-b:0", "GPU-b:1", "GPU-b:2", "GPU-b:3", "GPU-b:7", "GPU-b:50"},
 	}, got)
 
-	for _, bad := range []string{"GPU-a", "GPU-a:", ":1", "GPU-a:3-1", "GPU-a:x", "GPU-a:-1", "GPU-a:1 GPU-a:2", "GPU-a:0-99999999"} {
+	// MIG: a shared instance's shares, a whole instance by its UUID
+	got, err = ParseShareIDs("MIG-3g:0-1 MIG-7g")
+	must.NoError(t, err)
+	must.Eq(t, map[string][]string{"MIG-3g": {"MIG-3g:0", "MIG-3g:1"}, "MIG-7g": {"MIG-7g"}}, got)
+
+	for _, bad := range []string{"MIG-7g MIG-7g", "GPU-a", "GPU-a:", ":1", "GPU-a:3-1", "GPU-a:x", "GPU-a:-1", "GPU-a:1 GPU-a:2", "GPU-a:0-99999999"} {
 		_, err := ParseShareIDs(bad)
 		must.ErrorIs(t, err, ErrBadShareID, must.Sprint(bad))
 	}
@@ -28,6 +34,7 @@ func TestShareIDsEnv(t *testing.T) {
 
 func FuzzParseShareIDs(f *testing.F) {
 	f.Add("GPU-a:0-24,50 GPU-b:1")
+	f.Add("MIG-a:0-13 MIG-b")
 	f.Fuzz(func(t *testing.T, s string) {
 		byGPU, err := ParseShareIDs(s)
 		if err != nil {
@@ -35,6 +42,9 @@ func FuzzParseShareIDs(f *testing.F) {
 		}
 		for u, ids := range byGPU {
 			for _, id := range ids {
+				if id == u && strings.HasPrefix(u, "MIG-") {
+					continue // a whole MIG instance
+				}
 				sid, err := ParseShareID(id)
 				if err != nil || sid.UUID != u {
 					t.Fatalf("%q gave share %q of GPU %q", s, id, u)

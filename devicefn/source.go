@@ -73,6 +73,17 @@ type Stats struct {
 	// (EnvShareIDs), so that the plugin reports each share's own use.
 	// Empty when the source cannot tell (MIG, no process visible to NVML).
 	Processes []ProcessUtil
+	// MIGDevices are the counters of a MIG-enabled GPU's MIG devices that
+	// the source can read: their memory. NVML reports no utilisation of a
+	// MIG device; power and temperature are the GPU's.
+	MIGDevices []MIGStats
+}
+
+// MIGStats is one sample of a MIG device's counters.
+type MIGStats struct {
+	UUID           string
+	MemoryUsedMiB  uint64
+	MemoryTotalMiB uint64
 }
 
 // Source is how the plugin sees GPUs. Implementations: devicefn/nvml (real

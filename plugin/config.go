@@ -98,6 +98,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	),
 	// mig { "NVIDIA A100-SXM4-40GB" = ["3g.20gb", "2g.10gb", "2g.10gb"] }
 	"mig": hclspec.NewBlockAttrs("mig", "list(string)", false),
+	"mig_instances": hclspec.NewDefault(
+		hclspec.NewAttr("mig_instances", "string", false),
+		hclspec.NewLiteral(`"`+devicefn.MIGWhole+`"`),
+	),
 })
 
 // Config is the decoded plugin block.
@@ -113,6 +117,11 @@ type Config struct {
 	// MIG is the MIG layout per GPU model: the profiles the plugin makes
 	// the instances of every idle MIG-enabled GPU of that model.
 	MIG map[string][]string `cty:"mig"`
+	// MIGInstances is how MIG instances are offered: devicefn.MIGWhole
+	// (each whole, as nvidia/gpushare-mig/<profile>) or devicefn.MIGShared
+	// (each as shares of nvidia/gpushare, in a group per parent model and
+	// profile).
+	MIGInstances string `cty:"mig_instances"`
 }
 
 // MPSConfig is the mps block. With daemons = "reservation" (the default)
@@ -231,6 +240,12 @@ func (c *Config) validate() (time.Duration, error) {
 				bad("mig %q: profile %q is not a MIG profile name such as \"3g.20gb\" (nvidia-smi mig -lgip lists them)", model, p)
 			}
 		}
+	}
+	switch c.MIGInstances {
+	case devicefn.MIGWhole, devicefn.MIGShared:
+	default:
+		bad("mig_instances = %q: must be %q (each MIG instance offered whole, as nvidia/gpushare-mig/<profile>) or %q (each instance offered as shares of nvidia/gpushare, a share being 1/shares_per_gpu of its parent GPU)",
+			c.MIGInstances, devicefn.MIGWhole, devicefn.MIGShared)
 	}
 	period, err := time.ParseDuration(c.FingerprintPeriod)
 	switch {

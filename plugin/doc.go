@@ -5,7 +5,8 @@
 // (docs/device-contract.md), starting with sharing = "mps" one MPS control
 // daemon per reservation whose defaults are its limits (mpsd.go). A GPU in
 // MIG mode offers its MIG instances instead, one whole instance per task,
-// and gets the mig block's layout when idle (mig.go). It sees
+// or with mig_instances = "shared" each instance as shares of its own
+// (migshare.go), and gets the mig block's layout when idle (mig.go). It sees
 // GPUs only through a devicefn.Source: NVML on real hardware, a fixture
 // file elsewhere.
 package plugin

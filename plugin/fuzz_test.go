@@ -23,8 +23,8 @@ func fuzzPlugin(t testing.TB, sharing string, perGPU int) *Plugin {
 	path, err := fixtures.WriteTo(fixtures.DGX1V100, t.TempDir())
 	must.NoError(t, err)
 	cfg := Config{Enabled: true, SharesPerGPU: perGPU, Sharing: sharing, Fixture: path, FingerprintPeriod: "1m",
-		IgnoredGPUIDs: []string{v100 + "6"},
-		MPS:           MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
+		MIGInstances: devicefn.MIGWhole, IgnoredGPUIDs: []string{v100 + "6"},
+		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
 	buf, err := hclspec.Encode(configSpec, cfg)
 	must.NoError(t, err)
 	p := New(hclog.NewNullLogger(), nil)

@@ -107,6 +107,34 @@ func TestMIGLayouts(t *testing.T) {
 	must.SliceLen(t, 4, groupsByType(fp)["gpushare-mig/1g.5gb"].Devices)
 }
 
+// Layouts work the same with mig_instances = "shared": the instances a
+// layout made are offered as shares at once, a busy GPU keeps its own.
+func TestMIGLayoutsShared(t *testing.T) {
+	src := newLayoutSource()
+	src.busy["GPU-a1"] = true
+	p := New(hclog.NewNullLogger(), func(*Config, hclog.Logger) (devicefn.Source, error) { return src, nil })
+	cfg := withMIG(t, "sharing = \"timeslice\"\nmig_instances = \"shared\"", map[string][]string{"A100": {"3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"}})
+	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: cfg}))
+
+	by := groupsByType(p.fingerprintOnce(t.Context()))
+	must.Eq(t, []string{"GPU-a0"}, src.applied)
+	must.MapLen(t, 5, by) // V100, and A100 MIG 1g, 2g, 3g (new) and 7g (busy)
+	must.SliceLen(t, 42, by["gpushare/A100 MIG 3g.20gb"].Devices)
+	must.Eq(t, "MIG-GPU-a0-0:0", by["gpushare/A100 MIG 3g.20gb"].Devices[0].ID)
+	must.SliceLen(t, 2*14, by["gpushare/A100 MIG 1g.5gb"].Devices)
+	must.Eq(t, "MIG-1-7g:99", by["gpushare/A100 MIG 7g.40gb"].Devices[99].ID)
+	_, err := p.Reserve([]string{"MIG-GPU-a0-1:27"})
+	must.NoError(t, err)
+
+	src.busy["GPU-a1"] = false
+	by = groupsByType(p.fingerprintOnce(t.Context()))
+	must.Eq(t, []string{"GPU-a0", "GPU-a1"}, src.applied)
+	must.SliceLen(t, 4*14, by["gpushare/A100 MIG 1g.5gb"].Devices)
+	must.MapNotContainsKey(t, by, "gpushare/A100 MIG 7g.40gb")
+	_, err = p.Reserve([]string{"MIG-1-7g:0"})
+	must.ErrorIs(t, err, ErrUnknownShare) // the instance is gone
+}
+
 func TestMIGLayoutConfigErrors(t *testing.T) {
 	p := New(hclog.NewNullLogger(), nil)
 	err := p.SetConfig(&base.Config{PluginConfig: withMIG(t, "", map[string][]string{"A100": {}, "H100": {"3g 40gb"}})})

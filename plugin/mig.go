@@ -45,14 +45,9 @@ func isMIGRequest(ids []string, migs map[string]devicefn.MIGInstance) bool {
 // the same request, more than one instance (CUDA gives a process a single
 // MIG device) and instances of unhealthy GPUs.
 func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[string]devicefn.MIGInstance) (*device.ContainerReservation, error) {
-	var inst, other, dups []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			dups = append(dups, id)
-			continue
-		}
-		seen[id] = true
+	var inst, other []string
+	distinct, dups := splitDuplicates(ids)
+	for _, id := range distinct {
 		if _, ok := migs[id]; ok {
 			inst = append(inst, id)
 		} else {
@@ -85,6 +80,7 @@ func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[st
 		EnvNvidiaVisible: m.UUID,
 		EnvCUDAVisible:   m.UUID,
 		EnvShares:        "1",
+		EnvShareIDs:      m.UUID, // the instance is the share (devicefn.ParseShareIDs)
 		EnvFraction:      strconv.FormatFloat(m.Fraction(), 'f', 4, 64),
 		EnvShareMemory:   strconv.FormatUint(m.MemoryMiB, 10),
 		EnvSharing:       devicefn.SharingMIG,
@@ -92,20 +88,19 @@ func (p *Plugin) reserveMIG(ids []string, gpus map[string]*gpuState, migs map[st
 		EnvMIGParent:     m.Parent.UUID,
 	}}
 	res.Envs[EnvFraction] = strings.TrimRight(strings.TrimRight(res.Envs[EnvFraction], "0"), ".")
-	nodes := append([]string(nil), controlDevices...)
-	if minor := st.gpu.Minor; minor >= 0 {
-		nodes = append(nodes, "/dev/nvidia"+strconv.Itoa(minor))
-	}
-	for _, c := range m.CapMinors {
-		nodes = append(nodes, capsDir+"/nvidia-cap"+strconv.Itoa(c))
-	}
-	for _, dev := range nodes {
-		if p.exists(dev) {
-			res.Devices = append(res.Devices, &device.DeviceSpec{TaskPath: dev, HostPath: dev, CgroupPerms: "rw"})
-		}
-	}
+	res.Devices = p.deviceSpecs(migNodes(st.gpu.Minor, m.CapMinors))
 	p.logger.Info("MIG instance reserved", "mig_device", m.UUID, "profile", m.Profile, "gpu", m.Parent.UUID)
 	return res, nil
+}
+
+// migNodes are the device nodes of a MIG instance besides the control
+// nodes: its parent's /dev/nvidia<minor> and its /dev/nvidia-caps nodes.
+func migNodes(parentMinor int, capMinors []int) []string {
+	nodes := gpuNode(parentMinor)
+	for _, c := range capMinors {
+		nodes = append(nodes, capsDir+"/nvidia-cap"+strconv.Itoa(c))
+	}
+	return nodes
 }
 
 // applyMIGLayouts makes the instances of every MIG-enabled GPU of a model

@@ -112,8 +112,12 @@ func TestFingerprintMIGBesideSharedGPU(t *testing.T) {
 	must.Eq(t, "GPU-whole", res.Envs[EnvNvidiaVisible])
 }
 
-func TestMIGParentUnhealthy(t *testing.T) {
-	p, path, _ := newPlugin(t, fixtures.A100MIG, "")
+// sickParent serves fixtures.A100MIG with extra config, marks its first
+// GPU unhealthy (XID 79) and returns the plugin and the groups it then
+// offers.
+func sickParent(t *testing.T, extra string) (*Plugin, map[string]*device.DeviceGroup) {
+	t.Helper()
+	p, path, _ := newPlugin(t, fixtures.A100MIG, extra)
 	ch, err := p.Fingerprint(t.Context())
 	must.NoError(t, err)
 	next(t, ch)
@@ -124,8 +128,11 @@ func TestMIGParentUnhealthy(t *testing.T) {
 	sick := strings.Replace(string(src), head, head+"  healthy = false\n  health_reason = \"XID 79: GPU has fallen off the bus\"\n", 1)
 	must.NotEq(t, string(src), sick)
 	writeLater(t, path, sick)
+	return p, groupsByType(next(t, ch))
+}
 
-	by := groupsByType(next(t, ch))
+func TestMIGParentUnhealthy(t *testing.T) {
+	p, by := sickParent(t, "")
 	for _, name := range []string{"gpushare-mig/3g.20gb", "gpushare-mig/1g.5gb", "gpushare-mig/2g.10gb"} {
 		for _, d := range by[name].Devices {
 			must.False(t, d.Healthy, must.Sprint(d.ID))
@@ -134,7 +141,7 @@ func TestMIGParentUnhealthy(t *testing.T) {
 	}
 	must.True(t, by["gpushare-mig/7g.40gb"].Devices[0].Healthy) // the other GPU's instance
 
-	_, err = p.Reserve([]string{migInst3})
+	_, err := p.Reserve([]string{migInst3})
 	must.ErrorIs(t, err, ErrUnhealthyShare)
 	must.ErrorContains(t, err, "XID 79")
 	_, err = p.Reserve([]string{migInst7})
@@ -150,6 +157,7 @@ func TestReserveMIG(t *testing.T) {
 		EnvNvidiaVisible: migInst3,
 		EnvCUDAVisible:   migInst3,
 		EnvShares:        "1",
+		EnvShareIDs:      migInst3, // whole: the instance's own ID
 		EnvFraction:      "0.4286",
 		EnvShareMemory:   "19968",
 		EnvSharing:       "mig",
@@ -167,12 +175,7 @@ func TestReserveMIG(t *testing.T) {
 func TestReserveMIGRefusals(t *testing.T) {
 	p := newPluginFile(t, mixedNode)
 	must.NoError(t, p.fingerprintOnce(t.Context()).Error)
-	for _, c := range []struct {
-		name string
-		ids  []string
-		err  error
-		want []string
-	}{
+	mustRefuse(t, p, []refusal{
 		{"two instances", []string{"MIG-mig-3g", "MIG-mig-1g"}, ErrMIGOneInstance,
 			[]string{"2 instances requested (MIG-mig-1g, MIG-mig-3g)", "count = 1 of a larger profile"}},
 		{"instance and shares", []string{"MIG-mig-3g", "GPU-whole:0"}, ErrMIGMixed,
@@ -181,15 +184,7 @@ func TestReserveMIGRefusals(t *testing.T) {
 			[]string{"MIG-nope", "offers the MIG instances MIG-mig-1g, MIG-mig-3g"}},
 		{"duplicate", []string{"MIG-mig-3g", "MIG-mig-3g"}, ErrDuplicateShare, []string{"MIG-mig-3g"}},
 		{"shares of a MIG GPU", []string{"GPU-mig:0"}, ErrUnknownShare, []string{"GPU-mig:0"}},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := p.Reserve(c.ids)
-			must.True(t, errors.Is(err, c.err), must.Sprintf("got %v", err))
-			for _, w := range c.want {
-				must.ErrorContains(t, err, w)
-			}
-		})
-	}
+	})
 }
 
 // capsSource is a node as NVML reports it: device minors and the
@@ -206,33 +201,69 @@ func (s capsSource) Stats(context.Context) ([]devicefn.Stats, error)   { return 
 func (s capsSource) Close() error                                      { return nil }
 
 func TestReserveMIGDeviceNodes(t *testing.T) {
+	present := map[string]bool{"/dev/nvidiactl": true, "/dev/nvidia2": true, "/dev/nvidia-caps/nvidia-cap21": true, "/dev/nvidia-caps/nvidia-cap22": true}
+	must.Eq(t, []string{"/dev/nvidiactl", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22"},
+		capsNodes(t, `sharing = "timeslice"`, "MIG-0", func(path string) bool { return present[path] }))
+}
+
+// capsNodes reserves id on a node of one A100 (device minor 2) with one
+// 1g.5gb instance MIG-0 (caps minors 21 and 22), the device nodes in
+// exists present, and returns the host paths of the task's devices.
+func capsNodes(t *testing.T, config, id string, exists func(string) bool) []string {
+	t.Helper()
 	src := capsSource{devicefn.Inventory{
 		GPUs: []devicefn.GPU{{UUID: "GPU-0", Model: "A100", MemoryMiB: 40960, Minor: 2, MIG: true,
 			MIGDevices: []devicefn.MIGDevice{{UUID: "MIG-0", Profile: "1g.5gb", MemoryMiB: 4864, Slices: 1, ParentSlices: 7, CapMinors: []int{21, 22}}}}},
 		Links: devicefn.Matrix{{{Kind: devicefn.LinkSelf}}},
 	}}
 	p := New(hclog.NewNullLogger(), func(*Config, hclog.Logger) (devicefn.Source, error) { return src, nil })
-	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, `sharing = "timeslice"`)}))
-	present := map[string]bool{"/dev/nvidiactl": true, "/dev/nvidia2": true, "/dev/nvidia-caps/nvidia-cap21": true, "/dev/nvidia-caps/nvidia-cap22": true}
-	p.exists = func(path string) bool { return present[path] }
+	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, config)}))
+	p.exists = exists
 	must.NoError(t, p.fingerprintOnce(t.Context()).Error)
-	res, err := p.Reserve([]string{"MIG-0"})
+	res, err := p.Reserve([]string{id})
 	must.NoError(t, err)
 	var got []string
 	for _, d := range res.Devices {
 		got = append(got, d.HostPath)
 	}
-	must.Eq(t, []string{"/dev/nvidiactl", "/dev/nvidia2", "/dev/nvidia-caps/nvidia-cap21", "/dev/nvidia-caps/nvidia-cap22"}, got)
+	return got
+}
+
+// refusal is a request Reserve must refuse with err, saying each of want.
+type refusal struct {
+	name string
+	ids  []string
+	err  error
+	want []string
+}
+
+func mustRefuse(t *testing.T, p *Plugin, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := p.Reserve(c.ids)
+			must.True(t, errors.Is(err, c.err), must.Sprintf("got %v", err))
+			for _, w := range c.want {
+				must.ErrorContains(t, err, w)
+			}
+		})
+	}
 }
 
 // newPluginFile is a plugin serving a fixture given as text.
 func newPluginFile(t *testing.T, content string) *Plugin {
+	return pluginOnFile(t, content, `sharing = "timeslice"`)
+}
+
+// pluginOnFile is a plugin serving a fixture given as text, with more
+// config.
+func pluginOnFile(t *testing.T, content, extra string) *Plugin {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "gpus.hcl")
 	must.NoError(t, os.WriteFile(path, []byte(content), 0o644))
 	p := New(hclog.NewNullLogger(), nil)
 	p.exists = func(string) bool { return false }
-	cfg := fmt.Sprintf("fixture = %q\nsharing = \"timeslice\"", path)
+	cfg := fmt.Sprintf("fixture = %q\n%s", path, extra)
 	must.NoError(t, p.SetConfig(&base.Config{PluginConfig: encodeConfig(t, cfg)}))
 	return p
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -65,6 +66,11 @@ type Plugin struct {
 	// migs is what the last fingerprint offered of MIG instances, by MIG
 	// device UUID; their health is their parent's, in gpus.
 	migs map[string]devicefn.MIGInstance
+	// migGroups are the last fingerprint's groups of whole MIG instances.
+	migGroups []devicefn.MIGGroup
+	// migShares are the MIG instances the last fingerprint offered as
+	// shares (mig_instances = "shared"), by MIG device UUID.
+	migShares map[string]migShare
 	// noMIG holds the MIG-enabled GPUs without instances, to warn once.
 	noMIG map[string]bool
 	// layoutNotes is the MIG layout state last logged per GPU.
@@ -289,7 +295,12 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		inv = p.applyMIGLayouts(ctx, cfg, src, inv, skip)
 	}
 	groups := devicefn.Groups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
-	migGroups := devicefn.MIGGroups(inv, skip)
+	var migGroups []devicefn.MIGGroup
+	if cfg.MIGInstances == devicefn.MIGShared {
+		groups = append(groups, devicefn.SharedMIGGroups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)...)
+	} else {
+		migGroups = devicefn.MIGGroups(inv, skip)
+	}
 	p.record(inv, groups, migGroups, healthBy)
 	var mps *mpsStatus
 	// with per-reservation daemons that cannot start, Reserve refuses: the
@@ -323,12 +334,18 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 			Attributes: sdkAttributes(attrs),
 		}
 		for _, gpu := range g.GPUs {
-			st := p.gpus[gpu.UUID]
-			healthy, desc := st.healthy, withMPSNote(st.healthy, st.reason, note)
+			st, reason := p.gpus[gpu.UUID], ""
+			if gpu.Parent != "" { // a shared MIG instance: its parent's health
+				st = p.gpus[gpu.Parent]
+				reason = parentReason(gpu.Parent, st)
+			} else {
+				reason = st.reason
+			}
+			healthy, desc := st.healthy, withMPSNote(st.healthy, reason, note)
 			if healthy && mpsBlocks {
 				healthy = false
 			}
-			for _, id := range devicefn.ShareIDs(gpu.UUID, cfg.SharesPerGPU) {
+			for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
 				dg.Devices = append(dg.Devices, &device.Device{
 					ID:         id,
 					Healthy:    healthy,
@@ -349,14 +366,10 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		}
 		for _, m := range g.Instances {
 			st := p.gpus[m.Parent.UUID]
-			desc := ""
-			if !st.healthy {
-				desc = "parent GPU " + m.Parent.UUID + ": " + st.reason
-			}
 			dg.Devices = append(dg.Devices, &device.Device{
 				ID:         m.UUID,
 				Healthy:    st.healthy,
-				HealthDesc: desc,
+				HealthDesc: parentReason(m.Parent.UUID, st),
 				HwLocality: &device.DeviceLocality{PciBusID: m.Parent.PCIBusID},
 			})
 		}
@@ -373,7 +386,11 @@ func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, migGro
 	exposed := map[string]bool{}
 	for _, g := range groups {
 		for _, gpu := range g.GPUs {
-			exposed[gpu.UUID] = true
+			if gpu.Parent != "" {
+				exposed[gpu.Parent] = true
+			} else {
+				exposed[gpu.UUID] = true
+			}
 		}
 	}
 	migs := map[string]devicefn.MIGInstance{}
@@ -406,7 +423,11 @@ func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, migGro
 				for i, m := range g.MIGDevices {
 					profiles[i] = m.Profile
 				}
-				p.logger.Info("MIG-enabled gpu found: its MIG instances are offered as nvidia/gpushare-mig/<profile>", "gpu", g.UUID,
+				offered := "nvidia/gpushare-mig/<profile>"
+				if p.cfg != nil && p.cfg.MIGInstances == devicefn.MIGShared {
+					offered = "shares of nvidia/gpushare, named " + strconv.Quote(devicefn.MIGGroupName(g.Model, "<profile>"))
+				}
+				p.logger.Info("MIG-enabled gpu found: its MIG instances are offered as "+offered, "gpu", g.UUID,
 					"model", g.Model, "pci_bus_id", g.PCIBusID, "healthy", st.healthy, "mig_profiles", profiles)
 			case prev == nil:
 				p.logger.Info("gpu found", "gpu", g.UUID, "model", g.Model, "pci_bus_id", g.PCIBusID, "healthy", st.healthy)
@@ -427,7 +448,8 @@ func (p *Plugin) record(inv *devicefn.Inventory, groups []devicefn.Group, migGro
 			}
 		}
 	}
-	p.gpus, p.groups, p.migs = next, groups, migs
+	p.gpus, p.groups, p.migs, p.migGroups = next, groups, migs, migGroups
+	p.migShares = migSharesOf(inv, groups)
 }
 
 // noteMPS logs when the MPS daemon's state changes (first fingerprint

@@ -43,6 +43,7 @@ func TestConfigDefaults(t *testing.T) {
 			UnifiedMemory: false, UnifiedOversubscriptionPct: 100},
 		IgnoredGPUIDs:     []string{},
 		FingerprintPeriod: "1m",
+		MIGInstances:      "whole",
 	}, p.cfg)
 	must.Eq(t, time.Minute, p.period)
 }
@@ -67,6 +68,8 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"interposer {\n unified_memory = true\n}":                          "interposer.unified_memory = true: needs interposer.enabled = true",
 		"interposer {\n unified_oversubscription_pct = -1\n}":              "interposer.unified_oversubscription_pct = -1: must be between 0 and 1000",
 		"interposer {\n unified_oversubscription_pct = 1001\n}":            "interposer.unified_oversubscription_pct = 1001: must be between 0 and 1000",
+		`mig_instances = "split"`:                                          `mig_instances = "split": must be "whole" (each MIG instance offered whole, as nvidia/gpushare-mig/<profile>) or "shared"`,
+		`mig_instances = ""`:                                               `mig_instances = "": must be "whole"`,
 	}
 	for body, want := range cases {
 		t.Run(body, func(t *testing.T) {

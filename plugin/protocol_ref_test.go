@@ -7,7 +7,8 @@ import "github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 // hclutils.ParseHclInterface, cty msgpack): frozen here so that our
 // encoder is still compared with Nomad's bytes (TestConfigAsNomadSendsIt)
 // after the schema grew (the mps block's daemons, control, daemon_dir and
-// gc_after). The module that made them can no longer be linked (BSL).
+// gc_after; mig_instances). The module that made them can no longer be
+// linked (BSL).
 var nomadRefSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 	"enabled": hclspec.NewDefault(
 		hclspec.NewAttr("enabled", "bool", false),

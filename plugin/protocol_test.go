@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/internal/nomadplugin/base"
 	"github.com/gpushare/gpushare/internal/nomadplugin/device"
@@ -148,6 +149,7 @@ func TestConfigAsNomadSendsIt(t *testing.T) {
 			must.NoError(t, json.Unmarshal(want, &wantCfg))
 			m := &wantCfg.MPS
 			m.Daemons, m.Control, m.DaemonDir, m.GCAfter = MPSDaemonsReservation, DefaultMPSControl, DefaultMPSDaemonDir, "1h"
+			wantCfg.MIGInstances = devicefn.MIGWhole // added after the reference
 			must.Eq(t, &wantCfg, p.cfg)
 		})
 	}

@@ -3,7 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"math"
+	"maps"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,10 +47,11 @@ var controlDevices = []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-
 // Reserve implements device.DevicePlugin. It refuses unknown or unhealthy
 // share IDs, a fraction spread over several GPUs, and a request of
 // shares_per_gpu or more shares that is not made of whole GPUs. A request
-// for MIG instances is reserveMIG's.
+// for MIG instances is reserveMIG's, one for shares of MIG instances
+// reserveMIGShares's.
 func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	p.mu.Lock()
-	cfg, gpus, migs := p.cfg, p.gpus, p.migs
+	cfg, gpus, migs, shared := p.cfg, p.gpus, p.migs, p.migShares
 	p.mu.Unlock()
 	if cfg == nil {
 		return nil, errors.New("gpushare plugin asked to reserve before SetConfig")
@@ -61,18 +62,16 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 	if isMIGRequest(ids, migs) {
 		return p.reserveMIG(ids, gpus, migs)
 	}
+	if isMIGShareRequest(ids, shared) {
+		return p.reserveMIGShares(cfg, ids, gpus, shared)
+	}
 	perGPU := cfg.SharesPerGPU
 
 	// unknown and duplicate IDs
 	byGPU := map[string][]int{}
-	var unknown, dups []string
-	seen := map[string]bool{}
-	for _, id := range ids {
-		if seen[id] {
-			dups = append(dups, id)
-			continue
-		}
-		seen[id] = true
+	var unknown []string
+	distinct, dups := splitDuplicates(ids)
+	for _, id := range distinct {
 		sid, err := devicefn.ParseShareID(id)
 		// a MIG-enabled GPU offers its instances, not shares
 		if err != nil || gpus[sid.UUID] == nil || gpus[sid.UUID].gpu.MIG || sid.Index >= perGPU {
@@ -138,38 +137,80 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 
 	// GPUs in NVML index order
 	sort.Slice(uuids, func(i, j int) bool { return gpus[uuids[i]].gpu.Index < gpus[uuids[j]].gpu.Index })
-	visible := strings.Join(uuids, ",")
-	fraction := float64(n) / float64(perGPU)
-	first := gpus[uuids[0]].gpu
-	memPerGPU := first.MemoryMiB
-	if len(uuids) == 1 {
-		memPerGPU = first.MemoryMiB * uint64(n) / uint64(perGPU)
+	g := grant{visible: uuids, byDevice: byGPU, n: n, perGPU: perGPU, computePct: ceilPct(n, perGPU)}
+	for _, u := range uuids {
+		st := gpus[u]
+		mem := st.gpu.MemoryMiB
+		if len(uuids) == 1 {
+			mem = mem * uint64(n) / uint64(perGPU)
+		}
+		g.memoryMiB = append(g.memoryMiB, mem)
+		g.nodes = append(g.nodes, gpuNode(st.gpu.Minor)...)
 	}
+	return p.grant(cfg, ids, g)
+}
+
+// grant is what a reservation that passed its rules hands the task: its
+// devices, GPUs or one shared MIG instance, and the limits within them.
+type grant struct {
+	// visible are the task's CUDA devices (GPU or MIG device UUIDs), in
+	// order; byDevice the share indices reserved on each.
+	visible  []string
+	byDevice map[string][]int
+	// n shares of perGPU each: the task's fraction of a GPU is n/perGPU.
+	n, perGPU int
+	// memoryMiB is the task's memory on each visible device.
+	memoryMiB []uint64
+	// computePct is the task's percentage of its device's SMs (MPS active
+	// threads, the interposer's compute_pct).
+	computePct int
+	// nodes are the device nodes of the devices, besides controlDevices.
+	nodes []string
+	// envs are set besides the common ones.
+	envs map[string]string
+}
+
+// ceilPct is n of of in percent, rounded up, at most 100 (in integers: a
+// float's 100*0.07 rounds up to 8).
+func ceilPct(n, of int) int {
+	if of <= 0 {
+		return 100
+	}
+	return min(100, (100*n+of-1)/of)
+}
+
+// gpuNode is the device node of a GPU with the given minor (none for -1).
+func gpuNode(minor int) []string {
+	if minor < 0 {
+		return nil
+	}
+	return []string{"/dev/nvidia" + strconv.Itoa(minor)}
+}
+
+// grant writes a reservation's environment, starts or reuses its MPS
+// daemon and writes its interposer limits, and lists its device nodes.
+func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerReservation, error) {
+	visible := strings.Join(g.visible, ",")
 	res := &device.ContainerReservation{Envs: map[string]string{
 		EnvNvidiaVisible: visible,
 		EnvCUDAVisible:   visible,
-		EnvShares:        strconv.Itoa(n),
-		EnvShareIDs:      devicefn.FormatShareIDs(uuids, byGPU),
-		EnvSharesPerGPU:  strconv.Itoa(perGPU),
-		EnvFraction:      strconv.FormatFloat(fraction, 'f', -1, 64),
-		EnvShareMemory:   strconv.FormatUint(memPerGPU, 10),
+		EnvShares:        strconv.Itoa(g.n),
+		EnvShareIDs:      devicefn.FormatShareIDs(g.visible, g.byDevice),
+		EnvSharesPerGPU:  strconv.Itoa(g.perGPU),
+		EnvFraction:      strconv.FormatFloat(float64(g.n)/float64(g.perGPU), 'f', -1, 64),
+		EnvShareMemory:   strconv.FormatUint(g.memoryMiB[0], 10),
 		EnvSharing:       cfg.Sharing,
 	}}
+	maps.Copy(res.Envs, g.envs)
 	sortedIDs := append([]string(nil), ids...)
 	sort.Strings(sortedIDs)
+	dir := reservationDirName(g.visible, g.byDevice)
 	if cfg.Sharing == devicefn.SharingMPS {
-		lim := mpsLimits{Visible: uuids, Threads: int(math.Ceil(100 * min(fraction, 1)))}
-		for _, u := range uuids {
-			mem := gpus[u].gpu.MemoryMiB
-			if len(uuids) == 1 {
-				mem = memPerGPU
-			}
-			lim.MemoryMiB = append(lim.MemoryMiB, mem)
-		}
+		lim := mpsLimits{Visible: g.visible, Threads: g.computePct, MemoryMiB: g.memoryMiB}
 		res.Envs[EnvMPSThreads] = strconv.Itoa(lim.Threads)
 		res.Envs[EnvMPSPinnedMemory] = lim.pinned()
 		if cfg.MPS.Daemons == MPSDaemonsReservation {
-			if err := p.reserveMPSDaemon(cfg.MPS, reservationDirName(uuids, byGPU), sortedIDs, lim, res); err != nil {
+			if err := p.reserveMPSDaemon(cfg.MPS, dir, sortedIDs, lim, res); err != nil {
 				return nil, err
 			}
 		} else {
@@ -182,34 +223,47 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 		}
 	}
 	if cfg.Interposer.Enabled {
-		var memBytes uint64
-		for _, u := range uuids {
-			memBytes += gpus[u].gpu.MemoryMiB
+		var memMiB uint64
+		for _, m := range g.memoryMiB {
+			memMiB += m
 		}
-		if len(uuids) == 1 {
-			memBytes = memPerGPU
-		}
-		lim := interposerLimits{memoryBytes: memBytes << 20, computePct: int(math.Ceil(100 * min(fraction, 1)))}
+		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct}
 		if ip := cfg.Interposer; ip.UnifiedMemory {
 			lim.unifiedMemory = true
 			lim.unifiedExtraBytes = lim.memoryBytes * uint64(ip.UnifiedOversubscriptionPct) / 100
 		}
-		if err := p.reserveInterposer(cfg.Interposer, reservationDirName(uuids, byGPU), sortedIDs, uuids[0], lim, res); err != nil {
+		if err := p.reserveInterposer(cfg.Interposer, dir, sortedIDs, g.visible[0], lim, res); err != nil {
 			return nil, err
 		}
 	}
-	nodes := append([]string(nil), controlDevices...)
-	for _, u := range uuids {
-		if m := gpus[u].gpu.Minor; m >= 0 {
-			nodes = append(nodes, "/dev/nvidia"+strconv.Itoa(m))
-		}
-	}
-	for _, dev := range nodes {
-		if p.exists(dev) {
-			res.Devices = append(res.Devices, &device.DeviceSpec{TaskPath: dev, HostPath: dev, CgroupPerms: "rw"})
-		}
-	}
+	res.Devices = p.deviceSpecs(g.nodes)
 	return res, nil
+}
+
+// deviceSpecs are the control nodes and nodes that exist on the host, as
+// the task's devices.
+func (p *Plugin) deviceSpecs(nodes []string) []*device.DeviceSpec {
+	var out []*device.DeviceSpec
+	for _, dev := range append(append([]string(nil), controlDevices...), nodes...) {
+		if p.exists(dev) {
+			out = append(out, &device.DeviceSpec{TaskPath: dev, HostPath: dev, CgroupPerms: "rw"})
+		}
+	}
+	return out
+}
+
+// splitDuplicates returns ids without repeats, in order, and the repeats.
+func splitDuplicates(ids []string) (distinct, dups []string) {
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			dups = append(dups, id)
+			continue
+		}
+		seen[id] = true
+		distinct = append(distinct, id)
+	}
+	return distinct, dups
 }
 
 func sortedKeys[V any](m map[string]V) []string {

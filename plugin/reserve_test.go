@@ -73,12 +73,7 @@ func TestReserveTimesliceHasNoMPS(t *testing.T) {
 
 func TestReserveRefusals(t *testing.T) {
 	p, _, _ := newPlugin(t, fixtures.DGX1V100, "")
-	cases := []struct {
-		name string
-		ids  []string
-		err  error
-		want []string
-	}{
+	mustRefuse(t, p, []refusal{
 		{"empty", nil, ErrEmptyReservation, nil},
 		{"unknown gpu", []string{"GPU-nope:1"}, ErrUnknownShare, []string{"GPU-nope:1", "shares 0..99"}},
 		{"index past shares_per_gpu", []string{v100 + "0:100"}, ErrUnknownShare, []string{v100 + "0:100"}},
@@ -90,16 +85,7 @@ func TestReserveRefusals(t *testing.T) {
 			[]string{"150 shares", v100 + "1 has 50 of 100", "multiple of 100"}},
 		{"more than a gpu spread thin", append(shares(0, 0, 60), shares(1, 0, 60)...), ErrPartialGPU,
 			[]string{v100 + "0 has 60 of 100", v100 + "1 has 60 of 100"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := p.Reserve(c.ids)
-			must.True(t, errors.Is(err, c.err), must.Sprintf("got %v", err))
-			for _, w := range c.want {
-				must.ErrorContains(t, err, w)
-			}
-		})
-	}
+	})
 }
 
 func TestReserveExclusive(t *testing.T) {

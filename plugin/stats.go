@@ -13,7 +13,8 @@ import (
 // Stats implements device.DevicePlugin: every share reports its GPU's
 // utilisation, memory, power and temperature, and a share that a task's
 // processes hold also the SM utilisation of those processes
-// (StatProcessSM).
+// (StatProcessSM). A MIG instance, whole or its shares, reports its own
+// memory and its parent's power and temperature (migDeviceStats).
 func (p *Plugin) Stats(ctx context.Context, interval time.Duration) (<-chan *device.StatsResponse, error) {
 	out := make(chan *device.StatsResponse)
 	go func() {
@@ -52,11 +53,15 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 		return device.NewStatsError(err)
 	}
 	by := make(map[string]devicefn.Stats, len(samples))
+	migBy := map[string]devicefn.MIGStats{}
 	for _, s := range samples {
 		by[s.UUID] = s
+		for _, m := range s.MIGDevices {
+			migBy[m.UUID] = m
+		}
 	}
 	p.mu.Lock()
-	groups := p.groups
+	groups, migGroups, shared := p.groups, p.migGroups, p.migShares
 	p.mu.Unlock()
 
 	resp := &device.StatsResponse{}
@@ -64,6 +69,17 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 		gs := &device.DeviceGroupStats{Vendor: devicefn.Vendor, Type: devicefn.DeviceType, Name: g.Model,
 			InstanceStats: map[string]*device.DeviceStats{}}
 		for _, gpu := range g.GPUs {
+			if gpu.Parent != "" { // a shared MIG instance: no process of its own
+				s, ok := by[gpu.Parent]
+				if !ok {
+					continue
+				}
+				ds := migDeviceStats(s, migBy[gpu.UUID], shared[gpu.UUID].MemoryMiB)
+				for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
+					gs.InstanceStats[id] = ds
+				}
+				continue
+			}
 			s, ok := by[gpu.UUID]
 			if !ok {
 				continue
@@ -83,8 +99,42 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 		}
 		resp.Groups = append(resp.Groups, gs)
 	}
+	for _, g := range migGroups {
+		gs := &device.DeviceGroupStats{Vendor: devicefn.Vendor, Type: devicefn.MIGDeviceType, Name: g.Profile,
+			InstanceStats: map[string]*device.DeviceStats{}}
+		for _, m := range g.Instances {
+			if s, ok := by[m.Parent.UUID]; ok {
+				gs.InstanceStats[m.UUID] = migDeviceStats(s, migBy[m.UUID], m.MemoryMiB)
+			}
+		}
+		resp.Groups = append(resp.Groups, gs)
+	}
 	return resp
 }
+
+// migDeviceStats is a MIG instance's stats: its own memory (m; when the
+// source could not read it, totalMiB without use), its parent's power and
+// temperature. NVML reports no utilisation of a MIG device: those stats
+// are 0 and say so.
+func migDeviceStats(parent devicefn.Stats, m devicefn.MIGStats, totalMiB uint64) *device.DeviceStats {
+	s := parent
+	s.UtilizationPct, s.MemoryUtilizationPct = 0, 0
+	s.MemoryUsedMiB, s.MemoryTotalMiB = m.MemoryUsedMiB, m.MemoryTotalMiB
+	if m.UUID == "" {
+		s.MemoryUsedMiB, s.MemoryTotalMiB = 0, totalMiB
+	}
+	ds := deviceStats(s)
+	a := ds.Stats.Attributes
+	a[StatUtilization].Desc = migNoUtilization
+	a[StatMemoryUtilization].Desc = migNoUtilization
+	a[StatMemoryUsed].Desc = "MIG instance memory used"
+	a[StatPower].Desc = "parent GPU power draw (all its MIG instances)"
+	a[StatTemperature].Desc = "parent GPU temperature"
+	return ds
+}
+
+// migNoUtilization describes a MIG instance's utilisation stats.
+const migNoUtilization = "not reported per MIG instance (NVML has no utilisation of a MIG device): always 0"
 
 // Stat names, as they appear in Nomad's client stats API.
 const (

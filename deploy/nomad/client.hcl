@@ -90,6 +90,15 @@ plugin "nomad-device-gpushare" {
     #   "NVIDIA A100-SXM4-40GB" = ["3g.20gb", "2g.10gb", "1g.5gb", "1g.5gb"]
     mig {
     }
+
+    # how MIG instances are offered: "whole" (each instance whole, as
+    # nvidia/gpushare-mig/<profile>: count = 1 is one instance) or "shared"
+    # (each instance as shares of nvidia/gpushare, in a group named
+    # "<model> MIG <profile>"; a share stays 1/shares_per_gpu of the parent
+    # GPU, so a 3g of an A100 offers 42 shares, and MPS or the interposer
+    # hold each task to its shares within the instance). For example:
+    #   mig_instances = "shared"
+    mig_instances = "whole"
   }
 }
 

@@ -3,9 +3,11 @@
 // GPU's facts (UUID, model, memory, PCI bus ID, NUMA node, compute
 // capability, device minor, MIG mode), the MIG devices of MIG-enabled GPUs
 // (mig.go: UUID, profile named as nvidia-smi names it, memory, slices,
-// /dev/nvidia-caps minors), the GPU-to-GPU link matrix built from NVLink
+// /dev/nvidia-caps minors) and the GPU instance profiles they offer, the
+// GPU-to-GPU link matrix built from NVLink
 // state and PCIe topology as `nvidia-smi topo -m` shows it, health from
-// critical XID events and lost-GPU errors, and per-GPU stats. It also
+// critical XID events and lost-GPU errors, and per-GPU stats (with each
+// MIG device's memory). It also
 // applies MIG layouts to idle GPUs (layout.go).
 //
 // NVML is loaded on first use. On a node without the NVIDIA driver every

@@ -155,6 +155,7 @@ func (s *Source) readGPU(g *gpu) (devicefn.GPU, error) {
 			return facts, err
 		}
 		facts.MIGDevices = migs
+		facts.MIGProfiles = migProfiles(g, facts.MemoryMiB)
 	}
 	return facts, nil
 }

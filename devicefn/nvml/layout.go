@@ -56,13 +56,9 @@ func (s *Source) ApplyMIGLayout(ctx context.Context, uuid string, profiles []str
 	// the GPU instance profiles by name
 	byName := map[string]nvml.GpuInstanceProfileInfo{}
 	var total uint32
-	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
-		info, ret := g.dev.GetGpuInstanceProfileInfo(id)
-		if ret != nvml.SUCCESS {
-			continue
-		}
-		total = max(total, info.SliceCount)
-		byName[devicefn.MIGProfileName(0, int(info.SliceCount), migMemoryGB(facts.MemoryMiB, info.MemorySizeMB), profileSuffix[id])] = info
+	for _, gp := range giProfiles(g, facts.MemoryMiB) {
+		total = max(total, gp.info.SliceCount)
+		byName[gp.name] = gp.info
 	}
 	want := make([]nvml.GpuInstanceProfileInfo, 0, len(profiles))
 	for _, p := range profiles {

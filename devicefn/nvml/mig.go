@@ -37,6 +37,41 @@ type gpuInstance struct {
 	info      nvml.GpuInstanceProfileInfo
 }
 
+// giProfile is one GPU instance profile a MIG-enabled GPU offers, named
+// as nvidia-smi names it.
+type giProfile struct {
+	id   int
+	info nvml.GpuInstanceProfileInfo
+	name string
+}
+
+// giProfiles lists the GPU instance profiles g offers, in NVML's profile
+// ID order; profiles NVML does not give (the GPU lacks them, MIG is off)
+// are left out. totalMiB is the GPU's memory, of which a profile's name
+// takes its rounded GB.
+func giProfiles(g *gpu, totalMiB uint64) []giProfile {
+	var out []giProfile
+	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := g.dev.GetGpuInstanceProfileInfo(id)
+		if ret != nvml.SUCCESS || info.SliceCount == 0 {
+			continue
+		}
+		name := devicefn.MIGProfileName(0, int(info.SliceCount), migMemoryGB(totalMiB, info.MemorySizeMB), profileSuffix[id])
+		out = append(out, giProfile{id: id, info: info, name: name})
+	}
+	return out
+}
+
+// migProfiles are the MIG profiles a MIG-enabled GPU offers, by slices.
+func migProfiles(g *gpu, totalMiB uint64) []devicefn.MIGProfile {
+	var out []devicefn.MIGProfile
+	for _, gp := range giProfiles(g, totalMiB) {
+		out = append(out, devicefn.MIGProfile{Name: gp.name, Slices: int(gp.info.SliceCount), MemoryMiB: gp.info.MemorySizeMB})
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Slices < out[j].Slices })
+	return out
+}
+
 // readMIGDevices reads the MIG devices of a MIG-enabled GPU: the GPU
 // instances with their profiles, then every MIG device handle (a compute
 // instance) with its UUID, IDs and attributes. totalMiB is the parent's

@@ -96,6 +96,10 @@ func migHandles(d *server.Device) []nvml.Device {
 				GetGpuInstanceIdFunc:     func() (int, nvml.Return) { return giID, nvml.SUCCESS },
 				GetComputeInstanceIdFunc: func() (int, nvml.Return) { return ciID, nvml.SUCCESS },
 				GetAttributesFunc:        func() (nvml.DeviceAttributes, nvml.Return) { return attrs, nvml.SUCCESS },
+				// used: 100 MiB per GPU instance ID + 1, to tell them apart
+				GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) {
+					return nvml.Memory{Total: attrs.MemorySizeMB * mib, Used: uint64(giID+1) * 100 * mib}, nvml.SUCCESS
+				},
 			})
 		}
 		gi.RUnlock()
@@ -225,4 +229,58 @@ func TestMIGMemoryGB(t *testing.T) {
 	} {
 		must.Eq(t, c.want, migMemoryGB(c.total, c.profile), must.Sprintf("%d of %d", c.profile, c.total))
 	}
+}
+
+// A MIG-enabled GPU's profiles are NVML's GPU instance profiles, named as
+// the layouts name them, by slices; a GPU without MIG has none.
+func TestInventoryMIGProfiles(t *testing.T) {
+	n := newDGXA100(t)
+	enableMIG(t, n.devs[2], nvml.GPU_INSTANCE_PROFILE_3_SLICE)
+	inv, err := n.source(t, Options{}).Inventory(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []devicefn.MIGProfile{
+		{Name: "1g.5gb", Slices: 1, MemoryMiB: 4864},
+		{Name: "1g.5gb+me", Slices: 1, MemoryMiB: 4864},
+		{Name: "1g.10gb", Slices: 1, MemoryMiB: 9856},
+		{Name: "2g.10gb", Slices: 2, MemoryMiB: 9856},
+		{Name: "3g.20gb", Slices: 3, MemoryMiB: 19968},
+		{Name: "4g.20gb", Slices: 4, MemoryMiB: 19968},
+		{Name: "7g.40gb", Slices: 7, MemoryMiB: 40192},
+	}, inv.GPUs[2].MIGProfiles)
+	must.SliceEmpty(t, inv.GPUs[0].MIGProfiles)
+
+	h := newDGXH100(t)
+	enableMIG(t, h.devs[0])
+	inv, err = h.source(t, Options{}).Inventory(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []devicefn.MIGProfile{
+		{Name: "1g.10gb", Slices: 1, MemoryMiB: 10240}, {Name: "1g.10gb+me", Slices: 1, MemoryMiB: 10240},
+		{Name: "1g.20gb", Slices: 1, MemoryMiB: 20480}, {Name: "2g.20gb", Slices: 2, MemoryMiB: 20480},
+		{Name: "3g.40gb", Slices: 3, MemoryMiB: 40960}, {Name: "4g.40gb", Slices: 4, MemoryMiB: 40960},
+		{Name: "7g.80gb", Slices: 7, MemoryMiB: 81920},
+	}, inv.GPUs[0].MIGProfiles)
+
+	// a layout names profiles as the inventory does
+	src := n.source(t, Options{})
+	must.NoError(t, src.ApplyMIGLayout(context.Background(), n.devs[2].UUID, []string{"4g.20gb", "1g.10gb"}))
+	inv, err = src.Inventory(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, "4g.20gb", inv.GPUs[2].MIGDevices[0].Profile)
+	must.Eq(t, "1g.10gb", inv.GPUs[2].MIGDevices[1].Profile)
+}
+
+// A MIG-enabled GPU's stats carry its MIG devices' memory, read through
+// their handles; its other counters stay the GPU's.
+func TestStatsMIGDevices(t *testing.T) {
+	n := newDGXA100(t)
+	uuids := enableMIG(t, n.devs[2], nvml.GPU_INSTANCE_PROFILE_3_SLICE, nvml.GPU_INSTANCE_PROFILE_1_SLICE)
+	n.devs[2].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 55, nvml.SUCCESS }
+	stats, err := n.source(t, Options{}).Stats(context.Background())
+	must.NoError(t, err)
+	must.Eq(t, []devicefn.MIGStats{
+		{UUID: uuids[0], MemoryUsedMiB: 100, MemoryTotalMiB: 19968},
+		{UUID: uuids[1], MemoryUsedMiB: 200, MemoryTotalMiB: 4864},
+	}, stats[2].MIGDevices)
+	must.Eq(t, 55, stats[2].TemperatureC)
+	must.SliceEmpty(t, stats[0].MIGDevices) // MIG off
 }

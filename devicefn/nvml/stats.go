@@ -9,7 +9,8 @@ import (
 )
 
 // Stats implements devicefn.Source. Counters a GPU does not support (power
-// on some boards, utilisation in MIG mode) are left zero. A GPU that NVML
+// on some boards, utilisation in MIG mode) are left zero; a MIG-enabled
+// GPU's MIG devices report their memory (Stats.MIGDevices). A GPU that NVML
 // cannot sample at all, for example a lost one, is left out of the result;
 // Health says why.
 func (s *Source) Stats(ctx context.Context) (_ []devicefn.Stats, err error) {
@@ -70,6 +71,38 @@ func (s *Source) sample(g *gpu) (devicefn.Stats, error) {
 	}
 
 	st.Processes = s.processes(g)
+	if mode, _, ret := g.dev.GetMigMode(); ret == nvml.SUCCESS && mode == nvml.DEVICE_MIG_ENABLE {
+		st.MIGDevices = s.sampleMIG(g)
+	}
 	st.Timestamp = s.now()
 	return st, nil
+}
+
+// sampleMIG reads the memory of a MIG-enabled GPU's MIG devices through
+// their handles. A device NVML cannot read is left out (the plugin then
+// reports its memory total without use); NVML has no utilisation of a MIG
+// device, nor per-process utilisation on it.
+func (s *Source) sampleMIG(g *gpu) []devicefn.MIGStats {
+	count, ret := g.dev.GetMaxMigDeviceCount()
+	if ret != nvml.SUCCESS {
+		return nil
+	}
+	var out []devicefn.MIGStats
+	for i := range count {
+		mig, ret := g.dev.GetMigDeviceHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			continue // no MIG device in this slot
+		}
+		uuid, ret := mig.GetUUID()
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		mem, ret := mig.GetMemoryInfo()
+		if ret != nvml.SUCCESS {
+			s.logger.Debug("cannot read a MIG device's memory; leaving it out of the stats", "gpu_uuid", g.uuid, "mig_device", uuid, "error", ret)
+			continue
+		}
+		out = append(out, devicefn.MIGStats{UUID: uuid, MemoryUsedMiB: mem.Used / mib, MemoryTotalMiB: mem.Total / mib})
+	}
+	return out
 }
