@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -81,6 +82,10 @@ func (s *Source) ApplyMIGLayout(ctx context.Context, uuid string, profiles []str
 		return fmt.Errorf("gpu %d (%s): MIG layout %s takes %d compute slices; the GPU has %d", g.index, g.uuid, strings.Join(profiles, ", "), slices, total)
 	}
 	sort.SliceStable(want, func(i, j int) bool { return want[i].SliceCount > want[j].SliceCount })
+	places, err := planPlacements(g, want)
+	if err != nil {
+		return fmt.Errorf("gpu %d (%s): MIG layout %s: %w", g.index, g.uuid, strings.Join(profiles, ", "), err)
+	}
 
 	if err := destroyInstances(ctx, g); err != nil {
 		return err
@@ -89,7 +94,13 @@ func (s *Source) ApplyMIGLayout(ctx context.Context, uuid string, profiles []str
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		gi, ret := g.dev.CreateGpuInstance(&info)
+		var gi nvml.GpuInstance
+		var ret nvml.Return
+		if places != nil {
+			gi, ret = g.dev.CreateGpuInstanceWithPlacement(&info, &places[k])
+		} else {
+			gi, ret = g.dev.CreateGpuInstance(&info)
+		}
 		if ret != nvml.SUCCESS {
 			return gpuErr(g, fmt.Sprintf("create GPU instance %d of %d (slices %d; the GPU keeps the %d made before it)", k+1, len(want), info.SliceCount, k), ret)
 		}
@@ -152,4 +163,52 @@ func fillGPUInstance(g *gpu, gi nvml.GpuInstance, slices uint32) error {
 		return nil
 	}
 	return fmt.Errorf("gpu %d (%s): no compute instance profile fills a GPU instance of %d slices", g.index, g.uuid, slices)
+}
+
+// errNoPlacement says that the GPU has no room for a layout's instances
+// side by side, though their slices add up.
+var errNoPlacement = errors.New("NVIDIA allows no placement of these instances side by side on this GPU")
+
+// planPlacements chooses, for each GPU instance profile of want (largest
+// first), a placement among those NVML allows, no two overlapping, so that
+// instances are created where the whole layout fits (NVML's own choice,
+// one instance at a time, may put a 3g.20gb where two 2g.10gb were to go).
+// It returns nil, nil when the driver does not list placements: the
+// instances are then created where NVML puts them.
+func planPlacements(g *gpu, want []nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, error) {
+	options := make([][]nvml.GpuInstancePlacement, len(want))
+	for i := range want {
+		ps, ret := g.dev.GetGpuInstancePossiblePlacements(&want[i])
+		if ret != nvml.SUCCESS || len(ps) == 0 {
+			return nil, nil
+		}
+		options[i] = ps
+	}
+	chosen := make([]nvml.GpuInstancePlacement, len(want))
+	overlaps := func(a, b nvml.GpuInstancePlacement) bool {
+		return a.Start < b.Start+b.Size && b.Start < a.Start+a.Size
+	}
+	var place func(i int) bool
+	place = func(i int) bool {
+		if i == len(want) {
+			return true
+		}
+	next:
+		for _, p := range options[i] {
+			for _, q := range chosen[:i] {
+				if overlaps(p, q) {
+					continue next
+				}
+			}
+			chosen[i] = p
+			if place(i + 1) {
+				return true
+			}
+		}
+		return false
+	}
+	if !place(0) {
+		return nil, errNoPlacement
+	}
+	return chosen, nil
 }

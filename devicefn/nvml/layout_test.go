@@ -2,6 +2,7 @@ package nvml
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -69,4 +70,61 @@ func TestApplyMIGLayoutRefusals(t *testing.T) {
 	must.ErrorContains(t, err, "nvidia-smi -i 2 -mig 1")
 
 	must.ErrorContains(t, src.ApplyMIGLayout(context.Background(), "GPU-nope", nil), "no GPU GPU-nope on this node")
+}
+
+// placementsOf returns where each GPU instance of a device starts, by the
+// compute slices of its profile.
+func placementsOf(t *testing.T, d interface {
+	GetGpuInstanceProfileInfo(int) (nvml.GpuInstanceProfileInfo, nvml.Return)
+	GetGpuInstances(*nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstance, nvml.Return)
+}) map[uint32][]uint32 {
+	t.Helper()
+	out := map[uint32][]uint32{}
+	for id := range nvml.GPU_INSTANCE_PROFILE_COUNT {
+		info, ret := d.GetGpuInstanceProfileInfo(id)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		gis, _ := d.GetGpuInstances(&info)
+		for _, gi := range gis {
+			gInfo, ret := gi.GetInfo()
+			must.Eq(t, nvml.SUCCESS, ret)
+			out[info.SliceCount] = append(out[info.SliceCount], gInfo.Placement.Start)
+		}
+	}
+	for _, s := range out {
+		slices.Sort(s)
+	}
+	return out
+}
+
+// A 3g.20gb and two 2g.10gb fit an A100 only with the 3g at memory slice
+// 4 (2g instances start at 0, 2 or 4): the layout is planned over NVML's
+// possible placements and created there, not left to NVML's choice one
+// instance at a time.
+func TestApplyMIGLayoutPlansPlacements(t *testing.T) {
+	n := newDGXA100(t)
+	enableMIG(t, n.devs[1], nvml.GPU_INSTANCE_PROFILE_7_SLICE)
+	src := n.source(t, Options{})
+	must.NoError(t, src.ApplyMIGLayout(context.Background(), n.devs[1].UUID, []string{"2g.10gb", "3g.20gb", "2g.10gb"}))
+	must.Eq(t, map[uint32][]uint32{3: {4}, 2: {0, 2}}, placementsOf(t, n.devs[1]))
+}
+
+// A layout whose slices add up but that has no placement is refused
+// before anything is destroyed.
+func TestApplyMIGLayoutWithoutPlacement(t *testing.T) {
+	n := newDGXA100(t)
+	enableMIG(t, n.devs[0], nvml.GPU_INSTANCE_PROFILE_7_SLICE)
+	real := n.devs[0].GetGpuInstancePossiblePlacementsFunc
+	n.devs[0].GetGpuInstancePossiblePlacementsFunc = func(info *nvml.GpuInstanceProfileInfo) ([]nvml.GpuInstancePlacement, nvml.Return) {
+		if info.SliceCount == 3 { // a driver that allows a 3g.20gb only at 0
+			return []nvml.GpuInstancePlacement{{Start: 0, Size: 4}}, nvml.SUCCESS
+		}
+		return real(info)
+	}
+	src := n.source(t, Options{})
+	err := src.ApplyMIGLayout(context.Background(), n.devs[0].UUID, []string{"3g.20gb", "3g.20gb"})
+	must.ErrorIs(t, err, errNoPlacement)
+	must.ErrorContains(t, err, "MIG layout 3g.20gb, 3g.20gb: NVIDIA allows no placement")
+	must.Eq(t, []string{"7g.40gb"}, profilesOf(t, src, 0)) // nothing destroyed
 }
