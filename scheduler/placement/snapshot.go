@@ -22,9 +22,9 @@ type Resources struct {
 // GPU is one GPU of a node as the snapshot tracks it (read-only; see
 // Snapshot.SetHealth).
 type GPU struct {
-	UUID   string
-	Model  string
-	NUMA   int
+	UUID  string
+	Model string
+	NUMA  int
 	// Shares is shares_per_gpu of its group: a share is 1/Shares of a GPU
 	// (of the parent GPU for a MIG instance), so a request's size means
 	// the same on every GPU of the group.
@@ -37,8 +37,8 @@ type GPU struct {
 	Parent, Profile string
 	// Down is set for an unhealthy GPU: nothing new is placed on it.
 	Down   bool
-	group  int // index into Node.groups
-	local  int // index within its group
+	group  int      // index into Node.groups
+	local  int      // index within its group
 	used   []uint64 // indices Cap..Shares-1 are set for good
 	free   int
 	allocs []*allocRec
