@@ -124,9 +124,9 @@ func TestMIGInstanceIsAGPUOfItsOwnSize(t *testing.T) {
 	must.StrContains(t, err.Error(), "has only 42 shares")
 	must.False(t, s.InUse(mig3g+":50"))
 	must.True(t, s.Reservable(shareRange(mig3g, 0, 42)))
-	must.False(t, s.Reservable(shareRange(mig3g, 30, 43)))                               // past its shares
+	must.False(t, s.Reservable(shareRange(mig3g, 30, 43)))                                   // past its shares
 	must.False(t, s.Reservable(append(shareRange(mig1a, 0, 5), shareRange(mig1b, 0, 5)...))) // two instances
-	must.False(t, s.Reservable(shareRange(mig7g, 0, 100)))                               // a whole GPU's shares
+	must.False(t, s.Reservable(shareRange(mig7g, 0, 100)))                                   // a whole GPU's shares
 	must.True(t, s.Reservable(shareRange(mig7g, 0, 99)))
 
 	must.NoError(t, s.AddAlloc(Alloc{ID: "a", Node: "m", Shares: shareRange(mig3g, 0, 30)}))
