@@ -245,7 +245,7 @@ func (f *fgd) delta(n *Node, changes []change, res Resources) float64 {
 // more than any GPU has for a whole-GPU kind on a shared MIG instance,
 // which never holds one (its free shares are all too small for it).
 func instanceNeed(g *GPU, need int) int {
-	if need >= g.Shares && g.Parent != "" {
+	if need >= g.Shares && g.inst {
 		return math.MaxInt32
 	}
 	return need

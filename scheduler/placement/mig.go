@@ -33,7 +33,7 @@ const exactFitTier = 1e9
 
 // exactFit reports whether frac shares fill g exactly: g is a shared MIG
 // instance with frac shares free.
-func exactFit(g *GPU, frac int) bool { return g.free == frac && g.Parent != "" }
+func exactFit(g *GPU, frac int) bool { return g.free == frac && g.inst }
 
 // markExact puts c in the exact-fit tier.
 func (c *cand) markExact() {

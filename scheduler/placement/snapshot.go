@@ -31,17 +31,18 @@ type GPU struct {
 	Shares int
 	// Cap is the shares the GPU offers: Shares for a whole GPU, a shared
 	// MIG instance's own (fewer but for a 7g instance; see MIG).
-	Cap int
+	Cap  int
+	free int // next to Shares, Cap and Down: the fields eval reads
+	// Down is set for an unhealthy GPU: nothing new is placed on it.
+	Down bool
+	inst bool // a shared MIG instance (Parent != "")
 	// Parent is the UUID of the GPU a shared MIG instance is part of and
 	// Profile the instance's MIG profile; "" for a whole GPU.
 	Parent, Profile string
-	// Down is set for an unhealthy GPU: nothing new is placed on it.
-	Down   bool
-	group  int      // index into Node.groups
-	local  int      // index within its group
-	used   []uint64 // indices Cap..Shares-1 are set for good
-	free   int
-	allocs []*allocRec
+	group           int      // index into Node.groups
+	local           int      // index within its group
+	used            []uint64 // indices Cap..Shares-1 are set for good
+	allocs          []*allocRec
 }
 
 // Free returns the number of free shares of the GPU.
@@ -50,10 +51,10 @@ func (g *GPU) Free() int { return g.free }
 // Whole reports whether the GPU can serve a whole-GPU request: every share
 // is free and it is no MIG instance (an instance never serves one, even a
 // 7g instance that offers every share of its parent).
-func (g *GPU) Whole() bool { return g.free == g.Shares && g.Parent == "" }
+func (g *GPU) Whole() bool { return g.free == g.Shares && !g.inst }
 
 // MIG reports whether the GPU is a shared MIG instance.
-func (g *GPU) MIG() bool { return g.Parent != "" }
+func (g *GPU) MIG() bool { return g.inst }
 
 // Idle reports whether no share of the GPU is in use.
 func (g *GPU) Idle() bool { return g.free == g.Cap }
