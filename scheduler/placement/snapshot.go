@@ -95,16 +95,17 @@ func (g *GPU) lowestFree(n int) []int {
 
 // gpuGroup is the GPUs of one model on a node, with their cell tree.
 type gpuGroup struct {
+	// mig marks a group of shared MIG instances (one parent model and
+	// profile), each offering cap shares; cap is shares_per_gpu otherwise.
+	// First: eval reads them with model and gpus.
+	mig    bool
+	cap    int
 	model  string
 	gpus   []int // node GPU indices, in group order
 	links  devicefn.Matrix
 	tree   *cells.Tree
 	masks  []uint64 // per cell: bit i set for group-local GPU i
 	topoID int      // equal for groups with identical matrices and NUMA
-	// mig marks a group of shared MIG instances (one parent model and
-	// profile), each offering cap shares; cap is shares_per_gpu otherwise.
-	mig bool
-	cap int
 }
 
 // Node is one node of the snapshot. Its fields are read-only: change the
