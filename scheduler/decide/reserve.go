@@ -51,8 +51,8 @@ func (st *step) reserveFor(r placement.Request) map[string]time.Time {
 		need := 0
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
-			if g.Down || (len(r.Models) > 0 && !slices.Contains(r.Models, g.Model)) {
-				continue
+			if g.Down || g.MIG() || (len(r.Models) > 0 && !slices.Contains(r.Models, g.Model)) {
+				continue // a MIG instance never holds a multi-GPU allocation
 			}
 			need = (r.Shares + g.Shares - 1) / g.Shares
 			free = append(free, max(ends[g.UUID].Sub(now), 0))

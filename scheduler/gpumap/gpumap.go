@@ -24,6 +24,11 @@ type Node struct {
 	Sharing      string `json:"sharing"`
 	SharesPerGPU int    `json:"shares_per_gpu"`
 	GPUs         []GPU  `json:"gpus"`
+	// MIG is how the node's MIG instances are offered: devicefn.MIGWhole
+	// (Sharing "mig", counted in slices) or devicefn.MIGShared (each
+	// instance shares of its own, counted in shares of its parent); ""
+	// for GPUs without MIG.
+	MIG string `json:"mig,omitempty"`
 }
 
 // GPU is one GPU and the allocations using its shares.
@@ -37,8 +42,10 @@ type GPU struct {
 	Shares   int     `json:"shares"`
 	Used     int     `json:"used"`
 	Users    []Usage `json:"users,omitempty"`
-	// MIG are the instances of a GPU in MIG mode (Node.Sharing "mig"); its
-	// Shares and Used then count compute slices, and Users hold slices.
+	// MIG are the instances of a GPU in MIG mode. Offered whole (Node.MIG
+	// "whole", Sharing "mig"), its Shares and Used count compute slices and
+	// Users hold slices; shared (Node.MIG "shared"), they are the shares
+	// its instances offer and their users hold.
 	MIG []Instance `json:"mig,omitempty"`
 }
 
@@ -51,6 +58,10 @@ type Instance struct {
 	Healthy   bool    `json:"healthy"`
 	Health    string  `json:"health,omitempty"`
 	Users     []Usage `json:"users,omitempty"`
+	// Shares an instance shared further offers (in shares of its parent)
+	// and Used of them; 0 for an instance offered whole.
+	Shares int `json:"shares,omitempty"`
+	Used   int `json:"used,omitempty"`
 }
 
 // Usage is one allocation's shares of a GPU, or (Other) the shares the
@@ -75,6 +86,7 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 		if n.NodeResources == nil {
 			continue
 		}
+		shared := sharedMIG{node: n}
 		for _, d := range n.NodeResources.Devices {
 			if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
 				continue
@@ -84,16 +96,10 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 				m.Problems = append(m.Problems, "node "+n.Name+": "+err.Error())
 				continue
 			}
-			health := map[string]*api.NodeDevice{}
-			for _, inst := range d.Instances {
-				if inst == nil {
-					continue
-				}
-				if id, err := devicefn.ParseShareID(inst.ID); err == nil {
-					if prev, ok := health[id.UUID]; !ok || (prev.Healthy && !inst.Healthy) {
-						health[id.UUID] = inst
-					}
-				}
+			health := shareHealth(d)
+			if g.MIG != nil {
+				shared.add(g, health)
+				continue
 			}
 			node := Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: g.Model, Sharing: g.Sharing, SharesPerGPU: g.SharesPerGPU}
 			for i, gpu := range g.GPUs {
@@ -105,6 +111,7 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			}
 			m.Nodes = append(m.Nodes, node)
 		}
+		m.Nodes = append(m.Nodes, shared.nodes()...)
 		m.addMIG(n)
 	}
 	sort.Slice(m.Nodes, func(i, j int) bool {
@@ -114,7 +121,7 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 		if m.Nodes[i].Model != m.Nodes[j].Model {
 			return m.Nodes[i].Model < m.Nodes[j].Model
 		}
-		return m.Nodes[i].Sharing != devicefn.SharingMIG && m.Nodes[j].Sharing == devicefn.SharingMIG
+		return migRank(m.Nodes[i]) < migRank(m.Nodes[j])
 	})
 	type instanceAt struct {
 		gpu *GPU
@@ -162,6 +169,15 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			}
 		}
 		for uuid, n := range per {
+			if at, ok := instances[uuid]; ok && at.gpu.MIG[at.k].Shares > 0 { // a shared instance
+				u := usage(a, n)
+				inst := &at.gpu.MIG[at.k]
+				inst.Used += n
+				inst.Users = append(inst.Users, u)
+				at.gpu.Used += n
+				at.gpu.Users = append(at.gpu.Users, u)
+				continue
+			}
 			g := where[uuid]
 			if g == nil {
 				continue
@@ -172,6 +188,10 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 	}
 	for _, g := range where {
 		sort.Slice(g.Users, func(i, j int) bool { return g.Users[i].AllocID < g.Users[j].AllocID })
+		for k := range g.MIG {
+			us := g.MIG[k].Users
+			sort.Slice(us, func(i, j int) bool { return us[i].AllocID < us[j].AllocID })
+		}
 	}
 	return m
 }
@@ -234,7 +254,7 @@ func (m *Map) addMIG(n *api.Node) {
 		model := models[uuid]
 		node := byModel[model]
 		if node == nil {
-			node = &Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: model, Sharing: devicefn.SharingMIG}
+			node = &Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: model, Sharing: devicefn.SharingMIG, MIG: devicefn.MIGWhole}
 			byModel[model] = node
 			order = append(order, model)
 		}

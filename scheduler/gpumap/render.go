@@ -34,8 +34,12 @@ func Render(w io.Writer, m *Map) error {
 			totalUsed += used
 			shared = true
 		}
-		fmt.Fprintf(&b, "%s  %s  %d x %s  sharing=%s  %d/%d %s used (%.0f%%)\n",
-			n.Name, short(n.ID), len(n.GPUs), n.Model, n.Sharing, used, shares, unit, pct(used, shares))
+		mig := ""
+		if n.MIG == devicefn.MIGShared {
+			mig = "  mig=shared"
+		}
+		fmt.Fprintf(&b, "%s  %s  %d x %s  sharing=%s%s  %d/%d %s used (%.0f%%)\n",
+			n.Name, short(n.ID), len(n.GPUs), n.Model, n.Sharing, mig, used, shares, unit, pct(used, shares))
 		for _, g := range n.GPUs {
 			health := ""
 			if !g.Healthy {
@@ -49,6 +53,10 @@ func Render(w io.Writer, m *Map) error {
 				}
 				if !inst.Healthy {
 					state += "  UNHEALTHY"
+				}
+				if inst.Shares > 0 { // shared further: its shares
+					fmt.Fprintf(&b, "    MIG %-10s %s  [%s] %4d/%-4d %s\n", inst.Profile, inst.UUID, bar(inst.Used, inst.Shares), inst.Used, inst.Shares, state)
+					continue
 				}
 				fmt.Fprintf(&b, "    MIG %-10s %s  %s\n", inst.Profile, inst.UUID, state)
 			}

@@ -31,7 +31,7 @@ func (s *Snapshot) Check() error {
 					}
 					held[gi][idx] = true
 				}
-				if len(a.shares[k]) == g.Shares {
+				if len(a.shares[k]) == g.Shares && !g.MIG() {
 					whole++
 				}
 				if !slices.Contains(g.allocs, a) {
@@ -40,6 +40,9 @@ func (s *Snapshot) Check() error {
 			}
 			if len(a.gpus) > 1 && whole != len(a.gpus) {
 				return fmt.Errorf("allocation %s holds a fraction spread over %d GPUs", a.ID, len(a.gpus))
+			}
+			if len(a.gpus) == 1 && n.GPUs[a.gpus[0]].MIG() && len(a.shares[0]) >= n.GPUs[a.gpus[0]].Shares {
+				return fmt.Errorf("allocation %s holds a whole GPU's shares of MIG instance %s", a.ID, n.GPUs[a.gpus[0]].UUID)
 			}
 		}
 		if used != n.used {
@@ -52,6 +55,12 @@ func (s *Snapshot) Check() error {
 			g := &n.GPUs[i]
 			cnt := 0
 			for k, h := range held[i] {
+				if k >= g.Cap && (h || !g.isUsed(k)) {
+					return fmt.Errorf("GPU %s offers %d shares, but share %d is held (%v) or free (%v)", g.UUID, g.Cap, k, h, !g.isUsed(k))
+				}
+				if k >= g.Cap {
+					continue
+				}
 				if h != g.isUsed(k) {
 					return fmt.Errorf("GPU %s share %d: bitmap says %v, allocations say %v", g.UUID, k, g.isUsed(k), h)
 				}
@@ -59,8 +68,8 @@ func (s *Snapshot) Check() error {
 					cnt++
 				}
 			}
-			if g.free != g.Shares-cnt || g.free < 0 {
-				return fmt.Errorf("GPU %s counts %d free shares but %d of %d are held", g.UUID, g.free, cnt, g.Shares)
+			if g.free != g.Cap-cnt || g.free < 0 || g.Cap > g.Shares || (g.Cap != g.Shares && !g.MIG()) {
+				return fmt.Errorf("GPU %s counts %d free shares but %d of %d are held", g.UUID, g.free, cnt, g.Cap)
 			}
 		}
 	}
@@ -79,7 +88,7 @@ func (s *Snapshot) Empty() bool {
 			return false
 		}
 		for i := range n.GPUs {
-			if !n.GPUs[i].Whole() {
+			if !n.GPUs[i].Idle() {
 				return false
 			}
 		}

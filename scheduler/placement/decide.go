@@ -88,6 +88,13 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string) (
 			continue
 		}
 		if e.randomNode() {
+			// uniformly among the exact fits of instances when there are any
+			if bestN != nil && c.exact != best.exact {
+				if !c.exact {
+					continue
+				}
+				seen = 0
+			}
 			seen++
 			if e.rng.IntN(seen) == 0 {
 				bestN, best = n, c
@@ -229,7 +236,7 @@ func (e *engine) chooseRack(s *Snapshot, r *Request) *string {
 // materialize turns a node's candidate into a placement with share IDs,
 // cell and reason.
 func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Placement {
-	p := Placement{AllocID: r.ID + "[" + strconv.Itoa(i) + "]", Node: n.ID, Score: c.cost[0], Predicted: c.pred, PredictedMate: c.mate, req: r, res: r.Res}
+	p := Placement{AllocID: r.ID + "[" + strconv.Itoa(i) + "]", Node: n.ID, Score: c.score(), Predicted: c.pred, PredictedMate: c.mate, req: r, res: r.Res}
 	if c.group < 0 {
 		p.Cell = "none"
 		p.Reason = fmt.Sprintf("cpu-only on node %s (%s)", n.label(), e.name)
@@ -262,6 +269,8 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 	p.Cell = grp.tree.Name(grp.tree.Smallest(local))
 	var why []string
 	switch {
+	case c.gpu >= 0 && n.GPUs[c.gpu].MIG():
+		why = append(why, migReason(&n.GPUs[c.gpu], c, local[0], n.label()))
 	case c.gpu >= 0 && !e.rounds():
 		why = append(why, fmt.Sprintf("%d shares of GPU %d on node %s", c.take, local[0], n.label()))
 	case c.gpu >= 0:

@@ -24,6 +24,7 @@ const (
 // cand is a node's best way to hold one allocation of a request.
 type cand struct {
 	ok    bool
+	exact bool // fills a shared MIG instance exactly (exactFitTier)
 	why   uint8
 	cost  [3]float64
 	group int    // group of the GPUs (-1 when CPU-only)
@@ -95,6 +96,9 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		if frac > 0 && e.rounds() {
 			frac, whole = 0, 1
 		}
+		if grp.mig && (whole > 0 || frac > grp.cap) {
+			continue // instances hold fractions of their size only
+		}
 		var c cand
 		if frac > 0 {
 			c = e.evalFraction(n, r, gi, frac, pin)
@@ -157,6 +161,13 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			// in FGD; inside a node the first GPU wins (strict less below)
 			c.cost = [3]float64{-fgdScore(c.dfrag)}
 		case kRandom:
+			// uniformly among the exact fits when there are any
+			if ex := exactFit(g, frac); best.ok && ex != best.exact {
+				if !ex {
+					continue
+				}
+				seen = 0
+			}
 			seen++
 			if e.rng.IntN(seen) != 0 {
 				continue
@@ -175,11 +186,14 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 			// stays whole for larger requests; then node order, as in FGD
 			c.cost = [3]float64{-fgdScore(c.dfrag + loss), loss, idle}
 		}
+		if grp.mig && exactFit(g, frac) {
+			c.markExact()
+		}
 		if !best.ok || e.kind == kRandom || less(&c.cost, &best.cost) {
 			best = c
 		}
-		if e.kind == kFirstFit {
-			break
+		if e.kind == kFirstFit && (!grp.mig || best.exact) {
+			break // first fit, but an exact fit of an instance first
 		}
 	}
 	return best

@@ -30,6 +30,8 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	var mostFreeNode, mostFracNode, cellNode, cellName string
 	var modelSeen []string
 	maxGPUs, spg := 0, 0
+	var mig []string // models of shared MIG instances
+	largest := 0
 	for _, n := range s.nodes {
 		c := e.eval(n, r, -1)
 		tally[c.why]++
@@ -43,7 +45,11 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 				continue
 			}
 			spg = n.GPUs[grp.gpus[0]].Shares
-			maxGPUs = max(maxGPUs, len(grp.gpus))
+			if grp.mig {
+				mig, largest = appendUnique(mig, grp.model), max(largest, grp.cap)
+			} else {
+				maxGPUs = max(maxGPUs, len(grp.gpus))
+			}
 			var freeMask uint64
 			whole := 0
 			for li, i := range grp.gpus {
@@ -63,6 +69,9 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 				mostFree, mostFreeNode = whole, n.label()
 			}
 			for ci := range grp.tree.Cells {
+				if grp.mig {
+					break // instances are no cell's
+				}
 				m := grp.masks[ci]
 				if m&freeMask == m && bits.OnesCount64(m) > largestCell {
 					largestCell, cellNode, cellName = bits.OnesCount64(m), n.label(), grp.tree.Name(ci)
@@ -88,7 +97,16 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	case r.Shares > 0 && !sizeOK:
 		return &Refusal{RefusedInvalid, fmt.Sprintf("%d shares is neither a fraction of one GPU (fewer than %d) nor whole GPUs (a multiple of %d): ask for %d or %d", r.Shares, spg, spg, r.Shares/spg*spg, (r.Shares/spg+1)*spg)}
 	case whole > maxGPUs:
-		return &Refusal{RefusedTooLarge, fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", whole, models, maxGPUs)}
+		msg := fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", whole, models, maxGPUs)
+		if why := migOnly(whole, 0, largest, mig); why != "" {
+			msg += "; " + why
+			if e.rounds() {
+				msg += fmt.Sprintf(" (%s takes whole GPUs for a fraction)", e.name)
+			}
+		}
+		return &Refusal{RefusedTooLarge, msg}
+	case maxGPUs == 0 && migOnly(0, frac, largest, mig) != "":
+		return &Refusal{RefusedTooLarge, fmt.Sprintf("needs %d shares on one GPU of %s; %s, and no node has whole GPUs of it", frac, models, migOnly(0, frac, largest, mig))}
 	case tally[whyInterference] > 0 && tally[whyGPU] == 0 && tally[whyCPU] == 0:
 		return &Refusal{RefusedInterference, fmt.Sprintf("%d nodes have room, but sharing a GPU there would slow a production job by more than its bound (%.0f%% for this job); give the job a profile, a larger bound, or whole GPUs",
 			tally[whyInterference], 100*e.bound(r.MaxSlowdown))}

@@ -3,6 +3,7 @@ package placement
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -164,6 +165,7 @@ func (f *fgd) summary(n *Node) *fgdSummary {
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
 			need, k := f.need(m, g.Shares)
+			need = instanceNeed(g, need)
 			switch {
 			case k == 0 || !t.eligible(g.Model):
 				e.nonElig += int32(g.free)
@@ -233,13 +235,24 @@ func (f *fgd) delta(n *Node, changes []change, res Resources) float64 {
 		taken += c.old - c.new_
 	}
 	total := s.total - taken
-	if len(n.groups) == 1 {
+	if len(n.groups) == 1 && n.mig == 0 {
 		return f.deltaUniform(n, s, changes, free, total, taken)
 	}
 	return f.deltaGeneral(n, s, changes, free, total)
 }
 
-// deltaGeneral is delta for any node: per GPU model and shares-per-GPU.
+// instanceNeed is the per-GPU need of a typical request on g: need, but
+// more than any GPU has for a whole-GPU kind on a shared MIG instance,
+// which never holds one (its free shares are all too small for it).
+func instanceNeed(g *GPU, need int) int {
+	if need >= g.Shares && g.inst {
+		return math.MaxInt32
+	}
+	return need
+}
+
+// deltaGeneral is delta for any node: per GPU model, shares-per-GPU and
+// MIG instance.
 func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, free Resources, total int) float64 {
 	after := 0.0
 	for m := range f.mix {
@@ -248,6 +261,7 @@ func (f *fgd) deltaGeneral(n *Node, s *fgdSummary, changes []change, free Resour
 		for _, c := range changes {
 			g := &n.GPUs[c.gpu]
 			need, k := f.need(m, g.Shares)
+			need = instanceNeed(g, need)
 			if k == 0 || !t.eligible(g.Model) {
 				e.nonElig -= int32(c.old - c.new_)
 				continue

@@ -39,6 +39,9 @@ func (n *Node) Cells() []CellInfo {
 	var out []CellInfo
 	for gi := range n.groups {
 		grp := &n.groups[gi]
+		if grp.mig {
+			continue // instances are no cell's: they never hold whole GPUs
+		}
 		var order []int
 		var walk func(c int)
 		walk = func(c int) {
@@ -68,10 +71,13 @@ func (n *Node) Cells() []CellInfo {
 
 // Usage sums the cluster's GPU capacity and use.
 type Usage struct {
+	// GPUs counts shared MIG instances as GPUs.
 	Nodes, GPUs int
-	// Shares and FreeShares over all GPUs.
+	// Shares and FreeShares over all GPUs: a MIG instance's offered
+	// shares, in shares of its parent.
 	Shares, FreeShares int
-	// AllocatedGPUs is the allocated share of each GPU summed, in GPUs.
+	// AllocatedGPUs is the allocated share of each GPU summed, in GPUs
+	// (of the parent, for a MIG instance).
 	AllocatedGPUs float64
 	// WholeFreeGPUs counts GPUs with every share free.
 	WholeFreeGPUs int
@@ -88,9 +94,9 @@ func (s *Snapshot) Usage() Usage {
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
 			u.GPUs++
-			u.Shares += g.Shares
+			u.Shares += g.Cap
 			u.FreeShares += g.free
-			u.AllocatedGPUs += float64(g.Shares-g.free) / float64(g.Shares)
+			u.AllocatedGPUs += float64(g.Cap-g.free) / float64(g.Shares)
 			if g.Whole() {
 				u.WholeFreeGPUs++
 			}

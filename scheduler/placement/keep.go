@@ -122,6 +122,8 @@ func (s *Snapshot) Prefer(r *Request, policy string, held []Held) (*Decision, er
 		switch {
 		case !ok:
 			return nil, fmt.Errorf("%d shares are not a fraction or whole GPUs of %s", r.Shares, uuid)
+		case whole > 0 && g.MIG():
+			return nil, fmt.Errorf("GPU %s is a shared MIG instance, which never holds a whole GPU", uuid)
 		case frac > 0:
 			shares = freeShares(s, g, byGPU[uuid], frac)
 			if len(shares) < frac {

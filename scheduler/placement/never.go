@@ -75,6 +75,8 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		models = strings.Join(r.Models, " or ")
 	}
 	room, seen, maxGPUs, need := 0, false, 0, 0
+	var mig []string // models of shared MIG instances seen
+	largest, migFrac, migWhole := 0, 0, 0
 	stacked := 0 // room if one node could hold several whole-GPU allocations
 	for _, n := range s.nodes {
 		if allowed != nil && !allowed[n.ID] || n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
@@ -105,9 +107,20 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 			seen = true
 			spg := n.GPUs[grp.gpus[0]].Shares
 			frac, whole, ok := shareSize(r.Shares, spg)
-			maxGPUs, need = max(maxGPUs, len(grp.gpus)), max(need, whole)
+			if grp.mig {
+				mig, largest = appendUnique(mig, grp.model), max(largest, grp.cap)
+				migFrac, migWhole = max(migFrac, frac), max(migWhole, whole)
+			} else {
+				maxGPUs = max(maxGPUs, len(grp.gpus))
+			}
+			need = max(need, whole)
 			switch {
 			case !ok:
+			case grp.mig && (whole > 0 || frac > grp.cap):
+				// instances hold fractions of their size only
+			case grp.mig:
+				best = max(best, min(byRes, grp.cap/frac))
+				most = max(most, best)
 			case whole > 0 && whole <= len(grp.gpus):
 				best = max(best, 1) // one allocation of the group per node
 				most = max(most, min(byRes, len(grp.gpus)/whole))
@@ -132,7 +145,14 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s with cpu %d and memory %d MiB", models, r.Res.CPU, r.Res.MemoryMiB)}
 	}
 	if need > maxGPUs {
-		return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", need, models, maxGPUs)}
+		msg := fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", need, models, maxGPUs)
+		if why := migOnly(migWhole, 0, largest, mig); why != "" {
+			msg += "; " + why
+		}
+		return &Refusal{Code: RefusedTooLarge, Message: msg}
+	}
+	if why := migOnly(0, migFrac, largest, mig); why != "" && maxGPUs == 0 {
+		return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("needs %d shares on one GPU of %s; %s, and no node has whole GPUs of it", r.Shares, models, why)}
 	}
 	return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("%d allocations of %d shares of %s with cpu %d and memory %d MiB each: even empty, the cluster's %d nodes could hold %d",
 		r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB, len(s.nodes), room)}
@@ -156,9 +176,13 @@ func (s *Snapshot) Reservable(shares []string) bool {
 		if !ok {
 			return true
 		}
-		spg := ref.node.GPUs[ref.gpu].Shares
+		g := &ref.node.GPUs[ref.gpu]
+		spg := g.Shares
 		if len(shares) < spg && len(perGPU) > 1 || len(shares) >= spg && n != spg {
 			return false
+		}
+		if g.MIG() && (len(perGPU) > 1 || n >= spg || !indicesWithin(shares, g.Cap)) {
+			return false // a fraction of one instance, of the shares it offers
 		}
 	}
 	return true
@@ -175,7 +199,7 @@ func (s *Snapshot) InUse(share string) bool {
 		return false
 	}
 	g := &ref.node.GPUs[ref.gpu]
-	return id.Index >= 0 && id.Index < g.Shares && g.isUsed(id.Index)
+	return id.Index >= 0 && id.Index < g.Cap && g.isUsed(id.Index)
 }
 
 // OnePerNode explains, for a request of several whole-GPU allocations,
@@ -196,7 +220,7 @@ func OnePerNode(s *Snapshot, r Request) string {
 			if !r.modelOK(grp.model) {
 				continue
 			}
-			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= len(grp.gpus) {
+			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= len(grp.gpus) && !grp.mig {
 				nodes++
 				break
 			}

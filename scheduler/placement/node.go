@@ -39,7 +39,14 @@ func NodeFromGroups(id, name string, capacity Resources, meta map[string]string,
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
 		}
-		gg := gpuGroup{model: grp.Model, links: links, tree: tree}
+		gg := gpuGroup{model: grp.Model, links: links, tree: tree, cap: grp.SharesPerGPU}
+		if grp.MIG != nil {
+			if err := checkMIGGroup(&grp); err != nil {
+				return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
+			}
+			gg.mig, gg.cap = true, grp.MIG.Shares
+			n.mig++
+		}
 		for c := range tree.Cells {
 			var m uint64
 			for _, g := range tree.Cells[c].GPUs {
@@ -57,11 +64,18 @@ func NodeFromGroups(id, name string, capacity Resources, meta map[string]string,
 				}
 			}
 			gg.gpus = append(gg.gpus, len(n.GPUs))
-			n.GPUs = append(n.GPUs, GPU{
-				UUID: g.UUID, Model: grp.Model, NUMA: g.NUMANode, Shares: grp.SharesPerGPU,
+			gpu := GPU{
+				UUID: g.UUID, Model: grp.Model, NUMA: g.NUMANode, Shares: grp.SharesPerGPU, Cap: gg.cap,
 				group: len(n.groups), local: i,
-				used: make([]uint64, (grp.SharesPerGPU+63)/64), free: grp.SharesPerGPU,
-			})
+				used: make([]uint64, (grp.SharesPerGPU+63)/64), free: gg.cap,
+			}
+			if gg.mig {
+				gpu.Parent, gpu.Profile, gpu.inst = g.Parent, grp.MIG.Profile, true
+				for k := gg.cap; k < gpu.Shares; k++ {
+					gpu.setUsed(k, true) // not shares of this instance
+				}
+			}
+			n.GPUs = append(n.GPUs, gpu)
 		}
 		n.groups = append(n.groups, gg)
 	}

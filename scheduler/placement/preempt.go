@@ -162,7 +162,7 @@ func couldFree(n *Node, r *Request, opp []*allocRec) bool {
 			case !ok:
 			case frac > 0 && avail >= frac:
 				return true
-			case avail == g.Shares:
+			case avail == g.Shares && !g.MIG():
 				whole++
 				if whole >= max(k, 1) {
 					return true

@@ -22,24 +22,45 @@ type Resources struct {
 // GPU is one GPU of a node as the snapshot tracks it (read-only; see
 // Snapshot.SetHealth).
 type GPU struct {
-	UUID   string
-	Model  string
-	NUMA   int
-	Shares int // shares_per_gpu of its group
+	UUID  string
+	Model string
+	NUMA  int
+	// Shares is shares_per_gpu of its group: a share is 1/Shares of a GPU
+	// (of the parent GPU for a MIG instance), so a request's size means
+	// the same on every GPU of the group.
+	Shares int
+	// Cap is the shares the GPU offers: Shares for a whole GPU, a shared
+	// MIG instance's own (fewer but for a 7g instance; see MIG).
+	Cap  int
+	free int // next to Shares, Cap and Down: the fields eval reads
 	// Down is set for an unhealthy GPU: nothing new is placed on it.
-	Down   bool
-	group  int // index into Node.groups
-	local  int // index within its group
-	used   []uint64
-	free   int
-	allocs []*allocRec
+	Down bool
+	inst bool // a shared MIG instance (Parent != "")
+	// Parent is the UUID of the GPU a shared MIG instance is part of and
+	// Profile the instance's MIG profile; "" for a whole GPU.
+	Parent, Profile string
+	group           int      // index into Node.groups
+	local           int      // index within its group
+	used            []uint64 // indices Cap..Shares-1 are set for good
+	allocs          []*allocRec
 }
 
 // Free returns the number of free shares of the GPU.
 func (g *GPU) Free() int { return g.free }
 
-// Whole reports whether every share of the GPU is free.
-func (g *GPU) Whole() bool { return g.free == g.Shares }
+// Whole reports whether the GPU can serve a whole-GPU request: every share
+// is free and it is no MIG instance (an instance never serves one, even a
+// 7g instance that offers every share of its parent).
+func (g *GPU) Whole() bool { return g.free == g.Shares && !g.inst }
+
+// MIG reports whether the GPU is a shared MIG instance.
+func (g *GPU) MIG() bool { return g.inst }
+
+// Idle reports whether no share of the GPU is in use.
+func (g *GPU) Idle() bool { return g.free == g.Cap }
+
+// milliCap is the GPU's capacity in thousandths of a (parent) GPU.
+func (g *GPU) milliCap() int { return g.Cap * 1000 / g.Shares }
 
 func (g *GPU) isUsed(k int) bool { return g.used[k>>6]&(1<<(k&63)) != 0 }
 
@@ -74,6 +95,11 @@ func (g *GPU) lowestFree(n int) []int {
 
 // gpuGroup is the GPUs of one model on a node, with their cell tree.
 type gpuGroup struct {
+	// mig marks a group of shared MIG instances (one parent model and
+	// profile), each offering cap shares; cap is shares_per_gpu otherwise.
+	// First: eval reads them with model and gpus.
+	mig    bool
+	cap    int
 	model  string
 	gpus   []int // node GPU indices, in group order
 	links  devicefn.Matrix
@@ -96,6 +122,8 @@ type Node struct {
 	allocs   []*allocRec
 	idx      int
 	version  uint64
+	// mig counts the node's groups of shared MIG instances.
+	mig int
 }
 
 // Free returns the node's unused CPU and memory.
@@ -115,7 +143,7 @@ func (n *Node) FreeShares() int {
 // gpusIdle reports whether no share of the node's GPUs is in use.
 func (n *Node) gpusIdle() bool {
 	for i := range n.GPUs {
-		if !n.GPUs[i].Whole() {
+		if !n.GPUs[i].Idle() {
 			return false
 		}
 	}
@@ -266,7 +294,7 @@ func (s *Snapshot) AddNode(n *Node) error {
 	s.byID[n.ID] = n
 	for i := range n.GPUs {
 		s.byUUID[n.GPUs[i].UUID] = gpuRef{n, i}
-		s.capacity[n.GPUs[i].Model] += 1000
+		s.capacity[n.GPUs[i].Model] += n.GPUs[i].milliCap()
 	}
 	s.maxCPU = max(s.maxCPU, n.Capacity.CPU)
 	s.maxGPUs = max(s.maxGPUs, len(n.GPUs))
@@ -291,7 +319,7 @@ func (s *Snapshot) RemoveNode(id string) ([]Alloc, error) {
 	slices.SortFunc(lost, func(a, b Alloc) int { return strings.Compare(a.ID, b.ID) })
 	for i := range n.GPUs {
 		delete(s.byUUID, n.GPUs[i].UUID)
-		s.capacity[n.GPUs[i].Model] -= 1000
+		s.capacity[n.GPUs[i].Model] -= n.GPUs[i].milliCap()
 		if s.capacity[n.GPUs[i].Model] == 0 {
 			delete(s.capacity, n.GPUs[i].Model)
 		}
@@ -365,8 +393,8 @@ func (s *Snapshot) addAlloc(a Alloc) error {
 			lastUUID, lastGPU = sid.UUID, ref.gpu
 		}
 		g := &n.GPUs[lastGPU]
-		if sid.Index >= g.Shares {
-			return fmt.Errorf("allocation %q: share %s: GPU %s has only %d shares: %w", a.ID, id, sid.UUID, g.Shares, ErrUnknown)
+		if sid.Index >= g.Cap {
+			return fmt.Errorf("allocation %q: share %s: GPU %s has only %d shares: %w", a.ID, id, sid.UUID, g.Cap, ErrUnknown)
 		}
 		if g.isUsed(sid.Index) {
 			return fmt.Errorf("allocation %q: share %s is already in use: %w", a.ID, id, ErrConflict)

@@ -408,9 +408,12 @@ func anyMultiGPU(snap *placement.Snapshot, groups []decide.Group) bool {
 // checkGuarantees warns when the virtual clusters guarantee more GPUs
 // than the cluster has (a guarantee it cannot keep); the caller holds s.mu.
 func (s *Service) checkGuarantees(snap *placement.Snapshot) {
-	have := 0
+	have := 0.0
 	for _, n := range snap.Nodes() {
-		have += len(n.GPUs)
+		for i := range n.GPUs {
+			g := &n.GPUs[i]
+			have += float64(g.Cap) / float64(g.Shares) // a MIG instance: its part of its parent
+		}
 	}
 	promised := 0
 	for _, vc := range s.cfg.VCs {
@@ -418,7 +421,7 @@ func (s *Service) checkGuarantees(snap *placement.Snapshot) {
 			promised += c.GPUs * c.Count
 		}
 	}
-	if promised > have {
+	if float64(promised) > have+1e-9 {
 		s.log.Warn("the virtual clusters guarantee more GPUs than the cluster has: guaranteed jobs may wait, and opportunistic ones be preempted, for capacity that does not exist",
 			"guaranteed_gpus", promised, "cluster_gpus", have)
 	}

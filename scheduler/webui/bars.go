@@ -30,6 +30,15 @@ type nodeView struct {
 
 type gpuView struct {
 	gpumap.GPU
+	Segments  []segment
+	Users     []userView
+	Instances []instanceView
+}
+
+// instanceView is one MIG instance under its GPU: a bar of its shares when
+// it is shared further (Shares > 0), else its slices, whole.
+type instanceView struct {
+	gpumap.Instance
 	Segments []segment
 	Users    []userView
 }
@@ -85,7 +94,12 @@ func nodeViews(m *gpumap.Map, links Links) []nodeView {
 		for _, g := range n.GPUs {
 			nv.Used += g.Used
 			nv.Shares += g.Shares
-			nv.GPUs = append(nv.GPUs, gpuView{GPU: g, Segments: segments(g, links), Users: users(g, links)})
+			gv := gpuView{GPU: g, Segments: segments(g, links), Users: users(g, links)}
+			for _, inst := range g.MIG {
+				as := gpumap.GPU{Shares: inst.Shares, Used: inst.Used, Users: inst.Users}
+				gv.Instances = append(gv.Instances, instanceView{Instance: inst, Segments: segments(as, links), Users: users(as, links)})
+			}
+			nv.GPUs = append(nv.GPUs, gv)
 		}
 		out = append(out, nv)
 	}

@@ -106,3 +106,31 @@ func TestSummaryCountsSharesNotMIGSlices(t *testing.T) {
 	}})
 	must.Eq(t, summary{Nodes: 2, GPUs: 2, Used: 25, Shares: 100}, s)
 }
+
+// The page shows each MIG instance under its GPU: a bar of its shares when
+// shared further, its slices when offered whole; shared instances count
+// in shares.
+func TestOverviewShowsMIGInstances(t *testing.T) {
+	m := &gpumap.Map{Nodes: []gpumap.Node{
+		{ID: "n1", Name: "a100", Status: "ready", Model: "A100", Sharing: "mps", MIG: "shared", GPUs: []gpumap.GPU{{Shares: 56, Used: 20, Healthy: true,
+			Users: []gpumap.Usage{{AllocID: "a1", Namespace: "ml", Job: "infer", Group: "g", Shares: 20}},
+			MIG: []gpumap.Instance{
+				{UUID: "MIG-3", Profile: "3g.20gb", Slices: 3, Healthy: true, Shares: 42, Used: 20, Users: []gpumap.Usage{{AllocID: "a1", Namespace: "ml", Job: "infer", Group: "g", Shares: 20}}},
+				{UUID: "MIG-1", Profile: "1g.5gb", Slices: 1, Healthy: false, Health: "XID 79", Shares: 14},
+			}}}},
+		{ID: "n2", Name: "b100", Status: "ready", Model: "A100", Sharing: "mig", MIG: "whole", GPUs: []gpumap.GPU{{Shares: 7, Used: 3, Healthy: true,
+			MIG: []gpumap.Instance{{UUID: "MIG-9", Profile: "3g.20gb", Slices: 3, Healthy: true, Users: []gpumap.Usage{{AllocID: "b1", Namespace: "ml", Job: "big", Group: "g", Shares: 3}}}}}}},
+	}}
+	body := render(t, Overview{Map: m, Now: time.Unix(0, 0)})
+	must.StrContains(t, body, `<span class="name" title="MIG-3">MIG 3g.20gb</span>`)
+	must.StrContains(t, body, `aria-label="20 of 42 shares used"`)
+	must.StrContains(t, body, `<span class="count">20/42</span>`)
+	must.StrContains(t, body, `<span class="count">0/14</span>`)
+	must.StrContains(t, body, `unhealthy: XID 79`)
+	must.StrContains(t, body, `width:47.619%`) // 20 of 42
+	must.StrContains(t, body, `3 slices, whole · in use`)
+	must.Eq(t, summary{Nodes: 2, GPUs: 2, Used: 20, Shares: 56}, summarize(m))
+	nv := nodeViews(m, Links{})
+	must.SliceLen(t, 2, nv[0].GPUs[0].Instances)
+	must.SliceLen(t, 2, nv[0].GPUs[0].Instances[0].Segments)
+}

@@ -49,7 +49,9 @@ func (f *fragTracker) ratio() float64 {
 // GPUs (FGD_METHOD.md section 6): for each typical request m, the free
 // capacity it could not use — all of it when m is CPU-only, of another
 // model, or does not fit (too few GPUs with enough free, or too little
-// CPU); otherwise the free capacity of the GPUs too small for it.
+// CPU); otherwise the free capacity of the GPUs too small for it. A shared
+// MIG instance's free shares count as shares of its parent, and it is too
+// small for every whole-GPU kind.
 func NodeFrag(n *placement.Node, mix placement.Mix) (frag, free float64) {
 	total := 0
 	for i := range n.GPUs {
@@ -69,7 +71,9 @@ func NodeFrag(n *placement.Node, mix placement.Mix) (frag, free float64) {
 		if t.Shares > 0 && (len(t.Models) == 0 || slices.Contains(t.Models, n.GPUs[0].Model)) && cpu >= t.CPU {
 			fit, small := 0, 0
 			for i := range n.GPUs {
-				if g := n.GPUs[i].Free(); g >= need {
+				// a shared MIG instance never holds a whole GPU: its free
+				// shares (of its parent) are all too few for one
+				if g := n.GPUs[i].Free(); g >= need && (k == 1 && need < spg || !n.GPUs[i].MIG()) {
 					fit++
 				} else {
 					small += g

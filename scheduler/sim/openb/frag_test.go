@@ -3,6 +3,9 @@ package openb
 import (
 	"testing"
 
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/devicefn/fixture"
+	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/shoenig/test/must"
 )
@@ -47,5 +50,33 @@ func TestNodeFrag(t *testing.T) {
 			}
 			must.InDelta(t, placement.Fragmentation(s, c.mix), sum, 1e-9)
 		})
+	}
+}
+
+// A shared MIG instance's free shares count as shares of its parent, all
+// fragmented for whole-GPU requests (even an idle 7g instance's), as in
+// the placement core's measure.
+func TestNodeFragMIG(t *testing.T) {
+	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
+	must.NoError(t, err)
+	st, err := fixture.Parse("a100-mig", src)
+	must.NoError(t, err)
+	n, err := placement.NodeFromGroups("m", "m", placement.Resources{CPU: 8000, MemoryMiB: 1 << 20}, nil,
+		devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil))
+	must.NoError(t, err)
+	s := placement.NewSnapshot()
+	must.NoError(t, s.AddNode(n))
+	for _, c := range []struct {
+		mix  placement.Mix
+		want float64
+	}{
+		{placement.Mix{{Shares: 100, Weight: 1}}, 1.98}, // 14+14+28+42+100 shares free
+		{placement.Mix{{Shares: 50, Weight: 1}}, 0.98},  // all but the 7g's
+		{placement.Mix{{Shares: 14, Weight: 1}}, 0},
+	} {
+		f, free := NodeFrag(n, c.mix)
+		must.InDelta(t, c.want, f, 1e-9)
+		must.InDelta(t, 1.98, free, 1e-9)
+		must.InDelta(t, placement.Fragmentation(s, c.mix), f, 1e-9)
 	}
 }
