@@ -148,6 +148,9 @@ func TestMIG(t *testing.T) {
 		must.StrContains(t, string(out), "    MIG 2g.10gb    MIG-a2000000-0000-4000-8000-000000000002  free")
 		must.StrContains(t, string(out), "cluster: 12/14 MIG slices used")
 		must.StrContains(t, string(out), "/800 shares used") // the DGX-1, shared as ever
+		// the scheduler's layout for the instances asked for, with what to do
+		must.StrContains(t, string(out), "MIG layout for NVIDIA A100-SXM4-40GB: now ")
+		must.StrContains(t, string(out), "demand: ")
 	})
 }
 
