@@ -334,3 +334,34 @@ func devicesFit(reqs []*deviceReq, n *api.Node, m *memo) bool {
 	}
 	return true
 }
+
+// GPUShareGroups splits the node's nvidia/gpushare device groups by name
+// into those the group's gpushare request matches (its device name and
+// every constraint of its device block, as Nomad checks them) and the
+// others. Both are nil when the group asks for no shares. A node passes
+// when one group matches, but Nomad then takes the shares from a matching
+// group only: the placement core must choose among those (a device block
+// constrained to ${device.attr.mig_profile} = "3g.20gb" on a node of
+// several MIG profiles, or to a memory size on a node of two models).
+func (c *Check) GPUShareGroups(n *api.Node) (match, other []string) {
+	if n == nil || n.NodeResources == nil {
+		return nil, nil
+	}
+	for _, r := range c.r.devices {
+		if !r.ours {
+			continue
+		}
+		for _, d := range n.NodeResources.Devices {
+			if d == nil || d.Vendor+"/"+d.Type != GPUShare {
+				continue
+			}
+			if r.matches(d, &c.memo) {
+				match = append(match, d.Name)
+			} else {
+				other = append(other, d.Name)
+			}
+		}
+		return match, other
+	}
+	return nil, nil
+}

@@ -25,6 +25,10 @@ type nodeSet struct {
 	none string
 	// distinct: one allocation per node (distinct_hosts).
 	distinct bool
+	// models, when not nil, are the only gpushare device groups (by name)
+	// the group's device block matches on the allowed nodes: its
+	// constraints rule out others there (nil: every group it names).
+	models []string
 }
 
 // skipFor leaves out of a group's rules what the pin protocol writes: the
@@ -98,7 +102,14 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 		}
 		tally.Add(why)
 	}
-	ns := nodeSet{distinct: rules.DistinctHosts()}
+	models, narrowed := s.matchingModels(check, allowed)
+	if len(narrowed) < len(allowed) {
+		for range len(allowed) - len(narrowed) {
+			tally.Add(feasible.FilterDevices)
+		}
+		allowed = narrowed
+	}
+	ns := nodeSet{distinct: rules.DistinctHosts(), models: models}
 	switch {
 	case len(nodes) == 0: // nothing to choose from: the placement core says so
 	case len(allowed) == 0:
@@ -107,12 +118,18 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 		if strings.Contains(tally.String(), "missing devices") {
 			ns.none += "; the cluster's gpushare devices: " + s.deviceNames()
 		}
-	case len(allowed) < len(nodes):
-		ns.allowed = allowed
+	case len(allowed) < len(nodes) || models != nil:
+		if len(allowed) < len(nodes) {
+			ns.allowed = allowed
+		}
 		h := fnv.New64a()
 		for _, id := range allowed {
 			h.Write([]byte(id))
 			h.Write([]byte{0})
+		}
+		for _, m := range models {
+			h.Write([]byte(m))
+			h.Write([]byte{1})
 		}
 		ns.hash = h.Sum64()
 	}
@@ -120,6 +137,53 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 		seen[rules.Key()] = ns
 	}
 	return ns, nil
+}
+
+// matchingModels returns the gpushare device groups, by name, that the
+// group's device block matches on the allowed nodes, or nil when it
+// matches every group there (nothing to narrow), and the allowed nodes
+// that stay: a node where a group of those names does not match (its
+// attributes differ from another node's) is left out, for the placement
+// core's models are one list for every node. The caller holds s.mu.
+func (s *Service) matchingModels(check *feasible.Check, allowed []string) ([]string, []string) {
+	match, other := map[string]bool{}, map[string]bool{}
+	for _, id := range allowed {
+		m, o := check.GPUShareGroups(s.state.Nodes[id])
+		for _, name := range m {
+			match[name] = true
+		}
+		for _, name := range o {
+			other[name] = true
+		}
+	}
+	if len(other) == 0 {
+		return nil, allowed
+	}
+	models := slices.Sorted(maps.Keys(match))
+	kept := allowed[:0:0]
+	for _, id := range allowed {
+		_, o := check.GPUShareGroups(s.state.Nodes[id])
+		if !slices.ContainsFunc(o, func(name string) bool { return match[name] }) {
+			kept = append(kept, id)
+		}
+	}
+	return models, kept
+}
+
+// narrow returns the models a request may use: those it names (all when
+// none) that its device block matches on the allowed nodes.
+func (ns nodeSet) narrow(models []string) []string {
+	if ns.models == nil {
+		return models
+	}
+	if len(models) == 0 {
+		return ns.models
+	}
+	out := slices.DeleteFunc(slices.Clone(models), func(m string) bool { return !slices.Contains(ns.models, m) })
+	if len(out) == 0 {
+		return []string{""} // no model: an empty list would allow every one
+	}
+	return out
 }
 
 // keepable is keep (where a group's allocations run, to pin again as

@@ -308,6 +308,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			}
 			req.Avoid = g.Req.Avoid
 			req.Allowed, req.DistinctNodes = ns.allowed, ns.distinct
+			req.Models = ns.narrow(req.Models)
 			g.Req = req
 			if !g.Repin {
 				for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, name) {
