@@ -268,6 +268,13 @@ func (st *step) apply(d *placement.Decision, expected time.Duration, declared bo
 // with what runs on the chosen GPU.
 func (st *step) place(g Key, req placement.Request) *placement.Decision {
 	if st.cfg.IdleFirst && req.Count == 1 && req.Shares > 0 {
+		// a shared MIG instance it fills is a GPU nobody else uses, and
+		// the core's best fit: taken before a whole GPU is broken into
+		if st.snap.HasMIGInstances() {
+			if d := st.pol.Decide(st.snap, req); d.Placed() && st.snap.FillsInstance(&d.Placements[0]) {
+				return d
+			}
+		}
 		for _, spg := range st.sharesPerGPU() {
 			if req.Shares >= spg {
 				continue

@@ -113,3 +113,22 @@ func indicesWithin(shares []string, limit int) bool {
 	}
 	return true
 }
+
+// HasMIGInstances reports whether any node has shared MIG instances.
+func (s *Snapshot) HasMIGInstances() bool { return s.instances > 0 }
+
+// FillsInstance reports whether placement p takes every share of one
+// shared MIG instance that nobody else uses: an isolated GPU of its own,
+// as good as an idle whole GPU for a group that wants one (decide's
+// IdleFirst). Call it before p is added to the snapshot.
+func (s *Snapshot) FillsInstance(p *Placement) bool {
+	if len(p.GPUs) != 1 {
+		return false
+	}
+	ref, ok := s.byUUID[p.GPUs[0]]
+	if !ok {
+		return false
+	}
+	g := &ref.node.GPUs[ref.gpu]
+	return g.inst && g.free == g.Cap && len(p.Shares) == g.Cap
+}

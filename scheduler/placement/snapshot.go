@@ -197,6 +197,8 @@ type Snapshot struct {
 	topos   map[string]int
 	maxCPU  int64
 	maxGPUs int
+	// instances counts the shared MIG instances of the nodes.
+	instances int
 	// vc usage: guaranteed milli-GPUs per VC per model.
 	vcUse map[string]map[string]int
 	// capacity: milli-GPUs per model.
@@ -295,6 +297,9 @@ func (s *Snapshot) AddNode(n *Node) error {
 	for i := range n.GPUs {
 		s.byUUID[n.GPUs[i].UUID] = gpuRef{n, i}
 		s.capacity[n.GPUs[i].Model] += n.GPUs[i].milliCap()
+		if n.GPUs[i].inst {
+			s.instances++
+		}
 	}
 	s.maxCPU = max(s.maxCPU, n.Capacity.CPU)
 	s.maxGPUs = max(s.maxGPUs, len(n.GPUs))
@@ -319,6 +324,9 @@ func (s *Snapshot) RemoveNode(id string) ([]Alloc, error) {
 	slices.SortFunc(lost, func(a, b Alloc) int { return strings.Compare(a.ID, b.ID) })
 	for i := range n.GPUs {
 		delete(s.byUUID, n.GPUs[i].UUID)
+		if n.GPUs[i].inst {
+			s.instances--
+		}
 		s.capacity[n.GPUs[i].Model] -= n.GPUs[i].milliCap()
 		if s.capacity[n.GPUs[i].Model] == 0 {
 			delete(s.capacity, n.GPUs[i].Model)
