@@ -25,12 +25,7 @@ func TestStatusShowsSharedMIGInstances(t *testing.T) {
 	must.NoError(t, err)
 	node := &api.Node{ID: "a100-0000-1111", Name: "a100", Status: "ready", NodeResources: &api.NodeResources{}}
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
-		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}
-		for _, gpu := range g.GPUs {
-			for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
-				d.Instances = append(d.Instances, &api.NodeDevice{ID: id, Healthy: true})
-			}
-		}
+		d := nomadattr.Device(&g)
 		node.NodeResources.Devices = append(node.NodeResources.Devices, d)
 	}
 	alloc := &api.AllocationListStub{ID: "aaaaaaaa-1", Namespace: "default", JobID: "infer", TaskGroup: "g", ClientStatus: "running", DesiredStatus: "run",

@@ -23,12 +23,7 @@ func TestSharedMIGGroupsMatchAsNomadWould(t *testing.T) {
 	n := gpuNode()
 	n.NodeResources.Devices = nil
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
-		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}
-		for _, gpu := range g.GPUs {
-			for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
-				d.Instances = append(d.Instances, &api.NodeDevice{ID: id, Healthy: true})
-			}
-		}
+		d := nomadattr.Device(&g)
 		n.NodeResources.Devices = append(n.NodeResources.Devices, d)
 	}
 	for _, c := range []struct {

@@ -39,3 +39,27 @@ func DecodeGroup(d *api.NodeDeviceResource) (*devicefn.Group, error) {
 func DecodeMIGGroup(d *api.NodeDeviceResource) (*devicefn.MIGGroup, error) {
 	return devicefn.DecodeMIGGroup(d.Name, FromAPI(d.Attributes))
 }
+
+// Device is the device group g as Nomad's API returns a node's plugin
+// fingerprint: nvidia/gpushare/<model>, its attributes and every share of
+// its GPUs (of a shared MIG instance, the instance's), healthy. Tests and
+// tools that build nodes use it; DecodeGroup(Device(g)) equals g.
+func Device(g *devicefn.Group) *api.NodeDeviceResource {
+	d := &api.NodeDeviceResource{Vendor: devicefn.Vendor, Type: devicefn.DeviceType, Name: g.Model, Attributes: ToAPI(g.Attributes())}
+	for _, gpu := range g.GPUs {
+		for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
+			d.Instances = append(d.Instances, &api.NodeDevice{ID: id, Healthy: true})
+		}
+	}
+	return d
+}
+
+// MIGDevice is the group of whole MIG instances g as Nomad's API returns
+// it: nvidia/gpushare-mig/<profile>, one healthy instance per MIG device.
+func MIGDevice(g *devicefn.MIGGroup) *api.NodeDeviceResource {
+	d := &api.NodeDeviceResource{Vendor: devicefn.Vendor, Type: devicefn.MIGDeviceType, Name: g.Profile, Attributes: ToAPI(g.Attributes())}
+	for _, inst := range g.Instances {
+		d.Instances = append(d.Instances, &api.NodeDevice{ID: inst.UUID, Healthy: true})
+	}
+	return d
+}

@@ -37,3 +37,30 @@ func TestFromAPIKeepsTypes(t *testing.T) {
 	_, err := devicefn.DecodeGroup("m", map[string]devicefn.Attr{devicefn.AttrSharesPerGPU: got["b"]})
 	must.ErrorContains(t, err, "want an integer, got bool true")
 }
+
+// Device and MIGDevice give a group as Nomad returns it: its name, every
+// share (of a shared instance, its own) or instance, and attributes that
+// decode back to the group.
+func TestDevice(t *testing.T) {
+	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
+	must.NoError(t, err)
+	st, err := fixture.Parse("a100-mig", src)
+	must.NoError(t, err)
+	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
+		d := Device(&g)
+		must.Eq(t, devicefn.Vendor+"/"+devicefn.DeviceType+"/"+g.Model, d.Vendor+"/"+d.Type+"/"+d.Name)
+		must.SliceLen(t, len(g.GPUs)*g.GPUShares(), d.Instances)
+		got, err := DecodeGroup(d)
+		must.NoError(t, err)
+		must.Eq(t, g.MIG, got.MIG)
+	}
+	for _, g := range devicefn.MIGGroups(&st.Inventory, nil) {
+		d := MIGDevice(&g)
+		must.Eq(t, devicefn.MIGDeviceType, d.Type)
+		must.SliceLen(t, len(g.Instances), d.Instances)
+		must.Eq(t, g.Instances[0].UUID, d.Instances[0].ID)
+		got, err := DecodeMIGGroup(d)
+		must.NoError(t, err)
+		must.Eq(t, g.Profile, got.Profile)
+	}
+}

@@ -25,12 +25,7 @@ func a100MIGShared(t *testing.T) *api.Node {
 		Drivers:       map[string]*api.DriverInfo{"docker": {Detected: true, Healthy: true}},
 		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536}}}
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
-		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}
-		for _, gpu := range g.GPUs {
-			for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
-				d.Instances = append(d.Instances, &api.NodeDevice{ID: id, Healthy: true})
-			}
-		}
+		d := nomadattr.Device(&g)
 		n.NodeResources.Devices = append(n.NodeResources.Devices, d)
 	}
 	return n

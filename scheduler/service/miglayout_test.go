@@ -32,10 +32,7 @@ func a100MIG(t *testing.T) *api.Node {
 	n := &api.Node{ID: "node-a100", Name: "a100", Status: "ready", SchedulingEligibility: "eligible",
 		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536}}}
 	for _, g := range devicefn.MIGGroups(&st.Inventory, nil) {
-		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare-mig", Name: g.Profile, Attributes: nomadattr.ToAPI(g.Attributes())}
-		for _, inst := range g.Instances {
-			d.Instances = append(d.Instances, &api.NodeDevice{ID: inst.UUID, Healthy: true})
-		}
+		d := nomadattr.MIGDevice(&g)
 		n.NodeResources.Devices = append(n.NodeResources.Devices, d)
 	}
 	return n
