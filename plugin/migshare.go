@@ -3,7 +3,6 @@ package plugin
 import (
 	"errors"
 	"fmt"
-
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
