@@ -24,16 +24,8 @@ func writeMIGLayouts(io IO, rs []miglayout.Recommendation) {
 	fmt.Fprintf(io.Out, "\nMIG layouts for the demand the scheduler sees (waiting and running fractional requests):\n")
 	for _, r := range rs {
 		fmt.Fprintf(io.Out, "  %s  %s\n", r.Node, r.Summary())
-		if len(r.Demand) > 0 {
-			parts := make([]string, len(r.Demand))
-			for i, d := range r.Demand {
-				size := fmt.Sprintf("%d shares", d.Shares)
-				if d.Profile != "" {
-					size = d.Profile
-				}
-				parts[i] = fmt.Sprintf("%g x %s", d.Weight, size)
-			}
-			fmt.Fprintf(io.Out, "    demand: %s\n", strings.Join(parts, ", "))
+		if d := r.DemandString(); d != "" {
+			fmt.Fprintf(io.Out, "    demand: %s\n", d)
 		}
 		if r.Change && r.Note != "" {
 			fmt.Fprintf(io.Out, "    note: %s\n", r.Note)

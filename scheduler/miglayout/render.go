@@ -43,6 +43,24 @@ func (r Recommendation) Apply() string {
 		how, r.Busy, r.GPUs, r.NodeID, r.NodeID)
 }
 
+// String writes the size as counted: "6 x 14 shares", "1 x 3g.20gb".
+func (z Size) String() string {
+	size := fmt.Sprintf("%d shares", z.Shares)
+	if z.Profile != "" {
+		size = z.Profile
+	}
+	return fmt.Sprintf("%g x %s", z.Weight, size)
+}
+
+// DemandString writes the demand counted for the model, "" for none.
+func (r Recommendation) DemandString() string {
+	parts := make([]string, len(r.Demand))
+	for i, d := range r.Demand {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
 // num writes a figure with at most one decimal.
 func num(x float64) string {
 	s := fmt.Sprintf("%.1f", x)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"encoding/json"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -103,6 +104,19 @@ func TestGPUsRecommendMIGLayouts(t *testing.T) {
 		}
 		seen = body.MIGLayouts
 	}
+
+	// the web page shows it too, with the line to paste and how to apply it
+	req := httptest.NewRequest("GET", "/ui", nil)
+	req.Header.Set("X-Nomad-Token", "a")
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, req)
+	must.EqOp(t, http.StatusOK, rr.Code, must.Sprint(rr.Body.String()))
+	page := html.UnescapeString(rr.Body.String())
+	must.StrContains(t, page, "<h2>MIG layouts</h2>")
+	must.StrContains(t, page, "recommended 1g.5gb ×7: saves 92.2 shares of expected fragmentation (135.4 → 43.2)")
+	must.StrContains(t, page, "1 x 3g.20gb, 4 x 14 shares")
+	must.StrContains(t, page, `mig { "NVIDIA A100-SXM4-40GB" = ["1g.5gb"`)
+	must.StrContains(t, page, "nomad node drain -enable -deadline 1h node-a100")
 }
 
 // Without MIG-enabled GPUs /v1/gpus has no mig_layouts; with them but no

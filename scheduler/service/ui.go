@@ -85,7 +85,7 @@ func (s *Service) handleUI(w http.ResponseWriter, r *http.Request) {
 	see := s.visibility(r)
 	switch err := s.authorize(r, authScope{Nodes: true}); {
 	case err == nil:
-		page.Map = s.gpuMap(see.can)
+		page.Map, page.MIGLayouts = s.gpuMap(see.can), s.migLayouts()
 	case errors.Is(err, ErrForbidden):
 		page.MapNote = "This token may not read nodes (it needs node { policy = \"read\" }): the GPU map is not shown."
 	default:

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/miglayout"
 )
 
 //go:embed templates/*.html static/*
@@ -93,6 +94,9 @@ type Overview struct {
 	Waiting, Refused []Group
 	// Unpairs and Preemptions are the recent moves, newest first.
 	Unpairs, Preemptions []Event
+	// MIGLayouts are the layouts the scheduler recommends for the nodes'
+	// MIG GPUs (shown with the map: nil without it).
+	MIGLayouts []miglayout.Recommendation
 	// Refresh is the meta refresh period, in seconds.
 	Refresh int
 	Now     time.Time
