@@ -101,7 +101,7 @@ func migReason(g *GPU, c cand, local int, node string) string {
 	if c.exact {
 		fit = ", an exact fit"
 	}
-	return fmt.Sprintf("%d shares of MIG instance %d (%s of %s, %d shares%s) on node %s", c.take, local, g.Profile, g.Parent, g.Cap, fit, node)
+	return fmt.Sprintf("%d shares of MIG instance %d (%s of %s, %d shares%s) on node %s", c.take, local, g.Profile(), g.Parent(), g.Cap, fit, node)
 }
 
 // indicesWithin reports whether every share ID's index is below limit.

@@ -70,7 +70,7 @@ func NodeFromGroups(id, name string, capacity Resources, meta map[string]string,
 				used: make([]uint64, (grp.SharesPerGPU+63)/64), free: gg.cap,
 			}
 			if gg.mig {
-				gpu.Parent, gpu.Profile, gpu.inst = g.Parent, grp.MIG.Profile, true
+				gpu.mig, gpu.inst = &migOf{parent: g.Parent, profile: grp.MIG.Profile}, true
 				for k := gg.cap; k < gpu.Shares; k++ {
 					gpu.setUsed(k, true) // not shares of this instance
 				}

@@ -35,14 +35,34 @@ type GPU struct {
 	free int // next to Shares, Cap and Down: the fields eval reads
 	// Down is set for an unhealthy GPU: nothing new is placed on it.
 	Down bool
-	inst bool // a shared MIG instance (Parent != "")
-	// Parent is the UUID of the GPU a shared MIG instance is part of and
-	// Profile the instance's MIG profile; "" for a whole GPU.
-	Parent, Profile string
-	group           int      // index into Node.groups
-	local           int      // index within its group
-	used            []uint64 // indices Cap..Shares-1 are set for good
-	allocs          []*allocRec
+	inst bool // a shared MIG instance (mig != nil)
+	// mig is what is known of a shared MIG instance; nil for a whole GPU
+	// (kept out of line: the eval loop reads GPUs by the thousand).
+	mig    *migOf
+	group  int      // index into Node.groups
+	local  int      // index within its group
+	used   []uint64 // indices Cap..Shares-1 are set for good
+	allocs []*allocRec
+}
+
+// migOf is a shared MIG instance's parent GPU and profile.
+type migOf struct{ parent, profile string }
+
+// Parent is the UUID of the GPU a shared MIG instance is part of; "" for a
+// whole GPU.
+func (g *GPU) Parent() string {
+	if g.mig == nil {
+		return ""
+	}
+	return g.mig.parent
+}
+
+// Profile is a shared MIG instance's MIG profile; "" for a whole GPU.
+func (g *GPU) Profile() string {
+	if g.mig == nil {
+		return ""
+	}
+	return g.mig.profile
 }
 
 // Free returns the number of free shares of the GPU.
