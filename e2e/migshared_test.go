@@ -9,6 +9,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/internal/devcluster"
+	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
 
@@ -85,6 +86,19 @@ func TestMIGShared(t *testing.T) {
 		for _, inst := range []string{a, b} {
 			must.True(t, inst == "MIG-a2000000-0000-4000-8000-000000000003" || inst == "MIG-a2000000-0000-4000-8000-000000000004", must.Sprint(inst))
 		}
+	})
+
+	t.Run("a device constraint on the profile is honoured, as Nomad checks it", func(t *testing.T) {
+		// 14 shares fill a 1g instance exactly, but the block asks for a 3g
+		job := e.parse("profile-3g", map[string]any{"shares": 14})
+		dev := job.TaskGroups[0].Tasks[0].Resources.Devices[0]
+		dev.Constraints = append(dev.Constraints, &api.Constraint{LTarget: "${device.attr.mig_profile}", Operand: "=", RTarget: "3g.20gb"})
+		_, _, err := e.nomad.Jobs().Register(job, nil)
+		must.NoError(t, err)
+		t.Cleanup(func() { e.purge("profile-3g") })
+		inst, env := on("profile-3g", 14)
+		must.Eq(t, a100MIG3g, inst)
+		must.Eq(t, "3g.20gb", env["GPUSHARE_MIG_PROFILE"])
 	})
 
 	t.Run("a 2-GPU job gets whole V100s, never instances", func(t *testing.T) {
