@@ -72,7 +72,7 @@ func TestSharedMIGInstancesAreTheCoresGPUs(t *testing.T) {
 	must.NotNil(t, inst)
 	must.Eq(t, 42, inst.Cap)
 	must.Eq(t, 42, inst.Free())
-	must.Eq(t, "GPU-a2000000-0000-4000-8000-000000000000", inst.Parent)
+	must.Eq(t, "GPU-a2000000-0000-4000-8000-000000000000", inst.Parent())
 	must.Eq(t, "NVIDIA A100-SXM4-40GB MIG 3g.20gb", inst.Model)
 	must.False(t, inst.Whole())
 	must.Eq(t, []string{mig3g}, UnhealthyGPUs(n))

@@ -25,9 +25,8 @@ type nodeSet struct {
 	none string
 	// distinct: one allocation per node (distinct_hosts).
 	distinct bool
-	// models, when not nil, are the only gpushare device groups (by name)
-	// the group's device block matches on the allowed nodes: its
-	// constraints rule out others there (nil: every group it names).
+	// models are feasible.Selection.Models: when not nil, the only
+	// gpushare device groups the group's device block matches.
 	models []string
 }
 
@@ -88,27 +87,13 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 	if ns, ok := seen[rules.Key()]; ok && rules.Key() != "" {
 		return ns, nil
 	}
-	var tally feasible.Tally
 	nodes := snap.Nodes()
-	allowed := make([]string, 0, len(nodes))
-	for _, n := range nodes {
-		an := s.state.Nodes[n.ID]
-		if an == nil {
-			continue
-		}
-		why := check.Reason(an)
-		if why == "" {
-			allowed = append(allowed, n.ID)
-		}
-		tally.Add(why)
+	apiNodes := make([]*api.Node, len(nodes))
+	for i, n := range nodes {
+		apiNodes[i] = s.state.Nodes[n.ID]
 	}
-	models, narrowed := s.matchingModels(check, allowed)
-	if len(narrowed) < len(allowed) {
-		for range len(allowed) - len(narrowed) {
-			tally.Add(feasible.FilterDevices)
-		}
-		allowed = narrowed
-	}
+	sel := check.Select(apiNodes)
+	allowed, models, tally := sel.Allowed, sel.Models, sel.Tally
 	ns := nodeSet{distinct: rules.DistinctHosts(), models: models}
 	switch {
 	case len(nodes) == 0: // nothing to choose from: the placement core says so
@@ -139,51 +124,9 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 	return ns, nil
 }
 
-// matchingModels returns the gpushare device groups, by name, that the
-// group's device block matches on the allowed nodes, or nil when it
-// matches every group there (nothing to narrow), and the allowed nodes
-// that stay: a node where a group of those names does not match (its
-// attributes differ from another node's) is left out, for the placement
-// core's models are one list for every node. The caller holds s.mu.
-func (s *Service) matchingModels(check *feasible.Check, allowed []string) ([]string, []string) {
-	match, other := map[string]bool{}, map[string]bool{}
-	for _, id := range allowed {
-		m, o := check.GPUShareGroups(s.state.Nodes[id])
-		for _, name := range m {
-			match[name] = true
-		}
-		for _, name := range o {
-			other[name] = true
-		}
-	}
-	if len(other) == 0 {
-		return nil, allowed
-	}
-	models := slices.Sorted(maps.Keys(match))
-	kept := allowed[:0:0]
-	for _, id := range allowed {
-		_, o := check.GPUShareGroups(s.state.Nodes[id])
-		if !slices.ContainsFunc(o, func(name string) bool { return match[name] }) {
-			kept = append(kept, id)
-		}
-	}
-	return models, kept
-}
-
-// narrow returns the models a request may use: those it names (all when
-// none) that its device block matches on the allowed nodes.
+// narrow returns the models a request may use (feasible.Selection.Narrow).
 func (ns nodeSet) narrow(models []string) []string {
-	if ns.models == nil {
-		return models
-	}
-	if len(models) == 0 {
-		return ns.models
-	}
-	out := slices.DeleteFunc(slices.Clone(models), func(m string) bool { return !slices.Contains(ns.models, m) })
-	if len(out) == 0 {
-		return []string{""} // no model: an empty list would allow every one
-	}
-	return out
+	return (&feasible.Selection{Models: ns.models}).Narrow(models)
 }
 
 // keepable is keep (where a group's allocations run, to pin again as
