@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/jobspecs"
+	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -197,6 +198,20 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *i
 		if never := placement.Impossible(snap, req); never != nil {
 			return fmt.Errorf("group %s can never be placed on this cluster (%s): change the request", group, never)
 		}
+		// Nomad's rules of the job first, as the scheduler checks them
+		rules, err := feasible.Compile(job, group, func(_ feasible.Level, c *api.Constraint) bool { return pin.IsGate(c) })
+		if err != nil {
+			return err
+		}
+		sel := rules.With(nil).Select(nodes)
+		if len(sel.Allowed) == 0 {
+			fmt.Fprintf(io.Out, "group %s does not fit now and will wait at the gate: no node its own rules allow (%s)\n", group, sel.Tally.String())
+			continue
+		}
+		if len(sel.Allowed) < len(nodes) {
+			req.Allowed = sel.Allowed
+		}
+		req.Models = sel.Narrow(req.Models)
 		d := policy.Decide(snap, req)
 		if d.Placed() {
 			fmt.Fprintf(io.Out, "group %s fits now: %s\n", group, d.Placements[0].Reason)
