@@ -21,12 +21,10 @@ import (
 // node of its datacenters holds waits; one constrained to a MIG profile
 // fits on an instance of that profile, not on the exact fit of another.
 func TestCheckFitHonoursTheJobsRules(t *testing.T) {
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	node := &api.Node{ID: "a100-0000-1111", Name: "a100", Datacenter: "dc1", Status: "ready", SchedulingEligibility: "eligible",
-		Drivers: map[string]*api.DriverInfo{"raw_exec": {Detected: true, Healthy: true}},
+		Drivers:       map[string]*api.DriverInfo{"raw_exec": {Detected: true, Healthy: true}},
 		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536}}}
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
 		node.NodeResources.Devices = append(node.NodeResources.Devices, nomadattr.Device(&g))

@@ -19,9 +19,7 @@ import (
 func TestStatusShowsSharedMIGInstances(t *testing.T) {
 	cleanEnv(t)
 	const mig3 = "MIG-a2000000-0000-4000-8000-000000000001"
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	node := &api.Node{ID: "a100-0000-1111", Name: "a100", Status: "ready", NodeResources: &api.NodeResources{}}
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {

@@ -17,9 +17,7 @@ import (
 // request that fills no instance still gets an idle whole GPU.
 func TestIdleFirstTakesAnInstanceItFills(t *testing.T) {
 	s := snapshot(t, fixtures.PCIe4GPU)
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	mig, err := placement.NodeFromGroups("mig", "mig", placement.Resources{CPU: 64000, MemoryMiB: 512 << 10}, nil,
 		devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil))

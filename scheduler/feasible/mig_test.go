@@ -16,9 +16,7 @@ import (
 // group matches them, one naming the parent model does not, and their
 // attributes answer device constraints, as with Nomad's own DeviceChecker.
 func TestSharedMIGGroupsMatchAsNomadWould(t *testing.T) {
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	n := gpuNode()
 	n.NodeResources.Devices = nil

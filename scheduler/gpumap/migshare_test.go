@@ -16,9 +16,7 @@ import (
 // fixture whose plugin offers its instances shared further.
 func sharedMIGNode(t *testing.T, name, sick string) *api.Node {
 	t.Helper()
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	n := &api.Node{ID: name + "-0000-1111", Name: name, Status: "ready", NodeResources: &api.NodeResources{}}
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {

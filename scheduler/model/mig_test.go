@@ -18,9 +18,7 @@ import (
 // count).
 func TestMIGInstancesAreNotTheCoresGPUs(t *testing.T) {
 	n := pcieNode(t, "n1")
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	for _, g := range devicefn.MIGGroups(&st.Inventory, nil) {
 		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare-mig", Name: g.Profile, Attributes: nomadattr.ToAPI(g.Attributes())}
@@ -47,9 +45,7 @@ func TestMIGInstancesAreNotTheCoresGPUs(t *testing.T) {
 func TestSharedMIGInstancesAreTheCoresGPUs(t *testing.T) {
 	const mig3g = "MIG-a2000000-0000-4000-8000-000000000001"
 	n := pcieNode(t, "n1")
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
 		d := &api.NodeDeviceResource{Vendor: "nvidia", Type: "gpushare", Name: g.Model, Attributes: nomadattr.ToAPI(g.Attributes())}

@@ -42,9 +42,7 @@ func TestFromAPIKeepsTypes(t *testing.T) {
 // share (of a shared instance, its own) or instance, and attributes that
 // decode back to the group.
 func TestDevice(t *testing.T) {
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {
 		d := Device(&g)

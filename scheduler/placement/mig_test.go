@@ -32,9 +32,7 @@ const (
 // appended so that several nodes can have them.
 func migGroups(t testing.TB, tag string, drop ...string) []devicefn.Group {
 	t.Helper()
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	var out []devicefn.Group
 	for _, g := range devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil) {

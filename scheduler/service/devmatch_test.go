@@ -17,9 +17,7 @@ import (
 // mig_instances = "shared": each instance a GPU of nvidia/gpushare.
 func a100MIGShared(t *testing.T) *api.Node {
 	t.Helper()
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	n := &api.Node{ID: "node-a100", Name: "a100", Status: "ready", SchedulingEligibility: "eligible", Datacenter: "dc1",
 		Drivers:       map[string]*api.DriverInfo{"docker": {Detected: true, Healthy: true}},

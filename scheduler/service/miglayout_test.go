@@ -26,9 +26,7 @@ const (
 // GPU 0 as 3g.20gb+2g.10gb+1g.5gb+1g.5gb, GPU 1 as one 7g.40gb.
 func a100MIG(t *testing.T) *api.Node {
 	t.Helper()
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	n := &api.Node{ID: "node-a100", Name: "a100", Status: "ready", SchedulingEligibility: "eligible",
 		NodeResources: &api.NodeResources{Cpu: api.NodeCpuResources{CpuShares: 20000}, Memory: api.NodeMemoryResources{MemoryMB: 65536}}}

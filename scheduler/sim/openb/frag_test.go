@@ -57,9 +57,7 @@ func TestNodeFrag(t *testing.T) {
 // fragmented for whole-GPU requests (even an idle 7g instance's), as in
 // the placement core's measure.
 func TestNodeFragMIG(t *testing.T) {
-	src, err := fixtures.FS.ReadFile(fixtures.A100MIG)
-	must.NoError(t, err)
-	st, err := fixture.Parse("a100-mig", src)
+	st, err := fixture.ParseShipped(fixtures.A100MIG)
 	must.NoError(t, err)
 	n, err := placement.NodeFromGroups("m", "m", placement.Resources{CPU: 8000, MemoryMiB: 1 << 20}, nil,
 		devicefn.SharedMIGGroups(&st.Inventory, 100, devicefn.SharingMPS, nil))
