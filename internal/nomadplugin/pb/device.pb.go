@@ -13,8 +13,6 @@ package pb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
-	durationpb "google.golang.org/protobuf/types/known/durationpb"
-	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -295,495 +293,11 @@ func (x *DeviceLocality) GetPciBusId() string {
 	return ""
 }
 
-type ReserveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeviceIds     []string               `protobuf:"bytes,1,rep,name=device_ids,json=deviceIds,proto3" json:"device_ids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReserveRequest) Reset() {
-	*x = ReserveRequest{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReserveRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReserveRequest) ProtoMessage() {}
-
-func (x *ReserveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReserveRequest.ProtoReflect.Descriptor instead.
-func (*ReserveRequest) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *ReserveRequest) GetDeviceIds() []string {
-	if x != nil {
-		return x.DeviceIds
-	}
-	return nil
-}
-
-type ReserveResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ContainerRes  *ContainerReservation  `protobuf:"bytes,1,opt,name=container_res,json=containerRes,proto3" json:"container_res,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReserveResponse) Reset() {
-	*x = ReserveResponse{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[6]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReserveResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReserveResponse) ProtoMessage() {}
-
-func (x *ReserveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[6]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReserveResponse.ProtoReflect.Descriptor instead.
-func (*ReserveResponse) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{6}
-}
-
-func (x *ReserveResponse) GetContainerRes() *ContainerReservation {
-	if x != nil {
-		return x.ContainerRes
-	}
-	return nil
-}
-
-type ContainerReservation struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Envs          map[string]string      `protobuf:"bytes,1,rep,name=envs,proto3" json:"envs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Mounts        []*Mount               `protobuf:"bytes,2,rep,name=mounts,proto3" json:"mounts,omitempty"`
-	Devices       []*DeviceSpec          `protobuf:"bytes,3,rep,name=devices,proto3" json:"devices,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ContainerReservation) Reset() {
-	*x = ContainerReservation{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[7]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ContainerReservation) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ContainerReservation) ProtoMessage() {}
-
-func (x *ContainerReservation) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[7]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ContainerReservation.ProtoReflect.Descriptor instead.
-func (*ContainerReservation) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{7}
-}
-
-func (x *ContainerReservation) GetEnvs() map[string]string {
-	if x != nil {
-		return x.Envs
-	}
-	return nil
-}
-
-func (x *ContainerReservation) GetMounts() []*Mount {
-	if x != nil {
-		return x.Mounts
-	}
-	return nil
-}
-
-func (x *ContainerReservation) GetDevices() []*DeviceSpec {
-	if x != nil {
-		return x.Devices
-	}
-	return nil
-}
-
-type Mount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskPath      string                 `protobuf:"bytes,1,opt,name=task_path,json=taskPath,proto3" json:"task_path,omitempty"`
-	HostPath      string                 `protobuf:"bytes,2,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
-	ReadOnly      bool                   `protobuf:"varint,3,opt,name=read_only,json=readOnly,proto3" json:"read_only,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *Mount) Reset() {
-	*x = Mount{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[8]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *Mount) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*Mount) ProtoMessage() {}
-
-func (x *Mount) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[8]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use Mount.ProtoReflect.Descriptor instead.
-func (*Mount) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{8}
-}
-
-func (x *Mount) GetTaskPath() string {
-	if x != nil {
-		return x.TaskPath
-	}
-	return ""
-}
-
-func (x *Mount) GetHostPath() string {
-	if x != nil {
-		return x.HostPath
-	}
-	return ""
-}
-
-func (x *Mount) GetReadOnly() bool {
-	if x != nil {
-		return x.ReadOnly
-	}
-	return false
-}
-
-type DeviceSpec struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskPath      string                 `protobuf:"bytes,1,opt,name=task_path,json=taskPath,proto3" json:"task_path,omitempty"`
-	HostPath      string                 `protobuf:"bytes,2,opt,name=host_path,json=hostPath,proto3" json:"host_path,omitempty"`
-	Permissions   string                 `protobuf:"bytes,3,opt,name=permissions,proto3" json:"permissions,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *DeviceSpec) Reset() {
-	*x = DeviceSpec{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[9]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DeviceSpec) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DeviceSpec) ProtoMessage() {}
-
-func (x *DeviceSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[9]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DeviceSpec.ProtoReflect.Descriptor instead.
-func (*DeviceSpec) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{9}
-}
-
-func (x *DeviceSpec) GetTaskPath() string {
-	if x != nil {
-		return x.TaskPath
-	}
-	return ""
-}
-
-func (x *DeviceSpec) GetHostPath() string {
-	if x != nil {
-		return x.HostPath
-	}
-	return ""
-}
-
-func (x *DeviceSpec) GetPermissions() string {
-	if x != nil {
-		return x.Permissions
-	}
-	return ""
-}
-
-type StatsRequest struct {
-	state              protoimpl.MessageState `protogen:"open.v1"`
-	CollectionInterval *durationpb.Duration   `protobuf:"bytes,1,opt,name=collection_interval,json=collectionInterval,proto3" json:"collection_interval,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
-}
-
-func (x *StatsRequest) Reset() {
-	*x = StatsRequest{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[10]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StatsRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StatsRequest) ProtoMessage() {}
-
-func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[10]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
-func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{10}
-}
-
-func (x *StatsRequest) GetCollectionInterval() *durationpb.Duration {
-	if x != nil {
-		return x.CollectionInterval
-	}
-	return nil
-}
-
-type StatsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Groups        []*DeviceGroupStats    `protobuf:"bytes,1,rep,name=groups,proto3" json:"groups,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *StatsResponse) Reset() {
-	*x = StatsResponse{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[11]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *StatsResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*StatsResponse) ProtoMessage() {}
-
-func (x *StatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[11]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use StatsResponse.ProtoReflect.Descriptor instead.
-func (*StatsResponse) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{11}
-}
-
-func (x *StatsResponse) GetGroups() []*DeviceGroupStats {
-	if x != nil {
-		return x.Groups
-	}
-	return nil
-}
-
-type DeviceGroupStats struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Vendor        string                  `protobuf:"bytes,1,opt,name=vendor,proto3" json:"vendor,omitempty"`
-	Type          string                  `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
-	Name          string                  `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
-	InstanceStats map[string]*DeviceStats `protobuf:"bytes,4,rep,name=instance_stats,json=instanceStats,proto3" json:"instance_stats,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *DeviceGroupStats) Reset() {
-	*x = DeviceGroupStats{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[12]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DeviceGroupStats) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DeviceGroupStats) ProtoMessage() {}
-
-func (x *DeviceGroupStats) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[12]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DeviceGroupStats.ProtoReflect.Descriptor instead.
-func (*DeviceGroupStats) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{12}
-}
-
-func (x *DeviceGroupStats) GetVendor() string {
-	if x != nil {
-		return x.Vendor
-	}
-	return ""
-}
-
-func (x *DeviceGroupStats) GetType() string {
-	if x != nil {
-		return x.Type
-	}
-	return ""
-}
-
-func (x *DeviceGroupStats) GetName() string {
-	if x != nil {
-		return x.Name
-	}
-	return ""
-}
-
-func (x *DeviceGroupStats) GetInstanceStats() map[string]*DeviceStats {
-	if x != nil {
-		return x.InstanceStats
-	}
-	return nil
-}
-
-type DeviceStats struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Summary       *StatValue             `protobuf:"bytes,1,opt,name=summary,proto3" json:"summary,omitempty"`
-	Stats         *StatObject            `protobuf:"bytes,2,opt,name=stats,proto3" json:"stats,omitempty"`
-	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *DeviceStats) Reset() {
-	*x = DeviceStats{}
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[13]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *DeviceStats) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*DeviceStats) ProtoMessage() {}
-
-func (x *DeviceStats) ProtoReflect() protoreflect.Message {
-	mi := &file_nomadplugin_pb_device_proto_msgTypes[13]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use DeviceStats.ProtoReflect.Descriptor instead.
-func (*DeviceStats) Descriptor() ([]byte, []int) {
-	return file_nomadplugin_pb_device_proto_rawDescGZIP(), []int{13}
-}
-
-func (x *DeviceStats) GetSummary() *StatValue {
-	if x != nil {
-		return x.Summary
-	}
-	return nil
-}
-
-func (x *DeviceStats) GetStats() *StatObject {
-	if x != nil {
-		return x.Stats
-	}
-	return nil
-}
-
-func (x *DeviceStats) GetTimestamp() *timestamppb.Timestamp {
-	if x != nil {
-		return x.Timestamp
-	}
-	return nil
-}
-
 var File_nomadplugin_pb_device_proto protoreflect.FileDescriptor
 
 const file_nomadplugin_pb_device_proto_rawDesc = "" +
 	"\n" +
-	"\x1bnomadplugin/pb/device.proto\x12\x1ehashicorp.nomad.plugins.device\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1enomadplugin/pb/attribute.proto\x1a\x1anomadplugin/pb/stats.proto\"\x14\n" +
+	"\x1bnomadplugin/pb/device.proto\x12\x1ehashicorp.nomad.plugins.device\x1a\x1enomadplugin/pb/attribute.proto\x1a#nomadplugin/pb/device_reserve.proto\x1a!nomadplugin/pb/device_stats.proto\"\x14\n" +
 	"\x12FingerprintRequest\"e\n" +
 	"\x13FingerprintResponse\x12N\n" +
 	"\fdevice_group\x18\x01 \x03(\v2+.hashicorp.nomad.plugins.device.DeviceGroupR\vdeviceGroup\"\x80\x03\n" +
@@ -808,44 +322,7 @@ const file_nomadplugin_pb_device_proto_rawDesc = "" +
 	"hwLocality\".\n" +
 	"\x0eDeviceLocality\x12\x1c\n" +
 	"\n" +
-	"pci_bus_id\x18\x01 \x01(\tR\bpciBusId\"/\n" +
-	"\x0eReserveRequest\x12\x1d\n" +
-	"\n" +
-	"device_ids\x18\x01 \x03(\tR\tdeviceIds\"l\n" +
-	"\x0fReserveResponse\x12Y\n" +
-	"\rcontainer_res\x18\x01 \x01(\v24.hashicorp.nomad.plugins.device.ContainerReservationR\fcontainerRes\"\xa8\x02\n" +
-	"\x14ContainerReservation\x12R\n" +
-	"\x04envs\x18\x01 \x03(\v2>.hashicorp.nomad.plugins.device.ContainerReservation.EnvsEntryR\x04envs\x12=\n" +
-	"\x06mounts\x18\x02 \x03(\v2%.hashicorp.nomad.plugins.device.MountR\x06mounts\x12D\n" +
-	"\adevices\x18\x03 \x03(\v2*.hashicorp.nomad.plugins.device.DeviceSpecR\adevices\x1a7\n" +
-	"\tEnvsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"^\n" +
-	"\x05Mount\x12\x1b\n" +
-	"\ttask_path\x18\x01 \x01(\tR\btaskPath\x12\x1b\n" +
-	"\thost_path\x18\x02 \x01(\tR\bhostPath\x12\x1b\n" +
-	"\tread_only\x18\x03 \x01(\bR\breadOnly\"h\n" +
-	"\n" +
-	"DeviceSpec\x12\x1b\n" +
-	"\ttask_path\x18\x01 \x01(\tR\btaskPath\x12\x1b\n" +
-	"\thost_path\x18\x02 \x01(\tR\bhostPath\x12 \n" +
-	"\vpermissions\x18\x03 \x01(\tR\vpermissions\"Z\n" +
-	"\fStatsRequest\x12J\n" +
-	"\x13collection_interval\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x12collectionInterval\"Y\n" +
-	"\rStatsResponse\x12H\n" +
-	"\x06groups\x18\x01 \x03(\v20.hashicorp.nomad.plugins.device.DeviceGroupStatsR\x06groups\"\xad\x02\n" +
-	"\x10DeviceGroupStats\x12\x16\n" +
-	"\x06vendor\x18\x01 \x01(\tR\x06vendor\x12\x12\n" +
-	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\x12j\n" +
-	"\x0einstance_stats\x18\x04 \x03(\v2C.hashicorp.nomad.plugins.device.DeviceGroupStats.InstanceStatsEntryR\rinstanceStats\x1am\n" +
-	"\x12InstanceStatsEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\tR\x03key\x12A\n" +
-	"\x05value\x18\x02 \x01(\v2+.hashicorp.nomad.plugins.device.DeviceStatsR\x05value:\x028\x01\"\xde\x01\n" +
-	"\vDeviceStats\x12K\n" +
-	"\asummary\x18\x01 \x01(\v21.hashicorp.nomad.plugins.shared.structs.StatValueR\asummary\x12H\n" +
-	"\x05stats\x18\x02 \x01(\v22.hashicorp.nomad.plugins.shared.structs.StatObjectR\x05stats\x128\n" +
-	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp2\xe2\x02\n" +
+	"pci_bus_id\x18\x01 \x01(\tR\bpciBusId2\xe2\x02\n" +
 	"\fDevicePlugin\x12z\n" +
 	"\vFingerprint\x122.hashicorp.nomad.plugins.device.FingerprintRequest\x1a3.hashicorp.nomad.plugins.device.FingerprintResponse\"\x000\x01\x12l\n" +
 	"\aReserve\x12..hashicorp.nomad.plugins.device.ReserveRequest\x1a/.hashicorp.nomad.plugins.device.ReserveResponse\"\x00\x12h\n" +
@@ -863,59 +340,37 @@ func file_nomadplugin_pb_device_proto_rawDescGZIP() []byte {
 	return file_nomadplugin_pb_device_proto_rawDescData
 }
 
-var file_nomadplugin_pb_device_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_nomadplugin_pb_device_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_nomadplugin_pb_device_proto_goTypes = []any{
-	(*FingerprintRequest)(nil),    // 0: hashicorp.nomad.plugins.device.FingerprintRequest
-	(*FingerprintResponse)(nil),   // 1: hashicorp.nomad.plugins.device.FingerprintResponse
-	(*DeviceGroup)(nil),           // 2: hashicorp.nomad.plugins.device.DeviceGroup
-	(*DetectedDevice)(nil),        // 3: hashicorp.nomad.plugins.device.DetectedDevice
-	(*DeviceLocality)(nil),        // 4: hashicorp.nomad.plugins.device.DeviceLocality
-	(*ReserveRequest)(nil),        // 5: hashicorp.nomad.plugins.device.ReserveRequest
-	(*ReserveResponse)(nil),       // 6: hashicorp.nomad.plugins.device.ReserveResponse
-	(*ContainerReservation)(nil),  // 7: hashicorp.nomad.plugins.device.ContainerReservation
-	(*Mount)(nil),                 // 8: hashicorp.nomad.plugins.device.Mount
-	(*DeviceSpec)(nil),            // 9: hashicorp.nomad.plugins.device.DeviceSpec
-	(*StatsRequest)(nil),          // 10: hashicorp.nomad.plugins.device.StatsRequest
-	(*StatsResponse)(nil),         // 11: hashicorp.nomad.plugins.device.StatsResponse
-	(*DeviceGroupStats)(nil),      // 12: hashicorp.nomad.plugins.device.DeviceGroupStats
-	(*DeviceStats)(nil),           // 13: hashicorp.nomad.plugins.device.DeviceStats
-	nil,                           // 14: hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry
-	nil,                           // 15: hashicorp.nomad.plugins.device.ContainerReservation.EnvsEntry
-	nil,                           // 16: hashicorp.nomad.plugins.device.DeviceGroupStats.InstanceStatsEntry
-	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
-	(*StatValue)(nil),             // 18: hashicorp.nomad.plugins.shared.structs.StatValue
-	(*StatObject)(nil),            // 19: hashicorp.nomad.plugins.shared.structs.StatObject
-	(*timestamppb.Timestamp)(nil), // 20: google.protobuf.Timestamp
-	(*Attribute)(nil),             // 21: hashicorp.nomad.plugins.shared.structs.Attribute
+	(*FingerprintRequest)(nil),  // 0: hashicorp.nomad.plugins.device.FingerprintRequest
+	(*FingerprintResponse)(nil), // 1: hashicorp.nomad.plugins.device.FingerprintResponse
+	(*DeviceGroup)(nil),         // 2: hashicorp.nomad.plugins.device.DeviceGroup
+	(*DetectedDevice)(nil),      // 3: hashicorp.nomad.plugins.device.DetectedDevice
+	(*DeviceLocality)(nil),      // 4: hashicorp.nomad.plugins.device.DeviceLocality
+	nil,                         // 5: hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry
+	(*Attribute)(nil),           // 6: hashicorp.nomad.plugins.shared.structs.Attribute
+	(*ReserveRequest)(nil),      // 7: hashicorp.nomad.plugins.device.ReserveRequest
+	(*StatsRequest)(nil),        // 8: hashicorp.nomad.plugins.device.StatsRequest
+	(*ReserveResponse)(nil),     // 9: hashicorp.nomad.plugins.device.ReserveResponse
+	(*StatsResponse)(nil),       // 10: hashicorp.nomad.plugins.device.StatsResponse
 }
 var file_nomadplugin_pb_device_proto_depIdxs = []int32{
 	2,  // 0: hashicorp.nomad.plugins.device.FingerprintResponse.device_group:type_name -> hashicorp.nomad.plugins.device.DeviceGroup
 	3,  // 1: hashicorp.nomad.plugins.device.DeviceGroup.devices:type_name -> hashicorp.nomad.plugins.device.DetectedDevice
-	14, // 2: hashicorp.nomad.plugins.device.DeviceGroup.attributes:type_name -> hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry
+	5,  // 2: hashicorp.nomad.plugins.device.DeviceGroup.attributes:type_name -> hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry
 	4,  // 3: hashicorp.nomad.plugins.device.DetectedDevice.hw_locality:type_name -> hashicorp.nomad.plugins.device.DeviceLocality
-	7,  // 4: hashicorp.nomad.plugins.device.ReserveResponse.container_res:type_name -> hashicorp.nomad.plugins.device.ContainerReservation
-	15, // 5: hashicorp.nomad.plugins.device.ContainerReservation.envs:type_name -> hashicorp.nomad.plugins.device.ContainerReservation.EnvsEntry
-	8,  // 6: hashicorp.nomad.plugins.device.ContainerReservation.mounts:type_name -> hashicorp.nomad.plugins.device.Mount
-	9,  // 7: hashicorp.nomad.plugins.device.ContainerReservation.devices:type_name -> hashicorp.nomad.plugins.device.DeviceSpec
-	17, // 8: hashicorp.nomad.plugins.device.StatsRequest.collection_interval:type_name -> google.protobuf.Duration
-	12, // 9: hashicorp.nomad.plugins.device.StatsResponse.groups:type_name -> hashicorp.nomad.plugins.device.DeviceGroupStats
-	16, // 10: hashicorp.nomad.plugins.device.DeviceGroupStats.instance_stats:type_name -> hashicorp.nomad.plugins.device.DeviceGroupStats.InstanceStatsEntry
-	18, // 11: hashicorp.nomad.plugins.device.DeviceStats.summary:type_name -> hashicorp.nomad.plugins.shared.structs.StatValue
-	19, // 12: hashicorp.nomad.plugins.device.DeviceStats.stats:type_name -> hashicorp.nomad.plugins.shared.structs.StatObject
-	20, // 13: hashicorp.nomad.plugins.device.DeviceStats.timestamp:type_name -> google.protobuf.Timestamp
-	21, // 14: hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry.value:type_name -> hashicorp.nomad.plugins.shared.structs.Attribute
-	13, // 15: hashicorp.nomad.plugins.device.DeviceGroupStats.InstanceStatsEntry.value:type_name -> hashicorp.nomad.plugins.device.DeviceStats
-	0,  // 16: hashicorp.nomad.plugins.device.DevicePlugin.Fingerprint:input_type -> hashicorp.nomad.plugins.device.FingerprintRequest
-	5,  // 17: hashicorp.nomad.plugins.device.DevicePlugin.Reserve:input_type -> hashicorp.nomad.plugins.device.ReserveRequest
-	10, // 18: hashicorp.nomad.plugins.device.DevicePlugin.Stats:input_type -> hashicorp.nomad.plugins.device.StatsRequest
-	1,  // 19: hashicorp.nomad.plugins.device.DevicePlugin.Fingerprint:output_type -> hashicorp.nomad.plugins.device.FingerprintResponse
-	6,  // 20: hashicorp.nomad.plugins.device.DevicePlugin.Reserve:output_type -> hashicorp.nomad.plugins.device.ReserveResponse
-	11, // 21: hashicorp.nomad.plugins.device.DevicePlugin.Stats:output_type -> hashicorp.nomad.plugins.device.StatsResponse
-	19, // [19:22] is the sub-list for method output_type
-	16, // [16:19] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	6,  // 4: hashicorp.nomad.plugins.device.DeviceGroup.AttributesEntry.value:type_name -> hashicorp.nomad.plugins.shared.structs.Attribute
+	0,  // 5: hashicorp.nomad.plugins.device.DevicePlugin.Fingerprint:input_type -> hashicorp.nomad.plugins.device.FingerprintRequest
+	7,  // 6: hashicorp.nomad.plugins.device.DevicePlugin.Reserve:input_type -> hashicorp.nomad.plugins.device.ReserveRequest
+	8,  // 7: hashicorp.nomad.plugins.device.DevicePlugin.Stats:input_type -> hashicorp.nomad.plugins.device.StatsRequest
+	1,  // 8: hashicorp.nomad.plugins.device.DevicePlugin.Fingerprint:output_type -> hashicorp.nomad.plugins.device.FingerprintResponse
+	9,  // 9: hashicorp.nomad.plugins.device.DevicePlugin.Reserve:output_type -> hashicorp.nomad.plugins.device.ReserveResponse
+	10, // 10: hashicorp.nomad.plugins.device.DevicePlugin.Stats:output_type -> hashicorp.nomad.plugins.device.StatsResponse
+	8,  // [8:11] is the sub-list for method output_type
+	5,  // [5:8] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_nomadplugin_pb_device_proto_init() }
@@ -924,14 +379,15 @@ func file_nomadplugin_pb_device_proto_init() {
 		return
 	}
 	file_nomadplugin_pb_attribute_proto_init()
-	file_nomadplugin_pb_stats_proto_init()
+	file_nomadplugin_pb_device_reserve_proto_init()
+	file_nomadplugin_pb_device_stats_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_nomadplugin_pb_device_proto_rawDesc), len(file_nomadplugin_pb_device_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
