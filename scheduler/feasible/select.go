@@ -29,39 +29,32 @@ type Selection struct {
 // FilterDevices.
 func (c *Check) Select(nodes []*api.Node) Selection {
 	var sel Selection
+	var others [][]string // per allowed node, the groups its block does not match
+	match, other := map[string]bool{}, false
 	for _, n := range nodes {
 		if n == nil {
 			continue
 		}
 		why := c.Reason(n)
-		if why == "" {
-			sel.Allowed = append(sel.Allowed, n.ID)
-		}
 		sel.Tally.Add(why)
-	}
-	match, other := map[string]bool{}, map[string]bool{}
-	byID := map[string]*api.Node{}
-	for _, n := range nodes {
-		if n != nil {
-			byID[n.ID] = n
+		if why != "" {
+			continue
 		}
-	}
-	for _, id := range sel.Allowed {
-		m, o := c.GPUShareGroups(byID[id])
+		sel.Allowed = append(sel.Allowed, n.ID)
+		m, o := c.GPUShareGroups(n)
 		for _, name := range m {
 			match[name] = true
 		}
-		for _, name := range o {
-			other[name] = true
-		}
+		others = append(others, o)
+		other = other || len(o) > 0
 	}
-	if len(other) == 0 {
+	if !other {
 		return sel
 	}
 	sel.Models = slices.Sorted(maps.Keys(match))
 	kept := sel.Allowed[:0:0]
-	for _, id := range sel.Allowed {
-		if _, o := c.GPUShareGroups(byID[id]); slices.ContainsFunc(o, func(name string) bool { return match[name] }) {
+	for i, id := range sel.Allowed {
+		if slices.ContainsFunc(others[i], func(name string) bool { return match[name] }) {
 			sel.Tally.Add(FilterDevices)
 			continue
 		}

@@ -97,20 +97,33 @@ func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
 // visible (which may ask Nomad) after it.
 func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
 	s.mu.Lock()
+	nodes, allocs := s.nodesNow(), s.liveAllocsNow()
+	s.mu.Unlock()
+	m := gpumap.Build(nodes, allocs)
+	m.Hide(visible)
+	return m
+}
+
+// nodesNow lists the model's nodes, for work done after the lock is
+// released. The caller holds s.mu.
+func (s *Service) nodesNow() []*api.Node {
 	nodes := make([]*api.Node, 0, len(s.state.Nodes))
 	for _, n := range s.state.Nodes {
 		nodes = append(nodes, n)
 	}
+	return nodes
+}
+
+// liveAllocsNow lists the model's live allocations (model.Live), for work
+// done after the lock is released. The caller holds s.mu.
+func (s *Service) liveAllocsNow() []*api.Allocation {
 	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
 	for _, a := range s.state.Allocs {
 		if model.Live(a) {
 			allocs = append(allocs, a)
 		}
 	}
-	s.mu.Unlock()
-	m := gpumap.Build(nodes, allocs)
-	m.Hide(visible)
-	return m
+	return allocs
 }
 
 // JobStatus is the body of /v1/jobs/<id>.

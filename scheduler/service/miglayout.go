@@ -28,20 +28,12 @@ type GPUs struct {
 func (s *Service) migLayouts() []miglayout.Recommendation {
 	managed := s.namespaces()
 	s.mu.Lock()
-	nodes := make([]*api.Node, 0, len(s.state.Nodes))
-	for _, n := range s.state.Nodes {
-		nodes = append(nodes, n)
-	}
+	nodes := s.nodesNow()
 	var allocs []*api.Allocation
 	var demand []miglayout.Demand
 	mig := slices.ContainsFunc(nodes, mayHaveMIG)
 	if mig {
-		for _, a := range s.state.Allocs {
-			if model.Live(a) {
-				allocs = append(allocs, a)
-			}
-		}
-		demand = s.migDemand(managed)
+		allocs, demand = s.liveAllocsNow(), s.migDemand(managed)
 	}
 	s.mu.Unlock()
 	if !mig {
