@@ -267,11 +267,12 @@ func (st *step) apply(d *placement.Decision, expected time.Duration, declared bo
 // says so, and steers it away from nodes where the group could not share
 // with what runs on the chosen GPU.
 func (st *step) place(g Key, req placement.Request) *placement.Decision {
+	var d *placement.Decision // the core's own choice, once asked for
 	if st.cfg.IdleFirst && req.Count == 1 && req.Shares > 0 {
 		// a shared MIG instance it fills is a GPU nobody else uses, and
 		// the core's best fit: taken before a whole GPU is broken into
 		if st.snap.HasMIGInstances() {
-			if d := st.pol.Decide(st.snap, req); d.Placed() && st.snap.FillsInstance(&d.Placements[0]) {
+			if d = st.pol.Decide(st.snap, req); d.Placed() && st.snap.FillsInstance(&d.Placements[0]) {
 				return d
 			}
 		}
@@ -288,7 +289,9 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 			}
 		}
 	}
-	d := st.pol.Decide(st.snap, req)
+	if d == nil {
+		d = st.pol.Decide(st.snap, req)
+	}
 	if st.cfg.IdleFirst {
 		d = st.worthSharing(req, d)
 	}
