@@ -1,9 +1,12 @@
 package devicefn
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -155,22 +158,25 @@ func MIGGroups(inv *Inventory, skip map[string]bool) []MIGGroup {
 			grp.Instances = append(grp.Instances, MIGInstance{MIGDevice: m, Parent: g, ParentLinks: row})
 		}
 	}
-	profiles := make([]string, 0, len(byProfile))
-	for p := range byProfile {
-		profiles = append(profiles, p)
-	}
-	sort.Strings(profiles)
-	out := make([]MIGGroup, 0, len(profiles))
-	for _, p := range profiles {
-		g := byProfile[p]
-		sort.SliceStable(g.Instances, func(i, j int) bool {
-			a, b := g.Instances[i], g.Instances[j]
-			if a.Parent.Index != b.Parent.Index {
-				return a.Parent.Index < b.Parent.Index
-			}
-			return a.GPUInstanceID < b.GPUInstanceID
+	for _, g := range byProfile {
+		slices.SortStableFunc(g.Instances, func(a, b MIGInstance) int {
+			return instanceOrder(a.Parent.Index, a.GPUInstanceID, b.Parent.Index, b.GPUInstanceID)
 		})
-		out = append(out, *g)
+	}
+	return byKey(byProfile)
+}
+
+// instanceOrder orders MIG instances by their parent's index, then their
+// GPU instance ID.
+func instanceOrder(parentA, giA, parentB, giB int) int {
+	return cmp.Or(cmp.Compare(parentA, parentB), cmp.Compare(giA, giB))
+}
+
+// byKey returns the groups of m in the order of their keys.
+func byKey[G any](m map[string]*G) []G {
+	out := make([]G, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, *m[k])
 	}
 	return out
 }

@@ -2,7 +2,7 @@ package devicefn
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -137,20 +137,9 @@ func SharedMIGGroups(inv *Inventory, sharesPerGPU int, sharing string, skip map[
 				Parent: g.UUID, ParentIndex: g.Index, Profiles: g.MIGProfiles, instanceID: m.GPUInstanceID})
 		}
 	}
-	names := make([]string, 0, len(byName))
-	for n := range byName {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	out := make([]Group, 0, len(names))
-	for _, n := range names {
-		g := byName[n]
-		sort.SliceStable(g.GPUs, func(i, j int) bool {
-			a, b := g.GPUs[i], g.GPUs[j]
-			if a.ParentIndex != b.ParentIndex {
-				return a.ParentIndex < b.ParentIndex
-			}
-			return a.instanceID < b.instanceID
+	for _, g := range byName {
+		slices.SortStableFunc(g.GPUs, func(a, b GroupGPU) int {
+			return instanceOrder(a.ParentIndex, a.instanceID, b.ParentIndex, b.instanceID)
 		})
 		for i := range g.GPUs {
 			g.GPUs[i].Links = make([]Link, len(g.GPUs))
@@ -159,9 +148,8 @@ func SharedMIGGroups(inv *Inventory, sharesPerGPU int, sharing string, skip map[
 			}
 			g.GPUs[i].Links[i] = Link{Kind: LinkSelf}
 		}
-		out = append(out, *g)
 	}
-	return out
+	return byKey(byName)
 }
 
 // migAttributes adds a shared MIG group's attributes to attrs.
