@@ -97,16 +97,13 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	case r.Shares > 0 && !sizeOK:
 		return &Refusal{RefusedInvalid, fmt.Sprintf("%d shares is neither a fraction of one GPU (fewer than %d) nor whole GPUs (a multiple of %d): ask for %d or %d", r.Shares, spg, spg, r.Shares/spg*spg, (r.Shares/spg+1)*spg)}
 	case whole > maxGPUs:
-		msg := fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", whole, models, maxGPUs)
-		if why := migOnly(whole, 0, largest, mig); why != "" {
-			msg += "; " + why
-			if e.rounds() {
-				msg += fmt.Sprintf(" (%s takes whole GPUs for a fraction)", e.name)
-			}
+		msg := tooManyGPUs(whole, maxGPUs, largest, models, mig)
+		if migOnly(whole, 0, largest, mig) != "" && e.rounds() {
+			msg += fmt.Sprintf(" (%s takes whole GPUs for a fraction)", e.name)
 		}
 		return &Refusal{RefusedTooLarge, msg}
-	case maxGPUs == 0 && migOnly(0, frac, largest, mig) != "":
-		return &Refusal{RefusedTooLarge, fmt.Sprintf("needs %d shares on one GPU of %s; %s, and no node has whole GPUs of it", frac, models, migOnly(0, frac, largest, mig))}
+	case onlyInstancesTooSmall(frac, maxGPUs, largest, models, mig) != "":
+		return &Refusal{RefusedTooLarge, onlyInstancesTooSmall(frac, maxGPUs, largest, models, mig)}
 	case tally[whyInterference] > 0 && tally[whyGPU] == 0 && tally[whyCPU] == 0:
 		return &Refusal{RefusedInterference, fmt.Sprintf("%d nodes have room, but sharing a GPU there would slow a production job by more than its bound (%.0f%% for this job); give the job a profile, a larger bound, or whole GPUs",
 			tally[whyInterference], 100*e.bound(r.MaxSlowdown))}

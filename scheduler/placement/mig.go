@@ -64,6 +64,28 @@ func checkMIGGroup(grp *devicefn.Group) error {
 	return nil
 }
 
+// tooManyGPUs is the refusal of a request of need whole GPUs when the
+// largest node has maxGPUs, saying why shared MIG instances (mig, the
+// largest offering largest shares) cannot help.
+func tooManyGPUs(need, maxGPUs, largest int, models string, mig []string) string {
+	msg := fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", need, models, maxGPUs)
+	if why := migOnly(need, 0, largest, mig); why != "" {
+		msg += "; " + why
+	}
+	return msg
+}
+
+// onlyInstancesTooSmall is the refusal of a fraction of frac shares when
+// the only GPUs of its models are shared MIG instances and every one is
+// smaller; "" otherwise.
+func onlyInstancesTooSmall(frac, maxGPUs, largest int, models string, mig []string) string {
+	why := migOnly(0, frac, largest, mig)
+	if why == "" || maxGPUs > 0 {
+		return ""
+	}
+	return fmt.Sprintf("needs %d shares on one GPU of %s; %s, and no node has whole GPUs of it", frac, models, why)
+}
+
 // migOnly says, for a refusal, why the shared MIG instances among the
 // GPUs a request may use cannot hold it ("" when there are none, or when
 // whole is 0 and frac fits one of them): instances never hold whole GPUs,

@@ -145,14 +145,10 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s with cpu %d and memory %d MiB", models, r.Res.CPU, r.Res.MemoryMiB)}
 	}
 	if need > maxGPUs {
-		msg := fmt.Sprintf("needs %d GPUs of %s on one node; the largest node has %d", need, models, maxGPUs)
-		if why := migOnly(migWhole, 0, largest, mig); why != "" {
-			msg += "; " + why
-		}
-		return &Refusal{Code: RefusedTooLarge, Message: msg}
+		return &Refusal{Code: RefusedTooLarge, Message: tooManyGPUs(need, maxGPUs, largest, models, mig)}
 	}
-	if why := migOnly(0, migFrac, largest, mig); why != "" && maxGPUs == 0 {
-		return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("needs %d shares on one GPU of %s; %s, and no node has whole GPUs of it", r.Shares, models, why)}
+	if msg := onlyInstancesTooSmall(migFrac, maxGPUs, largest, models, mig); msg != "" {
+		return &Refusal{Code: RefusedTooLarge, Message: msg}
 	}
 	return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("%d allocations of %d shares of %s with cpu %d and memory %d MiB each: even empty, the cluster's %d nodes could hold %d",
 		r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB, len(s.nodes), room)}
