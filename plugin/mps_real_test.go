@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,9 +41,10 @@ func TestRealMPSDaemonPerReservation(t *testing.T) {
 	must.Eq(t, "25.0", mustRun(t, control, pipe, "get_default_active_thread_percentage"))
 	must.Eq(t, "4G", mustRun(t, control, pipe, "get_default_device_pinned_mem_limit 0"))
 	must.Eq(t, "running", checkMPSDaemon(pipe).State, must.Sprint("the control socket of a current driver"))
-	log, err := os.ReadFile(filepath.Join(res.Envs[EnvMPSLog], "control.log"))
-	must.NoError(t, err)
-	must.StrContains(t, string(log), "Starting control daemon using socket "+filepath.Join(pipe, "control"))
+	// the daemon writes its log itself, on its own time: wait for the line
+	// (the bound is liveness only)
+	waitForFileLine(t, filepath.Join(res.Envs[EnvMPSLog], "control.log"),
+		"Starting control daemon using socket "+filepath.Join(pipe, "control"), 30*time.Second)
 
 	// a task changes its daemon's default through the pipe; the next pass
 	// puts it back
@@ -70,4 +72,21 @@ func TestRealMPSNodeDaemonCheck(t *testing.T) {
 	must.Eq(t, "running", checkMPSDaemon(pipe).State)
 	mustRun(t, control, pipe, "quit")
 	must.Eq(t, "not answering at "+pipe, checkMPSDaemon(pipe).State)
+}
+
+// waitForFileLine waits until the file at path, which another process
+// writes, contains line; within bound, which is a liveness bound only.
+func waitForFileLine(t *testing.T, path, line string, bound time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(bound)
+	for {
+		b, err := os.ReadFile(path)
+		if err == nil && strings.Contains(string(b), line) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v, %s does not contain %q (read error %v):\n%s", bound, path, line, err, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
