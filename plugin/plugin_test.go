@@ -24,7 +24,7 @@ import (
 
 // encodeConfig turns the body of a plugin "gpushare" { config { ... } }
 // block into what Nomad hands SetConfig, defaults applied by the schema.
-func encodeConfig(t *testing.T, body string) []byte {
+func encodeConfig(t testing.TB, body string) []byte {
 	t.Helper()
 	b, err := hclspec.EncodeHCL(configSpec, []byte(body), "config.hcl")
 	must.NoError(t, err)
@@ -112,8 +112,8 @@ func next(t *testing.T, ch <-chan *device.FingerprintResponse) *device.Fingerpri
 	case r := <-ch:
 		must.NotNil(t, r)
 		return r
-	case <-time.After(10 * time.Second):
-		t.Fatal("no fingerprint within 10s")
+	case <-time.After(time.Minute): // liveness only
+		t.Fatal("no fingerprint within a minute")
 		return nil
 	}
 }
@@ -229,7 +229,7 @@ func TestStats(t *testing.T) {
 	var resp *device.StatsResponse
 	select {
 	case resp = <-ch:
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // liveness only
 		t.Fatal("no stats")
 	}
 	must.NoError(t, resp.Error)

@@ -8,7 +8,6 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/internal/nomadplugin/base"
-	"github.com/gpushare/gpushare/internal/nomadplugin/hclspec"
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
 )
@@ -143,12 +142,12 @@ func benchPlugin(b *testing.B) *Plugin {
 	b.Helper()
 	path, err := fixtures.WriteTo(fixtures.DGX1V100, b.TempDir())
 	must.NoError(b, err)
-	cfg := Config{Enabled: true, SharesPerGPU: 100, Sharing: devicefn.SharingMPS, Fixture: path, FingerprintPeriod: "1m",
-		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
-	buf, err := hclspec.Encode(configSpec, cfg)
-	must.NoError(b, err)
+	// the config as Nomad hands it over: the HCL decoded with the spec's
+	// defaults for everything not set
+	cfg := fmt.Sprintf("fixture = %q\nsharing = %q\nfingerprint_period = \"1m\"\nmps {\n daemons = %q\n}",
+		path, devicefn.SharingMPS, MPSDaemonsNode)
 	p := New(hclog.NewNullLogger(), nil)
-	must.NoError(b, p.SetConfig(&base.Config{PluginConfig: buf}))
+	must.NoError(b, p.SetConfig(&base.Config{PluginConfig: encodeConfig(b, cfg)}))
 	must.NoError(b, p.fingerprintOnce(b.Context()).Error)
 	return p
 }
