@@ -118,7 +118,7 @@ func TestHTTPServesTLS(t *testing.T) {
 		_ = s.Run(ctx)
 	}()
 	defer func() { cancel(); <-done }()
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	resp, err := client.Get("https://" + addr + "/v1/vcs")
 	must.NoError(t, err)
 	resp.Body.Close()

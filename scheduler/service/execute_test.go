@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,11 +20,18 @@ import (
 )
 
 // deadlineNomad is a Nomad whose registrations hang until their context
-// ends (the job is edited meanwhile) and whose reads fail on a context
-// that has ended, as the HTTP client's do.
+// ends (the job is edited meanwhile) and whose reads fail, as the HTTP
+// client's do, on the context of a registration that timed out or one
+// derived from it (a deadline no later than the registration's). A read
+// on a request of its own is answered however long it took to send, so
+// the test does not depend on the machine's speed.
 type deadlineNomad struct {
 	*fakeNomad
 	edit func()
+
+	mu        sync.Mutex
+	timedOut  time.Time // the deadline of the registration that timed out
+	staleRead error     // a read refused on an ended registration's context
 }
 
 func (d *deadlineNomad) Register(ctx context.Context, _ *api.Job, _ uint64) (uint64, error) {
@@ -32,12 +40,24 @@ func (d *deadlineNomad) Register(ctx context.Context, _ *api.Job, _ uint64) (uin
 		d.edit = nil
 	}
 	<-ctx.Done()
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.timedOut = dl
+	d.mu.Unlock()
 	return 0, ctx.Err()
 }
 
 func (d *deadlineNomad) Job(ctx context.Context, ns, id string) (*api.Job, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	d.mu.Lock()
+	timedOut := d.timedOut
+	d.mu.Unlock()
+	if err := ctx.Err(); err != nil && !timedOut.IsZero() {
+		if dl, ok := ctx.Deadline(); !ok || !dl.After(timedOut) {
+			d.mu.Lock()
+			d.staleRead = err
+			d.mu.Unlock()
+			return nil, err
+		}
 	}
 	return d.fakeNomad.Job(ctx, ns, id)
 }
@@ -68,6 +88,7 @@ func TestTimedOutPinReadsTheJobAgain(t *testing.T) {
 	must.Eq(t, *f.jobs["x"].JobModifyIndex, *got.JobModifyIndex)
 	must.Eq(t, "someone", got.Meta["owner"])
 	must.Eq(t, []string{"g"}, pin.Gated(got))
+	must.NoError(t, d.staleRead)
 }
 
 // A failed unpairing hands on nothing: the step counted the moved
@@ -189,11 +210,17 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	must.MapEmpty(t, next.submitted)
 }
 
-// slowStops is a Nomad whose registrations and stops each take most of a
-// request's timeout, and fail when their context ends first.
+// slowStops is a Nomad whose registrations and stops each take a while,
+// and fail when their context ends first. It notes when the last
+// registration returned and the deadline of each stop's context.
 type slowStops struct {
 	*statsNomad
 	delay time.Duration
+
+	mu             sync.Mutex
+	registered     time.Time   // when the last registration returned
+	stopDeadlines  []time.Time // of each stop's context
+	afterRegisters []time.Time // the last registration's return, at each stop
 }
 
 func (n *slowStops) wait(ctx context.Context) error {
@@ -205,10 +232,20 @@ func (n *slowStops) Register(ctx context.Context, j *api.Job, index uint64) (uin
 	if err := n.wait(ctx); err != nil {
 		return 0, err
 	}
+	defer func() {
+		n.mu.Lock()
+		n.registered = time.Now()
+		n.mu.Unlock()
+	}()
 	return n.statsNomad.Register(ctx, j, index)
 }
 
 func (n *slowStops) StopAlloc(ctx context.Context, id string) error {
+	dl, _ := ctx.Deadline()
+	n.mu.Lock()
+	n.stopDeadlines = append(n.stopDeadlines, dl)
+	n.afterRegisters = append(n.afterRegisters, n.registered)
+	n.mu.Unlock()
 	if err := n.wait(ctx); err != nil {
 		return err
 	}
@@ -217,14 +254,23 @@ func (n *slowStops) StopAlloc(ctx context.Context, id string) error {
 
 // Gating a group again and stopping its allocation are requests of their
 // own, each with the whole request timeout: a slow registration does not
-// use up the stop's.
+// use up the stop's. The stop's deadline is a whole request timeout after
+// the registration returned (a timeout shared with the registration would
+// end a timeout after the registration started); the timeout is long, so
+// no request here ends for want of time whatever the machine's speed.
 func TestUnpairRequestsEachHaveTheirTimeout(t *testing.T) {
-	sc := newPairScene(t, func(c *config.Config) { c.Nomad.RequestTimeout = "400ms" })
-	sc.s.nomad = &slowStops{statsNomad: sc.f, delay: 250 * time.Millisecond}
+	const timeout = 5 * time.Minute
+	sc := newPairScene(t, func(c *config.Config) { c.Nomad.RequestTimeout = timeout.String() })
+	slow := &slowStops{statsNomad: sc.f, delay: 20 * time.Millisecond}
+	sc.s.nomad = slow
 	sc.sample(t, 20, 20, 20)
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
+	must.SliceLen(t, 1, slow.stopDeadlines)
+	must.False(t, slow.afterRegisters[0].IsZero(), must.Sprint("the group was gated again before its allocation was stopped"))
+	must.False(t, slow.stopDeadlines[0].Before(slow.afterRegisters[0].Add(timeout)),
+		must.Sprintf("the stop's deadline %v is a whole timeout after the registration returned at %v", slow.stopDeadlines[0], slow.afterRegisters[0]))
 }
 
 // A group that waits while the scheduler pins another group of its job

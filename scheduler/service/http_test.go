@@ -45,7 +45,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			}()
 			select {
 			case <-w.writing:
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute): // liveness only
 				t.Fatal("the handler never wrote")
 			}
 			passed := make(chan struct{})
@@ -55,7 +55,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			}()
 			select {
 			case <-passed:
-			case <-time.After(5 * time.Second):
+			case <-time.After(time.Minute): // liveness only
 				t.Error("a pass waited for a client that stopped reading")
 			}
 			close(w.release)

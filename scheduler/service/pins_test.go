@@ -18,8 +18,10 @@ import (
 )
 
 // barrierNomad answers no registration until want of them are in flight
-// at once; a registration that waits longer than a few seconds fails, so
-// pins sent one after the other fail.
+// at once. Pins sent one after the other never get there: the first
+// registration gives up after barrierBound (a liveness bound only; pins
+// sent together arrive whatever the machine's speed) and every
+// registration after it fails at once.
 type barrierNomad struct {
 	*fakeNomad
 	want int
@@ -34,7 +36,11 @@ type barrierNomad struct {
 	most     int
 	arrived  chan struct{}
 	opened   bool
+	// broken: the barrier gave up waiting; no registration is answered.
+	broken bool
 }
+
+const barrierBound = 2 * time.Minute
 
 func newBarrierNomad(f *fakeNomad, want int) *barrierNomad {
 	return &barrierNomad{fakeNomad: f, want: want, arrived: make(chan struct{})}
@@ -61,10 +67,21 @@ func (b *barrierNomad) Register(ctx context.Context, j *api.Job, index uint64) (
 	}()
 	select {
 	case <-b.arrived:
-	case <-time.After(3 * time.Second):
-		return 0, errNotConcurrent
+	case <-time.After(barrierBound):
+		b.mu.Lock()
+		if !b.opened {
+			b.opened, b.broken = true, true
+			close(b.arrived)
+		}
+		b.mu.Unlock()
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	}
+	b.mu.Lock()
+	broken := b.broken
+	b.mu.Unlock()
+	if broken {
+		return 0, errNotConcurrent
 	}
 	if err := b.fail[*j.ID]; err != nil {
 		b.fakeNomad.mu.Lock()
@@ -83,7 +100,9 @@ func barrierService(t *testing.T, n, want int) (*Service, *barrierNomad) {
 		f.put(gated(fmt.Sprintf("job-%02d", i), 10))
 	}
 	b := newBarrierNomad(f, want)
-	s, err := newService(config.Default(), hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
+	cfg := config.Default()
+	cfg.Nomad.RequestTimeout = "10m" // the barrier's bound is the one that ends a wait
+	s, err := newService(cfg, hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.resync(t.Context()))
 	return s, b
@@ -188,25 +207,11 @@ func TestTwoGroupsOfOneJobPinnedInOnePass(t *testing.T) {
 	must.Eq(t, 0.0, counterValue(t, s, "gpushare_pin_conflicts_total"))
 }
 
-// slowNomad answers every registration after a delay.
-type slowNomad struct {
-	*fakeNomad
-	delay time.Duration
-}
-
-func (s *slowNomad) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
-	sleep(ctx, s.delay)
-	if err := ctx.Err(); err != nil {
-		return 0, err
-	}
-	return s.fakeNomad.Register(ctx, j, index)
-}
-
 // One job with many gated groups does not hold up a pass: its groups are
-// pinned in one registration, so with Nomad answering each registration
-// after 300 ms, a pass pinning 30 groups of one job and 10 other jobs
-// takes about one answer, not 30 one after the other, and every group is
-// pinned on shares of its own.
+// pinned in one registration, sent together with those of the other jobs,
+// so a pass pinning 30 groups of one job and 10 other jobs waits for one
+// round of answers (all 11 registrations in flight at once), not 30 one
+// after the other, and every group is pinned on shares of its own.
 func TestManyGroupsOfOneJobDoNotHoldUpAPass(t *testing.T) {
 	const groups, others = 30, 10
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
@@ -222,15 +227,15 @@ func TestManyGroupsOfOneJobDoNotHoldUpAPass(t *testing.T) {
 	for i := range others {
 		f.put(gated(fmt.Sprintf("job-%02d", i), 10))
 	}
-	slow := &slowNomad{fakeNomad: f, delay: 300 * time.Millisecond}
-	s, err := newService(config.Default(), hclog.NewNullLogger(), slow, func() time.Time { return time.Unix(1000, 0) })
+	b := newBarrierNomad(f, 1+others)
+	cfg := config.Default()
+	cfg.Nomad.RequestTimeout = "10m" // the barrier's bound is the one that ends a wait
+	s, err := newService(cfg, hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.resync(t.Context()))
-	start := time.Now()
 	s.reconcile(t.Context())
-	took := time.Since(start)
-	t.Logf("pass: %s, registrations: %d", took, f.registers)
-	must.Less(t, 4*slow.delay, took)
+	t.Logf("registrations: %d, at most %d in flight", f.registers, b.most)
+	must.Eq(t, 1+others, b.most, must.Sprint("every registration of the pass in flight at once"))
 	must.Eq(t, 1+others, f.registers)
 	must.SliceEmpty(t, pin.Gated(f.jobs["many"]))
 	taken := map[string]string{}

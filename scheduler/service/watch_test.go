@@ -39,8 +39,9 @@ func startWatch(t *testing.T, f *fakeNomad, cfg *config.Config) *watching {
 	return &watching{t: t, s: s, f: f}
 }
 
-// wait bounds every step: a step that never happens fails the test.
-const wait = 2 * time.Second
+// wait bounds every step: a step that never happens fails the test. It
+// is a liveness bound only (a loaded machine may take seconds for one).
+const wait = time.Minute
 
 // next waits for the watch to list the cluster and subscribe.
 func (w *watching) next() *fakeStream {
