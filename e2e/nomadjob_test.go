@@ -218,13 +218,21 @@ func TestNoSchedulerNothingLost(t *testing.T) {
 
 	s1.proc.Stop()
 	e.register("meanwhile", map[string]any{"shares": 25})
-	// it waits at the gate for as long as no scheduler runs
-	for range 10 {
-		time.Sleep(500 * time.Millisecond)
-		allocs, _, err := e.nomad.Jobs().Allocations("meanwhile", true, nil)
+	// it waits at the gate for as long as no scheduler runs: once Nomad
+	// has evaluated it (not after a while), it has no allocation
+	e.eventually(liveness, "Nomad to evaluate the gated job", func() bool {
+		evals, _, err := e.nomad.Jobs().Evaluations("meanwhile", nil)
 		must.NoError(t, err)
-		must.SliceEmpty(t, allocs, must.Sprint("a gated job got an allocation with no scheduler"))
-	}
+		for _, ev := range evals {
+			if ev.Status == api.EvalStatusComplete {
+				return true
+			}
+		}
+		return false
+	})
+	allocs, _, err := e.nomad.Jobs().Allocations("meanwhile", true, nil)
+	must.NoError(t, err)
+	must.SliceEmpty(t, allocs, must.Sprint("a gated job got an allocation with no scheduler"))
 	job, _, err := e.nomad.Jobs().Info("meanwhile", nil)
 	must.NoError(t, err)
 	must.Eq(t, "pending", *job.Status)

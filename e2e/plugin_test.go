@@ -150,7 +150,7 @@ func runPinned(t *testing.T, nomad *api.Client, id string, count int, ids []stri
 	must.NoError(t, err)
 	t.Cleanup(func() { _, _, _ = nomad.Jobs().Deregister(id, true, nil) })
 
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), liveness)
 	defer cancel()
 	for {
 		allocs, _, err := nomad.Jobs().Allocations(id, true, nil)
@@ -165,7 +165,7 @@ func runPinned(t *testing.T, nomad *api.Client, id string, count int, ids []stri
 		select {
 		case <-ctx.Done():
 			summary, _, _ := nomad.Jobs().Summary(id, nil)
-			t.Fatalf("job %s did not finish within 90s; allocations %d, summary %+v", id, len(allocs), summary)
+			t.Fatalf("job %s did not finish within %s; allocations %d, summary %+v", id, liveness, len(allocs), summary)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
@@ -210,7 +210,7 @@ func taskEnv(t *testing.T, nomad *api.Client, a *api.Allocation) map[string]stri
 
 func waitInstances(t *testing.T, nomad *api.Client, nodeID string, ok func(*api.NodeDevice) bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(liveness)
 	for {
 		node, _, err := nomad.Nodes().Info(nodeID, nil)
 		must.NoError(t, err)

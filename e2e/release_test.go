@@ -336,7 +336,7 @@ func devAgent(t *testing.T, ctx context.Context, dir string) string {
 	addr := fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	client, err := api.NewClient(&api.Config{Address: addr})
 	must.NoError(t, err)
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(liveness)
 	for {
 		nodes, _, err := client.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 		if err == nil && len(nodes) == 1 && nodes[0].NodeResources != nil {

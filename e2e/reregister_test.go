@@ -195,10 +195,10 @@ func (rr *reRegister) keeps(b allocsBefore, idx uint64) {
 		}
 		return current == len(before)
 	}
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(liveness)
 	for !settled() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s not settled 90s after its registration (index %d): %s", rr.id, idx, rr.state(job, stubs))
+			t.Fatalf("%s not settled %s after its registration (index %d): %s", rr.id, liveness, idx, rr.state(job, stubs))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

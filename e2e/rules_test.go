@@ -383,10 +383,11 @@ func listedIn(s *scheduler, job, group string) (state, reason string) {
 	return "", ""
 }
 
-// until polls cond until it holds; past the timeout it fails the test
-// with what explain says.
+// until polls cond until it holds; past the timeout (at least liveness)
+// it fails the test with what explain says.
 func (e *env) until(timeout time.Duration, what string, cond func() bool, explain func() string) {
 	e.t.Helper()
+	timeout = max(timeout, liveness)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
@@ -399,7 +400,7 @@ func (e *env) until(timeout time.Duration, what string, cond func() bool, explai
 // stop stops job id and waits until its allocations have stopped.
 func (e *env) stop(id string) {
 	_, _, _ = e.nomad.Jobs().Deregister(id, false, nil)
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(liveness)
 	for time.Now().Before(deadline) {
 		stubs, _, err := e.nomad.Jobs().Allocations(id, false, nil)
 		if err == nil && !slices.ContainsFunc(stubs, func(a *api.AllocationListStub) bool {
@@ -409,7 +410,7 @@ func (e *env) stop(id string) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	e.t.Logf("allocations of %s still running 60s after it was stopped", id)
+	e.t.Logf("allocations of %s still running %s after it was stopped", id, liveness)
 }
 
 // firstOf joins the first n of list (newest versions first) and says how

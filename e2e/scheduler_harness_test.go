@@ -150,9 +150,16 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// eventually polls cond until it holds or the timeout passes.
+// liveness is the least time a wait gives a step: every wait bounds
+// liveness only (a step that never happens fails the test), so a loaded
+// machine that takes a minute for a step of seconds does not fail it.
+const liveness = 5 * time.Minute
+
+// eventually polls cond until it holds or the timeout (at least liveness)
+// passes.
 func (e *env) eventually(timeout time.Duration, what string, cond func() bool) {
 	e.t.Helper()
+	timeout = max(timeout, liveness)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

@@ -203,7 +203,9 @@ func TestSchedulerFailover(t *testing.T) {
 // was about to send nor any later.
 func TestPausedLeaderSendsNoPin(t *testing.T) {
 	e := newEnv(t)
-	t.Setenv("GPUSHARE_TEST_PIN_DELAY", "3s") // inherited by both replicas
+	// inherited by both replicas; long enough that the leader is paused
+	// within it on a loaded machine too
+	t.Setenv("GPUSHARE_TEST_PIN_DELAY", "20s")
 	a := e.startScheduler("a", "")
 	b := e.startScheduler("b", "")
 	e.eventually(30*time.Second, "one leader", func() bool { return a.leader() != b.leader() })
@@ -212,14 +214,15 @@ func TestPausedLeaderSendsNoPin(t *testing.T) {
 		old, next = b, a
 	}
 	e.register("race", map[string]any{"shares": 50})
-	time.Sleep(time.Second) // the leader has decided and waits to pin
+	e.eventually(liveness, "the leader to decide (it then waits to pin)", func() bool { return placedDecisions(t, old) >= 1 })
+	decided := time.Now()
 	old.proc.Pause()
 	start := time.Now()
 	e.eventually(60*time.Second, "the follower to take over", next.leader)
 	t.Logf("follower took over %s after the leader was paused (lock ttl 10s)", time.Since(start).Round(100*time.Millisecond))
 	e.running("race", 1, 60*time.Second)
 	old.proc.Resume()
-	time.Sleep(4 * time.Second) // past the old leader's pin delay
+	time.Sleep(time.Until(decided.Add(20*time.Second + time.Second))) // past the old leader's pin delay
 	e.register("after", map[string]any{"shares": 50})
 	e.running("after", 1, 60*time.Second)
 	must.False(t, old.leader())
@@ -228,6 +231,13 @@ func TestPausedLeaderSendsNoPin(t *testing.T) {
 	job, _, err := e.nomad.Jobs().Info("race", nil)
 	must.NoError(t, err)
 	must.EqOp(t, uint64(1), *job.Version) // pinned once
+}
+
+// placedDecisions is how many placements a replica has decided (a pin
+// follows each, after GPUSHARE_TEST_PIN_DELAY).
+func placedDecisions(t *testing.T, s *scheduler) int {
+	t.Helper()
+	return metricOf(t, s, `gpushare_decisions_total{outcome="placed"}`)
 }
 
 // metricOf reads a counter of a replica's /metrics.
@@ -270,10 +280,12 @@ func TestSchedulerSurvivesNomadRestart(t *testing.T) {
 // kept and the job is placed.
 func TestSchedulerKeepsConcurrentEdit(t *testing.T) {
 	e := newEnv(t)
-	t.Setenv("GPUSHARE_TEST_PIN_DELAY", "4s") // inherited by the scheduler process
-	e.startScheduler("s1", "")
+	// inherited by the scheduler process; long enough that the edit lands
+	// within it on a loaded machine too
+	t.Setenv("GPUSHARE_TEST_PIN_DELAY", "20s")
+	s := e.startScheduler("s1", "")
 	job := e.register("edited", map[string]any{"shares": 20})
-	time.Sleep(1500 * time.Millisecond) // the scheduler has decided and waits to pin
+	e.eventually(liveness, "the scheduler to decide (it then waits to pin)", func() bool { return placedDecisions(t, s) >= 1 })
 	job.TaskGroups[0].Meta["owner"] = "alice"
 	_, _, err := e.nomad.Jobs().Register(job, nil)
 	must.NoError(t, err)
@@ -327,7 +339,17 @@ func TestSchedulerLearnsProfiles(t *testing.T) {
 	}
 	must.NoError(t, getJSON(s.http+"/v1/jobs/unprofiled", &job))
 
-	time.Sleep(11 * time.Second) // the leader saves its records; the follower reads them every 10s
+	// the leader saves its records; the follower, which never samples,
+	// shows the learned profile once it has read them
+	e.eventually(liveness, "the follower to read the learned profile from the leader's records", func() bool {
+		var fs struct {
+			Groups []struct {
+				Profile *struct{ Name string }
+			}
+		}
+		return getJSON(follower.http+"/v1/jobs/unprofiled", &fs) == nil && len(fs.Groups) == 1 &&
+			fs.Groups[0].Profile != nil && fs.Groups[0].Profile.Name == "learned"
+	})
 	must.NoError(t, getJSON(s.http+"/v1/jobs/unprofiled", &st))
 	before := st.Groups[0].Profile // it keeps learning: a pass or two may go unsaved
 	s.proc.Kill()
