@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +34,9 @@ type binaries struct {
 	next   string // testdata/nextlib.c
 	// testdata/kernprog.c, linked and dlopen-only (launch_test.go)
 	kdirect, kdyn string
+	// testdata/simclock.c: the fake GPU's simulated clock, preloaded
+	// where a run's environment names FAKECUDA_CLOCK (gpuEnv)
+	simclock string
 }
 
 var (
@@ -88,6 +92,8 @@ func build(t testing.TB) *binaries {
 
 			kdirect: filepath.Join(buildDir, "kernprog-direct"),
 			kdyn:    filepath.Join(buildDir, "kernprog-dlopen"),
+
+			simclock: filepath.Join(buildDir, "libsimclock.so"),
 		}
 		steps := [][]string{
 			append(append(append(append([]string{}, libFlags...), "-o", b.lib), Sources(".")...), "-ldl", "-lpthread"),
@@ -98,6 +104,7 @@ func build(t testing.TB) *binaries {
 			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-o", b.next, "testdata/nextlib.c", "-ldl"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-DLINKED", "-o", b.kdirect, "testdata/kernprog.c", "-L" + buildDir, "-l:libcuda.so.1", "-ldl", "-lpthread"},
 			{"-O2", "-Wall", "-Wextra", "-Werror", "-o", b.kdyn, "testdata/kernprog.c", "-ldl", "-lpthread"},
+			{"-shared", "-fPIC", "-O2", "-Wall", "-Wextra", "-Werror", "-fvisibility=hidden", "-o", b.simclock, "testdata/simclock.c", "-ldl", "-lpthread"},
 		}
 		for _, args := range steps {
 			if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
@@ -150,6 +157,9 @@ func (r run) cmd(b *binaries, args ...string) *exec.Cmd {
 		"FAKECUDA_TOTAL_BYTES=" + strconv.Itoa(1<<30),
 	}
 	var preload []string
+	if slices.ContainsFunc(r.env, func(e string) bool { return strings.HasPrefix(e, "FAKECUDA_CLOCK=") }) {
+		preload = append(preload, b.simclock) // first: the library's clock is the simulated one
+	}
 	if !r.noLib {
 		preload = append(preload, b.lib)
 	}

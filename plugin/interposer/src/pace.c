@@ -7,6 +7,7 @@
 void gs_pacer_init(struct gs_pacer *p, uint32_t share, uint64_t window_ns, uint64_t now)
 {
     p->share = share;
+    p->rem = 0;
     p->window_ns = window_ns;
     p->last_ns = now;
     p->debt_ns = 0;
@@ -23,8 +24,18 @@ static void earn(struct gs_pacer *p, uint64_t now)
     uint64_t dt = now - p->last_ns;
     p->last_ns = now;
     int64_t credit_max = (int64_t)(p->window_ns * p->share / GS_SHARE_FULL);
-    int64_t earned = dt > p->window_ns * 4 ? credit_max + p->debt_ns
-                                           : (int64_t)(dt * p->share / GS_SHARE_FULL);
+    int64_t earned;
+    if (dt > p->window_ns * 4) {
+        earned = credit_max + p->debt_ns;
+        p->rem = 0;
+    } else {
+        /* exact: the fraction of a ns earned is kept for the next take,
+         * else threads taking the pacer every few ns would earn nothing
+         * and wait for ever (a delay is rounded up, an earning down) */
+        uint64_t x = dt * p->share + p->rem;
+        earned = (int64_t)(x / GS_SHARE_FULL);
+        p->rem = (uint32_t)(x % GS_SHARE_FULL);
+    }
     p->debt_ns -= earned;
     if (p->debt_ns < -credit_max)
         p->debt_ns = -credit_max;
@@ -37,6 +48,7 @@ void gs_pacer_set_share(struct gs_pacer *p, uint32_t share, uint64_t now)
     if (p->share >= GS_SHARE_FULL) {
         /* was not paced: what it ran then is not owed now */
         p->debt_ns = 0;
+        p->rem = 0;
         p->last_ns = now;
     } else {
         earn(p, now); /* at the old share up to now */

@@ -21,6 +21,9 @@
  * asynchronously cannot run ahead of its measurements. */
 struct gs_pacer {
     uint32_t share;     /* permille of GPU time; >= GS_SHARE_FULL: not paced */
+    uint32_t rem;       /* what the last earning left over, in ns x permille
+                         * (< GS_SHARE_FULL): kept, so that frequent takes of
+                         * the pacer (the threads of a task) lose no credit */
     uint64_t window_ns; /* idle credit is kept at most share x window */
     uint64_t last_ns;   /* when debt was last brought up to date */
     int64_t debt_ns;    /* measured busy - earned; < 0 is banked credit */

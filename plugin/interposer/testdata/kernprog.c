@@ -18,6 +18,8 @@
  *                 ns and the kernels launched between F ms and U ms
  *   threads:N     later runs launch from N threads (the main one measures)
  *   launch:N      N kernels, then cuCtxSynchronize ("launch <rc>")
+ *   clock         CLOCK_MONOTONIC now ("clock 0 <ns>"): the simulated clock
+ *                 under testdata/simclock.c
  *   events        the event calls this process made ("events 0 <n>")
  *   ptds          of which records on CU_STREAM_PER_THREAD ("ptds 0 <n>")
  *   bench:N       N launches without waiting ("bench <rc> <ns per launch>")
@@ -257,6 +259,9 @@ int main(int argc, char **argv)
                 r = launch();
             if (!r)
                 r = cu.sync();
+        } else if (strcmp(c, "clock") == 0) {
+            printf("clock 0 %llu\n", (unsigned long long)now_ns());
+            continue;
         } else if (strcmp(c, "events") == 0) {
             printf("events 0 %llu\n", (unsigned long long)events());
             continue;
