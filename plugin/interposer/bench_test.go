@@ -147,4 +147,3 @@ func BenchmarkLaunch(b *testing.B) {
 		b.ReportMetric(ns, "ns/op")
 	})
 }
-
