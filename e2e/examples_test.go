@@ -110,22 +110,28 @@ func TestExampleJobspecs(t *testing.T) {
 }
 
 // offersDriver reports whether a node of the cluster offers the task driver
-// (detected and healthy), waiting a little for drivers to fingerprint.
-// Only root gets exec (and java); raw_exec is enabled on every client.
+// (detected and healthy), waiting for drivers to fingerprint: false at once
+// when every node has fingerprinted it as absent, else waiting up to the
+// liveness bound (a loaded machine fingerprints late, it does not lack the
+// driver). Only root gets exec (and java); raw_exec is enabled on every
+// client.
 func (e *env) offersDriver(name string) bool {
 	if name != "raw_exec" && os.Geteuid() != 0 {
 		return false
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(liveness)
 	for {
 		nodes, _, err := e.nomad.Nodes().List(nil)
 		must.NoError(e.t, err)
+		absent := len(nodes) > 0
 		for _, n := range nodes {
-			if d := n.Drivers[name]; d != nil && d.Detected && d.Healthy {
+			d := n.Drivers[name]
+			if d != nil && d.Detected && d.Healthy {
 				return true
 			}
+			absent = absent && d != nil && !d.Detected
 		}
-		if time.Now().After(deadline) {
+		if absent || time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(250 * time.Millisecond)
