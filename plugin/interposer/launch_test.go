@@ -213,8 +213,9 @@ func TestComputeCapWithoutARegionIsPerProcess(t *testing.T) {
 // Two processes in two reservations, capped at 30% and 70%, launch as fast
 // as they can (each kernel waited for) on one GPU: each gets its cap, though
 // the 30% one launches kernels twice as long. Without the library the GPU's
-// launch order decides (the long kernels take two thirds), and a process
-// alone at 30% is held there (alone, unpaced, it takes the whole GPU).
+// launch order decides (the GPU alternates between one 4 ms kernel and the
+// other's two 2 ms ones: half each), and a process alone at 30% is held
+// there (alone, unpaced, it takes the whole GPU).
 func TestComputeCapsOnSharedGPU(t *testing.T) {
 	b := build(t)
 	for _, lib := range []bool{true, false} {
@@ -226,7 +227,7 @@ func TestComputeCapsOnSharedGPU(t *testing.T) {
 				must.Between(t, 28, ws[0].share(), 32)
 				must.Between(t, 66, ws[1].share(), 72)
 			} else {
-				must.Greater(t, 60, ws[0].share())
+				must.Greater(t, 45, ws[0].share())
 			}
 		})
 	}

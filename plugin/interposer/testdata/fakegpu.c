@@ -17,7 +17,8 @@
  * kernel another process slipped in between the two records.
  *
  * Per pid, the file counts the GPU time of the kernels submitted (at
- * submission); fakecuda_busy_ns() reads the caller's, fakecuda_events()
+ * submission); fakecuda_busy_ns() and fakecuda_kernels() read the
+ * caller's, fakecuda_events()
  * the event calls the process made and fakecuda_ptds_records() its event
  * records on CU_STREAM_PER_THREAD, for tests (not driver calls).
  * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN). */
@@ -116,6 +117,12 @@ uint64_t fakecuda_busy_ns(void)
 {
     pthread_once(&once, open_gpu);
     return me >= 0 ? __atomic_load_n(&gpu->slot[me].busy_ns, __ATOMIC_RELAXED) : 0;
+}
+
+uint64_t fakecuda_kernels(void)
+{
+    pthread_once(&once, open_gpu);
+    return me >= 0 ? __atomic_load_n(&gpu->slot[me].kernels, __ATOMIC_RELAXED) : 0;
 }
 
 uint64_t fakecuda_events(void) { return __atomic_load_n(&events, __ATOMIC_RELAXED); }

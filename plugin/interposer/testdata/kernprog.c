@@ -15,8 +15,12 @@
  *   run:T:F:U     launch a kernel, wait for it (cuCtxSynchronize), sleep the
  *                 gap; again, for T ms; prints "run <rc> <busy> <window>
  *                 <kernels>": the fake GPU's busy ns for this process, the
- *                 ns and the kernels launched between F ms and U ms
- *   threads:N     later runs launch from N threads (the main one measures)
+ *                 ns and the kernels it was given between F ms and U ms (the
+ *                 fake's counters, at submission), read by the main thread,
+ *                 which sleeps until F and U while other threads launch: the
+ *                 window is the same for every process started at once,
+ *                 however long one of them waits in a launch
+ *   threads:N     later runs launch from N threads
  *   launch:N      N kernels, then cuCtxSynchronize ("launch <rc>")
  *   clock         CLOCK_MONOTONIC now ("clock 0 <ns>"): the simulated clock
  *                 under testdata/simclock.c
@@ -159,6 +163,13 @@ static CUresult cycle(void)
     return r;
 }
 
+static void sleep_until(uint64_t t)
+{
+    struct timespec ts = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
+        ;
+}
+
 static void *launcher(void *end)
 {
     CUresult r = 0;
@@ -198,6 +209,7 @@ int main(int argc, char **argv)
     }
     uint64_t (*busy)(void) = need(dlsym(lib, "fakecuda_busy_ns"), "fakecuda_busy_ns");
     uint64_t (*events)(void) = need(dlsym(lib, "fakecuda_events"), "fakecuda_events");
+    uint64_t (*kernels)(void) = need(dlsym(lib, "fakecuda_kernels"), "fakecuda_kernels");
     int dev;
     void *ctx, *mod;
     if (cu.init(0) || cu.devget(&dev, 0) || cu.ctx(&ctx, 0, dev) || cu.modload(&mod, "") ||
@@ -223,36 +235,22 @@ int main(int argc, char **argv)
         } else if (strncmp(c, "via:", 4) == 0) {
             via = strcmp(arg + 1, "ex") == 0 ? 1 : strcmp(arg + 1, "coop") == 0 ? 2 : 0;
         } else if (strncmp(c, "run:", 4) == 0) {
-            uint64_t t0 = now_ns(), from = t0 + b * 1000000, to = t0 + d * 1000000;
-            uint64_t end = t0 + a * 1000000, b0 = 0, b1 = 0, w0 = 0, w1 = 0, k = 0;
+            uint64_t t0 = now_ns(), end = t0 + a * 1000000;
             pthread_t th[64];
-            for (int j = 1; j < nthreads; j++)
+            for (int j = 0; j < nthreads; j++)
                 pthread_create(&th[j], NULL, launcher, &end);
-            for (uint64_t t = t0; t < end && !r; t = now_ns()) {
-                if (!w0 && t >= from) {
-                    w0 = t;
-                    b0 = busy();
-                }
-                if (w0 && !w1 && t >= to) {
-                    w1 = t;
-                    b1 = busy();
-                }
-                if (w0 && !w1)
-                    k++;
-                r = cycle();
-            }
-            for (int j = 1; j < nthreads; j++) {
+            sleep_until(t0 + b * 1000000);
+            uint64_t w0 = now_ns(), b0 = busy(), k0 = kernels();
+            sleep_until(t0 + d * 1000000);
+            uint64_t w1 = now_ns(), b1 = busy(), k1 = kernels();
+            for (int j = 0; j < nthreads; j++) {
                 void *tr;
                 pthread_join(th[j], &tr);
                 if (!r)
                     r = (CUresult)(intptr_t)tr;
             }
-            if (!w1) { /* the window ran past the end */
-                w1 = now_ns();
-                b1 = busy();
-            }
             printf("run %d %llu %llu %llu\n", r, (unsigned long long)(b1 - b0),
-                   (unsigned long long)(w1 - w0), (unsigned long long)k);
+                   (unsigned long long)(w1 - w0), (unsigned long long)(k1 - k0));
             continue;
         } else if (strncmp(c, "launch:", 7) == 0) {
             for (unsigned long long k = 0; k < a && !r; k++)
