@@ -89,7 +89,8 @@ func parseWindow(t testing.TB, line string) window {
 
 // together starts the processes at once and returns each one's window; on
 // a simulated clock they are the round's parties (FAKECUDA_PARTIES), so
-// they start at the same simulated time.
+// they start at the same simulated time, and FAKECUDA_PARTY orders them
+// where they are due at the same time.
 func together(t testing.TB, b *binaries, runs ...kernRun) []window {
 	t.Helper()
 	type result struct {
@@ -101,7 +102,7 @@ func together(t testing.TB, b *binaries, runs ...kernRun) []window {
 	done := make(chan int)
 	for i, r := range runs {
 		res[i] = &result{}
-		r.env = append(slices.Clip(r.env), fmt.Sprintf("FAKECUDA_PARTIES=%d", len(runs)))
+		r.env = append(slices.Clip(r.env), fmt.Sprintf("FAKECUDA_PARTIES=%d", len(runs)), fmt.Sprintf("FAKECUDA_PARTY=%d", i))
 		c := r.cmd(b, r.args...)
 		c.Stderr = &res[i].errs
 		go func() {
@@ -184,6 +185,21 @@ func queued(t testing.TB, b *binaries, gpu []string, lib bool) float64 {
 	_, err = fmt.Sscanf(got[3], "clock 0 %d", &t1)
 	must.NoError(t, err)
 	return float64(t1-t0) / 1e6
+}
+
+// The simulated clock gives the same figures on every run, whatever the
+// host's speed or load: the same two processes (one of them launching from
+// two threads) run twice, on GPUs and clocks of their own, report the same
+// windows, to the nanosecond and the kernel. Threads due at the same
+// simulated time, which a host would run in any order, run in one that is
+// fixed by the run (testdata/simclock.c).
+func TestSimulatedClockRepeats(t *testing.T) {
+	b := build(t)
+	first := capsPair(t, b, gpuEnv(t), true)
+	second := capsPair(t, b, gpuEnv(t), true)
+	t.Logf("first %+v, second %+v", first, second)
+	must.Eq(t, first, second)
+	must.Positive(t, first[0].kernels)
 }
 
 // A task's share is the task's, not each process's: two processes of one

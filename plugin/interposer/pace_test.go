@@ -133,3 +133,17 @@ func TestTGSProtectsProductionFromLongKernels(t *testing.T) {
 		}
 	}
 }
+
+// A pacer taken every few nanoseconds (the threads of a task, woken
+// together, each asking in turn) earns its debt back on time: the
+// fractions of a nanosecond each take earns are kept, not rounded away. A
+// 1 ms kernel at 30% is paid after 3.33 ms whether the pacer is asked
+// every 3 ns, 7 ns or once a millisecond; rounding each take down, asked
+// every 3 ns it earned nothing and the task waited for ever.
+func TestPacerKeepsFractionsOfANanosecond(t *testing.T) {
+	for _, step := range []string{"3", "7", "1000000"} {
+		f := simulate(t, nil, "crumbs", "30", step)
+		t.Logf("asked every %s ns: paid after %.4f ms", step, f["paid after ms"])
+		must.Between(t, 3.33, f["paid after ms"], 4.0)
+	}
+}

@@ -15,6 +15,10 @@
  *     idle time it leaves alone, the opportunistic job's GPU time.
  *     production: 4 ms kernels and GAP us (default 1000) of CPU between them;
  *     the opportunistic job: OPPK us kernels (default 2000) back to back.
+ *   pacesim crumbs PCT STEP_NS
+ *     a pacer at PCT owes one 1 ms kernel; it is asked for its delay every
+ *     STEP_NS ns (threads of a task taking it in turn): "paid after ms
+ *     <ms>", when the delay is 0 (-1: not within a second)
  * "nocontrol" runs the same without the controller (pacer and TGS off). */
 #include "../src/pace.h"
 
@@ -150,6 +154,20 @@ int main(int argc, char **argv)
         printf("idle alone ms %llu\nopportunistic ms %llu\n", (unsigned long long)(idle / MS),
                (unsigned long long)(shared[1].busy / MS));
         printf("opportunistic of idle %.2f\n", 100.0 * shared[1].busy / idle);
+        return 0;
+    }
+    if (argc == 4 && strcmp(argv[1], "crumbs") == 0) {
+        struct gs_pacer p;
+        uint64_t now = SEC, step = strtoull(argv[3], NULL, 10);
+        gs_pacer_init(&p, atoi(argv[2]) * 10, 100 * MS, now);
+        gs_pacer_done(&p, gs_pacer_launch(&p, now), MS);
+        double paid = -1;
+        for (uint64_t t = now; step && t <= now + SEC; t += step)
+            if (gs_pacer_delay(&p, t) == 0) {
+                paid = (double)(t - now) / MS;
+                break;
+            }
+        printf("paid after ms %.4f\n", paid);
         return 0;
     }
     fprintf(stderr, "usage: see the comment at the top of pacesim.c\n");

@@ -9,23 +9,27 @@
  * synchronize sleeps until then) and the test program's windows all read
  * one clock that the host's speed and load cannot move.
  *
- * A discrete-event simulation whose events are the programs' own calls:
- * virtual time stands still while any participating thread runs, and jumps
- * to the earliest wake-up once every one of them waits (a sleep, a wait for
- * a kernel). Host CPU time takes no virtual time; a thread the host keeps
- * off the CPU holds the clock, it does not miss it. Two threads woken at
- * the same virtual time run in whatever order the host picks: that order
- * is the only thing left to chance.
+ * A sequential discrete-event simulation whose events are the programs'
+ * own calls: one participating thread runs at a time; when it waits (a
+ * sleep, a wait for a kernel) the next one due runs, and virtual time jumps
+ * to its wake-up. Host CPU time takes no virtual time; a thread the host
+ * keeps off the CPU holds the clock, it does not miss it. Threads due at
+ * the same virtual time run in an order fixed by their keys (the process's
+ * FAKECUDA_PARTY, then the thread's place in its process: main first, then
+ * in creation order) and the time, shuffled so that no process always goes
+ * first, as none does on a GPU; so a run's figures are the same on every
+ * run, on any machine, under any load.
  *
- * Participants ("actors"): the main thread of each process (from load), and
- * every thread made through pthread_create (registered by its creator
- * before it exists, so no time passes before it first runs); a thread
- * leaves at its end, a process at exit (or, killed, when a waiter finds its
- * pid gone). A thread blocked in pthread_join is away: it needs no time,
- * and the threads it waits for do. Other real blocking (a mutex) is taken
- * as running: the library never sleeps holding a lock another thread of
- * the test waits for, except its wait for the oldest of 64 kernels in
- * flight, which the tests reach from one thread only.
+ * Participants ("actors"): the main thread of each process (from load; it
+ * waits for its turn before main), and every thread made through
+ * pthread_create (registered by its creator before it exists; it waits for
+ * its turn before it runs); a thread leaves at its end, a process at exit
+ * (or, killed, when a waiter finds its pid gone). A thread blocked in
+ * pthread_join is away: it needs no time, and the threads it waits for do;
+ * back, it waits for its turn. A thread that blocks otherwise (a mutex)
+ * while it has the turn holds the simulation: the library never sleeps
+ * holding a lock another thread of the test waits for, and with one thread
+ * running at a time no thread waits for a lock another one holds.
  *
  * FAKECUDA_PARTIES=N: the clock stands still until N processes have joined
  * the round, so processes started together start at the same virtual time
@@ -65,6 +69,7 @@ struct actor {
     uint32_t seq; /* futex word: bumped when the actor is woken */
     uint32_t pad;
     uint64_t wake; /* WAIT: the virtual time it sleeps until */
+    uint64_t key;  /* the order among actors due at the same time */
 };
 
 struct clk {
@@ -79,6 +84,8 @@ struct clk {
 static struct clk *C;
 static __thread int me = -1;
 static int my_parties = 1;
+static uint64_t my_party;   /* FAKECUDA_PARTY: this process's place in the run */
+static uint32_t my_threads; /* threads made by this process, under the lock */
 
 static int (*real_gettime)(clockid_t, struct timespec *);
 static int (*real_nanosleep)(const struct timespec *, struct timespec *);
@@ -107,14 +114,17 @@ static uint64_t real_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* A free slot for pid, as state; -1 when none is left (the thread then
- * runs outside the simulation, reading its clock). Under the lock. */
-static int take(int32_t pid, int state)
+/* A free slot for this process's thread number n, as state (WAIT: due
+ * now); -1 when none is left (the thread then runs outside the
+ * simulation, reading its clock). Under the lock. */
+static int take(uint32_t n, int state)
 {
     for (int i = 0; i < ACTORS; i++)
         if (C->a[i].state == FREE) {
-            C->a[i].pid = pid;
+            C->a[i].pid = getpid();
             C->a[i].state = state;
+            C->a[i].wake = C->now;
+            C->a[i].key = my_party << 32 | n;
             return i;
         }
     fprintf(stderr, "simclock: more than %d threads: one left out of the simulation\n", ACTORS);
@@ -127,29 +137,48 @@ static void drop(int i)
     C->a[i].pid = 0;
 }
 
-/* Once no actor runs (and the round's parties are in), time jumps to the
- * earliest wake-up and wakes every actor due then. Under the lock. */
+/* The order of actors due at the same time: a hash of key and time (a
+ * fixed shuffle per instant, so no process always goes first), then the
+ * key. */
+static uint64_t rank(const struct actor *a)
+{
+    uint64_t x = a->key ^ (a->wake * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 30, x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27, x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static int before(const struct actor *a, const struct actor *b)
+{
+    if (a->wake != b->wake)
+        return a->wake < b->wake;
+    uint64_t ra = rank(a), rb = rank(b);
+    return ra != rb ? ra < rb : a->key < b->key;
+}
+
+/* Once no actor runs (and the round's parties are in), the next actor due
+ * (the earliest wake-up, then in the order of before) gets the turn, and
+ * time jumps to its wake-up. Under the lock. */
 static void advance(void)
 {
     if (C->joined < C->parties)
         return;
-    uint64_t next = UINT64_MAX;
+    int next = -1;
     for (int i = 0; i < ACTORS; i++) {
-        if (C->a[i].state == RUN)
+        struct actor *a = &C->a[i];
+        if (a->state == RUN)
             return;
-        if (C->a[i].state == WAIT && C->a[i].wake < next)
-            next = C->a[i].wake;
+        if (a->state == WAIT && (next < 0 || before(a, &C->a[next])))
+            next = i;
     }
-    if (next == UINT64_MAX)
+    if (next < 0)
         return;
-    if (next > C->now)
-        __atomic_store_n(&C->now, next, __ATOMIC_RELEASE);
-    for (int i = 0; i < ACTORS; i++)
-        if (C->a[i].state == WAIT && C->a[i].wake <= C->now) {
-            C->a[i].state = RUN;
-            __atomic_add_fetch(&C->a[i].seq, 1, __ATOMIC_RELEASE);
-            futex_wake(&C->a[i].seq);
-        }
+    struct actor *a = &C->a[next];
+    if (a->wake > C->now)
+        __atomic_store_n(&C->now, a->wake, __ATOMIC_RELEASE);
+    a->state = RUN;
+    __atomic_add_fetch(&a->seq, 1, __ATOMIC_RELEASE);
+    futex_wake(&a->seq);
 }
 
 /* The slots of processes that died without leaving. Under the lock. */
@@ -160,18 +189,11 @@ static void reap(void)
             drop(i);
 }
 
-static void sleep_until(uint64_t t)
+/* Waits, under the lock, until actor i has the turn (it is WAIT, due at
+ * some time: another actor's advance gives it the turn). */
+static void turn(int i)
 {
-    lock();
-    if (me < 0)
-        me = take(getpid(), RUN);
-    if (me < 0 || t <= C->now) {
-        unlock();
-        return;
-    }
-    struct actor *a = &C->a[me];
-    a->state = WAIT;
-    a->wake = t;
+    struct actor *a = &C->a[i];
     advance();
     uint64_t since = real_ns();
     while (a->state == WAIT) {
@@ -189,6 +211,18 @@ static void sleep_until(uint64_t t)
             C->parties = C->joined;
         }
         advance();
+    }
+}
+
+static void sleep_until(uint64_t t)
+{
+    lock();
+    if (me < 0)
+        me = take(__atomic_add_fetch(&my_threads, 1, __ATOMIC_RELAXED), RUN);
+    if (me >= 0 && t > C->now) {
+        C->a[me].state = WAIT;
+        C->a[me].wake = t;
+        turn(me);
     }
     unlock();
 }
@@ -209,11 +243,13 @@ static void leave(void)
     unlock();
 }
 
-/* A forked child is a new process of the round: its own main thread. */
+/* A forked child is a new process of the round: its own main thread,
+ * running (its parent, which has the turn, waits for it or goes on). */
 static void after_fork_child(void)
 {
     lock();
-    me = take(getpid(), RUN);
+    my_threads = 0;
+    me = take(0, RUN);
     unlock();
 }
 
@@ -228,10 +264,13 @@ __attribute__((constructor)) static void init(void)
     REAL(real_create, "pthread_create");
     REAL(real_join, "pthread_join");
     const char *path = getenv("FAKECUDA_CLOCK"), *parties = getenv("FAKECUDA_PARTIES");
+    const char *party = getenv("FAKECUDA_PARTY");
     if (!path || !*path)
         return;
     if (parties && atoi(parties) > 0)
         my_parties = atoi(parties);
+    if (party && atoi(party) > 0)
+        my_party = (uint64_t)atoi(party);
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0 || flock(fd, LOCK_EX) != 0 || ftruncate(fd, sizeof(struct clk)) != 0) {
         fprintf(stderr, "simclock: cannot open %s: %m\n", path);
@@ -266,7 +305,9 @@ __attribute__((constructor)) static void init(void)
     C->joined++;
     if (my_parties > C->parties)
         C->parties = my_parties;
-    me = take(getpid(), RUN);
+    me = take(0, WAIT); /* main waits for its turn: the parties in key order */
+    if (me >= 0)
+        turn(me);
     unlock();
     pthread_atfork(NULL, NULL, after_fork_child);
     atexit(leave);
@@ -328,6 +369,11 @@ static void *trampoline(void *p)
     struct start s = *(struct start *)p;
     free(p);
     me = s.slot;
+    if (me >= 0) { /* its turn first */
+        lock();
+        turn(me);
+        unlock();
+    }
     void *r = s.fn(s.arg);
     if (me >= 0) {
         lock();
@@ -347,7 +393,7 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*fn)
     s->fn = fn;
     s->arg = arg;
     lock();
-    s->slot = take(getpid(), RUN);
+    s->slot = take(++my_threads, WAIT);
     unlock();
     int r = real_create(th, attr, trampoline, s);
     if (r != 0) {
@@ -371,7 +417,9 @@ EXPORT int pthread_join(pthread_t th, void **ret)
     unlock();
     int r = real_join(th, ret);
     lock();
-    C->a[me].state = RUN;
+    C->a[me].state = WAIT; /* back: due now, in its turn */
+    C->a[me].wake = C->now;
+    turn(me);
     unlock();
     return r;
 }
