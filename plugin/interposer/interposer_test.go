@@ -339,8 +339,8 @@ func (p *proc) next(t *testing.T) string {
 			t.Fatalf("program ended early")
 		}
 		return l
-	case <-time.After(30 * time.Second):
-		t.Fatalf("no output from the program in 30s")
+	case <-time.After(2 * time.Minute): // liveness only
+		t.Fatalf("no output from the program in 2 minutes")
 	}
 	return ""
 }
@@ -404,7 +404,7 @@ func TestKilledProcessChargeReturns(t *testing.T) {
 		t.Fatal(err)
 	}
 	// not reaped yet: poll until the kernel has made it a zombie
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // liveness only
 	for {
 		st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", holder.cmd.Process.Pid))
 		if err != nil || strings.Contains(string(st), ") Z ") {
@@ -492,7 +492,7 @@ func TestDeadLockHolderDoesNotWedge(t *testing.T) {
 	locker.Process.Signal(syscall.SIGKILL)
 	locker.Wait()
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // liveness only
 	defer cancel()
 	c := r.cmd(b, "alloc:6291456", "alloc:6291456", "info")
 	c = exec.CommandContext(ctx, c.Path, c.Args[1:]...)
