@@ -153,7 +153,7 @@ func freePort(t testing.TB) int {
 // liveness is the least time a wait gives a step: every wait bounds
 // liveness only (a step that never happens fails the test), so a loaded
 // machine that takes a minute for a step of seconds does not fail it.
-const liveness = 5 * time.Minute
+const liveness = 10 * time.Minute
 
 // eventually polls cond until it holds or the timeout (at least liveness)
 // passes.
