@@ -24,14 +24,15 @@ import (
 )
 
 func runDemo(args []string, io IO) int {
-	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep]", io)
+	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep] [-timeout D]", io)
 	nomadBin := fs.String("nomad", "", "Nomad binary (default: $GPUSHARE_NOMAD; in a checkout bin/nomad, built from the Go module proxy; else nomad on PATH)")
 	pluginBin := fs.String("plugin", "", "nomad-device-gpushare binary (default: the one beside gpushare; in a checkout, built)")
 	keep := fs.Bool("keep", isTerminal(os.Stdin), "keep the cluster running until Ctrl-C (default when run from a terminal)")
+	timeout := fs.Duration("timeout", 3*time.Minute, "how long to wait for the example jobs to run (a busy machine may want more)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	if err := demo(*nomadBin, *pluginBin, *keep, io); err != nil {
+	if err := demo(*nomadBin, *pluginBin, *keep, *timeout, io); err != nil {
 		fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
 		return 1
 	}
@@ -45,7 +46,7 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
+func demo(nomadBin, pluginBin string, keep bool, timeout time.Duration, io IO) (err error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	say := func(format string, a ...any) { fmt.Fprintf(io.Out, "==> "+format+"\n", a...) }
@@ -145,7 +146,7 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 		ids = append(ids, *job.ID)
 		say("registered jobspecs/%s (job %q, gated: gpushare places it)", name, *job.ID)
 	}
-	if err := waitJobs(ctx, c.API(), ids, io); err != nil {
+	if err := waitJobs(ctx, c.API(), ids, timeout, io); err != nil {
 		return err
 	}
 	for _, id := range ids {
@@ -182,9 +183,9 @@ func demo(nomadBin, pluginBin string, keep bool, io IO) (err error) {
 }
 
 // waitJobs waits until every job's allocations are running (or done, for
-// batch jobs), printing progress.
-func waitJobs(ctx context.Context, client *api.Client, ids []string, io IO) error {
-	deadline := time.Now().Add(3 * time.Minute)
+// batch jobs), printing progress, for at most timeout.
+func waitJobs(ctx context.Context, client *api.Client, ids []string, timeout time.Duration, io IO) error {
+	deadline := time.Now().Add(timeout)
 	last := ""
 	for {
 		ready := 0
@@ -217,7 +218,7 @@ func waitJobs(ctx context.Context, client *api.Client, ids []string, io IO) erro
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("example jobs not all running after 3 minutes")
+			return fmt.Errorf("example jobs not all running after %s (a busy machine may need a longer -timeout)", timeout)
 		}
 		select {
 		case <-ctx.Done():

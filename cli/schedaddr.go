@@ -89,7 +89,7 @@ func discover(nomadAddr string) (string, string, error) {
 	if nomadAddr != "" {
 		cfg.Address = nomadAddr
 	}
-	cfg.HttpClient = &http.Client{Timeout: 3 * time.Second}
+	cfg.HttpClient = &http.Client{Timeout: 30 * time.Second} // against a hang, not a slow machine
 	client, err := api.NewClient(cfg)
 	if err != nil {
 		return "", "", err
@@ -160,7 +160,7 @@ func getJSON(url string, out any) error {
 	if t := schedulerToken(); t != "" {
 		req.Header.Set("X-Nomad-Token", t)
 	}
-	c := &http.Client{Timeout: 5 * time.Second}
+	c := &http.Client{Timeout: 30 * time.Second} // against a hang, not a slow machine
 	resp, err := c.Do(req)
 	if err != nil {
 		return err

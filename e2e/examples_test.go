@@ -34,7 +34,7 @@ func TestExampleJobspecs(t *testing.T) {
 	}
 	for _, name := range names {
 		path := filepath.Join("..", "jobspecs", name)
-		out, err := exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-timeout", "2m", path).CombinedOutput()
+		out, err := exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-timeout", liveness.String(), path).CombinedOutput()
 		must.NoError(t, err, must.Sprintf("gpushare job run %s:\n%s", name, out))
 		must.StrContains(t, string(out), "fits now", must.Sprintf("%s", out))
 		t.Logf("gpushare job run %s:\n%s", name, out)

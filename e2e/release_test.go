@@ -54,7 +54,7 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 		t.Skip("make release needs make")
 	}
 	dist := t.TempDir()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*liveness) // liveness only: the whole test, make release included
 	defer cancel()
 	mk := exec.CommandContext(ctx, "make", "release", "RELEASE_ARCHES="+runtime.GOARCH, "DIST="+dist)
 	mk.Dir = root
@@ -181,7 +181,7 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 				t.Logf("gpushare scheduler:\n%s", b)
 			}
 		})
-		out, err := run(t, bare, "job", "run", "-address", addr, "-scheduler", sched, "-timeout", "2m", "jobspecs/examples/training-nvlink-pair.nomad.hcl")
+		out, err := run(t, bare, "job", "run", "-address", addr, "-scheduler", sched, "-timeout", liveness.String(), "jobspecs/examples/training-nvlink-pair.nomad.hcl")
 		must.NoError(t, err, must.Sprint(out))
 		must.StrContains(t, out, "pinned to 1 node(s), 2 GPU(s), 200 share(s) in NV")
 		out, err = run(t, bare, "status", "-address", addr, "-scheduler", sched)
@@ -192,7 +192,7 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 
 	t.Run("demo", func(t *testing.T) {
 		start := time.Now()
-		out, err := run(t, bare, "demo", "-nomad", nomadBin)
+		out, err := run(t, bare, "demo", "-nomad", nomadBin, "-timeout", liveness.String())
 		t.Logf("gpushare demo from the archive (%s):\n%s", time.Since(start).Round(time.Millisecond), out)
 		must.NoError(t, err)
 		must.StrContains(t, out, "plugin: "+filepath.Join(dir, "nomad-device-gpushare"))

@@ -40,7 +40,7 @@ func chromium(t *testing.T) string {
 // --screenshot=...) and returns what it printed.
 func browse(t *testing.T, bin, url string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), liveness)
 	defer cancel()
 	all := append([]string{"--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + t.TempDir(),
 		"--window-size=1400,1000", "--hide-scrollbars"}, args...)
