@@ -1,9 +1,7 @@
 package interposer
 
 import (
-	"encoding/binary"
 	"fmt"
-	"os"
 	"path/filepath"
 	"testing"
 )
@@ -92,10 +90,17 @@ func benchLaunch(b *testing.B, bin *binaries, r run, n int) float64 {
 	r.program, r.mode = bin.kdirect, "direct"
 	r.env = append(r.env, "FAKECUDA_GPU="+filepath.Join(b.TempDir(), "gpu"))
 	lines := r.output(b, bin, "kern:0", fmt.Sprintf("bench:%d", n))
+	return nsFigure(b, lines[len(lines)-1], "bench")
+}
+
+// nsFigure reads a timing line of the test programs, "<word> <rc> <ns>",
+// failing the benchmark on anything else or a non-zero rc.
+func nsFigure(b *testing.B, line, word string) float64 {
+	b.Helper()
 	var rc int
 	var ns float64
-	if _, err := fmt.Sscanf(lines[len(lines)-1], "bench %d %f", &rc, &ns); err != nil || rc != 0 {
-		b.Fatalf("%q %v", lines, err)
+	if _, err := fmt.Sscanf(line, word+" %d %f", &rc, &ns); err != nil || rc != 0 {
+		b.Fatalf("%q %v", line, err)
 	}
 	return ns
 }
@@ -112,12 +117,7 @@ func BenchmarkLaunch(b *testing.B) {
 	const baseN = 2000000
 	base := benchLaunch(b, bin, run{noLib: true}, baseN)
 	prodDir := reservation(b, "compute_pct=100\nclass=production\n")
-	data := make([]byte, 4096)
-	binary.LittleEndian.PutUint32(data, 0x67737467)
-	binary.LittleEndian.PutUint32(data[4:], 1)
-	if err := os.WriteFile(filepath.Join(prodDir, "tgs"), data, 0o666); err != nil {
-		b.Fatal(err)
-	}
+	channel(b, prodDir)
 	cases := []struct {
 		name string
 		r    run
@@ -139,11 +139,6 @@ func BenchmarkLaunch(b *testing.B) {
 	b.Run("fake-events-per-paced-launch", func(b *testing.B) {
 		r := run{noLib: true, program: bin.kdirect, mode: "direct"}
 		line := r.output(b, bin, fmt.Sprintf("evbench:%d", max(b.N, 100000)))[0]
-		var rc int
-		var ns float64
-		if _, err := fmt.Sscanf(line, "evbench %d %f", &rc, &ns); err != nil || rc != 0 {
-			b.Fatalf("%q %v", line, err)
-		}
-		b.ReportMetric(ns, "ns/op")
+		b.ReportMetric(nsFigure(b, line, "evbench"), "ns/op")
 	})
 }

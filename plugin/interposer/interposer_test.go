@@ -538,12 +538,7 @@ func BenchmarkAllocFree(b *testing.B) {
 				}
 				r := run{limits: reservation(b, capOf(1<<30)), noLib: noLib, program: prog, mode: m}
 				line := r.output(b, bin, fmt.Sprintf("bench:%d", max(b.N, 1000)))[0]
-				var rc int
-				var ns float64
-				if _, err := fmt.Sscanf(line, "bench %d %f", &rc, &ns); err != nil || rc != 0 {
-					b.Fatalf("%q %v", line, err)
-				}
-				b.ReportMetric(ns, "ns/pair")
+				b.ReportMetric(nsFigure(b, line, "bench"), "ns/pair")
 			})
 		}
 	}

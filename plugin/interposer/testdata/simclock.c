@@ -218,7 +218,7 @@ static void sleep_until(uint64_t t)
 {
     lock();
     if (me < 0)
-        me = take(__atomic_add_fetch(&my_threads, 1, __ATOMIC_RELAXED), RUN);
+        me = take(++my_threads, RUN);
     if (me >= 0 && t > C->now) {
         C->a[me].state = WAIT;
         C->a[me].wake = t;
