@@ -1,6 +1,7 @@
 package interposer
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/shoenig/test/must"
 )
@@ -383,5 +385,33 @@ func TestQueuedLaunchesArePaced(t *testing.T) {
 		} else {
 			must.Between(t, 299, ms, 301)
 		}
+	}
+}
+
+// A process of the run killed while it holds the simulated clock (it is
+// due, or runs) does not stop the others: a waiter finds its pid gone and
+// the clock goes on. Without the reaping the survivor would wait for ever.
+func TestSimulatedClockSurvivesAKilledParty(t *testing.T) {
+	b := build(t)
+	gpu := append(gpuEnv(t), "FAKECUDA_PARTIES=2")
+	victim := run{program: b.kdirect, mode: "direct", env: append(slices.Clip(gpu), "FAKECUDA_PARTY=1")}.cmd(b, "kern:1000", "run:600000:0:600000")
+	out, err := victim.StdoutPipe()
+	must.NoError(t, err)
+	must.NoError(t, victim.Start())
+	t.Cleanup(func() { _ = victim.Process.Kill() })
+	survivor := kernRun{run{program: b.kdirect, mode: "direct", env: append(slices.Clip(gpu), "FAKECUDA_PARTY=0")}, []string{"kern:1000", "run:2000:500:2000"}}
+	done := make(chan window, 1)
+	go func() { w, _ := runOne(t, b, survivor); done <- w }()
+	line, err := bufio.NewReader(out).ReadString('\n') // "kern 0": the victim runs
+	must.NoError(t, err)
+	must.Eq(t, "kern 0\n", line)
+	must.NoError(t, victim.Process.Kill())
+	_ = victim.Wait() // reaped: a zombie's pid still answers kill(pid, 0)
+	select {
+	case w := <-done:
+		t.Logf("the survivor after its party was killed: %.2f%% of the GPU", w.share())
+		must.Greater(t, 0, w.kernels)
+	case <-time.After(2 * time.Minute): // liveness only
+		t.Fatal("the survivor waited for its killed party")
 	}
 }
