@@ -224,8 +224,8 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *i
 
 // carryPins copies the pins of the registered version into the new one
 // for groups where nothing the scheduler decided on changed — the same
-// request digest (count, resources, GPU request, gpushare.* meta and
-// policy; pin.Digest) as the pin was made for, and the same incarnation of
+// request digest (resources, GPU request, gpushare.* meta and policy, at
+// the count the pin was made for; pin.Record.ForRequest), and the same incarnation of
 // the job — so they need no new decision. Any other group stays gated and
 // is decided again.
 func carryPins(client *api.Client, job *api.Job) []string {
@@ -249,7 +249,7 @@ func carryPins(client *api.Client, job *api.Job) []string {
 		if !ok || !pin.Pinned(old, group) {
 			continue
 		}
-		if rec.Request == "" || rec.Request != pin.Digest(canon, group, rec.Policy) || rec.Incarnation != pin.Incarnation(old) {
+		if rec.Request == "" || !rec.ForRequest(canon, group) || rec.Incarnation != pin.Incarnation(old) {
 			continue
 		}
 		d := &placement.Decision{Policy: rec.Policy}

@@ -102,7 +102,7 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 	if rec.Incarnation != 0 && rec.Incarnation != pin.Incarnation(job) {
 		return nil, false // written for a job purged since: not this one's
 	}
-	if rec.Request != "" && rec.Request != pin.Digest(job, group, rec.Policy) {
+	if rec.Request != "" && !rec.ForRequest(job, group) {
 		return nil, false // the group was changed after its pin (by hand): the pin is not for this request
 	}
 	return rec, true

@@ -18,23 +18,52 @@ func AllocKey(a *api.Allocation) decide.Key {
 }
 
 // Template reports whether a job is a template Nomad never places itself:
-// a parameterized job (its dispatched children run) or a periodic one (its
-// launched children run), paused or not: Nomad never evaluates a periodic
-// parent, so a pin on one would hold shares for nothing. Children carry
-// their parent's gate and are decided like any job; templates never are,
-// and hold nothing.
+// a parameterized job that is not a dispatched child (its dispatched
+// children run; Nomad keeps the parent's ParameterizedJob block in each,
+// with Dispatched set) or a periodic one (its launched children, which
+// carry no Periodic block, run), paused or not: Nomad never evaluates a
+// periodic parent, so a pin on one would hold shares for nothing.
+// Children carry their parent's gate and are decided like any job;
+// templates never are, and hold nothing.
 func Template(job *api.Job) bool {
-	return job.ParameterizedJob != nil || job.Periodic != nil
+	return job.IsParameterized() || job.Periodic != nil
+}
+
+// Current reports whether allocation a runs job's current version: it was
+// placed, or updated in place, by a plan after that version was
+// registered (Nomad's raft indexes order the two), or, read from a
+// listing, it names that version.
+func Current(a *api.Allocation, job *api.Job) bool {
+	if job.JobModifyIndex == nil || (a.CreateIndex == 0 && a.AllocModifyIndex == 0 && a.Job == nil) {
+		return true // nothing to tell by: counted as current, as before versions were told apart
+	}
+	if a.Job != nil && a.Job.Version != nil && job.Version != nil && a.AllocModifyIndex == 0 {
+		return *a.Job.Version >= *job.Version // a listing's stub: no scheduler index
+	}
+	return max(a.AllocModifyIndex, a.CreateIndex) >= *job.JobModifyIndex
 }
 
 // BatchDone reports whether a batch group already finished its work: one
-// of its allocations, in the job's own namespace, completed. Its pinned
-// shares are free again and it is not placed again.
+// of its allocations of the job's current version completed. Its pinned
+// shares are free again and it is not placed again. Completed allocations
+// of older versions are ignored, as Nomad's reconciler ignores them: a
+// batch job run again under the same ID runs again.
 func (s *State) BatchDone(job *api.Job, group string) bool {
 	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysbatch) {
 		return false
 	}
-	return s.groups().done[KeyOf(job, group)]
+	for _, a := range s.groups().all[KeyOf(job, group)] {
+		if a.ClientStatus == api.AllocClientStatusComplete && Current(a, job) {
+			return true
+		}
+	}
+	return false
+}
+
+// AllAllocs returns every allocation of a job's group the state holds, of
+// every version, live or terminal, by ID.
+func (s *State) AllAllocs(namespace, job, group string) []*api.Allocation {
+	return s.groups().all[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
 }
 
 // Missing returns a group's live allocations and how many more it asks

@@ -214,10 +214,12 @@ func (s *State) DeleteJob(namespace, id string) {
 // FromStub turns an allocation from a listing (with ?resources=true) into
 // the fields the model reads, so a listing needs no request per allocation.
 func FromStub(s *api.AllocationListStub) *api.Allocation {
+	version := s.JobVersion
 	return &api.Allocation{
 		ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
 		TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus,
-		AllocatedResources: s.AllocatedResources,
+		AllocatedResources: s.AllocatedResources, DeploymentStatus: s.DeploymentStatus,
+		Job: &api.Job{Version: &version}, // the version it runs (Current)
 		CreateIndex:        s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
 	}
 }
@@ -280,11 +282,10 @@ func (s *State) GroupAllocs(namespace, job, group string) []*api.Allocation {
 	return s.groups().live[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
 }
 
-// groupIndex is Allocs by group: the live ones, and the groups with a
-// completed allocation.
+// groupIndex is Allocs by group: the live ones, and all of them.
 type groupIndex struct {
 	live map[decide.Key][]*api.Allocation
-	done map[decide.Key]bool
+	all  map[decide.Key][]*api.Allocation
 }
 
 // groups returns the index of allocations by group, built once after
@@ -293,15 +294,14 @@ func (s *State) groups() *groupIndex {
 	if s.byGroup != nil {
 		return s.byGroup
 	}
-	idx := &groupIndex{live: map[decide.Key][]*api.Allocation{}, done: map[decide.Key]bool{}}
+	idx := &groupIndex{live: map[decide.Key][]*api.Allocation{}, all: map[decide.Key][]*api.Allocation{}}
 	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
 		a := s.Allocs[id]
 		k := AllocKey(a)
 		if Live(a) {
 			idx.live[k] = append(idx.live[k], a)
-		} else if a.ClientStatus == api.AllocClientStatusComplete {
-			idx.done[k] = true
 		}
+		idx.all[k] = append(idx.all[k], a)
 	}
 	s.byGroup = idx
 	return idx

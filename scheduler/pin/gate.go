@@ -218,6 +218,11 @@ type Record struct {
 	VC    string `json:"vc,omitempty"`
 	// Request is the Digest of everything the decision depended on.
 	Request string `json:"request,omitempty"`
+	// Count is how many allocations the pin names shares for (0 in pins
+	// written before it was recorded). A group scaled since (nomad job
+	// scale, the Autoscaler) keeps a pin made for another count: it is the
+	// same request, with more or fewer allocations (see Trusts).
+	Count int `json:"count,omitempty"`
 	// Incarnation is the job's create index when it was pinned: a job
 	// purged and registered again is another incarnation, and an old
 	// placement copied into it counts for nothing.
@@ -264,12 +269,29 @@ func Digest(job *api.Job, group, policy string) string {
 	if tg == nil {
 		return ""
 	}
+	return digestAt(job, tg, group, policy, Count(tg))
+}
+
+// ForRequest reports whether rec was made for the group's request as the
+// job now has it: the same Digest, or, for a pin that records its count,
+// the same digest at that count (the group was scaled since; nothing else
+// the decision depends on changed).
+func (r *Record) ForRequest(job *api.Job, group string) bool {
+	if r.Request == Digest(job, group, r.Policy) {
+		return true
+	}
+	tg := Group(job, group)
+	return tg != nil && r.Count > 0 && r.Request == digestAt(job, tg, group, r.Policy, r.Count)
+}
+
+// digestAt is Digest for the group at count allocations.
+func digestAt(job *api.Job, tg *api.TaskGroup, group, policy string, count int) string {
 	var mine *api.Constraint // a pin's share list, when the version carries one
 	if rec, ok := ParseRecord(job, group); ok {
 		mine = shareConstraint(rec)
 	}
 	h := sha256.New()
-	fmt.Fprintf(h, "policy=%q\x00count=%d\x00", policy, Count(tg))
+	fmt.Fprintf(h, "policy=%q\x00count=%d\x00", policy, count)
 	for _, t := range tg.Tasks {
 		if t.Resources == nil {
 			continue

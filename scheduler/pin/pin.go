@@ -45,7 +45,8 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		return nil, fmt.Errorf("decision for %q placed nothing: %s", group, d.Refusal)
 	}
 	meta := Meta(job, tg)
-	rec := &Record{Policy: d.Policy, Class: meta[MetaClass], VC: meta[MetaVC], Request: Digest(job, group, d.Policy), Incarnation: Incarnation(job)}
+	rec := &Record{Policy: d.Policy, Class: meta[MetaClass], VC: meta[MetaVC], Request: Digest(job, group, d.Policy), Incarnation: Incarnation(job),
+		Count: len(d.Placements)}
 	nodes, gpus, shares := map[string]bool{}, map[string]bool{}, map[string]bool{}
 	var reasons, cells []string
 	for _, p := range d.Placements {

@@ -13,7 +13,7 @@ import (
 // What runs stays where it runs: a group re-registered unchanged keeps its
 // pin (keep), one whose request changed keeps its GPUs when they fit
 // (held), an ungated group is adopted only when Nomad's own placement
-// cannot run (adopt), a pinned group is placed again only when its
+// cannot run (lifecycle.Reconcile), a pinned group is placed again only when its
 // capacity is gone (lost), and every pin that replaces running
 // allocations is counted and said (countRestarts).
 
@@ -52,31 +52,6 @@ func (s *Service) held(key decide.Key) []placement.Held {
 		}
 	}
 	return out
-}
-
-// adopt reports whether an ungated, unpinned gpushare group needs placing:
-// Nomad gave one of its allocations shares that Reserve refuses (Nomad
-// takes a request's shares from one device group in map order, so a
-// fraction usually spans GPUs), or it has no allocation and Nomad
-// evaluated its version and could not place it. An allocation that runs
-// on valid shares is never replaced: a group with one waits for Nomad to
-// place the rest, as it would without gpushare, and a group Nomad has not
-// evaluated yet is left to Nomad. The caller holds s.mu.
-func (s *Service) adopt(snap *placement.Snapshot, job *api.Job, tg *api.TaskGroup) bool {
-	live, missing := s.state.Missing(job, tg)
-	if s.state.BatchDone(job, *tg.Name) {
-		return false
-	}
-	for _, a := range live {
-		if !snap.Reservable(model.Shares(a)) {
-			return true
-		}
-	}
-	if missing == 0 || len(live) > 0 {
-		return false
-	}
-	_, failed := s.state.NomadFailed(job, *tg.Name)
-	return failed
 }
 
 // lost reports whether a pinned group lost allocations together with the

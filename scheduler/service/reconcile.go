@@ -5,13 +5,13 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -235,46 +235,30 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	seen := map[string]nodeSet{}    // node sets by rules, for this pass
 	said := map[decide.Key]string{} // what Nomad said of pins it could not place
 	s.nomadSaid = said
+	stages := map[decide.Key]lifecycle.Result{}
 	for _, job := range s.state.Jobs {
-		if (job.Stop != nil && *job.Stop) || model.Template(job) {
-			continue
-		}
 		gated := pin.Gated(job)
 		for _, tg := range job.TaskGroups {
 			name := *tg.Name
 			key := model.KeyOf(job, name)
+			facts, lost, refusedOn := s.facts(job, tg, gated, built, said)
+			stage := lifecycle.Reconcile(facts)
+			stages[key] = stage
 			g := decide.Group{Key: key}
-			switch {
-			case pin.Count(tg) == 0:
-				continue // scaled to zero: nothing to place, nothing held
-			case slices.Contains(gated, name):
-			case s.state.Pinned(job, name):
-				repin, avoid := s.lost(job, name, built.Short[key])
-				if why, failed := s.state.NomadFailed(job, name); failed {
-					if _, missing := s.state.Missing(job, tg); missing > 0 {
-						// Nomad evaluated this pin and could not place it:
-						// decided again without those nodes; it holds
-						// nothing meanwhile (model.Snapshot)
-						rec, _ := s.state.Record(job, name)
-						if s.nomadRefused[key] == nil {
-							s.nomadRefused[key] = map[string]bool{}
-						}
-						for _, n := range rec.Nodes { // every node Nomad refused it on, not only the last pin's
-							s.nomadRefused[key][n] = true
-						}
-						repin, avoid = true, append(avoid, slices.Sorted(maps.Keys(s.nomadRefused[key]))...)
-						said[key] = why
-					}
-				}
-				if !repin {
-					continue
-				}
-				g.Repin, g.Req.Avoid = true, avoid
-			case s.cfg.AdoptUngatedOn() && pin.Wants(tg) && s.adopt(built.Snapshot, job, tg):
-				// registered without the gate: Nomad placed it, or will,
-				// from several GPUs, which Reserve refuses
-			default:
+			switch stage.Do {
+			case lifecycle.Nothing:
 				continue
+			case lifecycle.Repin:
+				// decided again without the nodes its pin lost, nor any
+				// Nomad refused it on (not only the last pin's)
+				g.Repin, g.Req.Avoid = true, append(lost, refusedOn...)
+				g.Replaces = holdsOf(built, key)
+			case lifecycle.Grow:
+				// scaled past its pin: decided again for its new count,
+				// on the shares its allocations hold and its pin holds
+				// (Nomad refused the pinned nodes only for want of room)
+				g.Repin, g.Req.Avoid = true, lost
+				g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
 			}
 			if why, ok := s.backingOff(key); ok {
 				pending[key] = why
@@ -310,22 +294,25 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			req.Allowed, req.DistinctNodes = ns.allowed, ns.distinct
 			req.Models = ns.narrow(req.Models)
 			g.Req = req
-			if !g.Repin {
-				for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, name) {
-					if !slices.Contains(g.Replaces, a.ID) {
-						g.Replaces = append(g.Replaces, a.ID) // a new version takes its old shares
-					}
-				}
+			if stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt {
+				live := s.state.GroupAllocs(key.Namespace, key.Job, name)
 				held := s.held(key)
 				g.Keep = ns.keepable(s.keep(job, key, held))
-				if g.Keep == nil {
-					g.Prefer = ns.keepable(held)
-				}
-				if g.Keep == nil && len(g.Replaces) > 0 && slices.Contains(gated, name) && s.priorUnread(key, g.Replaces[0]) {
+				if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID) {
 					// its running allocations' pin is read before it is
 					// decided, so that an unchanged group keeps its place
 					pending[key] = "reading the pin its running allocations were placed with"
 					continue
+				}
+				switch {
+				case g.Keep != nil: // unchanged: Nomad updates it in place, canaries or not
+					g.Replaces = ids(live)
+				case stage.Beside:
+					// canaries: placed beside what runs, which keeps its
+					// shares until the deployment is promoted
+				default:
+					g.Replaces = stage.Replaces // a new version takes its old shares
+					g.Prefer = ns.keepable(held)
 				}
 			}
 			if at := s.submitOf(job); at > 0 { // kept across the scheduler's registrations
@@ -340,6 +327,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	dropGone(s, s.retries)
 	dropGone(s, s.why)
 	s.forgetFeasible()
+	s.stages = stages
 	for k := range s.nomadRefused {
 		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
 		if job == nil {

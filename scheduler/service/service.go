@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
@@ -41,6 +42,10 @@ type Service struct {
 	// reason, kept out of the signed meta (it depends on the cluster's
 	// state, and the meta must not change when the decision does not)
 	why map[decide.Key]string
+	// stages are where the last pass found each group in its job's life
+	// (lifecycle.Reconcile), for the API and the restart counts: read
+	// from Nomad every pass, never kept across passes
+	stages map[decide.Key]lifecycle.Result
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string

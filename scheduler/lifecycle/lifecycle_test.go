@@ -1,0 +1,109 @@
+package lifecycle
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// runs, done, old and canary are allocations as Nomad reports them.
+func runs(id string) Alloc    { return Alloc{ID: id, Live: true, Current: true, Reservable: true} }
+func oldRuns(id string) Alloc { return Alloc{ID: id, Live: true, Reservable: true} }
+func canary(id string) Alloc {
+	return Alloc{ID: id, Live: true, Current: true, Canary: true, Reservable: true}
+}
+func completed(id string, current bool) Alloc { return Alloc{ID: id, Complete: true, Current: current} }
+func lost(id string) Alloc                    { return Alloc{ID: id} } // lost, failed or stopped
+
+// One row per lifecycle a placed job goes through in Nomad.
+func TestReconcile(t *testing.T) {
+	cases := []struct {
+		name     string
+		g        Group
+		state    State
+		do       Do
+		replaces []string
+		beside   bool
+		missing  int
+	}{
+		{name: "periodic or parameterized parent", g: Group{Template: true, Gated: true, Count: 1}, state: Template},
+		{name: "dispatched child waits at its parent's gate", g: Group{Gated: true, Count: 1}, state: Waiting, do: Place, missing: 1},
+		{name: "stopped job", g: Group{Stopped: true, Pinned: true, PinRoom: 1, Count: 1, Allocs: []Alloc{runs("a")}}, state: Stopped},
+		{name: "scaled to zero", g: Group{Pinned: true, PinRoom: 1, Count: 0}, state: Stopped},
+		{name: "new group at the gate", g: Group{Gated: true, Count: 2}, state: Waiting, do: Place, missing: 2},
+		{name: "new version at the gate: the old allocations' shares are its own",
+			g:     Group{Gated: true, Count: 2, Allocs: []Alloc{oldRuns("a"), oldRuns("b")}},
+			state: Waiting, do: Place, replaces: []string{"a", "b"}},
+		{name: "rolling update with max_parallel (no canary): replaced in place of the old",
+			g:     Group{Gated: true, Count: 3, Canary: 0, Allocs: []Alloc{oldRuns("a"), oldRuns("b"), oldRuns("c")}},
+			state: Waiting, do: Place, replaces: []string{"a", "b", "c"}},
+		{name: "canary version at the gate: placed beside the running allocations",
+			g:     Group{Gated: true, Count: 2, Canary: 1, Allocs: []Alloc{oldRuns("a"), oldRuns("b")}},
+			state: Canarying, do: Place, beside: true},
+		{name: "canary block on a first version: nothing to run beside",
+			g:     Group{Gated: true, Count: 1, Canary: 1},
+			state: Waiting, do: Place, missing: 1},
+		{name: "canary block on a batch job is ignored, as Nomad ignores it",
+			g:     Group{Gated: true, Batch: true, Count: 1, Canary: 1, Allocs: []Alloc{oldRuns("a")}},
+			state: Waiting, do: Place, replaces: []string{"a"}},
+		{name: "canaries running beside the old version, not promoted",
+			g:     Group{Pinned: true, PinRoom: 2, Count: 1, Canary: 1, Allocs: []Alloc{oldRuns("a"), canary("c")}},
+			state: Canarying},
+		{name: "promoted: the old version is gone", g: Group{Pinned: true, PinRoom: 2, Count: 1, Allocs: []Alloc{runs("c")}}, state: Running},
+		{name: "pinned, Nomad not placed yet", g: Group{Pinned: true, PinRoom: 1, Count: 1}, state: PinnedUnplaced, missing: 1},
+		{name: "pinned, waiting for its shares to free", g: Group{Pinned: true, PinRoom: 2, Count: 2, Allocs: []Alloc{runs("a")}}, state: PinnedUnplaced, missing: 1},
+		{name: "running", g: Group{Pinned: true, PinRoom: 2, Count: 2, Allocs: []Alloc{runs("a"), runs("b")}}, state: Running},
+		{name: "scale up past the pin", g: Group{Pinned: true, PinRoom: 1, Count: 3, Allocs: []Alloc{runs("a")}},
+			state: Scaling, do: Grow, replaces: []string{"a"}, missing: 2},
+		{name: "scale up from zero allocations past the pin", g: Group{Pinned: true, PinRoom: 1, Count: 2},
+			state: Scaling, do: Grow, missing: 2},
+		{name: "scale down", g: Group{Pinned: true, PinRoom: 3, Count: 1, Allocs: []Alloc{runs("a")}}, state: Running},
+		{name: "scale back up within the pin", g: Group{Pinned: true, PinRoom: 3, Count: 3, Allocs: []Alloc{runs("a")}},
+			state: PinnedUnplaced, missing: 2},
+		{name: "lost node: the pinned capacity is gone", g: Group{Pinned: true, PinRoom: 1, Count: 1, PinLost: true, Allocs: []Alloc{lost("a")}},
+			state: Migrating, do: Repin, missing: 1},
+		{name: "drained node: its allocations migrate", g: Group{Pinned: true, PinRoom: 2, Count: 2, PinLost: true, Allocs: []Alloc{runs("a"), lost("b")}},
+			state: Migrating, do: Repin, missing: 1},
+		{name: "drained node, nothing missing yet: Nomad migrates first", g: Group{Pinned: true, PinRoom: 1, Count: 1, PinLost: true, Allocs: []Alloc{runs("a")}},
+			state: Running},
+		{name: "Nomad refused the pin for a rule of its own", g: Group{Pinned: true, PinRoom: 1, Count: 1, NomadRefused: true},
+			state: PinnedUnplaced, do: Repin, missing: 1},
+		{name: "batch done", g: Group{Pinned: true, PinRoom: 1, Count: 1, Batch: true, Allocs: []Alloc{completed("a", true)}}, state: Done},
+		{name: "batch run again: an older version's completion is ignored", g: Group{Gated: true, Count: 1, Batch: true, Allocs: []Alloc{completed("a", false)}},
+			state: Waiting, do: Place, missing: 1},
+		{name: "batch run again, then its node lost", g: Group{Pinned: true, PinRoom: 1, Count: 1, Batch: true, PinLost: true,
+			Allocs: []Alloc{completed("a", false), lost("b")}}, state: Migrating, do: Repin, missing: 1},
+		{name: "batch count 3, one done, two running", g: Group{Pinned: true, PinRoom: 3, Count: 3, Batch: true,
+			Allocs: []Alloc{completed("a", true), runs("b"), runs("c")}}, state: Done},
+		{name: "ungated, not adopted", g: Group{Count: 1, Allocs: []Alloc{runs("a")}}, state: Unmanaged},
+		{name: "ungated with shares over two GPUs: adopted", g: Group{Count: 1, Adoptable: true, Allocs: []Alloc{{ID: "a", Live: true, Current: true}}},
+			state: Migrating, do: Adopt, replaces: []string{"a"}},
+		{name: "ungated, Nomad could not place it: adopted", g: Group{Count: 1, Adoptable: true, NomadRefused: true}, state: Waiting, do: Adopt, missing: 1},
+		{name: "ungated, Nomad not evaluated yet: left to Nomad", g: Group{Count: 1, Adoptable: true}, state: Unmanaged, missing: 1},
+		{name: "ungated, running on valid shares with one to place: left to Nomad", g: Group{Count: 2, Adoptable: true, NomadRefused: true, Allocs: []Alloc{runs("a")}},
+			state: Unmanaged, missing: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := Reconcile(c.g)
+			must.Eq(t, c.state, r.State)
+			must.Eq(t, c.do, r.Do, must.Sprintf("did %s", r.Do))
+			must.Eq(t, c.replaces, r.Replaces)
+			must.Eq(t, c.beside, r.Beside)
+			if c.state != Done && c.state != Template && c.state != Stopped && c.state != Canarying && c.state != Running {
+				must.Eq(t, c.missing, r.Missing)
+			}
+			must.NotEq(t, "", r.Why)
+		})
+	}
+}
+
+// The answer depends on the facts alone, not on the order Nomad lists
+// allocations in.
+func TestReconcileIsPure(t *testing.T) {
+	g := Group{Pinned: true, PinRoom: 1, Count: 3, Allocs: []Alloc{runs("a"), lost("x"), completed("y", false)}}
+	first := Reconcile(g)
+	g.Allocs = []Alloc{completed("y", false), lost("x"), runs("a")}
+	must.Eq(t, first, Reconcile(g))
+	must.Eq(t, first, Reconcile(g))
+}

@@ -1,0 +1,120 @@
+package service
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+)
+
+// facts reads from the model what lifecycle.Reconcile decides a group on:
+// its job, its allocations of every version, its pin and what Nomad said
+// of it. It also returns the nodes a new decision avoids: those whose
+// capacity the pin lost, and those Nomad refused the pin on (every one so
+// far, noted in s.nomadRefused, with what Nomad said in said). The caller
+// holds s.mu.
+func (s *Service) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *model.Built, said map[decide.Key]string) (lifecycle.Group, []string, []string) {
+	name := *tg.Name
+	key := model.KeyOf(job, name)
+	g := lifecycle.Group{
+		Template:  model.Template(job),
+		Stopped:   job.Stop != nil && *job.Stop,
+		Batch:     job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch),
+		Count:     pin.Count(tg),
+		Canary:    canaries(job, tg),
+		Gated:     slices.Contains(gated, name),
+		Adoptable: s.cfg.AdoptUngatedOn() && pin.Wants(tg),
+	}
+	if g.Template || g.Stopped || g.Count == 0 {
+		return g, nil, nil
+	}
+	for _, a := range s.state.AllAllocs(key.Namespace, key.Job, name) {
+		g.Allocs = append(g.Allocs, lifecycle.Alloc{
+			ID: a.ID, Live: model.Live(a), Complete: a.ClientStatus == api.AllocClientStatusComplete,
+			Current: model.Current(a, job), Canary: a.DeploymentStatus != nil && a.DeploymentStatus.Canary,
+			Reservable: built.Snapshot.Reservable(model.Shares(a)),
+		})
+	}
+	var lost, refusedOn []string
+	switch {
+	case g.Gated:
+	case s.state.Pinned(job, name):
+		g.Pinned = true
+		rec, _ := s.state.Record(job, name)
+		g.PinRoom = s.room(job, name, rec)
+		g.PinLost, lost = s.lost(job, name, built.Short[key])
+		if why, failed := s.state.NomadFailed(job, name); failed {
+			if _, missing := s.state.Missing(job, tg); missing > 0 {
+				// Nomad evaluated this pin and could not place it: decided
+				// again without those nodes; it holds nothing meanwhile
+				// (model.Snapshot)
+				if s.nomadRefused[key] == nil {
+					s.nomadRefused[key] = map[string]bool{}
+				}
+				for _, n := range rec.Nodes {
+					s.nomadRefused[key][n] = true
+				}
+				refusedOn = slices.Sorted(maps.Keys(s.nomadRefused[key]))
+				g.NomadRefused = true
+				said[key] = why
+			}
+		}
+	default:
+		_, g.NomadRefused = s.state.NomadFailed(job, name)
+	}
+	return g, lost, refusedOn
+}
+
+// room is how many allocations a pin names shares for: the count it
+// records, or, in a pin written before it recorded one, its shares over
+// one allocation's (0: unknown).
+func (s *Service) room(job *api.Job, group string, rec *pin.Record) int {
+	if rec.Count > 0 {
+		return rec.Count
+	}
+	r, err := s.state.Request(job, group, s.profile)
+	if err != nil || r.Shares == 0 {
+		return 0
+	}
+	return len(rec.Shares) / r.Shares
+}
+
+// canaries is the canary count of a service group's update block (the
+// group's, else the job's): Nomad places that many allocations of a
+// changed version beside the running ones before it replaces any.
+func canaries(job *api.Job, tg *api.TaskGroup) int {
+	if job.Type != nil && *job.Type != api.JobTypeService {
+		return 0
+	}
+	for _, u := range []*api.UpdateStrategy{tg.Update, job.Update} {
+		if u != nil && u.Canary != nil {
+			return *u.Canary
+		}
+	}
+	return 0
+}
+
+// holdsOf lists the holds the snapshot made for a pinned group's missing
+// allocations: a new decision for the group may take their shares.
+func holdsOf(built *model.Built, key decide.Key) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(built.HeldFor)) {
+		if built.HeldFor[id] == key {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// ids lists the IDs of allocations.
+func ids(allocs []*api.Allocation) []string {
+	var out []string
+	for _, a := range allocs {
+		out = append(out, a.ID)
+	}
+	return out
+}
