@@ -219,8 +219,8 @@ func FromStub(s *api.AllocationListStub) *api.Allocation {
 		ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
 		TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus,
 		AllocatedResources: s.AllocatedResources, DeploymentStatus: s.DeploymentStatus,
-		Job: &api.Job{Version: &version}, // the version it runs (Current)
-		CreateIndex:        s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
+		Job:         &api.Job{Version: &version}, // the version it runs (Current)
+		CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
 	}
 }
 
