@@ -51,7 +51,7 @@ func newMetrics() *metrics {
 		lockHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pass_lock_seconds", Help: "Time a decision pass holds the model to read it (the HTTP API and the event stream wait meanwhile).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_restarts_total",
-			Help: "Running allocations a pin made Nomad replace, by reason (repin, adopt, changed, unpair, preempt): every other pin leaves what runs alone."},
+			Help: "Running allocations a pin made Nomad replace, by reason (repin, scale, adopt, moved): every other pin leaves what runs alone."},
 			[]string{"reason"}),
 		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),

@@ -4,6 +4,7 @@ import (
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -127,7 +128,12 @@ func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
 		return
 	}
 	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
+	s.mu.Lock()
+	stage := s.stages[a.Group]
+	s.mu.Unlock()
 	switch {
+	case stage.Do == lifecycle.Grow:
+		reason = "scale" // scaled past its pin
 	case a.Kind == decide.Repin:
 		reason = "repin"
 	case !slices.Contains(pin.Gated(orig), a.Group.Group):

@@ -1,0 +1,203 @@
+package service
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// The lifecycles of a placed job in Nomad, against the fake Nomad: each
+// test fails without the part of the reconciler it names.
+
+// scaled is job id as `nomad job scale` registers it: the version Nomad
+// holds (pin and all) with another count.
+func (f *fakeNomad) scaled(t *testing.T, id string, count int) {
+	t.Helper()
+	f.mu.Lock()
+	j, err := copyJob(f.jobs[id])
+	f.mu.Unlock()
+	must.NoError(t, err)
+	j.TaskGroups[0].Count = ptr(count)
+	f.put(j)
+}
+
+// stageOf is where the last pass found job id's group g.
+func stageOf(s *Service, id string) lifecycle.Result {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stages[key(id)]
+}
+
+// Scaled past its pin (nomad job scale, the Autoscaler), a group is pinned
+// again for its new count, keeping the shares its allocation holds, and
+// the restart this costs is counted and said; scaled down and back up
+// within its pin, it is left to Nomad. Before the reconciler, the scaled
+// group's pin was no longer trusted and its new allocations never ran.
+func TestScaleUpPastThePinIsPinnedAgain(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("web", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["web"], "g")
+	must.True(t, ok)
+	must.Eq(t, 1, rec.Count)
+	f.runningOn("web", "alloc-1", rec.Shares)
+
+	f.scaled(t, "web", 3)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	st := stageOf(s, "web")
+	must.Eq(t, lifecycle.Scaling, st.State, must.Sprint(st.Why))
+	grown, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok, must.Sprint("the new pin is trusted"))
+	must.Eq(t, 3, grown.Count)
+	must.Len(t, 75, grown.Shares)
+	for _, sh := range rec.Shares {
+		must.SliceContains(t, grown.Shares, sh, must.Sprint("the running allocation's shares stay in the pin"))
+	}
+	must.Eq(t, 1.0, counterValue(t, s, `gpushare_restarts_total{reason="scale"}`))
+
+	// down to one, then back to two: within the pin, nothing to do
+	registers := f.registers
+	f.scaled(t, "web", 1)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, lifecycle.Running, stageOf(s, "web").State)
+	f.scaled(t, "web", 2)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, "web").State, must.Sprint(stageOf(s, "web").Why))
+	must.Eq(t, registers, f.registers, must.Sprint("no pin written within the pin's room"))
+}
+
+// withCanary is gated with an update block of one canary.
+func withCanary(id string, shares uint64) *api.Job {
+	j := gated(id, shares)
+	j.Update = &api.UpdateStrategy{Canary: ptr(1), MaxParallel: ptr(1)}
+	return j
+}
+
+// A changed version of a group with canaries is placed beside its running
+// allocation, which keeps its shares until the deployment is promoted:
+// pinned onto the old allocation's shares (as a rolling update is), the
+// canary could never be placed and the deployment hung. Registered again
+// unchanged, it keeps its pin byte for byte (no canary: Nomad updates in
+// place).
+func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(withCanary("api", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	first := pinOf(t, f.jobs["api"])
+	rec, _ := pin.ParseRecord(f.jobs["api"], "g")
+	f.runningOn("api", "alloc-v1", rec.Shares)
+
+	f.put(withCanary("api", 25)) // the same file again
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, first, pinOf(t, f.jobs["api"]))
+
+	changed := withCanary("api", 25)
+	changed.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(256)
+	f.put(changed)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, lifecycle.Canarying, stageOf(s, "api").State)
+	next, ok := pin.ParseRecord(f.jobs["api"], "g")
+	must.True(t, ok)
+	must.SliceEmpty(t, pin.Gated(f.jobs["api"]))
+	for _, sh := range next.Shares {
+		must.SliceNotContains(t, rec.Shares, sh, must.Sprint("a canary takes none of the running allocation's shares"))
+	}
+
+	// without canaries, a changed version takes its old allocation's shares
+	rolling := gated("roll", 25)
+	f.put(rolling)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	old, _ := pin.ParseRecord(f.jobs["roll"], "g")
+	f.runningOn("roll", "alloc-r1", old.Shares)
+	rolling = gated("roll", 25)
+	rolling.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(256)
+	f.put(rolling)
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	again, _ := pin.ParseRecord(f.jobs["roll"], "g")
+	must.Eq(t, old.Shares, again.Shares)
+}
+
+// A dispatched child of a gated parameterized job keeps its parent's
+// ParameterizedJob block (Nomad sets Dispatched): it is placed like any
+// job, and its parent, a template, is not.
+func TestDispatchedChildIsPlaced(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	parent := gated("infer", 25)
+	parent.Type = ptr("batch")
+	parent.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
+	f.put(parent)
+	child := gated("infer/dispatch-1764000000-0a1b2c3d", 25)
+	child.Type, child.ParentID, child.Dispatched = ptr("batch"), ptr("infer"), true
+	child.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
+	f.put(child)
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs[*child.ID]), must.Sprint(s.pending[key(*child.ID)]))
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["infer"]))
+	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
+}
+
+// A batch job that completed, run again under the same ID, and whose new
+// allocation is then lost with its node, is placed again on another node:
+// the completion of the earlier version does not make the group look
+// finished (Nomad's reconciler ignores terminal allocations of older
+// versions).
+func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
+	second := dgx1(t)
+	second.ID, second.Name = "node-2", "dgx1-b"
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t), second}, jobs: map[string]*api.Job{}}
+	batch := func() *api.Job { j := gated("etl", 25); j.Type = ptr("batch"); return j }
+	f.put(batch())
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	rec, _ := pin.ParseRecord(f.jobs["etl"], "g")
+	f.runningOn("etl", "alloc-1", rec.Shares)
+	f.mu.Lock()
+	f.index++
+	f.allocs[0].ClientStatus, f.allocs[0].ModifyIndex = "complete", f.index
+	f.mu.Unlock()
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, lifecycle.Done, stageOf(s, "etl").State)
+
+	f.put(batch()) // run again
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	rerun, ok := pin.ParseRecord(f.jobs["etl"], "g")
+	must.True(t, ok)
+	must.SliceEmpty(t, pin.Gated(f.jobs["etl"]))
+	node := rerun.Nodes[0]
+	f.runningOn("etl", "alloc-2", rerun.Shares)
+	f.mu.Lock()
+	f.index++
+	for _, a := range f.allocs {
+		if a.ID == "alloc-2" {
+			a.NodeID, a.ClientStatus, a.ModifyIndex = node, "lost", f.index
+		}
+	}
+	for _, n := range f.nodes {
+		if n.ID == node {
+			n.Status = "down"
+		}
+	}
+	f.mu.Unlock()
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.Eq(t, lifecycle.Migrating, stageOf(s, "etl").State, must.Sprint(stageOf(s, "etl").Why))
+	moved, ok := pin.ParseRecord(f.jobs["etl"], "g")
+	must.True(t, ok)
+	must.False(t, slices.Contains(moved.Nodes, node), must.Sprintf("pinned again off the lost node: %v", moved.Nodes))
+}
