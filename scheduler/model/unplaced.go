@@ -51,9 +51,8 @@ func (s *State) PutEval(e *api.Evaluation) {
 }
 
 // NomadFailed says why Nomad could not place the group at the job's
-// current version, if it evaluated that version and no pinned node could
-// ever take it: every node Nomad looked at was filtered by a rule of the
-// job other than the pin's own node constraint (pin), or none was
+// current version, if it evaluated that version and a pinned node could
+// not take it for a rule of the job (a pinned node filtered), or none was
 // eligible at all (a datacenter or node pool the pin's nodes are not in).
 // A pin that failed only because its nodes were exhausted — its shares,
 // CPU or memory still held by an allocation being stopped or replaced — is
@@ -66,10 +65,24 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 		return "", false
 	}
 	mine := "" // the pin's node constraint, as Nomad's metric names it
+	pinned := 0 // the pinned nodes Nomad can place on
 	if rec, ok := s.Record(job, group); ok {
 		mine = fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ","))
+		for _, n := range rec.Nodes {
+			if node, ok := s.Nodes[n]; ok && Usable(node) {
+				pinned++
+			}
+		}
 	}
-	if m := u.Metric; m != nil && m.NodesExhausted > 0 && m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 && modelled(m.DimensionExhausted) {
+	m := u.Metric
+	if m == nil || m.NodesExhausted == 0 || !modelled(m.DimensionExhausted) {
+		return u.Reason, true
+	}
+	// Nomad counts a node under the first rule it fails: on a mixed
+	// cluster, nodes without the job's driver or failing its constraints
+	// are counted under those rules, not the pin's. They are not pinned
+	// nodes; what tells is whether every pinned node was found exhausted.
+	if m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 || (pinned > 0 && m.NodesExhausted >= pinned) {
 		return "", false
 	}
 	return u.Reason, true

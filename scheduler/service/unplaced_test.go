@@ -2,6 +2,7 @@ package service
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -218,4 +219,25 @@ func TestFailedEvaluationsAreListedOnStart(t *testing.T) {
 	s := loadedService(t, f)
 	s.reconcile(t.Context())
 	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+}
+
+// On a mixed cluster Nomad counts the nodes that lack the job's driver or
+// fail its constraints under those rules, not under the pin's: a pin whose
+// one node was found exhausted still only waits for its shares, and keeps
+// them.
+func TestAPinWaitingForItsSharesOnAMixedClusterKeepsThem(t *testing.T) {
+	f, s, rec := pinnedX(t)
+	ev := failedEval(f, "x")
+	ev.FailedTGAllocs["g"] = &api.AllocationMetric{NodesEvaluated: 4, NodesFiltered: 3, NodesExhausted: 1,
+		ConstraintFiltered: map[string]int{"${attr.kernel.name} = linux": 1, "missing drivers": 1,
+			fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ",")): 1},
+		DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
+	s.state.PutEval(ev)
+	version := *f.jobs["x"].Version
+	must.NoError(t, s.resync(t.Context()))
+	s.state.PutEval(ev)
+	s.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint(s.pending[model.KeyOf(f.jobs["x"], "g")]))
+	_, failed := s.state.NomadFailed(f.jobs["x"], "g")
+	must.False(t, failed)
 }
