@@ -64,7 +64,7 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	if !ok || job.JobModifyIndex == nil || u.JobModifyIndex != *job.JobModifyIndex {
 		return "", false
 	}
-	mine := "" // the pin's node constraint, as Nomad's metric names it
+	mine := ""  // the pin's node constraint, as Nomad's metric names it
 	pinned := 0 // the pinned nodes Nomad can place on
 	if rec, ok := s.Record(job, group); ok {
 		mine = fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ","))
