@@ -124,9 +124,15 @@ func gpuTask(tg *api.TaskGroup) *api.Task {
 }
 
 // writeEnv puts env into the task: the thread percentage as the
-// ThreadsTemplate template, the rest into its env block.
+// ThreadsTemplate template, the rest into its env block. A variable the
+// task sets itself is left as the task sets it: what an earlier pin wrote
+// was taken out first (unpin), so what is left is the user's — a pin
+// written back unchanged (Repeat) never overwrites it either.
 func writeEnv(t *api.Task, env map[string]string) {
 	for k, v := range env {
+		if _, own := t.Env[k]; own {
+			continue
+		}
 		if k == EnvMPSThreads {
 			t.Templates = append(t.Templates, &api.Template{
 				EmbeddedTmpl: ref(k + "=" + v + "\n"),

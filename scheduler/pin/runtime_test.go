@@ -200,3 +200,20 @@ func TestCarryEnv(t *testing.T) {
 	must.MapEmpty(t, next.TaskGroups[0].Tasks[1].Env)
 	must.SliceEmpty(t, next.TaskGroups[0].Tasks[1].Templates)
 }
+
+// A pin written back unchanged (a group registered again as it was) never
+// overwrites the priority or thread percentage the task now sets itself.
+func TestRepeatLeavesUsersOwnPriority(t *testing.T) {
+	j := runtimeJob("opportunistic", 25)
+	_, err := PinWith(j, "g", quarter, mps(0.5))
+	must.NoError(t, err)
+	placementMeta, signature := j.TaskGroups[0].Meta[MetaPlacement], "sig"
+	again := runtimeJob("opportunistic", 25)
+	again.TaskGroups[0].Tasks[1].Env = map[string]string{EnvMPSClientPriority: "0", EnvMPSThreads: "40"}
+	_, err = Repeat(again, "g", placementMeta, signature)
+	must.NoError(t, err)
+	gpu := again.TaskGroups[0].Tasks[1]
+	must.Eq(t, map[string]string{EnvMPSClientPriority: "0", EnvMPSThreads: "40"}, gpu.Env)
+	must.SliceEmpty(t, threadsTemplates(gpu))
+	must.Eq(t, placementMeta, again.TaskGroups[0].Meta[MetaPlacement])
+}
