@@ -152,6 +152,9 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	return nil
 }
 
+// NodeConstraint is the node constraint the pin rec writes.
+func NodeConstraint(rec *Record) *api.Constraint { return nodeConstraint(rec) }
+
 // nodeConstraint and shareConstraint are the constraints a pin writes.
 func nodeConstraint(rec *Record) *api.Constraint {
 	return &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Nodes, ",")}
@@ -168,14 +171,23 @@ func shareConstraint(rec *Record) *api.Constraint {
 func unpin(tg *api.TaskGroup, old *Record) {
 	tg.Constraints = slices.DeleteFunc(tg.Constraints, isGate)
 	if old != nil {
-		mine := nodeConstraint(old)
-		tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool { return sameConstraint(c, mine) })
+		tg.Constraints = dropLast(tg.Constraints, nodeConstraint(old))
 		if dev := device(tg); dev != nil {
-			mine := shareConstraint(old)
-			dev.Constraints = slices.DeleteFunc(dev.Constraints, func(c *api.Constraint) bool { return sameConstraint(c, mine) })
+			dev.Constraints = dropLast(dev.Constraints, shareConstraint(old))
 		}
 	}
 	stripEnv(tg, old)
+}
+
+// dropLast removes the last constraint of cs that is mine, the one the
+// pin appended: a user's own constraint that says the same stays.
+func dropLast(cs []*api.Constraint, mine *api.Constraint) []*api.Constraint {
+	for i := len(cs) - 1; i >= 0; i-- {
+		if sameConstraint(cs[i], mine) {
+			return slices.Delete(cs, i, i+1)
+		}
+	}
+	return cs
 }
 
 func sameConstraint(a, b *api.Constraint) bool {

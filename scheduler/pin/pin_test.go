@@ -272,3 +272,24 @@ func TestGroupKeyIsUnambiguous(t *testing.T) {
 	must.NotEq(t, GroupKey(job("a/b", "c"), "c"), GroupKey(job("a", "b/c"), "b/c"))
 	must.Eq(t, "default/a%2Fb/c", GroupKey(job("a/b", "c"), "c"))
 }
+
+// A user's node constraint that says exactly what the pin says (the user
+// allows node n1, and the pin chose n1) stays when the pin goes: only the
+// pin's own copy is removed.
+func TestUnpinKeepsTheUsersEqualConstraint(t *testing.T) {
+	j := job(25)
+	tg := j.TaskGroups[0]
+	users := &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: "n1"}
+	tg.Constraints = append(tg.Constraints, users)
+	d := &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+		{Node: "n1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:0", "GPU-a:1"}},
+	}}
+	for range 2 {
+		_, err := Pin(j, "g", d)
+		must.NoError(t, err)
+		must.SliceLen(t, 2, tg.Constraints) // the user's and the pin's
+	}
+	Unpin(j, "g")
+	must.SliceContains(t, tg.Constraints, users)
+	must.Eq(t, []string{"g"}, Gated(j))
+}

@@ -32,24 +32,27 @@ type nodeSet struct {
 
 // skipFor leaves out of a group's rules what the pin protocol writes: the
 // gate (no node meets it, by design) and, in a pinned group, the pin's own
-// node constraint (the next pin replaces it; pin.PinWith). A user's own
-// node constraints elsewhere, or in a gated group, are checked.
+// node constraint (the next pin replaces it; pin.PinWith) — once: a user's
+// own `${node.unique.id} set_contains_any` constraint, even one that says
+// the same, is a rule of the job and is checked like any other.
 func skipFor(job *api.Job, group string) feasible.Skip {
-	pinned := -1 // read once, when the rules are compiled (the cache skips it)
+	var mine *api.Constraint // read once, when the rules are compiled (the cache skips it)
+	read, skipped := false, false
 	return func(level feasible.Level, c *api.Constraint) bool {
 		if pin.IsGate(c) {
 			return true
 		}
-		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute || c.Operand != pin.OpSetContains {
+		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute || c.Operand != pin.OpSetContains || skipped {
 			return false
 		}
-		if pinned < 0 {
-			pinned = 0
-			if _, ok := pin.ParseRecord(job, group); ok {
-				pinned = 1
+		if !read {
+			read = true
+			if rec, ok := pin.ParseRecord(job, group); ok {
+				mine = pin.NodeConstraint(rec)
 			}
 		}
-		return pinned == 1
+		skipped = mine != nil && c.RTarget == mine.RTarget
+		return skipped
 	}
 }
 

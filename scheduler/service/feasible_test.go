@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -247,4 +249,41 @@ func TestRunningGroupIsNeverTouched(t *testing.T) {
 	s.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version)
 	must.MapNotContainsKey(t, s.pending, key("x"))
+}
+
+// A re-pin checks the user's own `${node.unique.id} set_contains_any`
+// constraint: only the pin's own node constraint is left out of the
+// group's rules, once.
+func TestRepinKeepsTheUsersNodeRestriction(t *testing.T) {
+	j := gated("x", 25)
+	tg := j.TaskGroups[0]
+	users := &api.Constraint{LTarget: pin.NodeAttribute, Operand: pin.OpSetContains, RTarget: "node-1,node-2"}
+	tg.Constraints = append(tg.Constraints, users)
+	d := &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{
+		{Node: "node-1", GPUs: []string{"GPU-a"}, Shares: []string{"GPU-a:0"}},
+	}}
+	_, err := pin.Pin(j, "g", d)
+	must.NoError(t, err)
+	skip := skipFor(j, "g")
+	var kept []string
+	for _, c := range tg.Constraints {
+		if !skip(feasible.LevelGroup, c) {
+			kept = append(kept, c.RTarget)
+		}
+	}
+	must.Eq(t, []string{"node-1,node-2"}, kept)
+
+	// the user allows exactly the node the pin chose: one of the two stays
+	same := gated("y", 25)
+	same.TaskGroups[0].Constraints = append(same.TaskGroups[0].Constraints, &api.Constraint{LTarget: pin.NodeAttribute, Operand: pin.OpSetContains, RTarget: "node-1"})
+	_, err = pin.Pin(same, "g", d)
+	must.NoError(t, err)
+	skip = skipFor(same, "g")
+	kept = nil
+	for _, c := range same.TaskGroups[0].Constraints {
+		if !skip(feasible.LevelGroup, c) {
+			kept = append(kept, c.RTarget)
+		}
+	}
+	must.Eq(t, []string{"node-1"}, kept)
 }
