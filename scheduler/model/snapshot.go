@@ -64,14 +64,26 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 			if err != nil {
 				continue
 			}
-			_, missing := s.Missing(job, tg)
-			if missing == 0 {
+			live, missing := s.Missing(job, tg)
+			// allocations of older versions are to be replaced: the new
+			// version's pinned shares are held until Nomad has (the
+			// replacements' CPU and memory are the old allocations')
+			replaced := 0
+			if !s.BatchDone(job, *tg.Name) {
+				for _, a := range live {
+					if !Current(a, job) {
+						replaced++
+					}
+				}
+				replaced = min(replaced, pin.Count(tg)-missing)
+			}
+			if missing+replaced == 0 {
 				continue
 			}
 			key := KeyOf(job, *tg.Name)
 			rec = s.feasiblePart(job, *tg.Name, rec)
 			free := 0 // pinned shares no allocation holds
-			for _, h := range holds(key, rec, snap.InUse, r, missing, snap) {
+			for _, h := range holds(key, rec, snap.InUse, r, missing, replaced, snap) {
 				h.VC, h.Class = s.Attribution(job, *tg.Name) // as its allocations will count
 				free += len(h.Shares)
 				if err := snap.AddAlloc(h); err != nil {
@@ -130,8 +142,11 @@ func (s *State) feasiblePart(job *api.Job, group string, rec *pin.Record) *pin.R
 }
 
 // holds keeps the shares a pinned group is still to be given, one
-// allocation's worth per node, while its allocations are missing.
-func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r placement.Request, missing int, snap *placement.Snapshot) []placement.Alloc {
+// allocation's worth per node, while its allocations are missing (with
+// their CPU and memory) or are to replace running ones of an older
+// version (shares only: they take the CPU and memory of what they
+// replace).
+func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r placement.Request, missing, replaced int, snap *placement.Snapshot) []placement.Alloc {
 	byNode := map[string][]string{}
 	for _, sh := range rec.Shares {
 		if inUse(sh) {
@@ -155,18 +170,20 @@ func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r pla
 	}
 	var out []placement.Alloc
 	for _, nodeID := range slices.Sorted(maps.Keys(byNode)) {
-		if missing <= 0 {
+		if missing+replaced <= 0 {
 			break
 		}
 		shares := byNode[nodeID]
 		worth := 1
 		if r.Shares > 0 {
-			worth = max(1, min(missing, len(shares)/r.Shares))
+			worth = max(1, min(missing+replaced, len(shares)/r.Shares))
 		}
-		missing -= worth
+		fresh := min(worth, missing) // those that need CPU and memory of their own
+		missing -= fresh
+		replaced -= worth - fresh
 		out = append(out, placement.Alloc{
 			ID: PendingPrefix + key.String() + "@" + nodeID, Node: nodeID, Shares: shares,
-			Res:     placement.Resources{CPU: r.Res.CPU * int64(worth), MemoryMiB: r.Res.MemoryMiB * int64(worth)},
+			Res:     placement.Resources{CPU: r.Res.CPU * int64(fresh), MemoryMiB: r.Res.MemoryMiB * int64(fresh)},
 			Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
 		})
 	}

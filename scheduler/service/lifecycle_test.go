@@ -201,3 +201,34 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 	must.True(t, ok)
 	must.False(t, slices.Contains(moved.Nodes, node), must.Sprintf("pinned again off the lost node: %v", moved.Nodes))
 }
+
+// A new version pinned beside the shares its old allocation holds (the
+// request grew on the same GPU) keeps its new shares held until Nomad
+// replaces the old allocation: another group decided meanwhile is not
+// given them (it was: the old allocation counted as the group's, so
+// nothing was missing and nothing held).
+func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("q", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	old, _ := pin.ParseRecord(f.jobs["q"], "g")
+	f.runningOn("q", "alloc-q", old.Shares)
+	f.put(gated("q", 50))
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	grown, ok := pin.ParseRecord(f.jobs["q"], "g")
+	must.True(t, ok)
+	must.Len(t, 50, grown.Shares)
+
+	// a 75-share group: the old allocation's GPU has exactly 75 shares no
+	// allocation holds, the best fit, were the new pin's not held
+	f.put(gated("other", 75))
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	other, ok := pin.ParseRecord(f.jobs["other"], "g")
+	must.True(t, ok, must.Sprint(s.pending[key("other")]))
+	for _, sh := range other.Shares {
+		must.SliceNotContains(t, grown.Shares, sh, must.Sprint("given a share q's new version is pinned to"))
+	}
+}
