@@ -1,6 +1,7 @@
 package service
 
 import (
+	"net/http/httptest"
 	"slices"
 	"testing"
 
@@ -231,4 +232,35 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 	for _, sh := range other.Shares {
 		must.SliceNotContains(t, grown.Shares, sh, must.Sprint("given a share q's new version is pinned to"))
 	}
+}
+
+// A group registered again unchanged while its node is ineligible (or
+// draining) keeps its pin byte for byte, so Nomad updates it in place
+// there, as it would without gpushare: the placement core leaves such
+// nodes out, and the group was pinned onto another node (a restart).
+func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
+	second := dgx1(t)
+	second.ID, second.Name = "node-2", "dgx1-b"
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t), second}, jobs: map[string]*api.Job{}}
+	f.put(gated("q", 25))
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	first := pinOf(t, f.jobs["q"])
+	rec, _ := pin.ParseRecord(f.jobs["q"], "g")
+	must.Eq(t, []string{"node-1"}, rec.Nodes)
+	f.runningOn("q", "alloc-q", rec.Shares)
+	f.mu.Lock()
+	f.index++
+	f.nodes[0].SchedulingEligibility, f.nodes[0].ModifyIndex = "ineligible", f.index
+	f.mu.Unlock()
+	must.NoError(t, s.resync(t.Context()))
+
+	f.put(gated("q", 25))
+	must.NoError(t, s.resync(t.Context()))
+	s.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.pending[key("q")]))
+	must.Eq(t, first, pinOf(t, f.jobs["q"]))
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	must.StrNotContains(t, rr.Body.String(), "gpushare_restarts_total{")
 }

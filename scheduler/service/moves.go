@@ -1,6 +1,8 @@
 package service
 
 import (
+	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
@@ -142,4 +144,42 @@ func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
 	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(ids)))
 	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
 		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", ids, "reason", reason)
+}
+
+// inPlaceOnly reports whether keep (where an unchanged group's
+// allocations run, to pin again as before) can only be kept outside the
+// placement core: some of its nodes take no new work (ineligible or
+// draining, so the snapshot leaves them out) but are up, and the job's own
+// rules still allow every one of them. Nomad updates allocations in place
+// on such nodes. The caller holds s.mu.
+func (s *Service) inPlaceOnly(job *api.Job, group string, keep []placement.Held) bool {
+	if len(keep) == 0 {
+		return false
+	}
+	var nodes []string
+	outside := false
+	for _, h := range keep {
+		n, ok := s.state.Nodes[h.Node]
+		if !ok || n.Status != api.NodeStatusReady {
+			return false
+		}
+		outside = outside || !model.Usable(n)
+		nodes = append(nodes, h.Node)
+	}
+	return outside && len(s.failingNodes(job, group, nodes)) == 0
+}
+
+// keptAction is the pin of a group kept where it runs, as the step makes
+// it (placement.Snapshot.Keep), for a group inPlaceOnly keeps.
+func keptAction(key decide.Key, policy string, req placement.Request, keep []placement.Held) decide.Action {
+	d := &placement.Decision{Request: req.ID, Policy: policy}
+	for i, h := range keep {
+		gpus := map[string]bool{}
+		for _, sh := range h.Shares {
+			gpus[model.GPUOf(sh)] = true
+		}
+		d.Placements = append(d.Placements, placement.Placement{AllocID: fmt.Sprintf("%s[%d]", req.ID, i), Node: h.Node,
+			GPUs: slices.Sorted(maps.Keys(gpus)), Shares: slices.Clone(h.Shares), Reason: "kept where it runs, on a node that takes no new work"})
+	}
+	return decide.Action{Kind: decide.Pin, Group: key, Decision: d, Kept: true}
 }

@@ -66,6 +66,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.checkGuarantees(snap)
 	}
 	groups, jobs, pending := s.collect(built, shape)
+	inPlace := s.keptInPlace
 	running := s.running(snap, now)
 	var ends map[string]time.Time
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
@@ -114,6 +115,7 @@ func (s *Service) reconcile(ctx context.Context) {
 			s.sharesOf(a.Allocs, kept)
 		}
 	}
+	pins = append(pins, inPlace...)
 	notGiven(pins, kept, pending, failed)
 	s.sendPins(ctx, pins, jobs, pending, failed, start)
 	if ctx.Err() != nil {
@@ -236,6 +238,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	said := map[decide.Key]string{} // what Nomad said of pins it could not place
 	s.nomadSaid = said
 	stages := map[decide.Key]lifecycle.Result{}
+	s.keptInPlace = nil
 	for _, job := range s.state.Jobs {
 		gated := pin.Gated(job)
 		for _, tg := range job.TaskGroups {
@@ -297,7 +300,17 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			if stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt {
 				live := s.state.GroupAllocs(key.Namespace, key.Job, name)
 				held := s.held(key)
-				g.Keep = ns.keepable(s.keep(job, key, held))
+				keep := s.keep(job, key, held)
+				if s.inPlaceOnly(job, name, keep) {
+					// unchanged, on nodes that take no new work (ineligible,
+					// draining) but still run it: its pin is written back
+					// without a decision, and Nomad updates it in place
+					// there, as it would without gpushare
+					s.keptInPlace = append(s.keptInPlace, keptAction(key, s.policy.Name(), req, keep))
+					jobs[key] = job
+					continue
+				}
+				g.Keep = ns.keepable(keep)
 				if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID) {
 					// its running allocations' pin is read before it is
 					// decided, so that an unchanged group keeps its place
