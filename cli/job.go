@@ -380,6 +380,9 @@ func jobStatus(args []string, io IO) int {
 	}
 	for _, g := range st.Groups {
 		fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
+		if g.Lifecycle != "" && g.Lifecycle != g.State {
+			fmt.Fprintf(io.Out, "    lifecycle: %s: %s\n", g.Lifecycle, g.LifecycleWhy)
+		}
 		switch {
 		case g.Placement != nil:
 			fmt.Fprintf(io.Out, "    pinned to %d node(s), %d GPU(s), %d share(s): %s\n", len(g.Placement.Nodes), len(g.Placement.GPUs), len(g.Placement.Shares), g.Placement.Reason)

@@ -89,6 +89,9 @@ type State struct {
 type Prior struct {
 	Placement, Signature string
 	Record               *pin.Record
+	// Spec is pin.Spec of that version: a version with another spec is
+	// replaced by Nomad (destructive), pinned as before or not.
+	Spec string
 }
 
 // Prior returns the last trusted pin a version of the group carried
@@ -138,7 +141,8 @@ func (s *State) setPrior(job *api.Job, tg *api.TaskGroup, rec *pin.Record) {
 	if s.prior == nil {
 		s.prior = map[decide.Key]Prior{}
 	}
-	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec}
+	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec,
+		Spec: pin.Spec(job, *tg.Name)}
 }
 
 // keepPriors remembers the trusted pins of prev, the version next

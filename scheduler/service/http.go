@@ -143,7 +143,12 @@ type GroupStatus struct {
 	State     string      `json:"state"` // "pinned", "pending" or "not-gpushare"
 	Placement *pin.Record `json:"placement,omitempty"`
 	Reason    string      `json:"reason,omitempty"`
-	Allocs    []string    `json:"allocations,omitempty"`
+	// Lifecycle is where the last pass found the group in its job's life
+	// (lifecycle.State: template, waiting, pinned-unplaced, running,
+	// scaling, canarying, migrating, done, ...) and LifecycleWhy why.
+	Lifecycle    string   `json:"lifecycle,omitempty"`
+	LifecycleWhy string   `json:"lifecycle_reason,omitempty"`
+	Allocs       []string `json:"allocations,omitempty"`
 	// Profile is the interference profile decisions use: declared in meta,
 	// named, or learned from the group's stats while it ran alone.
 	Profile *interference.Profile `json:"profile,omitempty"`
@@ -198,10 +203,15 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 			gs.Profile = displayProfile(r.Profile)
 		}
 		gs.Unpaired = s.unpairedOf(key)
+		if st, ok := s.stages[key]; ok {
+			gs.Lifecycle, gs.LifecycleWhy = string(st.State), st.Why
+		}
 		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}
 		switch rec, ok := s.state.Record(job, *tg.Name); {
+		case model.Template(job):
+			gs.State, gs.Reason = "template", "a periodic or parameterized job: Nomad never places it, and gpushare never decides it; each child it launches or dispatches is a job of its own, decided as it comes"
 		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
 			gs.State = "pending"
 			gs.Reason = s.pending[key]

@@ -84,8 +84,9 @@ func withCanary(id string, shares uint64) *api.Job {
 
 // A changed version of a group with canaries is placed beside its running
 // allocation, which keeps its shares until the deployment is promoted:
-// pinned onto the old allocation's shares (as a rolling update is), the
-// canary could never be placed and the deployment hung. Registered again
+// pinned onto the old allocation's shares (as a rolling update is, or
+// kept as it was when only the task's env changed), the canary could never
+// be placed and the deployment hung. Registered again
 // unchanged, it keeps its pin byte for byte (no canary: Nomad updates in
 // place).
 func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
@@ -102,8 +103,10 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	s.reconcile(t.Context())
 	must.Eq(t, first, pinOf(t, f.jobs["api"]))
 
+	// a new release: the same request (the placement would be kept), a
+	// change Nomad replaces allocations for
 	changed := withCanary("api", 25)
-	changed.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(256)
+	changed.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": "2"}
 	f.put(changed)
 	must.NoError(t, s.resync(t.Context()))
 	s.reconcile(t.Context())
@@ -149,6 +152,13 @@ func TestDispatchedChildIsPlaced(t *testing.T) {
 	must.SliceEmpty(t, pin.Gated(f.jobs[*child.ID]), must.Sprint(s.pending[key(*child.ID)]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["infer"]))
 	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
+	st, ok := s.jobStatus("default", "infer", "default")
+	must.True(t, ok)
+	must.Eq(t, "template", st.Groups[0].State, must.Sprint("a parent is never decided: it does not wait for a decision"))
+	st, ok = s.jobStatus("default", *child.ID, "default")
+	must.True(t, ok)
+	must.Eq(t, "pinned", st.Groups[0].State)
+	must.Eq(t, string(lifecycle.Waiting), st.Groups[0].Lifecycle) // as the pass found it, before its pin
 }
 
 // A batch job that completed, run again under the same ID, and whose new

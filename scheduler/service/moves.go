@@ -183,3 +183,12 @@ func keptAction(key decide.Key, policy string, req placement.Request, keep []pla
 	}
 	return decide.Action{Kind: decide.Pin, Group: key, Decision: d, Kept: true}
 }
+
+// replacedAnyway reports whether Nomad replaces the group's running
+// allocations for a change of its current version even when it is pinned
+// as before: the version they run (its Prior) has another pin.Spec, or
+// none is known. The caller holds s.mu.
+func (s *Service) replacedAnyway(job *api.Job, key decide.Key) bool {
+	prior, ok := s.state.Prior(key)
+	return !ok || prior.Spec == "" || prior.Spec != pin.Spec(job, key.Group)
+}

@@ -301,6 +301,12 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				live := s.state.GroupAllocs(key.Namespace, key.Job, name)
 				held := s.held(key)
 				keep := s.keep(job, key, held)
+				if stage.Beside && s.replacedAnyway(job, key) {
+					// the same placement, but a change Nomad replaces
+					// allocations for (a new image, env, config), deployed
+					// with canaries: they need room beside what runs
+					keep = nil
+				}
 				if s.inPlaceOnly(job, name, keep) {
 					// unchanged, on nodes that take no new work (ineligible,
 					// draining) but still run it: its pin is written back
@@ -318,7 +324,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					continue
 				}
 				switch {
-				case g.Keep != nil: // unchanged: Nomad updates it in place, canaries or not
+				case g.Keep != nil: // unchanged for its placement: written back, Nomad updates in place or replaces on the same shares
 					g.Replaces = ids(live)
 				case stage.Beside:
 					// canaries: placed beside what runs, which keeps its

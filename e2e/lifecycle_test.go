@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// TestLifecycleOperations: what Nomad does to a placed job after its
+// placement, on a real Nomad with the real plugin and scheduler (issue
+// 28). Each operation ends with every allocation running within the
+// liveness bound; where an allocation must not be restarted, its ID is
+// checked.
+//   - scaled past its pin (nomad job scale, as the Autoscaler does), the
+//     group is pinned again and all its allocations run; scaled down, and
+//     back up within its pin, what runs is left alone;
+//   - a changed version with a canary and auto_promote is placed beside
+//     the running allocations and the deployment succeeds;
+//   - a dispatched child of a gated parameterized job is placed.
+func TestLifecycleOperations(t *testing.T) {
+	start := time.Now()
+	e := newTwoPCIeEnv(t)
+	e.startScheduler("s1", "")
+	t.Logf("cluster and scheduler ready in %s", time.Since(start).Round(time.Second))
+
+	t.Run("scale", func(t *testing.T) {
+		e := e.in(t)
+		e.register("web", map[string]any{"shares": 25})
+		first := e.running("web", 1, liveness)[0]
+		scale := func(n int) {
+			_, _, err := e.nomad.Jobs().Scale("web", "g", &n, "e2e: scaled", false, nil, nil)
+			must.NoError(t, err)
+		}
+		scale(3)
+		three := e.running("web", 3, liveness)
+		job, _, err := e.nomad.Jobs().Info("web", nil)
+		must.NoError(t, err)
+		rec, ok := pin.ParseRecord(job, "g")
+		must.True(t, ok)
+		must.Eq(t, 3, rec.Count)
+		restarted := !slices.ContainsFunc(three, func(a *api.Allocation) bool { return a.ID == first.ID })
+		t.Logf("scaled 1 -> 3: 3 running, pinned for 3 on %v; the first allocation restarted: %v", rec.Nodes, restarted)
+
+		scale(1)
+		one := e.running("web", 1, liveness)
+		must.True(t, slices.ContainsFunc(three, func(a *api.Allocation) bool { return a.ID == one[0].ID }),
+			must.Sprint("scaling down restarted the allocation that stays"))
+		scale(2)
+		two := e.running("web", 2, liveness)
+		must.True(t, slices.ContainsFunc(two, func(a *api.Allocation) bool { return a.ID == one[0].ID }),
+			must.Sprint("scaling back up within the pin restarted what ran"))
+		t.Logf("scaled 3 -> 1 -> 2 within the pin: no restart")
+	})
+
+	t.Run("canary with auto_promote", func(t *testing.T) {
+		e := e.in(t)
+		spec := func(version string) *api.Job {
+			j := e.parse("api", map[string]any{"shares": 25, "count": 2})
+			u := j.TaskGroups[0].Update
+			u.Canary, u.AutoPromote, u.MaxParallel = ptr(1), ptr(true), ptr(1)
+			j.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": version}
+			return j
+		}
+		_, _, err := e.nomad.Jobs().Register(spec("1"), nil)
+		must.NoError(t, err)
+		e.running("api", 2, liveness)
+		_, _, err = e.nomad.Jobs().Register(spec("2"), nil)
+		must.NoError(t, err)
+		e.eventually(liveness, "the canary deployment of version 2 to succeed", func() bool {
+			job, _, err := e.nomad.Jobs().Info("api", nil)
+			if err != nil || len(pin.Gated(job)) > 0 {
+				return false
+			}
+			d, _, err := e.nomad.Jobs().LatestDeployment("api", nil)
+			if err != nil || d == nil || d.JobVersion != *job.Version || d.Status != api.DeploymentStatusSuccessful {
+				return false
+			}
+			n := 0
+			for _, a := range e.runningNow("api") {
+				if a.Job.TaskGroups[0].Tasks[0].Env["APP_VERSION"] == "2" {
+					n++
+				}
+			}
+			return n == 2
+		})
+		t.Logf("canary deployment of version 2 successful: 2 allocations of it run")
+	})
+
+	t.Run("dispatch", func(t *testing.T) {
+		e := e.in(t)
+		p := e.parse("infer", map[string]any{"shares": 25})
+		p.Type = ptr("batch")
+		p.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
+		p.Update, p.TaskGroups[0].Update = nil, nil
+		_, _, err := e.nomad.Jobs().Register(p, nil)
+		must.NoError(t, err)
+		resp, _, err := e.nomad.Jobs().Dispatch("infer", nil, nil, "", nil)
+		must.NoError(t, err)
+		e.running(resp.DispatchedJobID, 1, liveness)
+		parent, _, err := e.nomad.Jobs().Info("infer", nil)
+		must.NoError(t, err)
+		must.Eq(t, []string{"g"}, pin.Gated(parent), must.Sprint("the parent, a template, is never pinned"))
+		t.Logf("dispatched child %s runs", resp.DispatchedJobID)
+	})
+	t.Logf("TestLifecycleOperations took %s", time.Since(start).Round(time.Second))
+}
+
+func ptrTo[T any](v T) *T { return &v }
