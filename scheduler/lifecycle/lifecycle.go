@@ -98,6 +98,11 @@ type Group struct {
 	Canary int
 	// Gated: the group carries the gate.
 	Gated bool
+	// Dispatched: the job is a dispatched child of a parameterized job.
+	// Nomad's HTTP API does not carry a job's Dispatched flag on
+	// registration, and its validation requires it unchanged, so such a
+	// job can never be registered again: never pinned.
+	Dispatched bool
 	// Pinned: it carries a trusted pin of this incarnation of the job.
 	Pinned bool
 	// PinRoom is how many allocations the pin names shares for.
@@ -176,6 +181,10 @@ func Reconcile(g Group) Result {
 	}
 	r := Result{Missing: missing}
 	switch {
+	case g.Gated && g.Dispatched:
+		r.State = Waiting
+		r.Why = "a dispatched child of a gated parameterized job: Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare cannot pin it; remove the gate from the parameterized job and give its task a whole GPU, or run it as a batch job that is not parameterized"
+		return r
 	case g.Gated:
 		r.State, r.Do = Waiting, Place
 		if g.Canary > 0 && !g.Batch && len(live) > 0 {

@@ -27,7 +27,8 @@ func TestReconcile(t *testing.T) {
 		missing  int
 	}{
 		{name: "periodic or parameterized parent", g: Group{Template: true, Gated: true, Count: 1}, state: Template},
-		{name: "dispatched child waits at its parent's gate", g: Group{Gated: true, Count: 1}, state: Waiting, do: Place, missing: 1},
+		{name: "periodic child waits at its parent's gate", g: Group{Gated: true, Count: 1}, state: Waiting, do: Place, missing: 1},
+		{name: "dispatched child at its parent's gate: Nomad refuses to register it again", g: Group{Gated: true, Dispatched: true, Count: 1}, state: Waiting, missing: 1},
 		{name: "stopped job", g: Group{Stopped: true, Pinned: true, PinRoom: 1, Count: 1, Allocs: []Alloc{runs("a")}}, state: Stopped},
 		{name: "scaled to zero", g: Group{Pinned: true, PinRoom: 1, Count: 0}, state: Stopped},
 		{name: "new group at the gate", g: Group{Gated: true, Count: 2}, state: Waiting, do: Place, missing: 2},

@@ -21,13 +21,14 @@ func (s *Service) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *
 	name := *tg.Name
 	key := model.KeyOf(job, name)
 	g := lifecycle.Group{
-		Template:  model.Template(job),
-		Stopped:   job.Stop != nil && *job.Stop,
-		Batch:     job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch),
-		Count:     pin.Count(tg),
-		Canary:    canaries(job, tg),
-		Gated:     slices.Contains(gated, name),
-		Adoptable: s.cfg.AdoptUngatedOn() && pin.Wants(tg),
+		Template:   model.Template(job),
+		Stopped:    job.Stop != nil && *job.Stop,
+		Batch:      job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch),
+		Count:      pin.Count(tg),
+		Canary:     canaries(job, tg),
+		Gated:      slices.Contains(gated, name),
+		Dispatched: job.Dispatched,
+		Adoptable:  s.cfg.AdoptUngatedOn() && pin.Wants(tg),
 	}
 	if g.Template || g.Stopped || g.Count == 0 {
 		return g, nil, nil

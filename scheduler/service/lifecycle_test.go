@@ -135,9 +135,12 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 }
 
 // A dispatched child of a gated parameterized job keeps its parent's
-// ParameterizedJob block (Nomad sets Dispatched): it is placed like any
-// job, and its parent, a template, is not.
-func TestDispatchedChildIsPlaced(t *testing.T) {
+// ParameterizedJob block (Nomad sets Dispatched) and is no template; but
+// Nomad refuses every registration of a dispatched job (its HTTP API drops
+// the flag, its validation wants it unchanged), so it cannot be pinned:
+// it waits, says why, and no pin is attempted (each failed, and was
+// retried for ever). Its parent is a template, not waiting for a decision.
+func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	parent := gated("infer", 25)
 	parent.Type = ptr("batch")
@@ -148,17 +151,19 @@ func TestDispatchedChildIsPlaced(t *testing.T) {
 	child.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
 	f.put(child)
 	s := loadedService(t, f)
+	registers := f.registers
 	s.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs[*child.ID]), must.Sprint(s.pending[key(*child.ID)]))
-	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["infer"]))
+	must.Eq(t, registers, f.registers, must.Sprint("no pin attempted"))
+	must.StrContains(t, s.pending[key(*child.ID)], "dispatched child")
+	must.Eq(t, lifecycle.Waiting, stageOf(s, *child.ID).State)
 	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
 	st, ok := s.jobStatus("default", "infer", "default")
 	must.True(t, ok)
 	must.Eq(t, "template", st.Groups[0].State, must.Sprint("a parent is never decided: it does not wait for a decision"))
 	st, ok = s.jobStatus("default", *child.ID, "default")
 	must.True(t, ok)
-	must.Eq(t, "pinned", st.Groups[0].State)
-	must.Eq(t, string(lifecycle.Waiting), st.Groups[0].Lifecycle) // as the pass found it, before its pin
+	must.Eq(t, "pending", st.Groups[0].State)
+	must.StrContains(t, st.Groups[0].Reason, "remove the gate from the parameterized job")
 }
 
 // A batch job that completed, run again under the same ID, and whose new

@@ -250,6 +250,9 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			g := decide.Group{Key: key}
 			switch stage.Do {
 			case lifecycle.Nothing:
+				if stage.State == lifecycle.Waiting {
+					pending[key] = stage.Why // it waits, and nothing gpushare can do places it
+				}
 				continue
 			case lifecycle.Repin:
 				// decided again without the nodes its pin lost, nor any

@@ -273,6 +273,11 @@ func (f *fakeNomad) Register(ctx context.Context, j *api.Job, index uint64) (uin
 	if cur := f.jobs[*j.ID]; cur != nil && *cur.JobModifyIndex != index {
 		return 0, ErrConflict
 	}
+	if cur := f.jobs[*j.ID]; cur != nil && cur.Dispatched {
+		// Nomad's HTTP API drops Dispatched, and its validation wants it
+		// unchanged: a dispatched job is never registered again
+		return 0, errors.New("Unexpected response code: 500 (cannot update non-parameterized job to being parameterized)")
+	}
 	if f.submitNow != nil { // on a copy: Nomad does not change the caller's job
 		j, _ = copyJob(j)
 		j.SubmitTime = ptr(f.submitNow().UnixNano())
