@@ -93,6 +93,9 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 				add(Warning, name, "has a ${device.ids} constraint: pins are written by the gpushare scheduler; a hand-written one is replaced when it places the group")
 			}
 		}
+		if job.IsParameterized() && slices.Contains(gated, name) {
+			add(Error, name, "%s", DispatchedGated)
+		}
 		out = append(out, lintRuntimeEnv(job, tg)...)
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
 			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${node.unique.id} = gpushare:pending) or use `gpushare job run`, which adds it")
@@ -111,6 +114,11 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 	}
 	return out
 }
+
+// DispatchedGated is why a gated parameterized job cannot work: its
+// dispatched children carry the gate, and Nomad refuses every
+// registration of a dispatched job, so no pin can be written into one.
+const DispatchedGated = "a parameterized job with the gpushare gate: its dispatched children carry the gate, and Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare can never pin one and each would wait; submit each run as a batch job of its own (gpushare job run) instead of dispatching"
 
 // HasErrors reports whether any finding is an error.
 func HasErrors(fs []Finding) bool {

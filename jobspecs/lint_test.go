@@ -1,10 +1,13 @@
 package jobspecs
 
 import (
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
 
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
 
@@ -162,3 +165,18 @@ func TestExamplesShowEveryDriver(t *testing.T) {
 	must.SliceLen(t, 4, byDriver["raw_exec"])
 	must.Eq(t, byDriver["raw_exec"], DemoExampleNames())
 }
+
+// A gated parameterized job is an error: none of its dispatched children
+// could ever be pinned.
+func TestLintRefusesAGatedParameterizedJob(t *testing.T) {
+	job := &api.Job{ID: ptrOf("infer"), Type: ptrOf("batch"), ParameterizedJob: &api.ParameterizedJobConfig{},
+		TaskGroups: []*api.TaskGroup{{Name: ptrOf("g"), Constraints: []*api.Constraint{pin.Gate()},
+			Tasks: []*api.Task{{Name: "t", Resources: &api.Resources{Devices: []*api.RequestedDevice{{Name: "nvidia/gpushare", Count: ptrOf(uint64(25))}}}}}}}}
+	fs := Lint(job, 100)
+	must.True(t, HasErrors(fs), must.Sprint(fs))
+	must.StrContains(t, fmt.Sprint(fs), "dispatched children")
+	job.ParameterizedJob = nil
+	must.False(t, HasErrors(Lint(job, 100)))
+}
+
+func ptrOf[T any](v T) *T { return &v }

@@ -183,7 +183,7 @@ func Reconcile(g Group) Result {
 	switch {
 	case g.Gated && g.Dispatched:
 		r.State = Waiting
-		r.Why = "a dispatched child of a gated parameterized job: Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare cannot pin it; remove the gate from the parameterized job and give its task a whole GPU, or run it as a batch job that is not parameterized"
+		r.Why = "a dispatched child of a gated parameterized job: Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare cannot pin it; submit each run as a batch job of its own (gpushare job run) instead of dispatching"
 		return r
 	case g.Gated:
 		r.State, r.Do = Waiting, Place

@@ -163,7 +163,7 @@ func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
 	st, ok = s.jobStatus("default", *child.ID, "default")
 	must.True(t, ok)
 	must.Eq(t, "pending", st.Groups[0].State)
-	must.StrContains(t, st.Groups[0].Reason, "remove the gate from the parameterized job")
+	must.StrContains(t, st.Groups[0].Reason, "submit each run as a batch job of its own")
 }
 
 // A batch job that completed, run again under the same ID, and whose new
