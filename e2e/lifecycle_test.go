@@ -100,6 +100,76 @@ func TestLifecycleOperations(t *testing.T) {
 		t.Logf("canary deployment of version 2 successful: 2 allocations of it run")
 	})
 
+	t.Run("rolling update, revert, stop and run again", func(t *testing.T) {
+		e := e.in(t)
+		spec := func(version string) *api.Job {
+			j := e.parse("roll", map[string]any{"shares": 25, "count": 2})
+			j.TaskGroups[0].Update.MaxParallel = ptr(1)
+			j.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": version}
+			return j
+		}
+		register := func(j *api.Job) {
+			_, _, err := e.nomad.Jobs().Register(j, nil)
+			must.NoError(t, err)
+		}
+		register(spec("1"))
+		v1 := e.settled("roll", 2)
+		register(spec("2"))
+		v2 := e.settled("roll", 2)
+		for _, a := range v2 {
+			must.Eq(t, "2", a.Job.TaskGroups[0].Tasks[0].Env["APP_VERSION"])
+		}
+		t.Logf("rolling update: 2 allocations of version 2 run, on %v (version 1 ran on %v)", gpusOf(v2), gpusOf(v1))
+
+		// revert to the version the first pin was written into
+		versions, _, _, err := e.nomad.Jobs().Versions("roll", false, nil)
+		must.NoError(t, err)
+		var target uint64
+		found := false
+		for _, v := range versions {
+			if len(pin.Gated(v)) == 0 && v.TaskGroups[0].Tasks[0].Env["APP_VERSION"] == "1" {
+				target, found = *v.Version, true
+			}
+		}
+		must.True(t, found, must.Sprint("no pinned version 1 to revert to"))
+		_, _, err = e.nomad.Jobs().Revert("roll", target, nil, nil, "", "")
+		must.NoError(t, err)
+		reverted := e.settled("roll", 2)
+		for _, a := range reverted {
+			must.Eq(t, "1", a.Job.TaskGroups[0].Tasks[0].Env["APP_VERSION"])
+		}
+		t.Logf("nomad job revert to version %d: 2 allocations of it run", target)
+
+		_, _, err = e.nomad.Jobs().Deregister("roll", false, nil)
+		must.NoError(t, err)
+		e.eventually(liveness, "the stopped job's allocations to stop", func() bool { return len(e.runningNow("roll")) == 0 })
+		register(spec("3"))
+		e.settled("roll", 2)
+		t.Logf("stopped, then run again: 2 allocations run")
+	})
+
+	t.Run("drain", func(t *testing.T) {
+		e := e.in(t)
+		e.register("drained", map[string]any{"shares": 25})
+		before := e.settled("drained", 1)[0]
+		_, err := e.nomad.Nodes().UpdateDrainOpts(before.NodeID, &api.DrainOptions{
+			DrainSpec: &api.DrainSpec{Deadline: time.Minute}, MarkEligible: false}, nil)
+		must.NoError(t, err)
+		t.Cleanup(func() {
+			_, _ = e.nomad.Nodes().UpdateDrainOpts(before.NodeID, &api.DrainOptions{DrainSpec: nil, MarkEligible: true}, nil)
+		})
+		var after *api.Allocation
+		e.eventually(liveness, "the drained allocation to run again on another node", func() bool {
+			now := e.runningNow("drained")
+			if len(now) != 1 || now[0].NodeID == before.NodeID {
+				return false
+			}
+			after = now[0]
+			return true
+		})
+		t.Logf("drained %s: the group runs again on %s", before.NodeName, after.NodeName)
+	})
+
 	t.Run("dispatch", func(t *testing.T) {
 		// Nomad 1.11 refuses every registration of a dispatched job (its
 		// HTTP API drops the Dispatched flag, and its validation wants it
@@ -160,5 +230,14 @@ func (e *env) settled(id string, n int) []*api.Allocation {
 		}
 		return len(out) == n
 	})
+	return out
+}
+
+// gpusOf lists the GPUs the allocations' shares are on.
+func gpusOf(allocs []*api.Allocation) []string {
+	var out []string
+	for _, a := range allocs {
+		out = append(out, gpus(a)...)
+	}
 	return out
 }

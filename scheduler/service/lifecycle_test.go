@@ -4,6 +4,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -278,4 +279,28 @@ func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
 	must.StrNotContains(t, rr.Body.String(), "gpushare_restarts_total{")
+}
+
+// A follower shows a group the leader refused for good as refused, not as
+// pending, from the leader's records; and no longer once the leader's
+// records stop saying so.
+func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("huge", 900)) // nine GPUs: no node of this cluster has them
+	leader := loadedService(t, f)
+	leader.reconcile(t.Context())
+	must.MapContainsKey(t, leader.refused, key("huge"))
+	follower := loadedService(t, f)
+	st, ok := follower.jobStatus("default", "huge", "default")
+	must.True(t, ok)
+	must.Eq(t, "refused", st.Groups[0].State, must.Sprint(st.Groups[0].Reason))
+
+	leader.mu.Lock()
+	delete(leader.refused, key("huge"))
+	leader.reasonsSaved = time.Time{}
+	leader.mu.Unlock()
+	leader.saveState(t.Context())
+	must.NoError(t, follower.loadState(t.Context(), true))
+	st, _ = follower.jobStatus("default", "huge", "default")
+	must.Eq(t, "pending", st.Groups[0].State)
 }

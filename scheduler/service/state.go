@@ -258,6 +258,7 @@ func hashItems(items map[string]string) string {
 func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	seen := map[string]string{} // path -> hash of what it holds
 	reasons, placed := map[decide.Key]string{}, map[decide.Key]string{}
+	refused := map[decide.Key]bool{}
 	if withReasons {
 		items, err := s.readKind(ctx, reasonsKind, seen)
 		if err != nil {
@@ -269,6 +270,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 				placed[k] = f[1]
 			case ok && len(f) == 2:
 				reasons[k] = f[1]
+				refused[k] = f[0] == "refused"
 			}
 		}
 	}
@@ -294,6 +296,19 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	if withReasons {
 		s.pending = reasons
 		maps.Copy(s.why, placed)
+		// what the leader refused for good shows as refused here too; a
+		// refusal read so holds nothing (the leader's own are decided
+		// with the job and cluster they were made for)
+		for k, r := range s.refused {
+			if r == (refusal{reason: r.reason}) && !refused[k] {
+				delete(s.refused, k)
+			}
+		}
+		for k, never := range refused {
+			if _, ok := s.refused[k]; never && !ok {
+				s.refused[k] = refusal{reason: reasons[k]}
+			}
+		}
 	}
 	learned := map[string]bool{}
 	for _, v := range learnedItems {
