@@ -3,12 +3,15 @@ package e2e
 import (
 	"fmt"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -16,7 +19,7 @@ import (
 
 // TestLifecycleOperations: what Nomad does to a placed job after its
 // placement, on a real Nomad with the real plugin and scheduler (issue
-// 28). Each operation ends with every allocation running within the
+// 28), on three clients in two datacenters. Each operation ends with every allocation running within the
 // liveness bound; where an allocation must not be restarted, its ID is
 // checked.
 //   - scaled past its pin (nomad job scale, as the Autoscaler does), the
@@ -24,11 +27,15 @@ import (
 //     back up within its pin, what runs is left alone;
 //   - a changed version with a canary and auto_promote is placed beside
 //     the running allocations and the deployment succeeds;
+//   - a rolling update, `nomad job revert` to the first pinned version, and
+//     a stop followed by a new run each end with the group running;
+//   - a drained node's group runs again on the other node of its
+//     datacenter, never in the other datacenter;
 //   - a dispatched child of a gated parameterized job, which Nomad never
 //     lets be registered again, waits and says why.
 func TestLifecycleOperations(t *testing.T) {
 	start := time.Now()
-	e := newTwoPCIeEnv(t)
+	e := newLifecycleEnv(t)
 	s := e.startScheduler("s1", "")
 	t.Logf("cluster and scheduler ready in %s", time.Since(start).Round(time.Second))
 
@@ -150,9 +157,12 @@ func TestLifecycleOperations(t *testing.T) {
 
 	t.Run("drain", func(t *testing.T) {
 		e := e.in(t)
-		e.register("drained", map[string]any{"shares": 25})
+		j := e.parse("drained", map[string]any{"shares": 25})
+		j.Datacenters = []string{"dc1"} // pcie-1 and pcie-2, not pcie-3
+		_, _, err := e.nomad.Jobs().Register(j, nil)
+		must.NoError(t, err)
 		before := e.settled("drained", 1)[0]
-		_, err := e.nomad.Nodes().UpdateDrainOpts(before.NodeID, &api.DrainOptions{
+		_, err = e.nomad.Nodes().UpdateDrainOpts(before.NodeID, &api.DrainOptions{
 			DrainSpec: &api.DrainSpec{Deadline: time.Minute}, MarkEligible: false}, nil)
 		must.NoError(t, err)
 		t.Cleanup(func() {
@@ -167,7 +177,8 @@ func TestLifecycleOperations(t *testing.T) {
 			after = now[0]
 			return true
 		})
-		t.Logf("drained %s: the group runs again on %s", before.NodeName, after.NodeName)
+		must.NotEq(t, "pcie-3", after.NodeName, must.Sprint("moved out of the job's datacenter"))
+		t.Logf("drained %s: the group runs again on %s, in its datacenter", before.NodeName, after.NodeName)
 	})
 
 	t.Run("dispatch", func(t *testing.T) {
@@ -240,4 +251,28 @@ func gpusOf(allocs []*api.Allocation) []string {
 		out = append(out, gpus(a)...)
 	}
 	return out
+}
+
+// newLifecycleEnv is a cluster of three 4-GPU PCIe clients whose GPU
+// UUIDs differ: pcie-1 (the dev agent with the server) and pcie-2 in dc1,
+// pcie-3 in dc2.
+func newLifecycleEnv(t *testing.T) *env {
+	t.Helper()
+	fx := t.TempDir()
+	src, err := fixtures.FS.ReadFile(fixtures.PCIe4GPU)
+	must.NoError(t, err)
+	var clients []devcluster.Client
+	paths := map[string]string{}
+	for i, name := range []string{"pcie-1", "pcie-2", "pcie-3"} {
+		b := fixtureUUID.ReplaceAllString(string(src), fmt.Sprintf("GPU-${1}${2}0000%02d-", 30+i))
+		p := filepath.Join(fx, name+".hcl")
+		must.NoError(t, os.WriteFile(p, []byte(b), 0o644))
+		paths[name] = p
+		dc := "dc1"
+		if i == 2 {
+			dc = "dc2"
+		}
+		clients = append(clients, devcluster.Client{Name: name, Fixture: p, Datacenter: dc})
+	}
+	return envOn(t, startClusterWith(t, devcluster.Options{Clients: clients}), paths, "gpushare-lifecycle-")
 }
