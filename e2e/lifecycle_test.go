@@ -3,15 +3,12 @@ package e2e
 import (
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gpushare/gpushare/fixtures"
-	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -258,21 +255,5 @@ func gpusOf(allocs []*api.Allocation) []string {
 // pcie-3 in dc2.
 func newLifecycleEnv(t *testing.T) *env {
 	t.Helper()
-	fx := t.TempDir()
-	src, err := fixtures.FS.ReadFile(fixtures.PCIe4GPU)
-	must.NoError(t, err)
-	var clients []devcluster.Client
-	paths := map[string]string{}
-	for i, name := range []string{"pcie-1", "pcie-2", "pcie-3"} {
-		b := fixtureUUID.ReplaceAllString(string(src), fmt.Sprintf("GPU-${1}${2}0000%02d-", 30+i))
-		p := filepath.Join(fx, name+".hcl")
-		must.NoError(t, os.WriteFile(p, []byte(b), 0o644))
-		paths[name] = p
-		dc := "dc1"
-		if i == 2 {
-			dc = "dc2"
-		}
-		clients = append(clients, devcluster.Client{Name: name, Fixture: p, Datacenter: dc})
-	}
-	return envOn(t, startClusterWith(t, devcluster.Options{Clients: clients}), paths, "gpushare-lifecycle-")
+	return newPCIeEnv(t, "gpushare-lifecycle-", 30, "dc1", "dc1", "dc2")
 }

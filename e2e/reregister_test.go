@@ -98,19 +98,28 @@ func TestReRegisterUnchangedKeepsAllocations(t *testing.T) {
 // dev agent with the server) whose GPU UUIDs differ.
 func newTwoPCIeEnv(t *testing.T) *env {
 	t.Helper()
+	return newPCIeEnv(t, "gpushare-rereg-", 20, "dc1", "dc1")
+}
+
+// newPCIeEnv is a cluster of 4-GPU PCIe clients pcie-1, pcie-2, ... in
+// the datacenters dcs (the first is the dev agent with the server), whose
+// GPU UUIDs differ (numbered from first).
+func newPCIeEnv(t *testing.T, prefix string, first int, dcs ...string) *env {
+	t.Helper()
 	fx := t.TempDir()
 	src, err := fixtures.FS.ReadFile(fixtures.PCIe4GPU)
 	must.NoError(t, err)
 	var clients []devcluster.Client
 	paths := map[string]string{}
-	for i, name := range []string{"pcie-1", "pcie-2"} {
-		b := fixtureUUID.ReplaceAllString(string(src), fmt.Sprintf("GPU-${1}${2}0000%02d-", 20+i))
+	for i, dc := range dcs {
+		name := fmt.Sprintf("pcie-%d", i+1)
+		b := fixtureUUID.ReplaceAllString(string(src), fmt.Sprintf("GPU-${1}${2}0000%02d-", first+i))
 		p := filepath.Join(fx, name+".hcl")
 		must.NoError(t, os.WriteFile(p, []byte(b), 0o644))
 		paths[name] = p
-		clients = append(clients, devcluster.Client{Name: name, Fixture: p})
+		clients = append(clients, devcluster.Client{Name: name, Fixture: p, Datacenter: dc})
 	}
-	return envOn(t, startClusterWith(t, devcluster.Options{Clients: clients}), paths, "gpushare-rereg-")
+	return envOn(t, startClusterWith(t, devcluster.Options{Clients: clients}), paths, prefix)
 }
 
 // reRegister registers one parsed jobspec again and again.

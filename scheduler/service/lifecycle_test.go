@@ -27,6 +27,29 @@ func (f *fakeNomad) scaled(t *testing.T, id string, count int) {
 	f.put(j)
 }
 
+// placedFirst registers j (gated) on a fake Nomad of nodes (one DGX-1 if
+// none), lets a loaded service pin it, and returns them with its record.
+func placedFirst(t *testing.T, j *api.Job, nodes ...*api.Node) (*fakeNomad, *Service, *pin.Record) {
+	t.Helper()
+	if len(nodes) == 0 {
+		nodes = []*api.Node{dgx1(t)}
+	}
+	f := &fakeNomad{nodes: nodes, jobs: map[string]*api.Job{}}
+	f.put(j)
+	s := loadedService(t, f)
+	s.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs[*j.ID], "g")
+	must.True(t, ok, must.Sprint(s.pending[key(*j.ID)]))
+	return f, s, rec
+}
+
+// twoDGX1 are two DGX-1 nodes, node-1 and node-2.
+func twoDGX1(t *testing.T) []*api.Node {
+	second := dgx1(t)
+	second.ID, second.Name = "node-2", "dgx1-b"
+	return []*api.Node{dgx1(t), second}
+}
+
 // stageOf is where the last pass found job id's group g.
 func stageOf(s *Service, id string) lifecycle.Result {
 	s.mu.Lock()
@@ -40,12 +63,7 @@ func stageOf(s *Service, id string) lifecycle.Result {
 // within its pin, it is left to Nomad. Before the reconciler, the scaled
 // group's pin was no longer trusted and its new allocations never ran.
 func TestScaleUpPastThePinIsPinnedAgain(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	f.put(gated("web", 25))
-	s := loadedService(t, f)
-	s.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["web"], "g")
-	must.True(t, ok)
+	f, s, rec := placedFirst(t, gated("web", 25))
 	must.Eq(t, 1, rec.Count)
 	f.runningOn("web", "alloc-1", rec.Shares)
 
@@ -91,12 +109,8 @@ func withCanary(id string, shares uint64) *api.Job {
 // unchanged, it keeps its pin byte for byte (no canary: Nomad updates in
 // place).
 func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	f.put(withCanary("api", 25))
-	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	f, s, rec := placedFirst(t, withCanary("api", 25))
 	first := pinOf(t, f.jobs["api"])
-	rec, _ := pin.ParseRecord(f.jobs["api"], "g")
 	f.runningOn("api", "alloc-v1", rec.Shares)
 
 	f.put(withCanary("api", 25)) // the same file again
@@ -173,14 +187,8 @@ func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
 // finished (Nomad's reconciler ignores terminal allocations of older
 // versions).
 func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
-	second := dgx1(t)
-	second.ID, second.Name = "node-2", "dgx1-b"
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t), second}, jobs: map[string]*api.Job{}}
 	batch := func() *api.Job { j := gated("etl", 25); j.Type = ptr("batch"); return j }
-	f.put(batch())
-	s := loadedService(t, f)
-	s.reconcile(t.Context())
-	rec, _ := pin.ParseRecord(f.jobs["etl"], "g")
+	f, s, rec := placedFirst(t, batch(), twoDGX1(t)...)
 	f.runningOn("etl", "alloc-1", rec.Shares)
 	f.mu.Lock()
 	f.index++
@@ -225,11 +233,7 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 // given them (it was: the old allocation counted as the group's, so
 // nothing was missing and nothing held).
 func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
-	f.put(gated("q", 25))
-	s := loadedService(t, f)
-	s.reconcile(t.Context())
-	old, _ := pin.ParseRecord(f.jobs["q"], "g")
+	f, s, old := placedFirst(t, gated("q", 25))
 	f.runningOn("q", "alloc-q", old.Shares)
 	f.put(gated("q", 50))
 	must.NoError(t, s.resync(t.Context()))
@@ -255,14 +259,8 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 // there, as it would without gpushare: the placement core leaves such
 // nodes out, and the group was pinned onto another node (a restart).
 func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
-	second := dgx1(t)
-	second.ID, second.Name = "node-2", "dgx1-b"
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t), second}, jobs: map[string]*api.Job{}}
-	f.put(gated("q", 25))
-	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	f, s, rec := placedFirst(t, gated("q", 25), twoDGX1(t)...)
 	first := pinOf(t, f.jobs["q"])
-	rec, _ := pin.ParseRecord(f.jobs["q"], "g")
 	must.Eq(t, []string{"node-1"}, rec.Nodes)
 	f.runningOn("q", "alloc-q", rec.Shares)
 	f.mu.Lock()
