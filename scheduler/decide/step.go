@@ -32,6 +32,10 @@ type Group struct {
 	// snapshot still allows it (a Pin with Kept set), so that its
 	// allocations are updated in place rather than replaced.
 	Keep []placement.Held
+	// Apart names the groups (those of one job with distinct_hosts at job
+	// level) that never share a node: a group of it placed by this step
+	// keeps the next ones off its nodes.
+	Apart string
 	// Prefer is where the group's single running allocation (of
 	// Replaces) runs, when the group's request changed: the step keeps it
 	// on those GPUs when they still fit the new request (a Pin), rather
@@ -96,6 +100,7 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 	failed := map[string]*placement.Refusal{} // request shapes refused since the last placement
 	var held map[string]time.Time             // nodes reserved for heldFor
 	var heldFor Key
+	apart := map[string][]string{} // nodes this step gave each Apart set
 	for i, q := range queue {
 		g := q.Group
 		req := g.Req
@@ -103,6 +108,9 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 		avoided := backfill(held, in.Now, st.expected(req))
 		if len(avoided) > 0 {
 			req.Avoid = append(slices.Clip(req.Avoid), avoided...)
+		}
+		if g.Apart != "" {
+			req.Avoid = append(slices.Clip(req.Avoid), apart[g.Apart]...)
 		}
 		shape := ""
 		if len(restored) == 0 {
@@ -175,6 +183,11 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
 		}
 		st.apply(d, st.expected(req), req.Expected > 0)
+		if g.Apart != "" {
+			for _, p := range d.Placements {
+				apart[g.Apart] = append(apart[g.Apart], p.Node)
+			}
+		}
 		clear(failed)
 	}
 	return out

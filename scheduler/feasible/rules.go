@@ -230,6 +230,10 @@ func props(cs []*api.Constraint, level Level, skip Skip, group bool) []propRule 
 // node of their own (distinct_hosts at job or group level).
 func (r *Rules) DistinctHosts() bool { return r.jobHosts || r.groupHosts }
 
+// JobDistinctHosts reports whether the job's groups must not share a node
+// (distinct_hosts at job level).
+func (r *Rules) JobDistinctHosts() bool { return r.jobHosts }
+
 // Alloc is a live allocation of the job: its group and the node it is on
 // (Node may be nil when the node is not known; it then counts for
 // distinct_hosts but has no property).

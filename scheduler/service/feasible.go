@@ -23,8 +23,9 @@ type nodeSet struct {
 	hash uint64
 	// none is why no node passes ("" when some does).
 	none string
-	// distinct: one allocation per node (distinct_hosts).
-	distinct bool
+	// distinct: one allocation per node (distinct_hosts); apart: no node
+	// shared with the job's other groups either (at job level).
+	distinct, apart bool
 	// models are feasible.Selection.Models: when not nil, the only
 	// gpushare device groups the group's device block matches.
 	models []string
@@ -97,7 +98,7 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 	}
 	sel := check.Select(apiNodes)
 	allowed, models, tally := sel.Allowed, sel.Models, sel.Tally
-	ns := nodeSet{distinct: rules.DistinctHosts(), models: models}
+	ns := nodeSet{distinct: rules.DistinctHosts(), apart: rules.JobDistinctHosts(), models: models}
 	switch {
 	case len(nodes) == 0: // nothing to choose from: the placement core says so
 	case len(allowed) == 0:

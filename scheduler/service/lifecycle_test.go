@@ -3,6 +3,7 @@ package service
 import (
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,10 +44,17 @@ func placedFirst(t *testing.T, j *api.Job, nodes ...*api.Node) (*fakeNomad, *Ser
 	return f, s, rec
 }
 
-// twoDGX1 are two DGX-1 nodes, node-1 and node-2.
+// twoDGX1 are two DGX-1 nodes, node-1 and node-2, whose GPU UUIDs differ.
 func twoDGX1(t *testing.T) []*api.Node {
 	second := dgx1(t)
 	second.ID, second.Name = "node-2", "dgx1-b"
+	for _, d := range second.NodeResources.Devices {
+		for k, a := range d.Attributes {
+			if a.StringVal != nil && strings.HasPrefix(*a.StringVal, "GPU-d1") {
+				d.Attributes[k] = &api.Attribute{StringVal: ptr("GPU-d2" + strings.TrimPrefix(*a.StringVal, "GPU-d1"))}
+			}
+		}
+	}
 	return []*api.Node{dgx1(t), second}
 }
 
@@ -301,4 +309,45 @@ func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
 	must.NoError(t, follower.loadState(t.Context(), true))
 	st, _ = follower.jobStatus("default", "huge", "default")
 	must.Eq(t, "pending", st.Groups[0].State)
+}
+
+// With distinct_hosts at job level, two groups of one job decided in the
+// same pass, or one after the other was pinned but before its allocation
+// exists, never share a node (they were both packed onto one: Nomad placed
+// one, and the retry restarted it).
+func TestJobDistinctHostsKeepsGroupsApart(t *testing.T) {
+	for _, together := range []bool{true, false} {
+		two := func() *api.Job {
+			j := gated("pair", 25)
+			h := *j.TaskGroups[0]
+			h.Name = ptr("h")
+			j.TaskGroups = append(j.TaskGroups, &h)
+			j.Constraints = append(j.Constraints, &api.Constraint{Operand: "distinct_hosts", RTarget: "true"})
+			return j
+		}
+		f := &fakeNomad{nodes: twoDGX1(t), jobs: map[string]*api.Job{}}
+		j := two()
+		if !together { // h first, g later
+			j.TaskGroups[0].Constraints = nil
+			j.TaskGroups = j.TaskGroups[1:]
+		}
+		f.put(j)
+		s := loadedService(t, f)
+		s.reconcile(t.Context())
+		if !together {
+			f.mu.Lock()
+			later, err := copyJob(f.jobs["pair"])
+			f.mu.Unlock()
+			must.NoError(t, err)
+			g := two().TaskGroups[0]
+			later.TaskGroups = append([]*api.TaskGroup{g}, later.TaskGroups...)
+			f.put(later)
+			must.NoError(t, s.resync(t.Context()))
+			s.reconcile(t.Context())
+		}
+		g, okG := pin.ParseRecord(f.jobs["pair"], "g")
+		h, okH := pin.ParseRecord(f.jobs["pair"], "h")
+		must.True(t, okG && okH, must.Sprintf("together=%v: %v", together, s.pending))
+		must.NotEq(t, g.Nodes, h.Nodes, must.Sprintf("together=%v", together))
+	}
 }

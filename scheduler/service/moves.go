@@ -192,3 +192,19 @@ func (s *Service) replacedAnyway(job *api.Job, key decide.Key) bool {
 	prior, ok := s.state.Prior(key)
 	return !ok || prior.Spec == "" || prior.Spec != pin.Spec(job, key.Group)
 }
+
+// pinnedNodesOfOthers lists the nodes the job's groups other than group
+// are pinned to (their allocations may not be there yet, so the job's
+// live allocations alone do not say). The caller holds s.mu.
+func (s *Service) pinnedNodesOfOthers(job *api.Job, group string) []string {
+	var out []string
+	for _, tg := range job.TaskGroups {
+		if *tg.Name == group || !s.state.Pinned(job, *tg.Name) {
+			continue
+		}
+		if rec, ok := s.state.Record(job, *tg.Name); ok {
+			out = append(out, rec.Nodes...)
+		}
+	}
+	return out
+}

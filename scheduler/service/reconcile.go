@@ -297,6 +297,10 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				continue
 			}
 			req.Avoid = g.Req.Avoid
+			if ns.apart { // distinct_hosts at job level: off the nodes the job's other groups are pinned to
+				g.Apart = model.JobKey(key.Namespace, key.Job)
+				req.Avoid = append(slices.Clip(req.Avoid), s.pinnedNodesOfOthers(job, name)...)
+			}
 			req.Allowed, req.DistinctNodes = ns.allowed, ns.distinct
 			req.Models = ns.narrow(req.Models)
 			g.Req = req
