@@ -28,6 +28,7 @@ import (
 //     a stop followed by a new run each end with the group running;
 //   - a drained node's group runs again on the other node of its
 //     datacenter, never in the other datacenter;
+//   - a periodic child (nomad job periodic force) is pinned and runs;
 //   - a dispatched child of a gated parameterized job, which Nomad never
 //     lets be registered again, waits and says why.
 func TestLifecycleOperations(t *testing.T) {
@@ -176,6 +177,33 @@ func TestLifecycleOperations(t *testing.T) {
 		})
 		must.NotEq(t, "pcie-3", after.NodeName, must.Sprint("moved out of the job's datacenter"))
 		t.Logf("drained %s: the group runs again on %s, in its datacenter", before.NodeName, after.NodeName)
+	})
+
+	t.Run("periodic force", func(t *testing.T) {
+		// a periodic child carries no periodic block: it is registered
+		// again like any job, so it is pinned; its parent never is
+		e := e.in(t)
+		p := e.parse("nightly", map[string]any{"shares": 25})
+		p.Type = ptr("batch")
+		p.Periodic = &api.PeriodicConfig{Enabled: ptr(true), SpecType: ptr("cron"), Spec: ptr("0 3 1 1 *"), ProhibitOverlap: ptr(false)}
+		p.Update, p.TaskGroups[0].Update, p.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
+		_, _, err := e.nomad.Jobs().Register(p, nil)
+		must.NoError(t, err)
+		_, _, err = e.nomad.Jobs().PeriodicForce("nightly", nil)
+		must.NoError(t, err)
+		var child string
+		e.eventually(liveness, "a child of nightly to run", func() bool {
+			jobs, _, err := e.nomad.Jobs().PrefixList("nightly/periodic-")
+			if err != nil || len(jobs) == 0 {
+				return false
+			}
+			child = jobs[0].ID
+			return len(e.runningNow(child)) == 1
+		})
+		parent, _, err := e.nomad.Jobs().Info("nightly", nil)
+		must.NoError(t, err)
+		must.Eq(t, []string{"g"}, pin.Gated(parent), must.Sprint("the parent, a template, is never pinned"))
+		t.Logf("nomad job periodic force: child %s runs", child)
 	})
 
 	t.Run("dispatch", func(t *testing.T) {
