@@ -221,7 +221,7 @@ type Record struct {
 	// Count is how many allocations the pin names shares for (0 in pins
 	// written before it was recorded). A group scaled since (nomad job
 	// scale, the Autoscaler) keeps a pin made for another count: it is the
-	// same request, with more or fewer allocations (see Trusts).
+	// same request, with more or fewer allocations (see ForRequest).
 	Count int `json:"count,omitempty"`
 	// Incarnation is the job's create index when it was pinned: a job
 	// purged and registered again is another incarnation, and an old

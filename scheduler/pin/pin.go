@@ -133,7 +133,7 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	}
 	old, _ := ParseRecord(job, group)
 	unpin(tg, old)
-	tg.Constraints = append(tg.Constraints, nodeConstraint(rec))
+	tg.Constraints = append(tg.Constraints, NodeConstraint(rec))
 	if len(rec.Shares) > 0 {
 		dev.Constraints = append(dev.Constraints, shareConstraint(rec))
 	}
@@ -152,11 +152,8 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	return nil
 }
 
-// NodeConstraint is the node constraint the pin rec writes.
-func NodeConstraint(rec *Record) *api.Constraint { return nodeConstraint(rec) }
-
-// nodeConstraint and shareConstraint are the constraints a pin writes.
-func nodeConstraint(rec *Record) *api.Constraint {
+// NodeConstraint and shareConstraint are the constraints a pin writes.
+func NodeConstraint(rec *Record) *api.Constraint {
 	return &api.Constraint{LTarget: NodeAttribute, Operand: OpSetContains, RTarget: strings.Join(rec.Nodes, ",")}
 }
 
@@ -171,7 +168,7 @@ func shareConstraint(rec *Record) *api.Constraint {
 func unpin(tg *api.TaskGroup, old *Record) {
 	tg.Constraints = slices.DeleteFunc(tg.Constraints, isGate)
 	if old != nil {
-		tg.Constraints = dropLast(tg.Constraints, nodeConstraint(old))
+		tg.Constraints = dropLast(tg.Constraints, NodeConstraint(old))
 		if dev := device(tg); dev != nil {
 			dev.Constraints = dropLast(dev.Constraints, shareConstraint(old))
 		}

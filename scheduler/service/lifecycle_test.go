@@ -3,7 +3,6 @@ package service
 import (
 	"net/http/httptest"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,18 +43,10 @@ func placedFirst(t *testing.T, j *api.Job, nodes ...*api.Node) (*fakeNomad, *Ser
 	return f, s, rec
 }
 
-// twoDGX1 are two DGX-1 nodes, node-1 and node-2, whose GPU UUIDs differ.
+// twoDGX1 are two DGX-1 nodes of dc1, node-1 and node-2, whose GPU UUIDs
+// differ.
 func twoDGX1(t *testing.T) []*api.Node {
-	second := dgx1(t)
-	second.ID, second.Name = "node-2", "dgx1-b"
-	for _, d := range second.NodeResources.Devices {
-		for k, a := range d.Attributes {
-			if a.StringVal != nil && strings.HasPrefix(*a.StringVal, "GPU-d1") {
-				d.Attributes[k] = &api.Attribute{StringVal: ptr("GPU-d2" + strings.TrimPrefix(*a.StringVal, "GPU-d1"))}
-			}
-		}
-	}
-	return []*api.Node{dgx1(t), second}
+	return []*api.Node{dgx1As(t, "node-1", "dc1"), dgx1As(t, "node-2", "dc1")}
 }
 
 // stageOf is where the last pass found job id's group g.

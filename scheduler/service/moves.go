@@ -121,12 +121,9 @@ func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
 		return
 	}
 	s.mu.Lock()
-	var ids []string
-	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
-		ids = append(ids, al.ID)
-	}
+	running := ids(s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group))
 	s.mu.Unlock()
-	if len(ids) == 0 {
+	if len(running) == 0 {
 		return
 	}
 	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
@@ -141,9 +138,9 @@ func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
 	case !slices.Contains(pin.Gated(orig), a.Group.Group):
 		reason = "adopt"
 	}
-	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(ids)))
+	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(running)))
 	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
-		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", ids, "reason", reason)
+		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", running, "reason", reason)
 }
 
 // inPlaceOnly reports whether keep (where an unchanged group's

@@ -25,6 +25,9 @@ type refusal struct {
 	jobIndex uint64
 	nodes    uint64 // clusterShape when refused
 	feasible uint64 // the nodes the job's own rules allowed (nodeSet.hash)
+	// read: a refusal this replica read from the leader's records, to
+	// show; it holds for no version of the job (holds)
+	read bool
 }
 
 // newRefusal is a refusal of the version of job the pass read.
@@ -65,8 +68,7 @@ func (s *Service) reconcile(ctx context.Context) {
 		s.warnedShape = shape
 		s.checkGuarantees(snap)
 	}
-	groups, jobs, pending := s.collect(built, shape)
-	inPlace := s.keptInPlace
+	groups, jobs, pending, inPlace := s.collect(built, shape)
 	running := s.running(snap, now)
 	var ends map[string]time.Time
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
@@ -225,12 +227,15 @@ func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key
 	}
 }
 
-// collect lists the groups to decide: gated groups, ungated gpushare
-// groups to adopt (adopt_ungated), and pinned groups whose capacity is
-// gone. Groups that cannot be turned into a request, or that were refused
-// for good and neither their job nor the cluster's nodes changed since,
-// are returned as pending, with why. The caller holds s.mu.
-func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string) {
+// collect asks lifecycle.Reconcile where each group stands and lists the
+// groups to decide: gated groups, ungated gpushare groups to adopt
+// (adopt_ungated), pinned groups whose capacity is gone or that were
+// scaled past their pin. Groups that cannot be turned into a request, or
+// that were refused for good and neither their job nor the cluster's nodes
+// changed since, are returned as pending, with why; unchanged groups on
+// nodes that take no new work, as pins to write back without a decision
+// (inPlaceOnly). The caller holds s.mu.
+func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
 	var groups []decide.Group
 	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
@@ -238,7 +243,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 	said := map[decide.Key]string{} // what Nomad said of pins it could not place
 	s.nomadSaid = said
 	stages := map[decide.Key]lifecycle.Result{}
-	s.keptInPlace = nil
+	var inPlace []decide.Action // pins written back without a decision (inPlaceOnly)
 	for _, job := range s.state.Jobs {
 		gated := pin.Gated(job)
 		for _, tg := range job.TaskGroups {
@@ -319,7 +324,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					// draining) but still run it: its pin is written back
 					// without a decision, and Nomad updates it in place
 					// there, as it would without gpushare
-					s.keptInPlace = append(s.keptInPlace, keptAction(key, s.policy.Name(), req, keep))
+					inPlace = append(inPlace, keptAction(key, s.policy.Name(), req, keep))
 					jobs[key] = job
 					continue
 				}
@@ -367,7 +372,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 			delete(s.priorRead, id)
 		}
 	}
-	return groups, jobs, pending
+	return groups, jobs, pending, inPlace
 }
 
 // dropGone deletes from m the groups whose job the state no longer has.

@@ -46,9 +46,6 @@ type Service struct {
 	// (lifecycle.Reconcile), for the API and the restart counts: read
 	// from Nomad every pass, never kept across passes
 	stages map[decide.Key]lifecycle.Result
-	// keptInPlace are, for the pass under way, the pins collect writes
-	// back without a decision (inPlaceOnly)
-	keptInPlace []decide.Action
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string

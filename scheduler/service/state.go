@@ -300,13 +300,13 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 		// refusal read so holds nothing (the leader's own are decided
 		// with the job and cluster they were made for)
 		for k, r := range s.refused {
-			if r == (refusal{reason: r.reason}) && !refused[k] {
+			if r.read && !refused[k] {
 				delete(s.refused, k)
 			}
 		}
 		for k, never := range refused {
 			if _, ok := s.refused[k]; never && !ok {
-				s.refused[k] = refusal{reason: reasons[k]}
+				s.refused[k] = refusal{reason: reasons[k], read: true}
 			}
 		}
 	}
