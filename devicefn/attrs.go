@@ -63,6 +63,10 @@ type Group struct {
 	// MIG is set when the GPUs are MIG instances shared further
 	// (SharedMIGGroups); nil for whole GPUs.
 	MIG *GroupMIG
+	// PerGPU marks a group merged from per-GPU device groups
+	// (MergeGPUGroups): Nomad offers each of its GPUs as a device group of
+	// its own, so it takes one request's shares from one GPU. Not encoded.
+	PerGPU bool
 }
 
 // GroupGPU is one GPU of a group.

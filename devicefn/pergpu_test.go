@@ -1,0 +1,102 @@
+package devicefn
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// TestGPUGroupsRoundTrip: what the plugin encodes per GPU decodes back
+// exactly, and merging a node's per-GPU groups gives the per-model groups
+// of today's contract, marked PerGPU.
+func TestGPUGroupsRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for trial := range 300 {
+		inv := randomInventory(r, 1+r.IntN(16))
+		must.NoError(t, inv.Validate())
+		shares := 1 + r.IntN(MaxSharesPerGPU)
+		var skip map[string]bool
+		if len(inv.GPUs) > 2 && r.IntN(3) == 0 {
+			skip = map[string]bool{inv.GPUs[1].UUID: true}
+		}
+		per := GPUGroups(inv, shares, SharingTimeslice, skip)
+		var decoded []GPUGroup
+		names := map[string]bool{}
+		for _, g := range per {
+			attrs := g.Attributes()
+			for k, a := range attrs {
+				must.NoError(t, a.Validate(), must.Sprintf("attribute %s", k))
+			}
+			must.True(t, IsGPUGroup(attrs))
+			must.Eq(t, g.Model, ModelOfDevice(g.Name(), attrs))
+			must.False(t, names[g.Name()], must.Sprintf("name %q twice on a node", g.Name()))
+			names[g.Name()] = true
+			got, err := DecodeGPUGroup(g.Name(), attrs)
+			must.NoError(t, err, must.Sprintf("trial %d", trial))
+			must.Eq(t, g, *got, must.Sprintf("trial %d", trial))
+			decoded = append(decoded, *got)
+		}
+		merged, err := MergeGPUGroups(decoded)
+		must.NoError(t, err, must.Sprintf("trial %d", trial))
+		want := Groups(inv, shares, SharingTimeslice, skip)
+		for i := range want {
+			want[i].PerGPU = true
+		}
+		must.Eq(t, want, merged, must.Sprintf("trial %d", trial))
+	}
+}
+
+func TestGPUGroupNames(t *testing.T) {
+	x, nv := Link{Kind: LinkSelf}, Link{Kind: LinkNVLink, NVLinks: 12}
+	inv := &Inventory{DriverVersion: "550", CUDAVersion: "12.4", Links: Matrix{{x, nv}, {nv, x}}, GPUs: []GPU{
+		{Index: 0, UUID: "GPU-a", Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, NUMANode: 0},
+		{Index: 1, UUID: "GPU-b", Model: "NVIDIA A100-SXM4-40GB", MemoryMiB: 40960, NUMANode: 0},
+	}}
+	gs := GPUGroups(inv, 100, SharingMPS, nil)
+	must.SliceLen(t, 2, gs)
+	must.Eq(t, "NVIDIA A100-SXM4-40GB GPU 1", gs[1].Name())
+	attrs := gs[1].Attributes()
+	must.Eq(t, "NVIDIA A100-SXM4-40GB", *attrs[AttrModel].String)
+	must.Eq(t, int64(1), *attrs[AttrGPUIndex].Int)
+	must.Eq(t, "NV12,X", *attrs[AttrNodeLinks].String)
+	must.Eq(t, "GPU-b", *attrs["gpu0.uuid"].String)
+	must.Eq(t, int64(1), *attrs[AttrGPUs].Int)
+	// a per-model group is not a per-GPU one, and keeps its name as model
+	g := Groups(inv, 100, SharingMPS, nil)[0]
+	must.False(t, IsGPUGroup(g.Attributes()))
+	must.Eq(t, g.Model, ModelOfDevice(g.Model, g.Attributes()))
+}
+
+func TestDecodeGPUGroupRefuses(t *testing.T) {
+	x, nv := Link{Kind: LinkSelf}, Link{Kind: LinkNVLink, NVLinks: 12}
+	inv := &Inventory{DriverVersion: "550", CUDAVersion: "12.4", Links: Matrix{{x, nv}, {nv, x}}, GPUs: []GPU{
+		{Index: 0, UUID: "GPU-a", Model: "M", MemoryMiB: 1024},
+		{Index: 1, UUID: "GPU-b", Model: "M", MemoryMiB: 1024},
+	}}
+	gs := GPUGroups(inv, 100, SharingMPS, nil)
+	for _, c := range []struct {
+		name string
+		edit func(map[string]Attr) string
+	}{
+		{"wrong name", func(map[string]Attr) string { return "M GPU 0" }},
+		{"index not X", func(a map[string]Attr) string { a[AttrGPUIndex] = IntAttr(0, ""); return "M GPU 0" }},
+		{"index beyond the row", func(a map[string]Attr) string { a[AttrGPUIndex] = IntAttr(5, ""); return "M GPU 5" }},
+		{"no model", func(a map[string]Attr) string { delete(a, AttrModel); return "M GPU 1" }},
+		{"bad links", func(a map[string]Attr) string { a[AttrNodeLinks] = StringAttr("NV2,Q"); return "M GPU 1" }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			attrs := gs[1].Attributes()
+			name := c.edit(attrs)
+			_, err := DecodeGPUGroup(name, attrs)
+			must.ErrorIs(t, err, ErrBadAttributes)
+		})
+	}
+	// two groups of one model that disagree do not merge
+	b := gs[1]
+	b.SharesPerGPU = 50
+	_, err := MergeGPUGroups([]GPUGroup{gs[0], b})
+	must.ErrorIs(t, err, ErrBadAttributes)
+	_, err = MergeGPUGroups([]GPUGroup{gs[0], gs[0]})
+	must.ErrorIs(t, err, ErrBadAttributes)
+}
