@@ -116,7 +116,7 @@ func BenchmarkPassRules(b *testing.B) {
 func benchPass(b *testing.B, f *fakeNomad) {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), benchNomad{f}, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(b, err)
-	must.NoError(b, s.resync(b.Context()))
+	must.NoError(b, s.watcher.resync(b.Context()))
 	var pins int
 	s.onStep = func(as []decide.Action) {
 		pins = 0

@@ -79,7 +79,7 @@ func TestTimedOutPinReadsTheJobAgain(t *testing.T) {
 	cfg.Nomad.RequestTimeout = "100ms"
 	s, err := newService(cfg, hclog.NewNullLogger(), d, time.Now)
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.StrContains(t, s.pending[key("x")], "deadline exceeded")
 	s.mu.Lock()
@@ -116,7 +116,7 @@ func TestFailedUnpairHandsNoSharesOn(t *testing.T) {
 	w := gated("w", 25)
 	w.SubmitTime = ptr(int64(1))
 	sc.f.put(w)
-	must.NoError(t, sc.s.resync(t.Context()))
+	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"])) // no room yet
 
@@ -167,7 +167,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	sc.f.mu.Lock()
 	sc.f.jobs["new"].SubmitTime = ptr(submitted.UnixNano()) // as its user submitted it
 	sc.f.mu.Unlock()
-	must.NoError(t, sc.s.resync(t.Context()))
+	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	sc.s.stateLoaded = true // records are saved
 	sc.sample(t, 20, 20, 20)
 	sc.s.reconcile(t.Context())
@@ -176,7 +176,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	// Nomad stops the allocation
 	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" })
 	sc.f.index++
-	must.NoError(t, sc.s.resync(t.Context()))
+	must.NoError(t, sc.s.watcher.resync(t.Context()))
 
 	submitOf := func(s *Service) time.Time {
 		s.mu.Lock()
@@ -194,7 +194,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	sc.s.saveState(t.Context())
 	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, func() time.Time { return *sc.clock })
 	must.NoError(t, err)
-	must.NoError(t, next.resync(t.Context()))
+	must.NoError(t, next.watcher.resync(t.Context()))
 	must.NoError(t, next.loadState(t.Context(), true))
 	must.Eq(t, submitted, submitOf(next))
 
@@ -203,7 +203,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	must.NoError(t, err)
 	edited.SubmitTime = ptr(time.Unix(90000, 0).UnixNano())
 	sc.f.put(edited)
-	must.NoError(t, next.resync(t.Context()))
+	must.NoError(t, next.watcher.resync(t.Context()))
 	must.Eq(t, time.Unix(90000, 0), submitOf(next))
 	next.stateLoaded = true
 	next.saveState(t.Context())
@@ -291,7 +291,7 @@ func TestWaitingGroupKeepsItsPlaceAcrossAPinOfAnother(t *testing.T) {
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"h"}, pin.Gated(f.jobs["two"]))
 	must.Eq(t, time.Unix(9000, 0).UnixNano(), *f.jobs["two"].SubmitTime)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	groups, _, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)

@@ -79,7 +79,7 @@ func TestOneLoopTwoExecutors(t *testing.T) {
 	must.NoError(t, err)
 	var svcActions []decide.Action
 	s.onStep = func(as []decide.Action) { svcActions = as }
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	svcNode, err := model.NodeOf(f.nodes[0])
 	must.NoError(t, err)

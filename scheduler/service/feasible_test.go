@@ -123,7 +123,7 @@ func TestAGroupNoNodeAllowsHoldsNothing(t *testing.T) {
 	n2 := dgx1As(t, "node-2", "dc1")
 	n2.Attributes["kernel.name"] = "plan9"
 	f.nodes = append(f.nodes, n2)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"node-2"}, pinnedNodes(t, f, "hog"))
 }
@@ -151,7 +151,7 @@ func TestRulesChangeReleasesAPinnedGroup(t *testing.T) {
 			must.NoError(t, err)
 			j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.datacenter}", Operand: "=", RTarget: "dc2"})
 			f.put(j)
-			must.NoError(t, s.resync(t.Context()))
+			must.NoError(t, s.watcher.resync(t.Context()))
 			s.mu.Lock()
 			h := held(s)
 			s.mu.Unlock()
@@ -201,7 +201,7 @@ func TestRefusalDecidedAgainWhenTheAllowedNodesChange(t *testing.T) {
 	shape := clusterShape(s.state.Snapshot(s.profile, func(string) bool { return false }).Snapshot)
 	f.nodes[1].Meta["tier"] = "train"
 	f.nodes[1].ModifyIndex++
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	must.Eq(t, shape, clusterShape(s.state.Snapshot(s.profile, func(string) bool { return false }).Snapshot))
 	s.reconcile(t.Context())
 	nodes := pinnedNodes(t, f, "pair")
@@ -245,7 +245,7 @@ func TestRunningGroupIsNeverTouched(t *testing.T) {
 	j.Constraints = []*api.Constraint{{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "plan9"}}
 	f.put(j)
 	version := *f.jobs["x"].Version
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version)
 	must.MapNotContainsKey(t, s.pending, key("x"))

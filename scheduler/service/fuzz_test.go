@@ -25,7 +25,7 @@ func fuzzCluster(t *testing.T) (*Service, *fakeNomad) {
 	f.put(gated("pinned", 50))
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context()) // pins "wait" and "pinned"
 	return s, f
 }
@@ -125,7 +125,7 @@ func FuzzApplyEvent(f *testing.F) {
 				fake.nodes = append([]*api.Node{p.Node}, fake.nodes...)
 			}
 		}
-		_, _ = s.apply(t.Context(), &api.Events{Index: index, Events: []api.Event{e}}, s.namespaces(), 0)
+		_, _ = s.watcher.apply(t.Context(), &api.Events{Index: index, Events: []api.Event{e}}, s.watcher.ns, 0)
 		checkModel(t, s)
 		s.reconcile(t.Context())
 		checkModel(t, s)

@@ -98,7 +98,7 @@ func (sc *pairScene) run(t *testing.T, id string, started time.Time) *pin.Record
 	j := gated(id, 25)
 	j.Meta[pin.MetaClass], j.Meta[pin.MetaSMUtil], j.Meta[pin.MetaMemBW] = "production", "0.5", "0.1"
 	sc.f.put(j)
-	must.NoError(t, sc.s.resync(t.Context()))
+	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	sc.s.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(sc.f.jobs[id], "g")
 	must.True(t, ok, must.Sprintf("%s pinned", id))
@@ -108,7 +108,7 @@ func (sc *pairScene) run(t *testing.T, id string, started time.Time) *pin.Record
 		TaskStates: map[string]*api.TaskState{"t": {State: "running", StartedAt: started}},
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}})
-	must.NoError(t, sc.s.resync(t.Context()))
+	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	return rec
 }
 
@@ -167,7 +167,7 @@ func TestUnpairSlowPair(t *testing.T) {
 	// next to old on any GPU of that model
 	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" })
 	sc.f.index++
-	must.NoError(t, sc.s.resync(t.Context()))
+	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	sc.s.reconcile(t.Context())
 	again, ok := pin.ParseRecord(sc.f.jobs["new"], "g")
 	must.True(t, ok)
@@ -228,7 +228,7 @@ func TestUnpairRecordsPersist(t *testing.T) {
 
 	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, sc.s.now)
 	must.NoError(t, err)
-	must.NoError(t, next.resync(t.Context()))
+	must.NoError(t, next.watcher.resync(t.Context()))
 	must.NoError(t, next.loadState(t.Context(), true))
 	must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old")))
 	_, n := next.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))

@@ -67,7 +67,7 @@ func leaderService(t *testing.T, l *fakeLocker) (*Service, *fakeNomad, func()) {
 	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
 	must.NoError(t, err)
 	s.newLocker = func() (locker, error) { return l, nil }
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() {
@@ -120,7 +120,7 @@ func TestLostLockStopsLeading(t *testing.T) {
 	stop()
 	registers := f.registers
 	f.put(gated("second", 25))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context()) // a pass of the old loop that was still running
 	must.Eq(t, registers, f.registers)
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))

@@ -67,7 +67,7 @@ func TestScaleUpPastThePinIsPinnedAgain(t *testing.T) {
 	f.runningOn("web", "alloc-1", rec.Shares)
 
 	f.scaled(t, "web", 3)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	st := stageOf(s, "web")
 	must.Eq(t, lifecycle.Scaling, st.State, must.Sprint(st.Why))
@@ -83,11 +83,11 @@ func TestScaleUpPastThePinIsPinnedAgain(t *testing.T) {
 	// down to one, then back to two: within the pin, nothing to do
 	registers := f.registers
 	f.scaled(t, "web", 1)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, lifecycle.Running, stageOf(s, "web").State)
 	f.scaled(t, "web", 2)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, "web").State, must.Sprint(stageOf(s, "web").Why))
 	must.Eq(t, registers, f.registers, must.Sprint("no pin written within the pin's room"))
@@ -113,7 +113,7 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	f.runningOn("api", "alloc-v1", rec.Shares)
 
 	f.put(withCanary("api", 25)) // the same file again
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, first, pinOf(t, f.jobs["api"]))
 
@@ -122,7 +122,7 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	changed := withCanary("api", 25)
 	changed.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": "2"}
 	f.put(changed)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, lifecycle.Canarying, stageOf(s, "api").State)
 	next, ok := pin.ParseRecord(f.jobs["api"], "g")
@@ -135,14 +135,14 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	// without canaries, a changed version takes its old allocation's shares
 	rolling := gated("roll", 25)
 	f.put(rolling)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	old, _ := pin.ParseRecord(f.jobs["roll"], "g")
 	f.runningOn("roll", "alloc-r1", old.Shares)
 	rolling = gated("roll", 25)
 	rolling.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(256)
 	f.put(rolling)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	again, _ := pin.ParseRecord(f.jobs["roll"], "g")
 	must.Eq(t, old.Shares, again.Shares)
@@ -193,12 +193,12 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 	f.index++
 	f.allocs[0].ClientStatus, f.allocs[0].ModifyIndex = "complete", f.index
 	f.mu.Unlock()
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, lifecycle.Done, stageOf(s, "etl").State)
 
 	f.put(batch()) // run again
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	rerun, ok := pin.ParseRecord(f.jobs["etl"], "g")
 	must.True(t, ok)
@@ -218,7 +218,7 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 		}
 	}
 	f.mu.Unlock()
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, lifecycle.Migrating, stageOf(s, "etl").State, must.Sprint(stageOf(s, "etl").Why))
 	moved, ok := pin.ParseRecord(f.jobs["etl"], "g")
@@ -235,7 +235,7 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 	f, s, old := placedFirst(t, gated("q", 25))
 	f.runningOn("q", "alloc-q", old.Shares)
 	f.put(gated("q", 50))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	grown, ok := pin.ParseRecord(f.jobs["q"], "g")
 	must.True(t, ok)
@@ -244,7 +244,7 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 	// a 75-share group: the old allocation's GPU has exactly 75 shares no
 	// allocation holds, the best fit, were the new pin's not held
 	f.put(gated("other", 75))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	other, ok := pin.ParseRecord(f.jobs["other"], "g")
 	must.True(t, ok, must.Sprint(s.pending[key("other")]))
@@ -266,10 +266,10 @@ func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
 	f.index++
 	f.nodes[0].SchedulingEligibility, f.nodes[0].ModifyIndex = "ineligible", f.index
 	f.mu.Unlock()
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 
 	f.put(gated("q", 25))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.pending[key("q")]))
 	must.Eq(t, first, pinOf(t, f.jobs["q"]))
@@ -333,7 +333,7 @@ func TestJobDistinctHostsKeepsGroupsApart(t *testing.T) {
 			g := two().TaskGroups[0]
 			later.TaskGroups = append([]*api.TaskGroup{g}, later.TaskGroups...)
 			f.put(later)
-			must.NoError(t, s.resync(t.Context()))
+			must.NoError(t, s.watcher.resync(t.Context()))
 			s.reconcile(t.Context())
 		}
 		g, okG := pin.ParseRecord(f.jobs["pair"], "g")

@@ -60,7 +60,7 @@ func TestRepinWhenThePinnedGPUTurnsUnhealthy(t *testing.T) {
 		}
 	}
 	markUnhealthy(t, f.nodes[0], g)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	again, _ := pin.ParseRecord(f.jobs["x"], "g")
 	must.NotEq(t, rec.GPUs, again.GPUs)

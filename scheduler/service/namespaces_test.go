@@ -60,7 +60,7 @@ func TestNamespacesLimitTheModelAndTheAPI(t *testing.T) {
 	f := teams(t)
 	s, err := newService(nsConfig("team-a"), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	must.Eq(t, []string{"jobs:team-a", "allocs:*"}, f.listed)
 	must.MapLen(t, 1, s.state.Jobs)
 	must.MapContainsKey(t, s.state.Jobs, "team-a/a1")

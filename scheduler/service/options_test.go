@@ -25,7 +25,7 @@ func withConfig(t *testing.T, f *fakeNomad, edit func(*config.Config)) *Service 
 	must.NoError(t, cfg.Validate())
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(10000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	return s
 }
@@ -214,7 +214,7 @@ func TestWarnsOfGuaranteesLargerThanTheCluster(t *testing.T) {
 	var logs strings.Builder
 	s, err := newService(cfg, hclog.New(&hclog.LoggerOptions{Output: &logs}), f, time.Now)
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.StrContains(t, logs.String(), "guarantee more GPUs than the cluster has")
 	must.StrContains(t, logs.String(), "guaranteed_gpus=6400 cluster_gpus=8")

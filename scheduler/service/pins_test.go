@@ -104,7 +104,7 @@ func barrierService(t *testing.T, n, want int) (*Service, *barrierNomad) {
 	cfg.Nomad.RequestTimeout = "10m" // the barrier's bound is the one that ends a wait
 	s, err := newService(cfg, hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	return s, b
 }
 
@@ -232,7 +232,7 @@ func TestManyGroupsOfOneJobDoNotHoldUpAPass(t *testing.T) {
 	cfg.Nomad.RequestTimeout = "10m" // the barrier's bound is the one that ends a wait
 	s, err := newService(cfg, hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	t.Logf("registrations: %d, at most %d in flight", f.registers, b.most)
 	must.Eq(t, 1+others, b.most, must.Sprint("every registration of the pass in flight at once"))

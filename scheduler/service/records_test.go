@@ -27,14 +27,14 @@ func TestKeyLoadedLaterTrustsSignedPlacements(t *testing.T) {
 	f.put(gated("x", 25))
 	follower, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, follower.resync(t.Context()))
+	must.NoError(t, follower.watcher.resync(t.Context()))
 	must.NoError(t, follower.loadSecret(t.Context(), false)) // no key yet
 	must.NoError(t, follower.loadState(t.Context(), true))
 
 	leader := loadedService(t, f) // makes the key
 	leader.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
-	must.NoError(t, follower.resync(t.Context()))
+	must.NoError(t, follower.watcher.resync(t.Context()))
 	_, trusted := follower.state.Record(f.jobs["x"], "g")
 	must.False(t, trusted) // no key to verify it with
 	must.MapEmpty(t, follower.state.Snapshot(nil, nil).HeldFor)
@@ -52,7 +52,7 @@ func clocked(t *testing.T, f *fakeNomad, now *time.Time) *Service {
 	t.Helper()
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return *now })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	must.NoError(t, s.loadSecret(t.Context(), true))
 	must.NoError(t, s.loadState(t.Context(), true))
 	return s
@@ -176,7 +176,7 @@ func TestGroupsWithSlashesAreTwo(t *testing.T) {
 	s.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["a/b"]))
 	must.SliceEmpty(t, pin.Gated(f.jobs["a"]))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	built := s.state.Snapshot(nil, nil)
@@ -259,7 +259,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		job := gated(id, 25)
 		job.SubmitTime = ptr(now.UnixNano())
 		f.put(job)
-		must.NoError(t, leader.resync(t.Context()))
+		must.NoError(t, leader.watcher.resync(t.Context()))
 		leader.reconcile(t.Context())
 		rec, ok := pin.ParseRecord(f.jobs[id], "g")
 		must.True(t, ok)
@@ -268,7 +268,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 			DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index, CreateIndex: f.index,
 			AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
 				Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}})
-		must.NoError(t, leader.resync(t.Context()))
+		must.NoError(t, leader.watcher.resync(t.Context()))
 		leader.mu.Lock()
 		k := key(id)
 		leader.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.4, MemBW: 0.2})
@@ -284,7 +284,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		leader.mu.Unlock()
 		now = now.Add(reasonsEvery)
 		leader.reconcile(t.Context())
-		must.NoError(t, follower.resync(t.Context()))
+		must.NoError(t, follower.watcher.resync(t.Context()))
 		must.NoError(t, follower.loadState(t.Context(), true))
 		switch i {
 		case 10:

@@ -85,7 +85,7 @@ func TestReservationsOff(t *testing.T) {
 	cfg.Reservations = ptr(false)
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
 	must.StrNotContains(t, s.pending[key("big")], "holds")

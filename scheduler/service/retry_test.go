@@ -23,7 +23,7 @@ func TestRefusedPinBacksOff(t *testing.T) {
 	now := time.Unix(1000, 0)
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return now })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	attempts := func() int { return f.registers }
 	pass := func(after time.Duration) {
 		now = now.Add(after)
@@ -61,7 +61,7 @@ func TestHungRequestTimesOut(t *testing.T) {
 	cfg.Nomad.RequestTimeout = "200ms"
 	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	returns(t, "the pass", func() { s.reconcile(t.Context()) })
 	must.StrContains(t, s.pending[key("x")], "context deadline exceeded; retrying in 2s")
 }
@@ -95,7 +95,7 @@ func TestBlockedPinDoesNotStopOthers(t *testing.T) {
 	cfg.Nomad.RequestTimeout = "300ms"
 	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["free"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["stuck"]))

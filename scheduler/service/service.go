@@ -33,8 +33,8 @@ type Service struct {
 	metrics *metrics
 	now     func() time.Time
 
-	mu      sync.Mutex
-	state   *model.State
+	*cluster
+	watcher *watcher
 	pending map[decide.Key]string    // why each group waits
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
 	refused map[decide.Key]refusal   // groups refused for good
@@ -87,7 +87,6 @@ type Service struct {
 	// submitted keeps when jobs the scheduler registered again were
 	// submitted (submit.go)
 	submitted map[string]submitted
-	synced    bool
 
 	dirty  chan struct{}
 	leader atomic.Bool
@@ -147,7 +146,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	}
 	s := &Service{
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
-		metrics: newMetrics(), now: now, state: model.New(),
+		metrics: newMetrics(), now: now, cluster: &cluster{state: model.New()},
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
 		saved: map[string]string{}, preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
@@ -156,6 +155,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		intro:        intro,
 		rules:        feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
 	}
+	s.watcher = &watcher{cluster: s.cluster, log: s.log, nomad: n, metrics: s.metrics, ns: s.namespaces(),
+		interval: config.Duration(cfg.ResyncInterval), changed: s.markDirty}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.trusted
 	s.state.Feasible = s.holdable
@@ -215,7 +216,7 @@ func (s *Service) Run(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		s.watch(ctx)
+		s.watcher.watch(ctx)
 	}()
 	go func() {
 		defer wg.Done()

@@ -308,7 +308,7 @@ func gated(id string, shares uint64) *api.Job {
 func newTestService(t *testing.T, f *fakeNomad) *Service {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	return s
 }
 
@@ -417,7 +417,7 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 		}
 	}
 	f.nodes = append(f.nodes, n2)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, 2.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
 }
@@ -461,7 +461,7 @@ func TestRepinWhenPinnedSharesAreTaken(t *testing.T) {
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares[:1]}}}}}})
 	f.index++
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Greater(t, version, *f.jobs["x"].Version)
 	again, _ := pin.ParseRecord(f.jobs["x"], "g")

@@ -86,7 +86,7 @@ func TestNothingWaitsInSilence(t *testing.T) {
 	fixed := gated("zero", 10)
 	fixed.JobModifyIndex = ptr(uint64(99))
 	f.put(fixed)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["zero"]))
 	m = metricsOf(t, s)
@@ -143,7 +143,7 @@ func TestSharesOutsideThePinAreOneLine(t *testing.T) {
 	var logs strings.Builder
 	s, err := newService(config.Default(), hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs["w"], "g")
 	must.True(t, ok)
@@ -156,7 +156,7 @@ func TestSharesOutsideThePinAreOneLine(t *testing.T) {
 		}
 	}
 	f.runningOn("w", "w-0", other)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.EqOp(t, 1, strings.Count(logs.String(), "shares outside its pin"), must.Sprint(logs.String()))
 	must.StrContains(t, logs.String(), "shares_outside=50")

@@ -23,7 +23,7 @@ func loadedService(t *testing.T, f *fakeNomad) *Service {
 	t.Helper()
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	must.NoError(t, s.loadSecret(t.Context(), true))
 	must.NoError(t, s.loadState(t.Context(), true))
 	return s

@@ -78,13 +78,13 @@ func TestReRegisteredUnchangedIsPinnedAsBefore(t *testing.T) {
 	}
 	f.runningOn("neighbour", "alloc-n", same)
 	f.runningOn("packed", "alloc-p", other)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 
 	for round := range 2 {
 		for range 1 + 2*round { // once, then three times in a row
 			f.put(gated("q", 25))
 		}
-		must.NoError(t, s.resync(t.Context()))
+		must.NoError(t, s.watcher.resync(t.Context()))
 		s.reconcile(t.Context())
 		must.SliceEmpty(t, pin.Gated(f.jobs["q"]))
 		must.Eq(t, first, pinOf(t, f.jobs["q"]), must.Sprintf("round %d", round))
@@ -118,7 +118,7 @@ func TestChangedRequestIsDecidedAgainOnItsGPU(t *testing.T) {
 		}
 	}
 	f.put(gated("q", 50))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	again, ok := pin.ParseRecord(f.jobs["q"], "g")
 	must.True(t, ok)
@@ -147,7 +147,7 @@ func TestPlacementOfAPurgedIncarnationIsNotTrusted(t *testing.T) {
 	pinned.TaskGroups[0].Constraints = append(pinned.TaskGroups[0].Constraints,
 		&api.Constraint{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "plan9"})
 	f.put(pinned) // registered again: a new create index
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	_, ok = s.state.Record(f.jobs["q"], "g")
 	must.False(t, ok)
 }
@@ -214,7 +214,7 @@ func TestPinnedSpecEditedAfterItsPinIsNotTrusted(t *testing.T) {
 	must.NoError(t, err)
 	edited.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(800))
 	f.put(edited)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	_, ok = s.state.Record(f.jobs["q"], "g")
 	must.False(t, ok)
 }

@@ -111,7 +111,7 @@ func TestUIShowsTheMapAndTheQueue(t *testing.T) {
 	slash := gated("a/b", 25)
 	slash.TaskGroups[0].Name = ptr("c/d")
 	f.put(slash)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	rr = uiServe(s, "GET", "/ui/jobs/a%2Fb?namespace=default", "", nil)
 	must.EqOp(t, http.StatusOK, rr.Code, must.Sprint(rr.Body.String()))
 	must.StrContains(t, rr.Body.String(), "<h2>c/d")

@@ -75,7 +75,7 @@ func TestAdoptionLeavesValidAllocationsAlone(t *testing.T) {
 	// Nomad placed the fresh job on shares of two GPUs: Reserve refuses
 	// them, so it is adopted, and the replacement is counted
 	f.runningOn("fresh", "alloc-fresh", spanning(t, f, 25))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	_, ok = pin.ParseRecord(f.jobs["fresh"], "g")
 	must.True(t, ok)
@@ -99,7 +99,7 @@ func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
 
 	// its shares are held no more: a later job gets them
 	f.put(gated("later", 800))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(failedEval(f, "x"))
 	s.reconcile(t.Context())
 	later, ok := pin.ParseRecord(f.jobs["later"], "g")
@@ -122,7 +122,7 @@ func TestPausedPeriodicHoldsNothing(t *testing.T) {
 	_, ok := pin.ParseRecord(f.jobs["nightly"], "g")
 	must.False(t, ok)
 	f.put(gated("now", 800))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	_, ok = pin.ParseRecord(f.jobs["now"], "g")
 	must.True(t, ok)
@@ -156,7 +156,7 @@ func TestAPinWaitingForItsSharesKeepsThem(t *testing.T) {
 	s.state.PutEval(ev)
 	version := *f.jobs["x"].Version
 	f.put(gated("later", 800))
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(ev)
 	s.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version) // not decided again
@@ -185,7 +185,7 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 		must.MapNotContainsKey(t, seen, rec.Nodes[0], must.Sprint("pinned again on a node Nomad refused"))
 		seen[rec.Nodes[0]] = true
 		version := *f.jobs["x"].Version
-		must.NoError(t, s.resync(t.Context()))
+		must.NoError(t, s.watcher.resync(t.Context()))
 		s.state.PutEval(failedEval(f, "x"))
 		s.reconcile(t.Context())
 		if *f.jobs["x"].Version == version {
@@ -234,7 +234,7 @@ func TestAPinWaitingForItsSharesOnAMixedClusterKeepsThem(t *testing.T) {
 		DimensionExhausted: map[string]int{"devices: no devices match request": 1}}
 	s.state.PutEval(ev)
 	version := *f.jobs["x"].Version
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(ev)
 	s.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint(s.pending[model.KeyOf(f.jobs["x"], "g")]))

@@ -38,7 +38,7 @@ func TestUnpairNeverMovesANeighbourOfAnotherNamespace(t *testing.T) {
 				}
 			}
 			sc.f.index++
-			must.NoError(t, sc.s.resync(t.Context()))
+			must.NoError(t, sc.s.watcher.resync(t.Context()))
 			if tc.inModel {
 				sc.s.mu.Lock()
 				sc.s.state.PutJob(sc.f.jobs["new"])
@@ -73,7 +73,7 @@ func TestGateAgainRefusesAnotherNamespace(t *testing.T) {
 	f := teams(t)
 	s, err := newService(nsConfig("team-a"), testLogger(), f, fixedClock)
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	err = s.gateAgain(t.Context(), []string{"alloc-a1", "alloc-b1"}, nil)
 	must.True(t, errors.Is(err, errNotManaged), must.Sprint(err))
 	must.StrContains(t, err.Error(), "allocation alloc-b1 is of namespace team-b")
@@ -98,7 +98,7 @@ func TestNoPreemptionAcrossNamespaces(t *testing.T) {
 
 	s, err := newService(nsConfig("default"), testLogger(), f, fixedClock)
 	must.NoError(t, err)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	s.state.PutJob(f.jobs["scavenger"]) // even so
 	s.mu.Unlock()
@@ -142,7 +142,7 @@ func TestVirtualClusterCountsOnlyWhatItAdmitsAndSigned(t *testing.T) {
 			must.NoError(t, cfg.Validate())
 			s, err := newService(cfg, testLogger(), f, fixedClock)
 			must.NoError(t, err)
-			must.NoError(t, s.resync(t.Context()))
+			must.NoError(t, s.watcher.resync(t.Context()))
 			s.mu.Lock()
 			s.state.PutJob(f.jobs["intruder"])
 			snap := s.state.Snapshot(nil, nil).Snapshot
@@ -180,7 +180,7 @@ func TestVirtualClusterIgnoresAVCEditedAfterThePin(t *testing.T) {
 	t2 := gated("tenant", 100)
 	t2.Meta[pin.MetaVC] = "research"
 	f.put(t2)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	snap := s.state.Snapshot(nil, nil).Snapshot
 	s.mu.Unlock()
@@ -196,7 +196,7 @@ func TestVirtualClusterIgnoresAVCEditedAfterThePin(t *testing.T) {
 		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index,
 		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: placed.Shares}}}}}})
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	must.Eq(t, map[string]int{"Tesla V100-SXM2-16GB": 1000}, s.state.Snapshot(nil, nil).Snapshot.VCUsage("research"))
@@ -238,7 +238,7 @@ func TestQuotaShortageWaitsUntilTheQuotaFrees(t *testing.T) {
 	second := gated("second", 100)
 	second.Meta[pin.MetaVC] = "research"
 	f.put(second)
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
 	must.StrContains(t, s.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
@@ -247,7 +247,7 @@ func TestQuotaShortageWaitsUntilTheQuotaFrees(t *testing.T) {
 
 	f.index++
 	alloc.ClientStatus, alloc.ModifyIndex = "complete", f.index
-	must.NoError(t, s.resync(t.Context()))
+	must.NoError(t, s.watcher.resync(t.Context()))
 	s.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["second"]), must.Sprint(s.pending[key("second")]))
 }

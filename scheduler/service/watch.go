@@ -6,12 +6,53 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
-	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
+
+// watcher keeps the model current from Nomad (watch, relist). It owns the
+// model: only it writes it from Nomad.
+type watcher struct {
+	*cluster
+	log     hclog.Logger
+	nomad   eventSource
+	metrics *metrics
+	ns      namespaces
+	// interval is how long the stream is read before the cluster is
+	// listed again (resync_interval).
+	interval time.Duration
+	// changed says the model changed: the loop should decide again.
+	changed func()
+}
+
+// eventSource is the part of Nomad the watcher reads.
+type eventSource interface {
+	Nodes(ctx context.Context) ([]*api.Node, uint64, error)
+	Node(ctx context.Context, id string) (*api.Node, error)
+	Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error)
+	Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error)
+	Alloc(ctx context.Context, id string) (*api.Allocation, error)
+	FailedEvals(ctx context.Context, namespace string) ([]*api.Evaluation, error)
+	Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error)
+}
+
+// cluster is the live model of the cluster and the service's one lock.
+// The watcher owns it and alone writes the model from Nomad; the decision
+// loop, the records and the API read it under mu. mu also guards the
+// loop's and the records' own fields, so that a pass reads the model and
+// its notes in one critical section (and the trust and feasibility hooks
+// the model calls run under it).
+type cluster struct {
+	mu    sync.Mutex
+	state *model.State
+	// synced is set once the model holds a full listing: no pass decides
+	// before.
+	synced bool
+}
 
 // watch keeps the model current: a full listing merged into the model,
 // then the event stream from the listing's lowest index + 1 (nodes, jobs
@@ -22,9 +63,9 @@ import (
 // listed again before the stream resumes. Only this goroutine updates the
 // model from Nomad, and a relist merges (model.State.Relist): a listing
 // older than the events applied never rolls the model back.
-func (s *Service) watch(ctx context.Context) {
-	interval := config.Duration(s.cfg.ResyncInterval)
-	ns := s.namespaces()
+func (w *watcher) watch(ctx context.Context) {
+	interval := w.interval
+	ns := w.ns
 	var backoff time.Duration
 	// bad is the last event that could not be read; covered is the last
 	// such event a completed relist came after, so a replay skips it
@@ -34,36 +75,36 @@ func (s *Service) watch(ctx context.Context) {
 		if backoff > 0 {
 			sleep(ctx, backoff)
 		}
-		index, err := s.relist(ctx, ns)
+		index, err := w.relist(ctx, ns)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			backoff = nextBackoff(backoff)
-			s.log.Warn("cannot list the cluster from nomad; retrying", "error", err, "retry_in", backoff)
+			w.log.Warn("cannot list the cluster from nomad; retrying", "error", err, "retry_in", backoff)
 			continue
 		}
 		covered = max(covered, bad)
 		streamCtx, cancel := context.WithCancel(ctx)
-		ch, err := s.nomad.Stream(streamCtx, index+1, ns.stream())
+		ch, err := w.nomad.Stream(streamCtx, index+1, ns.stream())
 		if err != nil {
 			cancel()
 			if ctx.Err() != nil {
 				return
 			}
-			s.metrics.reconnects.Inc()
+			w.metrics.reconnects.Inc()
 			backoff = nextBackoff(backoff)
-			s.log.Warn("event stream unavailable; will list the cluster again", "error", err, "retry_in", backoff)
+			w.log.Warn("event stream unavailable; will list the cluster again", "error", err, "retry_in", backoff)
 			continue
 		}
-		s.log.Debug("event stream open", "from_index", index+1, "namespace", ns.stream())
-		progressed, unread := s.consume(streamCtx, ch, interval, ns, covered)
+		w.log.Debug("event stream open", "from_index", index+1, "namespace", ns.stream())
+		progressed, unread := w.consume(streamCtx, ch, interval, ns, covered)
 		cancel()
 		bad = max(bad, unread)
 		if ctx.Err() != nil {
 			return
 		}
-		s.metrics.reconnects.Inc()
+		w.metrics.reconnects.Inc()
 		if progressed {
 			backoff = 0
 		} else {
@@ -83,7 +124,7 @@ func nextBackoff(d time.Duration) time.Duration {
 // not, the caller backs off) and the index of an event it could not read.
 // Unreadable events at or below covered were seen before a relist and
 // are skipped.
-func (s *Service) consume(ctx context.Context, ch <-chan *api.Events, interval time.Duration, ns namespaces, covered uint64) (progressed bool, unread uint64) {
+func (w *watcher) consume(ctx context.Context, ch <-chan *api.Events, interval time.Duration, ns namespaces, covered uint64) (progressed bool, unread uint64) {
 	deadline := time.NewTimer(interval)
 	defer deadline.Stop()
 	for {
@@ -91,23 +132,23 @@ func (s *Service) consume(ctx context.Context, ch <-chan *api.Events, interval t
 		case <-ctx.Done():
 			return progressed, 0
 		case <-deadline.C:
-			s.log.Debug("periodic full listing", "interval", interval)
+			w.log.Debug("periodic full listing", "interval", interval)
 			return true, 0
 		case evs, ok := <-ch:
 			if !ok {
-				s.log.Info("event stream closed; listing the cluster again before resuming")
+				w.log.Info("event stream closed; listing the cluster again before resuming")
 				return progressed, 0
 			}
 			if evs.Err != nil {
-				s.log.Warn("event stream ended; listing the cluster again before resuming", "error", evs.Err)
+				w.log.Warn("event stream ended; listing the cluster again before resuming", "error", evs.Err)
 				return progressed, 0
 			}
 			progressed = true
 			if evs.IsHeartbeat() {
 				continue
 			}
-			if e, err := s.apply(ctx, evs, ns, covered); err != nil {
-				s.log.Warn("cannot read an event; listing the cluster again instead", "error", err,
+			if e, err := w.apply(ctx, evs, ns, covered); err != nil {
+				w.log.Warn("cannot read an event; listing the cluster again instead", "error", err,
 					"topic", e.Topic, "type", e.Type, "key", e.Key, "index", e.Index)
 				return true, e.Index
 			}
@@ -117,41 +158,41 @@ func (s *Service) consume(ctx context.Context, ch <-chan *api.Events, interval t
 
 // apply applies a batch of events. On an event it cannot read it stops,
 // without advancing the model's index, and returns that event.
-func (s *Service) apply(ctx context.Context, evs *api.Events, ns namespaces, covered uint64) (api.Event, error) {
+func (w *watcher) apply(ctx context.Context, evs *api.Events, ns namespaces, covered uint64) (api.Event, error) {
 	for _, e := range evs.Events {
-		s.log.Trace("event", "topic", e.Topic, "type", e.Type, "key", e.Key, "index", e.Index)
+		w.log.Trace("event", "topic", e.Topic, "type", e.Type, "key", e.Key, "index", e.Index)
 		var err error
 		switch e.Topic {
 		case api.TopicJob:
-			err = s.applyJob(e, ns)
+			err = w.applyJob(e, ns)
 		case api.TopicAllocation:
-			err = s.applyAlloc(ctx, e, ns)
+			err = w.applyAlloc(ctx, e, ns)
 		case api.TopicNode:
-			err = s.applyNode(ctx, e)
+			err = w.applyNode(ctx, e)
 		case api.TopicEvaluation:
-			err = s.applyEval(e, ns)
+			err = w.applyEval(e, ns)
 		}
 		if err != nil && e.Index <= covered {
-			s.log.Debug("skipping an unreadable event a relist already covers", "error", err, "index", e.Index)
+			w.log.Debug("skipping an unreadable event a relist already covers", "error", err, "index", e.Index)
 			continue
 		}
 		if err != nil {
-			s.metrics.events.Add(float64(len(evs.Events)))
-			s.markDirty()
+			w.metrics.events.Add(float64(len(evs.Events)))
+			w.changed()
 			return e, err
 		}
 	}
-	s.mu.Lock()
-	if evs.Index > s.state.Index {
-		s.state.Index = evs.Index
+	w.mu.Lock()
+	if evs.Index > w.state.Index {
+		w.state.Index = evs.Index
 	}
-	s.mu.Unlock()
-	s.metrics.events.Add(float64(len(evs.Events)))
-	s.markDirty()
+	w.mu.Unlock()
+	w.metrics.events.Add(float64(len(evs.Events)))
+	w.changed()
 	return api.Event{}, nil
 }
 
-func (s *Service) applyJob(e api.Event, ns namespaces) error {
+func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 	if e.Type == "JobDeregistered" {
 		job, purged, err := eventJob(e)
 		if err != nil {
@@ -166,13 +207,13 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 		if !ns.has(nsOf(job)) {
 			return nil
 		}
-		s.mu.Lock()
+		w.mu.Lock()
 		if purged {
-			s.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
+			w.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
 		} else {
-			s.state.PutJob(job)
+			w.state.PutJob(job)
 		}
-		s.mu.Unlock()
+		w.mu.Unlock()
 		return nil
 	}
 	job, _, err := eventJob(e)
@@ -188,9 +229,9 @@ func (s *Service) applyJob(e api.Event, ns namespaces) error {
 	if !ns.has(nsOf(job)) {
 		return nil
 	}
-	s.mu.Lock()
-	s.state.PutJob(job)
-	s.mu.Unlock()
+	w.mu.Lock()
+	w.state.PutJob(job)
+	w.mu.Unlock()
 	return nil
 }
 
@@ -224,7 +265,7 @@ func malformed(job *api.Job) string {
 
 // applyEval records what Nomad said when it evaluated a job of a managed
 // namespace: the groups it could not place at that version (model.PutEval).
-func (s *Service) applyEval(e api.Event, ns namespaces) error {
+func (w *watcher) applyEval(e api.Event, ns namespaces) error {
 	var ev *api.Evaluation
 	if err := fromPayload(e, "Evaluation", &ev); err != nil {
 		return fmt.Errorf("decode evaluation %s: %w", e.Key, err)
@@ -232,13 +273,13 @@ func (s *Service) applyEval(e api.Event, ns namespaces) error {
 	if ev == nil || !ns.has(ev.Namespace) {
 		return nil
 	}
-	s.mu.Lock()
-	s.state.PutEval(ev)
-	s.mu.Unlock()
+	w.mu.Lock()
+	w.state.PutEval(ev)
+	w.mu.Unlock()
 	return nil
 }
 
-func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) error {
+func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) error {
 	a, err := eventAlloc(e)
 	if err != nil {
 		return fmt.Errorf("decode allocation %s: %w", e.Key, err)
@@ -247,13 +288,13 @@ func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 		return fmt.Errorf("allocation event %s carries no allocation", e.Key)
 	}
 	// allocations of every namespace: the shares they hold are not free
-	s.mu.Lock()
-	known := s.state.HasResources(a.ID)
-	s.mu.Unlock()
+	w.mu.Lock()
+	known := w.state.HasResources(a.ID)
+	w.mu.Unlock()
 	if !known && model.Live(a) {
 		// read the allocation once in full: event payloads may lack its
 		// devices, and without them its shares would look free
-		full, err := s.nomad.Alloc(ctx, a.ID)
+		full, err := w.nomad.Alloc(ctx, a.ID)
 		switch {
 		case err == nil:
 			a.AllocatedResources = full.AllocatedResources
@@ -261,51 +302,51 @@ func (s *Service) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 			return fmt.Errorf("read allocation %s: %w", a.ID, err)
 		}
 	}
-	s.mu.Lock()
-	s.state.PutAlloc(a)
-	s.mu.Unlock()
+	w.mu.Lock()
+	w.state.PutAlloc(a)
+	w.mu.Unlock()
 	return nil
 }
 
-func (s *Service) applyNode(ctx context.Context, e api.Event) error {
+func (w *watcher) applyNode(ctx context.Context, e api.Event) error {
 	if e.Type == "NodeDeregistration" {
-		s.mu.Lock()
-		s.state.DeleteNodeAt(e.Key, e.Index)
-		s.mu.Unlock()
+		w.mu.Lock()
+		w.state.DeleteNodeAt(e.Key, e.Index)
+		w.mu.Unlock()
 		return nil
 	}
-	n, err := s.nomad.Node(ctx, e.Key)
+	n, err := w.nomad.Node(ctx, e.Key)
 	switch {
 	case isNotFound(err):
 		// deregistered since: its deregistration event follows
-		s.log.Debug("node of an event is gone", "node_id", e.Key, "index", e.Index)
+		w.log.Debug("node of an event is gone", "node_id", e.Key, "index", e.Index)
 		return nil
 	case err != nil:
 		return fmt.Errorf("read node %s: %w", e.Key, err)
 	}
-	s.mu.Lock()
-	s.state.PutNode(n)
-	s.mu.Unlock()
+	w.mu.Lock()
+	w.state.PutNode(n)
+	w.mu.Unlock()
 	return nil
 }
 
 // resync lists the cluster and merges the listing into the model.
-func (s *Service) resync(ctx context.Context) error {
-	_, err := s.relist(ctx, s.namespaces())
+func (w *watcher) resync(ctx context.Context) error {
+	_, err := w.relist(ctx, w.ns)
 	return err
 }
 
 // relist lists the cluster (jobs and allocations of the managed
 // namespaces), merges the listing into the model and returns the index
 // the event stream resumes after: the lowest of the listings'.
-func (s *Service) relist(ctx context.Context, ns namespaces) (uint64, error) {
+func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	l := &model.Listing{}
 	var err error
-	if l.Nodes, l.NodesIndex, err = s.nomad.Nodes(ctx); err != nil {
+	if l.Nodes, l.NodesIndex, err = w.nomad.Nodes(ctx); err != nil {
 		return 0, fmt.Errorf("list nodes: %w", err)
 	}
 	for i, name := range ns.list() {
-		jobs, index, err := s.nomad.Jobs(ctx, name)
+		jobs, index, err := w.nomad.Jobs(ctx, name)
 		if err != nil {
 			return 0, fmt.Errorf("list the jobs of namespace %q: %w", name, err)
 		}
@@ -319,35 +360,35 @@ func (s *Service) relist(ctx context.Context, ns namespaces) (uint64, error) {
 		}
 	}
 	// the allocations of every namespace: the shares they hold are not free
-	if l.Allocs, l.AllocsIndex, err = s.nomad.Allocs(ctx, "*"); err != nil {
+	if l.Allocs, l.AllocsIndex, err = w.nomad.Allocs(ctx, "*"); err != nil {
 		return 0, fmt.Errorf("list the allocations: %w", err)
 	}
 	// what Nomad said of the groups it could not place: a pin it failed
 	// before this replica started is noticed too (model.PutEval)
 	var evals []*api.Evaluation
 	for _, name := range ns.list() {
-		got, err := s.nomad.FailedEvals(ctx, name)
+		got, err := w.nomad.FailedEvals(ctx, name)
 		if err != nil {
-			s.log.Warn("cannot list Nomad's failed evaluations; pins Nomad could not place are noticed at its next evaluation", "namespace", name, "error", err)
+			w.log.Warn("cannot list Nomad's failed evaluations; pins Nomad could not place are noticed at its next evaluation", "namespace", name, "error", err)
 			continue
 		}
 		evals = append(evals, got...)
 	}
 	slices.SortFunc(evals, func(a, b *api.Evaluation) int { return cmp.Compare(a.ModifyIndex, b.ModifyIndex) })
-	s.mu.Lock()
-	prev := s.state.Index
-	st := s.state.Relist(l)
+	w.mu.Lock()
+	prev := w.state.Index
+	st := w.state.Relist(l)
 	for _, e := range evals {
 		if ns.has(e.Namespace) {
-			s.state.PutEval(e)
+			w.state.PutEval(e)
 		}
 	}
-	s.synced = true
-	s.mu.Unlock()
-	s.metrics.resyncs.Inc()
-	s.log.Info("listed the cluster", "nodes", len(l.Nodes), "jobs", len(l.Jobs), "allocations", len(l.Allocs),
+	w.synced = true
+	w.mu.Unlock()
+	w.metrics.resyncs.Inc()
+	w.log.Info("listed the cluster", "nodes", len(l.Nodes), "jobs", len(l.Jobs), "allocations", len(l.Allocs),
 		"index", l.Index(), "previous_index", prev, "kept_newer", st.Kept, "removed", st.Removed, "namespaces", ns.String())
-	s.markDirty()
+	w.changed()
 	return l.Index(), nil
 }
 

@@ -30,7 +30,7 @@ func startWatch(t *testing.T, f *fakeNomad, cfg *config.Config) *watching {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		s.watch(ctx)
+		s.watcher.watch(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
