@@ -3,6 +3,7 @@ package decide
 import (
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -392,6 +393,20 @@ func shapeOf(r placement.Request) string {
 	b.WriteString(allowedKey(r.Allowed)) // the job's own rules: requests allowing other nodes differ
 	if r.DistinctNodes {
 		b.WriteString("|distinct")
+	}
+	if r.Pack {
+		b.WriteString("|pack")
+	}
+	for _, l := range r.Limits {
+		// the same rule over the same nodes, as the job's allocations leave it
+		h := fnv.New64a()
+		for _, id := range slices.Sorted(maps.Keys(l.Of)) {
+			fmt.Fprintf(h, "%s=%s,", id, l.Of[id])
+		}
+		for _, v := range slices.Sorted(maps.Keys(l.Left)) {
+			fmt.Fprintf(h, "%s:%d,", v, l.Left[v])
+		}
+		fmt.Fprintf(&b, "|limit %s %d %x", l.Property, l.Max, h.Sum64())
 	}
 	return b.String()
 }

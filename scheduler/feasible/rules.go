@@ -406,3 +406,45 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// PropertyLimit is one distinct_property rule of the group for placing
+// several of its allocations at once: Of is each node's value of the
+// property (nodes without one are left out), Left how many more
+// allocations each value used by the job's live allocations takes, Max
+// how many a value takes that none uses.
+type PropertyLimit struct {
+	Property string
+	Of       map[string]string
+	Left     map[string]int
+	Max      int
+}
+
+// PropertyLimits returns the group's distinct_property rules over nodes,
+// as the allocations passed to With leave them. A rule Nomad cannot read
+// is left out: it already fails every node (Reason).
+func (c *Check) PropertyLimits(nodes []*api.Node) []PropertyLimit {
+	var out []PropertyLimit
+	for i, p := range c.r.props {
+		if p.err != "" {
+			continue
+		}
+		l := PropertyLimit{Property: p.text, Of: map[string]string{}, Left: map[string]int{}, Max: int(min(p.allowed, uint64(MaxLimit)))}
+		for _, n := range nodes {
+			if n == nil {
+				continue
+			}
+			if v, ok := p.target.resolve(n); ok {
+				l.Of[n.ID] = v
+			}
+		}
+		for v, used := range c.used[i] {
+			l.Left[v] = int(min(p.allowed-min(used, p.allowed), uint64(MaxLimit)))
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// MaxLimit bounds a distinct_property limit as PropertyLimits returns it
+// (a larger one limits nothing a group could place).
+const MaxLimit = 1 << 20

@@ -24,7 +24,11 @@ const (
 	// MetaExpected is how long the job expects to run, as a Go duration
 	// ("90m", "6h"): the service serves short jobs sooner (see
 	// queue.ResponseRatio).
-	MetaExpected  = "gpushare.expected_runtime"
+	MetaExpected = "gpushare.expected_runtime"
+	// MetaReplicas is how a group's allocations share nodes: "spread"
+	// (the default: over nodes, as Nomad's job anti-affinity spreads
+	// them) or "pack" (on as few nodes and GPUs as fit them).
+	MetaReplicas  = "gpushare.replicas"
 	MetaPlacement = "gpushare.placement"
 	// MetaSignature signs gpushare.placement: the scheduler's HMAC of the
 	// group and the placement, so that a placement written by hand counts
@@ -42,6 +46,13 @@ var ErrUnknownProfile = errors.New("unknown interference profile")
 func ApplyMeta(r *placement.Request, meta map[string]string, model *interference.Model) error {
 	r.VC = meta[MetaVC]
 	r.Class = placement.Class(meta[MetaClass])
+	switch v := meta[MetaReplicas]; v {
+	case "", "spread":
+	case "pack":
+		r.Pack = true
+	default:
+		return fmt.Errorf("%w: %s %q must be \"spread\" (the default: over nodes, as Nomad spreads a group's allocations) or \"pack\"", placement.ErrBadRequest, MetaReplicas, v)
+	}
 	if name := meta[MetaProfile]; name != "" {
 		p, ok := model.Lookup(name)
 		if !ok {

@@ -89,7 +89,7 @@ func TestAllowedManyNodesMatchesTheIndex(t *testing.T) {
 		// a full scan of every node, as groups are placed
 		e := p.(*engine)
 		e.allowFor(s, &r)
-		n, _, ok := e.scan(s, &r, nil, nil)
+		n, _, ok := e.scan(s, &r, nil, nil, nil)
 		must.True(t, ok)
 		must.Eq(t, n.ID, d.Placements[0].Node)
 	}

@@ -68,10 +68,10 @@ func quotaShort(ref, short *Refusal) *Refusal {
 // scan evaluates every node and returns the best (or, for random policies,
 // a uniformly random feasible one). pins restricts nodes a group already
 // uses; rack, when not empty, restricts the scan to one rack.
-func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string) (*Node, cand, bool) {
+func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string, sp *spread) (*Node, cand, bool) {
 	var bestN *Node
 	var best cand
-	seen := 0
+	seen, fewest := 0, 0
 	for _, n := range s.nodes {
 		if rack != nil && n.Rack != *rack {
 			continue
@@ -83,9 +83,23 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string) (
 			}
 			pin = p
 		}
+		if !sp.allows(n) {
+			continue
+		}
 		c := e.eval(n, r, pin)
 		if !c.ok {
 			continue
+		}
+		// the group's allocations spread over nodes first (Nomad's job
+		// anti-affinity): a node holding fewer of them wins over any cost
+		switch on := sp.on(n); {
+		case bestN != nil && on > fewest:
+			continue
+		case bestN != nil && on < fewest:
+			bestN, seen = nil, 0
+			fewest = on
+		case bestN == nil:
+			fewest = on
 		}
 		if e.randomNode() {
 			// uniformly among the exact fits of instances when there are any
@@ -131,15 +145,16 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 		rack = e.chooseRack(s, r)
 	}
 	pins := map[int]int{}
+	sp := newSpread(r)
 	for i := 0; i < r.Count; i++ {
-		n, c, ok := e.scan(s, r, pins, rack)
+		n, c, ok := e.scan(s, r, pins, rack, sp)
 		if !ok && rack != nil {
 			rack = nil
-			n, c, ok = e.scan(s, r, pins, nil)
+			n, c, ok = e.scan(s, r, pins, nil, sp)
 		}
 		var victims []Alloc
 		if !ok && preempt {
-			n, victims, ok = e.victimsFor(s, r, pins)
+			n, victims, ok = e.victimsFor(s, r, pins, sp)
 			if ok {
 				for _, v := range victims {
 					_, _ = s.remove(v.ID)
@@ -164,6 +179,7 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 		}
 		added = append(added, p.AllocID)
 		d.Placements = append(d.Placements, p)
+		sp.take(n)
 		switch {
 		case r.DistinctNodes: // one allocation per node (distinct_hosts)
 			pins[n.idx] = -1

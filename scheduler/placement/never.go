@@ -2,9 +2,11 @@ package placement
 
 import (
 	"fmt"
-	"github.com/gpushare/gpushare/devicefn"
+	"maps"
 	"slices"
 	"strings"
+
+	"github.com/gpushare/gpushare/devicefn"
 )
 
 // OnGPU lists the allocations that hold shares of a GPU, sorted.
@@ -52,6 +54,9 @@ func Impossible(s *Snapshot, r Request) *Refusal {
 		for _, id := range r.Allowed {
 			allowed[id] = true
 		}
+	}
+	if ref := s.limited(r, allowed); ref != nil {
+		return ref
 	}
 	ref := impossible(s, r, allowed)
 	if ref != nil && allowed != nil {
@@ -228,4 +233,24 @@ func OnePerNode(s *Snapshot, r Request) string {
 	return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a group per node (Nomad's device constraint is per group, and Nomad "+
 		"could hand one allocation shares of two GPUs): its %d allocations need %d nodes and %d can hold one; it waits for more nodes — "+
 		"or split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
+}
+
+// limited refuses a request whose distinct_property limits leave fewer
+// places than its count on the nodes it may use, even with the job's other
+// allocations gone: each value of the property takes at most Max.
+func (s *Snapshot) limited(r Request, allowed map[string]bool) *Refusal {
+	for _, l := range r.Limits {
+		values := map[string]bool{}
+		for _, n := range s.nodes {
+			if v, ok := l.Of[n.ID]; ok && (allowed == nil || allowed[n.ID]) {
+				values[v] = true
+			}
+		}
+		if room := len(values) * l.Max; room < r.Count {
+			names := slices.Sorted(maps.Keys(values))
+			return &Refusal{Code: RefusedRules, Message: fmt.Sprintf("distinct_property %s allows %d allocation(s) per value and the nodes the job's own rules allow have %d value(s) (%s): room for %d of the group's %d allocations; Nomad cannot place them either. Lower the count, raise the limit or add nodes with other values",
+				l.Property, l.Max, len(values), strings.Join(names, ", "), room, r.Count)}
+		}
+	}
+	return nil
 }

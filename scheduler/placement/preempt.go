@@ -12,7 +12,7 @@ import (
 // first, then fewest allocations, then the policy's cost). It leaves the
 // snapshot as it found it. Only opportunistic allocations are candidates.
 // pins is as for scan: nodes a group already uses.
-func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, []Alloc, bool) {
+func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int, sp *spread) (*Node, []Alloc, bool) {
 	type option struct {
 		node    *Node
 		victims []Alloc
@@ -37,7 +37,7 @@ func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, [
 				opp = append(opp, a)
 			}
 		}
-		if len(opp) == 0 || r.avoids(n.ID) || (r.Allowed != nil && !e.allowed(n)) || !couldFree(n, r, opp) {
+		if len(opp) == 0 || r.avoids(n.ID) || (r.Allowed != nil && !e.allowed(n)) || !sp.allows(n) || !couldFree(n, r, opp) {
 			continue
 		}
 		for _, a := range opp {
@@ -83,7 +83,7 @@ func (e *engine) victimsFor(s *Snapshot, r *Request, pins map[int]int) (*Node, [
 // preempt places a single allocation of a guaranteed request by stopping
 // opportunistic allocations, and fills d with the placement and victims.
 func (e *engine) preempt(s *Snapshot, r *Request, d *Decision) bool {
-	n, victims, ok := e.victimsFor(s, r, nil)
+	n, victims, ok := e.victimsFor(s, r, nil, newSpread(r))
 	if !ok {
 		return false
 	}

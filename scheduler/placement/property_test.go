@@ -237,7 +237,7 @@ func TestPropertyIndexMatchesFullScan(t *testing.T) {
 				}
 				e.sync(s)
 				n1, c1, ok1 := e.best(s, &r)
-				n2, c2, ok2 := e.scan(s, &r, nil, nil)
+				n2, c2, ok2 := e.scan(s, &r, nil, nil, nil)
 				must.Eq(t, ok2, ok1, must.Sprintf("%s seed %d step %d", name, seed, i))
 				if ok1 {
 					must.Eq(t, n2.ID, n1.ID, must.Sprintf("%s seed %d step %d", name, seed, i))

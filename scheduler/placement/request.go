@@ -47,10 +47,40 @@ type Request struct {
 	// (Nomad's distinct_hosts); otherwise fractions of a group may stack
 	// on one GPU of one node.
 	DistinctNodes bool `json:"distinct_nodes,omitempty"`
+	// Limits cap how many of the request's allocations may go to nodes
+	// that share a value (Nomad's distinct_property): checked per
+	// allocation, so a group of count > 1 never puts more on one value
+	// than the rule leaves.
+	Limits []Limit `json:"limits,omitempty"`
+	// Pack lets the request's allocations share a node while another
+	// node could take them. By default they spread over nodes, as Nomad's
+	// job anti-affinity spreads a group's allocations (so one node's or
+	// one GPU's fault does not take them all); a job asks to pack with
+	// the meta gpushare.replicas = "pack".
+	Pack bool `json:"pack,omitempty"`
 	// Expected is how long the job expects to run (0: not declared). The
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
 	Expected time.Duration `json:"expected_runtime,omitempty"`
+}
+
+// Limit is one distinct_property rule of a request: Of gives each node's
+// value of the property (a node without one is not allowed at all: leave
+// it out of Allowed), Left how many more allocations each value takes
+// (Max for a value no allocation uses yet).
+type Limit struct {
+	Property string            `json:"property"`
+	Of       map[string]string `json:"of"`
+	Left     map[string]int    `json:"left,omitempty"`
+	Max      int               `json:"max"`
+}
+
+// left is how many allocations value v still takes.
+func (l *Limit) left(v string) int {
+	if n, ok := l.Left[v]; ok {
+		return n
+	}
+	return l.Max
 }
 
 // MaxCount bounds the allocations of one request.
@@ -81,6 +111,11 @@ func (r *Request) Validate() error {
 	}
 	if !(r.MaxSlowdown >= 0 && r.MaxSlowdown < 1) {
 		errs = append(errs, fmt.Sprintf("max slowdown %v must be within 0..1", r.MaxSlowdown))
+	}
+	for _, l := range r.Limits {
+		if l.Max < 1 {
+			errs = append(errs, fmt.Sprintf("distinct_property %s: a limit of %d allocations per value places none", l.Property, l.Max))
+		}
 	}
 	if r.Expected < 0 {
 		errs = append(errs, fmt.Sprintf("expected run time %v must not be negative", r.Expected))

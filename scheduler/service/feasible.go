@@ -29,6 +29,9 @@ type nodeSet struct {
 	// models are feasible.Selection.Models: when not nil, the only
 	// gpushare device groups the group's device block matches.
 	models []string
+	// limits are the group's distinct_property rules, for placing
+	// several of its allocations at once.
+	limits []placement.Limit
 }
 
 // skipFor leaves out of a group's rules what the pin protocol writes: the
@@ -99,6 +102,9 @@ func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group st
 	sel := check.Select(apiNodes)
 	allowed, models, tally := sel.Allowed, sel.Models, sel.Tally
 	ns := nodeSet{distinct: rules.DistinctHosts(), apart: rules.JobDistinctHosts(), models: models}
+	for _, l := range check.PropertyLimits(apiNodes) {
+		ns.limits = append(ns.limits, placement.Limit{Property: l.Property, Of: l.Of, Left: l.Left, Max: l.Max})
+	}
 	switch {
 	case len(nodes) == 0: // nothing to choose from: the placement core says so
 	case len(allowed) == 0:

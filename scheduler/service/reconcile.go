@@ -306,7 +306,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 				g.Apart = model.JobKey(key.Namespace, key.Job)
 				req.Avoid = append(slices.Clip(req.Avoid), s.pinnedNodesOfOthers(job, name)...)
 			}
-			req.Allowed, req.DistinctNodes = ns.allowed, ns.distinct
+			req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
 			req.Models = ns.narrow(req.Models)
 			g.Req = req
 			if stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt {
