@@ -102,6 +102,10 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 		hclspec.NewAttr("mig_instances", "string", false),
 		hclspec.NewLiteral(`"`+devicefn.MIGWhole+`"`),
 	),
+	"device_groups": hclspec.NewDefault(
+		hclspec.NewAttr("device_groups", "string", false),
+		hclspec.NewLiteral(`"`+devicefn.DeviceGroupsModel+`"`),
+	),
 })
 
 // Config is the decoded plugin block.
@@ -122,6 +126,11 @@ type Config struct {
 	// (each as shares of nvidia/gpushare, in a group per parent model and
 	// profile).
 	MIGInstances string `cty:"mig_instances"`
+	// DeviceGroups is how whole GPUs are grouped for Nomad:
+	// devicefn.DeviceGroupsModel (one nvidia/gpushare group per model on
+	// the node) or devicefn.DeviceGroupsGPU (one group per GPU, named
+	// devicefn.GPUGroupName; docs/device-contract.md).
+	DeviceGroups string `cty:"device_groups"`
 }
 
 // MPSConfig is the mps block. With daemons = "reservation" (the default)
@@ -246,6 +255,12 @@ func (c *Config) validate() (time.Duration, error) {
 	default:
 		bad("mig_instances = %q: must be %q (each MIG instance offered whole, as nvidia/gpushare-mig/<profile>) or %q (each instance offered as shares of nvidia/gpushare, a share being 1/shares_per_gpu of its parent GPU)",
 			c.MIGInstances, devicefn.MIGWhole, devicefn.MIGShared)
+	}
+	switch c.DeviceGroups {
+	case devicefn.DeviceGroupsModel, devicefn.DeviceGroupsGPU:
+	default:
+		bad("device_groups = %q: must be %q (one device group per GPU model on a node, nvidia/gpushare/<model>) or %q (one device group per GPU, nvidia/gpushare/<model> GPU <index>, so Nomad takes each request of up to one GPU from one GPU)",
+			c.DeviceGroups, devicefn.DeviceGroupsModel, devicefn.DeviceGroupsGPU)
 	}
 	period, err := time.ParseDuration(c.FingerprintPeriod)
 	switch {

@@ -23,7 +23,7 @@ func fuzzPlugin(t testing.TB, sharing string, perGPU int) *Plugin {
 	path, err := fixtures.WriteTo(fixtures.DGX1V100, t.TempDir())
 	must.NoError(t, err)
 	cfg := Config{Enabled: true, SharesPerGPU: perGPU, Sharing: sharing, Fixture: path, FingerprintPeriod: "1m",
-		MIGInstances: devicefn.MIGWhole, IgnoredGPUIDs: []string{v100 + "6"},
+		MIGInstances: devicefn.MIGWhole, DeviceGroups: devicefn.DeviceGroupsModel, IgnoredGPUIDs: []string{v100 + "6"},
 		MPS: MPSConfig{PipeDirectory: "/tmp/nvidia-mps", LogDirectory: "/var/log/nvidia-mps", Daemons: MPSDaemonsNode}}
 	buf, err := hclspec.Encode(configSpec, cfg)
 	must.NoError(t, err)

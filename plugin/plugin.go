@@ -322,39 +322,15 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	defer p.mu.Unlock()
 	resp := &device.FingerprintResponse{}
 	for _, g := range groups {
-		attrs, note := g.Attributes(), ""
-		if mps != nil {
-			attrs[AttrMPSDaemon] = devicefn.StringAttr(mps.State)
-			note = mps.Health
+		if cfg.DeviceGroups == devicefn.DeviceGroupsGPU && g.MIG == nil {
+			continue // offered per GPU below
 		}
-		dg := &device.DeviceGroup{
-			Vendor:     devicefn.Vendor,
-			Type:       devicefn.DeviceType,
-			Name:       g.Model,
-			Attributes: sdkAttributes(attrs),
+		resp.Devices = append(resp.Devices, p.deviceGroup(g.Model, g.Attributes(), &g, mps, mpsBlocks))
+	}
+	if cfg.DeviceGroups == devicefn.DeviceGroupsGPU {
+		for _, g := range devicefn.GPUGroups(inv, cfg.SharesPerGPU, cfg.Sharing, skip) {
+			resp.Devices = append(resp.Devices, p.deviceGroup(g.Name(), g.Attributes(), &g.Group, mps, mpsBlocks))
 		}
-		for _, gpu := range g.GPUs {
-			st, reason := p.gpus[gpu.UUID], ""
-			if gpu.Parent != "" { // a shared MIG instance: its parent's health
-				st = p.gpus[gpu.Parent]
-				reason = parentReason(gpu.Parent, st)
-			} else {
-				reason = st.reason
-			}
-			healthy, desc := st.healthy, withMPSNote(st.healthy, reason, note)
-			if healthy && mpsBlocks {
-				healthy = false
-			}
-			for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
-				dg.Devices = append(dg.Devices, &device.Device{
-					ID:         id,
-					Healthy:    healthy,
-					HealthDesc: desc,
-					HwLocality: &device.DeviceLocality{PciBusID: gpu.PCIBusID},
-				})
-			}
-		}
-		resp.Devices = append(resp.Devices, dg)
 	}
 	// MIG instances are isolated by the hardware: no MPS, no note
 	for _, g := range migGroups {
@@ -376,6 +352,44 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		resp.Devices = append(resp.Devices, dg)
 	}
 	return resp
+}
+
+// deviceGroup is the nvidia/gpushare device group name of g's GPUs, with
+// attrs, every share of each GPU and its health (p.mu held).
+func (p *Plugin) deviceGroup(name string, attrs map[string]devicefn.Attr, g *devicefn.Group, mps *mpsStatus, mpsBlocks bool) *device.DeviceGroup {
+	note := ""
+	if mps != nil {
+		attrs[AttrMPSDaemon] = devicefn.StringAttr(mps.State)
+		note = mps.Health
+	}
+	dg := &device.DeviceGroup{
+		Vendor:     devicefn.Vendor,
+		Type:       devicefn.DeviceType,
+		Name:       name,
+		Attributes: sdkAttributes(attrs),
+	}
+	for _, gpu := range g.GPUs {
+		st, reason := p.gpus[gpu.UUID], ""
+		if gpu.Parent != "" { // a shared MIG instance: its parent's health
+			st = p.gpus[gpu.Parent]
+			reason = parentReason(gpu.Parent, st)
+		} else {
+			reason = st.reason
+		}
+		healthy, desc := st.healthy, withMPSNote(st.healthy, reason, note)
+		if healthy && mpsBlocks {
+			healthy = false
+		}
+		for _, id := range devicefn.ShareIDs(gpu.UUID, g.GPUShares()) {
+			dg.Devices = append(dg.Devices, &device.Device{
+				ID:         id,
+				Healthy:    healthy,
+				HealthDesc: desc,
+				HwLocality: &device.DeviceLocality{PciBusID: gpu.PCIBusID},
+			})
+		}
+	}
+	return dg
 }
 
 // record keeps what Nomad is told, so Reserve and Stats see the same GPUs,

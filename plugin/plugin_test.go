@@ -44,6 +44,7 @@ func TestConfigDefaults(t *testing.T) {
 		IgnoredGPUIDs:     []string{},
 		FingerprintPeriod: "1m",
 		MIGInstances:      "whole",
+		DeviceGroups:      "model",
 	}, p.cfg)
 	must.Eq(t, time.Minute, p.period)
 }

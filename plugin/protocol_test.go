@@ -150,6 +150,7 @@ func TestConfigAsNomadSendsIt(t *testing.T) {
 			m := &wantCfg.MPS
 			m.Daemons, m.Control, m.DaemonDir, m.GCAfter = MPSDaemonsReservation, DefaultMPSControl, DefaultMPSDaemonDir, "1h"
 			wantCfg.MIGInstances = devicefn.MIGWhole // added after the reference
+			wantCfg.DeviceGroups = devicefn.DeviceGroupsModel
 			must.Eq(t, &wantCfg, p.cfg)
 		})
 	}

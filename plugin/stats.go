@@ -62,7 +62,12 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 	}
 	p.mu.Lock()
 	groups, migGroups, shared := p.groups, p.migGroups, p.migShares
+	index := map[string]int{} // NVML index by UUID, for per-GPU group names
+	for uuid, st := range p.gpus {
+		index[uuid] = st.gpu.Index
+	}
 	p.mu.Unlock()
+	perGPU := cfg.DeviceGroups == devicefn.DeviceGroupsGPU
 
 	resp := &device.StatsResponse{}
 	for _, g := range groups {
@@ -84,20 +89,17 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 			if !ok {
 				continue
 			}
-			ds := deviceStats(s)
-			for _, id := range devicefn.ShareIDs(gpu.UUID, cfg.SharesPerGPU) {
-				gs.InstanceStats[id] = ds
+			into := gs
+			if perGPU { // the GPU's own group
+				into = &device.DeviceGroupStats{Vendor: devicefn.Vendor, Type: devicefn.DeviceType,
+					Name: devicefn.GPUGroupName(g.Model, index[gpu.UUID]), InstanceStats: map[string]*device.DeviceStats{}}
+				resp.Groups = append(resp.Groups, into)
 			}
-			for _, proc := range s.Processes {
-				held := withProcess(ds, proc)
-				for _, id := range proc.Shares {
-					if _, ok := gs.InstanceStats[id]; ok {
-						gs.InstanceStats[id] = held
-					}
-				}
-			}
+			gpuStats(into, s, gpu.UUID, cfg.SharesPerGPU)
 		}
-		resp.Groups = append(resp.Groups, gs)
+		if !perGPU || g.MIG != nil {
+			resp.Groups = append(resp.Groups, gs)
+		}
 	}
 	for _, g := range migGroups {
 		gs := &device.DeviceGroupStats{Vendor: devicefn.Vendor, Type: devicefn.MIGDeviceType, Name: g.Profile,
@@ -110,6 +112,23 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 		resp.Groups = append(resp.Groups, gs)
 	}
 	return resp
+}
+
+// gpuStats adds the stats of every share of a whole GPU to gs: the GPU's,
+// and for the shares a task's process holds, that process's too.
+func gpuStats(gs *device.DeviceGroupStats, s devicefn.Stats, uuid string, sharesPerGPU int) {
+	ds := deviceStats(s)
+	for _, id := range devicefn.ShareIDs(uuid, sharesPerGPU) {
+		gs.InstanceStats[id] = ds
+	}
+	for _, proc := range s.Processes {
+		held := withProcess(ds, proc)
+		for _, id := range proc.Shares {
+			if _, ok := gs.InstanceStats[id]; ok {
+				gs.InstanceStats[id] = held
+			}
+		}
+	}
 }
 
 // migDeviceStats is a MIG instance's stats: its own memory (m; when the

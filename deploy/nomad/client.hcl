@@ -99,6 +99,15 @@ plugin "nomad-device-gpushare" {
     # hold each task to its shares within the instance). For example:
     #   mig_instances = "shared"
     mig_instances = "whole"
+
+    # How whole GPUs are grouped for Nomad: "model" (default) offers one
+    # device group per GPU model on the node (nvidia/gpushare/<model>);
+    # "gpu" offers each GPU as its own group, named "<model> GPU <index>",
+    # so Nomad takes each request of up to one GPU from one GPU and places
+    # the allocations of a group independently (docs/device-contract.md,
+    # "One group per GPU"). With "gpu", a job that names the model selects
+    # it with a constraint on ${device.attr.model} instead.
+    device_groups = "model"
   }
 }
 
