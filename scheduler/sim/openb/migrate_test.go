@@ -19,7 +19,7 @@ func TestMigrationMakesRoom(t *testing.T) {
 	plain, err := Replay("tiny", placement.PolicyFirstFit, 42, nodes, w, Mix(pods, 1), nil)
 	must.NoError(t, err)
 	must.EqOp(t, 2, plain.Placed)
-	moved, err := replay("tiny", placement.PolicyFirstFit, 42, nodes, w, Mix(pods, 1), nil, 1)
+	moved, err := replay("tiny", placement.PolicyFirstFit, 42, nodes, w, Mix(pods, 1), nil, 1, ContractModel)
 	must.NoError(t, err)
 	must.EqOp(t, 3, moved.Placed)
 	must.EqOp(t, 1, moved.Migrations)

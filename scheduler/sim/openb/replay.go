@@ -111,7 +111,7 @@ func Snapshot(nodes []Node, order []int) (*placement.Snapshot, error) {
 // Replay runs one policy over one workload. mix is the typical-pod mix of
 // the original trace; progress, when not nil, is called every 1000 pods.
 func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int)) (*Result, error) {
-	return replay(trace, policy, seed, nodes, w, mix, progress, 0)
+	return replay(trace, policy, seed, nodes, w, mix, progress, 0, ContractModel)
 }
 
 // ReplayMigrate is Replay with a budget of migrations (not the FGD
@@ -119,10 +119,10 @@ func Replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 // whose removal makes room may be moved, if the policy places both, up to
 // MigrationBudget of the workload's pods.
 func ReplayMigrate(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix) (*Result, error) {
-	return replay(trace, policy, seed, nodes, w, mix, nil, int(MigrationBudget*float64(len(w.Pods))))
+	return replay(trace, policy, seed, nodes, w, mix, nil, int(MigrationBudget*float64(len(w.Pods))), ContractModel)
 }
 
-func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int), budget int) (*Result, error) {
+func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int), budget int, contract string) (*Result, error) {
 	s, err := Snapshot(nodes, w.NodeOrder)
 	if err != nil {
 		return nil, err
@@ -142,8 +142,9 @@ func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix plac
 	if budget > 0 {
 		mig = newMigrator(budget)
 	}
+	offer := newOffer(contract, seed)
 	for i, p := range w.Pods {
-		d := pol.Decide(s, Request(p))
+		d := offer.decide(s, pol, p)
 		arrived += p.TotalMilli()
 		placed := d.Placed()
 		if placed {

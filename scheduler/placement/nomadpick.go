@@ -1,0 +1,46 @@
+package placement
+
+import (
+	"math/rand/v2"
+	"strconv"
+)
+
+// NomadPicksGPU re-chooses the GPU of a decision of one allocation on one
+// GPU (a fraction, or one whole GPU) as Nomad's device allocator would if
+// each GPU were a device group of its own and the pin named only the node
+// (docs/device-contract.md, "One group per GPU"): uniformly among the
+// node's healthy GPUs of the same model with room for it (Nomad walks its
+// device groups in Go's map order), taking their lowest free shares. A
+// decision of several allocations or GPUs, or on a shared MIG instance, is
+// left as it is. The simulator uses it to measure what leaving the GPU
+// to Nomad costs; the service never does.
+func (s *Snapshot) NomadPicksGPU(d *Decision, rng *rand.Rand) {
+	if !d.Placed() || len(d.Placements) != 1 || len(d.Placements[0].GPUs) != 1 {
+		return
+	}
+	p := &d.Placements[0]
+	ref, ok := s.byUUID[p.GPUs[0]]
+	if !ok {
+		return
+	}
+	n, chosen := ref.node, &ref.node.GPUs[ref.gpu]
+	if chosen.inst {
+		return
+	}
+	take := len(p.Shares)
+	var fits []int
+	for i := range n.GPUs {
+		g := &n.GPUs[i]
+		if g.Model == chosen.Model && !g.Down && !g.inst && g.Shares == chosen.Shares && g.free >= take {
+			fits = append(fits, i)
+		}
+	}
+	if len(fits) < 2 {
+		return
+	}
+	g := &n.GPUs[fits[rng.IntN(len(fits))]]
+	p.GPUs = []string{g.UUID}
+	p.Shares = shareIDs(g.UUID, g.lowestFree(take))
+	p.Cell = ""
+	p.Reason += "; GPU " + g.UUID + " chosen by Nomad among " + strconv.Itoa(len(fits))
+}

@@ -1,0 +1,67 @@
+package openb
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/gpushare/gpushare/scheduler/placement"
+)
+
+// Device contracts a replay can model (docs/device-contract.md): how the
+// plugin offers GPUs to Nomad and how much of the scheduler's choice a pin
+// carries. The placement policy is the same in all three.
+const (
+	// ContractModel is the default: one device group per GPU model on a
+	// node; the pin names the shares, so Nomad takes exactly the
+	// scheduler's GPUs, a multi-GPU request included.
+	ContractModel = "model"
+	// ContractGPU is one device group per GPU (device_groups = "gpu"),
+	// the pin still naming the shares: the same GPUs as ContractModel,
+	// but Nomad takes a request's instances from one group, so a pod of
+	// several GPUs cannot be placed.
+	ContractGPU = "gpu"
+	// ContractGPUNode is one device group per GPU with a pin that names
+	// only the node (a group constraint Nomad checks in place): the
+	// scheduler chooses the node, Nomad the GPU on it
+	// (placement.Snapshot.NomadPicksGPU), and multi-GPU pods cannot be
+	// placed either.
+	ContractGPUNode = "gpu-node"
+)
+
+// Contracts lists them in the order reports show them.
+var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode}
+
+// offer applies a contract to the policy's decisions.
+type offer struct {
+	contract string
+	rng      *rand.Rand
+}
+
+func newOffer(contract string, seed int64) *offer {
+	return &offer{contract: contract, rng: rand.New(rand.NewPCG(uint64(seed), 0x6e6f6d6164))}
+}
+
+// decide is the policy's decision for pod p as the contract lets Nomad
+// carry it out.
+func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *placement.Decision {
+	r := Request(p)
+	if o.contract != ContractModel && o.contract != "" && p.NumGPU > 1 {
+		return &placement.Decision{Request: r.ID, Policy: pol.Name(), Refusal: &placement.Refusal{Code: placement.RefusedTooLarge,
+			Message: fmt.Sprintf("%d GPUs in one request: with one device group per GPU Nomad takes a request's instances from one group", p.NumGPU)}}
+	}
+	d := pol.Decide(s, r)
+	if o.contract == ContractGPUNode {
+		s.NomadPicksGPU(d, o.rng)
+	}
+	return d
+}
+
+// ReplayContract is Replay of one policy under a device contract.
+func ReplayContract(trace, policy, contract string, seed int64, nodes []Node, w Workload, mix placement.Mix) (*Result, error) {
+	switch contract {
+	case ContractModel, ContractGPU, ContractGPUNode:
+	default:
+		return nil, fmt.Errorf("device contract %q: want %q, %q or %q", contract, ContractModel, ContractGPU, ContractGPUNode)
+	}
+	return replay(trace, policy, seed, nodes, w, mix, nil, 0, contract)
+}
