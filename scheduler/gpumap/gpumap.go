@@ -1,6 +1,7 @@
 package gpumap
 
 import (
+	"maps"
 	"sort"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -29,6 +30,9 @@ type Node struct {
 	// instance shares of its own, counted in shares of its parent); ""
 	// for GPUs without MIG.
 	MIG string `json:"mig,omitempty"`
+	// PerGPU: the plugin offers each GPU as a device group of its own
+	// (device_groups = "gpu"), merged here by model.
+	PerGPU bool `json:"per_gpu,omitempty"`
 }
 
 // GPU is one GPU and the allocations using its shares.
@@ -87,21 +91,24 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 			continue
 		}
 		shared := sharedMIG{node: n}
+		health := map[string]*api.NodeDevice{}
 		for _, d := range n.NodeResources.Devices {
-			if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
-				continue
+			if d != nil && d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
+				maps.Copy(health, shareHealth(d))
 			}
-			g, err := nomadattr.DecodeGroup(d)
-			if err != nil {
-				m.Problems = append(m.Problems, "node "+n.Name+": "+err.Error())
-				continue
-			}
-			health := shareHealth(d)
+		}
+		// per-GPU groups (device_groups = "gpu") merged back by model
+		groups, errs := nomadattr.DecodeGroups(n.NodeResources.Devices)
+		for _, err := range errs {
+			m.Problems = append(m.Problems, "node "+n.Name+": "+err.Error())
+		}
+		for gi := range groups {
+			g := &groups[gi]
 			if g.MIG != nil {
 				shared.add(g, health)
 				continue
 			}
-			node := Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: g.Model, Sharing: g.Sharing, SharesPerGPU: g.SharesPerGPU}
+			node := Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: g.Model, Sharing: g.Sharing, SharesPerGPU: g.SharesPerGPU, PerGPU: g.PerGPU}
 			for i, gpu := range g.GPUs {
 				out := GPU{Index: i, UUID: gpu.UUID, NUMANode: gpu.NUMANode, Links: devicefn.EncodeRow(gpu.Links), Shares: g.SharesPerGPU, Healthy: true}
 				if inst := health[gpu.UUID]; inst != nil {

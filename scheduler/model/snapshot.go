@@ -207,16 +207,10 @@ func NodeOf(n *api.Node) (*placement.Node, error) {
 	if n.NodeResources == nil {
 		return nil, fmt.Errorf("%w %q: it reports no resources", placement.ErrBadNode, n.ID)
 	}
-	var groups []devicefn.Group
-	for _, d := range n.NodeResources.Devices {
-		if d == nil || d.Vendor != devicefn.Vendor || d.Type != devicefn.DeviceType {
-			continue
-		}
-		g, err := devicefn.DecodeGroup(d.Name, nomadattr.FromAPI(d.Attributes))
-		if err != nil {
-			return nil, fmt.Errorf("node %s: %w", n.Name, err)
-		}
-		groups = append(groups, *g)
+	// per-GPU groups (device_groups = "gpu") merged back by model
+	groups, errs := nomadattr.DecodeGroups(n.NodeResources.Devices)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("node %s: %w", n.Name, errs[0])
 	}
 	capacity := placement.Resources{CPU: n.NodeResources.Cpu.CpuShares, MemoryMiB: n.NodeResources.Memory.MemoryMB}
 	if rr := n.ReservedResources; rr != nil {
