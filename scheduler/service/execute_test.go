@@ -168,7 +168,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	sc.f.jobs["new"].SubmitTime = ptr(submitted.UnixNano()) // as its user submitted it
 	sc.f.mu.Unlock()
 	must.NoError(t, sc.s.watcher.resync(t.Context()))
-	sc.s.stateLoaded = true // records are saved
+	sc.s.records.stateLoaded = true // records are saved
 	sc.sample(t, 20, 20, 20)
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
@@ -191,11 +191,11 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 		return time.Time{}
 	}
 	must.Eq(t, submitted, submitOf(sc.s))
-	sc.s.saveState(t.Context())
+	sc.s.records.saveState(t.Context())
 	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, func() time.Time { return *sc.clock })
 	must.NoError(t, err)
 	must.NoError(t, next.watcher.resync(t.Context()))
-	must.NoError(t, next.loadState(t.Context(), true))
+	must.NoError(t, next.records.loadState(t.Context(), true))
 	must.Eq(t, submitted, submitOf(next))
 
 	// its user submits it again: that is its place now
@@ -205,9 +205,9 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	sc.f.put(edited)
 	must.NoError(t, next.watcher.resync(t.Context()))
 	must.Eq(t, time.Unix(90000, 0), submitOf(next))
-	next.stateLoaded = true
-	next.saveState(t.Context())
-	must.MapEmpty(t, next.submitted)
+	next.records.stateLoaded = true
+	next.records.saveState(t.Context())
+	must.MapEmpty(t, next.records.submitted)
 }
 
 // slowStops is a Nomad whose registrations and stops each take a while,

@@ -51,7 +51,9 @@ type introspection struct {
 	// shared are the samples of allocations while they share their GPU.
 	shared map[string]*sharedRun
 	// rec is what is persisted (introspect_state.go).
-	rec records
+	rec pairRecords
+	// prof holds the configured profiles, never gone with a job.
+	prof *interference.Model
 }
 
 // sharedRun is one allocation's samples since its GPU's other
@@ -74,7 +76,7 @@ func newIntrospection(cfg *config.Config, prof *interference.Model) *introspecti
 		unpairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_unpairs_total",
 			Help: "Allocations stopped and their group gated again because their pairing on a GPU ran slower than a production job's bound."}),
 		alone: map[string][]float64{}, shared: map[string]*sharedRun{},
-		rec: newRecords(),
+		rec: newPairRecords(), prof: prof,
 	}
 }
 
@@ -411,7 +413,7 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
 		s.mu.Lock()
-		s.keepSubmit(job, index, registered) // it keeps its place in the queue
+		s.records.keepSubmit(job, index, registered) // it keeps its place in the queue
 		s.mu.Unlock()
 		for _, id := range targets[t] {
 			if err := s.mayWrite(); err != nil {

@@ -27,8 +27,8 @@ const (
 	maxUnpaired      = 50
 )
 
-// records are introspection's persisted records.
-type records struct {
+// pairRecords are introspection's persisted records.
+type pairRecords struct {
 	bad      []badPair
 	obs      []pairObs
 	unpaired map[decide.Key]Unpaired
@@ -59,7 +59,7 @@ type Unpaired struct {
 	At        time.Time `json:"at"`
 }
 
-func newRecords() records { return records{unpaired: map[decide.Key]Unpaired{}} }
+func newPairRecords() pairRecords { return pairRecords{unpaired: map[decide.Key]Unpaired{}} }
 
 // identified reports whether observations of p are of one job: a named
 // profile (learned ones are named per group) or one the model state tied
@@ -91,7 +91,7 @@ func (in *introspection) markIncompatible(gpu string, a, b interference.Profile)
 	}
 }
 
-func (r *records) noteUnpaired(k decide.Key, reason string, at time.Time) {
+func (r *pairRecords) noteUnpaired(k decide.Key, reason string, at time.Time) {
 	if len(reason) > maxReason {
 		reason = reason[:maxReason] + "..."
 	}
@@ -108,13 +108,11 @@ func (r *records) noteUnpaired(k decide.Key, reason string, at time.Time) {
 	}
 }
 
-// introspectionVars adds introspection's records to the variables to
-// save, dropping the unpair reasons and alone samples of groups whose job
-// is gone. The
-// caller holds s.mu.
-func (s *Service) introspectionVars(vars map[string]map[string]string, wanted map[string]bool) {
-	in := s.intro
-	gone := s.goneProfile(wanted)
+// items are introspection's records to save; the unpair reasons and
+// alone samples of groups whose job is gone are dropped. The caller holds
+// the model's lock.
+func (in *introspection) items(wanted map[string]bool) map[string]string {
+	gone := in.goneProfile(wanted)
 	in.rec.bad = slices.DeleteFunc(in.rec.bad, func(p badPair) bool { return gone(p.A) || gone(p.B) })
 	in.rec.obs = slices.DeleteFunc(in.rec.obs, func(o pairObs) bool { return gone(o.Job.Key()) || gone(o.With.Key()) })
 	in.know.cur().Forget(gone)
@@ -140,17 +138,17 @@ func (s *Service) introspectionVars(vars map[string]map[string]string, wanted ma
 		}
 	}
 	in.rec.loaded = hashItems(items)
-	vars[introspectionVar] = items
+	return items
 }
 
 // goneProfile reports whether observations under a profile key
 // (interference.Profile.Key) are of a group whose job is gone: a learned
 // profile's or a group's own key (decide.Key.String, or as written before
 // keys were escaped) that names none of wanted. Configured profiles are
-// never gone. The caller holds s.mu.
-func (s *Service) goneProfile(wanted map[string]bool) func(key string) bool {
+// never gone. The caller holds the model's lock.
+func (in *introspection) goneProfile(wanted map[string]bool) func(key string) bool {
 	configured := map[string]bool{}
-	for _, p := range s.profile.Profiles {
+	for _, p := range in.prof.Profiles {
 		configured[p.Name] = true
 	}
 	return func(key string) bool {
@@ -159,15 +157,14 @@ func (s *Service) goneProfile(wanted map[string]bool) func(key string) bool {
 	}
 }
 
-// loadIntrospection takes the leader's records and rebuilds the knowledge
-// from them when they changed. The caller holds s.mu.
-func (s *Service) loadIntrospection(items map[string]string) {
-	in := s.intro
+// read takes the leader's records and rebuilds the knowledge from them
+// when they changed. The caller holds the model's lock.
+func (in *introspection) read(items map[string]string) {
 	h := hashItems(items)
 	if h == in.rec.loaded {
 		return
 	}
-	rec := newRecords()
+	rec := newPairRecords()
 	rec.loaded = h
 	for _, key := range slices.Sorted(maps.Keys(items)) {
 		v := items[key]

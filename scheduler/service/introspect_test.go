@@ -220,7 +220,7 @@ func TestUnpairFollowerDoesNotAct(t *testing.T) {
 // change of leader through the scheduler's Nomad Variables.
 func TestUnpairRecordsPersist(t *testing.T) {
 	sc := newPairScene(t)
-	must.NoError(t, sc.s.loadState(t.Context(), true))
+	must.NoError(t, sc.s.records.loadState(t.Context(), true))
 	sc.sample(t, 20, 20, 20)
 	sc.s.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
@@ -229,7 +229,7 @@ func TestUnpairRecordsPersist(t *testing.T) {
 	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, sc.s.now)
 	must.NoError(t, err)
 	must.NoError(t, next.watcher.resync(t.Context()))
-	must.NoError(t, next.loadState(t.Context(), true))
+	must.NoError(t, next.records.loadState(t.Context(), true))
 	must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old")))
 	_, n := next.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
 	must.Eq(t, 1, n)

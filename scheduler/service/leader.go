@@ -90,9 +90,9 @@ func (s *Service) campaign(ctx context.Context) {
 		// profiles, placements it wrote)
 		if time.Since(loaded) >= reasonsEvery {
 			loaded = time.Now()
-			err := s.loadSecret(ctx, false)
+			err := s.records.loadSecret(ctx, false)
 			if err == nil {
-				err = s.loadState(ctx, true)
+				err = s.records.loadState(ctx, true)
 			}
 			if err != nil && ctx.Err() == nil {
 				s.log.Warn("cannot read the leader's records from Nomad Variables", "error", err)

@@ -294,10 +294,10 @@ func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
 
 	leader.mu.Lock()
 	delete(leader.refused, key("huge"))
-	leader.reasonsSaved = time.Time{}
+	leader.records.reasonsSaved = time.Time{}
 	leader.mu.Unlock()
-	leader.saveState(t.Context())
-	must.NoError(t, follower.loadState(t.Context(), true))
+	leader.records.saveState(t.Context())
+	must.NoError(t, follower.records.loadState(t.Context(), true))
 	st, _ = follower.jobStatus("default", "huge", "default")
 	must.Eq(t, "pending", st.Groups[0].State)
 }

@@ -204,7 +204,7 @@ func (s *Service) pinJob(ctx context.Context, orig *api.Job, acts []decide.Actio
 		}
 		s.mu.Lock()
 		s.state.PutJob(job)
-		s.keepSubmitOfPin(job, index, registered)
+		s.records.keepSubmitOfPin(job, index, registered)
 		s.mu.Unlock()
 	}
 	s.mu.Lock()
@@ -251,9 +251,11 @@ func (s *Service) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job
 		return nil, nil, err
 	}
 	s.mu.Lock()
-	if s.secret != nil && !(a.Kept && kept) { // signed in the same registration: the pin is the record
+	if !(a.Kept && kept) { // signed in the same registration: the pin is the record
 		tg := pin.Group(c, a.Group.Group)
-		tg.Meta[pin.MetaSignature] = sign(s.secret, a.Group, tg.Meta[pin.MetaPlacement])
+		if sig, ok := s.records.sign(a.Group, tg.Meta[pin.MetaPlacement]); ok {
+			tg.Meta[pin.MetaSignature] = sig
+		}
 	}
 	s.why[a.Group] = rec.Reason
 	s.mu.Unlock()

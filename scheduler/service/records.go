@@ -113,7 +113,7 @@ type varWrite struct {
 // written or read (saved: path -> hash of its items) to items: changed
 // shards but the first, then the shards no longer needed, then the first
 // (which says how many there are). The caller holds s.mu.
-func (s *Service) plan(k kind, items map[string]string) []varWrite {
+func (s *records) plan(k kind, items map[string]string) []varWrite {
 	shards, dropped := shardItems(items)
 	if len(dropped) > 0 {
 		s.log.Warn("records too large for Nomad Variables are not saved", "kind", k.name, "items", len(dropped), "first", dropped[0])
@@ -147,11 +147,11 @@ func shardPaths(k kind, n int) []string {
 // readKind reads every shard of kind k into one set of items; seen gets
 // the hash of each Variable read. Reasons written before they were split
 // by size are read from their 16 variables.
-func (s *Service) readKind(ctx context.Context, k kind, seen map[string]string) (map[string]string, error) {
+func (s *records) readKind(ctx context.Context, k kind, seen map[string]string) (map[string]string, error) {
 	read := func(path string) (map[string]string, error) {
 		rctx, cancel := s.request(ctx)
 		defer cancel()
-		items, err := s.nomad.ReadVar(rctx, path)
+		items, err := s.vars.ReadVar(rctx, path)
 		if err != nil {
 			return nil, fmt.Errorf("read the scheduler's records at %s: %w", path, err)
 		}
@@ -189,13 +189,13 @@ func (s *Service) readKind(ctx context.Context, k kind, seen map[string]string) 
 // first shard, which says how many there are, is written last, once the
 // others are); they are tried again at the next save. The caller does not
 // hold s.mu.
-func (s *Service) writeVars(ctx context.Context, todo []varWrite) {
+func (s *records) writeVars(ctx context.Context, todo []varWrite) {
 	for _, w := range todo {
-		if err := s.mayWrite(); err != nil {
+		if err := s.lease.mayWrite(); err != nil {
 			return
 		}
 		rctx, cancel := s.request(ctx)
-		err := s.nomad.WriteVar(rctx, w.path, w.items)
+		err := s.vars.WriteVar(rctx, w.path, w.items)
 		cancel()
 		if err != nil {
 			s.log.Warn("cannot save the scheduler's records in a Nomad Variable; will retry", "path", w.path, "error", err)

@@ -28,8 +28,8 @@ func TestKeyLoadedLaterTrustsSignedPlacements(t *testing.T) {
 	follower, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, follower.watcher.resync(t.Context()))
-	must.NoError(t, follower.loadSecret(t.Context(), false)) // no key yet
-	must.NoError(t, follower.loadState(t.Context(), true))
+	must.NoError(t, follower.records.loadSecret(t.Context(), false)) // no key yet
+	must.NoError(t, follower.records.loadState(t.Context(), true))
 
 	leader := loadedService(t, f) // makes the key
 	leader.reconcile(t.Context())
@@ -39,7 +39,7 @@ func TestKeyLoadedLaterTrustsSignedPlacements(t *testing.T) {
 	must.False(t, trusted) // no key to verify it with
 	must.MapEmpty(t, follower.state.Snapshot(nil, nil).HeldFor)
 
-	must.NoError(t, follower.loadSecret(t.Context(), false))
+	must.NoError(t, follower.records.loadSecret(t.Context(), false))
 	_, trusted = follower.state.Record(f.jobs["x"], "g")
 	must.True(t, trusted)
 	held := follower.state.Snapshot(nil, nil).HeldFor
@@ -53,8 +53,8 @@ func clocked(t *testing.T, f *fakeNomad, now *time.Time) *Service {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return *now })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	must.NoError(t, s.loadSecret(t.Context(), true))
-	must.NoError(t, s.loadState(t.Context(), true))
+	must.NoError(t, s.records.loadSecret(t.Context(), true))
+	must.NoError(t, s.records.loadState(t.Context(), true))
 	return s
 }
 
@@ -94,7 +94,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 		s.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
 		s.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.123456789, MemBW: 0.987654321})
 		s.preempted[fmt.Sprintf("%08d-1111-2222-3333-444444444444", i)] = now
-		s.submitted[model.JobKey(k.Namespace, k.Job)] = submitted{index: *job.JobModifyIndex, at: now.UnixNano()}
+		s.records.submitted[model.JobKey(k.Namespace, k.Job)] = submitted{index: *job.JobModifyIndex, at: now.UnixNano()}
 		s.intro.rec.noteUnpaired(k, strings.Repeat("slow ", 100), now.Add(time.Duration(i)*time.Second))
 		if i > 0 {
 			s.intro.observe("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]), 0.5)
@@ -107,7 +107,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	hugeKey := model.KeyOf(huge, "g")
 	s.pending[hugeKey] = "waits"
 	s.mu.Unlock()
-	s.saveState(t.Context())
+	s.records.saveState(t.Context())
 
 	largest, shards := 0, map[string]int{}
 	for path, items := range f.vars {
@@ -132,7 +132,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.MapNotContainsKey(t, next.pending, hugeKey)
 	must.MapLen(t, groups, next.state.Learned)
 	must.MapLen(t, groups, next.preempted)
-	must.MapLen(t, groups, next.submitted)
+	must.MapLen(t, groups, next.records.submitted)
 	must.MapLen(t, maxUnpaired, next.intro.rec.unpaired)
 	must.SliceLen(t, maxPairObs, next.intro.rec.obs)
 	must.SliceLen(t, maxBadPairs, next.intro.rec.bad)
@@ -152,7 +152,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	clear(s.preempted)
 	s.mu.Unlock()
 	now = now.Add(reasonsEvery)
-	s.saveState(t.Context())
+	s.records.saveState(t.Context())
 	for path, items := range f.vars {
 		must.MapNotContainsKey(t, items, shardsItem, must.Sprint(path))
 	}
@@ -250,7 +250,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 			"leader unpaired": len(leader.intro.rec.unpaired), "leader obs": len(leader.intro.rec.obs) + len(leader.intro.rec.bad),
 			"follower learned": len(follower.state.Learned), "follower knowledge": follower.intro.know.cur().Len(),
 			"follower preempted": len(follower.preempted), "follower unpaired": len(follower.intro.rec.unpaired),
-			"leader submitted": len(leader.submitted), "follower submitted": len(follower.submitted),
+			"leader submitted": len(leader.records.submitted), "follower submitted": len(follower.records.submitted),
 		}
 	}
 	var after10, after60 map[string]int
@@ -285,7 +285,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		now = now.Add(reasonsEvery)
 		leader.reconcile(t.Context())
 		must.NoError(t, follower.watcher.resync(t.Context()))
-		must.NoError(t, follower.loadState(t.Context(), true))
+		must.NoError(t, follower.records.loadState(t.Context(), true))
 		switch i {
 		case 10:
 			after10 = sizes()

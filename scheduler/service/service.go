@@ -59,11 +59,8 @@ type Service struct {
 	retries   map[decide.Key]retry // groups whose pin failed, until their retry
 	// warnedShape is the cluster shape checkGuarantees last looked at.
 	warnedShape uint64
-	// secret signs the placements the service writes (state.go).
-	secret       []byte
-	stateLoaded  bool
-	saved        map[string]string // variable path -> hash of what was last written
-	reasonsSaved time.Time
+	// records are the scheduler's records in Nomad Variables (state.go)
+	records *records
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
 	// lastLockHold is how long the last pass held mu to read the model,
@@ -84,9 +81,6 @@ type Service struct {
 	positions map[decide.Key]queuePos
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
-	// submitted keeps when jobs the scheduler registered again were
-	// submitted (submit.go)
-	submitted map[string]submitted
 
 	dirty  chan struct{}
 	leader atomic.Bool
@@ -148,9 +142,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, cluster: &cluster{state: model.New()},
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
-		saved: map[string]string{}, preempted: map[string]time.Time{},
+		preempted: map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
-		submitted:    map[string]submitted{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
 		rules:        feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
@@ -158,7 +151,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.watcher = &watcher{cluster: s.cluster, log: s.log, nomad: n, metrics: s.metrics, ns: s.namespaces(),
 		interval: config.Duration(cfg.ResyncInterval), changed: s.markDirty}
 	s.metrics.reg.MustRegister(intro.unpairs)
-	s.state.Trust = s.trusted
+	s.records = newRecords(s.cluster, s.log, n, s, s, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
+	s.state.Trust = s.records.trusted
 	s.state.Feasible = s.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and
 	// a VC counts only the allocations of the namespaces it admits
@@ -242,9 +236,9 @@ func (s *Service) lead(ctx context.Context) error {
 	}()
 	s.log.Info("became leader: placing gated jobs")
 	for {
-		err := s.loadSecret(ctx, true)
+		err := s.records.loadSecret(ctx, true)
 		if err == nil {
-			err = s.loadState(ctx, true)
+			err = s.records.loadState(ctx, true)
 		}
 		if err == nil {
 			break

@@ -17,6 +17,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
 )
 
 // The scheduler's own records live in Nomad Variables under
@@ -48,6 +49,82 @@ const (
 	reasonsEvery = 10 * time.Second
 )
 
+// records load and save the scheduler's records in Nomad Variables
+// (above), and keep the signing key and the submit times (submit.go).
+// Their fields are guarded by the model's lock (cluster.mu), as the
+// model they read and the loop's notes they save are.
+type records struct {
+	*cluster
+	log   hclog.Logger
+	vars  varStore
+	lease writeLease
+	notes notes
+	intro introRecords
+	now   func() time.Time
+	// timeout bounds each request (nomad.request_timeout).
+	timeout time.Duration
+
+	// secret signs the placements the service writes.
+	secret      []byte
+	stateLoaded bool
+	// saved: variable path -> hash of what was last written or read
+	saved        map[string]string
+	reasonsSaved time.Time
+	// submitted keeps when jobs the scheduler registered again were
+	// submitted (submit.go)
+	submitted map[string]submitted
+}
+
+// varStore is the part of Nomad that holds the records.
+type varStore interface {
+	// ReadVar reads the items of a Nomad Variable (nil when there is
+	// none); WriteVar writes them (no items: deletes the variable).
+	ReadVar(ctx context.Context, path string) (map[string]string, error)
+	WriteVar(ctx context.Context, path string, items map[string]string) error
+}
+
+// writeLease says whether this replica may write now (leader.go).
+type writeLease interface {
+	mayWrite() error
+}
+
+// notes is what the records save of the decision loop's notes, and give
+// back to it when they are read (a follower shows the leader's). The
+// caller holds the model's lock.
+type notes interface {
+	// reasons are why each group waits (refused: for good) and why each
+	// pinned group is where it is (placed).
+	reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string)
+	// readReasons takes the leader's.
+	readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool)
+	// preemptedAllocs are the allocations being stopped for a guaranteed
+	// group, and since when; readPreempted takes the leader's.
+	preemptedAllocs() map[string]time.Time
+	readPreempted(map[string]time.Time)
+	// forgetGone drops what the loop keeps of groups (by
+	// decide.Key.String) not in wanted: their job is gone.
+	forgetGone(wanted map[string]bool)
+	// keyChanged says the signing key changed: what was judged with the
+	// old one is judged again.
+	keyChanged()
+}
+
+// introRecords is introspection's kind of record (introspect_state.go).
+type introRecords interface {
+	items(wanted map[string]bool) map[string]string
+	read(items map[string]string)
+}
+
+func newRecords(c *cluster, log hclog.Logger, vars varStore, lease writeLease, n notes, intro introRecords, now func() time.Time, timeout time.Duration) *records {
+	return &records{cluster: c, log: log, vars: vars, lease: lease, notes: n, intro: intro, now: now, timeout: timeout,
+		saved: map[string]string{}, submitted: map[string]submitted{}}
+}
+
+// request bounds one request to Nomad.
+func (s *records) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
 // sign is the signature of group k's placement.
 func sign(secret []byte, k decide.Key, placement string) string {
 	m := hmac.New(sha256.New, secret)
@@ -55,10 +132,19 @@ func sign(secret []byte, k decide.Key, placement string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// sign is the signature of group k's placement, once the key is loaded.
+// The caller holds s.mu.
+func (s *records) sign(k decide.Key, placement string) (string, bool) {
+	if s.secret == nil {
+		return "", false
+	}
+	return sign(s.secret, k, placement), true
+}
+
 // trusted reports whether a group's placement meta is one the service
 // wrote: its signature verifies (every placement counts until the secret
 // is loaded, and in tests that never load it). The caller holds s.mu.
-func (s *Service) trusted(k decide.Key, placement, signature string) bool {
+func (s *records) trusted(k decide.Key, placement, signature string) bool {
 	if s.secret == nil {
 		return !s.stateLoaded
 	}
@@ -67,10 +153,10 @@ func (s *Service) trusted(k decide.Key, placement, signature string) bool {
 
 // loadSecret reads the signing key, creating it when the scheduler has
 // none yet (create: only a leader does).
-func (s *Service) loadSecret(ctx context.Context, create bool) error {
+func (s *records) loadSecret(ctx context.Context, create bool) error {
 	rctx, cancel := s.request(ctx)
 	defer cancel()
-	items, err := s.nomad.ReadVar(rctx, statePrefix+"secret")
+	items, err := s.vars.ReadVar(rctx, statePrefix+"secret")
 	if err != nil {
 		return fmt.Errorf("read the scheduler's signing key at %ssecret: %w", statePrefix, err)
 	}
@@ -86,10 +172,10 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 	if _, err := rand.Read(key); err != nil {
 		return err
 	}
-	if err := s.mayWrite(); err != nil {
+	if err := s.lease.mayWrite(); err != nil {
 		return err
 	}
-	if err := s.nomad.WriteVar(rctx, statePrefix+"secret", map[string]string{"key": hex.EncodeToString(key)}); err != nil {
+	if err := s.vars.WriteVar(rctx, statePrefix+"secret", map[string]string{"key": hex.EncodeToString(key)}); err != nil {
 		return fmt.Errorf("write the scheduler's signing key at %ssecret: %w", statePrefix, err)
 	}
 	s.log.Info("made the key that signs the placements this scheduler writes", "variable", statePrefix+"secret")
@@ -102,7 +188,7 @@ func (s *Service) loadSecret(ctx context.Context, create bool) error {
 // holds of pinned groups made from them, and the pins of the versions
 // running allocations were placed with) are judged again. The caller
 // does not hold s.mu.
-func (s *Service) setSecret(key []byte) {
+func (s *records) setSecret(key []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if hmac.Equal(s.secret, key) && s.secret != nil {
@@ -110,7 +196,7 @@ func (s *Service) setSecret(key []byte) {
 	}
 	s.secret = key
 	s.state.ForgetParsed()
-	clear(s.priorRead) // running allocations' versions are read again, and judged with the key
+	s.notes.keyChanged() // running allocations' versions are read again, and judged with the key
 }
 
 func itemKey(k decide.Key) string {
@@ -134,7 +220,7 @@ func parseGroupItem(v string) (decide.Key, []string, bool) {
 
 // saveState writes the records that changed. The caller is the leader
 // and does not hold s.mu.
-func (s *Service) saveState(ctx context.Context) {
+func (s *records) saveState(ctx context.Context) {
 	s.mu.Lock()
 	if !s.stateLoaded {
 		s.mu.Unlock()
@@ -144,18 +230,19 @@ func (s *Service) saveState(ctx context.Context) {
 	if now := s.now(); now.Sub(s.reasonsSaved) >= reasonsEvery {
 		s.reasonsSaved = now
 		reasons := map[string]string{}
-		for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
+		pending, refused, placed := s.notes.reasons()
+		for _, k := range slices.SortedFunc(maps.Keys(pending), decide.Key.Compare) {
 			state := "pending"
-			if _, never := s.refused[k]; never {
+			if refused[k] {
 				state = "refused"
 			}
-			why := s.pending[k]
+			why := pending[k]
 			if len(why) > maxReason {
 				why = why[:maxReason] + "..."
 			}
 			reasons[itemKey(k)] = groupItem(k, state, why)
 		}
-		for k, why := range s.why { // why each pinned group is where it is
+		for k, why := range placed { // why each pinned group is where it is
 			if len(why) > maxReason {
 				why = why[:maxReason] + "..."
 			}
@@ -169,7 +256,6 @@ func (s *Service) saveState(ctx context.Context) {
 	for _, id := range slices.Sorted(maps.Keys(s.state.Learned)) {
 		if !wanted[id] {
 			s.state.Unlearn(id) // its job is gone
-			delete(s.observations, id)
 			continue
 		}
 		p := s.state.Learned[id]
@@ -177,18 +263,14 @@ func (s *Service) saveState(ctx context.Context) {
 		h := sha256.Sum256([]byte(id))
 		learned[hex.EncodeToString(h[:10])] = string(b)
 	}
-	for id := range s.observations {
-		if !wanted[id] {
-			delete(s.observations, id)
-		}
-	}
+	s.notes.forgetGone(wanted)
 	vars[learnedKind.path(0)] = learned
 	preempted := map[string]string{}
-	for id, at := range s.preempted {
+	for id, at := range s.notes.preemptedAllocs() {
 		preempted[id] = strconv.FormatInt(at.Unix(), 10)
 	}
 	vars[preemptedKind.path(0)] = preempted
-	s.introspectionVars(vars, wanted)
+	vars[introspectionKind.path(0)] = s.intro.items(wanted)
 	vars[submittedKind.path(0)] = s.submittedItems()
 	var plans [][]varWrite
 	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind} {
@@ -204,7 +286,7 @@ func (s *Service) saveState(ctx context.Context) {
 
 // groupKeys are the keys (decide.Key.String) of the model's groups. The
 // caller holds s.mu.
-func (s *Service) groupKeys() map[string]bool {
+func (s *records) groupKeys() map[string]bool {
 	wanted := map[string]bool{}
 	for _, job := range s.state.Jobs {
 		for _, tg := range job.TaskGroups {
@@ -217,7 +299,7 @@ func (s *Service) groupKeys() map[string]bool {
 // upgradeLearned renames the profiles learned under a group's key as it
 // was written before keys were escaped (decide.Key.Legacy) when that
 // names one group of the model. The caller holds s.mu.
-func (s *Service) upgradeLearned(wanted map[string]bool) {
+func (s *records) upgradeLearned(wanted map[string]bool) {
 	legacy := map[string]string{} // legacy key -> key ("" when ambiguous)
 	for _, job := range s.state.Jobs {
 		for _, tg := range job.TaskGroups {
@@ -255,7 +337,7 @@ func hashItems(items map[string]string) string {
 // dropped goes here too. withReasons also takes the reasons (a follower
 // shows the leader's; a new leader shows them until its first pass). The
 // caller does not hold s.mu.
-func (s *Service) loadState(ctx context.Context, withReasons bool) error {
+func (s *records) loadState(ctx context.Context, withReasons bool) error {
 	seen := map[string]string{} // path -> hash of what it holds
 	reasons, placed := map[decide.Key]string{}, map[decide.Key]string{}
 	refused := map[decide.Key]bool{}
@@ -294,21 +376,7 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	defer s.mu.Unlock()
 	maps.Copy(s.saved, seen) // what is there need not be written again
 	if withReasons {
-		s.pending = reasons
-		maps.Copy(s.why, placed)
-		// what the leader refused for good shows as refused here too; a
-		// refusal read so holds nothing (the leader's own are decided
-		// with the job and cluster they were made for)
-		for k, r := range s.refused {
-			if r.read && !refused[k] {
-				delete(s.refused, k)
-			}
-		}
-		for k, never := range refused {
-			if _, ok := s.refused[k]; never && !ok {
-				s.refused[k] = refusal{reason: reasons[k], read: true}
-			}
-		}
+		s.notes.readReasons(reasons, placed, refused)
 	}
 	learned := map[string]bool{}
 	for _, v := range learnedItems {
@@ -336,13 +404,10 @@ func (s *Service) loadState(ctx context.Context, withReasons bool) error {
 	for id, v := range preemptedItems {
 		if sec, err := strconv.ParseInt(v, 10, 64); err == nil {
 			preempted[id] = time.Unix(sec, 0)
-			if at, ok := s.preempted[id]; ok {
-				preempted[id] = at
-			}
 		}
 	}
-	s.preempted = preempted
-	s.loadIntrospection(introItems)
+	s.notes.readPreempted(preempted)
+	s.intro.read(introItems)
 	s.loadSubmitted(submittedItems)
 	if !s.stateLoaded {
 		s.stateLoaded = true

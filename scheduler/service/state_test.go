@@ -24,8 +24,8 @@ func loadedService(t *testing.T, f *fakeNomad) *Service {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	must.NoError(t, s.loadSecret(t.Context(), true))
-	must.NoError(t, s.loadState(t.Context(), true))
+	must.NoError(t, s.records.loadSecret(t.Context(), true))
+	must.NoError(t, s.records.loadState(t.Context(), true))
 	return s
 }
 
@@ -82,7 +82,7 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 	old.mu.Lock()
 	old.state.Learn("default/x/g", interference.Profile{Name: "learned", SM: 0.42, MemBW: 0.17})
 	old.mu.Unlock()
-	old.saveState(t.Context())
+	old.records.saveState(t.Context())
 	must.MapContainsKey(t, f.vars, "gpushare/state/learned")
 
 	next := loadedService(t, f)
@@ -95,14 +95,14 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 
 	// unchanged records are not written again
 	writes := f.varWrites
-	next.saveState(t.Context())
+	next.records.saveState(t.Context())
 	must.Eq(t, writes, f.varWrites)
 	// a purged job's records go
 	delete(f.jobs, "x")
 	next.mu.Lock()
 	next.state.DeleteJob("default", "x")
 	next.mu.Unlock()
-	next.saveState(t.Context())
+	next.records.saveState(t.Context())
 	for _, v := range f.vars["gpushare/state/learned"] {
 		must.StrNotContains(t, v, "default/x/g")
 	}

@@ -34,7 +34,7 @@ type submitted struct {
 // submitOf is when job was submitted: the time kept for the version the
 // scheduler registered, else its SubmitTime (0: unknown). The caller holds
 // s.mu.
-func (s *Service) submitOf(job *api.Job) int64 {
+func (s *records) submitOf(job *api.Job) int64 {
 	if r, ok := s.submitted[model.JobKey(nsOf(job), *job.ID)]; ok && job.JobModifyIndex != nil && *job.JobModifyIndex == r.index {
 		return r.at
 	}
@@ -47,7 +47,7 @@ func (s *Service) submitOf(job *api.Job) int64 {
 // keepSubmit remembers, for job (the version at modify index from) that
 // the scheduler registered again as index to, when it was submitted. The
 // caller holds s.mu.
-func (s *Service) keepSubmit(job *api.Job, from, to uint64) {
+func (s *records) keepSubmit(job *api.Job, from, to uint64) {
 	if to == 0 || job.ID == nil {
 		return
 	}
@@ -68,7 +68,7 @@ func (s *Service) keepSubmit(job *api.Job, from, to uint64) {
 // preempted or unpaired). A job whose groups are all pinned has no record
 // until it is gated again; then its place is when it was pinned, which
 // repeated preemptions keep. The caller holds s.mu.
-func (s *Service) keepSubmitOfPin(job *api.Job, from, to uint64) {
+func (s *records) keepSubmitOfPin(job *api.Job, from, to uint64) {
 	_, kept := s.submitted[model.JobKey(nsOf(job), *job.ID)]
 	if kept || len(pin.Gated(job)) > 0 {
 		s.keepSubmit(job, from, to)
@@ -78,7 +78,7 @@ func (s *Service) keepSubmitOfPin(job *api.Job, from, to uint64) {
 // submittedItems are the submit times to save; those of jobs that are
 // gone, or that someone else registered since, are dropped. The caller
 // holds s.mu.
-func (s *Service) submittedItems() map[string]string {
+func (s *records) submittedItems() map[string]string {
 	items := map[string]string{}
 	for _, k := range slices.Sorted(maps.Keys(s.submitted)) {
 		r := s.submitted[k]
@@ -95,7 +95,7 @@ func (s *Service) submittedItems() map[string]string {
 }
 
 // loadSubmitted takes the leader's submit times. The caller holds s.mu.
-func (s *Service) loadSubmitted(items map[string]string) {
+func (s *records) loadSubmitted(items map[string]string) {
 	out := map[string]submitted{}
 	for _, v := range items {
 		var f []string
