@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -343,6 +344,12 @@ func devicesFit(reqs []*deviceReq, n *api.Node, m *memo) bool {
 // group only: the placement core must choose among those (a device block
 // constrained to ${device.attr.mig_profile} = "3g.20gb" on a node of
 // several MIG profiles, or to a memory size on a node of two models).
+//
+// The names are the placement core's: a node whose plugin offers each GPU
+// as a group of its own (device_groups = "gpu") is named by model, the
+// model matching when every one of its GPUs' groups matches, and counted
+// among the others otherwise (the core cannot place on some GPUs of a
+// model only).
 func (c *Check) GPUShareGroups(n *api.Node) (match, other []string) {
 	if n == nil || n.NodeResources == nil {
 		return nil, nil
@@ -351,17 +358,50 @@ func (c *Check) GPUShareGroups(n *api.Node) (match, other []string) {
 		if !r.ours {
 			continue
 		}
+		var perGPU map[string]bool // model -> every GPU's group matches
+		var models []string
 		for _, d := range n.NodeResources.Devices {
 			if d == nil || d.Vendor+"/"+d.Type != GPUShare {
 				continue
 			}
-			if r.matches(d, &c.memo) {
+			ok := r.matches(d, &c.memo)
+			if model, per := deviceModel(d); per {
+				if perGPU == nil {
+					perGPU = map[string]bool{}
+				}
+				if all, seen := perGPU[model]; seen {
+					perGPU[model] = all && ok
+				} else {
+					perGPU[model] = ok
+					models = append(models, model)
+				}
+				continue
+			}
+			if ok {
 				match = append(match, d.Name)
 			} else {
 				other = append(other, d.Name)
 			}
 		}
+		for _, m := range models {
+			if perGPU[m] {
+				match = append(match, m)
+			} else {
+				other = append(other, m)
+			}
+		}
 		return match, other
 	}
 	return nil, nil
+}
+
+// deviceModel is the model of a per-GPU gpushare group (per: it carries
+// the GPU's index and model), or the device's name.
+func deviceModel(d *api.NodeDeviceResource) (model string, per bool) {
+	if _, ok := d.Attributes[devicefn.AttrGPUIndex]; ok {
+		if a := d.Attributes[devicefn.AttrModel]; a != nil && a.StringVal != nil {
+			return *a.StringVal, true
+		}
+	}
+	return d.Name, false
 }

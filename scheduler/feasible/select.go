@@ -40,8 +40,14 @@ func (c *Check) Select(nodes []*api.Node) Selection {
 		if why != "" {
 			continue
 		}
-		sel.Allowed = append(sel.Allowed, n.ID)
 		m, o := c.GPUShareGroups(n)
+		if len(m) == 0 && len(o) > 0 {
+			// only some GPUs of a model offered per GPU match: the core
+			// places on whole models
+			sel.Tally.Add(FilterDevices)
+			continue
+		}
+		sel.Allowed = append(sel.Allowed, n.ID)
 		for _, name := range m {
 			match[name] = true
 		}
