@@ -74,15 +74,15 @@ func tokenOf(r *http.Request) string {
 // neither yes nor no (no token, a bad one, Nomad did not answer); after
 // it nothing more is asked.
 type visibility struct {
-	s       *Service
+	s       *httpAPI
 	r       *http.Request
 	managed namespaces
 	seen    map[string]bool
 	err     error
 }
 
-func (s *Service) visibility(r *http.Request) *visibility {
-	return &visibility{s: s, r: r, managed: s.namespaces(), seen: map[string]bool{}}
+func (s *httpAPI) visibility(r *http.Request) *visibility {
+	return &visibility{s: s, r: r, managed: s.ns, seen: map[string]bool{}}
 }
 
 // can reports whether the caller may see namespace ns's jobs.
@@ -114,7 +114,7 @@ func (v *visibility) can(ns string) bool {
 
 // authorize checks that the request's token may read scope; nil when
 // tokens are not required.
-func (s *Service) authorize(r *http.Request, scope authScope) error {
+func (s *httpAPI) authorize(r *http.Request, scope authScope) error {
 	if !s.cfg.RequireToken() {
 		return nil
 	}

@@ -1,23 +1,70 @@
 package service
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
-	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/miglayout"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
-	"github.com/hashicorp/nomad/api"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// Handler serves the HTTP API:
+// httpAPI serves the HTTP API and the web page (ui.go), checking callers'
+// tokens with Nomad (auth.go). It reads what it shows through view, never
+// the decision loop's fields.
+type httpAPI struct {
+	cfg   *config.Config
+	log   hclog.Logger
+	nomad authorizer
+	view  view
+	// profile holds the named interference profiles (configured once).
+	profile *interference.Model
+	metrics prometheus.Gatherer
+	now     func() time.Time
+	ns      namespaces
+	// auth caches Nomad's answers about the callers' tokens.
+	auth authCache
+}
+
+// authorizer asks Nomad whether a token may read a scope (auth.go).
+type authorizer interface {
+	Authorize(ctx context.Context, token string, scope authScope) error
+}
+
+// view is what the API and the page show, from the decision loop and the
+// model (view.go). Each method reads under the model's lock and returns
+// what it read: a slow client never holds up scheduling.
+type view interface {
+	health() Health
+	// gpuMap is the GPU map, with the usage of the namespaces visible
+	// does not accept anonymous (visible is asked after the lock).
+	gpuMap(visible func(ns string) bool) *gpumap.Map
+	migLayouts() []miglayout.Recommendation
+	jobStatus(ns, id, name string) (JobStatus, bool)
+	// waiting lists the groups of managed namespaces that wait or were
+	// refused for good, sorted.
+	waiting() []Waiting
+	// unpaired is why each group was last unpaired; preemptionsLog the
+	// groups last preempted, oldest first.
+	unpaired() []Unpaired
+	preemptionsLog() []Preemption
+	// nodeNames names nodes by their name, else their ID.
+	nodeNames(ids []string) []string
+}
+
+// handler serves the HTTP API:
 //
 //	GET /v1/health          liveness, leadership and the model's index
 //	GET /v1/gpus            the GPU map
@@ -29,7 +76,7 @@ import (
 //	GET /v1/preemptions     the groups last preempted for a guaranteed one
 //	GET /metrics            Prometheus metrics
 //	GET /ui                 the web page (ui.go); / redirects there
-func (s *Service) Handler() http.Handler {
+func (s *httpAPI) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("GET /v1/gpus", s.handleGPUs)
@@ -40,7 +87,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/unpairs", s.handleUnpairs)
 	mux.HandleFunc("GET /v1/preemptions", s.handlePreemptions)
 	s.uiRoutes(mux)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
 	return mux
 }
 
@@ -62,10 +109,8 @@ type Health struct {
 	Jobs   int    `json:"jobs"`
 }
 
-func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	s.mu.Lock()
-	h := Health{Status: "ok", Leader: s.IsLeader(), Synced: s.synced, Index: s.state.Index, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs)}
-	s.mu.Unlock()
+func (s *httpAPI) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	h := s.view.health()
 	code := http.StatusOK
 	if !h.Synced {
 		h.Status = "starting"
@@ -78,52 +123,18 @@ func (s *Service) handleHealth(w http.ResponseWriter, _ *http.Request) {
 // Every namespace's allocations hold shares; those of namespaces the
 // caller may not see (not managed, or their jobs not readable by its
 // token) show as anonymous shares.
-func (s *Service) handleGPUs(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleGPUs(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r, authScope{Nodes: true}); err != nil {
 		authFailed(w, err)
 		return
 	}
 	see := s.visibility(r)
-	m := s.gpuMap(see.can)
+	m := s.view.gpuMap(see.can)
 	if see.err != nil {
 		authFailed(w, see.err)
 		return
 	}
-	writeJSON(w, http.StatusOK, GPUs{Map: m, MIGLayouts: s.migLayouts()})
-}
-
-// gpuMap builds the GPU map with the usage of the namespaces visible does
-// not accept anonymous. It reads the model under the lock and asks
-// visible (which may ask Nomad) after it.
-func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
-	s.mu.Lock()
-	nodes, allocs := s.nodesNow(), s.liveAllocsNow()
-	s.mu.Unlock()
-	m := gpumap.Build(nodes, allocs)
-	m.Hide(visible)
-	return m
-}
-
-// nodesNow lists the model's nodes, for work done after the lock is
-// released. The caller holds s.mu.
-func (s *Service) nodesNow() []*api.Node {
-	nodes := make([]*api.Node, 0, len(s.state.Nodes))
-	for _, n := range s.state.Nodes {
-		nodes = append(nodes, n)
-	}
-	return nodes
-}
-
-// liveAllocsNow lists the model's live allocations (model.Live), for work
-// done after the lock is released. The caller holds s.mu.
-func (s *Service) liveAllocsNow() []*api.Allocation {
-	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
-	for _, a := range s.state.Allocs {
-		if model.Live(a) {
-			allocs = append(allocs, a)
-		}
-	}
-	return allocs
+	writeJSON(w, http.StatusOK, GPUs{Map: m, MIGLayouts: s.view.migLayouts()})
 }
 
 // JobStatus is the body of /v1/jobs/<id>.
@@ -156,7 +167,7 @@ type GroupStatus struct {
 	Unpaired *Unpaired `json:"unpaired,omitempty"`
 }
 
-func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	id := r.PathValue("id")
 	name := strings.TrimSuffix(model.JobKey(ns, ""), "/")
@@ -166,69 +177,19 @@ func (s *Service) handleJob(w http.ResponseWriter, r *http.Request) {
 		authFailed(w, err)
 		return
 	}
-	if managed := s.namespaces(); !managed.has(ns) {
+	if managed := s.ns; !managed.has(ns) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": fmt.Sprintf(
 			"namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces); ask with ?namespace= one of those", name, managed)})
 		return
 	}
 	// the answer is built under the lock and written after it: a slow
 	// client never holds up scheduling
-	out, found := s.jobStatus(ns, id, name)
+	out, found := s.view.jobStatus(ns, id, name)
 	if !found {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no job " + id + " in namespace " + name + " (use ?namespace=)"})
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	job := s.state.Jobs[model.JobKey(ns, id)]
-	if job == nil {
-		return JobStatus{}, false
-	}
-	out := JobStatus{Namespace: name, ID: id}
-	if job.Type != nil {
-		out.Type = *job.Type
-	}
-	if job.Status != nil {
-		out.Status = *job.Status
-	}
-	gated := pin.Gated(job)
-	for _, tg := range job.TaskGroups {
-		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
-		key := model.KeyOf(job, *tg.Name)
-		if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Profile.Known() {
-			gs.Profile = displayProfile(r.Profile)
-		}
-		gs.Unpaired = s.unpairedOf(key)
-		if st, ok := s.stages[key]; ok {
-			gs.Lifecycle, gs.LifecycleWhy = string(st.State), st.Why
-		}
-		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
-			gs.Allocs = append(gs.Allocs, a.ID)
-		}
-		switch rec, ok := s.state.Record(job, *tg.Name); {
-		case model.Template(job):
-			gs.State, gs.Reason = "template", "a periodic or parameterized job: Nomad never places it, and gpushare never decides it; each child it launches or dispatches is a job of its own, decided as it comes"
-		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
-			gs.State = "pending"
-			gs.Reason = s.pending[key]
-			if _, never := s.refused[key]; never {
-				gs.State = "refused"
-			}
-			if gs.Reason == "" {
-				gs.Reason = "waiting for the next decision"
-			}
-		case ok:
-			shown := *rec
-			shown.Reason = s.why[key] // the meta says where, the records why
-			gs.State, gs.Placement = "pinned", &shown
-		}
-		out.Groups = append(out.Groups, gs)
-	}
-	return out, true
 }
 
 // Waiting is one entry of /v1/groups: a group that waits, or that was
@@ -247,40 +208,18 @@ type Waiting struct {
 
 // handleGroups lists the groups that wait or were refused for good, in
 // the managed namespaces, sorted.
-func (s *Service) handleGroups(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleGroups(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
 		authFailed(w, err)
 		return
 	}
-	out := s.waiting()
+	out := s.view.waiting()
 	// only the namespaces the caller's token may read
 	kept, ok := readableOnly(s, w, r, out, func(g Waiting) string { return g.Namespace })
 	if !ok {
 		return
 	}
 	writeJSON(w, http.StatusOK, kept)
-}
-
-// waiting lists the groups of managed namespaces that wait or were
-// refused for good, sorted.
-func (s *Service) waiting() []Waiting {
-	managed := s.namespaces()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Waiting, 0, len(s.pending))
-	for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
-		if !managed.has(k.Namespace) {
-			continue
-		}
-		w := Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: "pending", Reason: s.pending[k]}
-		if _, never := s.refused[k]; never {
-			w.State = "refused"
-		} else if p, ok := s.positions[k]; ok {
-			w.Position, w.Of = p.Position, p.Of
-		}
-		out = append(out, w)
-	}
-	return out
 }
 
 // VC is one entry of /v1/vcs: a virtual cluster jobs may name in
@@ -290,7 +229,7 @@ type VC struct {
 	Namespaces []string `json:"namespaces,omitempty"`
 }
 
-func (s *Service) handleVCs(w http.ResponseWriter, _ *http.Request) {
+func (s *httpAPI) handleVCs(w http.ResponseWriter, _ *http.Request) {
 	out := make([]VC, 0, len(s.cfg.VCs))
 	for _, v := range s.cfg.VCs {
 		out = append(out, VC{Name: v.Name, Namespaces: v.Namespaces})
@@ -300,7 +239,7 @@ func (s *Service) handleVCs(w http.ResponseWriter, _ *http.Request) {
 
 // handleProfiles lists the named interference profiles (built-in and
 // configured) jobs may name in gpushare.profile.
-func (s *Service) handleProfiles(w http.ResponseWriter, _ *http.Request) {
+func (s *httpAPI) handleProfiles(w http.ResponseWriter, _ *http.Request) {
 	out := make([]interference.Profile, 0, len(s.profile.Profiles))
 	for _, name := range slices.Sorted(maps.Keys(s.profile.Profiles)) {
 		out = append(out, s.profile.Profiles[name])
@@ -311,7 +250,7 @@ func (s *Service) handleProfiles(w http.ResponseWriter, _ *http.Request) {
 // readableOnly keeps the items of the namespaces the caller's token may
 // read (visibility: asking once per namespace); false means it answered
 // the request with the authorisation error.
-func readableOnly[T any](s *Service, w http.ResponseWriter, r *http.Request, items []T, namespace func(T) string) ([]T, bool) {
+func readableOnly[T any](s *httpAPI, w http.ResponseWriter, r *http.Request, items []T, namespace func(T) string) ([]T, bool) {
 	see := s.visibility(r)
 	kept := items[:0]
 	for _, it := range items {
@@ -324,4 +263,65 @@ func readableOnly[T any](s *Service, w http.ResponseWriter, r *http.Request, ite
 		return nil, false
 	}
 	return kept, true
+}
+
+// preemptionsFor lists the recent preemptions the caller may see, newest
+// first: those of namespaces it may read, the group they were for named
+// only when it may read that one's namespace too.
+func (s *httpAPI) preemptionsFor(see *visibility) []Preemption {
+	all := s.view.preemptionsLog()
+	out := make([]Preemption, 0, len(all))
+	for _, p := range slices.Backward(all) {
+		if !see.can(p.Namespace) {
+			continue
+		}
+		if !see.can(p.forNamespace) {
+			p.For = ""
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// handlePreemptions lists the groups last preempted, newest first, in the
+// namespaces the caller may read.
+func (s *httpAPI) handlePreemptions(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
+		return
+	}
+	see := s.visibility(r)
+	out := s.preemptionsFor(see)
+	if see.err != nil {
+		authFailed(w, see.err)
+		return
+	}
+	slices.SortStableFunc(out, func(a, b Preemption) int {
+		if c := b.At.Compare(a.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Job, b.Job)
+	})
+	writeJSON(w, http.StatusOK, out)
+}
+
+// handleUnpairs lists the groups last unpaired, newest first, in the
+// namespaces the caller may read.
+func (s *httpAPI) handleUnpairs(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
+		authFailed(w, err)
+		return
+	}
+	out := slices.DeleteFunc(s.view.unpaired(), func(u Unpaired) bool { return !s.ns.has(u.Namespace) })
+	kept, ok := readableOnly(s, w, r, out, func(u Unpaired) string { return u.Namespace })
+	if !ok {
+		return
+	}
+	slices.SortFunc(kept, func(a, b Unpaired) int {
+		if c := b.At.Compare(a.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Job, b.Job)
+	})
+	writeJSON(w, http.StatusOK, kept)
 }

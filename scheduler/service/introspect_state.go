@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -194,44 +193,6 @@ func (in *introspection) read(items map[string]string) {
 		k.Observe(o.GPU, o.Job, o.With, o.Norm)
 	}
 	in.rec = rec
-}
-
-// unpairedOf is why a group was last unpaired, if it was. The caller
-// holds s.mu.
-func (s *Service) unpairedOf(k decide.Key) *Unpaired {
-	if u, ok := s.intro.rec.unpaired[k]; ok {
-		return &u
-	}
-	return nil
-}
-
-// handleUnpairs lists the groups last unpaired, newest first, in the
-// namespaces the caller may read.
-func (s *Service) handleUnpairs(w http.ResponseWriter, r *http.Request) {
-	if err := s.authorize(r, authScope{}); err != nil { // nothing listed before authentication
-		authFailed(w, err)
-		return
-	}
-	managed := s.namespaces()
-	s.mu.Lock()
-	out := make([]Unpaired, 0, len(s.intro.rec.unpaired))
-	for k, u := range s.intro.rec.unpaired {
-		if managed.has(k.Namespace) {
-			out = append(out, u)
-		}
-	}
-	s.mu.Unlock()
-	kept, ok := readableOnly(s, w, r, out, func(u Unpaired) string { return u.Namespace })
-	if !ok {
-		return
-	}
-	slices.SortFunc(kept, func(a, b Unpaired) int {
-		if c := b.At.Compare(a.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Job, b.Job)
-	})
-	writeJSON(w, http.StatusOK, kept)
 }
 
 // displayProfile shows a learned profile as "learned", as before learned

@@ -66,8 +66,8 @@ type Service struct {
 	// lastLockHold is how long the last pass held mu to read the model,
 	// lastStep how long it then took to decide (before any pin).
 	lastLockHold, lastStep time.Duration
-	// auth caches Nomad's answers about the HTTP API's callers' tokens.
-	auth authCache
+	// api serves the HTTP API and the page (http.go)
+	api *httpAPI
 	// onStep, when set (tests), sees the actions of every step.
 	onStep func([]decide.Action)
 	// preempted allocations Nomad is stopping: their capacity is already
@@ -142,7 +142,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
 		metrics: newMetrics(), now: now, cluster: &cluster{state: model.New()},
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
-		preempted: map[string]time.Time{},
+		preempted:    map[string]time.Time{},
 		observations: map[string][]interference.Observation{},
 		dirty:        make(chan struct{}, 1),
 		intro:        intro,
@@ -152,6 +152,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		interval: config.Duration(cfg.ResyncInterval), changed: s.markDirty}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.records = newRecords(s.cluster, s.log, n, s, s, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
+	s.api = &httpAPI{cfg: cfg, log: s.log, nomad: n, view: s, profile: prof, metrics: s.metrics.reg, now: now, ns: s.namespaces()}
 	s.state.Trust = s.records.trusted
 	s.state.Feasible = s.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and
@@ -263,6 +264,9 @@ func (s *Service) lead(ctx context.Context) error {
 		s.reconcile(ctx)
 	}
 }
+
+// Handler serves the HTTP API and the web page (http.go).
+func (s *Service) Handler() http.Handler { return s.api.handler() }
 
 // SetPinDelay makes the service wait d between a decision and its pin,
 // for tests of a user's edit racing the pin; never set it in production.

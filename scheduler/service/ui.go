@@ -26,7 +26,7 @@ const uiRefresh = 15
 // maxTokenForm bounds the body of the token form.
 const maxTokenForm = 4 << 10
 
-func (s *Service) uiRoutes(mux *http.ServeMux) {
+func (s *httpAPI) uiRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui", http.StatusFound)
 	})
@@ -39,14 +39,14 @@ func (s *Service) uiRoutes(mux *http.ServeMux) {
 	mux.Handle("GET /ui/static/", webui.Static())
 }
 
-func (s *Service) session(r *http.Request) webui.Session {
+func (s *httpAPI) session(r *http.Request) webui.Session {
 	_, err := r.Cookie(tokenCookie)
 	return webui.Session{Required: s.cfg.RequireToken(), SignedIn: err == nil}
 }
 
-func (s *Service) links() webui.Links { return webui.Links{NomadUI: s.cfg.Nomad.UIAddress} }
+func (s *httpAPI) links() webui.Links { return webui.Links{NomadUI: s.cfg.Nomad.UIAddress} }
 
-func (s *Service) render(w http.ResponseWriter, code int, page any) {
+func (s *httpAPI) render(w http.ResponseWriter, code int, page any) {
 	if err := webui.Render(w, code, page); err != nil {
 		s.log.Warn("cannot render the web page", "error", err)
 	}
@@ -55,7 +55,7 @@ func (s *Service) render(w http.ResponseWriter, code int, page any) {
 // uiAuthFailed answers a page whose token check failed: the token form
 // for a missing or unknown token (its cookie cleared), else a page that
 // says what is wrong.
-func (s *Service) uiAuthFailed(w http.ResponseWriter, r *http.Request, err error) {
+func (s *httpAPI) uiAuthFailed(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, ErrNoToken):
 		s.render(w, http.StatusUnauthorized, webui.Login{})
@@ -73,26 +73,25 @@ func (s *Service) uiAuthFailed(w http.ResponseWriter, r *http.Request, err error
 // handleUI serves the overview: the GPU map (when the token may read
 // nodes), the queue, refused groups and recent moves of the namespaces it
 // may read.
-func (s *Service) handleUI(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleUI(w http.ResponseWriter, r *http.Request) {
 	if err := s.authorize(r, authScope{}); err != nil { // nothing shown before authentication
 		s.uiAuthFailed(w, r, err)
 		return
 	}
-	page := webui.Overview{Session: s.session(r), Links: s.links(), Refresh: uiRefresh, Now: s.now(), Leader: s.IsLeader()}
-	s.mu.Lock()
-	page.Index, page.Synced = s.state.Index, s.synced
-	s.mu.Unlock()
+	page := webui.Overview{Session: s.session(r), Links: s.links(), Refresh: uiRefresh, Now: s.now()}
+	h := s.view.health()
+	page.Leader, page.Index, page.Synced = h.Leader, h.Index, h.Synced
 	see := s.visibility(r)
 	switch err := s.authorize(r, authScope{Nodes: true}); {
 	case err == nil:
-		page.Map, page.MIGLayouts = s.gpuMap(see.can), s.migLayouts()
+		page.Map, page.MIGLayouts = s.view.gpuMap(see.can), s.view.migLayouts()
 	case errors.Is(err, ErrForbidden):
 		page.MapNote = "This token may not read nodes (it needs node { policy = \"read\" }): the GPU map is not shown."
 	default:
 		s.uiAuthFailed(w, r, err)
 		return
 	}
-	for _, g := range s.waiting() {
+	for _, g := range s.view.waiting() {
 		if !see.can(g.Namespace) {
 			continue
 		}
@@ -115,12 +114,7 @@ func (s *Service) handleUI(w http.ResponseWriter, r *http.Request) {
 		}
 		return a.Position - b.Position
 	})
-	s.mu.Lock()
-	unpairs := make([]Unpaired, 0, len(s.intro.rec.unpaired))
-	for _, u := range s.intro.rec.unpaired {
-		unpairs = append(unpairs, u)
-	}
-	s.mu.Unlock()
+	unpairs := s.view.unpaired()
 	slices.SortFunc(unpairs, func(a, b Unpaired) int {
 		if c := b.At.Compare(a.At); c != 0 {
 			return c
@@ -149,7 +143,7 @@ func (s *Service) handleUI(w http.ResponseWriter, r *http.Request) {
 
 // handleUIJob serves one job's page: each group's placement, or why it
 // waits.
-func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	if ns == "" {
 		ns = "default"
@@ -164,20 +158,20 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		s.uiAuthFailed(w, r, err)
 		return
 	}
-	if managed := s.namespaces(); !managed.has(ns) {
+	if managed := s.ns; !managed.has(ns) {
 		s.render(w, http.StatusNotFound, webui.Problem{Session: s.session(r), Title: "Namespace not managed",
 			Message: fmt.Sprintf("Namespace %s is not managed by this scheduler: it manages %s (nomad.namespaces).", ns, managed)})
 		return
 	}
-	st, found := s.jobStatus(ns, id, ns)
+	st, found := s.view.jobStatus(ns, id, ns)
 	if !found {
 		s.render(w, http.StatusNotFound, webui.Problem{Session: s.session(r), Title: "No such job",
-			Message: fmt.Sprintf("No job %s in namespace %s (this scheduler sees the jobs of %s).", id, ns, s.namespaces())})
+			Message: fmt.Sprintf("No job %s in namespace %s (this scheduler sees the jobs of %s).", id, ns, s.ns)})
 		return
 	}
 	page := webui.Job{Session: s.session(r), Links: s.links(), Namespace: ns, ID: id, Now: s.now()}
 	positions := map[string]queuePos{}
-	for _, g := range s.waiting() {
+	for _, g := range s.view.waiting() {
 		if g.Namespace == ns && g.Job == id && g.Position > 0 {
 			positions[g.Group] = queuePos{g.Position, g.Of}
 		}
@@ -185,7 +179,7 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 	for _, g := range st.Groups {
 		jg := webui.JobGroup{Name: g.Name, State: g.State, Reason: g.Reason, Allocs: g.Allocs}
 		if p := g.Placement; p != nil {
-			jg.Nodes, jg.GPUs, jg.Shares = s.nodeNames(p.Nodes), p.GPUs, len(p.Shares)
+			jg.Nodes, jg.GPUs, jg.Shares = s.view.nodeNames(p.Nodes), p.GPUs, len(p.Shares)
 			jg.Cell, jg.Policy, jg.Class, jg.VC, jg.Reason = p.Cell, p.Policy, p.Class, p.VC, p.Reason
 		}
 		if g.Profile != nil {
@@ -202,21 +196,7 @@ func (s *Service) handleUIJob(w http.ResponseWriter, r *http.Request) {
 	s.render(w, http.StatusOK, page)
 }
 
-// nodeNames names nodes by their name, else their ID.
-func (s *Service) nodeNames(ids []string) []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = id
-		if n := s.state.Nodes[id]; n != nil && n.Name != "" {
-			out[i] = n.Name
-		}
-	}
-	return out
-}
-
-func (s *Service) handleUILoginForm(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleUILoginForm(w http.ResponseWriter, r *http.Request) {
 	if !s.cfg.RequireToken() {
 		http.Redirect(w, r, "/ui", http.StatusSeeOther)
 		return
@@ -227,7 +207,7 @@ func (s *Service) handleUILoginForm(w http.ResponseWriter, r *http.Request) {
 // handleUILogin checks the token with Nomad and keeps it in the page's
 // cookie. A token Nomad knows is taken even when it may not read nodes:
 // the page then shows what it may read.
-func (s *Service) handleUILogin(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleUILogin(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		http.Error(w, "the token form must be sent from this scheduler's own page", http.StatusForbidden)
 		return
@@ -265,7 +245,7 @@ func (s *Service) handleUILogin(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/ui", http.StatusSeeOther)
 }
 
-func (s *Service) handleUILogout(w http.ResponseWriter, r *http.Request) {
+func (s *httpAPI) handleUILogout(w http.ResponseWriter, r *http.Request) {
 	if !sameOrigin(r) {
 		http.Error(w, "sign out from this scheduler's own page", http.StatusForbidden)
 		return

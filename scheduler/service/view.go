@@ -1,0 +1,169 @@
+package service
+
+import (
+	"maps"
+	"slices"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+)
+
+// The loop's side of the API: what the API and the page show (view, in
+// http.go), read under the model's lock and returned as copies.
+
+// gpuMap builds the GPU map with the usage of the namespaces visible does
+// not accept anonymous. It reads the model under the lock and asks
+// visible (which may ask Nomad) after it.
+func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
+	s.mu.Lock()
+	nodes, allocs := s.nodesNow(), s.liveAllocsNow()
+	s.mu.Unlock()
+	m := gpumap.Build(nodes, allocs)
+	m.Hide(visible)
+	return m
+}
+
+// nodesNow lists the model's nodes, for work done after the lock is
+// released. The caller holds s.mu.
+func (s *Service) nodesNow() []*api.Node {
+	nodes := make([]*api.Node, 0, len(s.state.Nodes))
+	for _, n := range s.state.Nodes {
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// liveAllocsNow lists the model's live allocations (model.Live), for work
+// done after the lock is released. The caller holds s.mu.
+func (s *Service) liveAllocsNow() []*api.Allocation {
+	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
+	for _, a := range s.state.Allocs {
+		if model.Live(a) {
+			allocs = append(allocs, a)
+		}
+	}
+	return allocs
+}
+
+func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	job := s.state.Jobs[model.JobKey(ns, id)]
+	if job == nil {
+		return JobStatus{}, false
+	}
+	out := JobStatus{Namespace: name, ID: id}
+	if job.Type != nil {
+		out.Type = *job.Type
+	}
+	if job.Status != nil {
+		out.Status = *job.Status
+	}
+	gated := pin.Gated(job)
+	for _, tg := range job.TaskGroups {
+		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
+		key := model.KeyOf(job, *tg.Name)
+		if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Profile.Known() {
+			gs.Profile = displayProfile(r.Profile)
+		}
+		gs.Unpaired = s.unpairedOf(key)
+		if st, ok := s.stages[key]; ok {
+			gs.Lifecycle, gs.LifecycleWhy = string(st.State), st.Why
+		}
+		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
+			gs.Allocs = append(gs.Allocs, a.ID)
+		}
+		switch rec, ok := s.state.Record(job, *tg.Name); {
+		case model.Template(job):
+			gs.State, gs.Reason = "template", "a periodic or parameterized job: Nomad never places it, and gpushare never decides it; each child it launches or dispatches is a job of its own, decided as it comes"
+		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
+			gs.State = "pending"
+			gs.Reason = s.pending[key]
+			if _, never := s.refused[key]; never {
+				gs.State = "refused"
+			}
+			if gs.Reason == "" {
+				gs.Reason = "waiting for the next decision"
+			}
+		case ok:
+			shown := *rec
+			shown.Reason = s.why[key] // the meta says where, the records why
+			gs.State, gs.Placement = "pinned", &shown
+		}
+		out.Groups = append(out.Groups, gs)
+	}
+	return out, true
+}
+
+// waiting lists the groups of managed namespaces that wait or were
+// refused for good, sorted.
+func (s *Service) waiting() []Waiting {
+	managed := s.namespaces()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Waiting, 0, len(s.pending))
+	for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
+		if !managed.has(k.Namespace) {
+			continue
+		}
+		w := Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: "pending", Reason: s.pending[k]}
+		if _, never := s.refused[k]; never {
+			w.State = "refused"
+		} else if p, ok := s.positions[k]; ok {
+			w.Position, w.Of = p.Position, p.Of
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// nodeNames names nodes by their name, else their ID.
+func (s *Service) nodeNames(ids []string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id
+		if n := s.state.Nodes[id]; n != nil && n.Name != "" {
+			out[i] = n.Name
+		}
+	}
+	return out
+}
+
+// unpairedOf is why a group was last unpaired, if it was. The caller
+// holds s.mu.
+func (s *Service) unpairedOf(k decide.Key) *Unpaired {
+	if u, ok := s.intro.rec.unpaired[k]; ok {
+		return &u
+	}
+	return nil
+}
+
+// health is the body of /v1/health.
+func (s *Service) health() Health {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Health{Status: "ok", Leader: s.IsLeader(), Synced: s.synced, Index: s.state.Index, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs)}
+}
+
+// unpaired lists why each group was last unpaired.
+func (s *Service) unpaired() []Unpaired {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Unpaired, 0, len(s.intro.rec.unpaired))
+	for _, u := range s.intro.rec.unpaired {
+		out = append(out, u)
+	}
+	return out
+}
+
+// preempted lists the groups last preempted, oldest first.
+func (s *Service) preemptionsLog() []Preemption {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.preemptions)
+}
