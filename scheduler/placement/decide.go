@@ -125,7 +125,8 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string, s
 // placeGroup places Count allocations one by one, trying each on the
 // snapshot and undoing them all at the end. A node holds either one
 // allocation of the group or fractions stacked on one GPU
-// (docs/gate-and-pin.md, "Several allocations"). Groups of more than one allocation prefer one rack.
+// (docs/gate-and-pin.md, "Several allocations"), but for a node whose
+// GPUs are device groups of their own (pergpu.go). Groups of more than one allocation prefer one rack.
 //
 // With preempt, an allocation that fits nowhere may stop opportunistic
 // allocations (the victims are listed in d.Preempt).
@@ -184,6 +185,7 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 		case r.DistinctNodes: // one allocation per node (distinct_hosts)
 			pins[n.idx] = -1
 		case r.Shares == 0: // CPU-only allocations pin no shares
+		case n.groups[c.group].perGPU: // Nomad places each on one GPU's group
 		case c.gpu >= 0:
 			pins[n.idx] = c.gpu
 		default:

@@ -20,4 +20,8 @@
 // Snapshot.Usage, Fragmentation) and follows the cluster as it changes
 // (AddAlloc, Remove, SetHealth, AddNode, RemoveNode). Check verifies its
 // invariants; tests call it after every change.
+//
+// A node whose plugin offers each GPU as a device group of its own
+// (devicefn.Group.PerGPU) holds allocations of one group on any of its GPUs
+// but never one allocation of more than one GPU (pergpu.go).
 package placement

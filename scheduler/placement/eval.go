@@ -90,7 +90,7 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		}
 		spg := n.GPUs[grp.gpus[0]].Shares
 		frac, whole, ok := shareSize(r.Shares, spg)
-		if !ok || whole > len(grp.gpus) {
+		if !ok || whole > grp.maxWhole() {
 			continue
 		}
 		if frac > 0 && e.rounds() {

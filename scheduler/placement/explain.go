@@ -29,8 +29,8 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	var mostFree, mostFrac, largestCell int
 	var mostFreeNode, mostFracNode, cellNode, cellName string
 	var modelSeen []string
-	maxGPUs, spg := 0, 0
-	var mig []string // models of shared MIG instances
+	maxGPUs, spg, capped := 0, 0, 0 // capped: shares per GPU of a per-GPU group (pergpu.go)
+	var mig []string                // models of shared MIG instances
 	largest := 0
 	for _, n := range s.nodes {
 		c := e.eval(n, r, -1)
@@ -48,7 +48,10 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 			if grp.mig {
 				mig, largest = appendUnique(mig, grp.model), max(largest, grp.cap)
 			} else {
-				maxGPUs = max(maxGPUs, len(grp.gpus))
+				maxGPUs = max(maxGPUs, grp.maxWhole())
+				if grp.maxWhole() < len(grp.gpus) {
+					capped = spg
+				}
 			}
 			var freeMask uint64
 			whole := 0
@@ -65,7 +68,7 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 					mostFrac, mostFracNode = g.free, n.label()
 				}
 			}
-			if whole > mostFree {
+			if whole = min(whole, grp.maxWhole()); whole > mostFree {
 				mostFree, mostFreeNode = whole, n.label()
 			}
 			for ci := range grp.tree.Cells {
@@ -100,6 +103,9 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 		msg := tooManyGPUs(whole, maxGPUs, largest, models, mig)
 		if migOnly(whole, 0, largest, mig) != "" && e.rounds() {
 			msg += fmt.Sprintf(" (%s takes whole GPUs for a fraction)", e.name)
+		}
+		if capped > 0 {
+			msg += "; " + perGPUNote(whole, capped)
 		}
 		return &Refusal{RefusedTooLarge, msg}
 	case onlyInstancesTooSmall(frac, maxGPUs, largest, models, mig) != "":

@@ -83,6 +83,7 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 	var mig []string // models of shared MIG instances seen
 	largest, migFrac, migWhole := 0, 0, 0
 	stacked := 0 // room if one node could hold several whole-GPU allocations
+	capped := 0  // shares per GPU of a per-GPU group that limited an allocation to one GPU
 	for _, n := range s.nodes {
 		if allowed != nil && !allowed[n.ID] || n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
 			continue
@@ -116,7 +117,10 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 				mig, largest = appendUnique(mig, grp.model), max(largest, grp.cap)
 				migFrac, migWhole = max(migFrac, frac), max(migWhole, whole)
 			} else {
-				maxGPUs = max(maxGPUs, len(grp.gpus))
+				maxGPUs = max(maxGPUs, grp.maxWhole())
+				if grp.maxWhole() < len(grp.gpus) {
+					capped = spg
+				}
 			}
 			need = max(need, whole)
 			switch {
@@ -126,11 +130,11 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 			case grp.mig:
 				best = max(best, min(byRes, grp.cap/frac))
 				most = max(most, best)
-			case whole > 0 && whole <= len(grp.gpus):
-				best = max(best, 1) // one allocation of the group per node
+			case whole > 0 && whole <= grp.maxWhole():
+				best = max(best, min(byRes, grp.wholeSlots(whole))) // one allocation of the group per node, or per GPU
 				most = max(most, min(byRes, len(grp.gpus)/whole))
 			case frac > 0:
-				best = max(best, min(byRes, spg/frac)) // fractions stack on one GPU
+				best = max(best, min(byRes, grp.fracSlots(spg, frac))) // fractions stack on one GPU
 				most = max(most, best)
 			}
 		}
@@ -150,7 +154,11 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s with cpu %d and memory %d MiB", models, r.Res.CPU, r.Res.MemoryMiB)}
 	}
 	if need > maxGPUs {
-		return &Refusal{Code: RefusedTooLarge, Message: tooManyGPUs(need, maxGPUs, largest, models, mig)}
+		msg := tooManyGPUs(need, maxGPUs, largest, models, mig)
+		if capped > 0 {
+			msg += "; " + perGPUNote(need, capped)
+		}
+		return &Refusal{Code: RefusedTooLarge, Message: msg}
 	}
 	if msg := onlyInstancesTooSmall(migFrac, maxGPUs, largest, models, mig); msg != "" {
 		return &Refusal{Code: RefusedTooLarge, Message: msg}
@@ -221,8 +229,8 @@ func OnePerNode(s *Snapshot, r Request) string {
 			if !r.modelOK(grp.model) {
 				continue
 			}
-			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= len(grp.gpus) && !grp.mig {
-				nodes++
+			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= grp.maxWhole() && !grp.mig {
+				nodes += grp.wholeSlots(whole) // a node whose GPUs are groups holds one per GPU
 				break
 			}
 		}

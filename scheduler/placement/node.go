@@ -39,7 +39,7 @@ func NodeFromGroups(id, name string, capacity Resources, meta map[string]string,
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
 		}
-		gg := gpuGroup{model: grp.Model, links: links, tree: tree, cap: grp.SharesPerGPU}
+		gg := gpuGroup{model: grp.Model, links: links, tree: tree, cap: grp.SharesPerGPU, perGPU: grp.PerGPU}
 		if grp.MIG != nil {
 			if err := checkMIGGroup(&grp); err != nil {
 				return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
@@ -100,6 +100,9 @@ type NodeSpec struct {
 	NUMA  []int           `json:"numa,omitempty"`
 	// SharesPerGPU defaults to devicefn.DefaultSharesPerGPU.
 	SharesPerGPU int `json:"shares_per_gpu,omitempty"`
+	// PerGPU: the plugin offers each GPU as a device group of its own
+	// (device_groups = "gpu"; pergpu.go).
+	PerGPU bool `json:"per_gpu,omitempty"`
 }
 
 // NodeFromSpec builds a node from a plain description. GPU UUIDs are
@@ -148,7 +151,7 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 	}
 	var groups []devicefn.Group
 	if spec.GPUs > 0 {
-		g := devicefn.Group{Model: model, SharesPerGPU: spg, Sharing: devicefn.SharingMPS}
+		g := devicefn.Group{Model: model, SharesPerGPU: spg, Sharing: devicefn.SharingMPS, PerGPU: spec.PerGPU}
 		for i := range spec.GPUs {
 			g.GPUs = append(g.GPUs, devicefn.GroupGPU{UUID: "GPU-" + spec.ID + "-" + strconv.Itoa(i), NUMANode: numa[i], Links: links[i]})
 		}

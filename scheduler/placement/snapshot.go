@@ -118,9 +118,12 @@ type gpuGroup struct {
 	// mig marks a group of shared MIG instances (one parent model and
 	// profile), each offering cap shares; cap is shares_per_gpu otherwise.
 	// First: eval reads them with model and gpus.
-	mig    bool
-	cap    int
-	model  string
+	mig   bool
+	cap   int
+	model string
+	// perGPU: Nomad offers each GPU as a device group of its own
+	// (pergpu.go).
+	perGPU bool
 	gpus   []int // node GPU indices, in group order
 	links  devicefn.Matrix
 	tree   *cells.Tree

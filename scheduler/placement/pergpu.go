@@ -1,0 +1,46 @@
+package placement
+
+import "fmt"
+
+// Nodes whose plugin offers each GPU as a device group of its own
+// (device_groups = "gpu"; devicefn.Group.PerGPU): Nomad takes each
+// allocation's shares from one GPU's group, so the allocations of a group
+// never need the rules that keep them apart on a node with one group per
+// model (OnePerNode, fractions stacked on one GPU), but one allocation
+// never gets more than one GPU there.
+
+// maxWhole is the most whole GPUs one allocation may hold of the group.
+func (g *gpuGroup) maxWhole() int {
+	if g.perGPU {
+		return min(1, len(g.gpus))
+	}
+	return len(g.gpus)
+}
+
+// wholeSlots is how many allocations of whole GPUs each the group may
+// hold under gpushare's rules: one per node with a group per model
+// (OnePerNode), one per GPU when each GPU is a group.
+func (g *gpuGroup) wholeSlots(whole int) int {
+	if g.perGPU {
+		return len(g.gpus) / max(whole, 1)
+	}
+	return 1
+}
+
+// fracSlots is how many allocations of frac shares each the group may
+// hold: those that stack on one GPU, or on every GPU when each GPU is a
+// group.
+func (g *gpuGroup) fracSlots(spg, frac int) int {
+	if g.perGPU {
+		return len(g.gpus) * (spg / frac)
+	}
+	return spg / frac
+}
+
+// perGPUNote says why an allocation of need GPUs cannot have GPUs of
+// per-GPU groups.
+func perGPUNote(need, spg int) string {
+	return fmt.Sprintf("on nodes whose plugin offers each GPU as its own device group (device_groups = \"gpu\") one allocation holds at most one GPU "+
+		"(Nomad takes a request's shares from one device group, and one device block per GPU would overwrite each other's NVIDIA_VISIBLE_DEVICES): "+
+		"ask for at most %d shares per allocation and count the %d GPUs in the group's count, or use nodes with device_groups = \"model\"", spg, need)
+}

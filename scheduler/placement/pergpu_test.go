@@ -1,0 +1,80 @@
+package placement
+
+import (
+	"testing"
+
+	"github.com/shoenig/test/must"
+)
+
+// Two allocations of one whole GPU each on one 8-GPU node: with a device
+// group per GPU, Nomad takes each from one GPU, so every policy places
+// both there, on two GPUs; with a group per model gpushare keeps the
+// second off the node (OnePerNode) and the group waits.
+func TestPerGPUGroupsPlaceWholeGPUsOnOneNode(t *testing.T) {
+	for _, name := range PolicyNames() {
+		t.Run(name, func(t *testing.T) {
+			r := Request{ID: "r", Count: 2, Shares: 100}
+			s := cluster(t, NodeSpec{ID: "a", GPUs: 8, PerGPU: true})
+			d := place(t, s, policy(t, name, Options{}), r)
+			must.SliceLen(t, 2, d.Placements)
+			must.Eq(t, "a", d.Placements[1].Node)
+			must.SliceLen(t, 1, d.Placements[0].GPUs)
+			must.SliceLen(t, 1, d.Placements[1].GPUs)
+			must.NotEq(t, d.Placements[0].GPUs[0], d.Placements[1].GPUs[0])
+			must.Eq(t, "", OnePerNode(cluster(t, NodeSpec{ID: "a", GPUs: 8, PerGPU: true}), r))
+
+			today := cluster(t, NodeSpec{ID: "a", GPUs: 8})
+			must.False(t, policy(t, name, Options{}).Decide(today, r).Placed())
+			must.StrContains(t, OnePerNode(today, r), "at most one whole-GPU allocation of a group per node")
+		})
+	}
+}
+
+// Fractions of a group of count > 1 no longer stack on one GPU of a node
+// whose GPUs are groups: four halves fill two GPUs of one node (policies
+// that take whole GPUs for a fraction aside).
+func TestPerGPUGroupsSpreadFractions(t *testing.T) {
+	for _, name := range PolicyNames() {
+		if name == PolicyHived || name == PolicyNomadNative {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			r := Request{ID: "r", Count: 4, Shares: 50}
+			s := cluster(t, NodeSpec{ID: "a", GPUs: 2, PerGPU: true})
+			must.Nil(t, Impossible(s, r))
+			d := place(t, s, policy(t, name, Options{}), r)
+			must.SliceLen(t, 4, d.Placements)
+			gpus := map[string]int{}
+			for _, p := range d.Placements {
+				must.SliceLen(t, 1, p.GPUs)
+				gpus[p.GPUs[0]]++
+			}
+			must.MapLen(t, 2, gpus)
+
+			today := cluster(t, NodeSpec{ID: "a", GPUs: 2})
+			must.NotNil(t, Impossible(today, r))
+		})
+	}
+}
+
+// One allocation of two GPUs cannot be had of a node whose GPUs are
+// groups (Nomad takes a request from one group): refused for good, saying
+// so, where no other node could hold it; placed on a node with a group per
+// model beside it.
+func TestPerGPUGroupsRefuseMultiGPUAllocations(t *testing.T) {
+	r := Request{ID: "r", Count: 1, Shares: 200}
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 8, PerGPU: true})
+	ref := Impossible(s, r)
+	must.NotNil(t, ref)
+	must.EqOp(t, RefusedTooLarge, ref.Code)
+	must.StrContains(t, ref.Message, `device_groups = "gpu"`)
+	must.StrContains(t, ref.Message, "at most 100 shares per allocation")
+	for _, name := range PolicyNames() {
+		d := policy(t, name, Options{}).Decide(s, r)
+		must.False(t, d.Placed(), must.Sprint(name))
+		must.StrContains(t, d.Refusal.Message, "one allocation holds at most one GPU", must.Sprint(name))
+	}
+	mixed := cluster(t, NodeSpec{ID: "a", GPUs: 8, PerGPU: true}, NodeSpec{ID: "b", GPUs: 2})
+	d := place(t, mixed, policy(t, PolicyBestFit, Options{}), r)
+	must.Eq(t, "b", d.Placements[0].Node)
+}
