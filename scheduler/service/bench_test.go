@@ -118,7 +118,7 @@ func benchPass(b *testing.B, f *fakeNomad) {
 	must.NoError(b, err)
 	must.NoError(b, s.watcher.resync(b.Context()))
 	var pins int
-	s.onStep = func(as []decide.Action) {
+	s.loop.onStep = func(as []decide.Action) {
 		pins = 0
 		for _, a := range as {
 			if a.Kind == decide.Pin {
@@ -126,13 +126,13 @@ func benchPass(b *testing.B, f *fakeNomad) {
 			}
 		}
 	}
-	s.reconcile(b.Context()) // the first pass builds the live snapshot
+	s.loop.reconcile(b.Context()) // the first pass builds the live snapshot
 	var held, decided time.Duration
 	b.ResetTimer()
 	for range b.N {
-		s.reconcile(b.Context())
-		held += s.lastLockHold
-		decided += s.lastLockHold + s.lastStep
+		s.loop.reconcile(b.Context())
+		held += s.loop.lastLockHold
+		decided += s.loop.lastLockHold + s.loop.lastStep
 	}
 	b.ReportMetric(float64(held.Microseconds())/1000/float64(b.N), "lock-ms/op")
 	b.ReportMetric(float64(decided.Microseconds())/1000/float64(b.N), "decide-ms/op")

@@ -45,7 +45,7 @@ func TestDeviceConstraintsChooseTheDeviceGroup(t *testing.T) {
 		free := gated("b", 14) // unconstrained: the exact fit
 		f.put(free)
 		s := newTestService(t, f)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		rec, ok := pin.ParseRecord(f.jobs["a"], "g")
 		must.True(t, ok)
 		must.Eq(t, []string{"MIG-a2000000-0000-4000-8000-000000000001"}, rec.GPUs)
@@ -79,7 +79,7 @@ func TestDeviceConstraintsChooseTheDeviceGroup(t *testing.T) {
 			{LTarget: "${device.attr.memory}", Operand: ">=", RTarget: "20 GiB"}}
 		f.put(j)
 		s := newTestService(t, f)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		rec, ok := pin.ParseRecord(f.jobs["a"], "g")
 		must.True(t, ok)
 		must.SliceLen(t, 1, rec.GPUs)

@@ -80,8 +80,8 @@ func TestTimedOutPinReadsTheJobAgain(t *testing.T) {
 	s, err := newService(cfg, hclog.NewNullLogger(), d, time.Now)
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
-	must.StrContains(t, s.pending[key("x")], "deadline exceeded")
+	s.loop.reconcile(t.Context())
+	must.StrContains(t, s.loop.pending[key("x")], "deadline exceeded")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	got := s.state.Jobs[model.JobKey("default", "x")]
@@ -117,23 +117,23 @@ func TestFailedUnpairHandsNoSharesOn(t *testing.T) {
 	w.SubmitTime = ptr(int64(1))
 	sc.f.put(w)
 	must.NoError(t, sc.s.watcher.resync(t.Context()))
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"])) // no room yet
 
 	sc.f.stopErr = errors.New("Unexpected response code: 503 (no leader)")
 	var steps [][]decide.Action
-	sc.s.onStep = func(a []decide.Action) { steps = append(steps, a) }
+	sc.s.loop.onStep = func(a []decide.Action) { steps = append(steps, a) }
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	last := steps[len(steps)-1]
 	must.Eq(t, decide.Unpair, last[0].Kind)
 	must.True(t, slices.ContainsFunc(last, func(a decide.Action) bool { return a.Kind == decide.Pin && a.Group == key("w") }))
 	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"]))
-	must.StrContains(t, sc.s.pending[key("w")], "stopping that allocation failed")
+	must.StrContains(t, sc.s.loop.pending[key("w")], "stopping that allocation failed")
 
 	sc.f.stopErr = nil
 	sc.sample(t, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	rec, ok := pin.ParseRecord(sc.f.jobs["w"], "g")
 	must.True(t, ok)
@@ -170,7 +170,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	sc.s.records.stateLoaded = true // records are saved
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, sc.clock.UnixNano(), *sc.f.jobs["new"].SubmitTime) // Nomad's stamp
 	// Nomad stops the allocation
@@ -181,7 +181,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	submitOf := func(s *Service) time.Time {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		groups, _, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)
+		groups, _, _, _ := s.loop.collect(s.state.Snapshot(s.loop.profile, nil), 0)
 		for _, g := range groups {
 			if g.Key == key("new") {
 				return g.Submit
@@ -262,9 +262,9 @@ func TestUnpairRequestsEachHaveTheirTimeout(t *testing.T) {
 	const timeout = 5 * time.Minute
 	sc := newPairScene(t, func(c *config.Config) { c.Nomad.RequestTimeout = timeout.String() })
 	slow := &slowStops{statsNomad: sc.f, delay: 20 * time.Millisecond}
-	sc.s.nomad = slow
+	sc.s.loop.nomad = slow
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
 	must.SliceLen(t, 1, slow.stopDeadlines)
@@ -288,13 +288,13 @@ func TestWaitingGroupKeepsItsPlaceAcrossAPinOfAnother(t *testing.T) {
 	job.SubmitTime = ptr(time.Unix(500, 0).UnixNano())
 	f.put(job)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"h"}, pin.Gated(f.jobs["two"]))
 	must.Eq(t, time.Unix(9000, 0).UnixNano(), *f.jobs["two"].SubmitTime)
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	groups, _, _, _ := s.collect(s.state.Snapshot(s.profile, nil), 0)
+	groups, _, _, _ := s.loop.collect(s.state.Snapshot(s.loop.profile, nil), 0)
 	must.SliceLen(t, 1, groups)
 	must.Eq(t, "h", groups[0].Key.Group)
 	must.Eq(t, time.Unix(500, 0), groups[0].Submit)

@@ -78,9 +78,9 @@ func TestOneLoopTwoExecutors(t *testing.T) {
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return now })
 	must.NoError(t, err)
 	var svcActions []decide.Action
-	s.onStep = func(as []decide.Action) { svcActions = as }
+	s.loop.onStep = func(as []decide.Action) { svcActions = as }
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	svcNode, err := model.NodeOf(f.nodes[0])
 	must.NoError(t, err)
 

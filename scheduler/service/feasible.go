@@ -63,7 +63,7 @@ func skipFor(job *api.Job, group string) feasible.Skip {
 // checkFor returns the group's rules against the live allocations of its
 // job, leaving out the group's own when its placement replaces them. The
 // caller holds s.mu.
-func (s *Service) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible.Rules, *feasible.Check, error) {
+func (s *loop) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible.Rules, *feasible.Check, error) {
 	rules, err := s.rules.Rules(job, group, skipFor(job, group))
 	if err != nil {
 		return nil, nil, err
@@ -86,7 +86,7 @@ func (s *Service) checkFor(job *api.Job, group string, ownReplaced bool) (*feasi
 // (computed once per pass for groups whose rules are the same, in seen).
 // The group's own allocations do not count (its placement replaces them).
 // The caller holds s.mu.
-func (s *Service) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, seen map[string]nodeSet) (nodeSet, error) {
+func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, seen map[string]nodeSet) (nodeSet, error) {
 	rules, check, err := s.checkFor(job, group, true)
 	if err != nil {
 		return nodeSet{}, err
@@ -157,7 +157,7 @@ func (ns nodeSet) keepable(keep []placement.Held) []placement.Held {
 // failingNodes lists the nodes among ids that the current version of the
 // group's job no longer allows (nodes not in the state are left to the
 // caller). The caller holds s.mu.
-func (s *Service) failingNodes(job *api.Job, group string, ids []string) []string {
+func (s *loop) failingNodes(job *api.Job, group string, ids []string) []string {
 	_, check, err := s.checkFor(job, group, true)
 	if err != nil {
 		return nil
@@ -174,7 +174,7 @@ func (s *Service) failingNodes(job *api.Job, group string, ids []string) []strin
 // holdable is model.State.Feasible: the nodes a pinned group's missing
 // allocations may still be placed on by Nomad, so that its shares are held
 // there only. The caller holds s.mu.
-func (s *Service) holdable(job *api.Job, group string) func(node string) bool {
+func (s *loop) holdable(job *api.Job, group string) func(node string) bool {
 	_, check, err := s.checkFor(job, group, true)
 	if err != nil {
 		return nil
@@ -187,7 +187,7 @@ func (s *Service) holdable(job *api.Job, group string) func(node string) bool {
 
 // noteFeasible remembers the node set a group was decided on, for the
 // refusal it may earn. The caller holds s.mu.
-func (s *Service) noteFeasible(k decide.Key, ns nodeSet) {
+func (s *loop) noteFeasible(k decide.Key, ns nodeSet) {
 	if s.feasibleOf == nil {
 		s.feasibleOf = map[decide.Key]uint64{}
 	}
@@ -195,7 +195,7 @@ func (s *Service) noteFeasible(k decide.Key, ns nodeSet) {
 }
 
 // forgetFeasible drops what concerned groups whose job is gone.
-func (s *Service) forgetFeasible() {
+func (s *loop) forgetFeasible() {
 	dropGone(s, s.feasibleOf)
 	s.rules.Sweep()
 }
@@ -203,7 +203,7 @@ func (s *Service) forgetFeasible() {
 // deviceNames lists the gpushare device groups the cluster's nodes offer
 // ("nvidia/gpushare/<model>"), for a request whose device no node has.
 // The caller holds s.mu.
-func (s *Service) deviceNames() string {
+func (s *loop) deviceNames() string {
 	set := map[string]bool{}
 	for _, n := range s.state.Nodes {
 		if n.NodeResources == nil {

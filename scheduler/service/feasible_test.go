@@ -86,7 +86,7 @@ func TestNomadRulesChooseTheNodes(t *testing.T) {
 				f.put(j)
 			}
 			s := newTestService(t, f)
-			s.reconcile(t.Context())
+			s.loop.reconcile(t.Context())
 			for _, id := range []string{"a", "b", "c"} {
 				must.Eq(t, []string{tc.want}, pinnedNodes(t, f, id))
 			}
@@ -109,10 +109,10 @@ func TestAGroupNoNodeAllowsHoldsNothing(t *testing.T) {
 	later.SubmitTime = ptr(time.Unix(900, 0).UnixNano())
 	f.put(later)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["hog"]))
-	why := s.pending[key("hog")]
+	why := s.loop.pending[key("hog")]
 	must.StrContains(t, why, "no node the job's own rules allow")
 	must.StrContains(t, why, "1 node filtered: constraint ${attr.kernel.name} = plan9 (1)")
 	must.Eq(t, []string{"node-1"}, pinnedNodes(t, f, "later"))
@@ -124,7 +124,7 @@ func TestAGroupNoNodeAllowsHoldsNothing(t *testing.T) {
 	n2.Attributes["kernel.name"] = "plan9"
 	f.nodes = append(f.nodes, n2)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"node-2"}, pinnedNodes(t, f, "hog"))
 }
 
@@ -142,7 +142,7 @@ func TestRulesChangeReleasesAPinnedGroup(t *testing.T) {
 			f.nodes = f.nodes[:tc.nodes]
 			f.put(gated("x", 25))
 			s := newTestService(t, f)
-			s.reconcile(t.Context())
+			s.loop.reconcile(t.Context())
 			must.Eq(t, []string{"node-1"}, pinnedNodes(t, f, "x"))
 			must.MapContainsKey(t, held(s), "node-1") // held until its allocation appears
 
@@ -156,13 +156,13 @@ func TestRulesChangeReleasesAPinnedGroup(t *testing.T) {
 			h := held(s)
 			s.mu.Unlock()
 			must.MapNotContainsKey(t, h, "node-1") // Nomad cannot place it there: nothing held
-			s.reconcile(t.Context())
+			s.loop.reconcile(t.Context())
 			if tc.nodes == 2 {
 				must.Eq(t, []string{"node-2"}, pinnedNodes(t, f, "x"))
 				must.Eq(t, map[string]int{"node-2": 25}, held(s))
 				return
 			}
-			must.StrContains(t, s.pending[key("x")], "constraint ${node.datacenter} = dc2 (1)")
+			must.StrContains(t, s.loop.pending[key("x")], "constraint ${node.datacenter} = dc2 (1)")
 			must.MapEmpty(t, held(s))
 		})
 	}
@@ -170,7 +170,7 @@ func TestRulesChangeReleasesAPinnedGroup(t *testing.T) {
 
 // held counts the shares the model holds for pinned groups, by node.
 func held(s *Service) map[string]int {
-	built := s.state.Snapshot(s.profile, func(string) bool { return false })
+	built := s.state.Snapshot(s.loop.profile, func(string) bool { return false })
 	out := map[string]int{}
 	for _, a := range built.Snapshot.Allocs() {
 		if model.IsHold(a.ID) {
@@ -191,19 +191,19 @@ func TestRefusalDecidedAgainWhenTheAllowedNodesChange(t *testing.T) {
 	j.Constraints = []*api.Constraint{{LTarget: "${meta.tier}", Operand: "=", RTarget: "train"}}
 	f.put(j)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
-	must.StrContains(t, s.pending[key("pair")], "can never hold it")
-	must.StrContains(t, s.pending[key("pair")], "on the 1 of 2 nodes the job's own rules allow")
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
+	must.StrContains(t, s.loop.pending[key("pair")], "can never hold it")
+	must.StrContains(t, s.loop.pending[key("pair")], "on the 1 of 2 nodes the job's own rules allow")
+	s.loop.reconcile(t.Context())
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
 
 	// node-2 is given the tier: same nodes, same GPUs, in the same order
-	shape := clusterShape(s.state.Snapshot(s.profile, func(string) bool { return false }).Snapshot)
+	shape := clusterShape(s.state.Snapshot(s.loop.profile, func(string) bool { return false }).Snapshot)
 	f.nodes[1].Meta["tier"] = "train"
 	f.nodes[1].ModifyIndex++
 	must.NoError(t, s.watcher.resync(t.Context()))
-	must.Eq(t, shape, clusterShape(s.state.Snapshot(s.profile, func(string) bool { return false }).Snapshot))
-	s.reconcile(t.Context())
+	must.Eq(t, shape, clusterShape(s.state.Snapshot(s.loop.profile, func(string) bool { return false }).Snapshot))
+	s.loop.reconcile(t.Context())
 	nodes := pinnedNodes(t, f, "pair")
 	slices.Sort(nodes)
 	must.Eq(t, []string{"node-1", "node-2"}, nodes)
@@ -222,7 +222,7 @@ func TestDistinctHostsSpreadsAGroup(t *testing.T) {
 		}
 		f.put(j)
 		s := newTestService(t, f)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		want := []string{"node-1"}
 		if distinct {
 			want = []string{"node-1", "node-2"}
@@ -246,9 +246,9 @@ func TestRunningGroupIsNeverTouched(t *testing.T) {
 	f.put(j)
 	version := *f.jobs["x"].Version
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version)
-	must.MapNotContainsKey(t, s.pending, key("x"))
+	must.MapNotContainsKey(t, s.loop.pending, key("x"))
 }
 
 // A re-pin checks the user's own `${node.unique.id} set_contains_any`

@@ -26,7 +26,7 @@ func fuzzCluster(t *testing.T) (*Service, *fakeNomad) {
 	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context()) // pins "wait" and "pinned"
+	s.loop.reconcile(t.Context()) // pins "wait" and "pinned"
 	return s, f
 }
 
@@ -44,7 +44,7 @@ func checkModel(t *testing.T, s *Service) {
 	if err := b.Snapshot.Check(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
-	b = s.state.Snapshot(s.profile, nil)
+	b = s.state.Snapshot(s.loop.profile, nil)
 	if err := b.Snapshot.Check(); err != nil {
 		t.Fatalf("snapshot with profiles: %v", err)
 	}
@@ -127,7 +127,7 @@ func FuzzApplyEvent(f *testing.F) {
 		}
 		_, _ = s.watcher.apply(t.Context(), &api.Events{Index: index, Events: []api.Event{e}}, s.watcher.ns, 0)
 		checkModel(t, s)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		checkModel(t, s)
 	})
 }
@@ -199,7 +199,7 @@ func handlerService(t *testing.T) *Service {
 	if handlerSvc == nil {
 		handlerSvc, _ = fuzzCluster(t)
 		// a refused group and one whose job has gone shows in /v1/groups too
-		handlerSvc.pending[key("ghost")] = "no job"
+		handlerSvc.loop.pending[key("ghost")] = "no job"
 		handlerSvc.mu.Lock()
 		j := gated("meta", 10)
 		j.Meta[pin.MetaClass] = "vip"

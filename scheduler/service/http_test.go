@@ -36,7 +36,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			f := busyDGX1(t)
 			f.put(gated("waiting", 25))
 			s := newTestService(t, f)
-			s.reconcile(t.Context())
+			s.loop.reconcile(t.Context())
 			w := &stuckWriter{header: http.Header{}, writing: make(chan struct{}, 1), release: make(chan struct{})}
 			served := make(chan struct{})
 			go func() {
@@ -51,7 +51,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			passed := make(chan struct{})
 			go func() {
 				defer close(passed)
-				s.reconcile(t.Context())
+				s.loop.reconcile(t.Context())
 			}()
 			select {
 			case <-passed:
@@ -61,7 +61,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			close(w.release)
 			<-served
 			<-passed
-			must.MapContainsKey(t, s.pending, key("big"))
+			must.MapContainsKey(t, s.loop.pending, key("big"))
 		})
 	}
 }

@@ -99,8 +99,8 @@ type probe struct {
 // every running allocation on a GPU: alone, it tells the group's
 // utilisation alone; sharing, the allocation's progress next to its
 // partners. Only the leader samples.
-func (s *Service) introspectSample(ctx context.Context) {
-	if s.needLease.Load() && !s.IsLeader() {
+func (s *loop) introspectSample(ctx context.Context) {
+	if s.lease.follows() {
 		return
 	}
 	s.mu.Lock()
@@ -147,7 +147,7 @@ func (s *Service) introspectSample(ctx context.Context) {
 
 // probes lists the running allocations on GPUs and who they share them
 // with. The caller holds s.mu.
-func (s *Service) probes() []probe {
+func (s *loop) probes() []probe {
 	on := map[string][]string{} // GPU UUID -> live allocations
 	for id, a := range s.state.Allocs {
 		if _, gone := s.preempted[id]; gone || !model.Live(a) {
@@ -224,7 +224,7 @@ func processSM(groups []*api.DeviceGroupStats, shares map[string]bool) (float64,
 // managed namespaces are listed: the step never moves one it is not told
 // of, so a neighbour of another namespace is never stopped or gated. The
 // caller is the leader and holds s.mu.
-func (s *Service) running(snap *placement.Snapshot, now time.Time) map[string]decide.Running {
+func (s *loop) running(snap *placement.Snapshot, now time.Time) map[string]decide.Running {
 	if !s.cfg.IntrospectionOn() {
 		return nil
 	}
@@ -304,7 +304,7 @@ func (in *introspection) judge(run *sharedRun, ref, refErr float64) (norm, err f
 // aloneRef is an allocation's SM utilisation alone, in percent, and its
 // standard error: measured while its group ran alone, else its profile's
 // (declared, named or learned); 0 when unknown.
-func (s *Service) aloneRef(a *api.Allocation, pa placement.Alloc) (float64, float64) {
+func (s *loop) aloneRef(a *api.Allocation, pa placement.Alloc) (float64, float64) {
 	key := model.AllocKey(a).String()
 	if job := s.state.Jobs[model.JobKey(a.Namespace, a.JobID)]; job != nil {
 		key = pin.GroupKey(job, a.TaskGroup)
@@ -348,7 +348,7 @@ func startedAt(a *api.Allocation) time.Time {
 // unpair executes a decide.Unpair: the pair is remembered as incompatible
 // on its GPU model, the moved allocation is stopped and its group gated
 // again, so that it waits and is placed elsewhere, like a preemption.
-func (s *Service) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) error {
+func (s *loop) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	s.mu.Lock()
 	if p := a.Pair; p != nil {
@@ -379,7 +379,7 @@ var errNotManaged = errors.New("namespace not managed by this scheduler")
 // when set, hears of each group gated again with its allocations stopped.
 // Namespaces are walls: it acts on none of them when one belongs to a
 // namespace the scheduler does not manage.
-func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
+func (s *loop) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
 	targets := map[decide.Key][]string{}
 	s.mu.Lock()
 	for _, id := range allocIDs {
@@ -403,7 +403,7 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		}
 		index := *job.JobModifyIndex
 		pin.Unpin(job, t.Group)
-		if err := s.mayWrite(); err != nil {
+		if err := s.lease.mayWrite(); err != nil {
 			return err
 		}
 		rctx, cancel = s.request(ctx)
@@ -416,7 +416,7 @@ func (s *Service) gateAgain(ctx context.Context, allocIDs []string, done func(t 
 		s.records.keepSubmit(job, index, registered) // it keeps its place in the queue
 		s.mu.Unlock()
 		for _, id := range targets[t] {
-			if err := s.mayWrite(); err != nil {
+			if err := s.lease.mayWrite(); err != nil {
 				return err
 			}
 			rctx, cancel := s.request(ctx)

@@ -99,7 +99,7 @@ func (sc *pairScene) run(t *testing.T, id string, started time.Time) *pin.Record
 	j.Meta[pin.MetaClass], j.Meta[pin.MetaSMUtil], j.Meta[pin.MetaMemBW] = "production", "0.5", "0.1"
 	sc.f.put(j)
 	must.NoError(t, sc.s.watcher.resync(t.Context()))
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(sc.f.jobs[id], "g")
 	must.True(t, ok, must.Sprintf("%s pinned", id))
 	sc.f.index++
@@ -119,7 +119,7 @@ func (sc *pairScene) sample(t *testing.T, old ...int64) {
 	for _, v := range old {
 		sc.f.report(sc.old, v)
 		sc.f.report(sc.new, 50)
-		sc.s.introspectSample(t.Context())
+		sc.s.loop.introspectSample(t.Context())
 		*sc.clock = sc.clock.Add(sc.s.cfg.IntrospectionWindow() / 2)
 	}
 }
@@ -131,12 +131,12 @@ func (sc *pairScene) sample(t *testing.T, old ...int64) {
 func TestUnpairSlowPair(t *testing.T) {
 	sc := newPairScene(t)
 	var steps [][]decide.Action
-	sc.s.onStep = func(a []decide.Action) { steps = append(steps, a) }
+	sc.s.loop.onStep = func(a []decide.Action) { steps = append(steps, a) }
 	sc.sample(t, 20, 20) // 2 samples: not judged yet
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	sc.sample(t, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.SliceNotEmpty(t, pin.Gated(sc.f.jobs["new"]))
@@ -145,9 +145,9 @@ func TestUnpairSlowPair(t *testing.T) {
 	last := steps[len(steps)-1]
 	must.Eq(t, decide.Unpair, last[0].Kind)
 	must.StrContains(t, last[0].Reason, "0.40x")
-	must.True(t, sc.s.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new")))
+	must.True(t, sc.s.loop.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new")))
 	// the pair, not every job that declares the same fractions
-	must.False(t, sc.s.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("other")))
+	must.False(t, sc.s.loop.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("other")))
 
 	// the job API says why
 	rr := httptest.NewRecorder()
@@ -168,7 +168,7 @@ func TestUnpairSlowPair(t *testing.T) {
 	sc.f.allocs = slices.DeleteFunc(sc.f.allocs, func(a *api.Allocation) bool { return a.ID == "alloc-new" })
 	sc.f.index++
 	must.NoError(t, sc.s.watcher.resync(t.Context()))
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	again, ok := pin.ParseRecord(sc.f.jobs["new"], "g")
 	must.True(t, ok)
 	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
@@ -180,10 +180,10 @@ func TestUnpairSlowPair(t *testing.T) {
 func TestUnpairNotWithinUncertainty(t *testing.T) {
 	sc := newPairScene(t)
 	sc.sample(t, 5, 40, 20) // mean 0.43 of alone, but ±0.2
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
-	run := sc.s.running(sc.s.state.Snapshot(sc.s.profile, nil).Snapshot, sc.s.now())
+	run := sc.s.loop.running(sc.s.state.Snapshot(sc.s.loop.profile, nil).Snapshot, sc.s.loop.now())
 	must.Less(t, 0.5, run["alloc-old"].Norm)
 	must.Greater(t, 0.5, run["alloc-old"].Norm+run["alloc-old"].Err)
 }
@@ -193,25 +193,25 @@ func TestUnpairNotWithinUncertainty(t *testing.T) {
 func TestGoodPairObserved(t *testing.T) {
 	sc := newPairScene(t)
 	sc.sample(t, 50, 48, 52)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
-	mean, n := sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
+	mean, n := sc.s.loop.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
 	must.Eq(t, 1, n) // old with new; new with old is its own
 	must.Eq(t, 1.0, mean)
-	_, n = sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old"))
+	_, n = sc.s.loop.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old"))
 	must.Eq(t, 1, n)
-	sc.s.reconcile(t.Context())
-	_, n = sc.s.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
+	sc.s.loop.reconcile(t.Context())
+	_, n = sc.s.loop.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
 	must.Eq(t, 1, n)
 }
 
 // A follower samples nothing, so its step never unpairs.
 func TestUnpairFollowerDoesNotAct(t *testing.T) {
 	sc := newPairScene(t)
-	sc.s.needLease.Store(true) // campaigning, without the lease
+	sc.s.lease.need.Store(true) // campaigning, without the lease
 	sc.sample(t, 20, 20, 20)
-	must.MapEmpty(t, sc.s.intro.shared)
-	sc.s.reconcile(t.Context())
+	must.MapEmpty(t, sc.s.loop.intro.shared)
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
 }
@@ -222,18 +222,18 @@ func TestUnpairRecordsPersist(t *testing.T) {
 	sc := newPairScene(t)
 	must.NoError(t, sc.s.records.loadState(t.Context(), true))
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.MapNotEmpty(t, sc.f.vars[introspectionVar])
 
-	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, sc.s.now)
+	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, sc.s.loop.now)
 	must.NoError(t, err)
 	must.NoError(t, next.watcher.resync(t.Context()))
 	must.NoError(t, next.records.loadState(t.Context(), true))
-	must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old")))
-	_, n := next.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
+	must.True(t, next.loop.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old")))
+	_, n := next.loop.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
 	must.Eq(t, 1, n)
-	must.NotNil(t, next.unpairedOf(key("new")))
+	must.NotNil(t, next.loop.unpairedOf(key("new")))
 }
 
 // A pairing is judged on its latest window: one that turns slow is
@@ -241,7 +241,7 @@ func TestUnpairRecordsPersist(t *testing.T) {
 func TestUnpairJudgesTheLatestWindow(t *testing.T) {
 	sc := newPairScene(t)
 	sc.sample(t, 50, 50, 50, 50, 50, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 }
 
@@ -251,12 +251,12 @@ func TestUnpairStatsUnreadable(t *testing.T) {
 	sc := newPairScene(t)
 	sc.f.statsErr = errors.New("Unexpected response code: 500 (node unreachable)")
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
 	sc.f.statsErr = nil
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 }
 
@@ -266,16 +266,16 @@ func TestUnpairStopFailsRetries(t *testing.T) {
 	sc := newPairScene(t)
 	sc.f.stopErr = errors.New("Unexpected response code: 503 (no leader)")
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	must.Eq(t, 0.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
-	must.Nil(t, sc.s.unpairedOf(key("new")))
+	must.Nil(t, sc.s.loop.unpairedOf(key("new")))
 	sc.f.stopErr = nil
 	sc.sample(t, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
-	must.NotNil(t, sc.s.unpairedOf(key("new")))
+	must.NotNil(t, sc.s.loop.unpairedOf(key("new")))
 }
 
 // With introspection off, nothing is judged and the policy predicts with
@@ -283,9 +283,9 @@ func TestUnpairStopFailsRetries(t *testing.T) {
 func TestIntrospectionOff(t *testing.T) {
 	sc := newPairScene(t, func(c *config.Config) { c.Introspection.Enabled = ptr(false) })
 	sc.sample(t, 20, 20, 20)
-	sc.s.reconcile(t.Context())
+	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
-	must.Nil(t, sc.s.intro.predictor(sc.s.cfg.IntrospectionOn()))
+	must.Nil(t, sc.s.loop.intro.predictor(sc.s.cfg.IntrospectionOn()))
 }
 
 // profileOf is the profile the pair scene's jobs declare, as the service

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
@@ -41,20 +42,38 @@ var ErrNotLeader = errors.New("this replica's leader lease is not current")
 // leaseMargin is how long before Nomad could free the lock the lease ends.
 func leaseMargin(ttl time.Duration) time.Duration { return max(ttl/10, 100*time.Millisecond) }
 
+// lease is this replica's leadership, as the loop and the records ask
+// about it (leadership, writeLease).
+type lease struct {
+	// leading is set while the decision loop runs.
+	leading atomic.Bool
+	// end is when the lease runs out (Unix ns; 0: no lease).
+	end atomic.Int64
+	// need is set once the service campaigns: from then on a pin needs a
+	// current lease.
+	need atomic.Bool
+}
+
 // mayWrite returns ErrNotLeader unless this replica may change jobs now:
 // its lease is current (or it does not campaign: tests of one pass).
-func (s *Service) mayWrite() error {
-	if s.needLease.Load() && !s.leaseCurrent() {
+func (l *lease) mayWrite() error {
+	if l.need.Load() && !l.current() {
 		return ErrNotLeader
 	}
 	return nil
 }
 
-// leaseCurrent reports whether the lease lets this replica pin now.
-func (s *Service) leaseCurrent() bool {
-	end := s.leaseEnd.Load()
+// current reports whether the lease lets this replica pin now.
+func (l *lease) current() bool {
+	end := l.end.Load()
 	return end != 0 && time.Now().UnixNano() < end
 }
+
+// isLeader reports whether this replica leads and its lease is current.
+func (l *lease) isLeader() bool { return l.leading.Load() && l.current() }
+
+// follows reports whether this replica campaigns and does not lead.
+func (l *lease) follows() bool { return l.need.Load() && !l.isLeader() }
 
 // apiLocker makes Nomad's lock on the configured variable.
 func (s *Service) apiLocker() (locker, error) {
@@ -74,7 +93,7 @@ func (s *Service) campaign(ctx context.Context) {
 		newLocker = s.apiLocker
 	}
 	ttl := config.Duration(s.cfg.Leader.TTL)
-	s.needLease.Store(true)
+	s.lease.need.Store(true)
 	var loaded time.Time
 	for ctx.Err() == nil {
 		l, err := newLocker()
@@ -117,7 +136,7 @@ func (s *Service) holdLease(ctx context.Context, l locker, ttl time.Duration) bo
 		return false
 	}
 	end := start.Add(ttl - leaseMargin(ttl))
-	s.leaseEnd.Store(end.UnixNano())
+	s.lease.end.Store(end.UnixNano())
 	leadCtx, stop := context.WithCancel(ctx)
 	expiry := time.AfterFunc(time.Until(end), stop) // the lease ends the loop, renewed or not
 	defer expiry.Stop()
@@ -127,7 +146,7 @@ func (s *Service) holdLease(ctx context.Context, l locker, ttl time.Duration) bo
 		_ = s.lead(leadCtx)
 	}()
 	defer func() {
-		s.leaseEnd.Store(0)
+		s.lease.end.Store(0)
 		stop()
 		<-done // the decision loop has returned: nothing of it is in flight
 		rctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -158,7 +177,7 @@ func (s *Service) holdLease(ctx context.Context, l locker, ttl time.Duration) bo
 				return true
 			}
 			end = start.Add(ttl - leaseMargin(ttl))
-			s.leaseEnd.Store(end.UnixNano())
+			s.lease.end.Store(end.UnixNano())
 			expiry.Reset(time.Until(end))
 		case errors.Is(err, api.ErrLockConflict):
 			s.log.Warn("lost the leader lock to another replica; stopped leading", "error", err)

@@ -116,15 +116,15 @@ func TestLostLockStopsLeading(t *testing.T) {
 		l.renew = func(context.Context) error { return fmt.Errorf("renew conflict %w", api.ErrLockConflict) }
 		l.acquire = fmt.Errorf("acquire conflict %w", api.ErrLockConflict)
 	})
-	waitFor(t, "leadership to end", func() bool { return !s.IsLeader() && !s.leader.Load() })
+	waitFor(t, "leadership to end", func() bool { return !s.IsLeader() && !s.lease.leading.Load() })
 	stop()
 	registers := f.registers
 	f.put(gated("second", 25))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context()) // a pass of the old loop that was still running
+	s.loop.reconcile(t.Context()) // a pass of the old loop that was still running
 	must.Eq(t, registers, f.registers)
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
-	must.StrContains(t, s.pending[key("second")], ErrNotLeader.Error())
+	must.StrContains(t, s.loop.pending[key("second")], ErrNotLeader.Error())
 }
 
 // A renewal that hangs (Nomad unreachable) does not keep the replica
@@ -143,7 +143,7 @@ func TestHungRenewalEndsTheLease(t *testing.T) {
 	ended := make(chan hung, 1)
 	l.set(func(l *fakeLocker) {
 		l.renew = func(ctx context.Context) error {
-			h := hung{leaseEnd: time.Unix(0, s.leaseEnd.Load())}
+			h := hung{leaseEnd: time.Unix(0, s.lease.end.Load())}
 			h.deadline, h.hasDeadline = ctx.Deadline()
 			<-ctx.Done()
 			h.err = ctx.Err()
@@ -155,7 +155,7 @@ func TestHungRenewalEndsTheLease(t *testing.T) {
 		}
 		l.acquire = fmt.Errorf("acquire conflict %w", api.ErrLockConflict)
 	})
-	waitFor(t, "leadership to end", func() bool { return !s.leader.Load() })
+	waitFor(t, "leadership to end", func() bool { return !s.lease.leading.Load() })
 	must.False(t, s.IsLeader())
 	var h hung
 	waitFor(t, "the hung renewal to be abandoned", func() bool {
@@ -176,7 +176,7 @@ func TestNoLockNoLeading(t *testing.T) {
 	l := &fakeLocker{acquire: fmt.Errorf("acquire conflict %w", api.ErrLockConflict)}
 	s, f, stop := leaderService(t, l)
 	waitFor(t, "three refused attempts at the lock", func() bool { return l.acquires.Load() >= 3 })
-	must.False(t, s.leader.Load())
+	must.False(t, s.lease.leading.Load())
 	must.False(t, s.IsLeader())
 	stop()
 	must.Eq(t, 0, f.registers)

@@ -17,7 +17,7 @@ import (
 // capacity the pin lost, and those Nomad refused the pin on (every one so
 // far, noted in s.nomadRefused, with what Nomad said in said). The caller
 // holds s.mu.
-func (s *Service) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *model.Built, said map[decide.Key]string) (lifecycle.Group, []string, []string) {
+func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *model.Built, said map[decide.Key]string) (lifecycle.Group, []string, []string) {
 	name := *tg.Name
 	key := model.KeyOf(job, name)
 	g := lifecycle.Group{
@@ -73,7 +73,7 @@ func (s *Service) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *
 // room is how many allocations a pin names shares for: the count it
 // records, or, in a pin written before it recorded one, its shares over
 // one allocation's (0: unknown).
-func (s *Service) room(job *api.Job, group string, rec *pin.Record) int {
+func (s *loop) room(job *api.Job, group string, rec *pin.Record) int {
 	if rec.Count > 0 {
 		return rec.Count
 	}

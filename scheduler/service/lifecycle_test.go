@@ -37,9 +37,9 @@ func placedFirst(t *testing.T, j *api.Job, nodes ...*api.Node) (*fakeNomad, *Ser
 	f := &fakeNomad{nodes: nodes, jobs: map[string]*api.Job{}}
 	f.put(j)
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs[*j.ID], "g")
-	must.True(t, ok, must.Sprint(s.pending[key(*j.ID)]))
+	must.True(t, ok, must.Sprint(s.loop.pending[key(*j.ID)]))
 	return f, s, rec
 }
 
@@ -53,7 +53,7 @@ func twoDGX1(t *testing.T) []*api.Node {
 func stageOf(s *Service, id string) lifecycle.Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.stages[key(id)]
+	return s.loop.stages[key(id)]
 }
 
 // Scaled past its pin (nomad job scale, the Autoscaler), a group is pinned
@@ -68,7 +68,7 @@ func TestScaleUpPastThePinIsPinnedAgain(t *testing.T) {
 
 	f.scaled(t, "web", 3)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	st := stageOf(s, "web")
 	must.Eq(t, lifecycle.Scaling, st.State, must.Sprint(st.Why))
 	grown, ok := s.state.Record(f.jobs["web"], "g")
@@ -84,11 +84,11 @@ func TestScaleUpPastThePinIsPinnedAgain(t *testing.T) {
 	registers := f.registers
 	f.scaled(t, "web", 1)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.Running, stageOf(s, "web").State)
 	f.scaled(t, "web", 2)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, "web").State, must.Sprint(stageOf(s, "web").Why))
 	must.Eq(t, registers, f.registers, must.Sprint("no pin written within the pin's room"))
 }
@@ -114,7 +114,7 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 
 	f.put(withCanary("api", 25)) // the same file again
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, first, pinOf(t, f.jobs["api"]))
 
 	// a new release: the same request (the placement would be kept), a
@@ -123,7 +123,7 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	changed.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": "2"}
 	f.put(changed)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.Canarying, stageOf(s, "api").State)
 	next, ok := pin.ParseRecord(f.jobs["api"], "g")
 	must.True(t, ok)
@@ -136,14 +136,14 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	rolling := gated("roll", 25)
 	f.put(rolling)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	old, _ := pin.ParseRecord(f.jobs["roll"], "g")
 	f.runningOn("roll", "alloc-r1", old.Shares)
 	rolling = gated("roll", 25)
 	rolling.TaskGroups[0].Tasks[0].Resources.MemoryMB = ptr(256)
 	f.put(rolling)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	again, _ := pin.ParseRecord(f.jobs["roll"], "g")
 	must.Eq(t, old.Shares, again.Shares)
 }
@@ -166,15 +166,15 @@ func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
 	f.put(child)
 	s := loadedService(t, f)
 	registers := f.registers
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, registers, f.registers, must.Sprint("no pin attempted"))
-	must.StrContains(t, s.pending[key(*child.ID)], "dispatched child")
+	must.StrContains(t, s.loop.pending[key(*child.ID)], "dispatched child")
 	must.Eq(t, lifecycle.Waiting, stageOf(s, *child.ID).State)
 	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
-	st, ok := s.jobStatus("default", "infer", "default")
+	st, ok := s.loop.jobStatus("default", "infer", "default")
 	must.True(t, ok)
 	must.Eq(t, "template", st.Groups[0].State, must.Sprint("a parent is never decided: it does not wait for a decision"))
-	st, ok = s.jobStatus("default", *child.ID, "default")
+	st, ok = s.loop.jobStatus("default", *child.ID, "default")
 	must.True(t, ok)
 	must.Eq(t, "pending", st.Groups[0].State)
 	must.StrContains(t, st.Groups[0].Reason, "submit each run as a batch job of its own")
@@ -194,12 +194,12 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 	f.allocs[0].ClientStatus, f.allocs[0].ModifyIndex = "complete", f.index
 	f.mu.Unlock()
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.Done, stageOf(s, "etl").State)
 
 	f.put(batch()) // run again
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	rerun, ok := pin.ParseRecord(f.jobs["etl"], "g")
 	must.True(t, ok)
 	must.SliceEmpty(t, pin.Gated(f.jobs["etl"]))
@@ -219,7 +219,7 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 	}
 	f.mu.Unlock()
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.Migrating, stageOf(s, "etl").State, must.Sprint(stageOf(s, "etl").Why))
 	moved, ok := pin.ParseRecord(f.jobs["etl"], "g")
 	must.True(t, ok)
@@ -236,7 +236,7 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 	f.runningOn("q", "alloc-q", old.Shares)
 	f.put(gated("q", 50))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	grown, ok := pin.ParseRecord(f.jobs["q"], "g")
 	must.True(t, ok)
 	must.Len(t, 50, grown.Shares)
@@ -245,9 +245,9 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 	// allocation holds, the best fit, were the new pin's not held
 	f.put(gated("other", 75))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	other, ok := pin.ParseRecord(f.jobs["other"], "g")
-	must.True(t, ok, must.Sprint(s.pending[key("other")]))
+	must.True(t, ok, must.Sprint(s.loop.pending[key("other")]))
 	for _, sh := range other.Shares {
 		must.SliceNotContains(t, grown.Shares, sh, must.Sprint("given a share q's new version is pinned to"))
 	}
@@ -270,8 +270,8 @@ func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
 
 	f.put(gated("q", 25))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.pending[key("q")]))
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.loop.pending[key("q")]))
 	must.Eq(t, first, pinOf(t, f.jobs["q"]))
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
@@ -285,20 +285,20 @@ func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("huge", 900)) // nine GPUs: no node of this cluster has them
 	leader := loadedService(t, f)
-	leader.reconcile(t.Context())
-	must.MapContainsKey(t, leader.refused, key("huge"))
+	leader.loop.reconcile(t.Context())
+	must.MapContainsKey(t, leader.loop.refused, key("huge"))
 	follower := loadedService(t, f)
-	st, ok := follower.jobStatus("default", "huge", "default")
+	st, ok := follower.loop.jobStatus("default", "huge", "default")
 	must.True(t, ok)
 	must.Eq(t, "refused", st.Groups[0].State, must.Sprint(st.Groups[0].Reason))
 
 	leader.mu.Lock()
-	delete(leader.refused, key("huge"))
+	delete(leader.loop.refused, key("huge"))
 	leader.records.reasonsSaved = time.Time{}
 	leader.mu.Unlock()
 	leader.records.saveState(t.Context())
 	must.NoError(t, follower.records.loadState(t.Context(), true))
-	st, _ = follower.jobStatus("default", "huge", "default")
+	st, _ = follower.loop.jobStatus("default", "huge", "default")
 	must.Eq(t, "pending", st.Groups[0].State)
 }
 
@@ -324,7 +324,7 @@ func TestJobDistinctHostsKeepsGroupsApart(t *testing.T) {
 		}
 		f.put(j)
 		s := loadedService(t, f)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		if !together {
 			f.mu.Lock()
 			later, err := copyJob(f.jobs["pair"])
@@ -334,11 +334,11 @@ func TestJobDistinctHostsKeepsGroupsApart(t *testing.T) {
 			later.TaskGroups = append([]*api.TaskGroup{g}, later.TaskGroups...)
 			f.put(later)
 			must.NoError(t, s.watcher.resync(t.Context()))
-			s.reconcile(t.Context())
+			s.loop.reconcile(t.Context())
 		}
 		g, okG := pin.ParseRecord(f.jobs["pair"], "g")
 		h, okH := pin.ParseRecord(f.jobs["pair"], "h")
-		must.True(t, okG && okH, must.Sprintf("together=%v: %v", together, s.pending))
+		must.True(t, okG && okH, must.Sprintf("together=%v: %v", together, s.loop.pending))
 		must.NotEq(t, g.Nodes, h.Nodes, must.Sprintf("together=%v", together))
 	}
 }

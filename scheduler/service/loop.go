@@ -5,14 +5,164 @@ import (
 	"maps"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/feasible"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
+
+// loop is the decision loop: each pass (reconcile.go) reads the model,
+// asks lifecycle.Reconcile where each group stands and decide.Step what
+// to do, and acts on Nomad (pins.go, moves.go, introspect.go). It also
+// learns profiles (observe.go) and answers the API's view (view.go).
+// Its fields but dirty are guarded by the model's lock (cluster.mu). What
+// it keeps per group beyond what lifecycle.Reconcile reads and returns is
+// listed, with why, in doc.go.
+type loop struct {
+	*cluster
+	cfg     *config.Config
+	log     hclog.Logger
+	nomad   nomadActions
+	records recordKeeper
+	lease   leadership
+	policy  placement.Policy
+	profile *interference.Model
+	metrics *metrics
+	now     func() time.Time
+
+	pending map[decide.Key]string    // why each group waits
+	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
+	refused map[decide.Key]refusal   // groups refused for good
+	// why each pinned group was placed where it is: the placement core's
+	// reason, kept out of the signed meta (it depends on the cluster's
+	// state, and the meta must not change when the decision does not)
+	why map[decide.Key]string
+	// stages are where the last pass found each group in its job's life
+	// (lifecycle.Reconcile), for the API and the restart counts: read
+	// from Nomad every pass, never kept across passes
+	stages map[decide.Key]lifecycle.Result
+	// nomadSaid is, for the pass under way, what Nomad said of the pins it
+	// could not place (collect fills it)
+	nomadSaid map[decide.Key]string
+	// nomadRefused are the nodes Nomad could not place each group's pins
+	// on, while the group misses allocations: a pin that fails is decided
+	// again without all of them, never back and forth between two
+	nomadRefused map[decide.Key]map[string]bool
+	// priorRead: allocations whose version's pin was asked for (false)
+	// or read (true); see prior.go
+	priorRead map[string]bool
+	retries   map[decide.Key]retry // groups whose pin failed, until their retry
+	// warnedShape is the cluster shape checkGuarantees last looked at.
+	warnedShape uint64
+	// pinDelay waits between a decision and its pin (SetPinDelay).
+	pinDelay time.Duration
+	// lastLockHold is how long the last pass held mu to read the model,
+	// lastStep how long it then took to decide (before any pin).
+	lastLockHold, lastStep time.Duration
+	// onStep, when set (tests), sees the actions of every step.
+	onStep func([]decide.Action)
+	// preempted allocations Nomad is stopping: their capacity is already
+	// given to the guaranteed job that preempted them
+	preempted map[string]time.Time
+	// preemptions are the groups last preempted, newest last (kept in
+	// memory only: a new leader starts with none)
+	preemptions []Preemption
+	// positions are the queue places the last pass gave the groups it
+	// left waiting
+	positions map[decide.Key]queuePos
+	// observations of groups running alone, by group key
+	observations map[string][]interference.Observation
+	// intro watches allocations that share a GPU (introspect.go)
+	intro *introspection
+	// rules caches each group's own feasibility rules (feasible.go), and
+	// feasibleOf the nodes they allowed when the group was last decided.
+	rules      *feasible.Cache
+	feasibleOf map[decide.Key]uint64
+
+	// dirty asks for a pass (markDirty).
+	dirty chan struct{}
+}
+
+// nomadActions is the part of Nomad the loop acts on and reads beyond the
+// model.
+type nomadActions interface {
+	Job(ctx context.Context, namespace, id string) (*api.Job, error)
+	// Register re-registers job if its modify index is still index, and
+	// returns the new version's modify index (0 when Nomad did not say).
+	Register(ctx context.Context, job *api.Job, index uint64) (uint64, error)
+	StopAlloc(ctx context.Context, id string) error
+	Alloc(ctx context.Context, id string) (*api.Allocation, error)
+	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
+}
+
+// recordKeeper is what the loop asks of the records (state.go, submit.go).
+type recordKeeper interface {
+	// sign signs a placement, once the key is loaded. The caller holds mu.
+	sign(k decide.Key, placement string) (string, bool)
+	// submitOf, keepSubmit and keepSubmitOfPin keep a job's place in the
+	// queue across the scheduler's registrations. The caller holds mu.
+	submitOf(job *api.Job) int64
+	keepSubmit(job *api.Job, from, to uint64)
+	keepSubmitOfPin(job *api.Job, from, to uint64)
+	// saveState writes what changed. The caller does not hold mu.
+	saveState(ctx context.Context)
+}
+
+// leadership is this replica's lease (leader.go).
+type leadership interface {
+	// mayWrite is ErrNotLeader unless this replica may change jobs now.
+	mayWrite() error
+	isLeader() bool
+	// follows reports whether this replica campaigns and does not lead:
+	// the leader samples and learns, not it.
+	follows() bool
+}
+
+func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, policy placement.Policy, prof *interference.Model,
+	m *metrics, now func() time.Time, intro *introspection) *loop {
+	return &loop{
+		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{},
+		nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
+		preempted: map[string]time.Time{}, observations: map[string][]interference.Observation{},
+		dirty: make(chan struct{}, 1), intro: intro,
+		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
+	}
+}
+
+// run decides a pass whenever the model changed, and every 2s, until ctx
+// ends.
+func (s *loop) run(ctx context.Context) {
+	s.markDirty()
+	tick := time.NewTicker(2 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.dirty:
+		case <-tick.C:
+		}
+		s.reconcile(ctx)
+	}
+}
+
+// markDirty asks for a pass.
+func (s *loop) markDirty() {
+	select {
+	case s.dirty <- struct{}{}:
+	default:
+	}
+}
 
 // The loop's notes the records save and read (records' notes). The
 // caller holds s.mu.
 
-func (s *Service) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {
+func (s *loop) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {
 	refused = map[decide.Key]bool{}
 	for k := range s.refused {
 		refused[k] = true
@@ -20,7 +170,7 @@ func (s *Service) reasons() (pending map[decide.Key]string, refused map[decide.K
 	return s.pending, refused, s.why
 }
 
-func (s *Service) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
+func (s *loop) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
 	s.pending = pending
 	maps.Copy(s.why, placed)
 	// what the leader refused for good shows as refused here too; a
@@ -38,11 +188,11 @@ func (s *Service) readReasons(pending, placed map[decide.Key]string, refused map
 	}
 }
 
-func (s *Service) preemptedAllocs() map[string]time.Time { return s.preempted }
+func (s *loop) preemptedAllocs() map[string]time.Time { return s.preempted }
 
 // readPreempted takes the leader's preemptions; those this replica made
 // keep their own time.
-func (s *Service) readPreempted(read map[string]time.Time) {
+func (s *loop) readPreempted(read map[string]time.Time) {
 	for id := range read {
 		if at, ok := s.preempted[id]; ok {
 			read[id] = at
@@ -51,7 +201,7 @@ func (s *Service) readPreempted(read map[string]time.Time) {
 	s.preempted = read
 }
 
-func (s *Service) forgetGone(wanted map[string]bool) {
+func (s *loop) forgetGone(wanted map[string]bool) {
 	for id := range s.observations {
 		if !wanted[id] {
 			delete(s.observations, id)
@@ -59,9 +209,4 @@ func (s *Service) forgetGone(wanted map[string]bool) {
 	}
 }
 
-func (s *Service) keyChanged() { clear(s.priorRead) }
-
-// saveState and submitOf are the records' (state.go, submit.go).
-func (s *Service) saveState(ctx context.Context) { s.records.saveState(ctx) }
-
-func (s *Service) submitOf(job *api.Job) int64 { return s.records.submitOf(job) }
+func (s *loop) keyChanged() { clear(s.priorRead) }

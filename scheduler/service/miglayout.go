@@ -25,7 +25,7 @@ type GPUs struct {
 // model from the demand the model holds now; nothing when no node has MIG.
 // It reads the model under the lock (the demand only when a node may have
 // MIG GPUs) and decodes and computes after it.
-func (s *Service) migLayouts() []miglayout.Recommendation {
+func (s *loop) migLayouts() []miglayout.Recommendation {
 	managed := s.namespaces()
 	s.mu.Lock()
 	nodes := s.nodesNow()
@@ -62,7 +62,7 @@ func mayHaveMIG(n *api.Node) bool {
 // nvidia/gpushare request (miglayout counts the fractional ones) and their
 // requests of whole MIG instances. Groups refused for good, stopped jobs
 // and templates ask for nothing. The caller holds s.mu.
-func (s *Service) migDemand(managed namespaces) []miglayout.Demand {
+func (s *loop) migDemand(managed namespaces) []miglayout.Demand {
 	var out []miglayout.Demand
 	for _, job := range s.state.Jobs {
 		if (job.Stop != nil && *job.Stop) || model.Template(job) {

@@ -37,7 +37,7 @@ func TestUnhealthyGPUIsNeverChosen(t *testing.T) {
 		f.put(gated(fmt.Sprintf("j%d", i), 100))
 	}
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	placed := 0
 	for i := range 8 {
 		if rec, ok := pin.ParseRecord(f.jobs[fmt.Sprintf("j%d", i)], "g"); ok && len(pin.Gated(f.jobs[fmt.Sprintf("j%d", i)])) == 0 {
@@ -61,7 +61,7 @@ func TestRepinWhenThePinnedGPUTurnsUnhealthy(t *testing.T) {
 	}
 	markUnhealthy(t, f.nodes[0], g)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	again, _ := pin.ParseRecord(f.jobs["x"], "g")
 	must.NotEq(t, rec.GPUs, again.GPUs)
 }
@@ -83,7 +83,7 @@ func TestChildrenArePlacedTemplatesNever(t *testing.T) {
 	launched.Type, launched.ParentID = ptr("batch"), ptr("nightly")
 	f.put(launched)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["nightly"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["render"]))
 	for _, id := range []string{"render/dispatch-1700000000-abcd1234", "nightly/periodic-1700000000"} {
@@ -92,7 +92,7 @@ func TestChildrenArePlacedTemplatesNever(t *testing.T) {
 		must.True(t, ok)
 	}
 	// the HTTP API and the confirmation keep the child's ID whole
-	must.MapContainsKey(t, s.pinned, key("render/dispatch-1700000000-abcd1234"))
+	must.MapContainsKey(t, s.loop.pinned, key("render/dispatch-1700000000-abcd1234"))
 }
 
 // A finished batch group frees its pinned shares only in its own

@@ -26,7 +26,7 @@ import (
 // (the same pin.Digest): the step then places it there again, and the pin
 // writes that pin back byte for byte, so that Nomad updates the
 // allocations in place instead of replacing them. The caller holds s.mu.
-func (s *Service) keep(job *api.Job, key decide.Key, held []placement.Held) []placement.Held {
+func (s *loop) keep(job *api.Job, key decide.Key, held []placement.Held) []placement.Held {
 	prior, ok := s.state.Prior(key)
 	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) ||
 		len(held) != len(s.state.GroupAllocs(key.Namespace, key.Job, key.Group)) { // one holds no shares
@@ -47,7 +47,7 @@ func (s *Service) keep(job *api.Job, key decide.Key, held []placement.Held) []pl
 
 // held is where a group's live allocations run, one entry each. The
 // caller holds s.mu.
-func (s *Service) held(key decide.Key) []placement.Held {
+func (s *loop) held(key decide.Key) []placement.Held {
 	var out []placement.Held
 	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
 		if shares := model.Shares(a); len(shares) > 0 {
@@ -66,7 +66,7 @@ func (s *Service) held(key decide.Key) []placement.Held {
 // so that the replacements cannot be
 // placed until it is pinned elsewhere. It returns the nodes to avoid. The
 // caller holds s.mu.
-func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) {
+func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 	rec, ok := s.state.Record(job, group)
 	if !ok {
 		return false, nil
@@ -116,7 +116,7 @@ func (s *Service) lost(job *api.Job, group string, short bool) (bool, []string) 
 // constraints are per group, so moving one allocation of a count > 1 group
 // moves them all; the log, the API's records and
 // gpushare_restarts_total{reason} say so.
-func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
+func (s *loop) countRestarts(orig *api.Job, a decide.Action) {
 	if a.Kept {
 		return
 	}
@@ -149,7 +149,7 @@ func (s *Service) countRestarts(orig *api.Job, a decide.Action) {
 // draining, so the snapshot leaves them out) but are up, and the job's own
 // rules still allow every one of them. Nomad updates allocations in place
 // on such nodes. The caller holds s.mu.
-func (s *Service) inPlaceOnly(job *api.Job, group string, keep []placement.Held) bool {
+func (s *loop) inPlaceOnly(job *api.Job, group string, keep []placement.Held) bool {
 	if len(keep) == 0 {
 		return false
 	}
@@ -185,7 +185,7 @@ func keptAction(key decide.Key, policy string, req placement.Request, keep []pla
 // allocations for a change of its current version even when it is pinned
 // as before: the version they run (its Prior) has another pin.Spec, or
 // none is known. The caller holds s.mu.
-func (s *Service) replacedAnyway(job *api.Job, key decide.Key) bool {
+func (s *loop) replacedAnyway(job *api.Job, key decide.Key) bool {
 	prior, ok := s.state.Prior(key)
 	return !ok || prior.Spec == "" || prior.Spec != pin.Spec(job, key.Group)
 }
@@ -193,7 +193,7 @@ func (s *Service) replacedAnyway(job *api.Job, key decide.Key) bool {
 // pinnedNodesOfOthers lists the nodes the job's groups other than group
 // are pinned to (their allocations may not be there yet, so the job's
 // live allocations alone do not say). The caller holds s.mu.
-func (s *Service) pinnedNodesOfOthers(job *api.Job, group string) []string {
+func (s *loop) pinnedNodesOfOthers(job *api.Job, group string) []string {
 	var out []string
 	for _, tg := range job.TaskGroups {
 		if *tg.Name == group || !s.state.Pinned(job, *tg.Name) {

@@ -61,4 +61,4 @@ func (n namespaces) String() string {
 	return strings.Join(n.names, ", ")
 }
 
-func (s *Service) namespaces() namespaces { return managedNamespaces(s.cfg.Nomad.Namespaces) }
+func (s *loop) namespaces() namespaces { return managedNamespaces(s.cfg.Nomad.Namespaces) }

@@ -24,8 +24,8 @@ const (
 // GPUs and learns each group's interference profile from them, for groups
 // that declare none. Samples of shared GPUs are skipped: they measure the
 // sum of several jobs.
-func (s *Service) observe(ctx context.Context) {
-	if s.needLease.Load() && !s.IsLeader() {
+func (s *loop) observe(ctx context.Context) {
+	if s.lease.follows() {
 		return // the leader samples; the others read what it learned
 	}
 	type target struct {
@@ -166,7 +166,7 @@ func every(ctx context.Context, interval time.Duration, f func(context.Context))
 
 // deviceStats reads a node's device stats once per sampling round (byNode
 // keeps them); a node whose stats cannot be read has none.
-func (s *Service) deviceStats(ctx context.Context, byNode map[string][]*api.DeviceGroupStats, node string) []*api.DeviceGroupStats {
+func (s *loop) deviceStats(ctx context.Context, byNode map[string][]*api.DeviceGroupStats, node string) []*api.DeviceGroupStats {
 	stats, ok := byNode[node]
 	if !ok {
 		var err error

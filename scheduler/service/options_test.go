@@ -26,7 +26,7 @@ func withConfig(t *testing.T, f *fakeNomad, edit func(*config.Config)) *Service 
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(10000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	return s
 }
 
@@ -75,7 +75,7 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 		f := scenario()
 		s := withConfig(t, f, nil)
 		must.Nil(t, pinned(f, "new"))
-		must.StrContains(t, s.pending[key("new")], "interference bound")
+		must.StrContains(t, s.loop.pending[key("new")], "interference bound")
 		f = scenario()
 		withConfig(t, f, func(c *config.Config) { c.ProductionMaxSlowdown = 0.9 })
 		must.NotNil(t, pinned(f, "new"))
@@ -93,7 +93,7 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 		f := scenario()
 		s := withConfig(t, f, nil)
 		must.Nil(t, pinned(f, "new"))
-		must.StrContains(t, s.pending[key("new")], "tiny-inference")
+		must.StrContains(t, s.loop.pending[key("new")], "tiny-inference")
 		f = scenario()
 		withConfig(t, f, func(c *config.Config) {
 			c.Profiles = []config.Profile{{Name: "tiny-inference", SMUtil: 0.05, MemBW: 0.05}}
@@ -215,7 +215,7 @@ func TestWarnsOfGuaranteesLargerThanTheCluster(t *testing.T) {
 	s, err := newService(cfg, hclog.New(&hclog.LoggerOptions{Output: &logs}), f, time.Now)
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.StrContains(t, logs.String(), "guarantee more GPUs than the cluster has")
 	must.StrContains(t, logs.String(), "guaranteed_gpus=6400 cluster_gpus=8")
 }

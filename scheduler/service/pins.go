@@ -28,7 +28,7 @@ const pinsInFlight = 16
 // its group only. A lost lease, or the end of the pass's context, stops
 // the pins not yet sent. The reasons of the groups not pinned go into
 // pending.
-func (s *Service) sendPins(ctx context.Context, pins []decide.Action, jobs map[decide.Key]*api.Job, pending map[decide.Key]string, failed map[decide.Key]bool, start time.Time) {
+func (s *loop) sendPins(ctx context.Context, pins []decide.Action, jobs map[decide.Key]*api.Job, pending map[decide.Key]string, failed map[decide.Key]bool, start time.Time) {
 	var byJob [][]decide.Action // in the step's order
 	at := map[string]int{}
 	seen := map[decide.Key]bool{}
@@ -62,7 +62,7 @@ func (s *Service) sendPins(ctx context.Context, pins []decide.Action, jobs map[d
 		}
 		err := ctx.Err()
 		if err == nil {
-			err = s.mayWrite()
+			err = s.lease.mayWrite()
 		}
 		if err != nil {
 			// the lease is lost or the pass ended: what is not sent yet is not sent
@@ -86,7 +86,7 @@ func (s *Service) sendPins(ctx context.Context, pins []decide.Action, jobs map[d
 
 // sendJob pins groups of one job and returns why each group not pinned is
 // not.
-func (s *Service) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, start time.Time) map[decide.Key]string {
+func (s *loop) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, start time.Time) map[decide.Key]string {
 	s.metrics.decisions.WithLabelValues("placed").Add(float64(len(acts)))
 	if s.pinDelay > 0 {
 		sleep(ctx, s.pinDelay)
@@ -129,7 +129,7 @@ func (s *Service) sendJob(ctx context.Context, acts []decide.Action, job *api.Jo
 // them all, and a conflict (someone registered the job meanwhile) has
 // every group decided again on the new version. It returns each group's
 // error (nil: pinned).
-func (s *Service) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) map[decide.Key]error {
+func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) map[decide.Key]error {
 	errs := map[decide.Key]error{}
 	all := func(err error) map[decide.Key]error {
 		for _, a := range acts {
@@ -172,7 +172,7 @@ func (s *Service) pinJob(ctx context.Context, orig *api.Job, acts []decide.Actio
 	if orig.JobModifyIndex != nil {
 		index = *orig.JobModifyIndex
 	}
-	if err := s.mayWrite(); err != nil {
+	if err := s.lease.mayWrite(); err != nil {
 		return all(err)
 	}
 	s.metrics.pinRequests.Inc()
@@ -228,7 +228,7 @@ func (s *Service) pinJob(ctx context.Context, orig *api.Job, acts []decide.Actio
 
 // writePin writes group a's pin as the action decided into a copy of job,
 // signed, and returns it; job is left as it was.
-func (s *Service) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, error) {
+func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, error) {
 	c, err := cloneJob(job)
 	if err != nil {
 		return nil, nil, err

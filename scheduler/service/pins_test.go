@@ -113,7 +113,7 @@ func barrierService(t *testing.T, n, want int) (*Service, *barrierNomad) {
 func TestPinsOfAPassAreSentConcurrently(t *testing.T) {
 	n := pinsInFlight + 4
 	s, b := barrierService(t, n, 8)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Between(t, 8, b.most, pinsInFlight)
 	must.Eq(t, n, b.registers)
@@ -129,12 +129,12 @@ func TestPinsOfAPassAreSentConcurrently(t *testing.T) {
 			must.False(t, twice, must.Sprintf("share %s pinned to %s and %s", sh, other, id))
 			pinned[sh] = id
 		}
-		must.MapNotContainsKey(t, s.pending, key(id))
+		must.MapNotContainsKey(t, s.loop.pending, key(id))
 	}
 	// the model holds the pinned versions without reading them back (one
 	// read per pin, before it): the next pass pins nothing again
 	must.Eq(t, n, b.jobReads)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, n, b.registers)
 	must.Eq(t, n, b.jobReads)
 }
@@ -145,16 +145,16 @@ func TestFailedConcurrentPinBacksOffItsGroupOnly(t *testing.T) {
 	n := 6
 	s, b := barrierService(t, n, n)
 	b.fail = map[string]error{"job-02": errors.New("Unexpected response code: 500 (raft is busy)")}
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(b.jobs["job-02"]))
-	must.StrContains(t, s.pending[key("job-02")], "retrying in 2s")
-	must.MapLen(t, 1, s.retries)
-	must.MapContainsKey(t, s.retries, key("job-02"))
+	must.StrContains(t, s.loop.pending[key("job-02")], "retrying in 2s")
+	must.MapLen(t, 1, s.loop.retries)
+	must.MapContainsKey(t, s.loop.retries, key("job-02"))
 	for i := range n {
 		if id := fmt.Sprintf("job-%02d", i); id != "job-02" {
 			must.SliceEmpty(t, pin.Gated(b.jobs[id]), must.Sprintf("job %s pinned", id))
-			must.MapNotContainsKey(t, s.pending, key(id))
+			must.MapNotContainsKey(t, s.loop.pending, key(id))
 		}
 	}
 }
@@ -164,10 +164,10 @@ func TestFailedConcurrentPinBacksOffItsGroupOnly(t *testing.T) {
 func TestLostLeaseStopsTheRemainingPins(t *testing.T) {
 	n := pinsInFlight + 5
 	s, b := barrierService(t, n, pinsInFlight)
-	s.needLease.Store(true)
-	s.leaseEnd.Store(time.Now().Add(time.Minute).UnixNano())
-	b.atBarrier = func() { s.leaseEnd.Store(0) } // lost before any in-flight pin is answered
-	s.reconcile(t.Context())
+	s.lease.need.Store(true)
+	s.lease.end.Store(time.Now().Add(time.Minute).UnixNano())
+	b.atBarrier = func() { s.lease.end.Store(0) } // lost before any in-flight pin is answered
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, pinsInFlight, b.registers, must.Sprint("only the pins in flight when the lease was lost were sent"))
 	notSent := 0
@@ -177,10 +177,10 @@ func TestLostLeaseStopsTheRemainingPins(t *testing.T) {
 			continue
 		}
 		notSent++
-		must.StrContains(t, s.pending[key(id)], ErrNotLeader.Error())
+		must.StrContains(t, s.loop.pending[key(id)], ErrNotLeader.Error())
 	}
 	must.Eq(t, n-pinsInFlight, notSent)
-	must.MapEmpty(t, s.retries, must.Sprint("a pin not sent is no failure to back off from"))
+	must.MapEmpty(t, s.loop.retries, must.Sprint("a pin not sent is no failure to back off from"))
 }
 
 // The pins of two groups of one job in one pass go in one registration:
@@ -193,7 +193,7 @@ func TestTwoGroupsOfOneJobPinnedInOnePass(t *testing.T) {
 	job.TaskGroups = append(job.TaskGroups, &second)
 	f.put(job)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, 1, f.registers)
 	must.SliceEmpty(t, pin.Gated(f.jobs["two"]))
@@ -233,7 +233,7 @@ func TestManyGroupsOfOneJobDoNotHoldUpAPass(t *testing.T) {
 	s, err := newService(cfg, hclog.NewNullLogger(), b, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	t.Logf("registrations: %d, at most %d in flight", f.registers, b.most)
 	must.Eq(t, 1+others, b.most, must.Sprint("every registration of the pass in flight at once"))
 	must.Eq(t, 1+others, f.registers)
@@ -263,7 +263,7 @@ func TestOneUnwritablePinLeavesTheOthers(t *testing.T) {
 	f.put(job)
 	s := newTestService(t, f)
 	var pins []decide.Action
-	s.onStep = func(acts []decide.Action) {
+	s.loop.onStep = func(acts []decide.Action) {
 		for _, a := range acts {
 			if a.Kind == decide.Pin {
 				pins = append(pins, a)
@@ -272,10 +272,10 @@ func TestOneUnwritablePinLeavesTheOthers(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context()) // the pass sends nothing
 	cancel()
-	s.reconcile(ctx)
+	s.loop.reconcile(ctx)
 	must.SliceLen(t, 2, pins)
 	pins[1].Decision = &placement.Decision{} // placed nothing: cannot be written
-	errs := s.pinJob(t.Context(), f.jobs["two"], pins)
+	errs := s.loop.pinJob(t.Context(), f.jobs["two"], pins)
 	must.NoError(t, errs[pins[0].Group])
 	must.ErrorContains(t, errs[pins[1].Group], "placed nothing")
 	must.Eq(t, 1, f.registers)

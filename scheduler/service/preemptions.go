@@ -29,7 +29,7 @@ type Preemption struct {
 }
 
 // notePreempted records a preemption. The caller holds s.mu.
-func (s *Service) notePreempted(k decide.Key, ids []string, forKey decide.Key) {
+func (s *loop) notePreempted(k decide.Key, ids []string, forKey decide.Key) {
 	s.preemptions = last(append(s.preemptions, Preemption{Namespace: k.Namespace, Job: k.Job, Group: k.Group,
 		Allocations: slices.Clone(ids), At: s.now(), For: forKey.String(), forNamespace: forKey.Namespace}), maxPreemptions)
 }

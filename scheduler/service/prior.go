@@ -11,7 +11,7 @@ import (
 // remembers the pins of versions it saw replaced, but a scheduler that
 // started while the group was gated again never saw its pinned version.
 // The caller holds s.mu; readPriors reads what this returns true for.
-func (s *Service) priorUnread(k decide.Key, alloc string) bool {
+func (s *loop) priorUnread(k decide.Key, alloc string) bool {
 	if _, ok := s.state.Prior(k); ok {
 		return false
 	}
@@ -30,7 +30,7 @@ func (s *Service) priorUnread(k decide.Key, alloc string) bool {
 // carries (model.State.LearnPrior). An allocation whose read fails, or
 // whose version carries no pin of this scheduler, is asked about no more:
 // its group is decided as any gated group.
-func (s *Service) readPriors(ctx context.Context) {
+func (s *loop) readPriors(ctx context.Context) {
 	s.mu.Lock()
 	var ids []string
 	for id, read := range s.priorRead {

@@ -48,7 +48,7 @@ func (r refusal) holds(job *api.Job, shape, feasible uint64) bool {
 // reconcile is one pass of the decision loop: build the step's input from
 // the model, let decide.Step choose the actions, execute them against
 // Nomad.
-func (s *Service) reconcile(ctx context.Context) {
+func (s *loop) reconcile(ctx context.Context) {
 	s.mu.Lock()
 	locked := time.Now()
 	if !s.synced {
@@ -140,11 +140,11 @@ func (s *Service) reconcile(ctx context.Context) {
 	// group refused for good: what /v1/groups lists
 	s.metrics.pending.Set(float64(waiting))
 	s.metrics.refused.Set(float64(refused))
-	s.saveState(ctx)
+	s.records.saveState(ctx)
 }
 
 // stepConfig is the configuration as decide.Step reads it.
-func (s *Service) stepConfig() decide.Config {
+func (s *loop) stepConfig() decide.Config {
 	return decide.Config{
 		DefaultExpected: config.Duration(s.cfg.DefaultExpectedRuntime),
 		Reservations:    s.cfg.ReservationsOn(),
@@ -157,7 +157,7 @@ func (s *Service) stepConfig() decide.Config {
 // execute carries out one action of the step but a pin (sendPins). It
 // returns why a preemption or an unpairing failed: the allocations it was
 // to stop still run.
-func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) error {
+func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	switch a.Kind {
 	case decide.Wait:
@@ -194,7 +194,7 @@ func (s *Service) execute(ctx context.Context, a decide.Action, job *api.Job, sh
 
 // sharesOf adds the shares of allocations to set. The caller does not
 // hold s.mu.
-func (s *Service) sharesOf(allocIDs []string, set map[string]bool) {
+func (s *loop) sharesOf(allocIDs []string, set map[string]bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, id := range allocIDs {
@@ -235,7 +235,7 @@ func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key
 // changed since, are returned as pending, with why; unchanged groups on
 // nodes that take no new work, as pins to write back without a decision
 // (inPlaceOnly). The caller holds s.mu.
-func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
+func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
 	var groups []decide.Group
 	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
 	pending := map[decide.Key]string{}
@@ -346,7 +346,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 					g.Prefer = ns.keepable(held)
 				}
 			}
-			if at := s.submitOf(job); at > 0 { // kept across the scheduler's registrations
+			if at := s.records.submitOf(job); at > 0 { // kept across the scheduler's registrations
 				g.Submit = time.Unix(0, at)
 			}
 			jobs[key] = job
@@ -377,7 +377,7 @@ func (s *Service) collect(built *model.Built, shape uint64) ([]decide.Group, map
 
 // dropGone deletes from m the groups whose job the state no longer has.
 // The caller holds s.mu.
-func dropGone[V any](s *Service, m map[decide.Key]V) {
+func dropGone[V any](s *loop, m map[decide.Key]V) {
 	for k := range m {
 		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
 			delete(m, k)
@@ -388,7 +388,7 @@ func dropGone[V any](s *Service, m map[decide.Key]V) {
 // vcRefusal says why a group may not claim the virtual cluster it names
 // in gpushare.vc ("" when it may, or names none): the VC must be one this
 // scheduler has, and admit the group's namespace.
-func (s *Service) vcRefusal(k decide.Key, name string) string {
+func (s *loop) vcRefusal(k decide.Key, name string) string {
 	if name == "" {
 		return ""
 	}
@@ -427,7 +427,7 @@ func anyMultiGPU(snap *placement.Snapshot, groups []decide.Group) bool {
 
 // checkGuarantees warns when the virtual clusters guarantee more GPUs
 // than the cluster has (a guarantee it cannot keep); the caller holds s.mu.
-func (s *Service) checkGuarantees(snap *placement.Snapshot) {
+func (s *loop) checkGuarantees(snap *placement.Snapshot) {
 	have := 0.0
 	for _, n := range snap.Nodes() {
 		for i := range n.GPUs {
@@ -467,7 +467,7 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 // step expects them to run default_expected_runtime from now, and does
 // not hold nodes or weigh sharing against waiting on such guesses. The
 // caller holds s.mu.
-func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
+func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
 	expected := map[decide.Key]time.Duration{}
 	runFor := func(k decide.Key) time.Duration {
 		if d, ok := expected[k]; ok {
@@ -504,7 +504,7 @@ func (s *Service) expectedEnds(snap *placement.Snapshot, holds map[string]decide
 // preempt stops opportunistic allocations by gating their groups again:
 // Nomad replaces the allocations, and the replacements wait at the gate
 // until capacity frees.
-func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
+func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
 	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.mu.Lock()
@@ -517,7 +517,7 @@ func (s *Service) preempt(ctx context.Context, allocIDs []string, forKey decide.
 
 // confirm checks pinned groups against the allocations Nomad made. The
 // caller holds s.mu.
-func (s *Service) confirm() {
+func (s *loop) confirm() {
 	for key, at := range s.pinned {
 		job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
 		rec, ok := pin.Record{}, false

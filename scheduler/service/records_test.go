@@ -32,7 +32,7 @@ func TestKeyLoadedLaterTrustsSignedPlacements(t *testing.T) {
 	must.NoError(t, follower.records.loadState(t.Context(), true))
 
 	leader := loadedService(t, f) // makes the key
-	leader.reconcile(t.Context())
+	leader.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
 	must.NoError(t, follower.watcher.resync(t.Context()))
 	_, trusted := follower.state.Record(f.jobs["x"], "g")
@@ -91,21 +91,21 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 		job, k := longGroup(i)
 		s.state.PutJob(job)
 		keys = append(keys, k)
-		s.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
+		s.loop.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
 		s.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.123456789, MemBW: 0.987654321})
-		s.preempted[fmt.Sprintf("%08d-1111-2222-3333-444444444444", i)] = now
+		s.loop.preempted[fmt.Sprintf("%08d-1111-2222-3333-444444444444", i)] = now
 		s.records.submitted[model.JobKey(k.Namespace, k.Job)] = submitted{index: *job.JobModifyIndex, at: now.UnixNano()}
-		s.intro.rec.noteUnpaired(k, strings.Repeat("slow ", 100), now.Add(time.Duration(i)*time.Second))
+		s.loop.intro.rec.noteUnpaired(k, strings.Repeat("slow ", 100), now.Add(time.Duration(i)*time.Second))
 		if i > 0 {
-			s.intro.observe("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]), 0.5)
-			s.intro.markIncompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]))
+			s.loop.intro.observe("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]), 0.5)
+			s.loop.intro.markIncompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[i-1]))
 		}
 	}
 	huge := gated(strings.Repeat("h", 70<<10), 25)
 	huge.ModifyIndex = ptr(uint64(groups + 1))
 	s.state.PutJob(huge)
 	hugeKey := model.KeyOf(huge, "g")
-	s.pending[hugeKey] = "waits"
+	s.loop.pending[hugeKey] = "waits"
 	s.mu.Unlock()
 	s.records.saveState(t.Context())
 
@@ -128,28 +128,28 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.Greater(t, 1, shards["submitted"])
 
 	next := clocked(t, f, &now)
-	must.MapLen(t, groups, next.pending)
-	must.MapNotContainsKey(t, next.pending, hugeKey)
+	must.MapLen(t, groups, next.loop.pending)
+	must.MapNotContainsKey(t, next.loop.pending, hugeKey)
 	must.MapLen(t, groups, next.state.Learned)
-	must.MapLen(t, groups, next.preempted)
+	must.MapLen(t, groups, next.loop.preempted)
 	must.MapLen(t, groups, next.records.submitted)
-	must.MapLen(t, maxUnpaired, next.intro.rec.unpaired)
-	must.SliceLen(t, maxPairObs, next.intro.rec.obs)
-	must.SliceLen(t, maxBadPairs, next.intro.rec.bad)
+	must.MapLen(t, maxUnpaired, next.loop.intro.rec.unpaired)
+	must.SliceLen(t, maxPairObs, next.loop.intro.rec.obs)
+	must.SliceLen(t, maxBadPairs, next.loop.intro.rec.bad)
 	for _, k := range keys[groups-3:] {
-		must.StrContains(t, next.pending[k], "waits waits")
-		must.True(t, next.intro.know.Incompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[slices.Index(keys, k)-1])))
+		must.StrContains(t, next.loop.pending[k], "waits waits")
+		must.True(t, next.loop.intro.know.Incompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[slices.Index(keys, k)-1])))
 	}
 
 	// the jobs go: the records shrink back into one Variable per kind
 	s.mu.Lock()
 	for _, k := range keys[1:] {
 		s.state.DeleteJob(k.Namespace, k.Job)
-		delete(s.pending, k)
+		delete(s.loop.pending, k)
 	}
 	s.state.DeleteJob(hugeKey.Namespace, hugeKey.Job)
-	delete(s.pending, hugeKey)
-	clear(s.preempted)
+	delete(s.loop.pending, hugeKey)
+	clear(s.loop.preempted)
 	s.mu.Unlock()
 	now = now.Add(reasonsEvery)
 	s.records.saveState(t.Context())
@@ -159,7 +159,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.MapContainsKeys(t, f.vars, []string{reasonsKind.path(0), learnedKind.path(0), submittedKind.path(0)})
 	must.MapLen(t, 4, f.vars) // and the signing key: nothing else is left
 	again := clocked(t, f, &now)
-	must.MapLen(t, 1, again.pending)
+	must.MapLen(t, 1, again.loop.pending)
 	must.MapLen(t, 1, again.state.Learned)
 }
 
@@ -173,7 +173,7 @@ func TestGroupsWithSlashesAreTwo(t *testing.T) {
 	f.put(ab)
 	f.put(a)
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["a/b"]))
 	must.SliceEmpty(t, pin.Gated(f.jobs["a"]))
 	must.NoError(t, s.watcher.resync(t.Context()))
@@ -212,17 +212,17 @@ func TestOldRecordsAreRead(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	s := clocked(t, f, &now)
-	must.Eq(t, "old reason of the child", s.pending[k])
-	must.Eq(t, "old reason of other", s.pending[other])
+	must.Eq(t, "old reason of the child", s.loop.pending[k])
+	must.Eq(t, "old reason of other", s.loop.pending[other])
 	must.MapLen(t, 1, s.state.Learned)
 
-	s.reconcile(t.Context()) // saves the records in the new layout
+	s.loop.reconcile(t.Context()) // saves the records in the new layout
 	must.MapNotContainsKey(t, f.vars, statePrefix+"reasons-03")
 	must.MapNotContainsKey(t, f.vars, statePrefix+"reasons-11")
 	must.MapContainsKey(t, f.vars, statePrefix+"reasons-00")
 	must.Eq(t, map[string]interference.Profile{k.String(): {Name: "learned", SM: 0.3, MemBW: 0.2}}, s.state.Learned)
 	next := clocked(t, f, &now)
-	must.MapContainsKey(t, next.pending, k)
+	must.MapContainsKey(t, next.loop.pending, k)
 	must.MapContainsKey(t, next.state.Learned, k.String())
 }
 
@@ -245,11 +245,11 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		follower.mu.Lock()
 		defer follower.mu.Unlock()
 		return map[string]int{
-			"leader learned": len(leader.state.Learned), "leader samples": len(leader.observations) + len(leader.intro.alone),
-			"leader knowledge": leader.intro.know.cur().Len(), "leader preempted": len(leader.preempted),
-			"leader unpaired": len(leader.intro.rec.unpaired), "leader obs": len(leader.intro.rec.obs) + len(leader.intro.rec.bad),
-			"follower learned": len(follower.state.Learned), "follower knowledge": follower.intro.know.cur().Len(),
-			"follower preempted": len(follower.preempted), "follower unpaired": len(follower.intro.rec.unpaired),
+			"leader learned": len(leader.state.Learned), "leader samples": len(leader.loop.observations) + len(leader.loop.intro.alone),
+			"leader knowledge": leader.loop.intro.know.cur().Len(), "leader preempted": len(leader.loop.preempted),
+			"leader unpaired": len(leader.loop.intro.rec.unpaired), "leader obs": len(leader.loop.intro.rec.obs) + len(leader.loop.intro.rec.bad),
+			"follower learned": len(follower.state.Learned), "follower knowledge": follower.loop.intro.know.cur().Len(),
+			"follower preempted": len(follower.loop.preempted), "follower unpaired": len(follower.loop.intro.rec.unpaired),
 			"leader submitted": len(leader.records.submitted), "follower submitted": len(follower.records.submitted),
 		}
 	}
@@ -260,7 +260,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		job.SubmitTime = ptr(now.UnixNano())
 		f.put(job)
 		must.NoError(t, leader.watcher.resync(t.Context()))
-		leader.reconcile(t.Context())
+		leader.loop.reconcile(t.Context())
 		rec, ok := pin.ParseRecord(f.jobs[id], "g")
 		must.True(t, ok)
 		f.index++
@@ -272,18 +272,18 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		leader.mu.Lock()
 		k := key(id)
 		leader.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.4, MemBW: 0.2})
-		leader.observations[k.String()] = []interference.Observation{{SMUtilPct: 40, MemUtilPct: 20}}
-		leader.intro.alone[k.String()] = []float64{40}
-		leader.preempted["alloc-"+id] = now
-		leader.intro.rec.noteUnpaired(k, "slow", now)
+		leader.loop.observations[k.String()] = []interference.Observation{{SMUtilPct: 40, MemUtilPct: 20}}
+		leader.loop.intro.alone[k.String()] = []float64{40}
+		leader.loop.preempted["alloc-"+id] = now
+		leader.loop.intro.rec.noteUnpaired(k, "slow", now)
 		if i > 0 {
-			leader.intro.observe(gpu, profile(i), profile(i-1), 0.5)
-			leader.intro.observe(gpu, profile(i-1), profile(i), 0.5)
-			leader.intro.markIncompatible(gpu, profile(i), profile(i-1))
+			leader.loop.intro.observe(gpu, profile(i), profile(i-1), 0.5)
+			leader.loop.intro.observe(gpu, profile(i-1), profile(i), 0.5)
+			leader.loop.intro.markIncompatible(gpu, profile(i), profile(i-1))
 		}
 		leader.mu.Unlock()
 		now = now.Add(reasonsEvery)
-		leader.reconcile(t.Context())
+		leader.loop.reconcile(t.Context())
 		must.NoError(t, follower.watcher.resync(t.Context()))
 		must.NoError(t, follower.records.loadState(t.Context(), true))
 		switch i {

@@ -66,12 +66,12 @@ func TestReservationWithBackfilling(t *testing.T) {
 	f := busyDGX1(t)
 	f.put(waiting("short", 100, "30m"))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrContains(t, s.pending[key("big")], "holds 1 node(s) expected to free within 2h0m0s")
+	must.StrContains(t, s.loop.pending[key("big")], "holds 1 node(s) expected to free within 2h0m0s")
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["long"]))
-	must.StrContains(t, s.pending[key("long")], "1 node(s) are held for default/big/g")
+	must.StrContains(t, s.loop.pending[key("long")], "1 node(s) are held for default/big/g")
 	must.SliceEmpty(t, pin.Gated(f.jobs["short"]))
 	rec, ok := pin.ParseRecord(f.jobs["short"], "g")
 	must.True(t, ok)
@@ -86,9 +86,9 @@ func TestReservationsOff(t *testing.T) {
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrNotContains(t, s.pending[key("big")], "holds")
+	must.StrNotContains(t, s.loop.pending[key("big")], "holds")
 	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
 
@@ -101,9 +101,9 @@ func TestNoReservationLongerThanTheJob(t *testing.T) {
 	f.put(waiting("big", 800, "1h"))
 	f.put(waiting("long", 100, "5h"))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrNotContains(t, s.pending[key("big")], "holds")
+	must.StrNotContains(t, s.loop.pending[key("big")], "holds")
 	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
 

@@ -30,7 +30,7 @@ type retry struct {
 
 // failed records a failed pin or preemption of group k and returns the
 // reason to show. The caller does not hold s.mu.
-func (s *Service) failed(k decide.Key, what string, err error) string {
+func (s *loop) failed(k decide.Key, what string, err error) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.retries[k]
@@ -50,7 +50,7 @@ func (s *Service) failed(k decide.Key, what string, err error) string {
 }
 
 // succeeded forgets a group's failures.
-func (s *Service) succeeded(k decide.Key) {
+func (s *loop) succeeded(k decide.Key) {
 	s.mu.Lock()
 	delete(s.retries, k)
 	s.mu.Unlock()
@@ -58,7 +58,7 @@ func (s *Service) succeeded(k decide.Key) {
 
 // waiting returns why group k is not decided before its retry time. The
 // caller holds s.mu.
-func (s *Service) backingOff(k decide.Key) (string, bool) {
+func (s *loop) backingOff(k decide.Key) (string, bool) {
 	r, ok := s.retries[k]
 	if !ok || !s.now().Before(r.at) {
 		return "", false
@@ -67,7 +67,7 @@ func (s *Service) backingOff(k decide.Key) (string, bool) {
 }
 
 // request bounds one Nomad request of a pass (nomad.request_timeout).
-func (s *Service) request(ctx context.Context) (context.Context, context.CancelFunc) {
+func (s *loop) request(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, config.Duration(s.cfg.Nomad.RequestTimeout))
 }
 

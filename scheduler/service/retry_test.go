@@ -27,27 +27,27 @@ func TestRefusedPinBacksOff(t *testing.T) {
 	attempts := func() int { return f.registers }
 	pass := func(after time.Duration) {
 		now = now.Add(after)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 	}
 	pass(0)
 	must.Eq(t, 1, attempts())
-	must.StrContains(t, s.pending[key("x")], "permission denied: the scheduler's token needs register-job (or submit-job) in namespace default")
-	must.StrContains(t, s.pending[key("x")], "deploy/nomad/gpushare-scheduler.policy.hcl")
-	must.StrContains(t, s.pending[key("x")], "retrying in 2s")
+	must.StrContains(t, s.loop.pending[key("x")], "permission denied: the scheduler's token needs register-job (or submit-job) in namespace default")
+	must.StrContains(t, s.loop.pending[key("x")], "deploy/nomad/gpushare-scheduler.policy.hcl")
+	must.StrContains(t, s.loop.pending[key("x")], "retrying in 2s")
 	for range 5 { // passes every 300 ms within the 2 s
 		pass(300 * time.Millisecond)
 	}
 	must.Eq(t, 1, attempts())
 	pass(600 * time.Millisecond) // 2.1 s after the failure
 	must.Eq(t, 2, attempts())
-	must.StrContains(t, s.pending[key("x")], "retrying in 4s")
+	must.StrContains(t, s.loop.pending[key("x")], "retrying in 4s")
 	pass(3 * time.Second)
 	must.Eq(t, 2, attempts())
 	f.registerErr = nil // the operator fixed the token's policy
 	pass(2 * time.Second)
 	must.Eq(t, 3, attempts())
 	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
-	must.MapEmpty(t, s.retries)
+	must.MapEmpty(t, s.loop.retries)
 }
 
 // A hung Nomad request does not stall scheduling: the pass gives up after
@@ -62,8 +62,8 @@ func TestHungRequestTimesOut(t *testing.T) {
 	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	returns(t, "the pass", func() { s.reconcile(t.Context()) })
-	must.StrContains(t, s.pending[key("x")], "context deadline exceeded; retrying in 2s")
+	returns(t, "the pass", func() { s.loop.reconcile(t.Context()) })
+	must.StrContains(t, s.loop.pending[key("x")], "context deadline exceeded; retrying in 2s")
 }
 
 // returns runs f and fails the test if it has not returned within a few
@@ -96,10 +96,10 @@ func TestBlockedPinDoesNotStopOthers(t *testing.T) {
 	s, err := newService(cfg, hclog.NewNullLogger(), f, time.Now)
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["free"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["stuck"]))
-	must.StrContains(t, s.pending[key("stuck")], "deadline exceeded")
+	must.StrContains(t, s.loop.pending[key("stuck")], "deadline exceeded")
 }
 
 func TestRetriedReads(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 // run-time priority of opportunistic groups (config opportunistic block)
 // and the sharing mode of the GPUs d chose, read from their nodes' device
 // attributes. Sharing is "" when the GPUs differ or one is not found.
-func (s *Service) runtime(d *placement.Decision) pin.Runtime {
+func (s *loop) runtime(d *placement.Decision) pin.Runtime {
 	rt := pin.Runtime{}
 	rt.ClientPriority, rt.ThreadScale = s.cfg.OpportunisticPriority()
 	s.mu.Lock()

@@ -24,7 +24,7 @@ func TestPinWritesOpportunisticPriority(t *testing.T) {
 			f.put(opp)
 			f.put(prod)
 			s := newTestService(t, f)
-			s.reconcile(t.Context())
+			s.loop.reconcile(t.Context())
 
 			must.SliceEmpty(t, pin.Gated(f.jobs["scavenger"]))
 			must.SliceEmpty(t, pin.Gated(f.jobs["serving"]))

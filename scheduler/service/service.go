@@ -8,14 +8,10 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
-	"github.com/gpushare/gpushare/scheduler/decide"
-	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/interference"
-	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -23,83 +19,28 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Service is one replica of the scheduling service.
+// Service is one replica of the scheduling service: a composition of the
+// watcher, which keeps the model of the cluster (watch.go), the decision
+// loop (loop.go), the records in Nomad Variables (state.go) and the HTTP
+// API and page (http.go), each behind the small interfaces the others
+// declare, run while this replica holds the leader lease (leader.go).
 type Service struct {
 	cfg     *config.Config
 	log     hclog.Logger
 	nomad   nomadAPI
-	policy  placement.Policy
-	profile *interference.Model
 	metrics *metrics
-	now     func() time.Time
 
+	// cluster is the model and the one lock (watch.go).
 	*cluster
 	watcher *watcher
-	pending map[decide.Key]string    // why each group waits
-	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
-	refused map[decide.Key]refusal   // groups refused for good
-	// why each pinned group was placed where it is: the placement core's
-	// reason, kept out of the signed meta (it depends on the cluster's
-	// state, and the meta must not change when the decision does not)
-	why map[decide.Key]string
-	// stages are where the last pass found each group in its job's life
-	// (lifecycle.Reconcile), for the API and the restart counts: read
-	// from Nomad every pass, never kept across passes
-	stages map[decide.Key]lifecycle.Result
-	// nomadSaid is, for the pass under way, what Nomad said of the pins it
-	// could not place (collect fills it)
-	nomadSaid map[decide.Key]string
-	// nomadRefused are the nodes Nomad could not place each group's pins
-	// on, while the group misses allocations: a pin that fails is decided
-	// again without all of them, never back and forth between two
-	nomadRefused map[decide.Key]map[string]bool
-	// priorRead: allocations whose version's pin was asked for (false)
-	// or read (true); see prior.go
-	priorRead map[string]bool
-	retries   map[decide.Key]retry // groups whose pin failed, until their retry
-	// warnedShape is the cluster shape checkGuarantees last looked at.
-	warnedShape uint64
-	// records are the scheduler's records in Nomad Variables (state.go)
+	loop    *loop
 	records *records
-	// pinDelay waits between a decision and its pin (SetPinDelay).
-	pinDelay time.Duration
-	// lastLockHold is how long the last pass held mu to read the model,
-	// lastStep how long it then took to decide (before any pin).
-	lastLockHold, lastStep time.Duration
-	// api serves the HTTP API and the page (http.go)
-	api *httpAPI
-	// onStep, when set (tests), sees the actions of every step.
-	onStep func([]decide.Action)
-	// preempted allocations Nomad is stopping: their capacity is already
-	// given to the guaranteed job that preempted them
-	preempted map[string]time.Time
-	// preemptions are the groups last preempted, newest last (kept in
-	// memory only: a new leader starts with none)
-	preemptions []Preemption
-	// positions are the queue places the last pass gave the groups it
-	// left waiting
-	positions map[decide.Key]queuePos
-	// observations of groups running alone, by group key
-	observations map[string][]interference.Observation
+	api     *httpAPI
+	lease   *lease
 
-	dirty  chan struct{}
-	leader atomic.Bool
-	// leaseEnd is when this replica's leader lease runs out (Unix ns; 0:
-	// no lease); see leader.go.
-	leaseEnd atomic.Int64
-	// needLease is set once the service campaigns: from then on a pin
-	// needs a current lease.
-	needLease atomic.Bool
 	// newLocker makes the leader lock (tests replace it).
 	newLocker func() (locker, error)
 	listener  net.Listener
-
-	// intro watches allocations that share a GPU (introspect.go)
-	intro *introspection
-	// rules caches each group's own feasibility rules (feasible.go), and
-	// feasibleOf the nodes they allowed when the group was last decided.
-	rules      *feasible.Cache
-	feasibleOf map[decide.Key]uint64
 }
 
 // New builds a service from a validated configuration.
@@ -138,26 +79,23 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	if err != nil {
 		return nil, err
 	}
-	s := &Service{
-		cfg: cfg, log: logger.Named("scheduler"), nomad: n, policy: policy, profile: prof,
-		metrics: newMetrics(), now: now, cluster: &cluster{state: model.New()},
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{}, nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
-		preempted:    map[string]time.Time{},
-		observations: map[string][]interference.Observation{},
-		dirty:        make(chan struct{}, 1),
-		intro:        intro,
-		rules:        feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
-	}
-	s.watcher = &watcher{cluster: s.cluster, log: s.log, nomad: n, metrics: s.metrics, ns: s.namespaces(),
-		interval: config.Duration(cfg.ResyncInterval), changed: s.markDirty}
+	managed := managedNamespaces(cfg.Nomad.Namespaces)
+	c := &cluster{state: model.New()}
+	log := logger.Named("scheduler")
+	s := &Service{cfg: cfg, log: log, nomad: n, metrics: newMetrics(), cluster: c, lease: &lease{}}
+	s.loop = newLoop(c, cfg, log, n, policy, prof, s.metrics, now, intro)
+	s.loop.lease = s.lease
+	s.records = newRecords(c, log, n, s.lease, s.loop, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
+	s.loop.records = s.records
+	s.watcher = &watcher{cluster: c, log: log, nomad: n, metrics: s.metrics, ns: managed,
+		interval: config.Duration(cfg.ResyncInterval), changed: s.loop.markDirty}
+	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.loop, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
 	s.metrics.reg.MustRegister(intro.unpairs)
-	s.records = newRecords(s.cluster, s.log, n, s, s, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
-	s.api = &httpAPI{cfg: cfg, log: s.log, nomad: n, view: s, profile: prof, metrics: s.metrics.reg, now: now, ns: s.namespaces()}
 	s.state.Trust = s.records.trusted
-	s.state.Feasible = s.holdable
+	s.state.Feasible = s.loop.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and
 	// a VC counts only the allocations of the namespaces it admits
-	s.state.Managed = managedNamespaces(cfg.Nomad.Namespaces).has
+	s.state.Managed = managed.has
 	s.state.Admits = func(name, ns string) bool {
 		vc, ok := cfg.VC(name)
 		return ok && vc.Admits(ns)
@@ -189,12 +127,12 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Add(5)
 	go func() {
 		defer wg.Done()
-		every(ctx, config.Duration(s.cfg.ObserveInterval), s.observe)
+		every(ctx, config.Duration(s.cfg.ObserveInterval), s.loop.observe)
 	}()
 	go func() {
 		defer wg.Done()
 		if s.cfg.IntrospectionOn() {
-			every(ctx, s.cfg.IntrospectionEvery(), s.introspectSample)
+			every(ctx, s.cfg.IntrospectionEvery(), s.loop.introspectSample)
 		}
 	}()
 	go func() {
@@ -227,12 +165,13 @@ func (s *Service) Run(ctx context.Context) error {
 	return nil
 }
 
-// lead runs the decision loop while this replica holds the lock.
+// lead reads the records and runs the decision loop while this replica
+// holds the lock.
 func (s *Service) lead(ctx context.Context) error {
-	s.leader.Store(true)
+	s.lease.leading.Store(true)
 	s.metrics.leader.Set(1)
 	defer func() {
-		s.leader.Store(false)
+		s.lease.leading.Store(false)
 		s.metrics.leader.Set(0)
 	}()
 	s.log.Info("became leader: placing gated jobs")
@@ -250,19 +189,9 @@ func (s *Service) lead(ctx context.Context) error {
 			return nil
 		}
 	}
-	s.markDirty()
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			s.log.Info("leadership ended")
-			return nil
-		case <-s.dirty:
-		case <-tick.C:
-		}
-		s.reconcile(ctx)
-	}
+	s.loop.run(ctx)
+	s.log.Info("leadership ended")
+	return nil
 }
 
 // Handler serves the HTTP API and the web page (http.go).
@@ -270,18 +199,11 @@ func (s *Service) Handler() http.Handler { return s.api.handler() }
 
 // SetPinDelay makes the service wait d between a decision and its pin,
 // for tests of a user's edit racing the pin; never set it in production.
-func (s *Service) SetPinDelay(d time.Duration) { s.pinDelay = d }
+func (s *Service) SetPinDelay(d time.Duration) { s.loop.pinDelay = d }
 
 // IsLeader reports whether this replica currently pins: it leads and its
 // lease has not run out.
-func (s *Service) IsLeader() bool { return s.leader.Load() && s.leaseCurrent() }
-
-func (s *Service) markDirty() {
-	select {
-	case s.dirty <- struct{}{}:
-	default:
-	}
-}
+func (s *Service) IsLeader() bool { return s.lease.isLeader() }
 
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)

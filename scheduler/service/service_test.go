@@ -317,7 +317,7 @@ func TestReconcilePinsGatedGroups(t *testing.T) {
 	f.put(gated("pair", 200))
 	f.put(gated("quarter", 25))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	pair := f.jobs["pair"]
 	must.SliceEmpty(t, pin.Gated(pair))
@@ -325,7 +325,7 @@ func TestReconcilePinsGatedGroups(t *testing.T) {
 	must.True(t, ok)
 	must.SliceLen(t, 200, rec.Shares)
 	must.Eq(t, "", rec.Reason) // why lives in the scheduler's records, not the meta
-	must.StrContains(t, s.why[decide.Key{Namespace: "default", Job: "pair", Group: "g"}], "NV2 pair")
+	must.StrContains(t, s.loop.why[decide.Key{Namespace: "default", Job: "pair", Group: "g"}], "NV2 pair")
 	q, _ := pin.ParseRecord(f.jobs["quarter"], "g")
 	must.SliceLen(t, 25, q.Shares)
 	// no share is pinned twice
@@ -351,13 +351,13 @@ func TestReconcileKeepsAConcurrentEdit(t *testing.T) {
 		j.TaskGroups[0].Meta["owner"] = "alice"
 		f.put(j)
 	}
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, 1, f.registers)
 	must.Eq(t, "alice", f.jobs["edited"].TaskGroups[0].Meta["owner"])
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["edited"])) // not pinned over the edit
-	must.MapContainsKey(t, s.pending, key("edited"))
+	must.MapContainsKey(t, s.loop.pending, key("edited"))
 
-	s.reconcile(t.Context()) // the next pass decides on the new version
+	s.loop.reconcile(t.Context()) // the next pass decides on the new version
 	must.SliceEmpty(t, pin.Gated(f.jobs["edited"]))
 	must.Eq(t, "alice", f.jobs["edited"].TaskGroups[0].Meta["owner"])
 }
@@ -371,15 +371,15 @@ func TestReconcileExplainsWhyAGroupWaits(t *testing.T) {
 	bad := gated("bad", 150)
 	f.put(bad)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrContains(t, s.pending[key("big")], "needs 8 free GPUs")
+	must.StrContains(t, s.loop.pending[key("big")], "needs 8 free GPUs")
 	// where it stands: 2 minutes waited of the 1h default run time
-	must.StrContains(t, s.pending[key("big")], "; position 1 of 2 in the queue (response ratio 1.03)")
+	must.StrContains(t, s.loop.pending[key("big")], "; position 1 of 2 in the queue (response ratio 1.03)")
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/big", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "pending"`)
-	must.NotEq(t, "", s.pending[key("bad")])
+	must.NotEq(t, "", s.loop.pending[key("bad")])
 	rr = httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
 	must.StrContains(t, rr.Body.String(), "gpushare_oldest_pending_seconds 120")
@@ -391,20 +391,20 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("huge", 1600))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
-	must.StrContains(t, s.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
-	must.StrContains(t, s.pending[key("huge")], "can never hold it")
-	must.MapContainsKey(t, s.refused, key("huge"))
+	s.loop.reconcile(t.Context())
+	must.StrContains(t, s.loop.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
+	must.StrContains(t, s.loop.pending[key("huge")], "can never hold it")
+	must.MapContainsKey(t, s.loop.refused, key("huge"))
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "refused"`)
 	rr = httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/huge", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "refused"`)
-	s.reconcile(t.Context())
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`)) // decided once
-	must.StrContains(t, s.pending[key("huge")], "can never hold it")
+	must.StrContains(t, s.loop.pending[key("huge")], "can never hold it")
 
 	// a second DGX-1 joins: still too large for one node, decided again
 	n2 := dgx1(t)
@@ -418,7 +418,7 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	}
 	f.nodes = append(f.nodes, n2)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, 2.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
 }
 
@@ -442,8 +442,8 @@ func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("once", 10))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, 1, f.registers)
 	must.Eq(t, uint64(1), *f.jobs["once"].Version)
 }
@@ -462,14 +462,14 @@ func TestRepinWhenPinnedSharesAreTaken(t *testing.T) {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares[:1]}}}}}})
 	f.index++
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Greater(t, version, *f.jobs["x"].Version)
 	again, _ := pin.ParseRecord(f.jobs["x"], "g")
 	must.SliceNotContains(t, again.Shares, rec.Shares[0])
 
 	// with its shares free, a pinned group is never pinned again
 	version = *f.jobs["x"].Version
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version)
 }
 
@@ -480,7 +480,7 @@ func pinnedX(t *testing.T) (*fakeNomad, *Service, *pin.Record) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("x", 25))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs["x"], "g")
 	must.True(t, ok)
 	return f, s, rec

@@ -60,7 +60,7 @@ func TestNothingWaitsInSilence(t *testing.T) {
 	for _, o := range []string{"placed", "refused", "never"} {
 		must.StrContains(t, m, `gpushare_decisions_total{outcome="`+o+`"} 0`)
 	}
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["zero"]), must.Sprint("a request of zero devices was pinned"))
 	_, pinned := pin.ParseRecord(f.jobs["zero"], "g")
@@ -81,13 +81,13 @@ func TestNothingWaitsInSilence(t *testing.T) {
 
 	// a refused request stays refused, with its reason, pass after pass,
 	// until the job changes
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.EqOp(t, "refused", groupsOf(t, s)["zero"].State)
 	fixed := gated("zero", 10)
 	fixed.JobModifyIndex = ptr(uint64(99))
 	f.put(fixed)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["zero"]))
 	m = metricsOf(t, s)
 	must.StrContains(t, m, "gpushare_refused_groups 0\n")
@@ -100,7 +100,7 @@ func TestAnInvalidRequestIsNotToldToAddNodes(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("odd", 150))
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	g := groupsOf(t, s)["odd"]
 	must.EqOp(t, "refused", g.State)
 	must.StrContains(t, g.Reason, "nor whole GPUs (a multiple of 100): ask for 100 or 200; this cluster can never hold it: change the request")
@@ -115,7 +115,7 @@ func TestAnUnknownModelListsTheClustersModels(t *testing.T) {
 	j.TaskGroups[0].Tasks[0].Resources.Devices[0].Name = "nvidia/gpushare/Tesla T4"
 	f.put(j)
 	s := newTestService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	g := groupsOf(t, s)["t4"]
 	must.StrContains(t, g.Reason, "missing devices (1)")
 	must.StrContains(t, g.Reason, "the cluster's gpushare devices: nvidia/gpushare/Tesla V100-SXM2-16GB")
@@ -129,7 +129,7 @@ func TestJobStatusSaysTheJobFinished(t *testing.T) {
 	j.Type, j.Status = ptr("batch"), ptr("dead")
 	f.put(j)
 	s := newTestService(t, f)
-	st, ok := s.jobStatus("default", "done", "default")
+	st, ok := s.loop.jobStatus("default", "done", "default")
 	must.True(t, ok)
 	must.EqOp(t, "batch", st.Type)
 	must.EqOp(t, "dead", st.Status)
@@ -144,7 +144,7 @@ func TestSharesOutsideThePinAreOneLine(t *testing.T) {
 	s, err := newService(config.Default(), hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Warn}), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs["w"], "g")
 	must.True(t, ok)
 	// its allocation appears on 50 other shares
@@ -157,7 +157,7 @@ func TestSharesOutsideThePinAreOneLine(t *testing.T) {
 	}
 	f.runningOn("w", "w-0", other)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.EqOp(t, 1, strings.Count(logs.String(), "shares outside its pin"), must.Sprint(logs.String()))
 	must.StrContains(t, logs.String(), "shares_outside=50")
 }

@@ -52,10 +52,10 @@ func TestDistinctPropertyKeepsEveryAllocationApart(t *testing.T) {
 		f := &fakeNomad{nodes: racked(t), jobs: map[string]*api.Job{}}
 		f.put(j)
 		s := loadedService(t, f)
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		_, ok := pin.ParseRecord(f.jobs["web"], "g")
 		must.False(t, ok)
-		must.StrContains(t, s.pending[key("web")], "distinct_property ${meta.rack} allows 1 allocation(s) per value")
+		must.StrContains(t, s.loop.pending[key("web")], "distinct_property ${meta.rack} allows 1 allocation(s) per value")
 	})
 }
 

@@ -59,7 +59,7 @@ func TestForgedPlacementHoldsNothing(t *testing.T) {
 
 	s := loadedService(t, f)
 	must.MapEmpty(t, s.state.Snapshot(nil, nil).HeldFor)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs["honest"], "g")
 	must.True(t, ok)
 	must.SliceEmpty(t, pin.Gated(f.jobs["honest"]))
@@ -75,7 +75,7 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 	f.put(gated("x", 25))
 	f.put(gated("big", 800))
 	old := loadedService(t, f)
-	old.reconcile(t.Context())
+	old.loop.reconcile(t.Context())
 	_, ok := pin.ParseRecord(f.jobs["x"], "g")
 	must.True(t, ok)
 	version := *f.jobs["x"].Version
@@ -86,11 +86,11 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 	must.MapContainsKey(t, f.vars, "gpushare/state/learned")
 
 	next := loadedService(t, f)
-	must.StrContains(t, next.pending[key("big")], "position")
+	must.StrContains(t, next.loop.pending[key("big")], "position")
 	must.Eq(t, interference.Profile{Name: "learned", SM: 0.42, MemBW: 0.17}, next.state.Learned["default/x/g"])
 	_, trusted := next.state.Record(f.jobs["x"], "g")
 	must.True(t, trusted)
-	next.reconcile(t.Context())
+	next.loop.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version) // not pinned again
 
 	// unchanged records are not written again
@@ -114,7 +114,7 @@ func TestCopiedPlacementDoesNotVerify(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("x", 25))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	x := f.jobs["x"]
 	must.NotEq(t, "", x.TaskGroups[0].Meta[pin.MetaSignature])
 	_, ok := s.state.Record(x, "g")
@@ -142,8 +142,8 @@ func TestVirtualClusterClaims(t *testing.T) {
 	s := withConfig(t, f, func(c *config.Config) {
 		c.VCs = []config.VirtualCluster{{Name: "research", Namespaces: []string{"team-a"}, Cells: []config.Cell{{GPUs: 2, Count: 1}}}}
 	})
-	must.StrContains(t, s.pending[decide.Key{Namespace: "default", Job: "unknown", Group: "g"}], `gpushare.vc = "nobody" names no virtual cluster of this scheduler (it has: research)`)
-	must.StrContains(t, s.pending[decide.Key{Namespace: "team-b", Job: "outsider", Group: "g"}], `virtual cluster "research" is bound to namespaces team-a; a job of namespace team-b cannot claim it`)
+	must.StrContains(t, s.loop.pending[decide.Key{Namespace: "default", Job: "unknown", Group: "g"}], `gpushare.vc = "nobody" names no virtual cluster of this scheduler (it has: research)`)
+	must.StrContains(t, s.loop.pending[decide.Key{Namespace: "team-b", Job: "outsider", Group: "g"}], `virtual cluster "research" is bound to namespaces team-a; a job of namespace team-b cannot claim it`)
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["unknown"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["outsider"]))
 	must.SliceEmpty(t, pin.Gated(f.jobs["member"]))
@@ -160,21 +160,21 @@ func TestRecordsOfPurgedJobsGo(t *testing.T) {
 	f.put(gated("huge", 1600))
 	f.put(gated("x", 25))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	s.mu.Lock()
 	s.state.Learn("default/x/g", interference.Profile{Name: "learned", SM: 0.3, MemBW: 0.2})
-	s.retries[key("x")] = retry{at: time.Unix(2000, 0)}
+	s.loop.retries[key("x")] = retry{at: time.Unix(2000, 0)}
 	s.mu.Unlock()
-	must.MapLen(t, 1, s.refused)
+	must.MapLen(t, 1, s.loop.refused)
 	for _, id := range []string{"huge", "x"} {
 		delete(f.jobs, id)
 		s.mu.Lock()
 		s.state.DeleteJob("default", id)
 		s.mu.Unlock()
 	}
-	s.reconcile(t.Context())
-	must.MapEmpty(t, s.refused)
-	must.MapEmpty(t, s.retries)
+	s.loop.reconcile(t.Context())
+	must.MapEmpty(t, s.loop.refused)
+	must.MapEmpty(t, s.loop.retries)
 	must.MapEmpty(t, s.state.Learned)
-	must.MapEmpty(t, s.pending)
+	must.MapEmpty(t, s.loop.pending)
 }

@@ -51,7 +51,7 @@ func TestReRegisteredUnchangedIsPinnedAsBefore(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("q", 25))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	first := pinOf(t, f.jobs["q"])
 	rec, ok := pin.ParseRecord(f.jobs["q"], "g")
 	must.True(t, ok)
@@ -85,7 +85,7 @@ func TestReRegisteredUnchangedIsPinnedAsBefore(t *testing.T) {
 			f.put(gated("q", 25))
 		}
 		must.NoError(t, s.watcher.resync(t.Context()))
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		must.SliceEmpty(t, pin.Gated(f.jobs["q"]))
 		must.Eq(t, first, pinOf(t, f.jobs["q"]), must.Sprintf("round %d", round))
 		_, trusted := s.state.Record(f.jobs["q"], "g")
@@ -101,7 +101,7 @@ func TestChangedRequestIsDecidedAgainOnItsGPU(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("q", 25))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	first := pinOf(t, f.jobs["q"])
 	rec, _ := pin.ParseRecord(f.jobs["q"], "g")
 	f.runningOn("q", "alloc-q", rec.Shares)
@@ -119,7 +119,7 @@ func TestChangedRequestIsDecidedAgainOnItsGPU(t *testing.T) {
 	}
 	f.put(gated("q", 50))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	again, ok := pin.ParseRecord(f.jobs["q"], "g")
 	must.True(t, ok)
 	must.SliceLen(t, 50, again.Shares)
@@ -137,7 +137,7 @@ func TestPlacementOfAPurgedIncarnationIsNotTrusted(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("q", 25))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	pinned, err := copyJob(f.jobs["q"])
 	must.NoError(t, err)
 	_, ok := s.state.Record(pinned, "g")
@@ -168,7 +168,7 @@ func TestRestartedSchedulerKeepsAReRegisteredGroup(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("q", 25))
 	first := loadedService(t, f)
-	first.reconcile(t.Context())
+	first.loop.reconcile(t.Context())
 	want := pinOf(t, f.jobs["q"])
 	rec, _ := pin.ParseRecord(f.jobs["q"], "g")
 	f.runningOn("q", "alloc-q", rec.Shares)
@@ -178,9 +178,9 @@ func TestRestartedSchedulerKeepsAReRegisteredGroup(t *testing.T) {
 	f.put(gated("q", 25)) // re-registered while no scheduler runs
 
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
-	must.StrContains(t, s.pending[model.KeyOf(f.jobs["q"], "g")], "reading the pin")
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
+	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["q"], "g")], "reading the pin")
+	s.loop.reconcile(t.Context())
 	must.Eq(t, want, pinOf(t, f.jobs["q"]))
 }
 
@@ -190,14 +190,14 @@ func TestPlacementReasonSurvivesAFailover(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("pair", 200))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	key := model.KeyOf(f.jobs["pair"], "g")
-	must.StrContains(t, s.why[key], "NV2 pair")
+	must.StrContains(t, s.loop.why[key], "NV2 pair")
 	next := loadedService(t, f)
-	st, ok := next.jobStatus("default", "pair", "default")
+	st, ok := next.loop.jobStatus("default", "pair", "default")
 	must.True(t, ok)
 	must.Eq(t, "pinned", st.Groups[0].State)
-	must.Eq(t, s.why[key], st.Groups[0].Placement.Reason)
+	must.Eq(t, s.loop.why[key], st.Groups[0].Placement.Reason)
 }
 
 // A signed pin counts only for the request it was made for: a pinned
@@ -207,7 +207,7 @@ func TestPinnedSpecEditedAfterItsPinIsNotTrusted(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("q", 1))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	_, ok := s.state.Record(f.jobs["q"], "g")
 	must.True(t, ok)
 	edited, err := copyJob(f.jobs["q"])

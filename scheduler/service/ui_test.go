@@ -87,7 +87,7 @@ func TestUIShowsTheMapAndTheQueue(t *testing.T) {
 	must.StrNotContains(t, body, "<script>alert")
 	must.StrContains(t, body, "<td class=\"pos\">1 of 2</td>")
 	must.StrContains(t, body, `<a href="/ui/jobs/big?namespace=default">big</a>/g`)
-	must.StrContains(t, body, s.pending[key("big")])
+	must.StrContains(t, body, s.loop.pending[key("big")])
 	must.StrContains(t, body, "position 1 of 2") // the queue this pass decided: big, then quarter (placed)
 
 	// /v1/groups says the place too
@@ -145,7 +145,7 @@ func TestUIAndGPUMapShowOnlyReadableNamespaces(t *testing.T) {
 	f.put(wait)
 	fraction(t, f, "team-b", "bees", 0, 40, 60)
 	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
-	s.intro.rec.noteUnpaired(model.AllocKey(f.allocs[0]), "secret-reason", s.now())
+	s.loop.intro.rec.noteUnpaired(model.AllocKey(f.allocs[0]), "secret-reason", s.loop.now())
 
 	for _, c := range []struct {
 		token string
@@ -254,7 +254,7 @@ func TestPreemptionsAreShownToWhoMayReadThem(t *testing.T) {
 	fraction(t, f, "team-a", "scavenger", 0, 0, 50)
 	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
 	urgent := model.AllocKey(&api.Allocation{Namespace: "team-b", JobID: "urgent", TaskGroup: "g"})
-	must.NoError(t, s.preempt(t.Context(), []string{"alloc-scavenger"}, urgent))
+	must.NoError(t, s.loop.preempt(t.Context(), []string{"alloc-scavenger"}, urgent))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["scavenger"])) // gated again
 
 	list := func(token string) []Preemption {

@@ -63,7 +63,7 @@ func TestAdoptionLeavesValidAllocationsAlone(t *testing.T) {
 	s := loadedService(t, f)
 	s.state.PutEval(failedEval(f, "half"))
 	s.state.PutEval(failedEval(f, "refused"))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	_, ok := pin.ParseRecord(f.jobs["fresh"], "g")
 	must.False(t, ok, must.Sprint("a job Nomad has not evaluated yet is left to Nomad"))
@@ -76,7 +76,7 @@ func TestAdoptionLeavesValidAllocationsAlone(t *testing.T) {
 	// them, so it is adopted, and the replacement is counted
 	f.runningOn("fresh", "alloc-fresh", spanning(t, f, 25))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	_, ok = pin.ParseRecord(f.jobs["fresh"], "g")
 	must.True(t, ok)
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_restarts_total{reason="adopt"}`))
@@ -88,11 +88,11 @@ func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
 	f, s, rec := pinnedX(t)
 	must.True(t, s.state.Pinned(f.jobs["x"], "g"))
 	s.state.PutEval(failedEval(f, "x"))
-	s.reconcile(t.Context())
-	why := s.pending[model.KeyOf(f.jobs["x"], "g")]
+	s.loop.reconcile(t.Context())
+	why := s.loop.pending[model.KeyOf(f.jobs["x"], "g")]
 	must.StrContains(t, why, "${attr.kernel.name} = plan9")
 	must.StrContains(t, why, "could not be placed")
-	st, found := s.jobStatus("default", "x", "default")
+	st, found := s.loop.jobStatus("default", "x", "default")
 	must.True(t, found)
 	must.Eq(t, "pending", st.Groups[0].State) // not "pinned": Nomad will not place it there
 	must.StrContains(t, st.Groups[0].Reason, "plan9")
@@ -101,7 +101,7 @@ func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
 	f.put(gated("later", 800))
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(failedEval(f, "x"))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	later, ok := pin.ParseRecord(f.jobs["later"], "g")
 	must.True(t, ok)
 	must.SliceLen(t, 800, later.Shares)
@@ -118,12 +118,12 @@ func TestPausedPeriodicHoldsNothing(t *testing.T) {
 	j.Periodic = &api.PeriodicConfig{Enabled: ptr(false), Spec: ptr("@daily")}
 	f.put(j)
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	_, ok := pin.ParseRecord(f.jobs["nightly"], "g")
 	must.False(t, ok)
 	f.put(gated("now", 800))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	_, ok = pin.ParseRecord(f.jobs["now"], "g")
 	must.True(t, ok)
 }
@@ -138,11 +138,11 @@ func TestTwoWholeGPUsOnOneNodeWaitWithTheRule(t *testing.T) {
 	j.TaskGroups[0].Count = ptr(2)
 	f.put(j)
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	key := model.KeyOf(f.jobs["two"], "g")
-	must.MapNotContainsKey(t, s.refused, key)
-	must.StrContains(t, s.pending[key], "at most one whole-GPU allocation of a group per node")
-	must.StrContains(t, s.pending[key], "split it into groups of count 1")
+	must.MapNotContainsKey(t, s.loop.refused, key)
+	must.StrContains(t, s.loop.pending[key], "at most one whole-GPU allocation of a group per node")
+	must.StrContains(t, s.loop.pending[key], "split it into groups of count 1")
 }
 
 // A pin Nomad could not place only because its shares were still held (an
@@ -158,7 +158,7 @@ func TestAPinWaitingForItsSharesKeepsThem(t *testing.T) {
 	f.put(gated("later", 800))
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(ev)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version) // not decided again
 	_, ok := pin.ParseRecord(f.jobs["later"], "g")
 	must.False(t, ok, must.Sprintf("x's %d shares are still held", len(rec.Shares)))
@@ -178,7 +178,7 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t), other}, jobs: map[string]*api.Job{}}
 	f.put(gated("x", 25))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	seen := map[string]bool{}
 	for range 4 {
 		rec, _ := pin.ParseRecord(f.jobs["x"], "g")
@@ -187,13 +187,13 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 		version := *f.jobs["x"].Version
 		must.NoError(t, s.watcher.resync(t.Context()))
 		s.state.PutEval(failedEval(f, "x"))
-		s.reconcile(t.Context())
+		s.loop.reconcile(t.Context())
 		if *f.jobs["x"].Version == version {
 			break // not pinned again: it waits
 		}
 	}
 	must.MapLen(t, 2, seen)
-	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
 }
 
 // A pin Nomad could not place because its node's ports (which the
@@ -204,8 +204,8 @@ func TestAPinOnATakenPortIsDecidedAgain(t *testing.T) {
 	ev.FailedTGAllocs["g"] = &api.AllocationMetric{NodesEvaluated: 1, NodesExhausted: 1,
 		DimensionExhausted: map[string]int{"network: port collision": 1}}
 	s.state.PutEval(ev)
-	s.reconcile(t.Context())
-	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "port collision")
+	s.loop.reconcile(t.Context())
+	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "port collision")
 }
 
 // A scheduler that starts after Nomad failed to place a pin lists Nomad's
@@ -214,11 +214,11 @@ func TestAPinOnATakenPortIsDecidedAgain(t *testing.T) {
 func TestFailedEvaluationsAreListedOnStart(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("x", 25))
-	loadedService(t, f).reconcile(t.Context()) // pinned, signed; then this replica stops
+	loadedService(t, f).loop.reconcile(t.Context()) // pinned, signed; then this replica stops
 	f.evals = append(f.evals, failedEval(f, "x"))
 	s := loadedService(t, f)
-	s.reconcile(t.Context())
-	must.StrContains(t, s.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+	s.loop.reconcile(t.Context())
+	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
 }
 
 // On a mixed cluster Nomad counts the nodes that lack the job's driver or
@@ -236,8 +236,8 @@ func TestAPinWaitingForItsSharesOnAMixedClusterKeepsThem(t *testing.T) {
 	version := *f.jobs["x"].Version
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(ev)
-	s.reconcile(t.Context())
-	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint(s.pending[model.KeyOf(f.jobs["x"], "g")]))
+	s.loop.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint(s.loop.pending[model.KeyOf(f.jobs["x"], "g")]))
 	_, failed := s.state.NomadFailed(f.jobs["x"], "g")
 	must.False(t, failed)
 }

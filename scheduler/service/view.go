@@ -17,7 +17,7 @@ import (
 // gpuMap builds the GPU map with the usage of the namespaces visible does
 // not accept anonymous. It reads the model under the lock and asks
 // visible (which may ask Nomad) after it.
-func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
+func (s *loop) gpuMap(visible func(ns string) bool) *gpumap.Map {
 	s.mu.Lock()
 	nodes, allocs := s.nodesNow(), s.liveAllocsNow()
 	s.mu.Unlock()
@@ -28,7 +28,7 @@ func (s *Service) gpuMap(visible func(ns string) bool) *gpumap.Map {
 
 // nodesNow lists the model's nodes, for work done after the lock is
 // released. The caller holds s.mu.
-func (s *Service) nodesNow() []*api.Node {
+func (s *loop) nodesNow() []*api.Node {
 	nodes := make([]*api.Node, 0, len(s.state.Nodes))
 	for _, n := range s.state.Nodes {
 		nodes = append(nodes, n)
@@ -38,7 +38,7 @@ func (s *Service) nodesNow() []*api.Node {
 
 // liveAllocsNow lists the model's live allocations (model.Live), for work
 // done after the lock is released. The caller holds s.mu.
-func (s *Service) liveAllocsNow() []*api.Allocation {
+func (s *loop) liveAllocsNow() []*api.Allocation {
 	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
 	for _, a := range s.state.Allocs {
 		if model.Live(a) {
@@ -48,7 +48,7 @@ func (s *Service) liveAllocsNow() []*api.Allocation {
 	return allocs
 }
 
-func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
+func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	job := s.state.Jobs[model.JobKey(ns, id)]
@@ -100,7 +100,7 @@ func (s *Service) jobStatus(ns, id, name string) (JobStatus, bool) {
 
 // waiting lists the groups of managed namespaces that wait or were
 // refused for good, sorted.
-func (s *Service) waiting() []Waiting {
+func (s *loop) waiting() []Waiting {
 	managed := s.namespaces()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -121,7 +121,7 @@ func (s *Service) waiting() []Waiting {
 }
 
 // nodeNames names nodes by their name, else their ID.
-func (s *Service) nodeNames(ids []string) []string {
+func (s *loop) nodeNames(ids []string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]string, len(ids))
@@ -136,7 +136,7 @@ func (s *Service) nodeNames(ids []string) []string {
 
 // unpairedOf is why a group was last unpaired, if it was. The caller
 // holds s.mu.
-func (s *Service) unpairedOf(k decide.Key) *Unpaired {
+func (s *loop) unpairedOf(k decide.Key) *Unpaired {
 	if u, ok := s.intro.rec.unpaired[k]; ok {
 		return &u
 	}
@@ -144,14 +144,14 @@ func (s *Service) unpairedOf(k decide.Key) *Unpaired {
 }
 
 // health is the body of /v1/health.
-func (s *Service) health() Health {
+func (s *loop) health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Health{Status: "ok", Leader: s.IsLeader(), Synced: s.synced, Index: s.state.Index, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs)}
+	return Health{Status: "ok", Leader: s.lease.isLeader(), Synced: s.synced, Index: s.state.Index, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs)}
 }
 
 // unpaired lists why each group was last unpaired.
-func (s *Service) unpaired() []Unpaired {
+func (s *loop) unpaired() []Unpaired {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]Unpaired, 0, len(s.intro.rec.unpaired))
@@ -162,7 +162,7 @@ func (s *Service) unpaired() []Unpaired {
 }
 
 // preempted lists the groups last preempted, oldest first.
-func (s *Service) preemptionsLog() []Preemption {
+func (s *loop) preemptionsLog() []Preemption {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.preemptions)

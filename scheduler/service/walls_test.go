@@ -45,10 +45,10 @@ func TestUnpairNeverMovesANeighbourOfAnotherNamespace(t *testing.T) {
 				sc.s.mu.Unlock()
 			}
 			var steps [][]decide.Action
-			sc.s.onStep = func(a []decide.Action) { steps = append(steps, a) }
+			sc.s.loop.onStep = func(a []decide.Action) { steps = append(steps, a) }
 			registers := sc.f.registers
 			sc.sample(t, 20, 20, 20)
-			sc.s.reconcile(t.Context())
+			sc.s.loop.reconcile(t.Context())
 
 			must.SliceNotContains(t, sc.f.stopped, "alloc-new")
 			must.SliceEmpty(t, pin.Gated(sc.f.jobs["new"]))
@@ -59,7 +59,7 @@ func TestUnpairNeverMovesANeighbourOfAnotherNamespace(t *testing.T) {
 			must.Eq(t, decide.Unpair, steps[0][0].Kind)
 			must.StrContains(t, steps[0][0].Reason, "the only one of them this scheduler may move")
 			sc.s.mu.Lock()
-			_, judged := sc.s.intro.shared["alloc-new"]
+			_, judged := sc.s.loop.intro.shared["alloc-new"]
 			sc.s.mu.Unlock()
 			must.False(t, judged, must.Sprint("a neighbour's progress is not sampled"))
 		})
@@ -74,7 +74,7 @@ func TestGateAgainRefusesAnotherNamespace(t *testing.T) {
 	s, err := newService(nsConfig("team-a"), testLogger(), f, fixedClock)
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	err = s.gateAgain(t.Context(), []string{"alloc-a1", "alloc-b1"}, nil)
+	err = s.loop.gateAgain(t.Context(), []string{"alloc-a1", "alloc-b1"}, nil)
 	must.True(t, errors.Is(err, errNotManaged), must.Sprint(err))
 	must.StrContains(t, err.Error(), "allocation alloc-b1 is of namespace team-b")
 	must.Eq(t, 0, f.registers)
@@ -103,12 +103,12 @@ func TestNoPreemptionAcrossNamespaces(t *testing.T) {
 	s.state.PutJob(f.jobs["scavenger"]) // even so
 	s.mu.Unlock()
 	registers := f.registers
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 
 	must.Eq(t, registers, f.registers)
 	must.SliceEmpty(t, pin.Gated(f.jobs["scavenger"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["urgent"]))
-	must.StrContains(t, s.pending[key("urgent")], "position 1 of 1")
+	must.StrContains(t, s.loop.pending[key("urgent")], "position 1 of 1")
 }
 
 // A virtual cluster counts only the allocations of the namespaces it
@@ -149,8 +149,8 @@ func TestVirtualClusterCountsOnlyWhatItAdmitsAndSigned(t *testing.T) {
 			s.mu.Unlock()
 			must.MapEmpty(t, snap.VCUsage("research"))
 
-			s.reconcile(t.Context())
-			must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.pending[decide.Key{Namespace: "research", Job: "tenant", Group: "g"}]))
+			s.loop.reconcile(t.Context())
+			must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.loop.pending[decide.Key{Namespace: "research", Job: "tenant", Group: "g"}]))
 		})
 	}
 }
@@ -186,8 +186,8 @@ func TestVirtualClusterIgnoresAVCEditedAfterThePin(t *testing.T) {
 	s.mu.Unlock()
 	must.MapEmpty(t, snap.VCUsage("research"))
 
-	s.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.pending[key("tenant")]))
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.loop.pending[key("tenant")]))
 	placed, _ := pin.ParseRecord(f.jobs["tenant"], "g")
 	must.Eq(t, "research", placed.VC)
 	// and the tenant's allocation, once it runs, counts for research
@@ -239,15 +239,15 @@ func TestQuotaShortageWaitsUntilTheQuotaFrees(t *testing.T) {
 	second.Meta[pin.MetaVC] = "research"
 	f.put(second)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
-	must.StrContains(t, s.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
-	must.StrContains(t, s.pending[key("second")], "uses 1.00 GPUs of its 1.00 GPUs")
-	must.MapNotContainsKey(t, s.refused, key("second"))
+	must.StrContains(t, s.loop.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
+	must.StrContains(t, s.loop.pending[key("second")], "uses 1.00 GPUs of its 1.00 GPUs")
+	must.MapNotContainsKey(t, s.loop.refused, key("second"))
 
 	f.index++
 	alloc.ClientStatus, alloc.ModifyIndex = "complete", f.index
 	must.NoError(t, s.watcher.resync(t.Context()))
-	s.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs["second"]), must.Sprint(s.pending[key("second")]))
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["second"]), must.Sprint(s.loop.pending[key("second")]))
 }
