@@ -12,4 +12,52 @@
 // Nomad's tally of filtered nodes, and holds nothing. It confirms pins when allocations appear and
 // serves its state over HTTP with Prometheus metrics. Replicas elect a
 // leader through a Nomad Variable lock; only the leader pins.
+//
+// Service wires one type per concern, each talking to the others only
+// through a small interface declared where it is used:
+//
+//   - watcher (watch.go): applies events and relists to the model; it owns
+//     the model and the one lock (cluster), and reads Nomad through
+//     eventSource;
+//   - loop (loop.go, reconcile.go, pins.go, moves.go, lifecycle.go,
+//     feasible.go, prior.go, introspect.go, observe.go): the decision
+//     loop; it acts on Nomad through nomadActions, asks the records
+//     through recordKeeper and the lease through leadership, and answers
+//     the API's view (view.go);
+//   - records (state.go, records.go, submit.go): the records in Nomad
+//     Variables (varStore), the signing key and the submit times; it saves
+//     and reads the loop's notes through notes;
+//   - httpAPI (http.go, ui.go, auth.go): the HTTP API and the page; it
+//     shows what view gives and checks tokens through authorizer;
+//   - lease (leader.go): whether this replica leads and may write.
+//
+// Nomad and the records in Variables are the truth: lifecycle.Reconcile
+// derives each group's stage from them every pass. What the loop keeps
+// per group beyond that, and why it is not in Nomad or the Variables:
+//
+//   - pending and why (why groups wait, why pinned ones are where they
+//     are) are the last pass's answers, kept for the API until the next
+//     pass and saved in the records for followers: the reasons depend on
+//     the whole cluster and are never in a job's signed meta;
+//   - refused: the job version, cluster shape and allowed nodes a group
+//     was refused for good with, so that it is not decided again until one
+//     changes (its reason is saved; the rest is rebuilt by deciding again);
+//   - retries: when a group whose pin request failed is tried again — a
+//     failed request leaves nothing in Nomad;
+//   - nomadRefused: every node Nomad refused a group's pins on while it
+//     misses allocations; the model holds only Nomad's verdict on the
+//     current pin, and a pin decided again without all of them never
+//     swings between two;
+//   - pinned: when each unconfirmed pin was sent, for the placement
+//     latency metric and the warning of a pin with no allocation;
+//   - preempted (saved in the records) and preemptions (the last ones,
+//     for the API): allocations Nomad is stopping whose capacity is
+//     already given away;
+//   - observations, and introspection's samples: stats of groups running
+//     alone or sharing, from which profiles are learned (the learned
+//     profiles and unpair reasons are saved);
+//   - caches of what Nomad or the job says, rebuilt when lost: stages,
+//     positions and nomadSaid (the pass under way), priorRead (the pins of
+//     running allocations' versions) and feasibleOf (the nodes a group's
+//     rules allowed when last decided).
 package service

@@ -43,6 +43,8 @@ type authorizer interface {
 	Authorize(ctx context.Context, token string, scope authScope) error
 }
 
+var _ authorizer = nomadClient{}
+
 // view is what the API and the page show, from the decision loop and the
 // model (view.go). Each method reads under the model's lock and returns
 // what it read: a slow client never holds up scheduling.

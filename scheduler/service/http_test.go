@@ -6,6 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/miglayout"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/hashicorp/go-hclog"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoenig/test/must"
 )
 
@@ -64,4 +71,47 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			must.MapContainsKey(t, s.loop.pending, key("big"))
 		})
 	}
+}
+
+// fakeView is a view with fixed answers: the API alone, without a loop.
+type fakeView struct {
+	h      Health
+	groups []Waiting
+	jobs   map[string]JobStatus
+}
+
+func (v fakeView) health() Health                          { return v.h }
+func (v fakeView) gpuMap(func(ns string) bool) *gpumap.Map { return gpumap.Build(nil, nil) }
+func (v fakeView) migLayouts() []miglayout.Recommendation  { return nil }
+func (v fakeView) waiting() []Waiting                      { return v.groups }
+func (v fakeView) unpaired() []Unpaired                    { return nil }
+func (v fakeView) preemptionsLog() []Preemption            { return nil }
+func (v fakeView) nodeNames(ids []string) []string         { return ids }
+func (v fakeView) jobStatus(ns, id, _ string) (JobStatus, bool) {
+	st, ok := v.jobs[model.JobKey(ns, id)]
+	return st, ok
+}
+
+// The API shows what its view gives, and nothing of its own: a model not
+// yet listed is "starting", a waiting group is listed with its reason.
+func TestAPIShowsWhatItsViewGives(t *testing.T) {
+	v := fakeView{h: Health{Status: "ok", Index: 7}, groups: []Waiting{{Namespace: "default", Job: "a", Group: "g", State: "pending", Reason: "no room"}},
+		jobs: map[string]JobStatus{model.JobKey("default", "a"): {Namespace: "default", ID: "a"}}}
+	a := &httpAPI{cfg: config.Default(), log: hclog.NewNullLogger(), nomad: &fakeNomad{}, view: v, profile: interference.Default(),
+		metrics: prometheus.NewRegistry(), now: time.Now, ns: managedNamespaces(nil)}
+	get := func(path string) (int, string) {
+		w := httptest.NewRecorder()
+		a.handler().ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		return w.Code, w.Body.String()
+	}
+	code, body := get("/v1/health")
+	must.Eq(t, http.StatusServiceUnavailable, code)
+	must.StrContains(t, body, `"status": "starting"`)
+	code, body = get("/v1/groups")
+	must.Eq(t, http.StatusOK, code)
+	must.StrContains(t, body, `"reason": "no room"`)
+	code, _ = get("/v1/jobs/a")
+	must.Eq(t, http.StatusOK, code)
+	code, _ = get("/v1/jobs/b")
+	must.Eq(t, http.StatusNotFound, code)
 }

@@ -38,7 +38,7 @@ const (
 // throughput, hands that to decide.Step (decide.Input.Running), feeds it
 // to the placement policy's interference knowledge, and executes the
 // step's Unpair actions. Its fields but know and unpairs are guarded by
-// Service.mu.
+// the model's lock (cluster.mu).
 type introspection struct {
 	window  time.Duration
 	samples int

@@ -54,6 +54,11 @@ type lease struct {
 	need atomic.Bool
 }
 
+var (
+	_ leadership = (*lease)(nil)
+	_ writeLease = (*lease)(nil)
+)
+
 // mayWrite returns ErrNotLeader unless this replica may change jobs now:
 // its lease is current (or it does not campaign: tests of one pass).
 func (l *lease) mayWrite() error {

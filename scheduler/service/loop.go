@@ -122,6 +122,12 @@ type leadership interface {
 	follows() bool
 }
 
+var (
+	_ view         = (*loop)(nil)
+	_ notes        = (*loop)(nil)
+	_ nomadActions = nomadClient{}
+)
+
 func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, policy placement.Policy, prof *interference.Model,
 	m *metrics, now func() time.Time, intro *introspection) *loop {
 	return &loop{

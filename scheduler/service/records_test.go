@@ -352,3 +352,59 @@ func TestShardItems(t *testing.T) {
 		})
 	}
 }
+
+// fakeNotes are a loop's notes without a loop.
+type fakeNotes struct {
+	pending, placed map[decide.Key]string
+	refused         map[decide.Key]bool
+	preempted       map[string]time.Time
+	keyChanges      int
+}
+
+func (n *fakeNotes) reasons() (map[decide.Key]string, map[decide.Key]bool, map[decide.Key]string) {
+	return n.pending, n.refused, n.placed
+}
+func (n *fakeNotes) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
+	n.pending, n.placed, n.refused = pending, placed, refused
+}
+func (n *fakeNotes) preemptedAllocs() map[string]time.Time { return n.preempted }
+func (n *fakeNotes) readPreempted(p map[string]time.Time)  { n.preempted = p }
+func (n *fakeNotes) forgetGone(map[string]bool)            {}
+func (n *fakeNotes) keyChanged()                           { n.keyChanges++ }
+func (noIntro) items(map[string]bool) map[string]string    { return map[string]string{} }
+func (noIntro) read(map[string]string)                     {}
+func (alwaysLeads) mayWrite() error                        { return nil }
+
+type (
+	noIntro     struct{}
+	alwaysLeads struct{}
+)
+
+// The records alone: what one replica saves of its loop's notes, another
+// reads back into its own, and each new key is said to the loop.
+func TestRecordsSaveAndReadBackTheLoopsNotes(t *testing.T) {
+	f := &fakeNomad{jobs: map[string]*api.Job{}}
+	f.put(gated("a", 25))
+	f.put(gated("b", 25))
+	now := func() time.Time { return time.Unix(1000, 0) }
+	c := &cluster{state: model.New()}
+	w := &watcher{cluster: c, log: hclog.NewNullLogger(), nomad: f, metrics: newMetrics(), ns: managedNamespaces(nil), changed: func() {}}
+	must.NoError(t, w.resync(t.Context()))
+	saved := &fakeNotes{pending: map[decide.Key]string{key("a"): "no room", key("b"): "never fits"},
+		refused: map[decide.Key]bool{key("b"): true}, placed: map[decide.Key]string{},
+		preempted: map[string]time.Time{"alloc-1": time.Unix(900, 0)}}
+	leader := newRecords(c, hclog.NewNullLogger(), f, alwaysLeads{}, saved, noIntro{}, now, time.Minute)
+	must.NoError(t, leader.loadSecret(t.Context(), true))
+	must.Eq(t, 1, saved.keyChanges)
+	must.NoError(t, leader.loadState(t.Context(), false))
+	leader.saveState(t.Context())
+
+	read := &fakeNotes{}
+	follower := newRecords(c, hclog.NewNullLogger(), f, alwaysLeads{}, read, noIntro{}, now, time.Minute)
+	must.NoError(t, follower.loadSecret(t.Context(), false))
+	must.Eq(t, 1, read.keyChanges)
+	must.NoError(t, follower.loadState(t.Context(), true))
+	must.Eq(t, saved.pending, read.pending)
+	must.Eq(t, map[decide.Key]bool{key("a"): false, key("b"): true}, read.refused)
+	must.Eq(t, saved.preempted, read.preempted)
+}

@@ -115,6 +115,12 @@ type introRecords interface {
 	read(items map[string]string)
 }
 
+var (
+	_ recordKeeper = (*records)(nil)
+	_ introRecords = (*introspection)(nil)
+	_ varStore     = nomadClient{}
+)
+
 func newRecords(c *cluster, log hclog.Logger, vars varStore, lease writeLease, n notes, intro introRecords, now func() time.Time, timeout time.Duration) *records {
 	return &records{cluster: c, log: log, vars: vars, lease: lease, notes: n, intro: intro, now: now, timeout: timeout,
 		saved: map[string]string{}, submitted: map[string]submitted{}}

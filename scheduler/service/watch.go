@@ -40,6 +40,8 @@ type eventSource interface {
 	Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error)
 }
 
+var _ eventSource = nomadClient{}
+
 // cluster is the live model of the cluster and the service's one lock.
 // The watcher owns it and alone writes the model from Nomad; the decision
 // loop, the records and the API read it under mu. mu also guards the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -282,4 +283,20 @@ func TestEventPayloadsKeepEveryField(t *testing.T) {
 	must.Eq(t, 16384, *got.TaskGroups[0].Tasks[0].Resources.MemoryMB)
 	must.Eq(t, 32768, *got.TaskGroups[0].Tasks[0].Resources.MemoryMaxMB)
 	must.Eq(t, "big-memory", *got.ID)
+}
+
+// The watcher alone: a listing fills the model, marks it synced and says
+// it changed; nothing else is needed to run it.
+func TestWatcherAloneListsIntoTheModel(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("a", 25))
+	changed := 0
+	w := &watcher{cluster: &cluster{state: model.New()}, log: hclog.NewNullLogger(), nomad: f, metrics: newMetrics(),
+		ns: managedNamespaces(nil), changed: func() { changed++ }}
+	must.False(t, w.synced)
+	must.NoError(t, w.resync(t.Context()))
+	must.True(t, w.synced)
+	must.Eq(t, 1, changed)
+	must.MapLen(t, 1, w.state.Nodes)
+	must.MapContainsKey(t, w.state.Jobs, model.JobKey("default", "a"))
 }
