@@ -218,12 +218,16 @@ func (s *Snapshot) InUse(share string) bool {
 // GPUs on one node could hand one allocation shares of two GPUs, which
 // Reserve refuses. It returns "" when the rule does not limit r (a
 // fraction, a single allocation, or enough nodes that can each take one).
+// Only the nodes the job's own rules allow (Allowed) count.
 func OnePerNode(s *Snapshot, r Request) string {
 	if r.Count < 2 || r.Shares == 0 {
 		return ""
 	}
 	nodes := 0
 	for _, n := range s.nodes {
+		if !r.allows(n.ID) {
+			continue
+		}
 		for gi := range n.groups {
 			grp := &n.groups[gi]
 			if !r.modelOK(grp.model) {

@@ -26,6 +26,15 @@ func TestPerGPUGroupsPlaceWholeGPUsOnOneNode(t *testing.T) {
 			today := cluster(t, NodeSpec{ID: "a", GPUs: 8})
 			must.False(t, policy(t, name, Options{}).Decide(today, r).Placed())
 			must.StrContains(t, OnePerNode(today, r), "at most one whole-GPU allocation of a group per node")
+
+			// the rule explains the wait where the job's own rules allow
+			// one node of several
+			three := cluster(t, NodeSpec{ID: "a", GPUs: 4}, NodeSpec{ID: "b", GPUs: 4}, NodeSpec{ID: "c", GPUs: 4})
+			must.Eq(t, "", OnePerNode(three, r))
+			only := r
+			only.Allowed = []string{"b"}
+			must.False(t, policy(t, name, Options{}).Decide(three, only).Placed())
+			must.StrContains(t, OnePerNode(three, only), "its 2 allocations need 2 nodes and 1 can hold one")
 		})
 	}
 }
