@@ -62,24 +62,58 @@ func newGPUChecker(t *testing.T, real bool) *gpuChecker {
 	return &gpuChecker{t: t, b: b, prog: gpucheckBin, real: real, gpu: filepath.Join(t.TempDir(), "gpu")}
 }
 
-// cmd is the program under limits ("": without the library).
-func (g *gpuChecker) cmd(limits string, args ...string) *exec.Cmd {
+// cmd is the program under limits ("": without the library), with clock
+// the environment of its simulated clock (nil: the host's; see clock).
+func (g *gpuChecker) cmd(clock []string, limits string, args ...string) *exec.Cmd {
 	c := exec.Command(g.prog, args...)
 	env := []string{"PATH=" + os.Getenv("PATH")}
 	if !g.real {
 		env = append(env, "LD_LIBRARY_PATH="+g.b.dir, "GPUSHARE_REAL_LIBCUDA="+g.b.fake,
-			"FAKECUDA_TOTAL_BYTES="+strconv.Itoa(4<<30), "FAKECUDA_GPU="+g.gpu)
+			"FAKECUDA_TOTAL_BYTES="+strconv.Itoa(4<<30))
+		if len(clock) == 0 {
+			env = append(env, "FAKECUDA_GPU="+g.gpu)
+		}
+	}
+	var preload []string
+	if len(clock) > 0 && !g.real {
+		preload = append(preload, g.b.simclock) // first: the library's clock is the simulated one
+		env = append(env, clock...)
 	}
 	if limits != "" {
-		env = append(env, "LD_PRELOAD="+g.b.lib, "GPUSHARE_LIMITS="+reservation(g.t, limits))
+		preload = append(preload, g.b.lib)
+		env = append(env, "GPUSHARE_LIMITS="+reservation(g.t, limits))
+	}
+	if len(preload) > 0 {
+		env = append(env, "LD_PRELOAD="+strings.Join(preload, " "))
 	}
 	c.Env = env
 	return c
 }
 
+// clock is, over the fake driver, the environment of a simulated clock
+// (testdata/simclock.c) shared by the parties of one run, with a fake GPU
+// of its own (its timeline is in that clock's time), so that what the
+// compute checks measure does not depend on the host's load; nil over a
+// real driver, whose GPU keeps real time.
+func (g *gpuChecker) clock(parties int) func(party int) []string {
+	dir := g.t.TempDir()
+	return func(party int) []string {
+		if g.real {
+			return nil
+		}
+		return []string{"FAKECUDA_CLOCK=" + filepath.Join(dir, "clock"), "FAKECUDA_GPU=" + filepath.Join(dir, "gpu"),
+			fmt.Sprintf("FAKECUDA_PARTIES=%d", parties), fmt.Sprintf("FAKECUDA_PARTY=%d", party)}
+	}
+}
+
 // fields runs the program to its end; its output's lines, split.
 func (g *gpuChecker) fields(limits string, args ...string) ([][]string, error) {
-	c := g.cmd(limits, args...)
+	return g.fieldsOn(nil, limits, args...)
+}
+
+// fieldsOn is fields on a clock.
+func (g *gpuChecker) fieldsOn(clock []string, limits string, args ...string) ([][]string, error) {
+	c := g.cmd(clock, limits, args...)
 	var stderr strings.Builder
 	c.Stderr = &stderr
 	out, err := c.Output()
@@ -130,7 +164,9 @@ func (g *gpuChecker) run() (string, []checkRow, error) {
 	// two processes of one reservation share its cap
 	res := reservation(g.t, limits)
 	half := capB / 2 / checkMiB
-	first := g.cmd("", fmt.Sprintf("take:%d", half), "hold:3000")
+	// the first holds its memory until the second is done (it is then
+	// killed): a long hold, so that a loaded host cannot end it early
+	first := g.cmd(nil, "", fmt.Sprintf("take:%d", half), "hold:600000")
 	first.Env = append(first.Env, "LD_PRELOAD="+g.b.lib, "GPUSHARE_LIMITS="+res)
 	out, err := first.StdoutPipe()
 	if err != nil {
@@ -144,9 +180,10 @@ func (g *gpuChecker) run() (string, []checkRow, error) {
 	if sc.Scan() {
 		a = num(strings.Fields(sc.Text())[2])
 	}
-	second := g.cmd("", "fill:64")
+	second := g.cmd(nil, "", "fill:64")
 	second.Env = append(second.Env, "LD_PRELOAD="+g.b.lib, "GPUSHARE_LIMITS="+res)
 	o2, err := second.Output()
+	_ = first.Process.Kill()
 	_, _ = io.Copy(io.Discard, out)
 	_ = first.Wait()
 	if err != nil {
@@ -158,7 +195,7 @@ func (g *gpuChecker) run() (string, []checkRow, error) {
 
 	// compute: 2 ms kernels, measured alone, then two processes capped at
 	// 30% and 70% at once, and one alone at 30%
-	l, err = g.fields("", "calib:2000")
+	l, err = g.fieldsOn(g.clock(1)(0), "", "calib:2000")
 	if err != nil {
 		return gpu, rows, err
 	}
@@ -174,8 +211,9 @@ func (g *gpuChecker) run() (string, []checkRow, error) {
 	var s30, s70 [][]string
 	var e30, e70 error
 	wg.Add(2)
-	go func() { defer wg.Done(); s30, e30 = g.fields("compute_pct=30\n", spin) }()
-	go func() { defer wg.Done(); s70, e70 = g.fields("compute_pct=70\n", spin) }()
+	both := g.clock(2) // side by side: one clock, both started at once
+	go func() { defer wg.Done(); s30, e30 = g.fieldsOn(both(0), "compute_pct=30\n", spin) }()
+	go func() { defer wg.Done(); s70, e70 = g.fieldsOn(both(1), "compute_pct=70\n", spin) }()
 	wg.Wait()
 	if e30 != nil || e70 != nil {
 		return gpu, rows, fmt.Errorf("compute runs: %v %v", e30, e70)
@@ -183,7 +221,7 @@ func (g *gpuChecker) run() (string, []checkRow, error) {
 	p30, p70 := share(s30[0]), share(s70[0])
 	rows = append(rows, checkRow{"compute caps 30% and 70% side by side", "30 and 70 (within 5 points)",
 		fmt.Sprintf("%.1f and %.1f (kernels of %.2f ms)", p30, p70, float64(alone)/1e6), math.Abs(p30-30) <= 5 && math.Abs(p70-70) <= 5})
-	l, err = g.fields("compute_pct=30\n", "spin:"+n+":3000")
+	l, err = g.fieldsOn(g.clock(1)(0), "compute_pct=30\n", "spin:"+n+":3000")
 	if err != nil {
 		return gpu, rows, err
 	}
