@@ -163,6 +163,9 @@ func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape
 	case decide.Wait:
 		s.metrics.decisions.WithLabelValues("refused").Inc()
 		pending[a.Group] = a.Reason
+		if st, ok := s.stages[a.Group]; ok && st.Beside {
+			pending[a.Group] = "its new version is deployed with canaries, which need room beside the running allocations (Nomad keeps those until the deployment is promoted); " + a.Reason
+		}
 		if why := s.nomadSaid[a.Group]; why != "" {
 			pending[a.Group] = "its pinned version could not be placed (" + why + "); " + a.Reason
 		}

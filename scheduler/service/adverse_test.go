@@ -1,0 +1,95 @@
+package service
+
+import (
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/shoenig/test/must"
+)
+
+// The unhappy paths of a placed job's life: what must not move, and what
+// must say why it waits.
+
+// A changed version deployed with a canary on a cluster with no room
+// beside what runs: Nomad keeps the old allocation running and the canary
+// unplaced; gpushare pins nothing (a pin onto the running shares would
+// never be placed, and the deployment would hang), counts no restart, and
+// the group says why it waits.
+func TestCanaryWithNoRoomWaitsAndMovesNothing(t *testing.T) {
+	f, s, rec := placedFirst(t, withCanary("api", 800)) // the whole DGX-1
+	f.runningOn("api", "alloc-v1", rec.Shares)
+	registers := f.registers
+
+	changed := withCanary("api", 800)
+	changed.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": "2"}
+	f.put(changed)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+
+	must.Eq(t, registers, f.registers, must.Sprint("no pin was written"))
+	must.SliceNotEmpty(t, pin.Gated(f.jobs["api"]), must.Sprint("the new version still waits at the gate"))
+	st := stageOf(s, "api")
+	must.Eq(t, lifecycle.Canarying, st.State, must.Sprint(st.Why))
+	why := s.loop.pending[key("api")]
+	must.StrContains(t, why, "canaries, which need room beside the running allocations", must.Sprint(why))
+	must.StrContains(t, why, "needs 8 free GPUs")
+	must.Zero(t, restarts(t, s))
+}
+
+// Scaled past its pin while the GPU its running allocation holds is
+// unhealthy: the new pin takes no share of that GPU (Nomad could never
+// place an allocation on it), and the running allocation's restart is
+// counted.
+func TestScaleWithTheRunningGPUUnhealthy(t *testing.T) {
+	f, s, rec := placedFirst(t, gated("web", 25))
+	f.runningOn("web", "alloc-1", rec.Shares)
+	bad := markUnhealthy(t, f.nodes[0], gpuIndex(t, f, rec.GPUs[0]))
+	must.Eq(t, rec.GPUs[0], bad)
+
+	f.scaled(t, "web", 3)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	grown, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key("web")]))
+	must.Eq(t, 3, grown.Count)
+	for _, sh := range grown.Shares {
+		must.False(t, strings.HasPrefix(sh, bad+":"), must.Sprintf("share %s of the unhealthy GPU pinned", sh))
+	}
+	must.Positive(t, restarts(t, s))
+}
+
+// restarts sums gpushare_restarts_total over its reasons.
+func restarts(t *testing.T, s *Service) float64 {
+	t.Helper()
+	total := 0.0
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	for _, line := range strings.Split(rr.Body.String(), "\n") {
+		if rest, ok := strings.CutPrefix(line, "gpushare_restarts_total{"); ok {
+			_, v, _ := strings.Cut(rest, "} ")
+			f, err := strconv.ParseFloat(v, 64)
+			must.NoError(t, err)
+			total += f
+		}
+	}
+	return total
+}
+
+// gpuIndex is the index of GPU uuid on the fake's first node.
+func gpuIndex(t *testing.T, f *fakeNomad, uuid string) int {
+	t.Helper()
+	n, err := model.NodeOf(f.nodes[0])
+	must.NoError(t, err)
+	for i, g := range n.GPUs {
+		if g.UUID == uuid {
+			return i
+		}
+	}
+	t.Fatalf("no GPU %s", uuid)
+	return -1
+}
