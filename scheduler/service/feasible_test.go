@@ -210,13 +210,15 @@ func TestRefusalDecidedAgainWhenTheAllowedNodesChange(t *testing.T) {
 }
 
 // TestDistinctHostsSpreadsAGroup: a group of two fractions with
-// distinct_hosts is pinned to two nodes; without it, the placement core
-// stacks them on one GPU.
+// distinct_hosts is pinned to two nodes, even when it asks to be packed
+// (gpushare.replicas = "pack"); without it, the packed group is stacked
+// on one GPU.
 func TestDistinctHostsSpreadsAGroup(t *testing.T) {
 	for _, distinct := range []bool{true, false} {
 		f := twoNodes(t)
 		j := gated("spread", 25)
 		j.TaskGroups[0].Count = ptr(2)
+		j.TaskGroups[0].Meta = map[string]string{pin.MetaReplicas: "pack"}
 		if distinct {
 			j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{Operand: "distinct_hosts", RTarget: "true"})
 		}
