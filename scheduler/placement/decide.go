@@ -33,7 +33,7 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 			d.Placements = []Placement{e.materialize(s, n, c, r, 0)}
 			return d
 		}
-	} else if e.placeGroup(s, r, d, false) {
+	} else if e.placeGroup(s, r, d, false) || e.placeStacked(s, r, d) {
 		return d
 	}
 	d.Placements, d.Preempt = nil, nil
@@ -194,6 +194,48 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 	}
 	if len(stopped) > 0 {
 		d.Preempt = victimIDs(stopped)
+	}
+	return true
+}
+
+// placeStacked places every allocation of a fractional group on one GPU,
+// the one the policy picks for the group's shares taken together: when
+// placeGroup, allocation by allocation, fills the GPU it pinned on each
+// node before the last allocation is placed, a GPU that holds the whole
+// group still takes it (the group spreads over nodes only by preference,
+// as Nomad's job anti-affinity does).
+func (e *engine) placeStacked(s *Snapshot, r *Request, d *Decision) bool {
+	d.Placements, d.Preempt = nil, nil
+	if r.Count < 2 || r.Shares == 0 || r.DistinctNodes || len(r.Limits) > 0 || e.rounds() {
+		return false
+	}
+	all := *r
+	all.Count, all.Shares = 1, r.Shares*r.Count
+	all.Res = Resources{CPU: r.Res.CPU * int64(r.Count), MemoryMiB: r.Res.MemoryMiB * int64(r.Count)}
+	n, c, ok := e.scan(s, &all, nil, nil, nil)
+	if !ok || c.gpu < 0 || n.groups[c.group].perGPU {
+		return false // more than one GPU's worth, or a node Nomad places per GPU
+	}
+	gpu := c.gpu
+	var added []string
+	defer func() {
+		for i := len(added) - 1; i >= 0; i-- {
+			_, _ = s.remove(added[i])
+		}
+	}()
+	for i := 0; i < r.Count; i++ {
+		c := e.eval(n, r, gpu)
+		if !c.ok {
+			d.Placements = nil
+			return false
+		}
+		p := e.materialize(s, n, c, r, i)
+		if err := s.addAlloc(p.alloc()); err != nil {
+			d.Placements = nil
+			return false
+		}
+		added = append(added, p.AllocID)
+		d.Placements = append(d.Placements, p)
 	}
 	return true
 }
