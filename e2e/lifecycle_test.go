@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
 	"net/url"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -30,7 +35,23 @@ import (
 //     datacenter, never in the other datacenter;
 //   - a periodic child (nomad job periodic force) is pinned and runs;
 //   - a dispatched child of a gated parameterized job, which Nomad never
-//     lets be registered again, waits and says why.
+//     lets be registered again, waits and says why;
+//   - a canary with auto_promote = false runs beside the running
+//     allocations until the test promotes the deployment (nomad deployment
+//     promote); the deployment succeeds and the promoted canary is kept;
+//   - a rolling update of three allocations with max_parallel 1 finishes
+//     with all three of the new version;
+//   - a periodic job's children launched by its cron (a seconds field),
+//     never forced, are pinned and complete; the parent is then stopped;
+//   - a job purged and registered again from the same spec is placed anew,
+//     under a pin signed for its new incarnation;
+//   - last, as it leaves the cluster a node short: a node lost (pcie-2's
+//     agent killed): its groups are pinned again on the surviving nodes, a
+//     dc1 group on pcie-1, and run again; allocations of jobs that had none
+//     on pcie-2 keep their IDs; gpushare_restarts_total{reason="repin"}
+//     counts the surviving allocations a new pin replaces; a group whose
+//     canaries wait for a promote (auto_promote = false) waits so for the
+//     new pin too, and the test promotes it.
 func TestLifecycleOperations(t *testing.T) {
 	start := time.Now()
 	e := newLifecycleEnv(t)
@@ -237,10 +258,323 @@ func TestLifecycleOperations(t *testing.T) {
 		must.Eq(t, "template", parent.Groups[0].State)
 		t.Logf("dispatched child %s waits: %s", child, st.Groups[0].Reason)
 	})
+	t.Run("canary promoted by hand", func(t *testing.T) {
+		// auto_promote = false: the canary runs beside the running
+		// allocations until `nomad deployment promote`
+		e := e.in(t)
+		spec := func(version string) *api.Job {
+			j := e.parse("promoted", map[string]any{"shares": 25, "count": 2})
+			u := j.TaskGroups[0].Update
+			u.Canary, u.AutoPromote, u.MaxParallel = ptr(1), ptr(false), ptr(1)
+			j.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": version}
+			return j
+		}
+		_, _, err := e.nomad.Jobs().Register(spec("1"), nil)
+		must.NoError(t, err)
+		v1 := e.settled("promoted", 2)
+		_, _, err = e.nomad.Jobs().Register(spec("2"), nil)
+		must.NoError(t, err)
+		var d *api.Deployment
+		var canary string
+		e.eventually(liveness, "the canary of version 2 to run healthy beside the 2 allocations of version 1", func() bool {
+			job, _, err := e.nomad.Jobs().Info("promoted", nil)
+			if err != nil || len(pin.Gated(job)) > 0 {
+				return false
+			}
+			d, _, err = e.nomad.Jobs().LatestDeployment("promoted", nil)
+			if err != nil || d == nil || d.JobVersion != *job.Version || d.Status != api.DeploymentStatusRunning {
+				return false
+			}
+			st := d.TaskGroups["g"]
+			if st == nil || len(st.PlacedCanaries) != 1 || st.HealthyAllocs < 1 {
+				return false
+			}
+			canary = st.PlacedCanaries[0]
+			old := 0
+			for _, a := range e.runningNow("promoted") {
+				if slices.ContainsFunc(v1, func(b *api.Allocation) bool { return b.ID == a.ID }) {
+					old++
+				}
+			}
+			return old == 2
+		})
+		t.Logf("canary %s of version 2 runs beside the 2 allocations of version 1; promoting deployment %s", canary, d.ID)
+		e.eventually(liveness, "nomad deployment promote to be accepted", func() bool {
+			_, _, err := e.nomad.Deployments().PromoteAll(d.ID, nil)
+			return err == nil
+		})
+		v2 := e.settled("promoted", 2)
+		for _, a := range v2 {
+			must.Eq(t, "2", a.Job.TaskGroups[0].Tasks[0].Env["APP_VERSION"])
+			must.False(t, slices.ContainsFunc(v1, func(b *api.Allocation) bool { return b.ID == a.ID }))
+		}
+		must.True(t, slices.ContainsFunc(v2, func(a *api.Allocation) bool { return a.ID == canary }),
+			must.Sprint("the promoted canary was replaced"))
+		final, _, err := e.nomad.Deployments().Info(d.ID, nil)
+		must.NoError(t, err)
+		must.Eq(t, api.DeploymentStatusSuccessful, final.Status)
+		t.Logf("promoted by hand: deployment %s successful, 2 allocations of version 2 run, the canary %s kept", d.ID, canary)
+	})
+
+	t.Run("rolling update with max_parallel", func(t *testing.T) {
+		e := e.in(t)
+		spec := func(version string) *api.Job {
+			j := e.parse("rolling", map[string]any{"shares": 25, "count": 3})
+			j.TaskGroups[0].Update.MaxParallel = ptr(1)
+			j.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": version}
+			return j
+		}
+		_, _, err := e.nomad.Jobs().Register(spec("1"), nil)
+		must.NoError(t, err)
+		v1 := e.settled("rolling", 3)
+		_, _, err = e.nomad.Jobs().Register(spec("2"), nil)
+		must.NoError(t, err)
+		v2 := e.settled("rolling", 3) // its deployment successful
+		for _, a := range v2 {
+			must.Eq(t, "2", a.Job.TaskGroups[0].Tasks[0].Env["APP_VERSION"])
+			must.False(t, slices.ContainsFunc(v1, func(b *api.Allocation) bool { return b.ID == a.ID }))
+		}
+		t.Logf("rolling update, max_parallel 1: 3 allocations of version 2 run, on %v (version 1 ran on %v)", gpusOf(v2), gpusOf(v1))
+	})
+
+	t.Run("cron-launched periodic children", func(t *testing.T) {
+		// Nomad's cron (hashicorp/cronexpr) takes a seconds field when
+		// given seven: a child every 10 seconds, launched by the
+		// dispatcher, never forced
+		e := e.in(t)
+		p := e.parse("cron", map[string]any{"shares": 25})
+		p.Type = ptr("batch")
+		p.Periodic = &api.PeriodicConfig{Enabled: ptr(true), SpecType: ptr("cron"), Spec: ptr("*/10 * * * * * *"), ProhibitOverlap: ptr(true)}
+		p.Update, p.TaskGroups[0].Update, p.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
+		p.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "env | grep -E '^(CUDA|NVIDIA|GPUSHARE)_' | sort"}
+		_, _, err := e.nomad.Jobs().Register(p, nil)
+		must.NoError(t, err)
+		t.Cleanup(func() { _, _, _ = e.nomad.Jobs().Deregister("cron", false, nil) })
+		var child string
+		e.eventually(liveness, "a child of cron launched by its cron to be pinned and complete", func() bool {
+			jobs, _, err := e.nomad.Jobs().PrefixList("cron/periodic-")
+			if err != nil {
+				return false
+			}
+			for _, j := range jobs {
+				job, _, err := e.nomad.Jobs().Info(j.ID, nil)
+				if err != nil {
+					continue
+				}
+				if _, pinned := pin.ParseRecord(job, "g"); !pinned {
+					continue
+				}
+				allocs, _, err := e.nomad.Jobs().Allocations(j.ID, false, nil)
+				if err != nil {
+					continue
+				}
+				for _, a := range allocs {
+					if a.ClientStatus == api.AllocClientStatusComplete {
+						child = j.ID
+						return true
+					}
+				}
+			}
+			return false
+		})
+		// stopped, the parent launches no more children
+		_, _, err = e.nomad.Jobs().Deregister("cron", false, nil)
+		must.NoError(t, err)
+		parent, _, err := e.nomad.Jobs().Info("cron", nil)
+		must.NoError(t, err)
+		must.Eq(t, []string{"g"}, pin.Gated(parent), must.Sprint("the parent, a template, is never pinned"))
+		t.Logf("cron: child %s, launched by the cron, pinned and complete; the parent stopped", child)
+	})
+
+	t.Run("purge and run again", func(t *testing.T) {
+		e := e.in(t)
+		spec := e.parse("purged", map[string]any{"shares": 25})
+		register := func() {
+			b, err := json.Marshal(spec) // a copy: Register fills in the job
+			must.NoError(t, err)
+			var j api.Job
+			must.NoError(t, json.Unmarshal(b, &j))
+			_, _, err = e.nomad.Jobs().Register(&j, nil)
+			must.NoError(t, err)
+		}
+		register()
+		first := e.settled("purged", 1)[0]
+		job, _, err := e.nomad.Jobs().Info("purged", nil)
+		must.NoError(t, err)
+		old, ok := pin.ParseRecord(job, "g")
+		must.True(t, ok)
+		_, _, err = e.nomad.Jobs().Deregister("purged", true, nil)
+		must.NoError(t, err)
+		e.eventually(liveness, "purged to be gone", func() bool {
+			_, _, err := e.nomad.Jobs().Info("purged", nil)
+			return err != nil && strings.Contains(err.Error(), "404")
+		})
+		register()
+		again := e.settled("purged", 1)[0]
+		must.NotEq(t, first.ID, again.ID)
+		job, _, err = e.nomad.Jobs().Info("purged", nil)
+		must.NoError(t, err)
+		rec, ok := pin.ParseRecord(job, "g")
+		must.True(t, ok)
+		must.Eq(t, *job.CreateIndex, rec.Incarnation, must.Sprint("pinned for another incarnation"))
+		must.NotEq(t, old.Incarnation, rec.Incarnation)
+		t.Logf("purged and run again: allocation %s replaced by %s, pinned for incarnation %d (was %d)", first.ID, again.ID, rec.Incarnation, old.Incarnation)
+	})
+
+	t.Run("lost node", func(t *testing.T) {
+		// last: pcie-2's agent is killed, as a machine that dies (pcie-1
+		// runs in the server's agent and cannot be lost alone)
+		e := e.in(t)
+		nodes := map[string]string{} // name -> ID
+		stubs, _, err := e.nomad.Nodes().List(nil)
+		must.NoError(t, err)
+		for _, n := range stubs {
+			nodes[n.Name] = n.ID
+		}
+		// the jobs go to pcie-2 while pcie-1 takes no new work
+		_, err = e.nomad.Nodes().ToggleEligibility(nodes["pcie-1"], false, nil)
+		must.NoError(t, err)
+		eligible := func() { _, _ = e.nomad.Nodes().ToggleEligibility(nodes["pcie-1"], true, nil) }
+		t.Cleanup(eligible)
+		// lost: one allocation in dc1; pair: two of 60 shares, which no
+		// node holds both of, in dc1 and dc2
+		j := e.parse("lost", map[string]any{"shares": 25})
+		j.Datacenters = []string{"dc1"}
+		_, _, err = e.nomad.Jobs().Register(j, nil)
+		must.NoError(t, err)
+		j = e.parse("pair", map[string]any{"shares": 60, "count": 2})
+		j.Datacenters = []string{"dc1", "dc2"}
+		_, _, err = e.nomad.Jobs().Register(j, nil)
+		must.NoError(t, err)
+		lost := e.settled("lost", 1)[0]
+		must.Eq(t, "pcie-2", lost.NodeName)
+		pair := e.settled("pair", 2)
+		must.SliceContainsAll(t, []string{"pcie-2", "pcie-3"}, []string{pair[0].NodeName, pair[1].NodeName})
+		eligible()
+
+		// what runs before: the jobs with an allocation on pcie-2 lose it;
+		// the others' allocations must not restart
+		before := map[string][]string{} // job -> running allocation IDs
+		hit := map[string]bool{}
+		all, _, err := e.nomad.Allocations().List(nil)
+		must.NoError(t, err)
+		for _, a := range all {
+			if a.ClientStatus != api.AllocClientStatusRunning || a.DesiredStatus != api.AllocDesiredStatusRun || strings.HasPrefix(a.JobID, "cron/") {
+				continue
+			}
+			before[a.JobID] = append(before[a.JobID], a.ID)
+			if a.NodeID == nodes["pcie-2"] {
+				hit[a.JobID] = true
+			}
+		}
+		restarts := restartsOf(t, s)
+		must.NoError(t, e.c.KillAgent("pcie-2"))
+		t.Logf("killed the agent of pcie-2; jobs with an allocation there: %v", slices.Sorted(maps.Keys(hit)))
+		e.eventually(liveness, "pcie-2 to be down", func() bool {
+			n, _, err := e.nomad.Nodes().Info(nodes["pcie-2"], nil)
+			return err == nil && n.Status == api.NodeStatusDown
+		})
+		e.eventually(liveness, "Nomad to mark pcie-2's allocations lost", func() bool {
+			allocs, _, err := e.nomad.Nodes().Allocations(nodes["pcie-2"], nil)
+			if err != nil {
+				return false
+			}
+			for _, a := range allocs {
+				if a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun {
+					return false
+				}
+			}
+			return true
+		})
+		moved := e.settled("lost", 1)[0]
+		must.NotEq(t, lost.ID, moved.ID)
+		must.Eq(t, "pcie-1", moved.NodeName, must.Sprint("not pinned again on the surviving node of its datacenter"))
+		pairAfter := e.settled("pair", 2)
+		must.SliceContainsAll(t, []string{"pcie-1", "pcie-3"}, []string{pairAfter[0].NodeName, pairAfter[1].NodeName})
+		var promoted []string
+		for _, id := range slices.Sorted(maps.Keys(hit)) {
+			job, _, err := e.nomad.Jobs().Info(id, nil)
+			must.NoError(t, err)
+			if u := job.TaskGroups[0].Update; u != nil && u.Canary != nil && *u.Canary > 0 && u.AutoPromote != nil && !*u.AutoPromote {
+				// the new pin is a new version of the job, which Nomad
+				// deploys with its canaries, and they wait for a promote
+				// as any new version's would
+				d := e.awaitingPromotion(id, nodes["pcie-2"])
+				e.eventually(liveness, "nomad deployment promote "+id+" to be accepted", func() bool {
+					_, _, err := e.nomad.Deployments().PromoteAll(d.ID, nil)
+					return err == nil
+				})
+				promoted = append(promoted, id)
+			}
+			e.settled(id, len(before[id])) // runs again, pinned off pcie-2
+		}
+		for id, allocs := range before {
+			if hit[id] {
+				continue
+			}
+			now := e.runningNow(id)
+			for _, a := range allocs {
+				must.True(t, slices.ContainsFunc(now, func(b *api.Allocation) bool { return b.ID == a }),
+					must.Sprintf("allocation %s of %s, on a surviving node, restarted", a, id))
+			}
+		}
+		gained := map[string]int{}
+		for reason, n := range restartsOf(t, s) {
+			if n > restarts[reason] {
+				gained[reason] = n - restarts[reason]
+			}
+		}
+		must.MapNotEmpty(t, gained, must.Sprint("gpushare_restarts_total counted nothing"))
+		must.MapContainsKey(t, gained, "repin")
+		kept := 0
+		for id, allocs := range before {
+			if !hit[id] {
+				kept += len(allocs)
+			}
+		}
+		t.Logf("pcie-2 lost: lost %s -> %s on %s; pair %s on %s -> %s on %s; %d allocation(s) of %d other jobs on pcie-1 and pcie-3 kept; promoted by hand (canaries of the new pin): %v; restarts counted %v",
+			lost.ID, moved.ID, moved.NodeName, allocIDs(pair), nodeNames(pair), allocIDs(pairAfter), nodeNames(pairAfter),
+			kept, len(before)-len(hit), promoted, gained)
+	})
 	t.Logf("TestLifecycleOperations took %s", time.Since(start).Round(time.Second))
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// restartsOf reads gpushare_restarts_total of a replica's /metrics, by
+// reason.
+func restartsOf(t *testing.T, s *scheduler) map[string]int {
+	t.Helper()
+	resp, err := http.Get(s.http + "/metrics")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must.NoError(t, err)
+	out := map[string]int{}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, `gpushare_restarts_total{reason="`)
+		if !ok {
+			continue
+		}
+		reason, v, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		must.NoError(t, err)
+		out[reason] = int(n)
+	}
+	return out
+}
+
+// nodeNames lists the names of the allocations' nodes.
+func nodeNames(allocs []*api.Allocation) []string {
+	var out []string
+	for _, a := range allocs {
+		out = append(out, a.NodeName)
+	}
+	return out
+}
 
 // settled waits until job id is pinned, no deployment of it runs and its
 // current version's (if any) succeeded, and n allocations of that version
@@ -267,6 +601,31 @@ func (e *env) settled(id string, n int) []*api.Allocation {
 		return len(out) == n
 	})
 	return out
+}
+
+// awaitingPromotion waits until job id is pinned off node lost and the
+// deployment of that version has placed its canaries, healthy, and waits
+// for a promote; it returns the deployment.
+func (e *env) awaitingPromotion(id, lost string) *api.Deployment {
+	e.t.Helper()
+	var d *api.Deployment
+	e.eventually(liveness, "the canaries of "+id+"'s new pin to wait for a promote", func() bool {
+		job, _, err := e.nomad.Jobs().Info(id, nil)
+		if err != nil {
+			return false
+		}
+		rec, ok := pin.ParseRecord(job, "g")
+		if !ok || slices.Contains(rec.Nodes, lost) {
+			return false
+		}
+		d, _, err = e.nomad.Jobs().LatestDeployment(id, nil)
+		if err != nil || d == nil || d.JobVersion != *job.Version || d.Status != api.DeploymentStatusRunning {
+			return false
+		}
+		st := d.TaskGroups["g"]
+		return st != nil && st.DesiredCanaries > 0 && !st.Promoted && len(st.PlacedCanaries) == st.DesiredCanaries && st.HealthyAllocs >= st.DesiredCanaries
+	})
+	return d
 }
 
 // gpusOf lists the GPUs the allocations' shares are on.
