@@ -100,3 +100,28 @@ func TestDecodeGPUGroupRefuses(t *testing.T) {
 	_, err = MergeGPUGroups([]GPUGroup{gs[0], gs[0]})
 	must.ErrorIs(t, err, ErrBadAttributes)
 }
+
+// FuzzDecodeGPUGroup: any name, index and node_links either decode to a
+// group whose encoding decodes back to it, or are refused; never a panic.
+// A decoded group always merges.
+func FuzzDecodeGPUGroup(f *testing.F) {
+	f.Add("M GPU 1", int64(1), "NV12,X")
+	f.Add("M GPU 0", int64(0), "X")
+	f.Add("M GPU 2", int64(2), "SYS,PIX,X,NV1")
+	f.Add("M GPU -1", int64(-1), "X")
+	f.Fuzz(func(t *testing.T, name string, index int64, links string) {
+		inv := &Inventory{DriverVersion: "550", CUDAVersion: "12.4", Links: Matrix{{{Kind: LinkSelf}}}, GPUs: []GPU{{UUID: "GPU-a", Model: "M", MemoryMiB: 1024}}}
+		attrs := GPUGroups(inv, 100, SharingMPS, nil)[0].Attributes()
+		attrs[AttrGPUIndex] = IntAttr(index, "")
+		attrs[AttrNodeLinks] = StringAttr(links)
+		g, err := DecodeGPUGroup(name, attrs)
+		if err != nil {
+			return
+		}
+		again, err := DecodeGPUGroup(g.Name(), g.Attributes())
+		must.NoError(t, err)
+		must.Eq(t, g, again)
+		_, err = MergeGPUGroups([]GPUGroup{*g})
+		must.NoError(t, err)
+	})
+}
