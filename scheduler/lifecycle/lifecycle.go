@@ -236,6 +236,13 @@ func pinned(g Group, r Result, live, old []string, liveCurrent, canaries int) Re
 		return r
 	case g.PinLost:
 		r.State, r.Do = Migrating, Repin
+		if g.Canary == 0 || g.Batch {
+			// the new pin makes Nomad replace the allocations that still
+			// run (a device block's constraints are per group), each in
+			// the plan that places its replacement: their shares are the
+			// new pin's to take. Canaries would run beside them.
+			r.Replaces = live
+		}
 		r.Why = fmt.Sprintf("%d allocation(s) to place, and the capacity its pin names is gone: placed again elsewhere", r.Missing)
 		return r
 	case g.NomadRefused:

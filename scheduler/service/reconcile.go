@@ -266,7 +266,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 				// decided again without the nodes its pin lost, nor any
 				// Nomad refused it on (not only the last pin's)
 				g.Repin, g.Req.Avoid = true, append(lost, refusedOn...)
-				g.Replaces = holdsOf(built, key)
+				g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
 			case lifecycle.Grow:
 				// scaled past its pin: decided again for its new count,
 				// on the shares its allocations hold and its pin holds
