@@ -88,7 +88,7 @@ func runContract(t *testing.T, contract string) []contractResult {
 
 	t.Run("two whole GPUs on one node (defect 5)", func(t *testing.T) {
 		e := e.in(t)
-		t.Cleanup(func() { e.purge("pair") })
+		t.Cleanup(func() { e.stopJobs("pair") })
 		j := e.parse("pair", map[string]any{"shares": 100, "count": 2})
 		j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.name}", RTarget: "pcie-2", Operand: "="})
 		_, _, err := e.nomad.Jobs().Register(j, nil)
@@ -115,7 +115,7 @@ func runContract(t *testing.T, contract string) []contractResult {
 
 	t.Run("scale 1 -> 3, whole GPUs, one datacenter", func(t *testing.T) {
 		e := e.in(t)
-		t.Cleanup(func() { e.purge("wide") })
+		t.Cleanup(func() { e.stopJobs("wide") })
 		j := e.parse("wide", map[string]any{"shares": 100})
 		j.Datacenters = []string{"dc1"} // two 4-GPU nodes
 		_, _, err := e.nomad.Jobs().Register(j, nil)
@@ -132,7 +132,7 @@ func runContract(t *testing.T, contract string) []contractResult {
 
 	t.Run("jobspec forms", func(t *testing.T) {
 		e := e.in(t)
-		t.Cleanup(func() { e.purge("two", "named", "attr") })
+		t.Cleanup(func() { e.stopJobs("two", "named", "attr") })
 		// one allocation of two GPUs
 		e.register("two", map[string]any{"shares": 200})
 		_, ok, why := e.settledOr(s, "two", 1, "at most one GPU")
@@ -273,6 +273,24 @@ func (e *env) scale(id string, n int) {
 	e.eventually(liveness, fmt.Sprintf("nomad job scale %s g %d to be accepted", id, n), func() bool {
 		_, _, err := e.nomad.Jobs().Scale(id, "g", &n, "e2e: scaled", false, nil, nil)
 		return err == nil
+	})
+}
+
+// stopJobs stops jobs without purging them and waits for their allocations
+// to stop. (Purging a job right after scaling it crashed Nomad 1.11.3's
+// leader once here: a nil pointer in planner.applyPlan, plan_apply.go:249,
+// applying a plan of the purged job, whose plan.JobInfo is nil.)
+func (e *env) stopJobs(ids ...string) {
+	for _, id := range ids {
+		_, _, _ = e.nomad.Jobs().Deregister(id, false, nil)
+	}
+	e.eventually(60*time.Second, "stopped jobs' allocations to stop", func() bool {
+		for _, id := range ids {
+			if len(e.runningNow(id)) > 0 {
+				return false
+			}
+		}
+		return true
 	})
 }
 
