@@ -90,11 +90,18 @@ type interposerLimits struct {
 func (l interposerLimits) file() []byte {
 	// class is not known at Reserve (it is a job's property): omitted
 	b := fmt.Appendf(nil, "# written by the gpushare device plugin at Reserve; read by libgpushare-cuda.so\nmemory_bytes=%d\ncompute_pct=%d\n",
-		l.memoryBytes, l.computePct)
+		l.memoryBytes, filePct(l.computePct))
 	if l.unifiedMemory {
 		b = fmt.Appendf(b, "unified_memory=1\nunified_extra_bytes=%d\n", l.unifiedExtraBytes)
 	}
 	return b
+}
+
+// filePct is the compute_pct the limits file may hold, 1-100: the library
+// refuses anything else (0 would pace every launch for ever), so a share
+// that rounds to nothing gets the least share, never a refused file.
+func filePct(pct int) int {
+	return min(100, max(1, pct))
 }
 
 // reserveInterposer writes the reservation's directory under state_dir and

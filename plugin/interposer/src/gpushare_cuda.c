@@ -47,18 +47,28 @@ typedef struct {
 
 /* ---- charging -------------------------------------------------------- */
 
-static CUresult charge(uint64_t bytes)
+/* Over the cap, the idle reserve of the process's pools goes back to the
+ * driver first (vmm.c) and the charge is tried again. */
+CUresult gs_charge(uint64_t bytes)
 {
     if (!L.have_memory)
         return CUDA_SUCCESS;
-    return gs_region_charge(bytes, L.memory_bytes) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    gs_settle_graph(); /* what graph launches allocated since */
+    if (gs_region_charge(bytes, L.memory_bytes) == 0)
+        return CUDA_SUCCESS;
+    if (gs_trim_reserved() && gs_region_charge(bytes, L.memory_bytes) == 0)
+        return CUDA_SUCCESS;
+    return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-static void uncharge(uint64_t bytes)
+void gs_uncharge(uint64_t bytes)
 {
-    if (L.have_memory)
+    if (L.have_memory && bytes)
         gs_region_uncharge(bytes);
 }
+
+#define charge gs_charge
+#define uncharge gs_uncharge
 
 /* After a successful allocation: remember what it was charged. If the record
  * cannot be kept the charge stays (freed memory then stays counted, never the
@@ -90,11 +100,6 @@ static void record(enum gs_kind k, uint64_t key, uint64_t bytes)
 
 typedef CUresult (*cuMemAlloc_v2_fn)(CUdeviceptr *, size_t);
 typedef CUresult (*cuMemAllocPitch_v2_fn)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
-typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
-typedef cuMemAllocAsync_fn cuMemAllocAsync_ptsz_fn;
-typedef CUresult (*cuMemAllocFromPoolAsync_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
-typedef cuMemAllocFromPoolAsync_fn cuMemAllocFromPoolAsync_ptsz_fn;
-typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
 typedef CUresult (*cuArrayCreate_v2_fn)(CUarray *, const CUDA_ARRAY_DESCRIPTOR *);
 typedef CUresult (*cuArray3DCreate_v2_fn)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
 typedef CUresult (*cuMipmappedArrayCreate_fn)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned);
@@ -102,7 +107,6 @@ typedef CUresult (*cuMipmappedArrayDestroy_fn)(CUmipmappedArray);
 typedef CUresult (*cuMemFree_v2_fn)(CUdeviceptr);
 typedef CUresult (*cuMemFreeAsync_fn)(CUdeviceptr, CUstream);
 typedef cuMemFreeAsync_fn cuMemFreeAsync_ptsz_fn;
-typedef CUresult (*cuMemRelease_fn)(CUmemGenericAllocationHandle);
 typedef CUresult (*cuArrayDestroy_fn)(CUarray);
 typedef CUresult (*cuMemGetInfo_v2_fn)(size_t *, size_t *);
 typedef CUresult (*cuDeviceTotalMem_v2_fn)(size_t *, CUdevice);
@@ -134,42 +138,6 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t n)
     if (gs_unified_converts())
         return gs_unified_alloc(dptr, n); /* managed memory: unified.c */
     ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n));
-}
-
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
-{
-    cuMemAllocAsync_fn f = REAL(cuMemAllocAsync);
-    NEED(f);
-    ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n, s));
-}
-
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t n, CUstream s)
-{
-    cuMemAllocAsync_ptsz_fn f = REAL(cuMemAllocAsync_ptsz);
-    NEED(f);
-    ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n, s));
-}
-
-EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, CUmemoryPool p, CUstream s)
-{
-    cuMemAllocFromPoolAsync_fn f = REAL(cuMemAllocFromPoolAsync);
-    NEED(f);
-    ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n, p, s));
-}
-
-EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t n, CUmemoryPool p, CUstream s)
-{
-    cuMemAllocFromPoolAsync_ptsz_fn f = REAL(cuMemAllocFromPoolAsync_ptsz);
-    NEED(f);
-    ALLOC_WITH(GS_PTR, *dptr, n, f(dptr, n, p, s));
-}
-
-EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const void *prop,
-                            unsigned long long flags)
-{
-    cuMemCreate_fn f = REAL(cuMemCreate);
-    NEED(f);
-    ALLOC_WITH(GS_HANDLE, *h, n, f(h, n, prop, flags));
 }
 
 /* The pitch is the driver's choice; charge the width rounded up to 512 bytes
@@ -285,34 +253,38 @@ EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *m, const CUDA_ARRAY3D_D
 
 /* ---- frees ----------------------------------------------------------- */
 
+/* A pool's allocation (vmm.c): its pool settles, what the pool keeps
+ * reserved stays charged; any other pointer returns its own charge. */
+#define FREE_PTR(p, call)                                                   \
+    do {                                                                    \
+        uint64_t pool_;                                                     \
+        if (L.have_memory && gs_track_remove(GS_POOLPTR, p, &pool_) == 0)   \
+            return gs_pool_free(p, (call), pool_);                          \
+        FREE_WITH(GS_PTR, p, call);                                         \
+    } while (0)
+
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p)
 {
     cuMemFree_v2_fn f = REAL(cuMemFree_v2);
     NEED(f);
-    FREE_WITH(GS_PTR, p, f(p));
+    FREE_PTR(p, f(p));
 }
 
 /* The memory returns when the stream reaches the free; the charge returns
- * now. A task can so briefly hold a little more than its cap. */
+ * now (a pool's: what the pool still reserves stays charged). A task can so
+ * briefly hold a little more than its cap. */
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
     cuMemFreeAsync_fn f = REAL(cuMemFreeAsync);
     NEED(f);
-    FREE_WITH(GS_PTR, p, f(p, s));
+    FREE_PTR(p, f(p, s));
 }
 
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
     cuMemFreeAsync_ptsz_fn f = REAL(cuMemFreeAsync_ptsz);
     NEED(f);
-    FREE_WITH(GS_PTR, p, f(p, s));
-}
-
-EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
-{
-    cuMemRelease_fn f = REAL(cuMemRelease);
-    NEED(f);
-    FREE_WITH(GS_HANDLE, h, f(h));
+    FREE_PTR(p, f(p, s));
 }
 
 EXPORT CUresult cuArrayDestroy(CUarray a)
@@ -341,6 +313,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_b, size_t *total_b)
     CUresult r = f(free_b, total_b);
     if (r != CUDA_SUCCESS || !L.have_memory || !free_b || !total_b)
         return r;
+    gs_settle_reserved(); /* pools' reserve, as the driver has it now */
     uint64_t cap = L.memory_bytes, used = gs_region_used();
     uint64_t left = used < cap ? cap - used : 0;
     if (cap < *total_b)

@@ -71,7 +71,9 @@ int gs_limits_read(const char *path, struct gs_limits *out)
             out->memory_bytes = n;
         } else if (strcmp(k, "compute_pct") == 0) {
             long n = strtol(v, &end, 10);
-            if (end == v || *end || n < 0 || n > 100) {
+            if (end == v || *end || n < 1 || n > 100) {
+                /* 0 would pace every launch for ever */
+                fprintf(stderr, "gpushare: %s: compute_pct=%s: must be 1-100\n", path, v);
                 rc = -1;
                 break;
             }
@@ -214,7 +216,17 @@ static struct gs_slot *mine(void)
     char state;
     if (proc_stat(my_pid, &my_start, &state) != 0)
         my_start = 0;
-    int i = free_slot();
+    /* A slot of this pid and start time is this process's before an exec:
+     * the old image's driver state (and memory) went with it, so its
+     * charge goes too, and the slot is taken over. */
+    int i = -1;
+    for (uint32_t k = 0; k < R->hiwater && k < GS_SLOTS && i < 0; k++)
+        if (R->slot[k].pid == my_pid && R->slot[k].start == my_start)
+            i = (int)k;
+    if (i >= 0)
+        R->total -= R->slot[i].bytes < R->total ? R->slot[i].bytes : R->total;
+    if (i < 0)
+        i = free_slot();
     if (i < 0) {
         reclaim_dead(); /* all slots taken: only now look for the dead */
         i = free_slot();
@@ -231,6 +243,22 @@ static struct gs_slot *mine(void)
 }
 
 static void after_fork_child(void);
+
+/* After an exec (same pid, a new image): the old image's slot is taken
+ * over at once (mine), so its charge is gone before anyone asks. */
+static void adopt_slot(void)
+{
+    pid_t pid = getpid();
+    if (lock() != 0)
+        return;
+    for (uint32_t k = 0; k < R->hiwater && k < GS_SLOTS; k++) {
+        if (R->slot[k].pid == pid) {
+            mine();
+            break;
+        }
+    }
+    unlock();
+}
 
 int gs_region_open(const char *path)
 {
@@ -270,6 +298,7 @@ int gs_region_open(const char *path)
     }
     R = r;
     pthread_atfork(NULL, NULL, after_fork_child);
+    adopt_slot();
     rc = 0;
 out:
     flock(fd, LOCK_UN);

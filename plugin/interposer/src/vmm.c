@@ -1,0 +1,463 @@
+/* gpushare CUDA interposer: memory the driver keeps after the program let
+ * it go. Two paths (README, "Charging"):
+ *
+ *   - VMM handles. The driver frees a cuMemCreate handle's physical memory
+ *     only when the handle is released (cuMemRelease) and no range still
+ *     maps it (cuMemUnmap), in either order (CUDA driver API, cuMemRelease:
+ *     "The memory allocation will be freed when all outstanding mappings to
+ *     the memory are unmapped and when all outstanding references to the
+ *     handle ... are also released"). The charge taken at cuMemCreate stays
+ *     until both.
+ *   - Stream-ordered pools (cuMemAllocAsync, cuMemAllocFromPoolAsync). A
+ *     pool keeps freed memory reserved up to its release threshold
+ *     (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; XLA and TensorFlow set it high).
+ *     A pool is charged what it reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
+ *     settled after each of its allocations and frees and before memory
+ *     info; an allocation is charged its size ahead, then settled. A charge
+ *     that would go over the cap first trims every pool this process used
+ *     (cuMemPoolTrimTo(pool, 0): idle reserve back to the driver) and tries
+ *     again (gs_trim_reserved, from gs_charge).
+ *   - Graph memory (cuGraphAddMemAllocNode, or cuMemAllocAsync captured
+ *     into a graph): allocated from the device's graph pool when the graph
+ *     is launched, kept there until cuDeviceGraphMemTrim. A node larger
+ *     than the room left under the cap is refused when added; once a
+ *     launch allocated it, the device's graph reserve
+ *     (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) is charged, settled before
+ *     each charge of a process that added a node or allocated from a pool
+ *     (a captured allocation is one), and trimmed on the way to a refusal.
+ *
+ * Both tables are process-local (handles and pools are a process's own);
+ * a forked child starts without them, as it starts without CUDA state. */
+#define _GNU_SOURCE
+#include "gpushare.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#define EXPORT __attribute__((visibility("default")))
+#define L gs_lim
+
+typedef unsigned long long CUmemGenericAllocationHandle;
+typedef void *CUmemoryPool;
+
+typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
+typedef CUresult (*cuMemRelease_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*cuMemMap_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+typedef CUresult (*cuMemUnmap_fn)(CUdeviceptr, size_t);
+typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
+typedef cuMemAllocAsync_fn cuMemAllocAsync_ptsz_fn;
+typedef CUresult (*cuMemAllocFromPoolAsync_fn)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+typedef cuMemAllocFromPoolAsync_fn cuMemAllocFromPoolAsync_ptsz_fn;
+
+#define REAL(n) GS_REAL(n)
+#define NEED(f)                     \
+    if (!(f))                       \
+        return CUDA_ERROR_NOT_FOUND
+
+/* ---- VMM handles ------------------------------------------------------ */
+
+struct handle { CUmemGenericAllocationHandle h; uint64_t bytes; uint32_t maps; int released; };
+struct mapping { CUdeviceptr va; CUmemGenericAllocationHandle h; };
+
+static struct handle *hs;
+static struct mapping *ms;
+static size_t nh, caph, nm, capm;
+static pthread_mutex_t vmu = PTHREAD_MUTEX_INITIALIZER;
+
+/* Grows *arr (of *cap elements of size sz) to hold n+1; 0 ok. */
+static int room(void **arr, size_t *cap, size_t n, size_t sz)
+{
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*arr, c * sz);
+    if (!p)
+        return -1;
+    *arr = p;
+    *cap = c;
+    return 0;
+}
+
+static struct handle *find_handle(CUmemGenericAllocationHandle h)
+{
+    for (size_t i = 0; i < nh; i++)
+        if (hs[i].h == h)
+            return &hs[i];
+    return NULL;
+}
+
+/* Under vmu: drops a handle whose memory the driver freed; its bytes. */
+static uint64_t drop_handle(struct handle *e)
+{
+    uint64_t b = e->bytes;
+    *e = hs[--nh];
+    return b;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const void *prop,
+                            unsigned long long flags)
+{
+    cuMemCreate_fn f = REAL(cuMemCreate);
+    NEED(f);
+    if (!L.have_memory)
+        return f(h, n, prop, flags);
+    if (gs_charge(n) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = f(h, n, prop, flags);
+    if (r != CUDA_SUCCESS) {
+        gs_uncharge(n);
+        return r;
+    }
+    pthread_mutex_lock(&vmu);
+    /* no room to remember it: the charge stays for good (never under-charged) */
+    if (room((void **)&hs, &caph, nh, sizeof *hs) == 0)
+        hs[nh++] = (struct handle){*h, n, 0, 0};
+    pthread_mutex_unlock(&vmu);
+    return r;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAllocationHandle h,
+                         unsigned long long flags)
+{
+    cuMemMap_fn f = REAL(cuMemMap);
+    NEED(f);
+    CUresult r = f(va, size, off, h, flags);
+    if (r != CUDA_SUCCESS || !L.have_memory)
+        return r;
+    pthread_mutex_lock(&vmu);
+    struct handle *e = find_handle(h);
+    /* a handle we did not charge (imported from another process) is not followed */
+    if (e && room((void **)&ms, &capm, nm, sizeof *ms) == 0) {
+        e->maps++;
+        ms[nm++] = (struct mapping){va, h};
+    }
+    pthread_mutex_unlock(&vmu);
+    return r;
+}
+
+/* Unmaps every mapping that starts in [va, va+size), as the driver does. */
+EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+    cuMemUnmap_fn f = REAL(cuMemUnmap);
+    NEED(f);
+    CUresult r = f(va, size);
+    if (r != CUDA_SUCCESS || !L.have_memory)
+        return r;
+    uint64_t freed = 0;
+    pthread_mutex_lock(&vmu);
+    for (size_t i = 0; i < nm;) {
+        if (ms[i].va < va || ms[i].va - va >= size) {
+            i++;
+            continue;
+        }
+        struct handle *e = find_handle(ms[i].h);
+        ms[i] = ms[--nm];
+        if (e && e->maps && --e->maps == 0 && e->released)
+            freed += drop_handle(e);
+    }
+    pthread_mutex_unlock(&vmu);
+    gs_uncharge(freed);
+    return r;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
+{
+    cuMemRelease_fn f = REAL(cuMemRelease);
+    NEED(f);
+    CUresult r = f(h);
+    if (r != CUDA_SUCCESS || !L.have_memory)
+        return r;
+    uint64_t freed = 0;
+    pthread_mutex_lock(&vmu);
+    struct handle *e = find_handle(h);
+    if (e && !e->released) {
+        e->released = 1;
+        if (e->maps == 0)
+            freed = drop_handle(e);
+    }
+    pthread_mutex_unlock(&vmu);
+    gs_uncharge(freed);
+    return r;
+}
+
+/* ---- stream-ordered pools --------------------------------------------- */
+
+enum {
+    ATTR_RESERVED_MEM_CURRENT = 5,       /* CUmemPool_attribute */
+    ATTR_USED_MEM_CURRENT = 7,
+    ATTR_GRAPH_RESERVED_MEM_CURRENT = 2, /* CUgraphMem_attribute */
+};
+#define MAX_POOLS 64
+
+static struct { CUmemoryPool p; uint64_t charged; } pools[MAX_POOLS];
+static int npools;
+static pthread_mutex_t pmu = PTHREAD_MUTEX_INITIALIZER;
+
+typedef CUresult (*attr_fn)(CUmemoryPool, int, void *);
+typedef CUresult (*trim_fn)(CUmemoryPool, size_t);
+typedef CUresult (*getdev_fn)(CUdevice *);
+typedef CUresult (*devpool_fn)(CUmemoryPool *, CUdevice);
+typedef CUresult (*graph_attr_fn)(CUdevice, int, void *);
+typedef CUresult (*graph_trim_fn)(CUdevice);
+
+/* Driver functions called, not intercepted: looked up once. */
+static attr_fn pool_attr;
+static trim_fn pool_trim;
+static getdev_fn ctx_dev;
+static devpool_fn dev_pool;
+static graph_attr_fn graph_attr;
+static graph_trim_fn graph_trim;
+static pthread_once_t syms_once = PTHREAD_ONCE_INIT;
+
+static void load_syms(void)
+{
+    pool_attr = (attr_fn)gs_driver_sym("cuMemPoolGetAttribute");
+    pool_trim = (trim_fn)gs_driver_sym("cuMemPoolTrimTo");
+    ctx_dev = (getdev_fn)gs_driver_sym("cuCtxGetDevice");
+    dev_pool = (devpool_fn)gs_driver_sym("cuDeviceGetMemPool");
+    graph_attr = (graph_attr_fn)gs_driver_sym("cuDeviceGetGraphMemAttribute");
+    graph_trim = (graph_trim_fn)gs_driver_sym("cuDeviceGraphMemTrim");
+}
+
+/* The pool cuMemAllocAsync takes from: the current device's; NULL when the
+ * driver cannot say (then the allocation is charged by its size). */
+static CUmemoryPool current_pool(void)
+{
+    CUdevice d;
+    CUmemoryPool p = NULL;
+    if (!ctx_dev || !dev_pool || ctx_dev(&d) != CUDA_SUCCESS || dev_pool(&p, d) != CUDA_SUCCESS)
+        return NULL;
+    return p;
+}
+
+/* Under pmu: the pool's entry, added if new; -1 when the table is full. */
+static int pool_index(CUmemoryPool p)
+{
+    for (int i = 0; i < npools; i++)
+        if (pools[i].p == p)
+            return i;
+    if (npools == MAX_POOLS)
+        return -1;
+    pools[npools].p = p;
+    pools[npools].charged = 0;
+    return npools++;
+}
+
+/* Under pmu: the pool's charge becomes what it reserves; ahead is what an
+ * allocation from it was charged before the call. A pool the driver no
+ * longer knows (destroyed) reserves nothing. Settled after the fact, so a
+ * pool that reserves more than it was charged ahead (fragmentation) can
+ * take the use a little over the cap until the next trim. */
+static void settle(int i, uint64_t ahead)
+{
+    unsigned long long reserved = 0;
+    if (!pool_attr || pool_attr(pools[i].p, ATTR_RESERVED_MEM_CURRENT, &reserved) != CUDA_SUCCESS)
+        reserved = 0;
+    uint64_t have = pools[i].charged + ahead;
+    if (reserved > have)
+        gs_region_force_charge(reserved - have);
+    else
+        gs_region_uncharge(have - reserved);
+    pools[i].charged = reserved;
+}
+
+/* Graph memory: set once this process may hold some (it added a node or
+ * allocated from a pool); its charge, under pmu. */
+static int graph_mem;
+static uint64_t graph_charged;
+
+/* Under pmu: the charge for graph memory becomes the device's graph reserve
+ * (the current device's; kept as it is when the driver cannot say). */
+static void settle_graph(int trim)
+{
+    CUdevice d;
+    unsigned long long v = 0;
+    if (!__atomic_load_n(&graph_mem, __ATOMIC_RELAXED) || !ctx_dev || !graph_attr ||
+        ctx_dev(&d) != CUDA_SUCCESS)
+        return;
+    if (trim && graph_trim)
+        graph_trim(d);
+    if (graph_attr(d, ATTR_GRAPH_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
+        return;
+    if (v > graph_charged)
+        gs_region_force_charge(v - graph_charged);
+    else
+        gs_region_uncharge(graph_charged - v);
+    graph_charged = v;
+}
+
+void gs_settle_graph(void)
+{
+    if (!__atomic_load_n(&graph_mem, __ATOMIC_RELAXED))
+        return;
+    pthread_mutex_lock(&pmu);
+    settle_graph(0);
+    pthread_mutex_unlock(&pmu);
+}
+
+void gs_settle_reserved(void)
+{
+    if (!L.have_memory)
+        return;
+    pthread_mutex_lock(&pmu);
+    for (int i = 0; i < npools; i++)
+        settle(i, 0);
+    settle_graph(0);
+    pthread_mutex_unlock(&pmu);
+}
+
+int gs_trim_reserved(void)
+{
+    pthread_once(&syms_once, load_syms);
+    int trimmed = 0;
+    pthread_mutex_lock(&pmu);
+    for (int i = 0; i < npools; i++) {
+        uint64_t before = pools[i].charged;
+        if (pool_trim)
+            pool_trim(pools[i].p, 0);
+        settle(i, 0);
+        trimmed |= pools[i].charged < before;
+    }
+    uint64_t before = graph_charged;
+    settle_graph(1);
+    trimmed |= graph_charged < before;
+    pthread_mutex_unlock(&pmu);
+    return trimmed;
+}
+
+/* Charge ahead (pool p, or the current one when cur), call, settle. */
+#define POOL_ALLOC(pool, cur, call)                                          \
+    do {                                                                     \
+        if (!L.have_memory)                                                  \
+            return (call);                                                   \
+        pthread_once(&syms_once, load_syms);                                 \
+        __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED); /* capture? */    \
+        CUmemoryPool p_ = (cur) ? current_pool() : (pool);                   \
+        uint64_t a_ = ahead_of(p_, n);                                       \
+        if (gs_charge(a_) != CUDA_SUCCESS)                                   \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                 \
+        CUresult r_ = (call);                                                \
+        return pool_settle_alloc(r_, p_, dptr, a_);                          \
+    } while (0)
+
+/* What an allocation of n bytes from pool p may add to its reserve: what
+ * its idle reserve (reserved less used) cannot cover; n when unknown. */
+static uint64_t ahead_of(CUmemoryPool p, size_t n)
+{
+    unsigned long long res = 0, use = 0;
+    if (!p || !pool_attr || pool_attr(p, ATTR_RESERVED_MEM_CURRENT, &res) != CUDA_SUCCESS ||
+        pool_attr(p, ATTR_USED_MEM_CURRENT, &use) != CUDA_SUCCESS || use > res)
+        return n;
+    return n > res - use ? n - (res - use) : 0;
+}
+
+/* ahead: what the allocation was charged before the call. */
+static CUresult pool_settle_alloc(CUresult r, CUmemoryPool p, CUdeviceptr *dptr, uint64_t n)
+{
+    int i = -1;
+    if (p) {
+        pthread_mutex_lock(&pmu);
+        if ((i = pool_index(p)) >= 0)
+            settle(i, n);
+        pthread_mutex_unlock(&pmu);
+    }
+    if (i >= 0) {
+        if (r == CUDA_SUCCESS)
+            gs_track_add(GS_POOLPTR, *dptr, (uint64_t)(uintptr_t)p);
+    } else if (r == CUDA_SUCCESS) {
+        gs_track_add(GS_PTR, *dptr, n); /* pool unknown: keeps its charge */
+    } else {
+        gs_uncharge(n);
+    }
+    return r;
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t n, CUstream s)
+{
+    cuMemAllocAsync_fn f = REAL(cuMemAllocAsync);
+    NEED(f);
+    POOL_ALLOC(NULL, 1, f(dptr, n, s));
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t n, CUstream s)
+{
+    cuMemAllocAsync_ptsz_fn f = REAL(cuMemAllocAsync_ptsz);
+    NEED(f);
+    POOL_ALLOC(NULL, 1, f(dptr, n, s));
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t n, CUmemoryPool p, CUstream s)
+{
+    cuMemAllocFromPoolAsync_fn f = REAL(cuMemAllocFromPoolAsync);
+    NEED(f);
+    POOL_ALLOC(p, 0, f(dptr, n, p, s));
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t n, CUmemoryPool p, CUstream s)
+{
+    cuMemAllocFromPoolAsync_ptsz_fn f = REAL(cuMemAllocFromPoolAsync_ptsz);
+    NEED(f);
+    POOL_ALLOC(p, 0, f(dptr, n, p, s));
+}
+
+/* After the free of a pool's allocation (gpushare_cuda.c): the pool
+ * settles, what it keeps reserved stays charged. */
+CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool)
+{
+    if (r != CUDA_SUCCESS) {
+        gs_track_add(GS_POOLPTR, p, pool); /* refused: still live */
+        return r;
+    }
+    pthread_mutex_lock(&pmu);
+    int i = pool_index((CUmemoryPool)(uintptr_t)pool);
+    if (i >= 0)
+        settle(i, 0);
+    pthread_mutex_unlock(&pmu);
+    return r;
+}
+
+/* ---- graph memory nodes ----------------------------------------------- */
+
+typedef struct {
+    char poolProps[88]; /* CUmemPoolProps */
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr; /* out */
+} CUDA_MEM_ALLOC_NODE_PARAMS;
+typedef CUresult (*cuGraphAddMemAllocNode_fn)(void **, void *, const void *, size_t,
+                                              CUDA_MEM_ALLOC_NODE_PARAMS *);
+
+/* The node's memory must fit beside what is charged now: checked, not
+ * charged (a launch allocates it; from then on the graph reserve is). */
+EXPORT CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps,
+                                       CUDA_MEM_ALLOC_NODE_PARAMS *p)
+{
+    cuGraphAddMemAllocNode_fn f = REAL(cuGraphAddMemAllocNode);
+    NEED(f);
+    if (L.have_memory && p) {
+        pthread_once(&syms_once, load_syms);
+        __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED);
+        if (gs_charge(p->bytesize) != CUDA_SUCCESS)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        gs_uncharge(p->bytesize);
+    }
+    return f(node, graph, deps, ndeps, p);
+}
+
+static void after_fork_child(void)
+{
+    hs = NULL; /* the parent's copies leak in the child: fork-safe */
+    ms = NULL;
+    nh = caph = nm = capm = 0;
+    npools = 0;
+    graph_mem = 0;
+    graph_charged = 0;
+    pthread_mutex_init(&vmu, NULL);
+    pthread_mutex_init(&pmu, NULL);
+}
+
+__attribute__((constructor)) static void vmm_init(void)
+{
+    pthread_atfork(NULL, NULL, after_fork_child);
+}

@@ -1,0 +1,378 @@
+/* Included at the end of fakecuda.c (one translation unit: it shares the
+ * fake device memory, `live`, `used`, `total` and `mu`). Memory the real
+ * driver keeps after the program let it go, as the driver documents it:
+ *
+ *   - VMM handles (cuMemCreate): the physical memory is freed "when all
+ *     outstanding mappings to the memory are unmapped and when all
+ *     outstanding references to the handle ... are also released"
+ *     (cuMemRelease, cuMemUnmap): a reference count of one for the handle
+ *     and one per mapping, in either order.
+ *   - Stream-ordered pools (cuMemAllocAsync, cuMemAllocFromPoolAsync): a
+ *     free returns memory to its pool, which keeps up to its release
+ *     threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, default 0) reserved and
+ *     gives the rest back at the next synchronization; here at the free, as
+ *     if the stream synchronized then. An allocation reuses the pool's idle
+ *     reserve first. cuMemPoolTrimTo gives idle reserve back; the
+ *     reserved and used figures are the pool's attributes.
+ *   - Graph memory (cuGraphAddMemAllocNode): the node gets a virtual
+ *     address when added; the physical memory comes from the device's
+ *     graph pool when the graph is launched (kept for later launches), and
+ *     the device's reserve is CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT.
+ *     fakevmm_graph_launch is what a graph launch calls (testdata/
+ *     fakecapture.c's cuGraphLaunch; the tests call it directly).
+ */
+
+/* ---- VMM handles -------------------------------------------------------- */
+
+#define MAXH 4096
+static struct { uint64_t h; uint32_t refs; int released; } handles[MAXH];
+static struct { uint64_t va, h; } vmaps[MAXH];
+static uint64_t next_va = 0x7f0000000000ull;
+
+/* Under mu: drops one reference of handle slot i; the handle to free (its
+ * last reference gone) or 0. */
+static uint64_t unref(int i)
+{
+    if (--handles[i].refs)
+        return 0;
+    uint64_t h = handles[i].h;
+    handles[i].h = 0;
+    return h;
+}
+
+static int handle_slot(uint64_t h)
+{
+    for (int i = 0; i < MAXH; i++)
+        if (h && handles[i].h == h)
+            return i;
+    return -1;
+}
+
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f)
+{
+    (void)prop;
+    (void)f;
+    CUresult r = fake_alloc(h, n); /* the handle's value is a fake address */
+    if (r)
+        return r;
+    pthread_mutex_lock(&mu);
+    int i;
+    for (i = 0; i < MAXH && handles[i].h; i++)
+        ;
+    if (i < MAXH) {
+        handles[i].h = *h;
+        handles[i].refs = 1; /* the handle's own reference */
+        handles[i].released = 0;
+    }
+    pthread_mutex_unlock(&mu);
+    if (i == MAXH)
+        fake_free(*h);
+    return i < MAXH ? 0 : 2;
+}
+
+CUresult cuMemRelease(unsigned long long h)
+{
+    uint64_t gone = 0;
+    pthread_mutex_lock(&mu);
+    int i = handle_slot(h);
+    if (i >= 0 && !handles[i].released) {
+        handles[i].released = 1;
+        gone = unref(i);
+    }
+    pthread_mutex_unlock(&mu);
+    if (gone)
+        fake_free(gone);
+    return i >= 0 ? 0 : 1;
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                             unsigned long long f)
+{
+    (void)align;
+    (void)addr;
+    (void)f;
+    pthread_mutex_lock(&mu);
+    *p = next_va;
+    next_va += (size + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr p, size_t size) { (void)p; (void)size; return 0; }
+
+/* A released handle cannot be mapped again (it is no longer the program's). */
+CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long long h,
+                  unsigned long long f)
+{
+    (void)size;
+    (void)off;
+    (void)f;
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    int i = handle_slot(h);
+    for (int m = 0; i >= 0 && !handles[i].released && m < MAXH; m++) {
+        if (!vmaps[m].va) {
+            vmaps[m].va = va;
+            vmaps[m].h = h;
+            handles[i].refs++;
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* Every mapping that starts in [va, va+size). */
+CUresult cuMemUnmap(CUdeviceptr va, size_t size)
+{
+    uint64_t gone[MAXH];
+    int ng = 0, found = 0;
+    pthread_mutex_lock(&mu);
+    for (int m = 0; m < MAXH; m++) {
+        if (!vmaps[m].va || vmaps[m].va < va || vmaps[m].va - va >= size)
+            continue;
+        int i = handle_slot(vmaps[m].h);
+        uint64_t g = i >= 0 ? unref(i) : 0;
+        if (g)
+            gone[ng++] = g;
+        vmaps[m].va = 0;
+        found = 1;
+    }
+    pthread_mutex_unlock(&mu);
+    for (int k = 0; k < ng; k++)
+        fake_free(gone[k]);
+    return found ? 0 : 1;
+}
+
+/* ---- stream-ordered pools ----------------------------------------------- */
+
+enum { F_POOL = 4, MAXP = 16 }; /* live[].flags: F_POOL | pool index << 8 */
+static struct { int live; uint64_t reserved, used, threshold; } pools[MAXP] = {{1, 0, 0, 0}};
+
+static void *pool_handle(int i) { return (void *)(uintptr_t)(0x1000 + i); }
+
+/* The pool's index; NULL is the device's (the tests' cuprog passes NULL). */
+static int pool_of(void *p)
+{
+    uintptr_t i = p ? (uintptr_t)p - 0x1000 : 0;
+    return i < MAXP && pools[i].live ? (int)i : -1;
+}
+
+static CUresult pool_alloc(int pi, CUdeviceptr *out, size_t n)
+{
+    if (!out || !n || pi < 0)
+        return 1;
+    CUresult r = 2;
+    pthread_mutex_lock(&mu);
+    init_total();
+    uint64_t idle = pools[pi].reserved - pools[pi].used;
+    uint64_t grow = n > idle ? n - idle : 0;
+    for (int i = 0; grow <= total - used && i < MAXA; i++) {
+        if (!live[i].addr) {
+            live[i].addr = next_addr;
+            live[i].size = n;
+            live[i].flags = F_POOL | (unsigned)pi << 8;
+            *out = next_addr;
+            next_addr += (n + 255) / 256 * 256 + 256;
+            used += grow;
+            pools[pi].reserved += grow;
+            pools[pi].used += n;
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* Under mu, from fake_free: what the device gets back when an allocation
+ * of size bytes is freed; a pool keeps up to its threshold. */
+static uint64_t fakevmm_freed(unsigned flags, uint64_t size)
+{
+    if (!(flags & F_POOL))
+        return size;
+    int pi = (int)(flags >> 8);
+    pools[pi].used -= size;
+    uint64_t keep = pools[pi].reserved < pools[pi].threshold ? pools[pi].reserved : pools[pi].threshold;
+    keep = keep > pools[pi].used ? keep : pools[pi].used;
+    uint64_t back = pools[pi].reserved - keep;
+    pools[pi].reserved = keep;
+    return back;
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return pool_alloc(0, p, n); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return pool_alloc(0, p, n); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)s; return pool_alloc(pool_of(pl), p, n); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)s; return pool_alloc(pool_of(pl), p, n); }
+
+CUresult cuDeviceGetMemPool(void **p, int dev) { *p = pool_handle(0); return dev ? 101 : 0; }
+CUresult cuDeviceGetDefaultMemPool(void **p, int dev) { return cuDeviceGetMemPool(p, dev); }
+
+CUresult cuMemPoolCreate(void **p, const void *props)
+{
+    (void)props;
+    CUresult r = 2;
+    pthread_mutex_lock(&mu);
+    for (int i = 1; i < MAXP; i++) {
+        if (!pools[i].live) {
+            pools[i].live = 1;
+            pools[i].reserved = pools[i].used = pools[i].threshold = 0;
+            *p = pool_handle(i);
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* CUmemPool_attribute: 4 release threshold, 5 reserved, 7 used (cuuint64_t). */
+CUresult cuMemPoolSetAttribute(void *p, int attr, void *v)
+{
+    int i = pool_of(p);
+    if (i < 0 || !v)
+        return 1;
+    if (attr == 4) {
+        pthread_mutex_lock(&mu);
+        pools[i].threshold = *(uint64_t *)v;
+        pthread_mutex_unlock(&mu);
+    }
+    return 0;
+}
+
+CUresult cuMemPoolGetAttribute(void *p, int attr, void *v)
+{
+    int i = pool_of(p);
+    if (i < 0 || !v)
+        return 1;
+    pthread_mutex_lock(&mu);
+    uint64_t x = attr == 4 ? pools[i].threshold : attr == 5 ? pools[i].reserved : attr == 7 ? pools[i].used : 0;
+    pthread_mutex_unlock(&mu);
+    *(uint64_t *)v = x;
+    return 0;
+}
+
+/* Gives idle reserve back until the pool holds at most keep (never what
+ * its live allocations use). */
+CUresult cuMemPoolTrimTo(void *p, size_t keep)
+{
+    int i = pool_of(p);
+    if (i < 0)
+        return 1;
+    pthread_mutex_lock(&mu);
+    uint64_t k = keep > pools[i].used ? keep : pools[i].used;
+    if (pools[i].reserved > k) {
+        used -= pools[i].reserved - k;
+        pools[i].reserved = k;
+    }
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* ---- graph memory --------------------------------------------------------- */
+
+typedef struct {
+    char poolProps[88]; /* CUmemPoolProps */
+    const void *accessDescs;
+    size_t accessDescCount;
+    size_t bytesize;
+    CUdeviceptr dptr; /* out */
+} MEM_ALLOC_NODE_PARAMS;
+
+#define MAXN 1024
+static struct { void *graph; uint64_t bytes; int backed; } gnodes[MAXN];
+static int ngnodes;
+static uint64_t graph_reserved;
+
+CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps,
+                                MEM_ALLOC_NODE_PARAMS *p)
+{
+    (void)deps;
+    (void)ndeps;
+    if (!node || !p || !p->bytesize)
+        return 1;
+    pthread_mutex_lock(&mu);
+    CUresult r = 2;
+    if (ngnodes < MAXN) {
+        gnodes[ngnodes].graph = graph;
+        gnodes[ngnodes].bytes = p->bytesize;
+        gnodes[ngnodes].backed = 0;
+        *node = (void *)(uintptr_t)(0x100000 + ngnodes++);
+        p->dptr = next_va; /* virtual only, until a launch */
+        next_va += (p->bytesize + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+        r = 0;
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* A free node returns memory to the graph pool, which keeps it reserved. */
+CUresult cuGraphAddMemFreeNode(void **node, void *graph, const void *deps, size_t ndeps,
+                               CUdeviceptr dptr)
+{
+    (void)graph;
+    (void)deps;
+    (void)ndeps;
+    (void)dptr;
+    *node = (void *)(uintptr_t)0x200000;
+    return 0;
+}
+
+/* Not a driver call: what a launch of graph does to memory. Backs its
+ * allocation nodes from the device (CUDA_ERROR_OUT_OF_MEMORY when the
+ * device cannot), once: later launches reuse the reserve. */
+CUresult fakevmm_graph_launch(void *graph)
+{
+    uint64_t need = 0;
+    CUresult r = 0;
+    pthread_mutex_lock(&mu);
+    init_total();
+    for (int i = 0; i < ngnodes; i++)
+        if (gnodes[i].graph == graph && !gnodes[i].backed)
+            need += gnodes[i].bytes;
+    if (need > total - used) {
+        r = 2;
+    } else {
+        for (int i = 0; i < ngnodes; i++)
+            if (gnodes[i].graph == graph)
+                gnodes[i].backed = 1;
+        used += need;
+        graph_reserved += need;
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* CUgraphMem_attribute: 0 used, 2 reserved (current). Nothing here frees a
+ * graph (cuGraphDestroy is not modelled), so all of it stays in use. */
+CUresult cuDeviceGetGraphMemAttribute(int dev, int attr, void *v)
+{
+    if (dev || !v)
+        return 1;
+    pthread_mutex_lock(&mu);
+    *(uint64_t *)v = attr == 0 || attr == 2 ? graph_reserved : 0;
+    pthread_mutex_unlock(&mu);
+    return 0;
+}
+
+/* Releases graph memory no graph holds: none here (above). */
+CUresult cuDeviceGraphMemTrim(int dev) { return dev ? 1 : 0; }
+
+/* cuGetProcAddress's names for this file's functions. */
+#define FV(n) {#n, (void *)n}
+static const struct { const char *name; void *fn; } vmm_table[] = {
+    FV(cuMemCreate), FV(cuMemRelease), FV(cuMemAddressReserve), FV(cuMemAddressFree),
+    FV(cuMemMap), FV(cuMemUnmap), FV(cuDeviceGetMemPool), FV(cuDeviceGetDefaultMemPool),
+    FV(cuMemPoolCreate), FV(cuMemPoolSetAttribute), FV(cuMemPoolGetAttribute),
+    FV(cuMemPoolTrimTo), FV(cuGraphAddMemAllocNode), FV(cuGraphAddMemFreeNode),
+    FV(cuDeviceGetGraphMemAttribute), FV(cuDeviceGraphMemTrim),
+};
+
+static void *fakevmm_find(const char *n)
+{
+    for (size_t i = 0; i < sizeof vmm_table / sizeof vmm_table[0]; i++)
+        if (strcmp(vmm_table[i].name, n) == 0)
+            return vmm_table[i].fn;
+    return NULL;
+}
