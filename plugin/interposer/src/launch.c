@@ -11,9 +11,12 @@
  *              atomic adds into the channel, never a wait;
  *   M_PACE     compute_pct < 100, or opportunistic: under one mutex (the
  *              pacer is not thread-safe), harvest the measured run times of
- *              finished kernels, wait (nanosleep, the mutex released) until
- *              the pacer's debt is paid, then launch between two CUDA events
- *              from a fixed pool, on the kernel's own stream.
+ *              finished kernels (polled, never waited for), wait (nanosleep,
+ *              the mutex released) until the pacer's debt is paid, then
+ *              launch between two CUDA events from the launch context's
+ *              pool, on the kernel's own stream. A launch into a stream
+ *              being captured runs nothing: it passes straight through; a
+ *              graph launch (cuGraphLaunch) is paced by its measured time.
  * No path allocates or calls getenv; only M_PACE locks. */
 #define _GNU_SOURCE
 #include "gpushare.h"
@@ -34,6 +37,8 @@
 /* The launch API's own driver types (CUDA 12 cuda.h layouts, 64-bit). */
 typedef void *CUfunction;
 typedef void *CUevent;
+typedef void *CUcontext;
+typedef void *CUgraphExec;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* only passed through */
 typedef struct {
     unsigned gridDimX, gridDimY, gridDimZ;
@@ -45,6 +50,7 @@ typedef struct {
 } CUlaunchConfig;
 
 enum { CUDA_ERROR_NOT_READY = 600 };
+enum { CAPTURE_NONE = 0, CAPTURE_MODE_RELAXED = 2 }; /* CUstreamCaptureStatus, CUstreamCaptureMode */
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 typedef CUresult (*cuLaunchKernel_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned,
@@ -56,15 +62,22 @@ typedef CUresult (*cuLaunchCooperativeKernel_fn)(CUfunction, unsigned, unsigned,
                                                  unsigned, unsigned, unsigned, unsigned,
                                                  CUstream, void **);
 typedef cuLaunchCooperativeKernel_fn cuLaunchCooperativeKernel_ptsz_fn;
+typedef CUresult (*cuGraphLaunch_fn)(CUgraphExec, CUstream);
+typedef cuGraphLaunch_fn cuGraphLaunch_ptsz_fn;
 
-/* The event calls: not intercepted (no hook of ours in front of them), found
- * in the real driver at setup. */
+/* The driver calls a paced launch makes: not intercepted (no hook of ours
+ * in front of them), found in the real driver at setup. The last three may
+ * be missing (an old driver): then no capture is seen, and the events are
+ * the first paced context's. */
 static struct {
     CUresult (*create)(CUevent *, unsigned);
+    CUresult (*destroy)(CUevent);
     CUresult (*record)(CUevent, CUstream);
     CUresult (*query)(CUevent);
-    CUresult (*sync)(CUevent);
     CUresult (*elapsed)(float *, CUevent, CUevent);
+    CUresult (*capturing)(CUstream, int *);  /* cuStreamIsCapturing */
+    CUresult (*exchange)(int *);             /* cuThreadExchangeStreamCaptureMode */
+    CUresult (*current)(CUcontext *);        /* cuCtxGetCurrent */
 } ev;
 
 /* The channel file the plugin creates per GPU (plugin/limits.go): the
@@ -79,7 +92,8 @@ static int mode; /* written once, by setup (release), read by every launch */
 #define WINDOW_NS (100 * MS)  /* the pacer's credit window and the TGS window */
 #define IDLE_NS (50 * MS)     /* a production gap longer than this is idle */
 #define MAX_SLEEP_NS (20 * MS) /* a long wait is re-decided at least this often */
-#define POOL 64               /* event pairs: kernels measured in flight at most */
+#define POOL 64               /* event pairs per context: measured in flight at most */
+#define CTXS 4                /* contexts with a pool of events at once */
 /* One launch in SAMPLE, chosen at random (no period for a workload to
  * alias with), is measured between two events; the others are charged the
  * measured mean run time, which the samples keep current. The driver's four
@@ -92,8 +106,9 @@ static int mode; /* written once, by setup (release), read by every launch */
 static struct gs_tgs_channel *chan;
 static struct gs_tgs_producer producer = {.idle_ns = IDLE_NS};
 
-/* M_PACE's state, under pace.mu. The pool's pairs form a ring of kernels
- * in flight, oldest at head. The pacer is the task's, in the usage region
+/* M_PACE's state, under pace.mu. Each context that launches paced work
+ * has a pool of event pairs (events belong to a context, and die with it),
+ * a ring of measured launches in flight, oldest at head. The pacer is the task's, in the usage region
  * shared by its processes (P, used between plock and punlock: the region's
  * robust mutex), so that a task of several processes is held to its share
  * in all, not each; without a region, this process's own (pace.pacer). */
@@ -116,9 +131,19 @@ static struct {
     struct gs_tgs tgs;
     uint32_t base;  /* the share without production present: compute_pct */
     int tgs_on;     /* opportunistic with a channel */
-    CUevent start[POOL], end[POOL];
-    uint64_t charged[POOL];
-    unsigned head, n;
+    struct pool {
+        int made;      /* the events exist, in ctx */
+        CUcontext ctx;
+        uint64_t used; /* the last launch that used it: the least recent goes */
+        CUevent start[POOL], end[POOL];
+        uint64_t charged[POOL];
+        uint8_t graph[POOL]; /* a graph launch: not a kernel's run time */
+        unsigned head, n;
+    } pools[CTXS];
+    uint64_t launches;
+    uint64_t graph_est;   /* mean measured graph launch (EWMA, 1/8) */
+    uint64_t unpriced[2]; /* launches charged 0 for want of a mean: kernels, graphs */
+    int gave_up;          /* the ring stayed full with no mean for a window */
     uint32_t rng; /* xorshift: which launches are measured */
 } pace = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
@@ -157,8 +182,77 @@ static struct gs_tgs_channel *open_channel(int writable)
     return c;
 }
 
-/* The real driver's event calls and the pool, in the context current at the
- * first paced launch. 0 on success. */
+/* Drops a pool: its events (those of a destroyed context fail, and are
+ * gone anyway) and its measurements in flight (they stay charged at the
+ * mean). */
+static void drop_pool(struct pool *p)
+{
+    for (int i = 0; p->made && i < POOL; i++) {
+        ev.destroy(p->start[i]);
+        ev.destroy(p->end[i]);
+    }
+    p->made = 0;
+    p->head = p->n = 0;
+}
+
+/* Makes p's events in the current context ctx. 0 on success. */
+static int make_events(struct pool *p, CUcontext ctx)
+{
+    drop_pool(p);
+    int i = 0;
+    for (; i < POOL; i++) {
+        if (ev.create(&p->start[i], 0) != CUDA_SUCCESS)
+            break;
+        if (ev.create(&p->end[i], 0) != CUDA_SUCCESS) {
+            ev.destroy(p->start[i]);
+            break;
+        }
+    }
+    if (i < POOL) {
+        while (i--) {
+            ev.destroy(p->start[i]);
+            ev.destroy(p->end[i]);
+        }
+        return -1;
+    }
+    p->made = 1;
+    p->ctx = ctx;
+    return 0;
+}
+
+/* The pool of the current context, made (the least recently used one
+ * dropped) if it has none; NULL when no events can be made. */
+static struct pool *pool_here(void)
+{
+    CUcontext ctx = NULL;
+    if (ev.current && ev.current(&ctx) != CUDA_SUCCESS)
+        ctx = NULL;
+    struct pool *p = &pace.pools[0];
+    for (int i = 0; i < CTXS; i++) {
+        struct pool *q = &pace.pools[i];
+        if (q->made && q->ctx == ctx) {
+            p = q;
+            goto found;
+        }
+        if (!q->made || q->used < p->used)
+            p = q;
+        if (!q->made)
+            break;
+    }
+    if (make_events(p, ctx) != 0)
+        return NULL;
+found:
+    p->used = ++pace.launches;
+    return p;
+}
+
+static void *driver_sym(void *h, const char *name)
+{
+    return dlsym(h, name); /* through our dlsym: names outside the hook table go to glibc's */
+}
+
+/* The real driver's calls and the pool of the context current at the first
+ * paced launch. 0 on success. */
 static int make_pool(void)
 {
     Dl_info info;
@@ -167,19 +261,18 @@ static int make_pool(void)
         h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
     if (!h)
         return -1;
-    /* through our dlsym: names outside the hook table go to glibc's */
-    *(void **)&ev.create = dlsym(h, "cuEventCreate");
-    *(void **)&ev.record = dlsym(h, "cuEventRecord");
-    *(void **)&ev.query = dlsym(h, "cuEventQuery");
-    *(void **)&ev.sync = dlsym(h, "cuEventSynchronize");
-    *(void **)&ev.elapsed = dlsym(h, "cuEventElapsedTime");
+    *(void **)&ev.create = driver_sym(h, "cuEventCreate");
+    *(void **)&ev.destroy = driver_sym(h, "cuEventDestroy_v2");
+    *(void **)&ev.record = driver_sym(h, "cuEventRecord");
+    *(void **)&ev.query = driver_sym(h, "cuEventQuery");
+    *(void **)&ev.elapsed = driver_sym(h, "cuEventElapsedTime");
+    *(void **)&ev.capturing = driver_sym(h, "cuStreamIsCapturing");
+    *(void **)&ev.exchange = driver_sym(h, "cuThreadExchangeStreamCaptureMode");
+    *(void **)&ev.current = driver_sym(h, "cuCtxGetCurrent");
     dlclose(h); /* RTLD_NOLOAD: drops only our reference */
-    if (!ev.create || !ev.record || !ev.query || !ev.sync || !ev.elapsed)
+    if (!ev.create || !ev.destroy || !ev.record || !ev.query || !ev.elapsed)
         return -1;
-    for (int i = 0; i < POOL; i++)
-        if (ev.create(&pace.start[i], 0) != CUDA_SUCCESS || ev.create(&pace.end[i], 0) != CUDA_SUCCESS)
-            return -1; /* those made are kept: a few events, once */
-    return 0;
+    return pool_here() ? 0 : -1;
 }
 
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
@@ -235,35 +328,107 @@ static void produce(void)
     gs_tgs_produce(chan, &producer, now_ns(), 1);
 }
 
-/* Feeds the pacer the run times of the finished kernels, oldest first,
- * without blocking; the caller holds pace.mu and plock. A measurement the driver will not give (an event of
- * another context, say) settles at what was charged. */
+/* This thread's capture interaction mode made relaxed (and back): the
+ * event queries below are "potentially unsafe" calls, which in global mode
+ * would invalidate a capture any thread of the process has under way (and
+ * in thread-local mode one of this thread's). They are safe here: they ask
+ * about our own events, on streams that are not capturing. */
+static int relaxed(void)
+{
+    int m = CAPTURE_MODE_RELAXED;
+    if (ev.exchange && ev.exchange(&m) != CUDA_SUCCESS)
+        m = -1;
+    return m;
+}
+static void restore(int m)
+{
+    if (ev.exchange && m >= 0)
+        ev.exchange(&m);
+}
+
+static uint64_t *est_of(int graph) { return graph ? &pace.graph_est : &P->est_ns; }
+
+/* Feeds the pacer the run times of the finished launches, oldest first per
+ * context, never waiting; the caller holds pace.mu and plock. A measurement
+ * the driver will not give (an event of a destroyed context) stays charged
+ * at what it was charged. Launches charged nothing for want of a mean are
+ * charged it once there is one. */
 static void harvest(void)
 {
-    while (pace.n) {
-        unsigned i = pace.head;
-        CUresult r = ev.query(pace.end[i]);
-        if (r == CUDA_ERROR_NOT_READY)
-            return;
-        float ms = 0;
-        uint64_t busy = pace.charged[i];
-        if (r == CUDA_SUCCESS && ev.elapsed(&ms, pace.start[i], pace.end[i]) == CUDA_SUCCESS && ms >= 0)
-            busy = (uint64_t)((double)ms * 1e6);
-        gs_pacer_done(P, pace.charged[i], busy);
-        pace.head = (i + 1) % POOL;
-        pace.n--;
+    int any = 0;
+    for (int c = 0; c < CTXS; c++)
+        any |= pace.pools[c].n != 0;
+    if (!any)
+        return;
+    int m = relaxed();
+    for (int c = 0; c < CTXS; c++) {
+        struct pool *p = &pace.pools[c];
+        while (p->n) {
+            unsigned i = p->head;
+            CUresult r = ev.query(p->end[i]);
+            if (r == CUDA_ERROR_NOT_READY)
+                break;
+            float ms = 0;
+            if (r == CUDA_SUCCESS && ev.elapsed(&ms, p->start[i], p->end[i]) == CUDA_SUCCESS && ms >= 0) {
+                uint64_t busy = (uint64_t)((double)ms * 1e6);
+                if (p->graph[i]) {
+                    gs_pacer_settle(P, p->charged[i], busy);
+                    pace.graph_est = pace.graph_est ? pace.graph_est + ((int64_t)busy - (int64_t)pace.graph_est) / 8 : busy;
+                } else {
+                    gs_pacer_done(P, p->charged[i], busy);
+                }
+            } else if (!p->charged[i]) {
+                pace.unpriced[p->graph[i]]++;
+            }
+            p->head = (i + 1) % POOL;
+            p->n--;
+        }
+    }
+    restore(m);
+    for (int g = 0; g < 2; g++) {
+        uint64_t e = *est_of(g);
+        if (e && pace.unpriced[g]) {
+            P->debt_ns += (int64_t)(e * pace.unpriced[g]);
+            pace.unpriced[g] = 0;
+        }
     }
 }
 
-/* Before a paced launch: returns with pace.mu held, the debt paid and the
- * start event recorded on the stream; *slot is the pair's index, or -1 when
- * the launch goes unmeasured (charged at the mean). */
-static void pace_before(CUstream s, int *slot, uint64_t *charged)
+/* Whether s is capturing (or its capture was invalidated): what is
+ * launched there does not run now, it is recorded into a graph. */
+static int capturing(CUstream s)
+{
+    int st = CAPTURE_NONE;
+    if (!ev.capturing)
+        return 0;
+    return ev.capturing(s, &st) != CUDA_SUCCESS || st != CAPTURE_NONE;
+}
+
+/* Before a paced launch (graph: a graph launch): returns with pace.mu
+ * held, the debt paid and the start event recorded on the stream; *pl and
+ * *slot name the pair, *slot -1 when the launch goes unmeasured (charged
+ * at the mean). Never waits on the GPU: its events are polled. */
+static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint64_t *charged)
 {
     pthread_mutex_lock(&pace.mu);
     uint64_t now;
-    if (pace.n == POOL) /* POOL kernels still running: wait for the oldest */
-        ev.sync(pace.end[pace.head]);
+    struct pool *p = pool_here();
+    /* No mean yet and the ring full: the launch cannot be priced; wait for
+     * the oldest, polled, the lock released, at most one window (it may
+     * wait for work submitted later: a stream wait, a collective). */
+    for (uint64_t waited = 0; p && p->n == POOL && !*est_of(graph) && !pace.gave_up; waited += MS) {
+        if (waited >= WINDOW_NS) {
+            pace.gave_up = 1;
+            break;
+        }
+        pthread_mutex_unlock(&pace.mu);
+        struct timespec ms = {0, (long)MS};
+        nanosleep(&ms, NULL);
+        pthread_mutex_lock(&pace.mu);
+        plock();
+        harvest();
+        punlock();
+    }
     for (;;) {
         /* one take of the task's pacer per launch (plock: the region's
          * mutex), none while sleeping */
@@ -276,7 +441,8 @@ static void pace_before(CUstream s, int *slot, uint64_t *charged)
         }
         uint64_t d = gs_pacer_delay(P, now);
         if (!d) {
-            *charged = gs_pacer_launch(P, now);
+            *charged = *est_of(graph);
+            gs_pacer_charge(P, now, *charged);
             punlock();
             break;
         }
@@ -287,34 +453,68 @@ static void pace_before(CUstream s, int *slot, uint64_t *charged)
         struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&pace.mu);
+        p = pool_here(); /* another thread may have dropped it meanwhile */
     }
     *slot = -1;
+    *pl = p;
     uint32_t x = pace.rng ? pace.rng : 0x9e3779b9u;
     x ^= x << 13, x ^= x >> 17, x ^= x << 5;
     pace.rng = x;
-    int measure = x % SAMPLE == 0 || __atomic_load_n(&P->est_ns, __ATOMIC_RELAXED) == 0;
-    if (measure && pace.n < POOL) {
-        unsigned i = (pace.head + pace.n) % POOL;
-        if (ev.record(pace.start[i], s) == CUDA_SUCCESS)
-            *slot = (int)i;
+    /* graph launches are all measured: they differ from one another */
+    int measure = graph || x % SAMPLE == 0 || *est_of(graph) == 0;
+    if (!measure || !p || p->n == POOL) {
+        if (!*charged)
+            pace.unpriced[graph]++;
+        return;
     }
+    unsigned i = (p->head + p->n) % POOL;
+    CUresult r = ev.record(p->start[i], s);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
+        /* the context was reset (same handle, its events gone): new ones */
+        if (make_events(p, p->ctx) == 0)
+            i = p->head, r = ev.record(p->start[i], s);
+        else
+            *pl = NULL;
+    }
+    if (r == CUDA_SUCCESS)
+        *slot = (int)i;
+    else if (!*charged)
+        pace.unpriced[graph]++;
 }
 
 /* After it: the end event, and pace.mu released. A launch the driver refused
  * ran nothing: its charge is taken back. */
-static void pace_after(CUstream s, int slot, uint64_t charged, CUresult r)
+static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t charged, CUresult r)
 {
     if (r != CUDA_SUCCESS) {
         plock();
         P->debt_ns -= (int64_t)charged;
         punlock();
-    }
-    else if (slot >= 0 && ev.record(pace.end[slot], s) == CUDA_SUCCESS) {
-        pace.charged[slot] = charged;
-        pace.n++;
+    } else if (slot >= 0 && ev.record(p->end[slot], s) == CUDA_SUCCESS) {
+        p->charged[slot] = charged;
+        p->graph[slot] = (uint8_t)graph;
+        p->n++;
+    } else if (!charged) {
+        pace.unpriced[graph]++;
     }
     pthread_mutex_unlock(&pace.mu);
 }
+
+/* A paced launch (graph: of a graph) on s; not paced when s is capturing:
+ * nothing runs then (the graph's launches are paced, by what they run),
+ * and event calls there would be recorded into the graph or invalidate it. */
+#define PACED(graph, s, call)                                                   \
+    do {                                                                        \
+        if (capturing(s))                                                       \
+            return call;                                                        \
+        struct pool *pl_;                                                       \
+        int slot_;                                                              \
+        uint64_t charged_;                                                      \
+        pace_before(s, graph, &pl_, &slot_, &charged_);                         \
+        CUresult r_ = call;                                                     \
+        pace_after(s, graph, pl_, slot_, charged_, r_);                         \
+        return r_;                                                              \
+    } while (0)
 
 /* One hook: the exported function is the whole path of a task without a
  * compute limit (a load of mode and of the real function, a tail call);
@@ -340,12 +540,7 @@ static void pace_after(CUstream s, int slot, uint64_t charged, CUresult r)
         CUstream s_ = (stream);                                                 \
         if ((ptsz) && s_ == NULL)                                               \
             s_ = CU_STREAM_PER_THREAD;                                          \
-        int slot_;                                                              \
-        uint64_t charged_;                                                      \
-        pace_before(s_, &slot_, &charged_);                                     \
-        CUresult r_ = real args;                                                \
-        pace_after(s_, slot_, charged_, r_);                                    \
-        return r_;                                                              \
+        PACED(GRAPH_##name, s_, real args);                                     \
     }                                                                           \
     EXPORT CUresult name params                                                 \
     {                                                                           \
@@ -354,6 +549,11 @@ static void pace_after(CUstream s, int slot, uint64_t charged, CUresult r)
             return real args;                                                   \
         return name##_slow args;                                                \
     }
+
+/* which hooks launch graphs */
+enum { GRAPH_cuLaunchKernel = 0, GRAPH_cuLaunchKernel_ptsz = 0, GRAPH_cuLaunchKernelEx = 0,
+       GRAPH_cuLaunchKernelEx_ptsz = 0, GRAPH_cuLaunchCooperativeKernel = 0,
+       GRAPH_cuLaunchCooperativeKernel_ptsz = 0, GRAPH_cuGraphLaunch = 1, GRAPH_cuGraphLaunch_ptsz = 1 };
 
 #define KPARAMS(tail)                                                           \
     (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
@@ -369,3 +569,5 @@ LAUNCH_HOOK(cuLaunchKernelEx, 0, cfg ? cfg->hStream : NULL,
             (const CUlaunchConfig *cfg, CUfunction f, void **kp, void **extra), (cfg, f, kp, extra))
 LAUNCH_HOOK(cuLaunchKernelEx_ptsz, 1, cfg ? cfg->hStream : NULL,
             (const CUlaunchConfig *cfg, CUfunction f, void **kp, void **extra), (cfg, f, kp, extra))
+LAUNCH_HOOK(cuGraphLaunch, 0, hs, (CUgraphExec g, CUstream hs), (g, hs))
+LAUNCH_HOOK(cuGraphLaunch_ptsz, 1, hs, (CUgraphExec g, CUstream hs), (g, hs))

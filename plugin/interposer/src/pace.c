@@ -70,13 +70,26 @@ uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now)
     return ((uint64_t)p->debt_ns * GS_SHARE_FULL + p->share - 1) / p->share;
 }
 
+void gs_pacer_charge(struct gs_pacer *p, uint64_t now, uint64_t ns)
+{
+    if (p->share >= GS_SHARE_FULL)
+        return;
+    earn(p, now);
+    p->debt_ns += (int64_t)ns;
+}
+
 uint64_t gs_pacer_launch(struct gs_pacer *p, uint64_t now)
 {
     if (p->share >= GS_SHARE_FULL)
         return 0;
-    earn(p, now);
-    p->debt_ns += (int64_t)p->est_ns;
+    gs_pacer_charge(p, now, p->est_ns);
     return p->est_ns;
+}
+
+void gs_pacer_settle(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns)
+{
+    if (p->share < GS_SHARE_FULL)
+        p->debt_ns += (int64_t)busy_ns - (int64_t)charged_ns;
 }
 
 void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns)

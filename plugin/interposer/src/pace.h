@@ -39,6 +39,10 @@ uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now);
 uint64_t gs_pacer_launch(struct gs_pacer *p, uint64_t now);
 /* A kernel finished: busy_ns is its measured run time on the GPU. */
 void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns);
+/* Work other than one kernel (a graph launch): charged ns now, settled on
+ * its measured busy_ns later; neither touches the kernels' mean. */
+void gs_pacer_charge(struct gs_pacer *p, uint64_t now, uint64_t ns);
+void gs_pacer_settle(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns);
 
 /* ---- TGS: production's throughput, opportunistic's rate ---------------
  *

@@ -64,17 +64,13 @@ static CUresult fake_alloc(unsigned long long *out, uint64_t n)
     return r;
 }
 
-/* testdata/fakevmm.c, included at the end */
-static uint64_t fakevmm_freed(unsigned flags, uint64_t size);
-static void *fakevmm_find(const char *name);
-
 static CUresult fake_free(uint64_t a)
 {
     CUresult r = 1;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAXA; i++) {
         if (a && live[i].addr == a) {
-            used -= fakevmm_freed(live[i].flags, live[i].size); /* a pool keeps some */
+            used -= live[i].size;
             live[i].addr = 0;
             r = 0;
             break;
@@ -91,16 +87,15 @@ int gs_probe(void) { return 1; }
 
 CUresult cuInit(unsigned f) { (void)f; init_total(); return 0; }
 CUresult cuDeviceGet(int *d, int ord) { if (ord != 0) return 101; *d = 0; return 0; }
-CUresult cuCtxCreate_v2(void **c, unsigned f, int d) { (void)f; (void)d; *c = (void *)1; return 0; }
+CUresult cuCtxCreate_v2(void **c, unsigned f, int d); /* testdata/fakecapture.c */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return fake_alloc(p, n); }
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f);
-/* pools and VMM handles: testdata/fakevmm.c */
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s);
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s);
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s);
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s);
-CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f);
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) { (void)prop; (void)f; return fake_alloc(h, n); }
 
 /* pitch aligned to 256 bytes: less than the interposer's 512-byte estimate */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e)
@@ -132,7 +127,7 @@ CUresult cuArray3DCreate_v2(void **a, const AD3 *d)
 CUresult cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
 CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return fake_free(p); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return fake_free(p); }
-CUresult cuMemRelease(unsigned long long h);
+CUresult cuMemRelease(unsigned long long h) { return fake_free(h); }
 CUresult cuArrayDestroy(void *a) { return fake_free((uintptr_t)a); }
 
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
@@ -184,7 +179,7 @@ static void *find(const char *n)
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, n) == 0)
             return table[i].fn;
-    return fakevmm_find(n);
+    return NULL;
 }
 
 /* Like the driver: a base name, the caller's version and flags pick the
@@ -295,4 +290,4 @@ uint64_t fakecuda_managed(uint64_t *preferred)
     return m;
 }
 
-#include "fakevmm.c"
+#include "fakecapture.c" /* streams, capture, graphs, stream waits, contexts */

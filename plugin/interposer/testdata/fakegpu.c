@@ -154,15 +154,56 @@ typedef struct {
               unsigned shmem, CUstream s, void **kp
 #define UNUSED (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem, (void)s, (void)kp
 
-CUresult cuLaunchKernel(KARGS, void **extra) { UNUSED, (void)extra; return submit(f); }
-CUresult cuLaunchKernel_ptsz(KARGS, void **extra) { UNUSED, (void)extra; return submit(f); }
-CUresult cuLaunchCooperativeKernel(KARGS) { UNUSED; return submit(f); }
-CUresult cuLaunchCooperativeKernel_ptsz(KARGS) { UNUSED; return submit(f); }
-CUresult cuLaunchKernelEx(const Config *c, void *f, void **kp, void **extra) { (void)c, (void)kp, (void)extra; return submit(f); }
-CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **kp, void **extra) { (void)c, (void)kp, (void)extra; return submit(f); }
+/* testdata/fakecapture.c: streams that capture or wait, contexts */
+int fakecap_launch(CUstream s, void *f, CUresult *r);
+int fakecap_record(CUstream s, void *e, CUresult *r);
+CUresult fakecap_unsafe(void);
+int fakecap_pending(void);
+void fakecap_stamp(void **ctx, uint32_t *gen);
+int fakecap_alive(void *ctx, uint32_t gen);
 
-/* An event: the time the GPU reaches it; 0 until recorded. */
-struct event { uint64_t t; };
+int fakegpu_submit(void *f) { return submit(f); }
+
+/* A launch on s: into its capture, behind its wait, or onto the GPU. */
+static CUresult launch_on(CUstream s, void *f)
+{
+    CUresult r;
+    if (fakecap_launch(s, f, &r))
+        return r;
+    return submit(f);
+}
+
+CUresult cuLaunchKernel(KARGS, void **extra) { UNUSED, (void)extra; return launch_on(s, f); }
+CUresult cuLaunchKernel_ptsz(KARGS, void **extra) { UNUSED, (void)extra; return launch_on(s, f); }
+CUresult cuLaunchCooperativeKernel(KARGS) { UNUSED; return launch_on(s, f); }
+CUresult cuLaunchCooperativeKernel_ptsz(KARGS) { UNUSED; return launch_on(s, f); }
+CUresult cuLaunchKernelEx(const Config *c, void *f, void **kp, void **extra) { (void)kp, (void)extra; return launch_on(c ? c->s : NULL, f); }
+CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **kp, void **extra) { (void)kp, (void)extra; return launch_on(c ? c->s : NULL, f); }
+
+/* An event: the time the GPU reaches it; 0 until recorded, PENDING while
+ * behind a stream wait. It belongs to the context current at its creation
+ * and is invalid once that context is destroyed or reset. */
+#define PENDING UINT64_MAX
+struct event { uint64_t t; void *ctx; uint32_t gen; };
+#define DEAD(e) (!(e) || !fakecap_alive((e)->ctx, (e)->gen))
+
+/* The GPU reaches e now (the work queued before it has been submitted). */
+void fakegpu_reach(struct event *e)
+{
+    pthread_once(&once, open_gpu);
+    uint64_t now = now_ns(), free = __atomic_load_n(&gpu->free_ns, __ATOMIC_ACQUIRE);
+    __atomic_store_n(&e->t, free > now ? free : now, __ATOMIC_RELEASE);
+}
+
+/* Waits (1 ms steps: other threads run meanwhile, on the simulated clock
+ * too) while e is held behind a stream wait, then until the GPU reaches it. */
+static void wait_event(struct event *e)
+{
+    struct timespec ms = {0, 1000000};
+    while (__atomic_load_n(&e->t, __ATOMIC_ACQUIRE) == PENDING)
+        nanosleep(&ms, NULL);
+    sleep_until(e->t);
+}
 
 CUresult cuEventCreate(struct event **e, unsigned flags)
 {
@@ -171,6 +212,8 @@ CUresult cuEventCreate(struct event **e, unsigned flags)
     if (getenv("FAKECUDA_NO_EVENTS")) /* a driver that will not make events */
         return 999;                   /* CUDA_ERROR_UNKNOWN */
     *e = calloc(1, sizeof **e);
+    if (*e)
+        fakecap_stamp(&(*e)->ctx, &(*e)->gen);
     return *e ? 0 : 2;
 }
 
@@ -181,11 +224,16 @@ CUresult cuEventRecord(struct event *e, CUstream s)
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
     if (s == (CUstream)0x2)
         __atomic_fetch_add(&ptds, 1, __ATOMIC_RELAXED);
-    if (!e)
+    if (DEAD(e))
         return INVALID_HANDLE;
     pthread_once(&once, open_gpu);
-    uint64_t now = now_ns(), free = __atomic_load_n(&gpu->free_ns, __ATOMIC_ACQUIRE);
-    e->t = free > now ? free : now;
+    CUresult r;
+    if (fakecap_record(s, e, &r)) {
+        if (!r)
+            e->t = PENDING; /* captured: a node of the graph; or behind a wait */
+        return r;
+    }
+    fakegpu_reach(e);
     return 0;
 }
 
@@ -194,31 +242,49 @@ CUresult cuEventRecord_ptsz(struct event *e, CUstream s) { return cuEventRecord(
 CUresult cuEventQuery(struct event *e)
 {
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
-    if (!e)
+    if (DEAD(e))
         return INVALID_HANDLE;
-    return now_ns() >= e->t ? 0 : NOT_READY;
+    CUresult r = fakecap_unsafe();
+    if (r)
+        return r;
+    return now_ns() >= __atomic_load_n(&e->t, __ATOMIC_ACQUIRE) ? 0 : NOT_READY;
 }
 
 CUresult cuEventSynchronize(struct event *e)
 {
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
-    if (!e)
+    if (DEAD(e))
         return INVALID_HANDLE;
-    sleep_until(e->t);
+    CUresult r = fakecap_unsafe();
+    if (r)
+        return r;
+    wait_event(e);
     return 0;
 }
 
 CUresult cuEventElapsedTime(float *ms, struct event *a, struct event *b)
 {
     __atomic_fetch_add(&events, 1, __ATOMIC_RELAXED);
-    if (!a || !b || !a->t || !b->t)
+    if (DEAD(a) || DEAD(b) || !a->t || !b->t)
         return INVALID_HANDLE;
-    if (now_ns() < b->t || now_ns() < a->t)
+    if (now_ns() < b->t || now_ns() < a->t) /* PENDING too */
         return NOT_READY;
     *ms = (float)((double)((int64_t)b->t - (int64_t)a->t) / 1e6);
     return 0;
 }
 
-CUresult cuStreamSynchronize(CUstream s) { (void)s; sleep_until(__atomic_load_n(&last_end, __ATOMIC_RELAXED)); return 0; }
+/* Every synchronize waits for all of the process's work (the fake has one
+ * queue), held-back work included: until the waits are met, then the GPU. */
+CUresult cuCtxSynchronize(void)
+{
+    CUresult r = fakecap_unsafe();
+    if (r)
+        return r;
+    struct timespec ms = {0, 1000000};
+    while (fakecap_pending())
+        nanosleep(&ms, NULL);
+    sleep_until(__atomic_load_n(&last_end, __ATOMIC_RELAXED));
+    return 0;
+}
+CUresult cuStreamSynchronize(CUstream s) { (void)s; return cuCtxSynchronize(); }
 CUresult cuStreamSynchronize_ptsz(CUstream s) { return cuStreamSynchronize(s); }
-CUresult cuCtxSynchronize(void) { sleep_until(__atomic_load_n(&last_end, __ATOMIC_RELAXED)); return 0; }

@@ -27,6 +27,21 @@
  *   events        the event calls this process made ("events 0 <n>")
  *   ptds          of which records on CU_STREAM_PER_THREAD ("ptds 0 <n>")
  *   bench:N       N launches without waiting ("bench <rc> <ns per launch>")
+ *   stream        later launches go on a stream of their own (cuStreamCreate)
+ *   capture:M:K:N capture K launches on the stream (made if none) in capture
+ *                 mode M (0 global, 1 thread-local, 2 relaxed) while another
+ *                 thread launches N kernels on the NULL stream ("capture <rc
+ *                 of cuStreamEndCapture>"); later launches (and runs) are
+ *                 launches of the instantiated graph (cuGraphLaunch)
+ *   waitrel:N     the stream waits (cuStreamWaitValue32) for a word, N
+ *                 kernels are launched behind the wait, and another thread,
+ *                 50 ms in, launches a kernel on a stream of its own and then
+ *                 writes the word (cuStreamWriteValue32); then
+ *                 cuCtxSynchronize ("waitrel <rc>")
+ *   primary       retain the primary context and make it current
+ *   reset         reset the primary context (cuDevicePrimaryCtxReset), retain
+ *                 it again and make it current
+ *   newctx        create a context (current now) and destroy the previous one
  *   evbench:N     N times the fake driver's event calls a paced launch makes
  *                 (two records, a query, an elapsed time), without a launch
  *                 ("evbench <rc> <ns per set>"): the driver's share of the
@@ -137,17 +152,26 @@ static uint64_t now_ns(void)
 }
 
 static void *fn;  /* the current kernel */
+static CUstream strm; /* the launches' stream ("stream") */
+static void *gexec;   /* "capture": launches replay this graph */
 static int via;   /* 0 plain, 1 ex, 2 coop */
 static uint64_t gap_ns;
 
-static CUresult launch(void)
+static CUresult launch_on(CUstream s)
 {
-    Config c = {1, 1, 1, 32, 1, 1, 0, NULL, NULL, 0};
+    Config c = {1, 1, 1, 32, 1, 1, 0, s, NULL, 0};
     switch (via) {
     case 1: return cu.launchex(&c, fn, NULL, NULL);
-    case 2: return cu.coop(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL);
-    default: return cu.launch(fn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+    case 2: return cu.coop(fn, 1, 1, 1, 32, 1, 1, 0, s, NULL);
+    default: return cu.launch(fn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
     }
+}
+
+static CUresult (*graph_launch)(void *, CUstream);
+
+static CUresult launch(void)
+{
+    return gexec ? graph_launch(gexec, strm) : launch_on(strm);
 }
 
 /* One launcher of "run": launch, wait, sleep the gap, until end. */
@@ -168,6 +192,69 @@ static void sleep_until(uint64_t t)
     struct timespec ts = {(time_t)(t / 1000000000ull), (long)(t % 1000000000ull)};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
         ;
+}
+
+/* The driver calls of stream, capture, waitrel and the contexts' commands,
+ * found by dlsym (ours answers cuGraphLaunch with its hook). */
+static struct {
+    CUresult (*stream_create)(CUstream *, unsigned);
+    CUresult (*begin)(CUstream, int);
+    CUresult (*end)(CUstream, void **);
+    CUresult (*instantiate)(void **, void *, unsigned long long);
+    CUresult (*wait)(CUstream, unsigned long long, uint32_t, unsigned);
+    CUresult (*write)(CUstream, unsigned long long, uint32_t, unsigned);
+    CUresult (*retain)(void **, int);
+    CUresult (*reset)(int);
+    CUresult (*set_current)(void *);
+    CUresult (*destroy)(void *);
+} x;
+
+static void bind_extra(void)
+{
+    *(void **)&x.stream_create = need(dlsym(lib, "cuStreamCreate"), "cuStreamCreate");
+    *(void **)&x.begin = need(dlsym(lib, "cuStreamBeginCapture_v2"), "cuStreamBeginCapture_v2");
+    *(void **)&x.end = need(dlsym(lib, "cuStreamEndCapture"), "cuStreamEndCapture");
+    *(void **)&x.instantiate = need(dlsym(lib, "cuGraphInstantiateWithFlags"), "cuGraphInstantiateWithFlags");
+    *(void **)&graph_launch = need(dlsym(lib, "cuGraphLaunch"), "cuGraphLaunch");
+    *(void **)&x.wait = need(dlsym(lib, "cuStreamWaitValue32_v2"), "cuStreamWaitValue32_v2");
+    *(void **)&x.write = need(dlsym(lib, "cuStreamWriteValue32_v2"), "cuStreamWriteValue32_v2");
+    *(void **)&x.retain = need(dlsym(lib, "cuDevicePrimaryCtxRetain"), "cuDevicePrimaryCtxRetain");
+    *(void **)&x.reset = need(dlsym(lib, "cuDevicePrimaryCtxReset_v2"), "cuDevicePrimaryCtxReset_v2");
+    *(void **)&x.set_current = need(dlsym(lib, "cuCtxSetCurrent"), "cuCtxSetCurrent");
+    *(void **)&x.destroy = need(dlsym(lib, "cuCtxDestroy_v2"), "cuCtxDestroy_v2");
+}
+
+static void sleep_us(uint64_t us)
+{
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000};
+    nanosleep(&ts, NULL);
+}
+
+/* capture's other thread: N launches on the NULL stream, 100 us apart. */
+static void *side(void *n)
+{
+    CUresult r = 0;
+    for (uintptr_t k = 0; k < (uintptr_t)n && !r; k++) {
+        r = launch_on(NULL);
+        sleep_us(100);
+    }
+    return (void *)(intptr_t)r;
+}
+
+static volatile uint32_t word; /* waitrel's */
+
+/* waitrel's other thread: 50 ms in, a kernel and then the word's release. */
+static void *releaser(void *unused)
+{
+    (void)unused;
+    CUstream s;
+    sleep_us(50000);
+    CUresult r = x.stream_create(&s, 0);
+    if (!r)
+        r = launch_on(s);
+    if (!r)
+        r = x.write(s, (uintptr_t)&word, 1, 0);
+    return (void *)(intptr_t)r;
 }
 
 static void *launcher(void *end)
@@ -217,6 +304,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "kernprog: init failed\n");
         return 3;
     }
+    bind_extra();
     int nthreads = 1;
     for (int i = 2; i < argc; i++) {
         char *c = argv[i], *arg = strchr(c, ':');
@@ -252,6 +340,56 @@ int main(int argc, char **argv)
             printf("run %d %llu %llu %llu\n", r, (unsigned long long)(b1 - b0),
                    (unsigned long long)(w1 - w0), (unsigned long long)(k1 - k0));
             continue;
+        } else if (strcmp(c, "stream") == 0) {
+            r = x.stream_create(&strm, 0);
+        } else if (strncmp(c, "capture:", 8) == 0) {
+            pthread_t th;
+            void *g = NULL, *tr = NULL;
+            if (!strm)
+                r = x.stream_create(&strm, 0);
+            if (!r)
+                r = x.begin(strm, (int)a);
+            if (!r && d)
+                pthread_create(&th, NULL, side, (void *)(uintptr_t)d);
+            for (unsigned long long k = 0; k < b && !r; k++) {
+                r = launch();
+                sleep_us(100);
+            }
+            if (d && !r)
+                pthread_join(th, &tr);
+            if (!r)
+                r = x.end(strm, &g);
+            if (!r)
+                r = (CUresult)(intptr_t)tr;
+            if (!r)
+                r = x.instantiate(&gexec, g, 0);
+        } else if (strncmp(c, "waitrel:", 8) == 0) {
+            pthread_t th;
+            void *tr = NULL;
+            if (!strm)
+                r = x.stream_create(&strm, 0);
+            if (!r)
+                r = x.wait(strm, (uintptr_t)&word, 1, 0);
+            int started = !r && pthread_create(&th, NULL, releaser, NULL) == 0;
+            for (unsigned long long k = 0; k < a && !r; k++)
+                r = launch();
+            if (started && pthread_join(th, &tr) == 0 && !r)
+                r = (CUresult)(intptr_t)tr;
+            if (!r)
+                r = cu.sync();
+        } else if (strcmp(c, "primary") == 0 || strcmp(c, "reset") == 0) {
+            void *p;
+            if (c[0] == 'r')
+                r = x.reset(dev);
+            if (!r)
+                r = x.retain(&p, dev);
+            if (!r)
+                r = x.set_current(p);
+        } else if (strcmp(c, "newctx") == 0) {
+            void *old = ctx;
+            r = cu.ctx(&ctx, 0, dev);
+            if (!r)
+                r = x.destroy(old);
         } else if (strncmp(c, "launch:", 7) == 0) {
             for (unsigned long long k = 0; k < a && !r; k++)
                 r = launch();
