@@ -83,9 +83,21 @@ uint64_t gs_region_used(void);                 /* the reservation's use, dead re
 /* Process-local record of what each live allocation was charged, so a free
  * returns exactly that (region.c). Kinds keep a device pointer, a cuMemCreate
  * handle and a CUarray apart even if their numeric values coincide. */
-enum gs_kind { GS_PTR = 1, GS_HANDLE = 2, GS_ARRAY = 3, GS_MIPMAP = 4 };
+enum gs_kind { GS_PTR = 1, GS_HANDLE = 2, GS_ARRAY = 3, GS_MIPMAP = 4,
+               GS_POOLPTR = 5 /* a pool's allocation: the record holds its pool */ };
 int gs_track_add(enum gs_kind kind, uint64_t key, uint64_t bytes); /* 0 ok, -1 no memory */
 int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 found */
+
+/* Charging (gpushare_cuda.c): gs_charge is CUDA_SUCCESS or
+ * CUDA_ERROR_OUT_OF_MEMORY; over the cap it trims the pools first. What the
+ * driver keeps after a free (vmm.c): pools' reserve, settled into the
+ * charge, trimmed on the way to a refusal (1: something was given back). */
+CUresult gs_charge(uint64_t bytes);
+void gs_uncharge(uint64_t bytes);
+void gs_settle_reserved(void);
+void gs_settle_graph(void); /* the graph reserve only; cheap when never used */
+int gs_trim_reserved(void);
+CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
 
 /* ---- the hook table (hooks.c) ----------------------------------------
  * Each intercepted driver symbol, with our hook and the real function. A
@@ -101,7 +113,8 @@ int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 foun
     X(cuArray3DCreate_v2) X(cuMemFree_v2) X(cuMemFreeAsync)                 \
     X(cuMemFreeAsync_ptsz) X(cuMemRelease) X(cuArrayDestroy)                \
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
-    X(cuGetProcAddress_v2)                                                  \
+    X(cuGetProcAddress_v2) X(cuMemMap) X(cuMemUnmap)                        \
+    X(cuGraphAddMemAllocNode)                                               \
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                   \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)            \
     X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                   \

@@ -64,13 +64,17 @@ static CUresult fake_alloc(unsigned long long *out, uint64_t n)
     return r;
 }
 
+/* testdata/fakevmm.c, included at the end */
+static uint64_t fakevmm_freed(unsigned flags, uint64_t size);
+static void *fakevmm_find(const char *name);
+
 static CUresult fake_free(uint64_t a)
 {
     CUresult r = 1;
     pthread_mutex_lock(&mu);
     for (int i = 0; i < MAXA; i++) {
         if (a && live[i].addr == a) {
-            used -= live[i].size;
+            used -= fakevmm_freed(live[i].flags, live[i].size); /* a pool keeps some */
             live[i].addr = 0;
             r = 0;
             break;
@@ -91,11 +95,12 @@ CUresult cuCtxCreate_v2(void **c, unsigned f, int d); /* testdata/fakecapture.c 
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return fake_alloc(p, n); }
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f);
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return fake_alloc(p, n); }
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)pl; (void)s; return fake_alloc(p, n); }
-CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f) { (void)prop; (void)f; return fake_alloc(h, n); }
+/* pools and VMM handles: testdata/fakevmm.c */
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s);
+CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f);
 
 /* pitch aligned to 256 bytes: less than the interposer's 512-byte estimate */
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h, unsigned e)
@@ -127,7 +132,7 @@ CUresult cuArray3DCreate_v2(void **a, const AD3 *d)
 CUresult cuMemFree_v2(CUdeviceptr p) { return fake_free(p); }
 CUresult cuMemFreeAsync(CUdeviceptr p, void *s) { (void)s; return fake_free(p); }
 CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, void *s) { (void)s; return fake_free(p); }
-CUresult cuMemRelease(unsigned long long h) { return fake_free(h); }
+CUresult cuMemRelease(unsigned long long h);
 CUresult cuArrayDestroy(void *a) { return fake_free((uintptr_t)a); }
 
 CUresult cuMemGetInfo_v2(size_t *f, size_t *t)
@@ -179,7 +184,7 @@ static void *find(const char *n)
     for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
         if (strcmp(table[i].name, n) == 0)
             return table[i].fn;
-    return NULL;
+    return fakevmm_find(n);
 }
 
 /* Like the driver: a base name, the caller's version and flags pick the
@@ -291,3 +296,5 @@ uint64_t fakecuda_managed(uint64_t *preferred)
 }
 
 #include "fakecapture.c" /* streams, capture, graphs, stream waits, contexts */
+
+#include "fakevmm.c"
