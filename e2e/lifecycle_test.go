@@ -446,8 +446,25 @@ func TestLifecycleOperations(t *testing.T) {
 		j.Datacenters = []string{"dc1", "dc2"}
 		_, _, err = e.nomad.Jobs().Register(j, nil)
 		must.NoError(t, err)
+		// manual: two allocations, spread over pcie-2 and pcie-3, whose new
+		// versions are canaries that wait for a promote
+		j = e.parse("manual", map[string]any{"shares": 25, "count": 2})
+		j.Datacenters = []string{"dc1", "dc2"}
+		u := j.TaskGroups[0].Update
+		u.Canary, u.AutoPromote = ptr(1), ptr(false)
+		_, _, err = e.nomad.Jobs().Register(j, nil)
+		must.NoError(t, err)
+		// bystander: two allocations in dc2 (pcie-3), which the lost node
+		// must not touch
+		j = e.parse("bystander", map[string]any{"shares": 25, "count": 2})
+		j.Datacenters = []string{"dc2"}
+		_, _, err = e.nomad.Jobs().Register(j, nil)
+		must.NoError(t, err)
+		bystander := e.settled("bystander", 2)
 		lost := e.settled("lost", 1)[0]
 		must.Eq(t, "pcie-2", lost.NodeName)
+		manual := e.settled("manual", 2)
+		must.SliceContainsAll(t, []string{"pcie-2", "pcie-3"}, nodeNames(manual))
 		pair := e.settled("pair", 2)
 		must.SliceContainsAll(t, []string{"pcie-2", "pcie-3"}, []string{pair[0].NodeName, pair[1].NodeName})
 		eligible()
@@ -500,6 +517,10 @@ func TestLifecycleOperations(t *testing.T) {
 				// deploys with its canaries, and they wait for a promote
 				// as any new version's would
 				d := e.awaitingPromotion(id, nodes["pcie-2"])
+				if d == nil {
+					e.settled(id, len(before[id])) // no canary: none of its allocations ran
+					continue
+				}
 				e.eventually(liveness, "nomad deployment promote "+id+" to be accepted", func() bool {
 					_, _, err := e.nomad.Deployments().PromoteAll(d.ID, nil)
 					return err == nil
@@ -524,6 +545,10 @@ func TestLifecycleOperations(t *testing.T) {
 				gained[reason] = n - restarts[reason]
 			}
 		}
+		must.SliceContains(t, promoted, "manual")
+		must.SliceContainsAll(t, allocIDsOf(bystander), allocIDsOf(e.runningNow("bystander")), must.Sprint("the bystander restarted"))
+		manualAfter := e.settled("manual", 2)
+		must.SliceContainsAll(t, []string{"pcie-1", "pcie-3"}, nodeNames(manualAfter))
 		must.MapNotEmpty(t, gained, must.Sprint("gpushare_restarts_total counted nothing"))
 		must.MapContainsKey(t, gained, "repin")
 		kept := 0
@@ -535,6 +560,7 @@ func TestLifecycleOperations(t *testing.T) {
 		t.Logf("pcie-2 lost: lost %s -> %s on %s; pair %s on %s -> %s on %s; %d allocation(s) of %d other jobs on pcie-1 and pcie-3 kept; promoted by hand (canaries of the new pin): %v; restarts counted %v",
 			lost.ID, moved.ID, moved.NodeName, allocIDs(pair), nodeNames(pair), allocIDs(pairAfter), nodeNames(pairAfter),
 			kept, len(before)-len(hit), promoted, gained)
+		t.Logf("manual %s on %v -> %s on %v: its new pin's canary promoted by hand", allocIDs(manual), nodeNames(manual), allocIDs(manualAfter), nodeNames(manualAfter))
 	})
 	t.Logf("TestLifecycleOperations took %s", time.Since(start).Round(time.Second))
 }
@@ -563,6 +589,15 @@ func restartsOf(t *testing.T, s *scheduler) map[string]int {
 		n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
 		must.NoError(t, err)
 		out[reason] = int(n)
+	}
+	return out
+}
+
+// allocIDsOf lists the allocations' IDs.
+func allocIDsOf(allocs []*api.Allocation) []string {
+	var out []string
+	for _, a := range allocs {
+		out = append(out, a.ID)
 	}
 	return out
 }
@@ -605,7 +640,9 @@ func (e *env) settled(id string, n int) []*api.Allocation {
 
 // awaitingPromotion waits until job id is pinned off node lost and the
 // deployment of that version has placed its canaries, healthy, and waits
-// for a promote; it returns the deployment.
+// for a promote, and returns the deployment; or until it succeeded
+// without canaries (Nomad places none when no allocation of the older
+// version runs), and returns nil.
 func (e *env) awaitingPromotion(id, lost string) *api.Deployment {
 	e.t.Helper()
 	var d *api.Deployment
@@ -619,11 +656,16 @@ func (e *env) awaitingPromotion(id, lost string) *api.Deployment {
 			return false
 		}
 		d, _, err = e.nomad.Jobs().LatestDeployment(id, nil)
-		if err != nil || d == nil || d.JobVersion != *job.Version || d.Status != api.DeploymentStatusRunning {
+		if err != nil || d == nil || d.JobVersion != *job.Version {
 			return false
 		}
 		st := d.TaskGroups["g"]
-		return st != nil && st.DesiredCanaries > 0 && !st.Promoted && len(st.PlacedCanaries) == st.DesiredCanaries && st.HealthyAllocs >= st.DesiredCanaries
+		if d.Status == api.DeploymentStatusSuccessful && st != nil && st.DesiredCanaries == 0 {
+			d = nil
+			return true
+		}
+		return d.Status == api.DeploymentStatusRunning && st != nil && st.DesiredCanaries > 0 && !st.Promoted &&
+			len(st.PlacedCanaries) == st.DesiredCanaries && st.HealthyAllocs >= st.DesiredCanaries
 	})
 	return d
 }
