@@ -81,8 +81,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 				hclspec.NewAttr("unified_oversubscription_pct", "number", false),
 				hclspec.NewLiteral("100"),
 			),
+			"context_mib": hclspec.NewDefault(
+				hclspec.NewAttr("context_mib", "number", false),
+				hclspec.NewLiteral("0"),
+			),
 		})),
-		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h", unified_memory = false, unified_oversubscription_pct = 100 }`),
+		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h", unified_memory = false, unified_oversubscription_pct = 100, context_mib = 0 }`),
 	),
 	"fixture": hclspec.NewDefault(
 		hclspec.NewAttr("fixture", "string", false),
@@ -179,7 +183,14 @@ type InterposerConfig struct {
 	// go (plugin/interposer/README.md, "Unified memory").
 	UnifiedMemory              bool `cty:"unified_memory"`
 	UnifiedOversubscriptionPct int  `cty:"unified_oversubscription_pct"`
+	// ContextMiB is charged against a task's memory cap for each of its
+	// processes that uses the driver: the memory its CUDA context takes
+	// (hundreds of MiB; 0, the default, charges none).
+	ContextMiB int `cty:"context_mib"`
 }
+
+// MaxContextMiB bounds interposer.context_mib.
+const MaxContextMiB = 16384
 
 // MaxUnifiedOversubscriptionPct bounds interposer.unified_oversubscription_pct:
 // managed memory beyond the share lands in host memory when evicted.
@@ -235,6 +246,9 @@ func (c *Config) validate() (time.Duration, error) {
 		}
 	} else if ip.UnifiedMemory {
 		bad("interposer.unified_memory = true: needs interposer.enabled = true (the library makes the allocations managed memory)")
+	}
+	if ip := c.Interposer; ip.ContextMiB < 0 || ip.ContextMiB > MaxContextMiB {
+		bad("interposer.context_mib = %d: must be between 0 and %d (MiB charged to each process of a task for its CUDA context)", ip.ContextMiB, MaxContextMiB)
 	}
 	if ip := c.Interposer; ip.UnifiedOversubscriptionPct < 0 || ip.UnifiedOversubscriptionPct > MaxUnifiedOversubscriptionPct {
 		bad("interposer.unified_oversubscription_pct = %d: must be between 0 and %d (percent of the share an opportunistic task may hold beyond it as managed memory)",

@@ -85,6 +85,8 @@ type interposerLimits struct {
 	// unifiedExtraBytes
 	unifiedMemory     bool
 	unifiedExtraBytes uint64
+	// contextBytes is charged for each process's CUDA context (0: none)
+	contextBytes uint64
 }
 
 func (l interposerLimits) file() []byte {
@@ -93,6 +95,9 @@ func (l interposerLimits) file() []byte {
 		l.memoryBytes, filePct(l.computePct))
 	if l.unifiedMemory {
 		b = fmt.Appendf(b, "unified_memory=1\nunified_extra_bytes=%d\n", l.unifiedExtraBytes)
+	}
+	if l.contextBytes > 0 {
+		b = fmt.Appendf(b, "context_bytes=%d\n", l.contextBytes)
 	}
 	return b
 }

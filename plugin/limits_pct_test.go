@@ -1,9 +1,13 @@
 package plugin
 
 import (
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/gpushare/gpushare/fixtures"
 	"github.com/shoenig/test/must"
 )
 
@@ -14,5 +18,33 @@ func TestLimitsFileComputePctInRange(t *testing.T) {
 	for _, c := range []struct{ pct, want int }{{0, 1}, {-5, 1}, {1, 1}, {25, 25}, {100, 100}, {250, 100}} {
 		f := string(interposerLimits{memoryBytes: 1 << 30, computePct: c.pct}.file())
 		must.StrContains(t, f, "\ncompute_pct="+strconv.Itoa(c.want)+"\n")
+	}
+}
+
+// interposer.context_mib is written as context_bytes, charged by the
+// library to each process for its CUDA context (issue 29, defect 2d);
+// absent by default.
+func TestReserveInterposerContextMiB(t *testing.T) {
+	for _, c := range []struct{ extra, want string }{
+		{"", ""},
+		{"context_mib = 512\n", "context_bytes=536870912\n"},
+	} {
+		dir := t.TempDir()
+		lib := filepath.Join(dir, "libgpushare-cuda.so")
+		must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
+		p, _, _ := newPlugin(t, fixtures.DGX1V100, `interposer {
+  enabled = true
+  library = "`+lib+`"
+  state_dir = "`+filepath.Join(dir, "reservations")+`"
+  `+c.extra+`}`)
+		res, err := p.Reserve(shares(3, 10, 35))
+		must.NoError(t, err)
+		limits, err := os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
+		must.NoError(t, err)
+		if c.want == "" {
+			must.False(t, strings.Contains(string(limits), "context_bytes"))
+		} else {
+			must.StrContains(t, string(limits), "\n"+c.want)
+		}
 	}
 }

@@ -68,6 +68,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		"interposer {\n enabled = true\n library = \"/nonexistent.so\"\n}": "interposer.library: stat /nonexistent.so: no such file or directory; install libgpushare-cuda.so",
 		"interposer {\n unified_memory = true\n}":                          "interposer.unified_memory = true: needs interposer.enabled = true",
 		"interposer {\n unified_oversubscription_pct = -1\n}":              "interposer.unified_oversubscription_pct = -1: must be between 0 and 1000",
+		"interposer {\n context_mib = -1\n}":                               "interposer.context_mib = -1: must be between 0 and 16384",
 		"interposer {\n unified_oversubscription_pct = 1001\n}":            "interposer.unified_oversubscription_pct = 1001: must be between 0 and 1000",
 		`mig_instances = "split"`:                                          `mig_instances = "split": must be "whole" (each MIG instance offered whole, as nvidia/gpushare-mig/<profile>) or "shared"`,
 		`mig_instances = ""`:                                               `mig_instances = "": must be "whole"`,

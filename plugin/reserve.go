@@ -227,7 +227,8 @@ func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerRes
 		for _, m := range g.memoryMiB {
 			memMiB += m
 		}
-		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct}
+		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct,
+			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20}
 		if ip := cfg.Interposer; ip.UnifiedMemory {
 			lim.unifiedMemory = true
 			lim.unifiedExtraBytes = lim.memoryBytes * uint64(ip.UnifiedOversubscriptionPct) / 100

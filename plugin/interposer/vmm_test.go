@@ -146,3 +146,19 @@ func TestComputePctZeroRefused(t *testing.T) {
 		t.Errorf("stderr does not name compute_pct: %q", stderr.String())
 	}
 }
+
+// Each process's context is charged context_bytes (issue 29, defect 2d)
+// from its first driver call, so the caps of a full GPU cannot add up to
+// more than it has: under a 4 GiB cap with 512 MiB per context, a process
+// sees 3.5 GiB, and a second process 3 GiB less what the first holds.
+func TestContextMemoryCharged(t *testing.T) {
+	b, r := vmmprog(t)
+	r.limits = reservation(t, fmt.Sprintf("memory_bytes=%d\ncontext_bytes=%d\n", 4*gib, 512*mib))
+	p := start(t, b, r, "info", "alloc:"+g(1), "wait")
+	first := []string{p.next(t), p.next(t)}
+	check(t, first, "info 0 "+strconv.Itoa(4*gib-512*mib)+" "+g(4), "alloc 0")
+	got := r.output(t, b, "info", "alloc:"+g(2), "alloc:"+strconv.Itoa(512*mib), "info")
+	check(t, got, "info 0 "+g(2)+" "+g(4), "alloc 0",
+		"alloc 2", // 2 contexts + 1 + 2 GiB: no room for another 512 MiB
+		"info 0 0 "+g(4))
+}

@@ -32,6 +32,7 @@ struct gs_limits {
     enum gs_class klass_id;
     int unified;                  /* unified_memory=1: see unified.c */
     uint64_t unified_extra_bytes; /* what an opportunistic task may hold beyond the cap */
+    uint64_t context_bytes; /* charged to each process that uses the driver: its context */
 };
 
 /* Parses the key=value limits file at path. Returns 0 on success, -1 when the
@@ -79,6 +80,7 @@ int gs_region_charge(uint64_t bytes, uint64_t cap); /* 0 charged, -1 over the ca
 void gs_region_uncharge(uint64_t bytes);
 void gs_region_force_charge(uint64_t bytes);   /* after the fact: pitch rounding */
 uint64_t gs_region_used(void);                 /* the reservation's use, dead reclaimed */
+void gs_region_claim(void); /* this process's slot, with its context's charge, now */
 
 /* Process-local record of what each live allocation was charged, so a free
  * returns exactly that (region.c). Kinds keep a device pointer, a cuMemCreate

@@ -107,6 +107,8 @@ static void load_driver_once(void)
         gs_hooks[i].real = real_dlsym(h, gs_hooks[i].name);
     driver = h;
     gs_load_region();
+    if (gs_lim.context_bytes)
+        gs_region_claim(); /* the context's charge, before the first query */
 }
 
 static void load_region_once(void)

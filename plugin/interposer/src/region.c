@@ -92,6 +92,14 @@ int gs_limits_read(const char *path, struct gs_limits *out)
                 break;
             }
             out->unified_extra_bytes = n;
+        } else if (strcmp(k, "context_bytes") == 0) {
+            errno = 0;
+            unsigned long long n = strtoull(v, &end, 10);
+            if (errno || end == v || *end || *v == '-') {
+                rc = -1;
+                break;
+            }
+            out->context_bytes = n;
         } else if (strcmp(k, "class") == 0) {
             snprintf(out->klass, sizeof out->klass, "%s", v);
         }
@@ -233,9 +241,12 @@ static struct gs_slot *mine(void)
     }
     if (i < 0)
         return NULL;
+    /* a new slot (or an exec'd image's) holds one context: charged even
+     * over the cap (the driver made it), then allocations are refused */
     R->slot[i].pid = my_pid;
     R->slot[i].start = my_start;
-    R->slot[i].bytes = 0;
+    R->slot[i].bytes = gs_lim.context_bytes;
+    R->total += gs_lim.context_bytes;
     if ((uint32_t)i >= R->hiwater)
         R->hiwater = i + 1;
     my_slot = i;
@@ -323,6 +334,14 @@ int gs_region_charge(uint64_t bytes, uint64_t cap)
     }
     unlock();
     return rc;
+}
+
+void gs_region_claim(void)
+{
+    if (!R || lock() != 0)
+        return;
+    mine();
+    unlock();
 }
 
 void gs_region_force_charge(uint64_t bytes)

@@ -21,7 +21,8 @@
  *   info            cuMemGetInfo_v2 ("info <rc> <free> <total>")
  *   fake            what the fake device really holds ("fake 0 <bytes>")
  *   exec            execs this program again with the commands after it
- *                   (same pid, a new image) */
+ *                   (same pid, a new image)
+ *   wait            blocks until stdin closes ("wait 0" after) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -151,6 +152,10 @@ int main(int argc, char **argv)
             execv("/proc/self/exe", argv + i - 1);
             perror("vmmprog: exec");
             return 3;
+        } else if (strcmp(c, "wait") == 0) {
+            char buf[64];
+            while (read(0, buf, sizeof buf) > 0)
+                ;
         } else {
             fprintf(stderr, "vmmprog: unknown command %s\n", c);
             return 2;
