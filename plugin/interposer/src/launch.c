@@ -453,8 +453,10 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
         struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
         nanosleep(&ts, NULL);
         pthread_mutex_lock(&pace.mu);
-        p = pool_here(); /* another thread may have dropped it meanwhile */
     }
+    /* again: while the lock was released another thread may have given
+     * this pool to a context of its own (more than CTXS at once) */
+    p = pool_here();
     *slot = -1;
     *pl = p;
     uint32_t x = pace.rng ? pace.rng : 0x9e3779b9u;

@@ -21,7 +21,13 @@
  * caller's, fakecuda_events()
  * the event calls the process made and fakecuda_ptds_records() its event
  * records on CU_STREAM_PER_THREAD, for tests (not driver calls).
- * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN). */
+ * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN).
+ *
+ * Streams that capture or wait, graphs and contexts are
+ * testdata/fakecapture.c's: a launch or an event record asks it first
+ * (fakecap_launch, fakecap_record); the event queries and synchronizes ask
+ * it whether a capture forbids them (fakecap_unsafe); an event is invalid
+ * once its context is destroyed or reset (fakecap_alive). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
