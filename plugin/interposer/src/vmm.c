@@ -333,22 +333,26 @@ int gs_trim_reserved(void)
         pthread_once(&syms_once, load_syms);                                 \
         __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED); /* capture? */    \
         CUmemoryPool p_ = (cur) ? current_pool() : (pool);                   \
-        uint64_t a_ = ahead_of(p_, n);                                       \
+        uint64_t idle_ = 0;                                                  \
+        if (p_ && pool_idle(p_, &idle_) != 0)                                \
+            p_ = NULL; /* the driver cannot say what it reserves */          \
+        uint64_t a_ = !p_ ? n : n > idle_ ? n - idle_ : 0;                   \
         if (gs_charge(a_) != CUDA_SUCCESS)                                   \
             return CUDA_ERROR_OUT_OF_MEMORY;                                 \
         CUresult r_ = (call);                                                \
         return pool_settle_alloc(r_, p_, dptr, a_);                          \
     } while (0)
 
-/* What an allocation of n bytes from pool p may add to its reserve: what
- * its idle reserve (reserved less used) cannot cover; n when unknown. */
-static uint64_t ahead_of(CUmemoryPool p, size_t n)
+/* The pool's idle reserve (reserved less used): what an allocation from it
+ * need not add. 0 when the driver answered. */
+static int pool_idle(CUmemoryPool p, uint64_t *idle)
 {
     unsigned long long res = 0, use = 0;
-    if (!p || !pool_attr || pool_attr(p, ATTR_RESERVED_MEM_CURRENT, &res) != CUDA_SUCCESS ||
-        pool_attr(p, ATTR_USED_MEM_CURRENT, &use) != CUDA_SUCCESS || use > res)
-        return n;
-    return n > res - use ? n - (res - use) : 0;
+    if (!pool_attr || pool_attr(p, ATTR_RESERVED_MEM_CURRENT, &res) != CUDA_SUCCESS ||
+        pool_attr(p, ATTR_USED_MEM_CURRENT, &use) != CUDA_SUCCESS)
+        return -1;
+    *idle = use < res ? res - use : 0;
+    return 0;
 }
 
 /* ahead: what the allocation was charged before the call. */
