@@ -53,7 +53,14 @@ func g(n int) string { return strconv.Itoa(n * gib) }
 // cuMemRelease and cuMemUnmap, in either order; the charge stays until
 // then, so the device never holds more than the cap (it held 12 GiB).
 func TestVMMChargeHeldUntilReleasedAndUnmapped(t *testing.T) {
+	for _, mode := range []string{"dlsym", "procaddr"} {
+		t.Run(mode, func(t *testing.T) { testVMMCharge(t, mode) })
+	}
+}
+
+func testVMMCharge(t *testing.T, mode string) {
 	b, r := vmmprog(t)
+	r.mode = mode
 	got := r.output(t, b,
 		// release before unmap (NVIDIA's samples): still mapped, still held
 		"create:"+g(3), "reserve:"+g(3), "map:1:0", "release:0",
@@ -77,7 +84,14 @@ func TestVMMChargeHeldUntilReleasedAndUnmapped(t *testing.T) {
 // when a charge would go over the cap, so the device never holds more than
 // the cap (it held 6-9 GiB).
 func TestPoolReserveWithinCap(t *testing.T) {
+	for _, mode := range []string{"dlsym", "procaddr"} {
+		t.Run(mode, func(t *testing.T) { testPoolReserve(t, mode) })
+	}
+}
+
+func testPoolReserve(t *testing.T, mode string) {
 	b, r := vmmprog(t)
+	r.mode = mode
 	got := r.output(t, b,
 		"defpool", "threshold:0:"+g(16), // keep everything
 		"async:"+g(3), "freeasync:1", "reserved:0", "info",
@@ -108,7 +122,14 @@ func TestPoolReserveWithinCap(t *testing.T) {
 // launch allocated one, the graph reserve is charged, so later allocations
 // are refused (a replay allocated 12 GiB).
 func TestGraphMemoryNodesWithinCap(t *testing.T) {
+	for _, mode := range []string{"dlsym", "procaddr"} {
+		t.Run(mode, func(t *testing.T) { testGraphMemory(t, mode) })
+	}
+}
+
+func testGraphMemory(t *testing.T, mode string) {
 	b, r := vmmprog(t)
+	r.mode = mode
 	got := r.output(t, b,
 		"graphnode:1:"+g(12),
 		"graphnode:2:"+g(3), "launch:2", "alloc:"+g(2), "fake", "info")

@@ -1,8 +1,9 @@
 /* A driver-API test program for memory the driver keeps after a free
  * (vmm_test.go): VMM handles, stream-ordered pools, graph memory nodes, and
  * exec. Finds every function with dlsym from dlopen("libcuda.so.1") (the
- * interposer answers intercepted names). Runs the commands on its command
- * line (argv[1] is ignored: the mode slot of the test runner); each prints
+ * interposer answers intercepted names), or with argv[1] "procaddr" through
+ * cuGetProcAddress_v2 (CUDA 12 style; what is not a driver function, from
+ * dlsym). Runs the commands on its command line; each prints
  * "<cmd> <rc> [values]". Commands that make something append it to a list;
  * later commands name it by its index in that list (I, H, V, P below).
  *   create:N        cuMemCreate of N bytes
@@ -43,10 +44,14 @@ typedef struct {
 } MEM_ALLOC_NODE_PARAMS;
 
 static void *lib;
+static int (*gpa2)(const char *, void **, int, unsigned long long, int *);
 
 static void *sym(const char *name)
 {
-    void *p = dlsym(lib, name);
+    void *p = NULL;
+    int st = -1;
+    if (!gpa2 || gpa2(name, &p, 12000, 0, &st) != 0 || st != 0)
+        p = dlsym(lib, name);
     if (!p) {
         fprintf(stderr, "vmmprog: cannot resolve %s\n", name);
         exit(3);
@@ -75,6 +80,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "vmmprog: %s\n", lib ? "usage" : dlerror());
         return 3;
     }
+    if (strcmp(argv[1], "procaddr") == 0)
+        *(void **)&gpa2 = sym("cuGetProcAddress_v2");
     int dev;
     void *ctx;
     if (CALL(CUresult (*)(unsigned), "cuInit")(0) ||
