@@ -103,6 +103,16 @@ type Group struct {
 	// registration, and its validation requires it unchanged, so such a
 	// job can never be registered again: never pinned.
 	Dispatched bool
+	// RanUnchanged: a batch group registered again at the gate after its
+	// last run completed, unchanged since that run's pinned version
+	// (the same request and the same spec, pin.Spec): a pipeline applying
+	// the same file. Nomad alone makes no new version of an unchanged job,
+	// so it would not run it again.
+	RanUnchanged bool
+	// PriorUnread: a batch group at the gate whose last run completed,
+	// and the pin that run was placed with is still to be read (a
+	// scheduler that started since): whether it changed is not known yet.
+	PriorUnread bool
 	// Pinned: it carries a trusted pin of this incarnation of the job.
 	Pinned bool
 	// PinRoom is how many allocations the pin names shares for.
@@ -181,6 +191,14 @@ func Reconcile(g Group) Result {
 	}
 	r := Result{Missing: missing}
 	switch {
+	case g.Gated && g.Batch && len(live) == 0 && g.RanUnchanged:
+		r.State, r.Missing = Done, 0
+		r.Why = "registered again unchanged after its run completed: Nomad alone would not run it again (an unchanged job makes no new version), so gpushare leaves it at the gate; change the job (a meta value) to run it again"
+		return r
+	case g.Gated && g.Batch && len(live) == 0 && g.PriorUnread:
+		r.State = Waiting
+		r.Why = "reading the pin its last run was placed with, to tell whether it changed since"
+		return r
 	case g.Gated && g.Dispatched:
 		r.State = Waiting
 		r.Why = "a dispatched child of a gated parameterized job: Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare cannot pin it; submit each run as a batch job of its own (gpushare job run) instead of dispatching"

@@ -40,6 +40,9 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *mod
 			Reservable: built.Snapshot.Reservable(model.Shares(a)),
 		})
 	}
+	if g.Gated && g.Batch {
+		g.RanUnchanged, g.PriorUnread = s.ranUnchanged(job, key)
+	}
 	var lost, refusedOn []string
 	switch {
 	case g.Gated:
@@ -118,4 +121,30 @@ func ids(allocs []*api.Allocation) []string {
 		out = append(out, a.ID)
 	}
 	return out
+}
+
+// ranUnchanged reports whether a gated batch group's last run completed
+// under a pin of the same request and spec as its current version (the
+// same file registered again after the run: Nomad alone would not run it
+// again), and whether the pin of that run is still to be read (a
+// scheduler that started since; readPriors reads it). The caller holds
+// s.mu.
+func (s *loop) ranUnchanged(job *api.Job, key decide.Key) (ran, unread bool) {
+	var last *api.Allocation
+	for _, a := range s.state.AllAllocs(key.Namespace, key.Job, key.Group) {
+		if model.Live(a) {
+			return false, false
+		}
+		if a.ClientStatus == api.AllocClientStatusComplete && (last == nil || a.CreateIndex > last.CreateIndex) {
+			last = a
+		}
+	}
+	if last == nil {
+		return false, false
+	}
+	prior, ok := s.state.Prior(key)
+	if !ok {
+		return false, s.priorUnread(key, last.ID)
+	}
+	return prior.Spec != "" && prior.Spec == pin.Spec(job, key.Group) && prior.Record.Request == pin.Digest(job, key.Group, s.policy.Name()), false
 }

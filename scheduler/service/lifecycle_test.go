@@ -197,7 +197,9 @@ func TestBatchRunAgainIsRepinnedWhenItsNodeIsLost(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.Done, stageOf(s, "etl").State)
 
-	f.put(batch()) // run again
+	again := batch() // run again, with a new input (unchanged, it is not: TestBatchRegisteredAgainUnchangedIsNotRunAgain)
+	again.TaskGroups[0].Tasks[0].Env = map[string]string{"INPUT": "day-2"}
+	f.put(again)
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	rerun, ok := pin.ParseRecord(f.jobs["etl"], "g")
