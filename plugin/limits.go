@@ -87,12 +87,19 @@ type interposerLimits struct {
 	unifiedExtraBytes uint64
 	// contextBytes is charged for each process's CUDA context (0: none)
 	contextBytes uint64
+	// mpsThreadPct is the MPS active thread percentage the reservation's
+	// processes run under (0: not MPS); computePct is then 100
+	mpsThreadPct int
 }
 
 func (l interposerLimits) file() []byte {
 	// class is not known at Reserve (it is a job's property): omitted
 	b := fmt.Appendf(nil, "# written by the gpushare device plugin at Reserve; read by libgpushare-cuda.so\nmemory_bytes=%d\ncompute_pct=%d\n",
 		l.memoryBytes, filePct(l.computePct))
+	if l.mpsThreadPct > 0 {
+		// a comment: the library ignores it, a reader learns why compute_pct is 100
+		b = fmt.Appendf(b, "# compute limited by MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%d\n", l.mpsThreadPct)
+	}
 	if l.unifiedMemory {
 		b = fmt.Appendf(b, "unified_memory=1\nunified_extra_bytes=%d\n", l.unifiedExtraBytes)
 	}

@@ -54,7 +54,8 @@ func TestReserveInterposer(t *testing.T) {
 	must.Eq(t, 0o666, mode(t, filepath.Join(dir, "usage")))
 	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
 	must.NoError(t, err)
-	must.StrContains(t, string(limits), "\nmemory_bytes=4294967296\ncompute_pct=25\n") // 25% of 16 GiB
+	// 25% of 16 GiB; compute 100: sharing is MPS, whose daemon limits the SMs
+	must.StrContains(t, string(limits), "\nmemory_bytes=4294967296\ncompute_pct=100\n# compute limited by MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\n")
 	must.StrNotContains(t, string(limits), "class=")
 	must.StrNotContains(t, string(limits), "unified_") // unified memory is off by default
 	if os.Geteuid() == 0 {
@@ -298,7 +299,7 @@ func TestReserveInterposerUnifiedMemory(t *testing.T) {
 		extra string
 		want  string
 	}{
-		{"", "\nmemory_bytes=4294967296\ncompute_pct=25\nunified_memory=1\nunified_extra_bytes=4294967296\n"},
+		{"", "\nmemory_bytes=4294967296\ncompute_pct=100\n# compute limited by MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\nunified_memory=1\nunified_extra_bytes=4294967296\n"},
 		{"unified_oversubscription_pct = 50\n", "\nunified_memory=1\nunified_extra_bytes=2147483648\n"},
 		{"unified_oversubscription_pct = 0\n", "\nunified_memory=1\nunified_extra_bytes=0\n"},
 	} {

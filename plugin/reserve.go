@@ -229,6 +229,12 @@ func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerRes
 		}
 		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct,
 			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20}
+		if cfg.Sharing == devicefn.SharingMPS {
+			// the MPS daemon already holds the task to its SMs (its active
+			// thread percentage): pacing its time too would leave it
+			// computePct of computePct (issue 29, defect 3)
+			lim.mpsThreadPct, lim.computePct = g.computePct, 100
+		}
 		if ip := cfg.Interposer; ip.UnifiedMemory {
 			lim.unifiedMemory = true
 			lim.unifiedExtraBytes = lim.memoryBytes * uint64(ip.UnifiedOversubscriptionPct) / 100
