@@ -38,7 +38,8 @@ import (
 //     lets be registered again, waits and says why;
 //   - a canary with auto_promote = false runs beside the running
 //     allocations until the test promotes the deployment (nomad deployment
-//     promote); the deployment succeeds and the promoted canary is kept;
+//     promote): the user's change is never promoted by the scheduler; the
+//     deployment succeeds and the promoted canary is kept;
 //   - a rolling update of three allocations with max_parallel 1 finishes
 //     with all three of the new version;
 //   - a periodic job's children launched by its cron (a seconds field),
@@ -50,8 +51,10 @@ import (
 //     dc1 group on pcie-1, and run again; allocations of jobs that had none
 //     on pcie-2 keep their IDs; gpushare_restarts_total{reason="repin"}
 //     counts the surviving allocations a new pin replaces; a group whose
-//     canaries wait for a promote (auto_promote = false) waits so for the
-//     new pin too, and the test promotes it.
+//     canaries wait for a promote (auto_promote = false) gets canaries of
+//     the new pin, which the scheduler promotes itself once they are
+//     healthy (the pin is the only change), counted in
+//     gpushare_promotions_total; the test promotes nothing.
 func TestLifecycleOperations(t *testing.T) {
 	start := time.Now()
 	e := newLifecycleEnv(t)
@@ -298,6 +301,13 @@ func TestLifecycleOperations(t *testing.T) {
 			}
 			return old == 2
 		})
+		// the user's change: the scheduler leaves its canary to the user
+		before := promotionsOf(t, s)
+		time.Sleep(6 * time.Second) // three passes
+		waiting, _, err := e.nomad.Deployments().Info(d.ID, nil)
+		must.NoError(t, err)
+		must.False(t, waiting.TaskGroups["g"].Promoted, must.Sprint("the scheduler promoted the user's canary"))
+		must.Eq(t, before, promotionsOf(t, s))
 		t.Logf("canary %s of version 2 runs beside the 2 allocations of version 1; promoting deployment %s", canary, d.ID)
 		e.eventually(liveness, "nomad deployment promote to be accepted", func() bool {
 			_, _, err := e.nomad.Deployments().PromoteAll(d.ID, nil)
@@ -484,7 +494,8 @@ func TestLifecycleOperations(t *testing.T) {
 				hit[a.JobID] = true
 			}
 		}
-		restarts := restartsOf(t, s)
+		restarts, promotions := restartsOf(t, s), promotionsOf(t, s)
+		killed := time.Now()
 		must.NoError(t, e.c.KillAgent("pcie-2"))
 		t.Logf("killed the agent of pcie-2; jobs with an allocation there: %v", slices.Sorted(maps.Keys(hit)))
 		e.eventually(liveness, "pcie-2 to be down", func() bool {
@@ -515,17 +526,16 @@ func TestLifecycleOperations(t *testing.T) {
 			if u := job.TaskGroups[0].Update; u != nil && u.Canary != nil && *u.Canary > 0 && u.AutoPromote != nil && !*u.AutoPromote {
 				// the new pin is a new version of the job, which Nomad
 				// deploys with its canaries, and they wait for a promote
-				// as any new version's would
-				d := e.awaitingPromotion(id, nodes["pcie-2"])
+				// as any new version's would: the pin being the only
+				// change, the scheduler promotes it; the test does not
+				d := e.promotedByScheduler(id, nodes["pcie-2"])
 				if d == nil {
 					e.settled(id, len(before[id])) // no canary: none of its allocations ran
 					continue
 				}
-				e.eventually(liveness, "nomad deployment promote "+id+" to be accepted", func() bool {
-					_, _, err := e.nomad.Deployments().PromoteAll(d.ID, nil)
-					return err == nil
-				})
 				promoted = append(promoted, id)
+				t.Logf("%s: deployment %s of version %d (the new pin) promoted by the scheduler, successful %s after the agent was killed",
+					id, d.ID, d.JobVersion, time.Since(killed).Round(time.Second))
 			}
 			e.settled(id, len(before[id])) // runs again, pinned off pcie-2
 		}
@@ -546,6 +556,7 @@ func TestLifecycleOperations(t *testing.T) {
 			}
 		}
 		must.SliceContains(t, promoted, "manual")
+		must.GreaterEq(t, promotions+len(promoted), promotionsOf(t, s), must.Sprint("gpushare_promotions_total did not count the scheduler's promotes"))
 		must.SliceContainsAll(t, allocIDsOf(bystander), allocIDsOf(e.runningNow("bystander")), must.Sprint("the bystander restarted"))
 		manualAfter := e.settled("manual", 2)
 		must.SliceContainsAll(t, []string{"pcie-1", "pcie-3"}, nodeNames(manualAfter))
@@ -557,10 +568,10 @@ func TestLifecycleOperations(t *testing.T) {
 				kept += len(allocs)
 			}
 		}
-		t.Logf("pcie-2 lost: lost %s -> %s on %s; pair %s on %s -> %s on %s; %d allocation(s) of %d other jobs on pcie-1 and pcie-3 kept; promoted by hand (canaries of the new pin): %v; restarts counted %v",
+		t.Logf("pcie-2 lost: lost %s -> %s on %s; pair %s on %s -> %s on %s; %d allocation(s) of %d other jobs on pcie-1 and pcie-3 kept; promoted by the scheduler (canaries of the new pin): %v; restarts counted %v",
 			lost.ID, moved.ID, moved.NodeName, allocIDs(pair), nodeNames(pair), allocIDs(pairAfter), nodeNames(pairAfter),
 			kept, len(before)-len(hit), promoted, gained)
-		t.Logf("manual %s on %v -> %s on %v: its new pin's canary promoted by hand", allocIDs(manual), nodeNames(manual), allocIDs(manualAfter), nodeNames(manualAfter))
+		t.Logf("manual %s on %v -> %s on %v: its new pin's canary promoted by the scheduler", allocIDs(manual), nodeNames(manual), allocIDs(manualAfter), nodeNames(manualAfter))
 	})
 	t.Logf("TestLifecycleOperations took %s", time.Since(start).Round(time.Second))
 }
@@ -638,15 +649,15 @@ func (e *env) settled(id string, n int) []*api.Allocation {
 	return out
 }
 
-// awaitingPromotion waits until job id is pinned off node lost and the
-// deployment of that version has placed its canaries, healthy, and waits
-// for a promote, and returns the deployment; or until it succeeded
-// without canaries (Nomad places none when no allocation of the older
-// version runs), and returns nil.
-func (e *env) awaitingPromotion(id, lost string) *api.Deployment {
+// promotedByScheduler waits until job id is pinned off node lost and the
+// deployment of that version has succeeded, and returns it when it had
+// canaries, promoted (the test promotes none: the scheduler did); nil
+// when it succeeded without canaries (Nomad places none when no
+// allocation of the older version runs).
+func (e *env) promotedByScheduler(id, lost string) *api.Deployment {
 	e.t.Helper()
 	var d *api.Deployment
-	e.eventually(liveness, "the canaries of "+id+"'s new pin to wait for a promote", func() bool {
+	e.eventually(liveness, "the deployment of "+id+"'s new pin to be promoted by the scheduler and succeed", func() bool {
 		job, _, err := e.nomad.Jobs().Info(id, nil)
 		if err != nil {
 			return false
@@ -656,18 +667,36 @@ func (e *env) awaitingPromotion(id, lost string) *api.Deployment {
 			return false
 		}
 		d, _, err = e.nomad.Jobs().LatestDeployment(id, nil)
-		if err != nil || d == nil || d.JobVersion != *job.Version {
+		if err != nil || d == nil || d.JobVersion != *job.Version || d.Status != api.DeploymentStatusSuccessful {
 			return false
 		}
-		st := d.TaskGroups["g"]
-		if d.Status == api.DeploymentStatusSuccessful && st != nil && st.DesiredCanaries == 0 {
+		if st := d.TaskGroups["g"]; st == nil || st.DesiredCanaries == 0 {
 			d = nil
-			return true
+		} else {
+			must.True(e.t, st.Promoted, must.Sprintf("deployment %s of %s succeeded unpromoted", d.ID, id))
 		}
-		return d.Status == api.DeploymentStatusRunning && st != nil && st.DesiredCanaries > 0 && !st.Promoted &&
-			len(st.PlacedCanaries) == st.DesiredCanaries && st.HealthyAllocs >= st.DesiredCanaries
+		return true
 	})
 	return d
+}
+
+// promotionsOf reads gpushare_promotions_total of a replica's /metrics.
+func promotionsOf(t *testing.T, s *scheduler) int {
+	t.Helper()
+	resp, err := http.Get(s.http + "/metrics")
+	must.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	must.NoError(t, err)
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "gpushare_promotions_total "); ok {
+			n, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+			must.NoError(t, err)
+			return int(n)
+		}
+	}
+	t.Fatal("no gpushare_promotions_total in /metrics")
+	return 0
 }
 
 // gpusOf lists the GPUs the allocations' shares are on.

@@ -20,7 +20,7 @@
 //     the model and the one lock (cluster), and reads Nomad through
 //     eventSource;
 //   - loop (loop.go, reconcile.go, pins.go, moves.go, lifecycle.go,
-//     feasible.go, prior.go, introspect.go, observe.go): the decision
+//     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records
 //     through recordKeeper and the lease through leadership, and answers
 //     the API's view (view.go);
@@ -56,6 +56,11 @@
 //   - observations, and introspection's samples: stats of groups running
 //     alone or sharing, from which profiles are learned (the learned
 //     profiles and unpair reasons are saved);
+//   - nothing for promotions (promote.go): whether a deployment of the
+//     scheduler's own pin waits for a promote, and whether the pin is its
+//     only change, is read from Nomad every pass (the job's latest
+//     deployment, the version an older allocation runs), and a promote
+//     Nomad refused is tried again by the next pass;
 //   - caches of what Nomad or the job says, rebuilt when lost: stages,
 //     positions and nomadSaid (the pass under way), priorRead (the pins of
 //     running allocations' versions) and feasibleOf (the nodes a group's

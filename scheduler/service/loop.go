@@ -97,6 +97,10 @@ type nomadActions interface {
 	StopAlloc(ctx context.Context, id string) error
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
 	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
+	// LatestDeployment is the job's latest deployment (nil: none), and
+	// PromoteAll promotes every canary group of a deployment (promote.go).
+	LatestDeployment(ctx context.Context, namespace, jobID string) (*api.Deployment, error)
+	PromoteAll(ctx context.Context, namespace, deploymentID string) error
 }
 
 // recordKeeper is what the loop asks of the records (state.go, submit.go).

@@ -24,6 +24,7 @@ type metrics struct {
 	pinRequests      prometheus.Counter
 	lockHold         prometheus.Histogram
 	restarts         *prometheus.CounterVec
+	promotions       prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -53,6 +54,8 @@ func newMetrics() *metrics {
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_restarts_total",
 			Help: "Running allocations a pin made Nomad replace, by reason (repin, scale, adopt, moved): every other pin leaves what runs alone."},
 			[]string{"reason"}),
+		promotions: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_promotions_total",
+			Help: "Deployments the scheduler promoted: those of its own new pin (nothing else changed) whose canaries waited for a promote and were healthy."}),
 		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
@@ -60,6 +63,7 @@ func newMetrics() *metrics {
 		m.decisions.WithLabelValues(o) // every outcome is a series from the start, at 0
 	}
 	m.reg.MustRegister(m.pending, m.refused, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
-		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests, m.restarts)
+		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests, m.restarts,
+		m.promotions)
 	return m
 }

@@ -35,6 +35,10 @@ type nomadAPI interface {
 	// DeviceStats reads the latest device stats of a node's client: the
 	// stats the gpushare plugin reports for every share.
 	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
+	// LatestDeployment is a job's latest deployment (nil: none);
+	// PromoteAll promotes every canary group of a deployment.
+	LatestDeployment(ctx context.Context, namespace, jobID string) (*api.Deployment, error)
+	PromoteAll(ctx context.Context, namespace, deploymentID string) error
 	// StopAlloc stops an allocation; Nomad places a replacement, which a
 	// gated group keeps waiting.
 	StopAlloc(ctx context.Context, id string) error
@@ -199,6 +203,24 @@ func (n nomadClient) DeviceStats(ctx context.Context, nodeID string) ([]*api.Dev
 		return nil, err
 	}
 	return hs.DeviceStats, nil
+}
+
+func (n nomadClient) LatestDeployment(ctx context.Context, namespace, jobID string) (*api.Deployment, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	var d *api.Deployment
+	err := retried(ctx, func() (err error) {
+		d, _, err = n.c.Jobs().LatestDeployment(jobID, q(ctx, namespace))
+		return err
+	})
+	return d, err
+}
+
+func (n nomadClient) PromoteAll(ctx context.Context, namespace, deploymentID string) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	_, _, err := n.c.Deployments().PromoteAll(deploymentID, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+	return err
 }
 
 func (n nomadClient) StopAlloc(ctx context.Context, id string) error {

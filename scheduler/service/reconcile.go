@@ -124,6 +124,7 @@ func (s *loop) reconcile(ctx context.Context) {
 		return
 	}
 	s.readPriors(ctx)
+	s.promote(ctx)
 	s.mu.Lock()
 	s.pending = pending
 	s.positions = positions

@@ -69,6 +69,12 @@ type fakeNomad struct {
 	// streams, when set, receives every event stream subscription, which
 	// the test drives; without it there is no stream.
 	streams chan *fakeStream
+	// deployments are the jobs' latest deployments, by job ID; PromoteAll
+	// marks their canary groups promoted unless promoteErr is set, and
+	// records the IDs in promoted.
+	deployments map[string]*api.Deployment
+	promoteErr  error
+	promoted    []string
 }
 
 // fakeStream is one subscription to the fake's event stream.
@@ -160,6 +166,34 @@ func (f *fakeNomad) FailedEvals(_ context.Context, namespace string) ([]*api.Eva
 }
 
 func (f *fakeNomad) StopAlloc(context.Context, string) error { return nil }
+
+func (f *fakeNomad) LatestDeployment(_ context.Context, _, id string) (*api.Deployment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.deployments[id], nil
+}
+
+func (f *fakeNomad) PromoteAll(_ context.Context, _, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.promoteErr != nil {
+		return f.promoteErr
+	}
+	for _, d := range f.deployments {
+		if d.ID != id {
+			continue
+		}
+		for _, st := range d.TaskGroups {
+			if st.DesiredCanaries > 0 && st.HealthyAllocs < st.DesiredCanaries {
+				return fmt.Errorf("Unexpected response code: 500 (rpc error: 1 error occurred:\n\t* Task group %q has %d/%d healthy allocations)", "g", st.HealthyAllocs, st.DesiredCanaries)
+			}
+			st.Promoted = true
+		}
+		f.promoted = append(f.promoted, id)
+		return nil
+	}
+	return errors.New("deployment not found")
+}
 func (f *fakeNomad) DeviceStats(context.Context, string) ([]*api.DeviceGroupStats, error) {
 	return nil, errors.New("no stats in tests")
 }
