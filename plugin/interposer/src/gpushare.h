@@ -3,6 +3,8 @@
 #ifndef GPUSHARE_H
 #define GPUSHARE_H
 
+#include "glibc_compat.h" /* first: the glibc versions the library asks for */
+
 #include <stddef.h>
 #include <stdint.h>
 

@@ -167,9 +167,8 @@ static struct gs_tgs_channel *open_channel(int writable)
             fprintf(stderr, "gpushare: cannot open the TGS channel %s: %m\n", path);
         return NULL;
     }
-    struct stat st;
-    void *m = MAP_FAILED;
-    if (fstat(fd, &st) == 0 && st.st_size == GS_TGS_FILE_SIZE)
+    void *m = MAP_FAILED; /* its size by lseek: fstat needs glibc 2.33 (glibc_compat.h) */
+    if (lseek(fd, 0, SEEK_END) == GS_TGS_FILE_SIZE)
         m = mmap(NULL, GS_TGS_FILE_SIZE, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
     close(fd);
     struct gs_tgs_channel *c = m;
