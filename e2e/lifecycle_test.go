@@ -44,6 +44,9 @@ import (
 //     with all three of the new version;
 //   - a periodic job's children launched by its cron (a seconds field),
 //     never forced, are pinned and complete; the parent is then stopped;
+//   - a batch job whose run completed, registered again from the same
+//     file, does not run again (Nomad alone makes no new version of it);
+//     with a new input it does;
 //   - a job purged and registered again from the same spec is placed anew,
 //     under a pin signed for its new incarnation;
 //   - last, as it leaves the cluster a node short: a node lost (pcie-2's
@@ -394,6 +397,71 @@ func TestLifecycleOperations(t *testing.T) {
 		must.NoError(t, err)
 		must.Eq(t, []string{"g"}, pin.Gated(parent), must.Sprint("the parent, a template, is never pinned"))
 		t.Logf("cron: child %s, launched by the cron, pinned and complete; the parent stopped", child)
+	})
+
+	t.Run("batch run again", func(t *testing.T) {
+		// a batch job completes; the same file applied again (a
+		// pipeline) does not run it again, as with Nomad alone; with a
+		// new input it runs again
+		e := e.in(t)
+		spec := func(input string) *api.Job {
+			j := e.parse("etl", map[string]any{"shares": 25})
+			j.Type = ptr("batch")
+			j.Update, j.TaskGroups[0].Update, j.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
+			j.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c", "true"}
+			j.TaskGroups[0].Tasks[0].Env = map[string]string{"INPUT": input}
+			return j
+		}
+		completed := func(version uint64) []string {
+			var done []string
+			e.eventually(liveness, fmt.Sprintf("etl version %d to complete", version), func() bool {
+				allocs, _, err := e.nomad.Jobs().Allocations("etl", true, nil)
+				if err != nil {
+					return false
+				}
+				done = nil
+				ok := false
+				for _, a := range allocs {
+					if a.ClientStatus == api.AllocClientStatusComplete {
+						done = append(done, fmt.Sprintf("%s@v%d", a.ID[:8], a.JobVersion))
+						ok = ok || a.JobVersion >= version
+					}
+				}
+				return ok
+			})
+			return done
+		}
+		_, _, err := e.nomad.Jobs().Register(spec("day-1"), nil)
+		must.NoError(t, err)
+		first := completed(0)
+		_, _, err = e.nomad.Jobs().Register(spec("day-1"), nil) // the same file again
+		must.NoError(t, err)
+		v := e.version("etl")
+		// the scheduler has seen the new version once it says what it
+		// makes of it
+		var status string
+		e.eventually(liveness, "the scheduler to say the file registered again unchanged is done", func() bool {
+			var js struct {
+				Groups []struct {
+					Lifecycle string `json:"lifecycle"`
+					Why       string `json:"lifecycle_reason"`
+				} `json:"groups"`
+			}
+			if err := getJSON(s.http+"/v1/jobs/etl", &js); err != nil || len(js.Groups) == 0 {
+				return false
+			}
+			status = js.Groups[0].Lifecycle + ": " + js.Groups[0].Why
+			return js.Groups[0].Lifecycle == "done" && strings.Contains(js.Groups[0].Why, "registered again unchanged")
+		})
+		must.Eq(t, v, e.version("etl"), must.Sprint("the scheduler registered a new version"))
+		allocs, _, err := e.nomad.Jobs().Allocations("etl", true, nil)
+		must.NoError(t, err)
+		must.Eq(t, len(first), len(allocs), must.Sprint("the unchanged file ran again"))
+		_, _, err = e.nomad.Jobs().Register(spec("day-2"), nil) // a new input
+		must.NoError(t, err)
+		again := completed(e.version("etl") + 1) // the version the scheduler pins
+		must.Greater(t, len(first), len(again))
+		t.Logf("etl: ran once (%v); the same file again ran nothing (%s); with a new input it ran again (%d runs)", first, status, len(again))
 	})
 
 	t.Run("purge and run again", func(t *testing.T) {
