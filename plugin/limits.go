@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gpushare/gpushare/internal/nomadplugin/device"
@@ -45,7 +47,7 @@ const (
 const (
 	regionMagic = 0x67737233 // "gsr3"
 	regionSlots = 1024
-	slotSize    = 24 // int32 pid, pad, uint64 start, uint64 bytes
+	slotSize    = 24 // int32 pid, uint32 locked, uint64 start, uint64 bytes
 )
 
 // The TGS channel's layout (plugin/interposer/src/pace.h, struct
@@ -287,12 +289,20 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// liveSlots counts the usage region's slots held by live processes: a pid
-// that exists, is not a zombie and started when the slot says. The pids
-// are the task's: in another pid namespace (docker) a live process may be
-// missed, and the region is then replaced (safely: by rename) under it.
+// liveSlots counts the usage region's slots held by live processes. The
+// library's processes hold a write lock (fcntl) on their slot's bytes
+// while they live and mark the slot "locked": such a slot is live while
+// the lock is held, which works across pid namespaces (a docker or exec
+// task's pids are its own, not the host's). A slot without the mark is
+// looked up in /proc: a pid that exists, is not a zombie and started when
+// the slot says.
 func liveSlots(path string) (int, error) {
-	b, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
 	if err != nil {
 		return 0, err
 	}
@@ -303,16 +313,33 @@ func liveSlots(path string) (int, error) {
 		binary.LittleEndian.Uint32(b[4:]) != regionSlots {
 		return 0, fmt.Errorf("%s is not a usage region of this version", path)
 	}
-	slots := b[len(b)-regionSlots*slotSize:]
+	base := len(b) - regionSlots*slotSize
 	live := 0
 	for i := 0; i < regionSlots; i++ {
-		s := slots[i*slotSize:]
+		off := base + i*slotSize
+		s := b[off:]
 		pid := int32(binary.LittleEndian.Uint32(s))
-		if pid > 0 && procAlive(int(pid), binary.LittleEndian.Uint64(s[8:])) {
+		switch {
+		case pid <= 0:
+		case binary.LittleEndian.Uint32(s[4:]) == 1: // locked
+			if slotLocked(f, int64(off)) {
+				live++
+			}
+		case procAlive(int(pid), binary.LittleEndian.Uint64(s[8:])):
 			live++
 		}
 	}
 	return live, nil
+}
+
+// slotLocked: a process holds the lock on the slot at off (or it cannot
+// be told: counted live, so nothing is collected under a live task).
+func slotLocked(f *os.File, off int64) bool {
+	l := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: io.SeekStart, Start: off, Len: slotSize}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_GETLK, &l); err != nil {
+		return true
+	}
+	return l.Type != syscall.F_UNLCK
 }
 
 // procAlive: pid runs and started at start (clock ticks since boot,

@@ -52,7 +52,7 @@ int gs_limits_read(const char *path, struct gs_limits *out);
 
 struct gs_slot {
     int32_t pid;    /* 0: free */
-    uint32_t pad;
+    uint32_t locked; /* 1: the process holds an fcntl write lock on this slot's bytes */
     uint64_t start; /* /proc/<pid>/stat starttime: tells a reused pid apart */
     uint64_t bytes;
 };

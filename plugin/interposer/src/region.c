@@ -9,9 +9,13 @@
  * killed while holding it does not wedge the others (the next locker gets
  * EOWNERDEAD, rebuilds the total from the slots, which are the truth, and
  * marks the mutex consistent). A
- * dead process's slot is reclaimed when its pid is gone, a zombie, or reused
- * by a process with another start time; that check reads /proc, so it runs
- * only when a charge would go over the cap or someone asks for the use. */
+ * process holds a write lock (fcntl) on its slot's bytes of the file while
+ * it lives: the kernel drops it at exit, whatever pid namespace the process
+ * or the one asking is in, so a slot whose lock nobody holds is a dead
+ * process's (its flag "locked" says the lock was taken; else the pid is
+ * looked up in /proc, as before). Dead slots are looked for without the
+ * mutex (one F_GETLK per slot), only when a charge would go over the cap
+ * or someone asks for the use; the mutex is taken only to free them. */
 #define _GNU_SOURCE
 #include "gpushare.h"
 
@@ -112,6 +116,7 @@ int gs_limits_read(const char *path, struct gs_limits *out)
 /* ---- shared usage region -------------------------------------------- */
 
 static struct gs_region *R;
+static int R_fd = -1;        /* kept open: closing it would drop our slot's lock */
 static int my_slot = -1;     /* reset in a forked child */
 static pid_t my_pid;
 static uint64_t my_start;
@@ -146,10 +151,24 @@ static int proc_stat(pid_t pid, uint64_t *start, char *state)
     return 0;
 }
 
-static int slot_dead(const struct gs_slot *s)
+/* The fcntl lock range of slot i: its own bytes in the file. */
+static struct flock slot_range(uint32_t i, short type)
+{
+    struct flock l = {.l_type = type, .l_whence = SEEK_SET, .l_len = sizeof(struct gs_slot),
+                      .l_start = (off_t)offsetof(struct gs_region, slot) + (off_t)i * (off_t)sizeof(struct gs_slot)};
+    return l;
+}
+
+static int slot_dead(const struct gs_slot *s, uint32_t i)
 {
     if (s->pid <= 0)
         return 0;
+    if (s->locked) {
+        struct flock l = slot_range(i, F_WRLCK);
+        if (fcntl(R_fd, F_GETLK, &l) != 0)
+            return 0; /* cannot tell: keep the charge */
+        return l.l_type == F_UNLCK;
+    }
     if (kill(s->pid, 0) == -1 && errno == ESRCH)
         return 1;
     uint64_t st;
@@ -159,16 +178,48 @@ static int slot_dead(const struct gs_slot *s)
     return state == 'Z' || state == 'X' || st != s->start;
 }
 
-/* Under the lock: frees the slots of dead processes, their bytes leave the total. */
-static void reclaim_dead(void)
+/* Under the lock: frees slot i, its bytes leave the total. */
+static void free_dead(uint32_t i)
 {
-    for (uint32_t i = 0; i < R->hiwater && i < GS_SLOTS; i++) {
-        struct gs_slot *s = &R->slot[i];
-        if ((int)i != my_slot && s->pid && slot_dead(s)) {
-            R->total -= s->bytes < R->total ? s->bytes : R->total;
-            memset(s, 0, sizeof *s);
+    struct gs_slot *s = &R->slot[i];
+    R->total -= s->bytes < R->total ? s->bytes : R->total;
+    memset(s, 0, sizeof *s);
+}
+
+/* Under the lock (all slots taken: rare): frees the slots of dead processes. */
+static void reclaim_dead_locked(void)
+{
+    for (uint32_t i = 0; i < R->hiwater && i < GS_SLOTS; i++)
+        if ((int)i != my_slot && R->slot[i].pid && slot_dead(&R->slot[i], i))
+            free_dead(i);
+}
+
+static int lock(void);
+static void unlock(void);
+
+/* Without the lock: finds the slots of dead processes (a copy of each slot
+ * checked, so no syscall runs under the mutex), then frees under it those
+ * unchanged since and still dead. Returns how many were freed. */
+static int reclaim_dead(void)
+{
+    uint32_t dead[64], n = 0, hi = __atomic_load_n(&R->hiwater, __ATOMIC_RELAXED);
+    for (uint32_t i = 0; i < hi && i < GS_SLOTS && n < 64; i++) {
+        struct gs_slot c = R->slot[i]; /* racy copy: confirmed under the lock */
+        if ((int)i != my_slot && c.pid && slot_dead(&c, i))
+            dead[n++] = i;
+    }
+    int freed = 0;
+    if (n == 0 || lock() != 0)
+        return 0;
+    for (uint32_t k = 0; k < n; k++) {
+        struct gs_slot *s = &R->slot[dead[k]];
+        if (s->pid && (int)dead[k] != my_slot && slot_dead(s, dead[k])) {
+            free_dead(dead[k]);
+            freed++;
         }
     }
+    unlock();
+    return freed;
 }
 
 static int lock(void)
@@ -236,13 +287,16 @@ static struct gs_slot *mine(void)
     if (i < 0)
         i = free_slot();
     if (i < 0) {
-        reclaim_dead(); /* all slots taken: only now look for the dead */
+        reclaim_dead_locked(); /* all slots taken: only now look for the dead */
         i = free_slot();
     }
     if (i < 0)
         return NULL;
     /* a new slot (or an exec'd image's) holds one context: charged even
      * over the cap (the driver made it), then allocations are refused */
+    /* the lock says we live, to any process in any pid namespace */
+    struct flock l = slot_range((uint32_t)i, F_WRLCK);
+    R->slot[i].locked = R_fd >= 0 && fcntl(R_fd, F_SETLK, &l) == 0;
     R->slot[i].pid = my_pid;
     R->slot[i].start = my_start;
     R->slot[i].bytes = gs_lim.context_bytes;
@@ -308,32 +362,35 @@ int gs_region_open(const char *path)
         goto out; /* a region of another layout: refuse rather than misread it */
     }
     R = r;
+    R_fd = fd;
     pthread_atfork(NULL, NULL, after_fork_child);
     adopt_slot();
     rc = 0;
 out:
     flock(fd, LOCK_UN);
-    close(fd);
+    if (rc != 0)
+        close(fd);
     return rc;
 }
 
 int gs_region_charge(uint64_t bytes, uint64_t cap)
 {
-    if (!R || lock() != 0)
-        return -1;
-    struct gs_slot *s = mine();
-    int rc = -1;
-    if (s) {
-        if (R->total > cap || bytes > cap - R->total)
-            reclaim_dead(); /* only on the way to a refusal: it reads /proc */
-        if (R->total <= cap && bytes <= cap - R->total) {
+    for (int pass = 0; R; pass++) {
+        if (lock() != 0)
+            return -1;
+        struct gs_slot *s = mine();
+        int rc = -1;
+        if (s && R->total <= cap && bytes <= cap - R->total) {
             s->bytes += bytes;
             R->total += bytes;
             rc = 0;
         }
+        unlock();
+        /* only on the way to a refusal, outside the lock: look for the dead */
+        if (rc == 0 || !s || pass > 0 || reclaim_dead() == 0)
+            return rc;
     }
-    unlock();
-    return rc;
+    return -1;
 }
 
 void gs_region_claim(void)
@@ -371,9 +428,11 @@ void gs_region_uncharge(uint64_t bytes)
 
 uint64_t gs_region_used(void)
 {
-    if (!R || lock() != 0)
+    if (!R)
         return 0;
     reclaim_dead();
+    if (lock() != 0)
+        return 0;
     uint64_t u = R->total;
     unlock();
     return u;
@@ -388,6 +447,8 @@ __attribute__((destructor)) static void release_slot(void)
     struct gs_slot *s = &R->slot[my_slot];
     R->total -= s->bytes < R->total ? s->bytes : R->total;
     memset(s, 0, sizeof *s);
+    struct flock l = slot_range((uint32_t)my_slot, F_UNLCK);
+    fcntl(R_fd, F_SETLK, &l);
     my_slot = -1;
     unlock();
 }

@@ -20,6 +20,7 @@
  *   wait           block until stdin closes ("wait 0" after)
  *   bench:N        N pairs of cuMemAlloc_v2(256 bytes) + cuMemFree_v2
  *                  ("bench 0 <ns per pair>")
+ *   infobench:N    N calls of cuMemGetInfo_v2 ("infobench <rc> <ns per call>")
  *   probe          gs_probe() from the global scope ("probe <value>"), see
  *                  testdata/nextlib.c
  */
@@ -276,6 +277,17 @@ int main(int argc, char **argv)
             clock_gettime(CLOCK_MONOTONIC, &t1);
             double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
             printf("bench %d %.1f\n", r, a ? ns / a : 0);
+            continue;
+        } else if (strncmp(c, "infobench:", 10) == 0) {
+            struct timespec t0, t1;
+            size_t f, t;
+            a = strtoull(c + 10, NULL, 10);
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (unsigned long long k = 0; k < a && !r; k++)
+                r = cu.info(&f, &t);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double ns = (t1.tv_sec - t0.tv_sec) * 1e9 + (t1.tv_nsec - t0.tv_nsec);
+            printf("infobench %d %.1f\n", r, a ? ns / a : 0);
             continue;
         } else if (strcmp(c, "probe") == 0) {
             int (*probe)(void) = need(dlsym(RTLD_DEFAULT, "gs_probe"), "gs_probe");
