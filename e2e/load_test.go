@@ -253,7 +253,15 @@ func (l *loadRun) settle(timeout time.Duration) {
 		l.mu.Lock()
 		quiet := now.Sub(l.lastPin) > 5*time.Second
 		l.mu.Unlock()
-		if err == nil && st.inflight == 0 && st.unknown == 0 && quiet {
+		if err == nil {
+			// settled is a fact of the scheduler, not of time: its last
+			// finished pass decided on everything Nomad had done when the
+			// allocations were read (on a loaded machine it may lag)
+			var h service.Health
+			err = getJSON(l.s.http+"/v1/health", &h)
+			st.decided = err == nil && h.Decided >= st.index
+		}
+		if err == nil && st.inflight == 0 && st.unknown == 0 && quiet && st.decided {
 			stable++
 		} else {
 			stable = 0
@@ -265,8 +273,8 @@ func (l *loadRun) settle(timeout time.Duration) {
 		}
 		if time.Since(lastLog) > 30*time.Second {
 			lastLog = time.Now()
-			t.Logf("after %s: %d done, %d waiting, %d in flight, %d unknown, %.0f pins (err %v)",
-				time.Since(l.start).Round(time.Second), len(st.done), len(st.waiting), st.inflight, st.unknown, pins-l.pins0, err)
+			t.Logf("after %s: %d done, %d waiting, %d in flight, %d unknown, %.0f pins, decided up to Nomad's index: %v (err %v)",
+				time.Since(l.start).Round(time.Second), len(st.done), len(st.waiting), st.inflight, st.unknown, pins-l.pins0, st.decided, err)
 		}
 		if l.s.proc.Exited() {
 			t.Fatal("the scheduler exited during the load")
@@ -330,14 +338,19 @@ type loadState struct {
 	unknownIDs        []string
 	// failed are the failed allocations (Reserve refused, or a task died)
 	failed []string
+	// index is Nomad's index of the allocations read, decided whether the
+	// scheduler's last finished pass had read as far
+	index   uint64
+	decided bool
 }
 
 func (l *loadRun) observe() (loadState, error) {
 	var st loadState
-	allocs, _, err := l.e.nomad.Allocations().List(nil)
+	allocs, meta, err := l.e.nomad.Allocations().List(nil)
 	if err != nil {
 		return st, err
 	}
+	st.index = meta.LastIndex
 	var groups []service.Waiting
 	if err := getJSON(l.s.http+"/v1/groups", &groups); err != nil {
 		return st, err

@@ -9,6 +9,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
 
@@ -92,4 +93,25 @@ func gpuIndex(t *testing.T, f *fakeNomad, uuid string) int {
 	}
 	t.Fatalf("no GPU %s", uuid)
 	return -1
+}
+
+// /v1/health says up to which index of Nomad's the last finished pass
+// decided (what tests and operators wait on instead of time): nothing
+// before the first pass, the model's index after it, and a pass that
+// has yet to run after new events leaves it behind the model's.
+func TestHealthSaysWhatTheLastPassDecidedOn(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("web", 25))
+	s := loadedService(t, f)
+	must.Zero(t, s.loop.health().Decided)
+	s.loop.reconcile(t.Context())
+	h := s.loop.health()
+	must.Positive(t, h.Decided)
+	must.Eq(t, h.Index, h.Decided)
+	f.put(gated("api", 25))
+	must.NoError(t, s.watcher.resync(t.Context()))
+	h = s.loop.health()
+	must.Less(t, h.Index, h.Decided, must.Sprint("the new job is not decided on yet"))
+	s.loop.reconcile(t.Context())
+	must.Eq(t, s.loop.health().Index, s.loop.health().Decided)
 }

@@ -107,8 +107,12 @@ type Health struct {
 	Leader bool   `json:"leader"`
 	Synced bool   `json:"synced"`
 	Index  uint64 `json:"index"`
-	Nodes  int    `json:"nodes"`
-	Jobs   int    `json:"jobs"`
+	// Decided is the index of the model the last finished pass decided
+	// on (its pins sent): everything Nomad did up to it has been decided
+	// on.
+	Decided uint64 `json:"decided"`
+	Nodes   int    `json:"nodes"`
+	Jobs    int    `json:"jobs"`
 }
 
 func (s *httpAPI) handleHealth(w http.ResponseWriter, _ *http.Request) {

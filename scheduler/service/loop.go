@@ -74,6 +74,8 @@ type loop struct {
 	// positions are the queue places the last pass gave the groups it
 	// left waiting
 	positions map[decide.Key]queuePos
+	// decided is the model index the last finished pass read (Health)
+	decided uint64
 	// observations of groups running alone, by group key
 	observations map[string][]interference.Observation
 	// intro watches allocations that share a GPU (introspect.go)

@@ -61,6 +61,7 @@ func (s *loop) reconcile(ctx context.Context) {
 			delete(s.preempted, id)
 		}
 	}
+	read := s.state.Index
 	built := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
 	snap, problems := built.Snapshot, built.Problems
 	shape := clusterShape(snap)
@@ -128,6 +129,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.mu.Lock()
 	s.pending = pending
 	s.positions = positions
+	s.decided = read
 	waiting, refused := 0, 0
 	for k := range pending {
 		if _, ok := s.refused[k]; ok {
