@@ -1,6 +1,8 @@
 package plugin
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -39,6 +41,9 @@ const (
 	tgsDir      = "tgs" // in state_dir: one channel per GPU, named by UUID
 	sharesFile  = "shares"
 	preloadFile = "ld.so.preload"
+	// keyFile in state_dir (0600, the plugin's): the key that makes
+	// reservation directories' names unguessable (keyedDirName)
+	keyFile = "key"
 )
 
 // The usage region's layout (plugin/interposer/src/gpushare.h): magic and
@@ -76,6 +81,39 @@ func reservationDirName(uuids []string, byGPU map[string][]int) string {
 	}
 	sum := sha256.Sum256([]byte(name))
 	return "h-" + hex.EncodeToString(sum[:12])
+}
+
+// keyedDirName is the name of a reservation's directory under state_dir:
+// name (reservationDirName, from the share IDs) keyed by state_dir's key,
+// so the same shares still get the same directory, but a task that knows
+// another's share IDs (they are no secret: GPU UUIDs and ranges) cannot
+// derive its path without the key, which only the plugin reads; and
+// state_dir is not listable (0711). The shares file inside names the IDs.
+func keyedDirName(key []byte, name string) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(name))
+	return "r-" + hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// stateKey returns state_dir's key, creating it (32 random bytes, 0600)
+// when absent.
+func stateKey(stateDir string) ([]byte, error) {
+	path := filepath.Join(stateDir, keyFile)
+	key, err := os.ReadFile(path)
+	if err == nil && len(key) >= 32 {
+		return key, nil
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("cannot read state_dir's key: %w", err)
+	}
+	key = make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("cannot make state_dir's key: %w", err)
+	}
+	if err := writeFileAtomic(path, key, 0o600); err != nil {
+		return nil, fmt.Errorf("cannot write state_dir's key: %w", err)
+	}
+	return key, nil
 }
 
 // interposerLimits is what the limits file says.
@@ -125,15 +163,20 @@ func filePct(pct int) int {
 func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []string, gpu string, lim interposerLimits, res *device.ContainerReservation) error {
 	p.stateMu.Lock()
 	defer p.stateMu.Unlock()
-	dir := filepath.Join(ic.StateDir, name)
-	// 0755 whatever the umask: a raw_exec task's user must traverse it
-	err := os.MkdirAll(ic.StateDir, 0o755)
+	// 0711 whatever the umask: a raw_exec task's user must traverse it,
+	// and no task may list it (the reservations' names are secrets)
+	err := os.MkdirAll(ic.StateDir, 0o711)
 	if err == nil {
-		err = os.Chmod(ic.StateDir, 0o755)
+		err = os.Chmod(ic.StateDir, 0o711)
 	}
 	if err != nil {
-		return fmt.Errorf("interposer: cannot create state_dir: %w; create it (root-owned, 0755) or change interposer.state_dir", err)
+		return fmt.Errorf("interposer: cannot create state_dir: %w; create it (root-owned, 0711) or change interposer.state_dir", err)
 	}
+	key, err := stateKey(ic.StateDir)
+	if err != nil {
+		return fmt.Errorf("interposer: %w; check that state_dir is writable by the plugin", err)
+	}
+	dir := filepath.Join(ic.StateDir, keyedDirName(key, name))
 	preload := filepath.Join(ic.StateDir, preloadFile)
 	if err := writeFileAtomic(preload, []byte(ic.Library+"\n"), 0o444); err != nil {
 		return fmt.Errorf("interposer: %w; check that state_dir is writable by the plugin", err)

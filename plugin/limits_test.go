@@ -30,6 +30,52 @@ func interposerPlugin(t *testing.T) (*Plugin, string, string) {
 	return p, lib, state
 }
 
+// reservationDir is where the plugin puts the reservation whose share IDs
+// give name (reservationDirName): keyed by state_dir's key.
+func reservationDir(t *testing.T, state, name string) string {
+	t.Helper()
+	key, err := os.ReadFile(filepath.Join(state, "key"))
+	must.NoError(t, err)
+	return filepath.Join(state, keyedDirName(key, name))
+}
+
+// Another task cannot derive a reservation's directory (issue 29, defect
+// 7): its name holds neither the share IDs nor their plain hash, differs
+// between two state_dirs (two keys) for the same shares, stays the same
+// for the same shares in one; state_dir cannot be listed by others and
+// its key is the plugin's alone.
+func TestReservationDirUnguessable(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	ids := shares(3, 10, 35)
+	var names []string
+	for range 2 {
+		p, _, state := interposerPlugin(t)
+		res, err := p.Reserve(ids)
+		must.NoError(t, err)
+		again, err := p.Reserve(ids)
+		must.NoError(t, err)
+		must.Eq(t, res.Envs[EnvLimits], again.Envs[EnvLimits], must.Sprint("the same shares, the same directory"))
+		name := filepath.Base(res.Envs[EnvLimits])
+		must.Eq(t, state, filepath.Dir(res.Envs[EnvLimits]))
+		must.StrNotContains(t, name, v100)
+		must.StrNotContains(t, name, "10-34")
+		must.NotEq(t, reservationDirName([]string{v100 + "3"}, map[string][]int{v100 + "3": rangeOf(10, 35)}), name)
+		must.Eq(t, os.ModeDir|0o711, mode(t, state))
+		must.Eq(t, 0o600, mode(t, filepath.Join(state, "key")))
+		names = append(names, name)
+	}
+	must.NotEq(t, names[0], names[1], must.Sprint("two keys, two names: the name is not a function of the shares alone"))
+}
+
+func rangeOf(from, to int) []int {
+	var r []int
+	for i := from; i < to; i++ {
+		r = append(r, i)
+	}
+	return r
+}
+
 func mode(t *testing.T, path string) os.FileMode {
 	t.Helper()
 	st, err := os.Stat(path)
@@ -45,11 +91,12 @@ func TestReserveInterposer(t *testing.T) {
 	res, err := p.Reserve(ids)
 	must.NoError(t, err)
 
-	dir := filepath.Join(state, v100+"3_10-34")
+	dir := reservationDir(t, state, v100+"3_10-34")
 	must.Eq(t, dir, res.Envs[EnvLimits])
 	must.Eq(t, lib, res.Envs[EnvPreload])
 	must.Eq(t, os.ModeDir|0o755, mode(t, dir))
-	must.Eq(t, os.ModeDir|0o755, mode(t, state))
+	must.Eq(t, os.ModeDir|0o711, mode(t, state)) // traversable, not listable
+	must.Eq(t, 0o600, mode(t, filepath.Join(state, "key")))
 	must.Eq(t, 0o444, mode(t, filepath.Join(dir, "limits")))
 	must.Eq(t, 0o666, mode(t, filepath.Join(dir, "usage")))
 	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
@@ -79,7 +126,7 @@ func TestReserveInterposer(t *testing.T) {
 	// whole GPUs: their memory summed, compute 100
 	res, err = p.Reserve(append(shares(4, 0, 100), shares(0, 0, 100)...))
 	must.NoError(t, err)
-	must.Eq(t, filepath.Join(state, v100+"0_0-99+"+v100+"4_0-99"), res.Envs[EnvLimits])
+	must.Eq(t, reservationDir(t, state, v100+"0_0-99+"+v100+"4_0-99"), res.Envs[EnvLimits])
 	limits, err = os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
 	must.NoError(t, err)
 	must.StrContains(t, string(limits), "\nmemory_bytes=34359738368\ncompute_pct=100\n")

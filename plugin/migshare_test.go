@@ -189,7 +189,7 @@ func TestReserveSharedMIGInterposer(t *testing.T) {
 	p := sharedPlugin(t, mixedNode, fmt.Sprintf("interposer {\n enabled = true\n library = %q\n state_dir = %q\n}", lib, state))
 	res, err := p.Reserve(migShareIDs("MIG-mig-3g", 0, 14))
 	must.NoError(t, err)
-	rdir := filepath.Join(state, "MIG-mig-3g_0-13")
+	rdir := reservationDir(t, state, "MIG-mig-3g_0-13")
 	must.Eq(t, rdir, res.Envs[EnvLimits])
 	limits, err := os.ReadFile(filepath.Join(rdir, "limits"))
 	must.NoError(t, err)

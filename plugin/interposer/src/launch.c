@@ -434,10 +434,11 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
         now = now_ns();
         plock();
         harvest();
-        if (pace.tgs_on) {
-            uint32_t t = gs_tgs_share(&pace.tgs, chan, now);
-            gs_pacer_set_share(P, t < GS_SHARE_FULL ? t : pace.base, now);
-        }
+        /* the share from the read-only limits (or the TGS loop), never the
+         * region's copy, which the task can write (README, who can reach
+         * a reservation's state) */
+        uint32_t t = pace.tgs_on ? gs_tgs_share(&pace.tgs, chan, now) : GS_SHARE_FULL;
+        gs_pacer_set_share(P, t < GS_SHARE_FULL ? t : pace.base, now);
         uint64_t d = gs_pacer_delay(P, now);
         if (!d) {
             *charged = *est_of(graph);
