@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpushare/gpushare/fixtures"
-	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -106,20 +104,7 @@ func newTwoPCIeEnv(t *testing.T) *env {
 // GPU UUIDs differ (numbered from first).
 func newPCIeEnv(t *testing.T, prefix string, first int, dcs ...string) *env {
 	t.Helper()
-	fx := t.TempDir()
-	src, err := fixtures.FS.ReadFile(fixtures.PCIe4GPU)
-	must.NoError(t, err)
-	var clients []devcluster.Client
-	paths := map[string]string{}
-	for i, dc := range dcs {
-		name := fmt.Sprintf("pcie-%d", i+1)
-		b := fixtureUUID.ReplaceAllString(string(src), fmt.Sprintf("GPU-${1}${2}0000%02d-", first+i))
-		p := filepath.Join(fx, name+".hcl")
-		must.NoError(t, os.WriteFile(p, []byte(b), 0o644))
-		paths[name] = p
-		clients = append(clients, devcluster.Client{Name: name, Fixture: p, Datacenter: dc})
-	}
-	return envOn(t, startClusterWith(t, devcluster.Options{Clients: clients}), paths, prefix)
+	return newPCIeEnvWith(t, prefix, first, "", dcs...)
 }
 
 // reRegister registers one parsed jobspec again and again.
