@@ -34,6 +34,29 @@
 
 /* ---- limits file ---------------------------------------------------- */
 
+
+/* parse_u64 reads a whole decimal number (digits only) into *out; -1 when
+ * s is empty, holds anything else, or overflows. Not strtoull: glibc 2.38's
+ * headers redirect strtol and friends to __isoc23_* (GLIBC_2.38) under
+ * _GNU_SOURCE, and the library must load on older glibc (glibc_compat.h;
+ * TestLibraryLoadsOnOldGlibc). */
+static int parse_u64(const char *s, unsigned long long *out)
+{
+    unsigned long long n = 0;
+    if (!s || !*s)
+        return -1;
+    for (; *s; s++) {
+        if (*s < '0' || *s > '9')
+            return -1;
+        unsigned d = (unsigned)(*s - '0');
+        if (n > (~0ULL - d) / 10)
+            return -1;
+        n = n * 10 + d;
+    }
+    *out = n;
+    return 0;
+}
+
 static char *trim(char *s)
 {
     while (isspace((unsigned char)*s))
@@ -63,19 +86,17 @@ int gs_limits_read(const char *path, struct gs_limits *out)
             break;
         }
         *eq = 0;
-        char *k = trim(l), *v = trim(eq + 1), *end;
+        char *k = trim(l), *v = trim(eq + 1);
+        unsigned long long n;
         if (strcmp(k, "memory_bytes") == 0) {
-            errno = 0;
-            unsigned long long n = strtoull(v, &end, 10);
-            if (errno || end == v || *end || *v == '-') {
+            if (parse_u64(v, &n) < 0) {
                 rc = -1;
                 break;
             }
             out->have_memory = 1;
             out->memory_bytes = n;
         } else if (strcmp(k, "compute_pct") == 0) {
-            long n = strtol(v, &end, 10);
-            if (end == v || *end || n < 1 || n > 100) {
+            if (parse_u64(v, &n) < 0 || n < 1 || n > 100) {
                 /* 0 would pace every launch for ever */
                 fprintf(stderr, "gpushare: %s: compute_pct=%s: must be 1-100\n", path, v);
                 rc = -1;
@@ -89,17 +110,13 @@ int gs_limits_read(const char *path, struct gs_limits *out)
             }
             out->unified = *v == '1';
         } else if (strcmp(k, "unified_extra_bytes") == 0) {
-            errno = 0;
-            unsigned long long n = strtoull(v, &end, 10);
-            if (errno || end == v || *end || *v == '-') {
+            if (parse_u64(v, &n) < 0) {
                 rc = -1;
                 break;
             }
             out->unified_extra_bytes = n;
         } else if (strcmp(k, "context_bytes") == 0) {
-            errno = 0;
-            unsigned long long n = strtoull(v, &end, 10);
-            if (errno || end == v || *end || *v == '-') {
+            if (parse_u64(v, &n) < 0) {
                 rc = -1;
                 break;
             }
@@ -147,7 +164,16 @@ static int proc_stat(pid_t pid, uint64_t *start, char *state)
     }
     if (!p)
         return -1;
-    *start = strtoull(p, NULL, 10);
+    char digits[24];
+    size_t len = 0;
+    while (p[len] >= '0' && p[len] <= '9' && len < sizeof digits - 1)
+        len++;
+    memcpy(digits, p, len);
+    digits[len] = 0;
+    unsigned long long v;
+    if (parse_u64(digits, &v) < 0)
+        return -1;
+    *start = v;
     return 0;
 }
 
