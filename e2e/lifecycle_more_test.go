@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -57,9 +58,16 @@ func lifecycleCanaryPromotedByHand(t *testing.T, outer *env, s *scheduler) {
 		}
 		return old == 2
 	})
-	// the user's change: the scheduler leaves its canary to the user
+	// the user's change: the scheduler leaves its canary to the user —
+	// decided on a fact, not a while: once a finished pass (which would
+	// have promoted) has read the deployment with its canary healthy
 	before := promotionsOf(t, s)
-	time.Sleep(6 * time.Second) // three passes
+	_, meta, err := e.nomad.Deployments().Info(d.ID, nil)
+	must.NoError(t, err)
+	e.eventually(liveness, "a pass of the scheduler to decide on the healthy canary", func() bool {
+		var h service.Health
+		return getJSON(s.http+"/v1/health", &h) == nil && h.Decided >= meta.LastIndex
+	})
 	waiting, _, err := e.nomad.Deployments().Info(d.ID, nil)
 	must.NoError(t, err)
 	must.False(t, waiting.TaskGroups["g"].Promoted, must.Sprint("the scheduler promoted the user's canary"))
