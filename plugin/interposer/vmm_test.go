@@ -130,14 +130,20 @@ func TestGraphMemoryNodesWithinCap(t *testing.T) {
 func testGraphMemory(t *testing.T, mode string) {
 	b, r := vmmprog(t)
 	r.mode = mode
-	got := r.output(t, b,
-		"graphnode:1:"+g(12),
-		"graphnode:2:"+g(3), "launch:2", "alloc:"+g(2), "fake", "info")
-	check(t, got,
+	// graphs 0 and 1; the replay is cuGraphLaunch (the library's hook),
+	// which allocates graph 1's node in the fake driver as the real one
+	// does: before, the tests called the fake's allocation directly
+	got := r.output(t, b, "graph", "graph",
+		"graphnode:0:"+g(12),
+		"graphnode:1:"+g(3), "replay:1", "alloc:"+g(2), "fake", "info",
+		"replay:1", "fake", "alloc:"+g(1), "fake")
+	check(t, got, "graph 0", "graph 0",
 		"graphnode 2",
-		"graphnode 0", "launch 0",
-		"alloc 2", // the launched graph holds 3 of the 4 GiB
-		"fake 0 "+g(3), "info 0 "+g(1)+" "+g(4))
+		"graphnode 0", "replay 0",
+		"alloc 2", // the replayed graph holds 3 of the 4 GiB
+		"fake 0 "+g(3), "info 0 "+g(1)+" "+g(4),
+		"replay 0", "fake 0 "+g(3), // a second replay reuses the reserve
+		"alloc 0", "fake 0 "+g(4))
 }
 
 // A process that execs (same pid, a new image) had its memory freed with

@@ -42,7 +42,11 @@ enum { ERR_ILLEGAL_STATE = 401, ERR_CAPTURE_UNSUPPORTED = 900, ERR_CAPTURE_INVAL
 #define GMAX 256
 #define SMAX 64
 
-struct fgraph { unsigned n; void *fn[GMAX]; }; /* a graph: kernels, in order */
+/* a graph: kernels, in order; an executable's src is the graph it was
+ * instantiated from, whose memory nodes (testdata/fakevmm.c, keyed by the
+ * graph) its launches allocate */
+struct fgraph { unsigned n; void *fn[GMAX]; struct fgraph *src; };
+CUresult fakevmm_graph_launch(void *graph); /* testdata/fakevmm.c */
 
 struct fstream {
     int cap, cap_mode;
@@ -223,7 +227,16 @@ CUresult cuStreamGetCaptureInfo(void *s, int *status, unsigned long long *id)
     return cuStreamIsCapturing(s, status);
 }
 
-/* A graph's executable is a copy of its kernels. */
+/* An empty graph, to which nodes are added (cuGraphAddMemAllocNode). */
+CUresult cuGraphCreate(struct fgraph **g, unsigned flags)
+{
+    (void)flags;
+    *g = calloc(1, sizeof **g);
+    return *g ? 0 : 2;
+}
+
+/* A graph's executable is a copy of its kernels, and names the graph for
+ * its memory nodes. */
 CUresult cuGraphInstantiateWithFlags(struct fgraph **exec, struct fgraph *g, unsigned long long flags)
 {
     (void)flags;
@@ -233,17 +246,24 @@ CUresult cuGraphInstantiateWithFlags(struct fgraph **exec, struct fgraph *g, uns
     if (!*exec)
         return 2;
     **exec = *g;
+    (*exec)->src = g;
     return 0;
 }
 CUresult cuGraphDestroy(struct fgraph *g) { free(g); return 0; }
 CUresult cuGraphExecDestroy(struct fgraph *g) { free(g); return 0; }
 
-/* Runs the graph's kernels on s (into s's capture, or behind its wait, as
- * any launch on s), in order. */
+/* Allocates the graph's memory nodes, as the driver does at a launch (from
+ * the device's graph pool, once: later launches reuse the reserve;
+ * CUDA_ERROR_OUT_OF_MEMORY when the device cannot), then runs its kernels
+ * on s (into s's capture, or behind its wait, as any launch on s), in
+ * order. */
 CUresult cuGraphLaunch(struct fgraph *exec, void *s)
 {
     if (!exec)
         return 400;
+    CUresult m = fakevmm_graph_launch(exec->src);
+    if (m)
+        return m;
     for (unsigned i = 0; i < exec->n; i++) {
         CUresult r;
         if (!fakecap_launch(s, exec->fn[i], &r))

@@ -19,7 +19,8 @@
  *     graph pool when the graph is launched (kept for later launches), and
  *     the device's reserve is CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT.
  *     fakevmm_graph_launch is what a graph launch calls (testdata/
- *     fakecapture.c's cuGraphLaunch; the tests call it directly).
+ *     fakecapture.c's cuGraphLaunch, on the graph it was instantiated
+ *     from).
  */
 
 /* ---- VMM handles -------------------------------------------------------- */
@@ -319,9 +320,10 @@ CUresult cuGraphAddMemFreeNode(void **node, void *graph, const void *deps, size_
     return 0;
 }
 
-/* Not a driver call: what a launch of graph does to memory. Backs its
- * allocation nodes from the device (CUDA_ERROR_OUT_OF_MEMORY when the
- * device cannot), once: later launches reuse the reserve. */
+/* Not a driver call: what a launch of graph does to memory, called by
+ * testdata/fakecapture.c's cuGraphLaunch. Backs its allocation nodes from
+ * the device (CUDA_ERROR_OUT_OF_MEMORY when the device cannot), once:
+ * later launches reuse the reserve. */
 CUresult fakevmm_graph_launch(void *graph)
 {
     uint64_t need = 0;

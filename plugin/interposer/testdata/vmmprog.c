@@ -17,8 +17,11 @@
  *   poolalloc:P:N   cuMemAllocFromPoolAsync from pool P
  *   threshold:P:N   CU_MEMPOOL_ATTR_RELEASE_THRESHOLD of pool P := N
  *   reserved:P      its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ("reserved <rc> <bytes>")
- *   graphnode:G:N   cuGraphAddMemAllocNode of N bytes in graph G (a number)
- *   launch:G        what a launch of graph G allocates (fakevmm_graph_launch)
+ *   graph           cuGraphCreate
+ *   graphnode:G:N   cuGraphAddMemAllocNode of N bytes in graph G
+ *   replay:G        cuGraphInstantiateWithFlags of graph G, then
+ *                   cuGraphLaunch of it on the NULL stream (which
+ *                   allocates its memory nodes, as the driver does)
  *   info            cuMemGetInfo_v2 ("info <rc> <free> <total>")
  *   fake            what the fake device really holds ("fake 0 <bytes>")
  *   exec            execs this program again with the commands after it
@@ -135,15 +138,23 @@ int main(int argc, char **argv)
             r = CALL(CUresult (*)(void *, int, void *), "cuMemPoolGetAttribute")((void *)(uintptr_t)held[a], 5, &v);
             printf("reserved %d %llu\n", r, v);
             continue;
+        } else if (strcmp(c, "graph") == 0) {
+            void *g = NULL;
+            r = CALL(CUresult (*)(void **, unsigned), "cuGraphCreate")(&g, 0);
+            if (!r) hold((uintptr_t)g, 0);
         } else if (strncmp(c, "graphnode:", 10) == 0) {
             MEM_ALLOC_NODE_PARAMS p;
             memset(&p, 0, sizeof p);
             p.bytesize = b;
             void *node = NULL;
             r = CALL(CUresult (*)(void **, void *, const void *, size_t, MEM_ALLOC_NODE_PARAMS *),
-                     "cuGraphAddMemAllocNode")(&node, (void *)(uintptr_t)a, NULL, 0, &p);
-        } else if (strncmp(c, "launch:", 7) == 0) {
-            r = CALL(CUresult (*)(void *), "fakevmm_graph_launch")((void *)(uintptr_t)a);
+                     "cuGraphAddMemAllocNode")(&node, (void *)(uintptr_t)held[a], NULL, 0, &p);
+        } else if (strncmp(c, "replay:", 7) == 0) {
+            void *exec = NULL;
+            r = CALL(CUresult (*)(void **, void *, u64), "cuGraphInstantiateWithFlags")(
+                &exec, (void *)(uintptr_t)held[a], 0);
+            if (!r)
+                r = CALL(CUresult (*)(void *, void *), "cuGraphLaunch")(exec, NULL);
         } else if (strcmp(c, "info") == 0) {
             size_t f = 0, t = 0;
             r = CALL(CUresult (*)(size_t *, size_t *), "cuMemGetInfo_v2")(&f, &t);
