@@ -35,8 +35,13 @@ const (
 	EnvLimits  = "GPUSHARE_LIMITS"
 	EnvPreload = "LD_PRELOAD"
 
-	limitsFile  = "limits"
-	usageFile   = "usage"
+	limitsFile = "limits"
+	usageFile  = "usage"
+	// regionDir in a reservation's directory (1733): where the library's
+	// first process creates usageFile, 0600 and its own user's, so the
+	// file is not world-writable on the host and any user a task runs as
+	// can make it
+	regionDir   = "region"
 	tgsFile     = "tgs" // in a reservation's directory: its GPU's TGS channel
 	tgsDir      = "tgs" // in state_dir: one channel per GPU, named by UUID
 	sharesFile  = "shares"
@@ -185,7 +190,7 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 		return fmt.Errorf("interposer: cannot create the reservation's directory: %w", err)
 	}
 	// the umask must not decide the modes: the task's processes read
-	// limits and write usage, whatever user they run as
+	// limits and reach the region directory, whatever user they run as
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
@@ -195,21 +200,36 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	if err := writeFileAtomic(filepath.Join(dir, sharesFile), []byte(strings.Join(ids, "\n")+"\n"), 0o444); err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
-	usage := filepath.Join(dir, usageFile)
-	live, err := liveSlots(usage)
-	switch {
-	case err != nil && !errors.Is(err, fs.ErrNotExist):
-		p.logger.Warn("interposer: unreadable usage region; starting a fresh one", "dir", dir, "error", err)
-		fallthrough
-	case live == 0:
-		// a fresh region; renamed over the old one, so a process that still
-		// maps the old file keeps it rather than fault on a truncated one
-		if err := writeFileAtomic(usage, nil, 0o666); err != nil {
-			return fmt.Errorf("interposer: %w", err)
+	// The usage region is the task's to create (the library's first
+	// process: 0600, its user's), in a directory anyone may create a file
+	// in but nobody list (1733, sticky: nobody removes another's file);
+	// before, the plugin created it 0666, writable by every user of the
+	// host who learnt its path.
+	region := filepath.Join(dir, regionDir)
+	if err := os.Mkdir(region, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("interposer: cannot create the reservation's region directory: %w", err)
+	}
+	if err := os.Chmod(region, os.ModeSticky|0o733); err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
+	// the region of this directory's last task (and an older plugin's
+	// 0666 one beside limits) goes unless a live process holds it; removed,
+	// so a process that still maps it keeps it rather than fault
+	for _, usage := range []string{filepath.Join(region, usageFile), filepath.Join(dir, usageFile)} {
+		live, err := liveSlots(usage)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			p.logger.Warn("interposer: unreadable usage region; starting a fresh one", "dir", dir, "error", err)
+			fallthrough
+		case live == 0:
+			if err := os.Remove(usage); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("interposer: %w", err)
+			}
+		default:
+			p.logger.Info("interposer: reservation reused while processes still hold its usage region; keeping their charges",
+				"dir", dir, "live_processes", live)
 		}
-	default:
-		p.logger.Info("interposer: reservation reused while processes still hold its usage region; keeping their charges",
-			"dir", dir, "live_processes", live)
 	}
 	channel, err := tgsChannel(ic.StateDir, gpu)
 	if err != nil {
@@ -225,7 +245,7 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	res.Envs[EnvPreload] = ic.Library
 	res.Mounts = append(res.Mounts,
 		&device.Mount{TaskPath: LimitsTaskDir, HostPath: dir, ReadOnly: true},
-		&device.Mount{TaskPath: LimitsTaskDir + "/" + usageFile, HostPath: usage, ReadOnly: false},
+		&device.Mount{TaskPath: LimitsTaskDir + "/" + regionDir, HostPath: region, ReadOnly: false},
 		&device.Mount{TaskPath: LimitsTaskDir + "/" + tgsFile, HostPath: tgs, ReadOnly: false},
 		&device.Mount{TaskPath: ic.Library, HostPath: ic.Library, ReadOnly: true},
 		&device.Mount{TaskPath: PreloadTaskPath, HostPath: preload, ReadOnly: true},
@@ -405,6 +425,18 @@ func procAlive(pid int, start uint64) bool {
 	return err == nil && (start == 0 || st == start)
 }
 
+// liveRegion: a live process holds the usage region of the reservation
+// directory dir (the library's, in regionDir, or an older plugin's beside
+// limits).
+func liveRegion(dir string) bool {
+	for _, usage := range []string{filepath.Join(dir, regionDir, usageFile), filepath.Join(dir, usageFile)} {
+		if live, err := liveSlots(usage); err == nil && live > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // collectGarbage removes the reservation directories not reserved for
 // gcAfter whose usage region no live process holds. It runs from the
 // fingerprint loop (device plugins are never told a reservation ended).
@@ -430,7 +462,7 @@ func (p *Plugin) collectGarbage(ic InterposerConfig, gcAfter time.Duration, now 
 		if _, err := os.Stat(filepath.Join(dir, limitsFile)); err != nil {
 			continue // not one of ours
 		}
-		if live, err := liveSlots(filepath.Join(dir, usageFile)); err == nil && live > 0 {
+		if liveRegion(dir) {
 			continue
 		}
 		if err := os.RemoveAll(dir); err != nil {

@@ -98,7 +98,21 @@ func TestReserveInterposer(t *testing.T) {
 	must.Eq(t, os.ModeDir|0o711, mode(t, state)) // traversable, not listable
 	must.Eq(t, 0o600, mode(t, filepath.Join(state, "key")))
 	must.Eq(t, 0o444, mode(t, filepath.Join(dir, "limits")))
-	must.Eq(t, 0o666, mode(t, filepath.Join(dir, "usage")))
+	// the usage region is the task's to create, 0600 (issue 29, part 4):
+	// a directory anyone may create in, nobody list; no file the plugin
+	// leaves in the reservation's directory is world-writable but the
+	// GPU's TGS channel, shared by design
+	must.Eq(t, os.ModeDir|os.ModeSticky|0o733, mode(t, filepath.Join(dir, "region")))
+	_, err = os.Stat(filepath.Join(dir, "region", "usage"))
+	must.ErrorIs(t, err, os.ErrNotExist)
+	entries, err := os.ReadDir(dir)
+	must.NoError(t, err)
+	for _, e := range entries {
+		m := mode(t, filepath.Join(dir, e.Name()))
+		if m.IsRegular() && e.Name() != "tgs" {
+			must.Zero(t, m&0o002, must.Sprintf("%s is world-writable: %v", e.Name(), m))
+		}
+	}
 	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
 	must.NoError(t, err)
 	// 25% of 16 GiB; compute 100: sharing is MPS, whose daemon limits the SMs
@@ -117,7 +131,7 @@ func TestReserveInterposer(t *testing.T) {
 	// after the two MPS mounts
 	must.Eq(t, []*device.Mount{
 		{TaskPath: "/run/gpushare", HostPath: dir, ReadOnly: true},
-		{TaskPath: "/run/gpushare/usage", HostPath: filepath.Join(dir, "usage")},
+		{TaskPath: "/run/gpushare/region", HostPath: filepath.Join(dir, "region")},
 		{TaskPath: "/run/gpushare/tgs", HostPath: filepath.Join(dir, "tgs")},
 		{TaskPath: lib, HostPath: lib, ReadOnly: true},
 		{TaskPath: "/etc/ld.so.preload", HostPath: filepath.Join(state, "ld.so.preload"), ReadOnly: true},
@@ -258,7 +272,7 @@ func TestReserveInterposerReuse(t *testing.T) {
 	ids := shares(2, 0, 25)
 	res, err := p.Reserve(ids)
 	must.NoError(t, err)
-	usage := filepath.Join(res.Envs[EnvLimits], "usage")
+	usage := filepath.Join(res.Envs[EnvLimits], "region", "usage")
 
 	writeRegion(t, usage, int32(os.Getpid()), myStart(t)) // a live process
 	res2, err := p.Reserve(ids)
@@ -271,10 +285,16 @@ func TestReserveInterposerReuse(t *testing.T) {
 	writeRegion(t, usage, int32(os.Getpid()), myStart(t)+1) // the pid reused by another process
 	_, err = p.Reserve(ids)
 	must.NoError(t, err)
-	st, err = os.Stat(usage)
+	_, err = os.Stat(usage)
+	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("removed: no live slot; the next task's first process makes its own"))
+
+	// an older plugin's 0666 region beside limits goes too
+	legacy := filepath.Join(res.Envs[EnvLimits], "usage")
+	writeRegion(t, legacy, int32(os.Getpid()), myStart(t)+1)
+	_, err = p.Reserve(ids)
 	must.NoError(t, err)
-	must.Zero(t, st.Size(), must.Sprint("replaced: no live slot"))
-	must.Eq(t, 0o666, st.Mode())
+	_, err = os.Stat(legacy)
+	must.ErrorIs(t, err, os.ErrNotExist)
 }
 
 func TestInterposerGarbageCollection(t *testing.T) {
@@ -285,7 +305,7 @@ func TestInterposerGarbageCollection(t *testing.T) {
 	must.NoError(t, err)
 	recent, err := p.Reserve(shares(1, 50, 75))
 	must.NoError(t, err)
-	writeRegion(t, filepath.Join(held.Envs[EnvLimits], "usage"), int32(os.Getpid()), myStart(t))
+	writeRegion(t, filepath.Join(held.Envs[EnvLimits], "region", "usage"), int32(os.Getpid()), myStart(t))
 	stranger := filepath.Join(state, "not-ours")
 	must.NoError(t, os.Mkdir(stranger, 0o755))
 	long := time.Now().Add(-200 * time.Hour)

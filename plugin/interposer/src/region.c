@@ -351,9 +351,54 @@ static void adopt_slot(void)
     unlock();
 }
 
+/* Opens the usage file `usage` in the directory dfd, creating it (0600,
+ * this process's user) if absent; never through a symbolic link. */
+static int open_usage(int dfd)
+{
+    int fd = openat(dfd, "usage", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) {
+        fd = openat(dfd, "usage", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno == EEXIST) /* another process made it meanwhile */
+            fd = openat(dfd, "usage", O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+    }
+    return fd;
+}
+
+/* The usage file for path (<dir>/usage). The plugin makes <dir>/region
+ * (1733: anyone may create a file there, nobody but root list it or
+ * remove another's file): then the region is <dir>/region/usage, created
+ * by the task's first process, 0600 and its user's, so no other user on
+ * the host can write it (README, "Who can reach a reservation's state").
+ * Without that directory (a directory the tests make, an older plugin's)
+ * it is <dir>/usage, created 0600 if absent. */
+static int open_region_file(const char *path)
+{
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (n == 0 || n >= sizeof dir - 8)
+        return -1;
+    memcpy(dir, path, n);
+    memcpy(dir + n, "/region", 8);
+    int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC); /* no read permission needed */
+    if (dfd < 0) {
+        dir[n] = 0;
+        dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            return -1;
+    }
+    int fd = open_usage(dfd);
+    if (fd < 0 && (errno == EACCES || errno == EPERM))
+        fprintf(stderr, "gpushare: %s/usage belongs to another user: every process of a task "
+                        "must run as the user whose process first used the GPU (this one runs "
+                        "as uid %d)\n", dir, (int)geteuid());
+    close(dfd);
+    return fd;
+}
+
 int gs_region_open(const char *path)
 {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0660);
+    int fd = open_region_file(path);
     if (fd < 0)
         return -1;
     /* flock serialises first-time initialisation only; later the mutex rules */
