@@ -49,6 +49,11 @@ const (
 	Grow
 	// Adopt: an ungated group Nomad cannot run as placed; decide it.
 	Adopt
+	// Pool: pin a parameterized parent to a pool of GPUs inside which
+	// Nomad places each dispatched child (placement.Snapshot.Pool):
+	// Nomad refuses every registration of a dispatched job, so a child
+	// runs where its parent's constraints let Nomad put it.
+	Pool
 )
 
 func (d Do) String() string {
@@ -61,6 +66,8 @@ func (d Do) String() string {
 		return "grow"
 	case Adopt:
 		return "adopt"
+	case Pool:
+		return "pool"
 	}
 	return "nothing"
 }
@@ -88,6 +95,9 @@ type Group struct {
 	// Template: the job is a periodic parent or a parameterized one that is
 	// not a dispatched child.
 	Template bool
+	// Parameterized: the template is a parameterized job (its children
+	// are dispatched, and can never be registered again).
+	Parameterized bool
 	// Stopped: the job is stopped.
 	Stopped bool
 	// Batch: a batch or sysbatch job, whose allocations end.
@@ -151,6 +161,15 @@ type Result struct {
 // pure: the same facts give the same answer.
 func Reconcile(g Group) Result {
 	switch {
+	case g.Template && g.Parameterized && !g.Stopped && g.Count > 0 && (g.Gated || (g.Adoptable && !g.Pinned) || (g.Pinned && g.PinLost)):
+		r := Result{State: Template, Do: Pool}
+		r.Why = "a parameterized job: pinned to a pool of GPUs, one allocation's worth per node its rules allow, inside which Nomad places each dispatched child (Nomad refuses every registration of a dispatched job, so a child cannot be pinned itself)"
+		if g.Pinned {
+			r.Why = "a parameterized job whose pool of GPUs is gone (its nodes down, drained or gone): pinned to a new pool for the children dispatched from now on"
+		}
+		return r
+	case g.Template && g.Parameterized && g.Pinned:
+		return Result{State: Template, Why: "a parameterized job pinned to a pool of GPUs: Nomad places each dispatched child inside it"}
 	case g.Template:
 		return Result{State: Template, Why: "a periodic or parameterized job: Nomad never places it; its children are placed as they are launched"}
 	case g.Stopped:
@@ -201,7 +220,19 @@ func Reconcile(g Group) Result {
 		return r
 	case g.Gated && g.Dispatched:
 		r.State = Waiting
-		r.Why = "a dispatched child of a gated parameterized job: Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare cannot pin it; submit each run as a batch job of its own (gpushare job run) instead of dispatching"
+		r.Why = "dispatched while its parameterized parent still waited at the gate (before gpushare pinned the parent to a pool of GPUs): Nomad (1.11) refuses every registration of a dispatched job, so gpushare cannot pin it; stop it and dispatch it again (the parent is pinned now, or once a scheduler runs)"
+		return r
+	case g.Dispatched && g.Pinned:
+		if missing == 0 {
+			r.State, r.Why = Running, fmt.Sprintf("a dispatched child: all %d allocation(s) run, where Nomad placed them inside its parent's pool of GPUs", len(live))
+			return r
+		}
+		r.State = PinnedUnplaced
+		r.Why = fmt.Sprintf("a dispatched child: Nomad places its %d allocation(s) inside its parent's pool of GPUs, and waits for room there (the pool's GPUs are busy, or its nodes take no work)", missing)
+		return r
+	case g.Dispatched:
+		r.State = Unmanaged
+		r.Why = "a dispatched child of a parameterized job gpushare did not pin: Nomad alone places it (gpushare cannot register a dispatched job)"
 		return r
 	case g.Gated:
 		r.State, r.Do = Waiting, Place

@@ -26,7 +26,15 @@ func TestReconcile(t *testing.T) {
 		beside   bool
 		missing  int
 	}{
-		{name: "periodic or parameterized parent", g: Group{Template: true, Gated: true, Count: 1}, state: Template},
+		{name: "periodic parent", g: Group{Template: true, Gated: true, Count: 1}, state: Template},
+		{name: "gated parameterized parent: pinned to a pool for its children", g: Group{Template: true, Parameterized: true, Gated: true, Count: 1}, state: Template, do: Pool},
+		{name: "ungated parameterized parent, adopted: pinned to a pool", g: Group{Template: true, Parameterized: true, Adoptable: true, Count: 1}, state: Template, do: Pool},
+		{name: "parameterized parent pinned to a pool", g: Group{Template: true, Parameterized: true, Pinned: true, Adoptable: true, Count: 1}, state: Template},
+		{name: "parameterized parent whose pool is gone: a new pool", g: Group{Template: true, Parameterized: true, Pinned: true, PinLost: true, Count: 1}, state: Template, do: Pool},
+		{name: "stopped parameterized parent: no pool", g: Group{Template: true, Parameterized: true, Gated: true, Stopped: true, Count: 1}, state: Template},
+		{name: "dispatched child inside its parent's pool, placed", g: Group{Dispatched: true, Pinned: true, PinRoom: 1, Count: 1, Allocs: []Alloc{runs("a")}}, state: Running},
+		{name: "dispatched child inside its parent's pool, waiting for room: never re-pinned", g: Group{Dispatched: true, Pinned: true, PinLost: true, NomadRefused: true, PinRoom: 1, Count: 2, Allocs: []Alloc{runs("a")}}, state: PinnedUnplaced, missing: 1},
+		{name: "dispatched child of a parent gpushare did not pin: Nomad's", g: Group{Dispatched: true, Adoptable: true, NomadRefused: true, Count: 1}, state: Unmanaged, missing: 1},
 		{name: "periodic child waits at its parent's gate", g: Group{Gated: true, Count: 1}, state: Waiting, do: Place, missing: 1},
 		{name: "dispatched child at its parent's gate: Nomad refuses to register it again", g: Group{Gated: true, Dispatched: true, Count: 1}, state: Waiting, missing: 1},
 		{name: "stopped job", g: Group{Stopped: true, Pinned: true, PinRoom: 1, Count: 1, Allocs: []Alloc{runs("a")}}, state: Stopped},

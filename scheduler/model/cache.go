@@ -96,10 +96,20 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 	if !ok || s.Trust == nil {
 		return rec, ok
 	}
-	if tg := pin.Group(job, group); tg == nil || !s.Trust(KeyOf(job, group), tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature]) {
+	key, incarnation := KeyOf(job, group), pin.Incarnation(job)
+	if parent, ok := DispatchedFrom(job); ok {
+		// a dispatched child carries its parent's pin (a pool, placement.Snapshot.Pool),
+		// signed for the parent: trusted as the parent's, for the parent
+		// it was dispatched from while that one is known
+		key.Job, incarnation = parent, rec.Incarnation
+		if p := s.Jobs[JobKey(key.Namespace, parent)]; p != nil {
+			incarnation = pin.Incarnation(p)
+		}
+	}
+	if tg := pin.Group(job, group); tg == nil || !s.Trust(key, tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature]) {
 		return nil, false
 	}
-	if rec.Incarnation != 0 && rec.Incarnation != pin.Incarnation(job) {
+	if rec.Incarnation != 0 && rec.Incarnation != incarnation {
 		return nil, false // written for a job purged since: not this one's
 	}
 	if rec.Request != "" && !rec.ForRequest(job, group) {

@@ -29,6 +29,16 @@ func Template(job *api.Job) bool {
 	return job.IsParameterized() || job.Periodic != nil
 }
 
+// DispatchedFrom is the parent of a dispatched child of a parameterized
+// job (Nomad keeps the parent's ParameterizedJob block in the child, with
+// Dispatched set, and its ID in ParentID).
+func DispatchedFrom(job *api.Job) (string, bool) {
+	if !job.Dispatched || job.ParameterizedJob == nil || job.ParentID == nil || *job.ParentID == "" {
+		return "", false
+	}
+	return *job.ParentID, true
+}
+
 // Current reports whether allocation a runs job's current version: it was
 // placed, or updated in place, by a plan after that version was
 // registered (Nomad's raft indexes order the two), or, read from a

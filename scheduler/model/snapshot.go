@@ -52,6 +52,9 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 		if (job.Stop != nil && *job.Stop) || Template(job) {
 			continue // Nomad never places a template: its pin holds nothing
 		}
+		if _, child := DispatchedFrom(job); child {
+			continue // its parent's pool: Nomad places the child inside it, holding nothing for it
+		}
 		for _, tg := range job.TaskGroups {
 			if !s.Pinned(job, *tg.Name) {
 				continue

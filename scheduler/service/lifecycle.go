@@ -8,6 +8,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -21,14 +22,21 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *mod
 	name := *tg.Name
 	key := model.KeyOf(job, name)
 	g := lifecycle.Group{
-		Template:   model.Template(job),
-		Stopped:    job.Stop != nil && *job.Stop,
-		Batch:      job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch),
-		Count:      pin.Count(tg),
-		Canary:     canaries(job, tg),
-		Gated:      slices.Contains(gated, name),
-		Dispatched: job.Dispatched,
-		Adoptable:  s.cfg.AdoptUngatedOn() && pin.Wants(tg),
+		Template:      model.Template(job),
+		Parameterized: job.IsParameterized(),
+		Stopped:       job.Stop != nil && *job.Stop,
+		Batch:         job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch),
+		Count:         pin.Count(tg),
+		Canary:        canaries(job, tg),
+		Gated:         slices.Contains(gated, name),
+		Dispatched:    job.Dispatched,
+		Adoptable:     s.cfg.AdoptUngatedOn() && pin.Wants(tg),
+	}
+	if g.Template && g.Parameterized && !g.Gated {
+		if rec, ok := s.state.Record(job, name); ok {
+			g.Pinned = true
+			g.PinLost = poolGone(rec, built.Snapshot)
+		}
 	}
 	if g.Template || g.Stopped || g.Count == 0 {
 		return g, nil, nil
@@ -147,4 +155,22 @@ func (s *loop) ranUnchanged(job *api.Job, key decide.Key) (ran, unread bool) {
 		return false, s.priorUnread(key, last.ID)
 	}
 	return prior.Spec != "" && prior.Spec == pin.Spec(job, key.Group) && prior.Record.Request == pin.Digest(job, key.Group, s.policy.Name()), false
+}
+
+// poolGone reports whether none of the nodes a parameterized parent's pool
+// names can take a dispatched child any more (down, drained, ineligible
+// or gone: not in the snapshot), or every GPU of it is unhealthy.
+func poolGone(rec *pin.Record, snap *placement.Snapshot) bool {
+	for _, id := range rec.Nodes {
+		n, ok := snap.Node(id)
+		if !ok {
+			continue
+		}
+		for _, g := range n.GPUs {
+			if !g.Down && slices.Contains(rec.GPUs, g.UUID) {
+				return false
+			}
+		}
+	}
+	return true
 }

@@ -1,6 +1,7 @@
 package service
 
 import (
+	"fmt"
 	"net/http/httptest"
 	"slices"
 	"testing"
@@ -148,36 +149,110 @@ func TestCanaryIsPlacedBesideTheRunningAllocation(t *testing.T) {
 	must.Eq(t, old.Shares, again.Shares)
 }
 
-// A dispatched child of a gated parameterized job keeps its parent's
-// ParameterizedJob block (Nomad sets Dispatched) and is no template; but
-// Nomad refuses every registration of a dispatched job (its HTTP API drops
-// the flag, its validation wants it unchanged), so it cannot be pinned:
-// it waits, says why, and no pin is attempted (each failed, and was
-// retried for ever). Its parent is a template, not waiting for a decision.
-func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+// dispatch is a child of parameterized job parent as `nomad job dispatch`
+// makes it: the parent's version Nomad holds, with its ParameterizedJob
+// block kept, Dispatched and ParentID set.
+func (f *fakeNomad) dispatch(t *testing.T, parent, id string) *api.Job {
+	t.Helper()
+	f.mu.Lock()
+	child, err := copyJob(f.jobs[parent])
+	f.mu.Unlock()
+	must.NoError(t, err)
+	child.ID, child.Name, child.ParentID, child.Dispatched = ptr(id), ptr(id), ptr(parent), true
+	child.CreateIndex = nil
+	f.put(child)
+	return child
+}
+
+// A gated parameterized job is pinned to a pool: on each node its rules
+// allow, all the shares of the one GPU a child's request fits on, so that
+// every child Nomad places inside it (a dispatched child keeps its
+// parent's constraints, and Nomad refuses every registration of one) is
+// on one GPU. Its children are trusted as pinned by their parent, never
+// registered, hold nothing, and say why they wait. Before, a child of a
+// gated parent waited at the gate for ever (it cannot be pinned), and so
+// did every child.
+func TestParameterizedParentIsPinnedToAPool(t *testing.T) {
 	parent := gated("infer", 25)
 	parent.Type = ptr("batch")
 	parent.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
-	f.put(parent)
-	child := gated("infer/dispatch-1764000000-0a1b2c3d", 25)
-	child.Type, child.ParentID, child.Dispatched = ptr("batch"), ptr("infer"), true
-	child.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
+	f, s, rec := placedFirst(t, parent, twoDGX1(t)...)
+	must.Eq(t, []string{"node-1", "node-2"}, rec.Nodes, must.Sprint("one GPU per node the job's rules allow"))
+	must.Len(t, 2, rec.GPUs)
+	must.Len(t, 200, rec.Shares, must.Sprint("all the shares of one GPU per node: any 25 Nomad takes are on one GPU"))
+	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
+	must.Eq(t, lifecycle.Pool, stageOf(s, "infer").Do)
+	st, ok := s.loop.jobStatus("default", "infer", "default")
+	must.True(t, ok)
+	must.Eq(t, "template", st.Groups[0].State)
+	must.NotNil(t, st.Groups[0].Placement)
+	must.StrContains(t, st.Groups[0].Reason, "pool")
+
+	registers := f.registers
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.Eq(t, registers, f.registers, must.Sprint("a pinned parent is left alone"))
+	must.Eq(t, lifecycle.Nothing, stageOf(s, "infer").Do)
+
+	// five children: Nomad places four on node-1's pool GPU and one on
+	// node-2's; none is registered, and none holds shares it does not use
+	var children []string
+	for i := range 5 {
+		children = append(children, *f.dispatch(t, "infer", fmt.Sprintf("infer/dispatch-1764000000-%08d", i)).ID)
+	}
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.Eq(t, registers, f.registers, must.Sprint("no child is ever registered"))
+	for _, c := range children {
+		must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, c).State, must.Sprint(stageOf(s, c).Why))
+		must.StrContains(t, s.loop.pending[key(c)], "inside its parent's pool")
+	}
+	must.Eq(t, 0, len(s.state.Snapshot(nil, nil).HeldFor), must.Sprint("children hold nothing"))
+	for i, c := range children[:4] {
+		f.runningOn(c, fmt.Sprintf("child-%d", i), rec.Shares[i*25:(i+1)*25])
+	}
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.Eq(t, lifecycle.Running, stageOf(s, children[0]).State, must.Sprint(stageOf(s, children[0]).Why))
+	must.MapNotContainsKey(t, s.loop.pending, key(children[0]))
+	must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, children[4]).State)
+	must.Eq(t, registers, f.registers)
+
+	// a pipeline registers the parent again from its file (gated): a new pool
+	f.put(gatedParam("infer"))
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	again, ok := pin.ParseRecord(f.jobs["infer"], "g")
+	must.True(t, ok)
+	must.Eq(t, []string{"node-1", "node-2"}, again.Nodes)
+	must.SliceNotContains(t, again.GPUs, rec.GPUs[0], must.Sprint("node-1's pool GPU is full now: another GPU"))
+}
+
+func gatedParam(id string) *api.Job {
+	j := gated(id, 25)
+	j.Type = ptr("batch")
+	j.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
+	return j
+}
+
+// A child dispatched while its parent still waited at the gate (no
+// scheduler ran) carries the gate, and Nomad refuses to register it
+// again: it waits, says why and what to do, and no pin is attempted (each
+// failed, and was retried for ever).
+func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	child := gatedParam("infer/dispatch-1764000000-0a1b2c3d")
+	child.ParentID, child.Dispatched = ptr("infer"), true
 	f.put(child)
 	s := loadedService(t, f)
 	registers := f.registers
 	s.loop.reconcile(t.Context())
 	must.Eq(t, registers, f.registers, must.Sprint("no pin attempted"))
-	must.StrContains(t, s.loop.pending[key(*child.ID)], "dispatched child")
+	must.StrContains(t, s.loop.pending[key(*child.ID)], "dispatch it again")
 	must.Eq(t, lifecycle.Waiting, stageOf(s, *child.ID).State)
-	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
-	st, ok := s.loop.jobStatus("default", "infer", "default")
-	must.True(t, ok)
-	must.Eq(t, "template", st.Groups[0].State, must.Sprint("a parent is never decided: it does not wait for a decision"))
-	st, ok = s.loop.jobStatus("default", *child.ID, "default")
+	st, ok := s.loop.jobStatus("default", *child.ID, "default")
 	must.True(t, ok)
 	must.Eq(t, "pending", st.Groups[0].State)
-	must.StrContains(t, st.Groups[0].Reason, "submit each run as a batch job of its own")
 }
 
 // A batch job that completed, run again under the same ID, and whose new

@@ -260,8 +260,17 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 			stages[key] = stage
 			g := decide.Group{Key: key}
 			switch stage.Do {
+			case lifecycle.Pool:
+				if why, ok := s.backingOff(key); ok {
+					pending[key] = why
+				} else if act, why := s.pool(built, job, key, seen); why != "" {
+					pending[key] = why
+				} else {
+					inPlace, jobs[key] = append(inPlace, act), job
+				}
+				continue
 			case lifecycle.Nothing:
-				if stage.State == lifecycle.Waiting {
+				if stage.State == lifecycle.Waiting || (facts.Dispatched && stage.State == lifecycle.PinnedUnplaced) {
 					pending[key] = stage.Why // it waits, and nothing gpushare can do places it
 				}
 				continue
@@ -533,7 +542,7 @@ func (s *loop) confirm() {
 				rec = *r
 			}
 		}
-		if !ok {
+		if !ok || model.Template(job) { // a parameterized parent's pool: Nomad places nothing for it
 			delete(s.pinned, key)
 			continue
 		}

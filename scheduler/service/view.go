@@ -77,8 +77,18 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 			gs.Allocs = append(gs.Allocs, a.ID)
 		}
 		switch rec, ok := s.state.Record(job, *tg.Name); {
+		case model.Template(job) && ok && job.IsParameterized() && !slices.Contains(gated, *tg.Name):
+			shown := *rec
+			shown.Reason = s.why[key]
+			gs.State, gs.Placement = "template", &shown
+			gs.Reason = "a parameterized job pinned to a pool of GPUs (one allocation's worth per node): Nomad places each child dispatched from it inside the pool"
+		case model.Template(job) && job.IsParameterized() && s.pending[key] != "":
+			gs.State, gs.Reason = "pending", s.pending[key]
 		case model.Template(job):
 			gs.State, gs.Reason = "template", "a periodic or parameterized job: Nomad never places it, and gpushare never decides it; each child it launches or dispatches is a job of its own, decided as it comes"
+			if job.IsParameterized() {
+				gs.Reason = "a parameterized job: gpushare pins it to a pool of GPUs inside which Nomad places each dispatched child"
+			}
 		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
 			gs.State = "pending"
 			gs.Reason = s.pending[key]
