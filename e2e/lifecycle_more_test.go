@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -406,4 +407,71 @@ func lifecycleLostNode(t *testing.T, outer *env, s *scheduler) {
 		lost.ID, moved.ID, moved.NodeName, allocIDs(pair), nodeNames(pair), allocIDs(pairAfter), nodeNames(pairAfter),
 		kept, len(before)-len(hit), promoted, gained)
 	t.Logf("manual %s on %v -> %s on %v: its new pin's canary promoted by the scheduler", allocIDs(manual), nodeNames(manual), allocIDs(manualAfter), nodeNames(manualAfter))
+}
+
+// lifecycleDispatch is TestLifecycleOperations/dispatch. Nomad 1.11
+// refuses every registration of a dispatched job (its HTTP API drops the
+// Dispatched flag, and its validation wants it unchanged), so gpushare
+// pins the gated parameterized parent instead, to a pool: on each node
+// its rules allow, all the shares of one GPU. Each child keeps its
+// parent's constraints, and Nomad places it inside the pool on shares of
+// one GPU, which Reserve accepts: five children of a quarter GPU run, two
+// nodes' pools sharing them, and none is ever registered by gpushare.
+func lifecycleDispatch(t *testing.T, e *env, s *scheduler) {
+	e = e.in(t)
+	p := e.parse("infer", map[string]any{"shares": 25})
+	p.Type = ptr("batch")
+	p.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
+	p.Update, p.TaskGroups[0].Update, p.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
+	_, _, err := e.nomad.Jobs().Register(p, nil)
+	must.NoError(t, err)
+	var rec *pin.Record
+	e.eventually(liveness, "the parameterized parent to be pinned to a pool", func() bool {
+		j, _, err := e.nomad.Jobs().Info("infer", nil)
+		if err != nil || len(pin.Gated(j)) > 0 {
+			return false
+		}
+		r, ok := pin.ParseRecord(j, "g")
+		rec = r
+		return ok
+	})
+	must.Eq(t, len(rec.Nodes), len(rec.GPUs), must.Sprint("one GPU per node"))
+	var children []string
+	for range 5 {
+		resp, _, err := e.nomad.Jobs().Dispatch("infer", nil, nil, "", nil)
+		must.NoError(t, err)
+		children = append(children, resp.DispatchedJobID)
+	}
+	t.Cleanup(func() {
+		for _, id := range append(children, "infer") {
+			_, _, _ = e.nomad.Jobs().Deregister(id, false, nil)
+		}
+	})
+	gpus := map[string]int{}
+	for _, id := range children {
+		a := e.running(id, 1, liveness)[0]
+		var ids []string
+		for _, tr := range a.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				ids = append(ids, d.DeviceIDs...)
+			}
+		}
+		must.Len(t, 25, ids)
+		on := map[string]bool{}
+		for _, sh := range ids {
+			must.SliceContains(t, rec.Shares, sh, must.Sprint("a child's shares are its parent's pool's"))
+			on[strings.SplitN(sh, ":", 2)[0]] = true
+		}
+		must.MapLen(t, 1, on, must.Sprint("each child on one GPU"))
+		for g := range on {
+			gpus[g]++
+		}
+	}
+	must.StrNotContains(t, string(readFile(t, filepath.Join(e.dir, "s1.log"))), "cannot update non-parameterized job", must.Sprint("a child's pin was attempted"))
+	var st struct {
+		Groups []struct{ State, Reason, Lifecycle string }
+	}
+	must.NoError(t, getJSON(s.http+"/v1/jobs/infer", &st))
+	must.Eq(t, "template", st.Groups[0].State)
+	t.Logf("parameterized parent pinned to a pool of %d GPU(s) on %v; 5 children dispatched run, per GPU %v", len(rec.GPUs), rec.Nodes, gpus)
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,8 +30,9 @@ import (
 //   - a drained node's group runs again on the other node of its
 //     datacenter, never in the other datacenter;
 //   - a periodic child (nomad job periodic force) is pinned and runs;
-//   - a dispatched child of a gated parameterized job, which Nomad never
-//     lets be registered again, waits and says why;
+//   - a gated parameterized job is pinned to a pool of GPUs; five children
+//     dispatched from it, which Nomad never lets be registered again, are
+//     placed by Nomad inside the pool, each on one GPU, and run;
 //   - a canary with auto_promote = false runs beside the running
 //     allocations until the test promotes the deployment (nomad deployment
 //     promote): the user's change is never promoted by the scheduler; the
@@ -231,37 +230,8 @@ func TestLifecycleOperations(t *testing.T) {
 		t.Logf("nomad job periodic force: child %s runs", child)
 	})
 
-	t.Run("dispatch", func(t *testing.T) {
-		// Nomad 1.11 refuses every registration of a dispatched job (its
-		// HTTP API drops the Dispatched flag, and its validation wants it
-		// unchanged), so a dispatched child of a gated parameterized job
-		// cannot be pinned: it waits, and says why, with no pin attempted
-		e := e.in(t)
-		p := e.parse("infer", map[string]any{"shares": 25})
-		p.Type = ptr("batch")
-		p.ParameterizedJob = &api.ParameterizedJobConfig{Payload: "optional"}
-		p.Update, p.TaskGroups[0].Update, p.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
-		_, _, err := e.nomad.Jobs().Register(p, nil)
-		must.NoError(t, err)
-		resp, _, err := e.nomad.Jobs().Dispatch("infer", nil, nil, "", nil)
-		must.NoError(t, err)
-		child := resp.DispatchedJobID
-		var st struct {
-			Groups []struct{ State, Reason, Lifecycle string }
-		}
-		e.eventually(liveness, "the scheduler to say why "+child+" waits", func() bool {
-			return getJSON(s.http+"/v1/jobs/"+url.PathEscape(child), &st) == nil && len(st.Groups) == 1 &&
-				strings.Contains(st.Groups[0].Reason, "dispatched child")
-		})
-		must.Eq(t, "pending", st.Groups[0].State)
-		must.StrNotContains(t, string(readFile(t, filepath.Join(e.dir, "s1.log"))), "cannot update non-parameterized job", must.Sprint("a pin was attempted"))
-		var parent struct {
-			Groups []struct{ State string }
-		}
-		must.NoError(t, getJSON(s.http+"/v1/jobs/infer", &parent))
-		must.Eq(t, "template", parent.Groups[0].State)
-		t.Logf("dispatched child %s waits: %s", child, st.Groups[0].Reason)
-	})
+	t.Run("dispatch", func(t *testing.T) { lifecycleDispatch(t, e, s) })
+
 	t.Run("canary promoted by hand", func(t *testing.T) { lifecycleCanaryPromotedByHand(t, e, s) })
 
 	t.Run("rolling update with max_parallel", func(t *testing.T) { lifecycleRollingUpdateWithMaxParallel(t, e, s) })

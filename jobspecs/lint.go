@@ -94,7 +94,7 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 			}
 		}
 		if job.IsParameterized() && slices.Contains(gated, name) {
-			add(Error, name, "%s", DispatchedGated)
+			add(Warning, name, "%s", DispatchedGated)
 		}
 		out = append(out, lintRuntimeEnv(job, tg)...)
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
@@ -115,10 +115,11 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 	return out
 }
 
-// DispatchedGated is why a gated parameterized job cannot work: its
-// dispatched children carry the gate, and Nomad refuses every
-// registration of a dispatched job, so no pin can be written into one.
-const DispatchedGated = "a parameterized job with the gpushare gate: its dispatched children carry the gate, and Nomad (1.11) refuses every registration of a dispatched job (its API drops the job's Dispatched flag), so gpushare can never pin one and each would wait; submit each run as a batch job of its own (gpushare job run) instead of dispatching"
+// DispatchedGated is what to know of a gated parameterized job: Nomad
+// refuses every registration of a dispatched job, so gpushare pins the
+// parent to a pool of GPUs and Nomad places each child inside it; a child
+// dispatched before the parent is pinned carries the gate for good.
+const DispatchedGated = "a parameterized job: gpushare pins it to a pool of GPUs (one child's worth on each node its rules allow) and Nomad places each dispatched child inside it; dispatch children once `gpushare job status` shows the job pinned (state template, with a placement): a child dispatched while the gate is still on waits for good (Nomad refuses every registration of a dispatched job)"
 
 // HasErrors reports whether any finding is an error.
 func HasErrors(fs []Finding) bool {
