@@ -11,8 +11,9 @@
  *
  * Commands, one output line each:
  *   info            "info <rc> <total> <free> <device total> <name>"
- *   fill:MIB        allocate MIB MiB chunks until refused:
- *                   "fill <rc of the refusal> <bytes got>"
+ *   fill:MIB[:MIN]  allocate MIB MiB chunks until refused, then (MIN given)
+ *                   halve the chunk at each refusal down to MIN MiB:
+ *                   "fill <rc of the last refusal> <bytes got>"
  *   take:MIB        one allocation of MIB MiB: "take <rc> <bytes got>"
  *   hold:MS         sleep MS ms, keeping what was got ("hold 0")
  *   calib:US        the kernel of about US µs: "calib <rc> <N> <alone ns>",
@@ -20,9 +21,24 @@
  *                   time measured alone (run it without a compute cap:
  *                   under one, the events around a kernel also span the
  *                   pacer's wait before it)
- *   spin:N:MS       kernels of N (from calib), two in flight, for MS ms:
- *                   "spin <rc> <kernels> <wall ns>"; the work done is
- *                   kernels x alone ns
+ *   spin:N:MS[:SKIP[:GAP]]  kernels of N (from calib) for MS ms, two in
+ *                   flight, or with GAP µs of host time (a sleep) after
+ *                   each kernel one at a time: "spin <rc> <kernels> <wall
+ *                   ns>", the kernels finished and the time after the first
+ *                   SKIP ms; the work done is kernels x alone ns
+ *   capture:N:K     on a stream of its own, a capture in global mode
+ *                   (cuStreamBeginCapture_v2) of K launches of N, then
+ *                   cuStreamEndCapture and cuGraphInstantiateWithFlags:
+ *                   "capture <rc>" (the first failure's)
+ *   replay:MS[:SKIP]  launches of that graph (cuGraphLaunch) on its stream,
+ *                   two in flight, for MS ms: "replay <rc> <replays> <wall
+ *                   ns>" after the first SKIP ms
+ *   launchbench:C   C launches of the shortest kernel (the fake's k0; on a
+ *                   GPU, one iteration), in batches of 256 each waited for
+ *                   untimed: "launchbench <rc> <ns per launch>", the host
+ *                   time in cuLaunchKernel
+ *   allocbench:C    C pairs of cuMemAlloc_v2 (1 MiB) and cuMemFree_v2:
+ *                   "allocbench <rc> <ns per pair>"
  * Exit 4 when the driver cannot be initialised ("init <rc>" first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -74,6 +90,14 @@ static struct {
     CUresult (*evsync)(void *);
     CUresult (*elapsed)(float *, void *, void *);
     CUresult (*sync)(void);
+    CUresult (*free)(unsigned long long);
+    /* stream capture and graphs: looked up when used */
+    CUresult (*stream)(void **, unsigned);
+    CUresult (*begin)(void *, int);
+    CUresult (*end)(void *, void **);
+    CUresult (*inst)(void **, void *, unsigned long long);   /* cuGraphInstantiateWithFlags */
+    CUresult (*inst_v2)(void **, void *, void *, char *, size_t); /* before CUDA 11.4 */
+    CUresult (*glaunch)(void *, void *);
 } cu;
 
 static void *lib;
@@ -98,6 +122,7 @@ static uint64_t now_ns(void)
 static int fake;          /* the tests' fake driver */
 static void *mod, *ev0, *ev1;
 static unsigned long long out_buf;
+static void *strm, *gexec; /* capture's stream and graph */
 
 /* One kernel of n iterations (or the fake's f), waited for; its GPU time. */
 static CUresult timed(void *f, unsigned long long n, double *ms)
@@ -117,17 +142,25 @@ static CUresult timed(void *f, unsigned long long n, double *ms)
     return r;
 }
 
+/* The function of kernels of n: the fake's k<n>, else spin. */
+static CUresult function(unsigned long long n, void **f)
+{
+    if (fake) {
+        char name[32];
+        snprintf(name, sizeof name, "k%llu", n);
+        return cu.getfn(f, mod, name);
+    }
+    return cu.getfn(f, mod, "spin");
+}
+
 /* The kernel of about us µs: the fake's by name; on a GPU, spin with an
  * iteration count found by doubling and then scaling to the measured time. */
 static CUresult kernel(unsigned long long us, void **f, unsigned long long *n)
 {
-    if (fake) {
-        char name[32];
-        snprintf(name, sizeof name, "k%llu", us);
-        *n = us;
-        return cu.getfn(f, mod, name);
-    }
-    CUresult r = cu.getfn(f, mod, "spin");
+    *n = us;
+    CUresult r = function(us, f);
+    if (fake)
+        return r;
     double ms = 0;
     unsigned long long k = 1024;
     while (!r && (r = timed(*f, k, &ms)) == 0 && ms < 2 && k < (1ull << 40))
@@ -136,6 +169,70 @@ static CUresult kernel(unsigned long long us, void **f, unsigned long long *n)
         k = (unsigned long long)((double)k * ((double)us / 1000.0) / ms) + 1;
     *n = k;
     return r;
+}
+
+/* One launch of f (kernels of n) on s. */
+static CUresult launch1(void *f, unsigned long long *n, void *s)
+{
+    void *params[] = {n, &out_buf};
+    return cu.launch(f, 1, 1, 1, 1, 1, 1, 0, s, fake ? NULL : params, NULL);
+}
+
+/* What the kernels need: the module, two events, a word of output. */
+static CUresult prepare(void)
+{
+    CUresult r = mod ? 0 : cu.modload(&mod, ptx);
+    if (!r && !ev0)
+        r = cu.evcreate(&ev0, 0) || cu.evcreate(&ev1, 0);
+    if (!r && !out_buf)
+        r = cu.alloc(&out_buf, 4);
+    return r;
+}
+
+static void sleep_ns(uint64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    nanosleep(&ts, NULL);
+}
+
+/* The window of spin and replay: what was done after skip ms of ms. */
+struct window {
+    uint64_t t0, from, end, w0, done;
+};
+
+static void window_start(struct window *w, unsigned long long ms, unsigned long long skip)
+{
+    w->t0 = now_ns();
+    w->from = w->t0 + skip * 1000000ull;
+    w->end = w->t0 + ms * 1000000ull;
+    w->w0 = skip ? 0 : w->t0;
+    w->done = 0;
+}
+
+/* n more finished; 1 while the window runs. */
+static int window_count(struct window *w, unsigned long long n)
+{
+    uint64_t t = now_ns();
+    if (w->w0)
+        w->done += n;
+    else if (t >= w->from)
+        w->w0 = t;
+    return t < w->end;
+}
+
+static void window_print(const char *what, CUresult r, struct window *w)
+{
+    uint64_t t = now_ns();
+    printf("%s %d %llu %llu\n", what, r, (unsigned long long)w->done,
+           (unsigned long long)(w->w0 ? t - w->w0 : 0));
+}
+
+static void *need(const char *n)
+{
+    void *f = dlsym(lib, n);
+    if (!f)
+        fprintf(stderr, "gpucheck: the driver has no %s\n", n);
+    return f;
 }
 
 int main(int argc, char **argv)
@@ -151,6 +248,7 @@ int main(int argc, char **argv)
     *(void **)&cu.name = sym("cuDeviceGetName", 0);
     *(void **)&cu.ctx = sym("cuCtxCreate_v2", 1);
     *(void **)&cu.alloc = sym("cuMemAlloc_v2", 1);
+    *(void **)&cu.free = sym("cuMemFree_v2", 1);
     *(void **)&cu.info = sym("cuMemGetInfo_v2", 1);
     *(void **)&cu.total = sym("cuDeviceTotalMem_v2", 1);
     *(void **)&cu.modload = sym("cuModuleLoadData", 1);
@@ -176,9 +274,9 @@ int main(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         char *c = argv[i], *arg = strchr(c, ':');
-        unsigned long long a = 0, b = 0;
+        unsigned long long a = 0, b = 0, x = 0, y = 0;
         if (arg)
-            sscanf(arg + 1, "%llu:%llu", &a, &b);
+            sscanf(arg + 1, "%llu:%llu:%llu:%llu", &a, &b, &x, &y);
         if (strcmp(c, "info") == 0) {
             size_t fr = 0, tot = 0, dt = 0;
             char name[256] = "unknown";
@@ -189,58 +287,114 @@ int main(int argc, char **argv)
                 cu.name(name, sizeof name, dev);
             printf("info %d %zu %zu %zu %s\n", r, tot, fr, dt, name);
         } else if (strncmp(c, "fill:", 5) == 0) {
-            unsigned long long p, got = 0, chunk = a << 20;
-            while (chunk && (r = cu.alloc(&p, chunk)) == 0)
-                got += chunk;
+            unsigned long long p, got = 0, chunk = a << 20, least = (b ? b : a) << 20;
+            while (chunk) {
+                while ((r = cu.alloc(&p, chunk)) == 0)
+                    got += chunk;
+                chunk = chunk / 2 >= least ? chunk / 2 : 0;
+            }
             printf("fill %d %llu\n", r, got);
         } else if (strncmp(c, "take:", 5) == 0) {
             unsigned long long p;
             r = cu.alloc(&p, a << 20);
             printf("take %d %llu\n", r, r ? 0 : a << 20);
         } else if (strncmp(c, "hold:", 5) == 0) {
-            struct timespec ts = {(time_t)(a / 1000), (long)(a % 1000) * 1000000};
-            nanosleep(&ts, NULL);
+            sleep_ns(a * 1000000ull);
             printf("hold 0\n");
-        } else if (strncmp(c, "calib:", 6) == 0 || strncmp(c, "spin:", 5) == 0) {
+        } else if (strncmp(c, "calib:", 6) == 0) {
             void *f = NULL;
-            unsigned long long n = a, kernels = 0;
-            double ms = 0;
-            r = mod ? 0 : cu.modload(&mod, ptx);
-            if (!r && !ev0)
-                r = cu.evcreate(&ev0, 0) || cu.evcreate(&ev1, 0);
-            if (!r && !out_buf)
-                r = cu.alloc(&out_buf, 4);
-            if (c[0] == 'c') {
-                if (!r)
-                    r = kernel(a, &f, &n);
-                double best = 0;
-                for (int k = 0; k < 5 && !r; k++) /* the least of five: the kernel alone */
-                    if ((r = timed(f, n, &ms)) == 0 && (best == 0 || ms < best))
-                        best = ms;
-                printf("calib %d %llu %llu\n", r, n, (unsigned long long)(best * 1e6));
-                continue;
-            }
-            if (!r && fake) {
-                char name[32];
-                snprintf(name, sizeof name, "k%llu", a);
-                r = cu.getfn(&f, mod, name);
-            } else if (!r) {
-                r = cu.getfn(&f, mod, "spin");
-            }
-            uint64_t t0 = now_ns(), end = t0 + b * 1000000ull;
-            /* two kernels in flight, then wait: the GPU is kept busy while
-             * the host wakes up, so a share is bounded by its cap, not by
-             * the host's latency */
-            void *params[] = {&n, &out_buf};
-            while (!r && now_ns() < end) {
-                r = cu.launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, fake ? NULL : params, NULL);
-                if (!r)
-                    r = cu.launch(f, 1, 1, 1, 1, 1, 1, 0, NULL, fake ? NULL : params, NULL);
+            unsigned long long n = a;
+            double ms = 0, best = 0;
+            r = prepare();
+            if (!r)
+                r = kernel(a, &f, &n);
+            for (int k = 0; k < 5 && !r; k++) /* the least of five: the kernel alone */
+                if ((r = timed(f, n, &ms)) == 0 && (best == 0 || ms < best))
+                    best = ms;
+            printf("calib %d %llu %llu\n", r, n, (unsigned long long)(best * 1e6));
+        } else if (strncmp(c, "spin:", 5) == 0) {
+            void *f = NULL;
+            unsigned long long n = a;
+            struct window w;
+            r = prepare();
+            if (!r)
+                r = function(a, &f);
+            window_start(&w, b, x);
+            /* without a gap, two kernels in flight, then wait: the GPU is
+             * kept busy while the host wakes up, so a share is bounded by
+             * its cap, not by the host's latency */
+            for (int more = 1; more && !r;) {
+                unsigned k = y ? 1 : 2;
+                for (unsigned j = 0; j < k && !r; j++)
+                    r = launch1(f, &n, NULL);
                 if (!r)
                     r = cu.sync();
-                kernels += 2;
+                if (!r && y)
+                    sleep_ns(y * 1000ull);
+                more = window_count(&w, k);
             }
-            printf("spin %d %llu %llu\n", r, kernels, (unsigned long long)(now_ns() - t0));
+            window_print("spin", r, &w);
+        } else if (strncmp(c, "capture:", 8) == 0) {
+            void *f = NULL, *g = NULL;
+            unsigned long long n = a;
+            *(void **)&cu.stream = need("cuStreamCreate");
+            *(void **)&cu.begin = need("cuStreamBeginCapture_v2");
+            *(void **)&cu.end = need("cuStreamEndCapture");
+            *(void **)&cu.inst = dlsym(lib, "cuGraphInstantiateWithFlags");
+            *(void **)&cu.inst_v2 = cu.inst ? NULL : need("cuGraphInstantiate_v2");
+            r = cu.stream && cu.begin && cu.end && (cu.inst || cu.inst_v2) ? prepare() : 500; /* not found */
+            if (!r)
+                r = function(a, &f);
+            if (!r && !strm)
+                r = cu.stream(&strm, 0);
+            if (!r)
+                r = cu.begin(strm, 0); /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+            for (unsigned long long k = 0; k < b && !r; k++)
+                r = launch1(f, &n, strm);
+            if (!r)
+                r = cu.end(strm, &g);
+            if (!r)
+                r = cu.inst ? cu.inst(&gexec, g, 0) : cu.inst_v2(&gexec, g, NULL, NULL, 0);
+            printf("capture %d\n", r);
+        } else if (strncmp(c, "replay:", 7) == 0) {
+            struct window w;
+            *(void **)&cu.glaunch = need("cuGraphLaunch");
+            r = !gexec ? 400 : !cu.glaunch ? 500 : 0; /* no graph: invalid handle */
+            window_start(&w, a, b);
+            for (int more = 1; more && !r;) {
+                r = cu.glaunch(gexec, strm);
+                if (!r)
+                    r = cu.glaunch(gexec, strm);
+                if (!r)
+                    r = cu.sync();
+                more = window_count(&w, 2);
+            }
+            window_print("replay", r, &w);
+        } else if (strncmp(c, "launchbench:", 12) == 0) {
+            void *f = NULL;
+            unsigned long long n = fake ? 0 : 1;
+            uint64_t spent = 0;
+            r = prepare();
+            if (!r)
+                r = function(n, &f);
+            for (unsigned long long k = 0; k < a && !r;) {
+                unsigned long long batch = a - k < 256 ? a - k : 256;
+                uint64_t t0 = now_ns();
+                for (unsigned long long j = 0; j < batch && !r; j++)
+                    r = launch1(f, &n, NULL);
+                spent += now_ns() - t0;
+                if (!r)
+                    r = cu.sync();
+                k += batch;
+            }
+            printf("launchbench %d %.1f\n", r, a ? (double)spent / (double)a : 0);
+        } else if (strncmp(c, "allocbench:", 11) == 0) {
+            unsigned long long p;
+            uint64_t t0 = now_ns();
+            for (unsigned long long k = 0; k < a && !r; k++)
+                if ((r = cu.alloc(&p, 1 << 20)) == 0)
+                    r = cu.free(p);
+            printf("allocbench %d %.1f\n", r, a ? (double)(now_ns() - t0) / (double)a : 0);
         } else {
             fprintf(stderr, "gpucheck: unknown command %s\n", c);
             return 2;
