@@ -7,7 +7,10 @@
  *     "The memory allocation will be freed when all outstanding mappings to
  *     the memory are unmapped and when all outstanding references to the
  *     handle ... are also released"). The charge taken at cuMemCreate stays
- *     until both.
+ *     until both. cuMemRetainAllocationHandle takes one more reference to
+ *     the handle (the same value, as the driver guarantees), which needs a
+ *     cuMemRelease of its own: NCCL's free retains, releases, unmaps and
+ *     releases, and the memory stays until that last release.
  *   - Stream-ordered pools (cuMemAllocAsync, cuMemAllocFromPoolAsync). A
  *     pool keeps freed memory reserved up to its release threshold
  *     (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; XLA and TensorFlow set it high).
@@ -42,6 +45,7 @@ typedef void *CUmemoryPool;
 
 typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
 typedef CUresult (*cuMemRelease_fn)(CUmemGenericAllocationHandle);
+typedef CUresult (*cuMemRetainAllocationHandle_fn)(CUmemGenericAllocationHandle *, void *);
 typedef CUresult (*cuMemMap_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 typedef CUresult (*cuMemUnmap_fn)(CUdeviceptr, size_t);
 typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
@@ -56,7 +60,9 @@ typedef cuMemAllocFromPoolAsync_fn cuMemAllocFromPoolAsync_ptsz_fn;
 
 /* ---- VMM handles ------------------------------------------------------ */
 
-struct handle { CUmemGenericAllocationHandle h; uint64_t bytes; uint32_t maps; int released; };
+/* refs: the handle's references (its creation and each retain), maps: the
+ * ranges mapping it; the driver frees it when both are 0 */
+struct handle { CUmemGenericAllocationHandle h; uint64_t bytes; uint32_t maps, refs; };
 struct mapping { CUdeviceptr va; CUmemGenericAllocationHandle h; };
 
 static struct handle *hs;
@@ -111,7 +117,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t n, const voi
     pthread_mutex_lock(&vmu);
     /* no room to remember it: the charge stays for good (never under-charged) */
     if (room((void **)&hs, &caph, nh, sizeof *hs) == 0)
-        hs[nh++] = (struct handle){*h, n, 0, 0};
+        hs[nh++] = (struct handle){*h, n, 0, 1};
     pthread_mutex_unlock(&vmu);
     return r;
 }
@@ -127,7 +133,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAl
     pthread_mutex_lock(&vmu);
     struct handle *e = find_handle(h);
     /* a handle we did not charge (imported from another process) is not followed */
-    if (e && room((void **)&ms, &capm, nm, sizeof *ms) == 0) {
+    if (e && e->refs && room((void **)&ms, &capm, nm, sizeof *ms) == 0) {
         e->maps++;
         ms[nm++] = (struct mapping){va, h};
     }
@@ -152,7 +158,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr va, size_t size)
         }
         struct handle *e = find_handle(ms[i].h);
         ms[i] = ms[--nm];
-        if (e && e->maps && --e->maps == 0 && e->released)
+        if (e && e->maps && --e->maps == 0 && !e->refs)
             freed += drop_handle(e);
     }
     pthread_mutex_unlock(&vmu);
@@ -170,13 +176,27 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h)
     uint64_t freed = 0;
     pthread_mutex_lock(&vmu);
     struct handle *e = find_handle(h);
-    if (e && !e->released) {
-        e->released = 1;
-        if (e->maps == 0)
-            freed = drop_handle(e);
-    }
+    if (e && e->refs && --e->refs == 0 && e->maps == 0)
+        freed = drop_handle(e);
     pthread_mutex_unlock(&vmu);
     gs_uncharge(freed);
+    return r;
+}
+
+/* One more reference to the handle mapped at addr: the charge stays until
+ * its cuMemRelease too. */
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    cuMemRetainAllocationHandle_fn f = REAL(cuMemRetainAllocationHandle);
+    NEED(f);
+    CUresult r = f(h, addr);
+    if (r != CUDA_SUCCESS || !L.have_memory || !h)
+        return r;
+    pthread_mutex_lock(&vmu);
+    struct handle *e = find_handle(*h);
+    if (e)
+        e->refs++;
+    pthread_mutex_unlock(&vmu);
     return r;
 }
 

@@ -6,7 +6,15 @@
  *     outstanding mappings to the memory are unmapped and when all
  *     outstanding references to the handle ... are also released"
  *     (cuMemRelease, cuMemUnmap): a reference count of one for the handle
- *     and one per mapping, in either order.
+ *     and one per mapping, in either order. cuMemRetainAllocationHandle
+ *     takes one more handle reference (each needs its cuMemRelease: NCCL's
+ *     free retains, releases, unmaps, releases); a handle with no handle
+ *     reference left cannot be mapped or exported.
+ *   - cuMemExportToShareableHandle: only for a handle type the allocation
+ *     was created with (CUmemAllocationProp.requestedHandleTypes), else
+ *     CUDA_ERROR_INVALID_VALUE; a POSIX file descriptor here is /dev/null.
+ *   - cuMemGetAllocationGranularity: 2 MiB, minimum and recommended;
+ *     cuMemSetAccess: the range must start at a mapping.
  *   - Stream-ordered pools (cuMemAllocAsync, cuMemAllocFromPoolAsync): a
  *     free returns memory to its pool, which keeps up to its release
  *     threshold (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, default 0) reserved and
@@ -23,11 +31,13 @@
  *     from).
  */
 
+#include <fcntl.h>
+
 /* ---- VMM handles -------------------------------------------------------- */
 
 #define MAXH 4096
-static struct { uint64_t h; uint32_t refs; int released; } handles[MAXH];
-static struct { uint64_t va, h; } vmaps[MAXH];
+static struct { uint64_t h; uint32_t refs, hrefs; int released, types; } handles[MAXH];
+static struct { uint64_t va, h, size; } vmaps[MAXH];
 static uint64_t next_va = 0x7f0000000000ull;
 
 /* Under mu: drops one reference of handle slot i; the handle to free (its
@@ -51,7 +61,6 @@ static int handle_slot(uint64_t h)
 
 CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned long long f)
 {
-    (void)prop;
     (void)f;
     CUresult r = fake_alloc(h, n); /* the handle's value is a fake address */
     if (r)
@@ -62,8 +71,9 @@ CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned
         ;
     if (i < MAXH) {
         handles[i].h = *h;
-        handles[i].refs = 1; /* the handle's own reference */
+        handles[i].refs = handles[i].hrefs = 1; /* the handle's own reference */
         handles[i].released = 0;
+        handles[i].types = prop ? ((const int *)prop)[1] : 0; /* requestedHandleTypes */
     }
     pthread_mutex_unlock(&mu);
     if (i == MAXH)
@@ -77,7 +87,7 @@ CUresult cuMemRelease(unsigned long long h)
     pthread_mutex_lock(&mu);
     int i = handle_slot(h);
     if (i >= 0 && !handles[i].released) {
-        handles[i].released = 1;
+        handles[i].released = --handles[i].hrefs == 0;
         gone = unref(i);
     }
     pthread_mutex_unlock(&mu);
@@ -115,6 +125,7 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long long h,
         if (!vmaps[m].va) {
             vmaps[m].va = va;
             vmaps[m].h = h;
+            vmaps[m].size = size;
             handles[i].refs++;
             r = 0;
             break;
@@ -144,6 +155,81 @@ CUresult cuMemUnmap(CUdeviceptr va, size_t size)
     for (int k = 0; k < ng; k++)
         fake_free(gone[k]);
     return found ? 0 : 1;
+}
+
+/* The handle mapped at addr, with one more handle reference. */
+CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr)
+{
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    for (int m = 0; m < MAXH; m++) {
+        int i = vmaps[m].va ? handle_slot(vmaps[m].h) : -1;
+        if (i >= 0 && vmaps[m].va <= (uintptr_t)addr && (uintptr_t)addr - vmaps[m].va < vmaps[m].size) {
+            handles[i].refs++;
+            handles[i].hrefs++;
+            handles[i].released = 0;
+            *h = handles[i].h;
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* The mapping at p (VMM memory: its range is the mapping's). */
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p)
+{
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    for (int m = 0; m < MAXH; m++) {
+        if (vmaps[m].va && vmaps[m].va <= p && p - vmaps[m].va < vmaps[m].size) {
+            if (base)
+                *base = vmaps[m].va;
+            if (size)
+                *size = vmaps[m].size;
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *g, const void *prop, int option)
+{
+    (void)prop;
+    (void)option;
+    *g = 2u << 20;
+    return 0;
+}
+
+CUresult cuMemSetAccess(CUdeviceptr va, size_t size, const void *desc, size_t count)
+{
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    for (int m = 0; size && desc && count && m < MAXH; m++)
+        if (vmaps[m].va && vmaps[m].va == va)
+            r = 0;
+    pthread_mutex_unlock(&mu);
+    return r;
+}
+
+/* type: CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (1) gives an fd. */
+CUresult cuMemExportToShareableHandle(void *out, unsigned long long h, int type, unsigned long long f)
+{
+    (void)f;
+    pthread_mutex_lock(&mu);
+    int i = handle_slot(h);
+    int ok = i >= 0 && handles[i].hrefs && (handles[i].types & type) && type == 1;
+    pthread_mutex_unlock(&mu);
+    if (!ok)
+        return 1;
+    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 2;
+    *(int *)out = fd;
+    return 0;
 }
 
 /* ---- stream-ordered pools ----------------------------------------------- */
@@ -226,6 +312,22 @@ CUresult cuMemPoolCreate(void **p, const void *props)
     }
     pthread_mutex_unlock(&mu);
     return r;
+}
+
+/* The pool's idle reserve goes back at once; what its live allocations
+ * use, when they are freed (a pool with none left is gone). */
+CUresult cuMemPoolDestroy(void *p)
+{
+    int i = pool_of(p);
+    if (i <= 0)
+        return 1; /* the device's default pool cannot be destroyed */
+    pthread_mutex_lock(&mu);
+    used -= pools[i].reserved - pools[i].used;
+    pools[i].reserved = pools[i].used;
+    pools[i].threshold = 0;
+    pools[i].live = pools[i].used != 0;
+    pthread_mutex_unlock(&mu);
+    return 0;
 }
 
 /* CUmemPool_attribute: 4 release threshold, 5 reserved, 7 used (cuuint64_t). */
@@ -368,7 +470,9 @@ static const struct { const char *name; void *fn; } vmm_table[] = {
     FV(cuMemMap), FV(cuMemUnmap), FV(cuDeviceGetMemPool), FV(cuDeviceGetDefaultMemPool),
     FV(cuMemPoolCreate), FV(cuMemPoolSetAttribute), FV(cuMemPoolGetAttribute),
     FV(cuMemPoolTrimTo), FV(cuGraphAddMemAllocNode), FV(cuGraphAddMemFreeNode),
-    FV(cuDeviceGetGraphMemAttribute), FV(cuDeviceGraphMemTrim),
+    FV(cuDeviceGetGraphMemAttribute), FV(cuDeviceGraphMemTrim), FV(cuMemRetainAllocationHandle),
+    FV(cuMemGetAddressRange_v2), FV(cuMemGetAllocationGranularity), FV(cuMemSetAccess),
+    FV(cuMemExportToShareableHandle), FV(cuMemPoolDestroy),
 };
 
 static void *fakevmm_find(const char *n)
