@@ -156,6 +156,12 @@ func jobRun(args []string, io IO) int {
 		fmt.Fprintf(io.Err, "gpushare job run: registering %s: %v\n", *job.ID, err)
 		return 1
 	}
+	if what := templateNext(job); what != "" {
+		// Nomad makes no evaluation for a periodic or parameterized
+		// parent, and never places it: nothing to wait for
+		fmt.Fprintf(io.Out, "registered %s, %s\n", *job.ID, what)
+		return 0
+	}
 	fmt.Fprintf(io.Out, "registered %s (evaluation %s)\n", *job.ID, resp.EvalID)
 	if *detach {
 		return 0
@@ -165,6 +171,28 @@ func jobRun(args []string, io IO) int {
 		ns = *job.Namespace
 	}
 	return waitPlaced(ctx, client, ns, *job.ID, io)
+}
+
+// templateNext says what a periodic or parameterized job is and what
+// happens after it is registered ("" for any other job): Nomad never
+// places such a parent and makes no evaluation for it; its children run.
+func templateNext(job *api.Job) string {
+	id := *job.ID
+	switch {
+	case job.IsPeriodic():
+		sched := ""
+		if p := job.Periodic; p.Spec != nil && *p.Spec != "" {
+			sched = fmt.Sprintf(" (cron %q)", *p.Spec)
+		} else if len(p.Specs) > 0 {
+			sched = fmt.Sprintf(" (crons %q)", strings.Join(p.Specs, `", "`))
+		}
+		return fmt.Sprintf("a periodic job%s: Nomad runs nothing for it now, and launches a child job (%s/periodic-<time>) on its schedule, "+
+			"each placed by gpushare as it comes (`nomad job periodic force %s` launches one now; `gpushare job status <child>` says where it went)", sched, id, id)
+	case job.IsParameterized():
+		return fmt.Sprintf("a parameterized job: Nomad runs nothing for it; gpushare pins it to a pool of GPUs and Nomad places each child of `nomad job dispatch %s` inside the pool. "+
+			"Dispatch once `gpushare job status %s` shows it pinned (state template, with a placement): a child dispatched before waits for good", id, id)
+	}
+	return ""
 }
 
 // checkFit asks the placement core whether each gated group fits the
