@@ -33,9 +33,15 @@ type Config struct {
 	// the namespace for /v1/jobs, /v1/groups and /v1/unpairs, nodes for
 	// /v1/gpus. Unset, it is on whenever http_address listens beyond
 	// loopback (RequireToken). The page (/ui) asks for it in a form.
-	HTTPRequireToken *bool  `hcl:"http_require_token,optional"`
-	LogLevel         string `hcl:"log_level,optional"`
-	LogJSON          bool   `hcl:"log_json,optional"`
+	HTTPRequireToken *bool `hcl:"http_require_token,optional"`
+	// HTTPAllowedHosts are the Host header names the API answers besides
+	// localhost and loopback addresses while http_address is a loopback
+	// address: a web page cannot reach it by DNS rebinding (a name of its
+	// own resolved to 127.0.0.1). Beyond loopback any Host is answered
+	// (the token guards it).
+	HTTPAllowedHosts []string `hcl:"http_allowed_hosts,optional"`
+	LogLevel         string   `hcl:"log_level,optional"`
+	LogJSON          bool     `hcl:"log_json,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
 	ResyncInterval string `hcl:"resync_interval,optional"`
 	// ObserveInterval is how often the device stats of allocations running
@@ -327,6 +333,9 @@ func (c *Config) Merge(o *Config) {
 	if o.HTTPRequireToken != nil {
 		c.HTTPRequireToken = o.HTTPRequireToken
 	}
+	if len(o.HTTPAllowedHosts) > 0 {
+		c.HTTPAllowedHosts = o.HTTPAllowedHosts
+	}
 	str(&c.LogLevel, o.LogLevel)
 	c.LogJSON = c.LogJSON || o.LogJSON
 	str(&c.ResyncInterval, o.ResyncInterval)
@@ -553,6 +562,29 @@ func (c *Config) RequireToken() bool {
 		return *c.HTTPRequireToken
 	}
 	return !loopbackAddress(c.HTTPAddress)
+}
+
+// HostAllowed says whether the API answers a request whose Host header
+// is host: any host when http_address listens beyond loopback; else
+// localhost, a loopback IP or a name in http_allowed_hosts (a DNS
+// rebinding guard).
+func (c *Config) HostAllowed(host string) bool {
+	if !loopbackAddress(c.HTTPAddress) {
+		return true
+	}
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
+	if loopbackAddress(host) {
+		return true
+	}
+	for _, a := range c.HTTPAllowedHosts {
+		if strings.EqualFold(a, host) {
+			return true
+		}
+	}
+	return false
 }
 
 // loopbackAddress: addr's host is a loopback IP or "localhost".

@@ -69,7 +69,7 @@ func restarts(t *testing.T, s *Service) float64 {
 	t.Helper()
 	total := 0.0
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
 	for _, line := range strings.Split(rr.Body.String(), "\n") {
 		if rest, ok := strings.CutPrefix(line, "gpushare_restarts_total{"); ok {
 			_, v, _ := strings.Cut(rest, "} ")

@@ -39,7 +39,7 @@ func TestHTTPRequiresAToken(t *testing.T) {
 	}
 	s := withConfig(t, f, func(c *config.Config) { c.HTTPRequireToken = ptr(true) })
 	get := func(path, token string) *httptest.ResponseRecorder {
-		req := httptest.NewRequest("GET", path, nil)
+		req := apiRequest("GET", path, nil)
 		if token != "" {
 			req.Header.Set("X-Nomad-Token", token)
 		}
@@ -61,6 +61,12 @@ func TestHTTPRequiresAToken(t *testing.T) {
 		{"/v1/groups", "", 401},
 		{"/v1/groups", "bogus", 401},
 		{"/v1/unpairs", "", 401},
+		// the VCs and profiles a job may name are the cluster's, not anyone's
+		{"/v1/vcs", "", 401},
+		{"/v1/vcs", "bogus", 401},
+		{"/v1/vcs", "team-a", 200},
+		{"/v1/profiles", "", 401},
+		{"/v1/profiles", "team-a", 200},
 		// nothing is said before authentication, not even which
 		// namespaces this scheduler manages
 		{"/v1/jobs/x?namespace=elsewhere", "", 401},
@@ -76,7 +82,7 @@ func TestHTTPRequiresAToken(t *testing.T) {
 	must.NoError(t, json.Unmarshal(get("/v1/groups", "team-a").Body.Bytes(), &groups))
 	must.SliceLen(t, 1, groups) // only team-a's
 	must.EqOp(t, "team-a", groups[0].Namespace)
-	req := httptest.NewRequest("GET", "/v1/jobs/a1?namespace=team-a", nil)
+	req := apiRequest("GET", "/v1/jobs/a1?namespace=team-a", nil)
 	req.Header.Set("Authorization", "Bearer team-a")
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, req)
@@ -90,7 +96,7 @@ func TestHTTPBeyondLoopbackRequiresAToken(t *testing.T) {
 	for addr, want := range map[string]int{"0.0.0.0:0": 401, "127.0.0.1:0": 200} {
 		s := withConfig(t, f, func(c *config.Config) { c.HTTPAddress = addr })
 		rr := httptest.NewRecorder()
-		s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
+		s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/groups", nil))
 		must.EqOp(t, want, rr.Code, must.Sprint(addr, rr.Body.String()))
 	}
 }

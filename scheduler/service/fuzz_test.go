@@ -142,7 +142,7 @@ func urlPath(s string) string {
 func serve(t *testing.T, s *Service, method, target string) {
 	t.Helper()
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest(method, target, nil))
+	s.Handler().ServeHTTP(rr, apiRequest(method, target, nil))
 	if rr.Code >= 500 && !(strings.HasPrefix(target, "/v1/health") && rr.Code == 503) {
 		t.Fatalf("%s %s: %d %s", method, target, rr.Code, rr.Body)
 	}

@@ -90,7 +90,15 @@ func (s *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /v1/preemptions", s.handlePreemptions)
 	s.uiRoutes(mux)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics, promhttp.HandlerOpts{}))
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !s.cfg.HostAllowed(r.Host) {
+			// a page of another site whose name resolves to 127.0.0.1 (DNS
+			// rebinding) would otherwise read the API as a local program
+			http.Error(w, fmt.Sprintf("the gpushare API listens on loopback and answers Host localhost or a loopback address, not %q; add the name to http_allowed_hosts to allow it", r.Host), http.StatusMisdirectedRequest)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -235,7 +243,11 @@ type VC struct {
 	Namespaces []string `json:"namespaces,omitempty"`
 }
 
-func (s *httpAPI) handleVCs(w http.ResponseWriter, _ *http.Request) {
+func (s *httpAPI) handleVCs(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r, authScope{}); err != nil { // as /v1/groups: a token Nomad knows
+		authFailed(w, err)
+		return
+	}
 	out := make([]VC, 0, len(s.cfg.VCs))
 	for _, v := range s.cfg.VCs {
 		out = append(out, VC{Name: v.Name, Namespaces: v.Namespaces})
@@ -245,7 +257,11 @@ func (s *httpAPI) handleVCs(w http.ResponseWriter, _ *http.Request) {
 
 // handleProfiles lists the named interference profiles (built-in and
 // configured) jobs may name in gpushare.profile.
-func (s *httpAPI) handleProfiles(w http.ResponseWriter, _ *http.Request) {
+func (s *httpAPI) handleProfiles(w http.ResponseWriter, r *http.Request) {
+	if err := s.authorize(r, authScope{}); err != nil {
+		authFailed(w, err)
+		return
+	}
 	out := make([]interference.Profile, 0, len(s.profile.Profiles))
 	for _, name := range slices.Sorted(maps.Keys(s.profile.Profiles)) {
 		out = append(out, s.profile.Profiles[name])

@@ -48,7 +48,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			served := make(chan struct{})
 			go func() {
 				defer close(served)
-				s.Handler().ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+				s.Handler().ServeHTTP(w, apiRequest("GET", path, nil))
 			}()
 			select {
 			case <-w.writing:
@@ -101,7 +101,7 @@ func TestAPIShowsWhatItsViewGives(t *testing.T) {
 		metrics: prometheus.NewRegistry(), now: time.Now, ns: managedNamespaces(nil)}
 	get := func(path string) (int, string) {
 		w := httptest.NewRecorder()
-		a.handler().ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		a.handler().ServeHTTP(w, apiRequest("GET", path, nil))
 		return w.Code, w.Body.String()
 	}
 	code, body := get("/v1/health")

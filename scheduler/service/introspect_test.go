@@ -151,13 +151,13 @@ func TestUnpairSlowPair(t *testing.T) {
 
 	// the job API says why
 	rr := httptest.NewRecorder()
-	sc.s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/new", nil))
+	sc.s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/jobs/new", nil))
 	var st JobStatus
 	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &st))
 	must.NotNil(t, st.Groups[0].Unpaired)
 	must.StrContains(t, st.Groups[0].Unpaired.Reason, "below its bound")
 	rr = httptest.NewRecorder()
-	sc.s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/unpairs", nil))
+	sc.s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/unpairs", nil))
 	var list []Unpaired
 	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &list))
 	must.SliceLen(t, 1, list)

@@ -351,7 +351,7 @@ func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
 	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.loop.pending[key("q")]))
 	must.Eq(t, first, pinOf(t, f.jobs["q"]))
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
 	must.StrNotContains(t, rr.Body.String(), "gpushare_restarts_total{")
 }
 

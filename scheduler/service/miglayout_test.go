@@ -65,7 +65,7 @@ func TestGPUsRecommendMIGLayouts(t *testing.T) {
 
 	var seen []miglayout.Recommendation
 	for _, token := range []string{"a", "b"} {
-		req := httptest.NewRequest("GET", "/v1/gpus", nil)
+		req := apiRequest("GET", "/v1/gpus", nil)
 		req.Header.Set("X-Nomad-Token", token)
 		rr := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rr, req)
@@ -104,7 +104,7 @@ func TestGPUsRecommendMIGLayouts(t *testing.T) {
 	}
 
 	// the web page shows it too, with the line to paste and how to apply it
-	req := httptest.NewRequest("GET", "/ui", nil)
+	req := apiRequest("GET", "/ui", nil)
 	req.Header.Set("X-Nomad-Token", "a")
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, req)
@@ -124,13 +124,13 @@ func TestGPUsWithoutMIGOrDemand(t *testing.T) {
 	fraction(t, f, "default", "small", 0, 0, 14)
 	s := newTestService(t, f)
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/gpus", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/gpus", nil))
 	must.EqOp(t, http.StatusOK, rr.Code)
 	must.StrNotContains(t, rr.Body.String(), "mig_layouts")
 
 	s = newTestService(t, &fakeNomad{nodes: []*api.Node{a100MIG(t)}, jobs: map[string]*api.Job{}})
 	rr = httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/gpus", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/gpus", nil))
 	var body GPUs
 	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &body))
 	must.SliceLen(t, 1, body.MIGLayouts)

@@ -73,7 +73,7 @@ func TestNamespacesLimitTheModelAndTheAPI(t *testing.T) {
 
 	get := func(path string) *httptest.ResponseRecorder {
 		rr := httptest.NewRecorder()
-		s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", path, nil))
+		s.Handler().ServeHTTP(rr, apiRequest("GET", path, nil))
 		return rr
 	}
 	must.Eq(t, 200, get("/v1/jobs/a1?namespace=team-a").Code)

@@ -371,7 +371,7 @@ func TestReconcilePinsGatedGroups(t *testing.T) {
 
 	// the API says where it went
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/pair", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/jobs/pair", nil))
 	must.Eq(t, 200, rr.Code)
 	must.StrContains(t, rr.Body.String(), `"state": "pinned"`)
 }
@@ -411,11 +411,11 @@ func TestReconcileExplainsWhyAGroupWaits(t *testing.T) {
 	// where it stands: 2 minutes waited of the 1h default run time
 	must.StrContains(t, s.loop.pending[key("big")], "; position 1 of 2 in the queue (response ratio 1.03)")
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/big", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/jobs/big", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "pending"`)
 	must.NotEq(t, "", s.loop.pending[key("bad")])
 	rr = httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
 	must.StrContains(t, rr.Body.String(), "gpushare_oldest_pending_seconds 120")
 }
 
@@ -430,10 +430,10 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	must.StrContains(t, s.loop.pending[key("huge")], "can never hold it")
 	must.MapContainsKey(t, s.loop.refused, key("huge"))
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/groups", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "refused"`)
 	rr = httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/jobs/huge", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/jobs/huge", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "refused"`)
 	s.loop.reconcile(t.Context())
 	s.loop.reconcile(t.Context())
@@ -460,7 +460,7 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 func counterValue(t *testing.T, s *Service, series string) float64 {
 	t.Helper()
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
 	for _, line := range strings.Split(rr.Body.String(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)

@@ -21,7 +21,7 @@ import (
 func groupsOf(t *testing.T, s *Service) map[string]Waiting {
 	t.Helper()
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/groups", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/groups", nil))
 	must.EqOp(t, 200, rr.Code, must.Sprint(rr.Body.String()))
 	var list []Waiting
 	must.NoError(t, json.Unmarshal(rr.Body.Bytes(), &list))
@@ -36,7 +36,7 @@ func groupsOf(t *testing.T, s *Service) map[string]Waiting {
 func metricsOf(t *testing.T, s *Service) string {
 	t.Helper()
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/metrics", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
 	return rr.Body.String()
 }
 

@@ -148,7 +148,7 @@ func TestVirtualClusterClaims(t *testing.T) {
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["outsider"]))
 	must.SliceEmpty(t, pin.Gated(f.jobs["member"]))
 	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, httptest.NewRequest("GET", "/v1/vcs", nil))
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/vcs", nil))
 	must.StrContains(t, rr.Body.String(), `"namespaces": [`)
 }
 

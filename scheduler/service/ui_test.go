@@ -44,10 +44,10 @@ func fraction(t *testing.T, f *fakeNomad, ns, id string, gpu, from, to int) {
 func uiServe(s *Service, method, path, cookie string, form url.Values) *httptest.ResponseRecorder {
 	var req *http.Request
 	if form != nil {
-		req = httptest.NewRequest(method, path, strings.NewReader(form.Encode()))
+		req = apiRequest(method, path, strings.NewReader(form.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	} else {
-		req = httptest.NewRequest(method, path, nil)
+		req = apiRequest(method, path, nil)
 	}
 	if cookie != "" {
 		req.AddCookie(&http.Cookie{Name: tokenCookie, Value: cookie})
@@ -153,7 +153,7 @@ func TestUIAndGPUMapShowOnlyReadableNamespaces(t *testing.T) {
 	}{{"a", true}, {"b", false}} {
 		page := uiServe(s, "GET", "/ui", c.token, nil)
 		must.EqOp(t, http.StatusOK, page.Code, must.Sprint(page.Body.String()))
-		req := httptest.NewRequest("GET", "/v1/gpus", nil)
+		req := apiRequest("GET", "/v1/gpus", nil)
 		req.Header.Set("X-Nomad-Token", c.token)
 		gpus := httptest.NewRecorder()
 		s.Handler().ServeHTTP(gpus, req)
@@ -236,7 +236,7 @@ func TestUITokenForm(t *testing.T) {
 	must.EqOp(t, -1, rr.Result().Cookies()[0].MaxAge)
 
 	// a form sent from another site is refused
-	req := httptest.NewRequest("POST", "/ui/login", strings.NewReader("token=a"))
+	req := apiRequest("POST", "/ui/login", strings.NewReader("token=a"))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", "https://evil.example.com")
 	rr = httptest.NewRecorder()
@@ -258,7 +258,7 @@ func TestPreemptionsAreShownToWhoMayReadThem(t *testing.T) {
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["scavenger"])) // gated again
 
 	list := func(token string) []Preemption {
-		req := httptest.NewRequest("GET", "/v1/preemptions", nil)
+		req := apiRequest("GET", "/v1/preemptions", nil)
 		req.Header.Set("X-Nomad-Token", token)
 		rr := httptest.NewRecorder()
 		s.Handler().ServeHTTP(rr, req)
