@@ -55,7 +55,7 @@ const (
 // slot count first, then a pthread mutex whose size differs by
 // architecture, then the slots, which end the file.
 const (
-	regionMagic = 0x67737233 // "gsr3"
+	regionMagic = 0x67737234 // "gsr4"
 	regionSlots = 1024
 	slotSize    = 24 // int32 pid, uint32 locked, uint64 start, uint64 bytes
 )

@@ -99,6 +99,38 @@ func TestNVMLMemoryUnderCap(t *testing.T) {
 	}
 }
 
+// A task on two GPUs (issue 29, defect 9d): NVML reports each GPU's own
+// use, and as its total the cap less what the task holds on its other
+// GPU (the cap is the task's, over all its GPUs: what it may still hold
+// here), so free is the task's room on either. A process holds 1 GiB on
+// CUDA device 0 and 2 GiB on device 1 under a 4 GiB cap; NVML numbers the
+// devices the other way round (PCI order), so only their UUIDs match them
+// up. Before, both GPUs reported total 4, used 3: the whole task's use on
+// each.
+func TestNVMLPerDevice(t *testing.T) {
+	b, n := buildNVML(t)
+	dir := reservation(t, capOf(4<<30))
+	env := []string{"FAKECUDA_DEVICES=2", "FAKENVML_DEVICES=2", fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 16<<30)}
+	holder := start(t, b, run{limits: dir, mode: "direct", env: env}, "alloc:1073741824", "device:1", "alloc:2147483648", "wait")
+	for _, want := range []string{"alloc 0", "device 0", "alloc 0"} {
+		if l := holder.next(t); l != want {
+			t.Fatalf("holder: %q, want %q", l, want)
+		}
+	}
+	for _, m := range nvmlModes {
+		t.Run(m, func(t *testing.T) {
+			got := nvml(t, b, run{limits: dir, program: n.prog(m), mode: m}, env, "init", "info:0", "info2:0", "info:1", "info2:1")
+			check(t, got, "init 0",
+				// NVML's 0 is CUDA's 1: 2 GiB here, 1 elsewhere
+				fmt.Sprintf("info 0 %d %d %d", 3<<30, 1<<30, 2<<30),
+				fmt.Sprintf("info2 0 %d 0 %d %d", 3<<30, 1<<30, 2<<30),
+				// NVML's 1 is CUDA's 0: 1 GiB here, 2 elsewhere
+				fmt.Sprintf("info 0 %d %d %d", 2<<30, 1<<30, 1<<30),
+				fmt.Sprintf("info2 0 %d 0 %d %d", 2<<30, 1<<30, 1<<30))
+		})
+	}
+}
+
 // A cap above the GPU's memory leaves the GPU's total, and free is never
 // more than the GPU really has free (other tenants hold 1.5 of its 2 GiB).
 func TestNVMLNeverAboveTheGPU(t *testing.T) {

@@ -24,12 +24,13 @@ func TestPacerShareFromLimitsNotRegion(t *testing.T) {
 
 	// the region: magic, nslots, a pthread mutex (its size by
 	// architecture), total, hiwater, pacer_ready, the pacer (share first),
-	// then the slots, which end the file (src/gpushare.h)
+	// ndev and a pad, the 8 devices (72 bytes each), the slots' charges
+	// per device, then the slots, which end the file (src/gpushare.h)
 	usage := filepath.Join(res, "usage")
 	region, err := os.ReadFile(usage)
 	must.NoError(t, err)
-	const slots, pacerSize = 1024 * 24, 40
-	mutex := len(region) - (8 + 16 + pacerSize + slots)
+	const slots, pacerSize, devices = 1024 * 24, 40, 8 + 8*72 + 1024*8*8
+	mutex := len(region) - (8 + 16 + pacerSize + devices + slots)
 	must.Positive(t, mutex)
 	share := 8 + mutex + 16
 	must.Eq(t, 1, binary.LittleEndian.Uint32(region[share-4:]), must.Sprint("pacer_ready"))

@@ -47,8 +47,9 @@ int gs_limits_read(const char *path, struct gs_limits *out);
 
 #include "pace.h"
 
-#define GS_MAGIC 0x67737233u /* "gsr3": the task's pacer in the header */
+#define GS_MAGIC 0x67737234u /* "gsr4": per-device charges and pacers */
 #define GS_SLOTS 1024
+#define GS_DEVS 8 /* devices of a task told apart: more share the task's own entry */
 
 struct gs_slot {
     int32_t pid;    /* 0: free */
@@ -67,6 +68,18 @@ struct gs_region {
     /* The task's compute pacer, shared by its processes (src/launch.c):
      * the share is the task's, not each process's. Under lock. */
     struct gs_pacer pacer;
+    /* The task's devices (issue 29, 6 and 9d), each named by its UUID
+     * (cuDeviceGetUuid, NVML's "GPU-..."), in the order first used: what
+     * is charged on each (the sum of the slots' dev_bytes) and each one's
+     * pacer, so a task with shares of two GPUs gets its share of each. */
+    uint32_t ndev, dev_pad;
+    struct gs_device {
+        uint8_t uuid[16];
+        uint64_t bytes;
+        struct gs_pacer pacer;
+        uint32_t pacer_ready, pad;
+    } dev[GS_DEVS];
+    uint64_t dev_bytes[GS_SLOTS][GS_DEVS]; /* each slot's charges, per device */
     struct gs_slot slot[GS_SLOTS]; /* last: the plugin reads them from the end */
 };
 
@@ -82,6 +95,17 @@ int gs_region_charge(uint64_t bytes, uint64_t cap); /* 0 charged, -1 over the ca
 void gs_region_uncharge(uint64_t bytes);
 void gs_region_force_charge(uint64_t bytes);   /* after the fact: pitch rounding */
 uint64_t gs_region_used(void);                 /* the reservation's use, dead reclaimed */
+/* The task's device of the current context (its index in the region's
+ * table, added when new), or -1 (no context, no region, a full table). */
+int gs_region_current_device(void);
+/* Device dev's pacer (dev from gs_region_current_device), initialised as
+ * gs_region_pacer's; NULL without a region or dev < 0. */
+struct gs_pacer *gs_region_device_pacer(int dev, uint32_t share, uint64_t window_ns, uint64_t now);
+/* The use of the device named by uuid (16 bytes): what is charged on it,
+ * and what is charged on the task's other devices (dead reclaimed);
+ * charges of no known device (a process's context) count as the
+ * device's. */
+void gs_region_device_use(const uint8_t uuid[16], uint64_t *here, uint64_t *elsewhere);
 void gs_region_claim(void); /* this process's slot, with its context's charge, now */
 
 /* Process-local record of what each live allocation was charged, so a free

@@ -2,10 +2,13 @@
  *
  * nvidia-smi-like tools and frameworks (PyTorch's memory checks, pynvml)
  * ask NVML, not the driver API, how much memory there is. Under a memory
- * cap, nvmlDeviceGetMemoryInfo(_v2) report the share: total = the cap (or
- * the GPU's, if smaller), used = the reservation's use (the usage region,
- * all its processes), free = total - used, never more than the GPU really
- * has free.
+ * cap, nvmlDeviceGetMemoryInfo(_v2) report the share, per GPU: used = what
+ * the reservation's processes (the usage region) hold on that GPU (named
+ * by its UUID, as the library charges each allocation to the device of its
+ * context), total = the cap less what they hold on their other GPUs (the
+ * cap is the task's, over all its GPUs: this is what it may hold here), or
+ * the GPU's total if smaller, free = total - used, never more than the GPU
+ * really has free.
  *
  * The real functions are NVML's (libnvidia-ml.so.1), not the driver's: a
  * table of its own, loaded at the first NVML hook (a process that never
@@ -52,6 +55,9 @@ enum { NVML_HOOKS(N_ENUM) N_COUNT };
 /* The table, filled at the end of the file, after the hooks. */
 static struct gs_hook nvml_hooks[N_COUNT];
 
+typedef nvmlReturn_t (*nvmlDeviceGetUUID_fn)(nvmlDevice_t, char *, unsigned);
+static nvmlDeviceGetUUID_fn get_uuid; /* called, not intercepted */
+
 static char nvml_path[4096] = "libnvidia-ml.so.1";
 static pthread_once_t env_once = PTHREAD_ONCE_INIT, nvml_once = PTHREAD_ONCE_INIT;
 
@@ -77,6 +83,36 @@ static void load_nvml_once(void)
     void *h = dlopen(nvml_path, RTLD_NOW | RTLD_LOCAL);
     for (int i = 0; h && i < N_COUNT; i++)
         nvml_hooks[i].real = gs_real_dlsym(h, nvml_hooks[i].name);
+    if (h)
+        get_uuid = (nvmlDeviceGetUUID_fn)gs_real_dlsym(h, "nvmlDeviceGetUUID");
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The 16 bytes of dev's UUID ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx",
+ * the bytes cuDeviceGetUuid gives); -1 when NVML does not say. */
+static int uuid_of(nvmlDevice_t dev, uint8_t out[16])
+{
+    char s[96];
+    if (!get_uuid || get_uuid(dev, s, sizeof s) != NVML_SUCCESS)
+        return -1;
+    s[sizeof s - 1] = 0;
+    const char *p = strncmp(s, "GPU-", 4) == 0 ? s + 4 : NULL;
+    int n = 0;
+    for (; p && *p && n < 32; p++) {
+        int v = hexval(*p);
+        if (v < 0 && *p != '-')
+            return -1;
+        if (v >= 0) {
+            out[n / 2] = (uint8_t)(n % 2 ? out[n / 2] << 4 | v : v);
+            n++;
+        }
+    }
+    return n == 32 ? 0 : -1;
 }
 
 #define NVML_REAL(n) \
@@ -90,11 +126,19 @@ void *gs_nvml_hook(const char *name)
     return NULL;
 }
 
-/* The share's view of the GPU's figures. used may exceed the cap: an
- * opportunistic task's managed memory beyond it (unified.c). */
-static void share(unsigned long long *total, unsigned long long *free_b, unsigned long long *used)
+/* The share's view of dev's figures. used may exceed the cap: an
+ * opportunistic task's managed memory beyond it (unified.c). A GPU whose
+ * UUID NVML does not give is reported as holding all of the task's use. */
+static void share(nvmlDevice_t dev, unsigned long long *total, unsigned long long *free_b,
+                  unsigned long long *used)
 {
-    uint64_t cap = gs_lim.memory_bytes, use = gs_region_used();
+    uint64_t cap = gs_lim.memory_bytes, use, elsewhere = 0;
+    uint8_t uuid[16];
+    if (uuid_of(dev, uuid) == 0)
+        gs_region_device_use(uuid, &use, &elsewhere);
+    else
+        use = gs_region_used();
+    cap = elsewhere < cap ? cap - elsewhere : 0;
     unsigned long long real_free = *free_b;
     if (cap < *total)
         *total = cap;
@@ -111,7 +155,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t dev, nvmlMemory_t *m)
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t r = f(dev, m);
     if (r == NVML_SUCCESS && gs_lim.have_memory && m)
-        share(&m->total, &m->free, &m->used);
+        share(dev, &m->total, &m->free, &m->used);
     return r;
 }
 
@@ -123,7 +167,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t dev, nvmlMemory_v2_t
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t r = f(dev, m);
     if (r == NVML_SUCCESS && gs_lim.have_memory && m) {
-        share(&m->total, &m->free, &m->used);
+        share(dev, &m->total, &m->free, &m->used);
         m->reserved = 0;
     }
     return r;

@@ -133,10 +133,49 @@ int gs_limits_read(const char *path, struct gs_limits *out)
 /* ---- shared usage region -------------------------------------------- */
 
 static struct gs_region *R;
+static __thread int tl_dev = -2; /* the device a charge carries: below */
+static int op_device(void);
 static int R_fd = -1;        /* kept open: closing it would drop our slot's lock */
 static int my_slot = -1;     /* reset in a forked child */
 static pid_t my_pid;
 static uint64_t my_start;
+
+static uint64_t at_most(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Under the lock: slot i's charges leave the total and its devices'. */
+static void drop_charges(uint32_t i)
+{
+    R->total -= at_most(R->slot[i].bytes, R->total);
+    R->slot[i].bytes = 0;
+    for (int d = 0; d < GS_DEVS; d++) {
+        R->dev[d].bytes -= at_most(R->dev_bytes[i][d], R->dev[d].bytes);
+        R->dev_bytes[i][d] = 0;
+    }
+}
+
+/* Under the lock: b more charged to slot i, on device d (-1: none known). */
+static void add_charge(int i, int d, uint64_t b)
+{
+    R->slot[i].bytes += b;
+    R->total += b;
+    if (d >= 0 && d < GS_DEVS) {
+        R->dev_bytes[i][d] += b;
+        R->dev[d].bytes += b;
+    }
+}
+
+/* Under the lock: b less charged to slot i (never below 0), on device d. */
+static void sub_charge(int i, int d, uint64_t b)
+{
+    uint64_t x = at_most(R->slot[i].bytes, b);
+    R->slot[i].bytes -= x;
+    R->total -= at_most(x, R->total);
+    if (d >= 0 && d < GS_DEVS) {
+        uint64_t y = at_most(R->dev_bytes[i][d], x);
+        R->dev_bytes[i][d] -= y;
+        R->dev[d].bytes -= at_most(y, R->dev[d].bytes);
+    }
+}
 
 /* Reads starttime and state of pid from /proc. 0 when found. */
 static int proc_stat(pid_t pid, uint64_t *start, char *state)
@@ -207,9 +246,8 @@ static int slot_dead(const struct gs_slot *s, uint32_t i)
 /* Under the lock: frees slot i, its bytes leave the total. */
 static void free_dead(uint32_t i)
 {
-    struct gs_slot *s = &R->slot[i];
-    R->total -= s->bytes < R->total ? s->bytes : R->total;
-    memset(s, 0, sizeof *s);
+    drop_charges(i);
+    memset(&R->slot[i], 0, sizeof R->slot[i]);
 }
 
 /* Under the lock (all slots taken: rare): frees the slots of dead processes. */
@@ -258,6 +296,11 @@ static int lock(void)
         for (int i = 0; i < GS_SLOTS; i++)
             t += R->slot[i].bytes;
         R->total = t;
+        for (int d = 0; d < GS_DEVS; d++) {
+            R->dev[d].bytes = 0;
+            for (int i = 0; i < GS_SLOTS; i++)
+                R->dev[d].bytes += R->dev_bytes[i][d];
+        }
         R->hiwater = GS_SLOTS;
         r = pthread_mutex_consistent(&R->lock);
     }
@@ -309,7 +352,7 @@ static struct gs_slot *mine(void)
         if (R->slot[k].pid == my_pid && R->slot[k].start == my_start)
             i = (int)k;
     if (i >= 0)
-        R->total -= R->slot[i].bytes < R->total ? R->slot[i].bytes : R->total;
+        drop_charges((uint32_t)i);
     if (i < 0)
         i = free_slot();
     if (i < 0) {
@@ -325,8 +368,8 @@ static struct gs_slot *mine(void)
     R->slot[i].locked = R_fd >= 0 && fcntl(R_fd, F_SETLK, &l) == 0;
     R->slot[i].pid = my_pid;
     R->slot[i].start = my_start;
-    R->slot[i].bytes = gs_lim.context_bytes;
-    R->total += gs_lim.context_bytes;
+    R->slot[i].bytes = 0;
+    add_charge(i, -1, gs_lim.context_bytes); /* no device known: the task's */
     if ((uint32_t)i >= R->hiwater)
         R->hiwater = i + 1;
     my_slot = i;
@@ -446,14 +489,15 @@ out:
 
 int gs_region_charge(uint64_t bytes, uint64_t cap)
 {
+    int d = R ? gs_region_current_device() : -1;
+    tl_dev = d;
     for (int pass = 0; R; pass++) {
         if (lock() != 0)
             return -1;
         struct gs_slot *s = mine();
         int rc = -1;
         if (s && R->total <= cap && bytes <= cap - R->total) {
-            s->bytes += bytes;
-            R->total += bytes;
+            add_charge(my_slot, d, bytes);
             rc = 0;
         }
         unlock();
@@ -474,26 +518,125 @@ void gs_region_claim(void)
 
 void gs_region_force_charge(uint64_t bytes)
 {
-    if (!R || lock() != 0)
+    if (!R)
         return;
-    struct gs_slot *s = mine();
-    if (s) {
-        s->bytes += bytes;
-        R->total += bytes;
-    }
+    int d = op_device();
+    if (lock() != 0)
+        return;
+    if (mine())
+        add_charge(my_slot, d, bytes);
     unlock();
 }
 
 void gs_region_uncharge(uint64_t bytes)
 {
-    if (!R || lock() != 0)
+    if (!R)
         return;
-    struct gs_slot *s = mine();
-    if (s) {
-        uint64_t d = s->bytes < bytes ? s->bytes : bytes;
-        s->bytes -= d;
-        R->total -= d < R->total ? d : R->total;
+    int d = op_device();
+    tl_dev = -2;
+    if (lock() != 0)
+        return;
+    if (mine())
+        sub_charge(my_slot, d, bytes);
+    unlock();
+}
+
+/* ---- the task's devices ----------------------------------------------
+ * Each charge is also the device's of the context current when it was
+ * made (cuCtxGetDevice, its UUID by cuDeviceGetUuid): NVML reports each
+ * device's own use, and launch.c paces each device apart. A record
+ * (gs_track_add) keeps its charge's device, so its free returns it there
+ * whatever context is current then: tl_dev carries the device from the
+ * charge to the record, and from the record (gs_track_remove) to the
+ * uncharge, on the thread doing both (-2: none carried). */
+typedef CUresult (*ctx_device_fn)(CUdevice *);
+typedef CUresult (*device_uuid_fn)(uint8_t *, CUdevice);
+static ctx_device_fn ctx_device;
+static device_uuid_fn device_uuid;
+static pthread_once_t devsyms_once = PTHREAD_ONCE_INIT;
+#define ORDINALS 64
+static int ordinal_dev[ORDINALS]; /* a CUDA ordinal's index in the table, + 1; 0: not yet */
+
+static void devsyms(void)
+{
+    ctx_device = (ctx_device_fn)gs_driver_sym("cuCtxGetDevice");
+    device_uuid = (device_uuid_fn)gs_driver_sym("cuDeviceGetUuid_v2");
+    if (!device_uuid)
+        device_uuid = (device_uuid_fn)gs_driver_sym("cuDeviceGetUuid");
+}
+
+/* Under the lock: uuid's index in the table, added when new (add); -1
+ * when absent or the table is full. */
+static int dev_index(const uint8_t *uuid, int add)
+{
+    uint32_t n = R->ndev < GS_DEVS ? R->ndev : GS_DEVS;
+    for (uint32_t i = 0; i < n; i++)
+        if (memcmp(R->dev[i].uuid, uuid, 16) == 0)
+            return (int)i;
+    if (!add || n >= GS_DEVS)
+        return -1;
+    memcpy(R->dev[n].uuid, uuid, 16);
+    R->ndev = n + 1;
+    return (int)n;
+}
+
+int gs_region_current_device(void)
+{
+    if (!R)
+        return -1;
+    pthread_once(&devsyms_once, devsyms);
+    CUdevice ord;
+    if (!ctx_device || !device_uuid || ctx_device(&ord) != CUDA_SUCCESS || ord < 0)
+        return -1;
+    if (ord < ORDINALS) {
+        int c = __atomic_load_n(&ordinal_dev[ord], __ATOMIC_RELAXED);
+        if (c)
+            return c - 1;
     }
+    uint8_t uuid[16];
+    if (device_uuid(uuid, ord) != CUDA_SUCCESS || lock() != 0)
+        return -1;
+    int d = dev_index(uuid, 1);
+    unlock();
+    if (d >= 0 && ord < ORDINALS)
+        __atomic_store_n(&ordinal_dev[ord], d + 1, __ATOMIC_RELAXED);
+    return d;
+}
+
+/* The device of a charge or uncharge made now: the one a record or a
+ * charge of this thread carries, else the current context's. */
+static int op_device(void)
+{
+    return tl_dev != -2 ? tl_dev : gs_region_current_device();
+}
+
+struct gs_pacer *gs_region_device_pacer(int dev, uint32_t share, uint64_t window_ns, uint64_t now)
+{
+    if (!R || dev < 0 || dev >= GS_DEVS || lock() != 0)
+        return NULL;
+    struct gs_device *d = &R->dev[dev];
+    if (!d->pacer_ready) {
+        gs_pacer_init(&d->pacer, share, window_ns, now);
+        d->pacer_ready = 1;
+    }
+    unlock();
+    return &d->pacer;
+}
+
+void gs_region_device_use(const uint8_t uuid[16], uint64_t *here, uint64_t *elsewhere)
+{
+    *here = *elsewhere = 0;
+    if (!R)
+        return;
+    reclaim_dead();
+    if (lock() != 0)
+        return;
+    int d = dev_index(uuid, 0);
+    uint64_t known = 0, mine_b = d >= 0 ? R->dev[d].bytes : 0;
+    for (uint32_t i = 0; i < R->ndev && i < GS_DEVS; i++)
+        known += R->dev[i].bytes;
+    *elsewhere = known - at_most(mine_b, known);
+    *here = R->total - at_most(*elsewhere, R->total);
     unlock();
 }
 
@@ -515,9 +658,8 @@ __attribute__((destructor)) static void release_slot(void)
 {
     if (!R || my_slot < 0 || my_pid != getpid() || lock() != 0)
         return;
-    struct gs_slot *s = &R->slot[my_slot];
-    R->total -= s->bytes < R->total ? s->bytes : R->total;
-    memset(s, 0, sizeof *s);
+    drop_charges((uint32_t)my_slot);
+    memset(&R->slot[my_slot], 0, sizeof R->slot[my_slot]);
     struct flock l = slot_range((uint32_t)my_slot, F_UNLCK);
     fcntl(R_fd, F_SETLK, &l);
     my_slot = -1;
@@ -533,6 +675,7 @@ struct gs_rec {
     uint64_t key;
     uint64_t bytes;
     int kind;
+    int dev; /* the device it was charged on (-1: none known) */
 };
 
 static struct gs_rec *buckets[GS_BUCKETS];
@@ -552,6 +695,8 @@ int gs_track_add(enum gs_kind kind, uint64_t key, uint64_t bytes)
     r->key = key;
     r->bytes = bytes;
     r->kind = kind;
+    r->dev = op_device();
+    tl_dev = -2;
     unsigned b = bucket(kind, key);
     pthread_mutex_lock(&track_lock);
     r->next = buckets[b];
@@ -576,6 +721,7 @@ int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes)
     if (!found)
         return -1;
     *bytes = found->bytes;
+    tl_dev = found->dev; /* its uncharge (or its record again) goes there */
     free(found);
     return 0;
 }

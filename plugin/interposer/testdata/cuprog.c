@@ -16,6 +16,8 @@
  *   fake           what the fake driver really holds ("fake 0 <bytes>")
  *   umem           of that, managed memory, and managed memory advised to
  *                  stay on the device ("umem 0 <managed> <preferred>")
+ *   device:N       a new context on device N, made current (rc): later
+ *                  allocations are that device's
  *   setenv:K=V     setenv in this process ("setenv 0")
  *   wait           block until stdin closes ("wait 0" after)
  *   bench:N        N pairs of cuMemAlloc_v2(256 bytes) + cuMemFree_v2
@@ -204,6 +206,9 @@ int main(int argc, char **argv)
         CUresult r = 0;
         if (strncmp(c, "alloc:", 6) == 0) {
             if (!(r = cu.alloc(&p, a))) hold('p', p);
+        } else if (strncmp(c, "device:", 7) == 0) {
+            if (!(r = cu.devget(&dev, (int)a)))
+                r = cu.ctx(&ctx, 0, dev);
         } else if (strncmp(c, "managed:", 8) == 0) {
             if (!(r = cu.managed(&p, a, 1))) hold('p', p);
         } else if (strncmp(c, "async:", 6) == 0) {

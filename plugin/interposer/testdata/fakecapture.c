@@ -316,21 +316,31 @@ CUresult cuStreamWriteValue32_v2(void *s, CUdeviceptr addr, uint32_t value, unsi
 CUresult cuStreamWriteValue32(void *s, CUdeviceptr a, uint32_t v, unsigned f) { return cuStreamWriteValue32_v2(s, a, v, f); }
 
 /* ---- contexts ---- */
-struct fctx { int alive; uint32_t gen; };
-static struct fctx primary = {1, 1};
+struct fctx { int alive; uint32_t gen; int dev; };
+static struct fctx primaries[8] = {{1, 1, 0}, {1, 1, 1}, {1, 1, 2}, {1, 1, 3},
+                                   {1, 1, 4}, {1, 1, 5}, {1, 1, 6}, {1, 1, 7}}; /* per device */
 static struct fctx *current; /* the process's current context */
 
 CUresult cuCtxCreate_v2(void **c, unsigned f, int d)
 {
-    (void)f, (void)d;
+    (void)f;
+    if (d < 0 || d >= ndevices())
+        return 101; /* CUDA_ERROR_INVALID_DEVICE */
     struct fctx *n = calloc(1, sizeof *n);
     if (!n)
         return 2;
     n->alive = n->gen = 1;
+    n->dev = d;
     current = n;
     *c = n;
     return 0;
 }
+/* The current context's device (device 0 without one, as before the fake
+ * had several: the tests that never make a context) */
+CUresult cuCtxGetDevice(int *d) { *d = current ? current->dev : 0; return 0; }
+/* Not a driver call: the device a context belongs to (fakegpu.c's
+ * timelines), -1 for none. */
+int fakecap_device(void *ctx) { return ctx ? ((struct fctx *)ctx)->dev : -1; }
 CUresult cuCtxDestroy_v2(struct fctx *c)
 {
     if (!c || !c->alive)
@@ -342,10 +352,17 @@ CUresult cuCtxDestroy_v2(struct fctx *c)
 }
 CUresult cuCtxSetCurrent(struct fctx *c) { current = c; return 0; }
 CUresult cuCtxGetCurrent(struct fctx **c) { *c = current; return 0; }
-CUresult cuDevicePrimaryCtxRetain(struct fctx **c, int d) { (void)d; primary.alive = 1; *c = &primary; return 0; }
+CUresult cuDevicePrimaryCtxRetain(struct fctx **c, int d)
+{
+    if (d < 0 || d >= ndevices())
+        return 101;
+    primaries[d].alive = 1;
+    *c = &primaries[d];
+    return 0;
+}
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { (void)d; return 0; }
 /* Destroys the primary context's resources; the handle stays. */
-CUresult cuDevicePrimaryCtxReset_v2(int d) { (void)d; primary.gen++; return 0; }
+CUresult cuDevicePrimaryCtxReset_v2(int d) { if (d < 0 || d >= ndevices()) return 101; primaries[d].gen++; return 0; }
 
 /* An event's context, as stamped at its creation; 1 while it lives. */
 void fakecap_stamp(void **ctx, uint32_t *gen) { *ctx = current; *gen = current ? current->gen : 0; }

@@ -90,7 +90,33 @@ uint64_t fakecuda_used(void) { return used; }
 int gs_probe(void) { return 1; }
 
 CUresult cuInit(unsigned f) { (void)f; init_total(); return 0; }
-CUresult cuDeviceGet(int *d, int ord) { if (ord != 0) return 101; *d = 0; return 0; }
+
+/* FAKECUDA_DEVICES devices (default 1), ordinals 0..n-1; their memory is
+ * one pool (the fake's `total`), their GPU timelines testdata/fakegpu.c's. */
+static int ndevices(void)
+{
+    const char *n = getenv("FAKECUDA_DEVICES");
+    int v = n ? atoi(n) : 1;
+    return v < 1 ? 1 : v > 8 ? 8 : v;
+}
+CUresult cuDeviceGetCount(int *n) { *n = ndevices(); return 0; }
+CUresult cuDeviceGet(int *d, int ord) { if (ord < 0 || ord >= ndevices()) return 101; *d = ord; return 0; }
+
+/* Not a driver call: device ord's UUID, the 16 bytes NVML's fake names
+ * (testdata/fakenvml.c, "GPU-" and their hex): the same scheme on both. */
+void fakecuda_uuid(int ord, unsigned char u[16])
+{
+    for (int i = 0; i < 15; i++)
+        u[i] = (unsigned char)(0x10 * i + 7);
+    u[15] = (unsigned char)ord;
+}
+CUresult cuDeviceGetUuid(unsigned char *u, int d)
+{
+    if (d < 0 || d >= ndevices())
+        return 101; /* CUDA_ERROR_INVALID_DEVICE */
+    fakecuda_uuid(d, u);
+    return 0;
+}
 CUresult cuCtxCreate_v2(void **c, unsigned f, int d); /* testdata/fakecapture.c */
 
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return fake_alloc(p, n); }
@@ -176,6 +202,7 @@ static const struct { const char *name; void *fn; } table[] = {
     E(cuMemFreeAsync_ptsz), E(cuMemRelease), E(cuArrayDestroy), E(cuMemGetInfo_v2),
     E(cuDeviceTotalMem_v2), E(cuGetProcAddress), E(cuGetProcAddress_v2),
     E(cuMipmappedArrayCreate), E(cuMipmappedArrayDestroy), E(cuMemAdvise), E(cuCtxGetDevice),
+    E(cuDeviceGetCount), E(cuDeviceGetUuid),
     FAKEGPU(EC)
 };
 
@@ -266,7 +293,6 @@ CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f)
     return r ? r : mark(*p, F_MANAGED, 0);
 }
 
-CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 
 /* Records CU_MEM_ADVISE_SET_PREFERRED_LOCATION (3) for device 0 on managed
  * memory; other advice is accepted and forgotten. */
