@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
-	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -368,67 +366,6 @@ func checkVC(job *api.Job, sched scheduler) []jobspecs.Finding {
 		return []jobspecs.Finding{{Severity: jobspecs.Warning, Message: fmt.Sprintf("%s not checked: %s: %v", pin.MetaVC, sched.hint(), err)}}
 	}
 	return jobspecs.CheckVC(job, vcs)
-}
-
-// jobStatus prints what the scheduler says of a job's gpushare groups.
-func jobStatus(args []string, io IO) int {
-	fs := newFlags("job status", "job status [-scheduler URL] [-address URL] [-namespace NS] JOB", io)
-	schedFlag := addSchedulerFlag(fs, "which this command reads")
-	addr := fs.String("address", "", "Nomad HTTP address, to find the scheduler's service (default: $NOMAD_ADDR or http://127.0.0.1:4646)")
-	ns := fs.String("namespace", "", "the job's namespace (default: default)")
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	if fs.NArg() != 1 {
-		fs.Usage()
-		return 2
-	}
-	sched := schedFlag.resolve(*addr)
-	if sched.addr == "" {
-		fmt.Fprintln(io.Err, "gpushare job status: reads the scheduler: -scheduler must not be empty")
-		return 2
-	}
-	u := strings.TrimSuffix(sched.addr, "/") + "/v1/jobs/" + url.PathEscape(fs.Arg(0))
-	if *ns != "" {
-		u += "?namespace=" + url.QueryEscape(*ns)
-	}
-	var st service.JobStatus
-	if err := getJSON(u, &st); err != nil {
-		fmt.Fprintf(io.Err, "gpushare job status: %v (%s)\n", err, sched.hint())
-		return 1
-	}
-	fmt.Fprintf(io.Out, "job %s (namespace %s)\n", st.ID, st.Namespace)
-	switch {
-	case st.Status == "dead" && st.Type == api.JobTypeBatch:
-		fmt.Fprintln(io.Out, "  status dead: the batch job has finished (or was stopped); its allocations hold no shares any more")
-	case st.Status == "dead":
-		fmt.Fprintln(io.Out, "  status dead: the job is stopped; its allocations hold no shares any more")
-	case st.Status != "":
-		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
-	}
-	for _, g := range st.Groups {
-		fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
-		if g.Lifecycle != "" && g.Lifecycle != g.State {
-			fmt.Fprintf(io.Out, "    lifecycle: %s: %s\n", g.Lifecycle, g.LifecycleWhy)
-		}
-		switch {
-		case g.Placement != nil:
-			fmt.Fprintf(io.Out, "    pinned to %d node(s), %d GPU(s), %d share(s): %s\n", len(g.Placement.Nodes), len(g.Placement.GPUs), len(g.Placement.Shares), g.Placement.Reason)
-		case g.Reason != "":
-			fmt.Fprintf(io.Out, "    why: %s\n", g.Reason)
-		}
-		if len(g.Allocs) > 0 {
-			fmt.Fprintf(io.Out, "    allocations: %s\n", strings.Join(g.Allocs, ", "))
-		}
-		if g.Profile != nil {
-			name := g.Profile.Name
-			if name == "" {
-				name = "from the job's meta" // gpushare.sm_util / gpushare.mem_bw, no profile name
-			}
-			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", name, g.Profile.SM, g.Profile.MemBW)
-		}
-	}
-	return 0
 }
 
 // finishedBatch says why registering job would run nothing: it is a batch
