@@ -118,6 +118,10 @@ func TestDevNullIsNoTerminal(t *testing.T) {
 // job status prints the scheduler's view of a job's groups.
 func TestJobStatus(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/gpus" { // no map: nodes and GPUs named by their IDs
+			http.NotFound(w, r)
+			return
+		}
 		must.EqOp(t, "/v1/jobs/train", r.URL.Path)
 		must.EqOp(t, "team-a", r.URL.Query().Get("namespace"))
 		_, _ = w.Write([]byte(`{"namespace":"team-a","id":"train","type":"batch","status":"dead","groups":[
@@ -131,7 +135,7 @@ func TestJobStatus(t *testing.T) {
 	must.StrContains(t, out, "group g: refused\n    why: larger than any node: needs 16 GPUs")
 	must.StrContains(t, out, "status dead: the batch job has finished")
 	must.StrContains(t, out, "interference profile: from the job's meta (sm 0.30, memory bandwidth 0.20)")
-	must.StrContains(t, out, "group h: pinned\n    pinned to 1 node(s), 1 GPU(s), 1 share(s): 25 shares of GPU 0\n    allocations: a1")
+	must.StrContains(t, out, "group h: pinned\n    pinned to 1 node(s), 1 GPU(s), 1 share(s):\n      on node n1: GPU-1 (1 share)\n    why: 25 shares of GPU 0\n    allocation a1: ")
 	code, _, errOut = run("job", "status", "-scheduler", "http://127.0.0.1:1", "train")
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, "pass -scheduler")

@@ -4,9 +4,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/nomad/api"
 )
@@ -48,9 +52,16 @@ func jobStatus(args []string, io IO) int {
 		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
 	}
 	kind := templateKindOf(*addr, *ns, st)
+	where := gpuWhere{}
+	for _, g := range st.Groups {
+		if g.Placement != nil || len(g.Allocs) > 0 {
+			where = fetchWhere(sched.addr)
+			break
+		}
+	}
 	for _, g := range st.Groups {
 		if kind != "" && (g.State == "template" || g.State == "pending") || g.State == "template" {
-			printTemplate(io, st.ID, kind, g)
+			printTemplate(io, st.ID, kind, g, where)
 		} else {
 			fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
 			if g.Lifecycle != "" && g.Lifecycle != g.State {
@@ -58,14 +69,14 @@ func jobStatus(args []string, io IO) int {
 			}
 			switch {
 			case g.Placement != nil:
-				fmt.Fprintf(io.Out, "    pinned to %d node(s), %d GPU(s), %d share(s): %s\n", len(g.Placement.Nodes), len(g.Placement.GPUs), len(g.Placement.Shares), g.Placement.Reason)
+				p := g.Placement
+				fmt.Fprintf(io.Out, "    pinned to %d node(s), %d GPU(s), %d share(s):\n", len(p.Nodes), len(p.GPUs), len(p.Shares))
+				printPlacement(io, p, where)
 			case g.Reason != "":
 				fmt.Fprintf(io.Out, "    why: %s\n", g.Reason)
 			}
 		}
-		if len(g.Allocs) > 0 {
-			fmt.Fprintf(io.Out, "    allocations: %s\n", strings.Join(g.Allocs, ", "))
-		}
+		printAllocs(io, g.Allocs, where)
 		if g.Profile != nil {
 			name := g.Profile.Name
 			if name == "" {
@@ -121,7 +132,7 @@ func templateKindOf(nomadAddr, ns string, st service.JobStatus) string {
 // parameterized job is: never placed itself, never decided; a
 // parameterized parent is pinned to a pool of GPUs its dispatched
 // children are placed in. kind is "" when Nomad did not say which.
-func printTemplate(io IO, job, kind string, g service.GroupStatus) {
+func printTemplate(io IO, job, kind string, g service.GroupStatus, where gpuWhere) {
 	pinned := g.Placement != nil
 	switch {
 	case kind == kindPeriodic:
@@ -140,6 +151,161 @@ func printTemplate(io IO, job, kind string, g service.GroupStatus) {
 	}
 	if pinned {
 		p := g.Placement
-		fmt.Fprintf(io.Out, "    pool: %d node(s), %d GPU(s), %d share(s): %s\n", len(p.Nodes), len(p.GPUs), len(p.Shares), p.Reason)
+		fmt.Fprintf(io.Out, "    pool: %d node(s), %d GPU(s), %d share(s):\n", len(p.Nodes), len(p.GPUs), len(p.Shares))
+		printPlacement(io, p, where)
 	}
+}
+
+// gpuWhere says where GPUs and allocations are, from the scheduler's GPU
+// map (/v1/gpus); empty when the scheduler did not give it, and then
+// nodes are named by their ID's first 8 characters and GPUs by UUID.
+type gpuWhere struct {
+	nodeName map[string]string // node ID -> name
+	gpu      map[string]gpuAt  // GPU or MIG instance UUID -> where
+	alloc    map[string][]held // allocation ID -> the shares it holds
+}
+
+type gpuAt struct {
+	node, label string
+}
+
+type held struct {
+	gpu    gpuAt
+	shares int
+}
+
+func fetchWhere(schedAddr string) gpuWhere {
+	w := gpuWhere{nodeName: map[string]string{}, gpu: map[string]gpuAt{}, alloc: map[string][]held{}}
+	var m gpumap.Map
+	if err := getJSON(strings.TrimSuffix(schedAddr, "/")+"/v1/gpus", &m); err != nil {
+		return w
+	}
+	for _, n := range m.Nodes {
+		if n.Name != "" {
+			w.nodeName[n.ID] = n.Name
+		}
+		for _, g := range n.GPUs {
+			at := gpuAt{node: n.ID, label: fmt.Sprintf("GPU %d", g.Index)}
+			w.gpu[g.UUID] = at
+			for _, u := range g.Users {
+				if u.AllocID != "" {
+					w.alloc[u.AllocID] = append(w.alloc[u.AllocID], held{at, u.Shares})
+				}
+			}
+			for _, in := range g.MIG {
+				iat := gpuAt{node: n.ID, label: fmt.Sprintf("MIG %s of GPU %d", in.Profile, g.Index)}
+				w.gpu[in.UUID] = iat
+				for _, u := range in.Users {
+					if u.AllocID != "" {
+						w.alloc[u.AllocID] = append(w.alloc[u.AllocID], held{iat, u.Shares})
+					}
+				}
+			}
+		}
+	}
+	return w
+}
+
+// node names a node: its name, else its ID's first 8 characters.
+func (w gpuWhere) node(id string) string {
+	if n := w.nodeName[id]; n != "" {
+		return n
+	}
+	return shortID(id)
+}
+
+func shortID(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// printPlacement prints a pin one line per node — its GPUs and the
+// shares of each — then why, one line per allocation's placement.
+func printPlacement(io IO, rec *pin.Record, w gpuWhere) {
+	shares := map[string]int{} // GPU UUID -> shares of the pin
+	for _, s := range rec.Shares {
+		if id, err := devicefn.ParseShareID(s); err == nil {
+			shares[id.UUID]++
+		}
+	}
+	onNode := map[string][]string{}
+	var unknown []string
+	for _, g := range rec.GPUs {
+		at, ok := w.gpu[g]
+		switch {
+		case ok:
+		case len(rec.Nodes) == 1: // one node: every GPU of the pin is on it
+			at = gpuAt{node: rec.Nodes[0], label: g}
+		default:
+			unknown = append(unknown, fmt.Sprintf("%s (%s)", g, nShares(shares[g])))
+			continue
+		}
+		onNode[at.node] = append(onNode[at.node], fmt.Sprintf("%s (%s)", at.label, nShares(shares[g])))
+	}
+	for _, n := range rec.Nodes {
+		gpus := "no GPU (cpu only, or GPUs of another node of the pin)"
+		if len(onNode[n]) > 0 {
+			gpus = strings.Join(onNode[n], ", ")
+		}
+		fmt.Fprintf(io.Out, "      on node %s: %s\n", w.node(n), gpus)
+	}
+	if len(unknown) > 0 {
+		fmt.Fprintf(io.Out, "      on GPUs the scheduler's map does not show: %s\n", strings.Join(unknown, ", "))
+	}
+	for _, why := range splitReasons(rec.Reason) {
+		fmt.Fprintf(io.Out, "    why: %s\n", why)
+	}
+}
+
+// startsPlacement matches the part of a placement's reason that says
+// where it is ("25 shares of GPU 0 on node a", "pool ...: GPU [0] of node
+// b"): a pin's reason joins its placements' reasons, and each its own
+// parts, with "; ".
+var startsPlacement = regexp.MustCompile(`\b(on|of) node \S`)
+
+// splitReasons cuts a pin's reason into one reason per placement.
+func splitReasons(reason string) []string {
+	if reason == "" {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(reason, "; ") {
+		if len(out) == 0 || startsPlacement.MatchString(part) {
+			out = append(out, part)
+			continue
+		}
+		out[len(out)-1] += "; " + part
+	}
+	return out
+}
+
+// printAllocs prints one line per allocation: the node and the GPUs its
+// shares are on.
+func printAllocs(io IO, allocs []string, w gpuWhere) {
+	for _, a := range allocs {
+		hs := w.alloc[a]
+		if len(hs) == 0 {
+			fmt.Fprintf(io.Out, "    allocation %s: holds no shares the scheduler's map shows (not started, finished, or the map was not read)\n", a)
+			continue
+		}
+		var parts []string
+		node := hs[0].gpu.node
+		for _, h := range hs {
+			p := fmt.Sprintf("%s (%s)", h.gpu.label, nShares(h.shares))
+			if h.gpu.node != node {
+				p = "node " + w.node(h.gpu.node) + " " + p
+			}
+			parts = append(parts, p)
+		}
+		fmt.Fprintf(io.Out, "    allocation %s: node %s, %s\n", a, w.node(node), strings.Join(parts, ", "))
+	}
+}
+
+func nShares(n int) string {
+	if n == 1 {
+		return "1 share"
+	}
+	return fmt.Sprintf("%d shares", n)
 }

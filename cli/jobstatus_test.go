@@ -56,7 +56,7 @@ func TestJobStatusOfTemplateJobs(t *testing.T) {
 				"placement":{"nodes":["n1"],"gpus":["GPU-1"],"shares":["GPU-1:0","GPU-1:1"],"reason":"pool for dispatched children: GPU [0] of node n1"},
 				"reason":"a parameterized job pinned to a pool of GPUs"}]}`,
 			want: []string{"group g: the template of a parameterized job, pinned to a pool of GPUs: dispatch children now (`nomad job dispatch infer`)",
-				"pool: 1 node(s), 1 GPU(s), 2 share(s): pool for dispatched children"}},
+				"pool: 1 node(s), 1 GPU(s), 2 share(s):\n      on node n1: GPU-1 (2 shares)\n    why: pool for dispatched children"}},
 		{name: "parameterized, not pinned yet", nomad: map[string]any{"/v1/job/infer": dispatch},
 			status: `{"namespace":"default","id":"infer","type":"batch","status":"running","groups":[{"name":"g","state":"pending","reason":"waiting for the next decision"}]}`,
 			want:   []string{"group g: the template of a parameterized job, not pinned to a pool of GPUs yet: do not dispatch yet"},
@@ -86,4 +86,31 @@ func TestJobStatusOfTemplateJobs(t *testing.T) {
 			must.StrNotContains(t, out, ": template\n")
 		})
 	}
+}
+
+// A group of count 2 pinned to two nodes: job status prints one line per
+// node of the pin (named, else its ID's first 8 characters, with its
+// GPUs), each allocation's reason on a line of its own, and one line per
+// allocation with the node and GPU its shares are on.
+func TestJobStatusOneLinePerPlacement(t *testing.T) {
+	status := `{"namespace":"default","id":"train","type":"service","status":"running","groups":[{"name":"g","state":"pinned",
+		"placement":{"nodes":["aaaa1111-node-a","bbbb2222-node-b"],"gpus":["GPU-a0","GPU-b0"],
+			"shares":["GPU-a0:0","GPU-a0:1","GPU-a0:2","GPU-b0:0","GPU-b0:1","GPU-b0:2"],"cell":"gpu 0",
+			"reason":"3 shares of GPU 0 on node a; fragmentation +0.10 GPU; alone on its GPU; 3 shares of GPU 0 on node bbbb2222; fragmentation +0.10 GPU; alone on its GPU"},
+		"allocations":["alloc-1","alloc-2","alloc-3"]}]}`
+	gpus := `{"nodes":[
+		{"id":"aaaa1111-node-a","name":"a","gpus":[{"index":0,"uuid":"GPU-a0","shares":100,"used":3,"users":[{"alloc_id":"alloc-1","shares":3}]}]},
+		{"id":"bbbb2222-node-b","gpus":[{"index":0,"uuid":"GPU-b0","shares":100,"used":3,"users":[{"alloc_id":"alloc-2","shares":3}]}]}]}`
+	sched := serveJSON(t, map[string]any{"/v1/jobs/train": status, "/v1/gpus": gpus})
+	code, out, errOut := run("job", "status", "-scheduler", sched, "-address", "http://127.0.0.1:1", "train")
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	must.StrContains(t, out, `  group g: pinned
+    pinned to 2 node(s), 2 GPU(s), 6 share(s):
+      on node a: GPU 0 (3 shares)
+      on node bbbb2222: GPU 0 (3 shares)
+    why: 3 shares of GPU 0 on node a; fragmentation +0.10 GPU; alone on its GPU
+    why: 3 shares of GPU 0 on node bbbb2222; fragmentation +0.10 GPU; alone on its GPU
+    allocation alloc-1: node a, GPU 0 (3 shares)
+    allocation alloc-2: node bbbb2222, GPU 0 (3 shares)
+    allocation alloc-3: holds no shares`)
 }
