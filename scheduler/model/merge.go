@@ -8,9 +8,13 @@ import (
 // are listed one after the other, so each kind carries the Nomad index it
 // was listed at (the X-Nomad-Index of its list request).
 type Listing struct {
-	Nodes       []*api.Node
-	NodesIndex  uint64
+	Nodes      []*api.Node
+	NodesIndex uint64
+	// SameNodes and SameJobs (job keys) were listed with the modify
+	// indexes the state holds: unchanged, not read again.
+	SameNodes   []string
 	Jobs        []*api.Job
+	SameJobs    []string
 	JobsIndex   uint64
 	Allocs      []*api.Allocation
 	AllocsIndex uint64
@@ -56,6 +60,9 @@ func (s *State) Relist(l *Listing) RelistStats {
 		}
 		s.PutNode(n)
 	}
+	for _, id := range l.SameNodes {
+		seen[id] = true
+	}
 	for id, n := range s.Nodes {
 		if !seen[id] {
 			st.count(n.ModifyIndex <= l.NodesIndex, func() { delete(s.Nodes, id) })
@@ -75,6 +82,9 @@ func (s *State) Relist(l *Listing) RelistStats {
 			continue
 		}
 		s.PutJob(j)
+	}
+	for _, k := range l.SameJobs {
+		seen[k] = true
 	}
 	for k, j := range s.Jobs {
 		if !seen[k] {

@@ -51,6 +51,9 @@ type State struct {
 	Learned map[string]interference.Profile
 	// Gone are deletions seen in events, by kind and ID, at their index (merge.go).
 	Gone map[string]uint64
+	// ownJobs are the jobs whose model copy the scheduler put itself
+	// (PutOwnJob), not yet read back from Nomad.
+	ownJobs map[string]bool
 	// byGroup indexes Allocs by group; nil after any change to Allocs.
 	byGroup *groupIndex
 	// parsed caches each job version's requests and pin records.
@@ -189,6 +192,7 @@ func (s *State) PutJob(j *api.Job) {
 	if j == nil || j.ID == nil {
 		return
 	}
+	delete(s.ownJobs, jobKey(j))
 	// events can arrive after a fresher read of the same job: keep the newer
 	prev, ok := s.Jobs[jobKey(j)]
 	if ok && prev.ModifyIndex != nil && j.ModifyIndex != nil && *j.ModifyIndex < *prev.ModifyIndex {
@@ -324,3 +328,22 @@ func (s *State) Unlearn(key string) {
 		s.learnedGen++
 	}
 }
+
+// PutOwnJob is PutJob of a version the scheduler registered itself, put
+// before Nomad's copy is read: until that copy is (an event, a relist),
+// OwnJob says so, and a relist reads the job again even where Nomad lists
+// the same modify index (Nomad sets fields of its own at registration).
+func (s *State) PutOwnJob(j *api.Job) {
+	s.PutJob(j)
+	if j == nil || j.ID == nil {
+		return
+	}
+	if s.ownJobs == nil {
+		s.ownJobs = map[string]bool{}
+	}
+	s.ownJobs[jobKey(j)] = true
+}
+
+// OwnJob reports whether the model holds the scheduler's own copy of job
+// key (PutOwnJob), not one read from Nomad.
+func (s *State) OwnJob(key string) bool { return s.ownJobs[key] }

@@ -17,10 +17,12 @@ var ErrConflict = errors.New("job changed since it was read")
 
 // nomadAPI is the part of Nomad the service uses.
 type nomadAPI interface {
-	Nodes(ctx context.Context) ([]*api.Node, uint64, error)
+	// NodeList lists the nodes' stubs; Node reads one in full.
+	NodeList(ctx context.Context) ([]*api.NodeListStub, uint64, error)
 	Node(ctx context.Context, id string) (*api.Node, error)
-	// Jobs lists the jobs of a namespace ("*" for all) in full.
-	Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error)
+	// JobList lists the stubs of the jobs of a namespace ("*" for all);
+	// Job reads one in full.
+	JobList(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error)
 	Job(ctx context.Context, namespace, id string) (*api.Job, error)
 	// Allocs lists the allocations of a namespace ("*" for all) with
 	// their allocated resources.
@@ -76,30 +78,19 @@ func q(ctx context.Context, namespace string) *api.QueryOptions {
 	return (&api.QueryOptions{Namespace: namespace}).WithContext(ctx)
 }
 
-func (n nomadClient) Nodes(ctx context.Context) ([]*api.Node, uint64, error) {
+func (n nomadClient) NodeList(ctx context.Context) ([]*api.NodeListStub, uint64, error) {
 	var stubs []*api.NodeListStub
 	var meta *api.QueryMeta
-	lctx, cancel := n.bound(ctx)
-	err := retried(lctx, func() (err error) {
-		stubs, meta, err = n.c.Nodes().List(q(lctx, ""))
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	err := retried(ctx, func() (err error) {
+		stubs, meta, err = n.c.Nodes().List(q(ctx, ""))
 		return err
 	})
-	cancel()
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]*api.Node, 0, len(stubs))
-	for _, s := range stubs {
-		node, err := n.Node(ctx, s.ID)
-		if err != nil {
-			if isNotFound(err) {
-				continue
-			}
-			return nil, 0, err
-		}
-		out = append(out, node)
-	}
-	return out, meta.LastIndex, nil
+	return stubs, meta.LastIndex, nil
 }
 
 func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
@@ -113,30 +104,19 @@ func (n nomadClient) Node(ctx context.Context, id string) (*api.Node, error) {
 	return node, err
 }
 
-func (n nomadClient) Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error) {
+func (n nomadClient) JobList(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
 	var stubs []*api.JobListStub
 	var meta *api.QueryMeta
-	lctx, cancel := n.bound(ctx)
-	err := retried(lctx, func() (err error) {
-		stubs, meta, err = n.c.Jobs().List(q(lctx, namespace))
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	err := retried(ctx, func() (err error) {
+		stubs, meta, err = n.c.Jobs().List(q(ctx, namespace))
 		return err
 	})
-	cancel()
 	if err != nil {
 		return nil, 0, err
 	}
-	out := make([]*api.Job, 0, len(stubs))
-	for _, s := range stubs {
-		job, err := n.Job(ctx, s.Namespace, s.ID)
-		if err != nil {
-			if isNotFound(err) {
-				continue
-			}
-			return nil, 0, err
-		}
-		out = append(out, job)
-	}
-	return out, meta.LastIndex, nil
+	return stubs, meta.LastIndex, nil
 }
 
 func (n nomadClient) Job(ctx context.Context, namespace, id string) (*api.Job, error) {

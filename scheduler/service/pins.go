@@ -203,7 +203,7 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 			job.Version = new(*job.Version + 1)
 		}
 		s.mu.Lock()
-		s.state.PutJob(job)
+		s.state.PutOwnJob(job)
 		s.records.keepSubmitOfPin(job, index, registered)
 		s.mu.Unlock()
 	}

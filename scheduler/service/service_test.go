@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"net/http/httptest"
 	"slices"
@@ -64,6 +65,12 @@ type fakeNomad struct {
 	listed []string
 	// nodeErr fails every read of one node.
 	nodeErr error
+	// nodeReads counts the reads of one node (jobReads of one job).
+	nodeReads int
+	// allocReads counts the reads of one allocation.
+	allocReads int
+	// nodeVers are the nodes' content hashes and modify indexes.
+	nodeVers map[string][2]uint64
 	// evals are the evaluations FailedEvals lists.
 	evals []*api.Evaluation
 	// streams, when set, receives every event stream subscription, which
@@ -90,36 +97,78 @@ func (f *fakeNomad) list(kind string) {
 	}
 }
 
-func (f *fakeNomad) Nodes(context.Context) ([]*api.Node, uint64, error) {
+// NodeList lists the nodes with a modify index that grows whenever a
+// test changed a node since it was last listed or read, as Nomad's does.
+func (f *fakeNomad) NodeList(context.Context) ([]*api.NodeListStub, uint64, error) {
 	f.list("nodes")
-	return f.nodes, f.index, nil
+	out := make([]*api.NodeListStub, 0, len(f.nodes))
+	for _, n := range f.nodes {
+		out = append(out, &api.NodeListStub{ID: n.ID, Name: n.Name, ModifyIndex: f.nodeVersion(n)})
+	}
+	return out, f.index, nil
 }
+
 func (f *fakeNomad) Node(_ context.Context, id string) (*api.Node, error) {
 	if f.nodeErr != nil {
 		return nil, f.nodeErr
 	}
 	for _, n := range f.nodes {
 		if n.ID == id {
-			return n, nil
+			b, _ := json.Marshal(n)
+			var c api.Node
+			_ = json.Unmarshal(b, &c)
+			c.ModifyIndex = f.nodeVersion(n)
+			f.mu.Lock()
+			f.nodeReads++
+			f.mu.Unlock()
+			return &c, nil
 		}
 	}
 	return nil, errors.New("not found")
+}
+
+// nodeVersion is a node's modify index in the fake: one more each time
+// its content (but for the index) is seen changed.
+func (f *fakeNomad) nodeVersion(n *api.Node) uint64 {
+	c := *n
+	c.ModifyIndex = 0
+	b, _ := json.Marshal(&c)
+	h := fnv.New64a()
+	_, _ = h.Write(b)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.nodeVers == nil {
+		f.nodeVers = map[string][2]uint64{}
+	}
+	if n.ModifyIndex != 0 {
+		return n.ModifyIndex // the test's own
+	}
+	// small indexes: below the listings' index, so that a node removed
+	// is removed from the model
+	v, ok := f.nodeVers[n.ID]
+	switch {
+	case !ok:
+		v = [2]uint64{h.Sum64(), n.ModifyIndex}
+	case v[0] != h.Sum64():
+		v = [2]uint64{h.Sum64(), v[1] + 1}
+	}
+	f.nodeVers[n.ID] = v
+	return v[1]
 }
 
 func inNamespace(want, ns string) bool {
 	return want == "*" || model.JobKey(want, "") == model.JobKey(ns, "")
 }
 
-func (f *fakeNomad) Jobs(_ context.Context, namespace string) ([]*api.Job, uint64, error) {
+func (f *fakeNomad) JobList(_ context.Context, namespace string) ([]*api.JobListStub, uint64, error) {
 	f.list("jobs")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.listed = append(f.listed, "jobs:"+namespace)
-	var out []*api.Job
+	var out []*api.JobListStub
 	for _, j := range f.jobs {
 		if inNamespace(namespace, nsOf(j)) {
-			c, _ := copyJob(j)
-			out = append(out, c)
+			out = append(out, &api.JobListStub{ID: *j.ID, Namespace: nsOf(j), ModifyIndex: *j.ModifyIndex, JobModifyIndex: *j.JobModifyIndex})
 		}
 	}
 	return out, f.index, nil
@@ -146,6 +195,9 @@ func (f *fakeNomad) Allocs(_ context.Context, namespace string) ([]*api.Allocati
 	return out, f.index, nil
 }
 func (f *fakeNomad) Alloc(_ context.Context, id string) (*api.Allocation, error) {
+	f.mu.Lock()
+	f.allocReads++
+	f.mu.Unlock()
 	for _, a := range f.allocs {
 		if a.ID == id {
 			return a, nil

@@ -31,9 +31,10 @@ type watcher struct {
 
 // eventSource is the part of Nomad the watcher reads.
 type eventSource interface {
-	Nodes(ctx context.Context) ([]*api.Node, uint64, error)
+	NodeList(ctx context.Context) ([]*api.NodeListStub, uint64, error)
 	Node(ctx context.Context, id string) (*api.Node, error)
-	Jobs(ctx context.Context, namespace string) ([]*api.Job, uint64, error)
+	JobList(ctx context.Context, namespace string) ([]*api.JobListStub, uint64, error)
+	Job(ctx context.Context, namespace, id string) (*api.Job, error)
 	Allocs(ctx context.Context, namespace string) ([]*api.Allocation, uint64, error)
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
 	FailedEvals(ctx context.Context, namespace string) ([]*api.Evaluation, error)
@@ -293,9 +294,9 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 	w.mu.Lock()
 	known := w.state.HasResources(a.ID)
 	w.mu.Unlock()
-	if !known && model.Live(a) {
-		// read the allocation once in full: event payloads may lack its
-		// devices, and without them its shares would look free
+	if !known && model.Live(a) && a.AllocatedResources == nil {
+		// an event that does not carry what the allocation holds (Nomad's
+		// carry it): read it once in full, or its shares would look free
 		full, err := w.nomad.Alloc(ctx, a.ID)
 		switch {
 		case err == nil:
@@ -340,25 +341,69 @@ func (w *watcher) resync(ctx context.Context) error {
 
 // relist lists the cluster (jobs and allocations of the managed
 // namespaces), merges the listing into the model and returns the index
-// the event stream resumes after: the lowest of the listings'.
+// the event stream resumes after: the lowest of the listings'. Only the
+// nodes and jobs whose modify index differs from the model's are read in
+// full (one request each): a relist of an unchanged cluster costs its
+// list requests.
 func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	l := &model.Listing{}
-	var err error
-	if l.Nodes, l.NodesIndex, err = w.nomad.Nodes(ctx); err != nil {
+	nodes, index, err := w.nomad.NodeList(ctx)
+	if err != nil {
 		return 0, fmt.Errorf("list nodes: %w", err)
 	}
+	l.NodesIndex = index
+	w.mu.Lock()
+	var read []string
+	for _, st := range nodes {
+		if n := w.state.Nodes[st.ID]; n != nil && n.ModifyIndex == st.ModifyIndex {
+			l.SameNodes = append(l.SameNodes, st.ID)
+		} else {
+			read = append(read, st.ID)
+		}
+	}
+	w.mu.Unlock()
+	for _, id := range read {
+		n, err := w.nomad.Node(ctx, id)
+		switch {
+		case isNotFound(err):
+			continue // gone since: the listing's index covers it
+		case err != nil:
+			return 0, fmt.Errorf("read node %s: %w", id, err)
+		}
+		l.Nodes = append(l.Nodes, n)
+	}
 	for i, name := range ns.list() {
-		jobs, index, err := w.nomad.Jobs(ctx, name)
+		stubs, index, err := w.nomad.JobList(ctx, name)
 		if err != nil {
 			return 0, fmt.Errorf("list the jobs of namespace %q: %w", name, err)
 		}
-		for _, j := range jobs {
-			if ns.has(nsOf(j)) {
-				l.Jobs = append(l.Jobs, j)
-			}
-		}
 		if i == 0 || index < l.JobsIndex {
 			l.JobsIndex = index
+		}
+		var changed []*api.JobListStub
+		w.mu.Lock()
+		for _, st := range stubs {
+			if !ns.has(st.Namespace) {
+				continue
+			}
+			k := model.JobKey(st.Namespace, st.ID)
+			if j := w.state.Jobs[k]; j != nil && !w.state.OwnJob(k) && j.ModifyIndex != nil && *j.ModifyIndex == st.ModifyIndex &&
+				j.JobModifyIndex != nil && *j.JobModifyIndex == st.JobModifyIndex {
+				l.SameJobs = append(l.SameJobs, k)
+			} else {
+				changed = append(changed, st)
+			}
+		}
+		w.mu.Unlock()
+		for _, st := range changed {
+			j, err := w.nomad.Job(ctx, st.Namespace, st.ID)
+			switch {
+			case isNotFound(err):
+				continue
+			case err != nil:
+				return 0, fmt.Errorf("read job %s: %w", st.ID, err)
+			}
+			l.Jobs = append(l.Jobs, j)
 		}
 	}
 	// the allocations of every namespace: the shares they hold are not free
@@ -388,7 +433,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	w.synced = true
 	w.mu.Unlock()
 	w.metrics.resyncs.Inc()
-	w.log.Info("listed the cluster", "nodes", len(l.Nodes), "jobs", len(l.Jobs), "allocations", len(l.Allocs),
+	w.log.Info("listed the cluster", "nodes", len(l.Nodes)+len(l.SameNodes), "jobs", len(l.Jobs)+len(l.SameJobs), "read", len(l.Nodes)+len(l.Jobs), "allocations", len(l.Allocs),
 		"index", l.Index(), "previous_index", prev, "kept_newer", st.Kept, "removed", st.Removed, "namespaces", ns.String())
 	w.changed()
 	return l.Index(), nil
