@@ -215,6 +215,25 @@ func TestComputeCapIsPerTask(t *testing.T) {
 	must.Between(t, 28, sum, 32)
 }
 
+// A task with shares of two GPUs at 25% (issue 29, defect 6) gets 25% of
+// EACH: two processes of one reservation, one launching on CUDA device 0
+// and one on device 1 (the fake's two GPUs, a timeline each), each held
+// to 25% of its own GPU. Before, one pacer summed the time of both, and
+// the two got 25% between them (12.5% each).
+func TestComputeCapIsPerDevice(t *testing.T) {
+	b := build(t)
+	res := reservation(t, "compute_pct=25\n")
+	env := append(gpuEnv(t), "FAKECUDA_DEVICES=2")
+	on := func(dev string) kernRun {
+		return kernRun{run{limits: res, program: b.kdirect, mode: "direct", env: env},
+			[]string{"device:" + dev, "kern:2000", "run:4000:1000:3500"}}
+	}
+	ws := together(t, b, on("0"), on("1"))
+	t.Logf("one task at 25%% on two GPUs: %.2f%% of device 0, %.2f%% of device 1", ws[0].share(), ws[1].share())
+	must.Between(t, 23, ws[0].share(), 27)
+	must.Between(t, 23, ws[1].share(), 27)
+}
+
 // Without a usage region to share (here "usage" is a directory, so it
 // cannot be opened) each process paces itself, and says so: a limit, never
 // none.

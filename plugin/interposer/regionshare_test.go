@@ -32,8 +32,10 @@ func TestPacerShareFromLimitsNotRegion(t *testing.T) {
 	const slots, pacerSize, devices = 1024 * 24, 40, 8 + 8*72 + 1024*8*8
 	mutex := len(region) - (8 + 16 + pacerSize + devices + slots)
 	must.Positive(t, mutex)
-	share := 8 + mutex + 16
-	must.Eq(t, 1, binary.LittleEndian.Uint32(region[share-4:]), must.Sprint("pacer_ready"))
+	// the pacer of the task's device 0 (a device's: UUID, bytes, pacer,
+	// pacer_ready), which paces its launches (issue 29, defect 6)
+	share := 8 + mutex + 16 + pacerSize + 8 + 16 + 8
+	must.Eq(t, 1, binary.LittleEndian.Uint32(region[share+pacerSize:]), must.Sprint("pacer_ready"))
 	must.Eq(t, 300, binary.LittleEndian.Uint32(region[share:]), must.Sprint("the pacer's share, permille"))
 	binary.LittleEndian.PutUint32(region[share:], 1000)
 	must.NoError(t, os.WriteFile(usage, region, 0o666))

@@ -80,11 +80,6 @@ static struct {
     CUresult (*current)(CUcontext *);        /* cuCtxGetCurrent */
 } ev;
 
-/* The channel file the plugin creates per GPU (plugin/limits.go): the
- * struct at offset 0 of a file of exactly this size. */
-#define GS_TGS_FILE_SIZE 4096
-#define GS_TGS_VERSION 1
-
 enum { M_UNSET = 0, M_PASS, M_PRODUCE, M_PACE };
 static int mode; /* written once, by setup (release), read by every launch */
 
@@ -139,10 +134,13 @@ static struct {
         uint64_t charged[POOL];
         uint8_t graph[POOL]; /* a graph launch: not a kernel's run time */
         unsigned head, n;
+        int dev;                 /* its context's device in the region (-1: unknown) */
+        struct gs_pacer *pacer;  /* that device's pacer; NULL: P */
+        uint64_t unpriced[2];    /* launches charged 0 for want of a mean: kernels, graphs */
     } pools[CTXS];
     uint64_t launches;
     uint64_t graph_est;   /* mean measured graph launch (EWMA, 1/8) */
-    uint64_t unpriced[2]; /* launches charged 0 for want of a mean: kernels, graphs */
+    uint64_t unpriced[2]; /* the same, of launches without a pool: P's */
     int gave_up;          /* the ring stayed full with no mean for a window */
     uint32_t rng; /* xorshift: which launches are measured */
 } pace = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -152,33 +150,6 @@ static uint64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts); /* shared by every process of the host */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* <gs_dir>/tgs, mapped: the plugin's per-GPU channel; NULL when absent (a
- * plugin without TGS, or a task outside gpushare's reservations) or not
- * one of ours, with a line on stderr for the latter. */
-static struct gs_tgs_channel *open_channel(int writable)
-{
-    char path[sizeof gs_dir + 8];
-    snprintf(path, sizeof path, "%s/tgs", gs_dir);
-    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno != ENOENT)
-            fprintf(stderr, "gpushare: cannot open the TGS channel %s: %m\n", path);
-        return NULL;
-    }
-    void *m = MAP_FAILED; /* its size by lseek: fstat needs glibc 2.33 (glibc_compat.h) */
-    if (lseek(fd, 0, SEEK_END) == GS_TGS_FILE_SIZE)
-        m = mmap(NULL, GS_TGS_FILE_SIZE, PROT_READ | (writable ? PROT_WRITE : 0), MAP_SHARED, fd, 0);
-    close(fd);
-    struct gs_tgs_channel *c = m;
-    if (m == MAP_FAILED || c->magic != GS_TGS_MAGIC || c->version != GS_TGS_VERSION) {
-        fprintf(stderr, "gpushare: %s is not a TGS channel of this version: ignored\n", path);
-        if (m != MAP_FAILED)
-            munmap(m, GS_TGS_FILE_SIZE);
-        return NULL;
-    }
-    return c;
 }
 
 /* Drops a pool: its events (those of a destroyed context fail, and are
@@ -192,6 +163,10 @@ static void drop_pool(struct pool *p)
     }
     p->made = 0;
     p->head = p->n = 0;
+    p->pacer = NULL;
+    p->dev = -1;
+    for (int g = 0; g < 2; g++) /* charged to P when there is a mean */
+        pace.unpriced[g] += p->unpriced[g], p->unpriced[g] = 0;
 }
 
 /* Makes p's events in the current context ctx. 0 on success. */
@@ -216,7 +191,21 @@ static int make_events(struct pool *p, CUcontext ctx)
     }
     p->made = 1;
     p->ctx = ctx;
+    /* its device (ctx is current): each device of the task has a pacer of
+     * its own, a share of each GPU (README, "A pacer per device") */
+    p->dev = shared_pacer ? gs_region_current_device() : -1;
+    p->pacer = NULL;
     return 0;
+}
+
+/* The pacer of p's device, made by the first pool of the device; P when
+ * the device is unknown (or without a region: the process's own). Not
+ * under plock (it takes the region's mutex). */
+static struct gs_pacer *pacer_of(struct pool *p, uint64_t now)
+{
+    if (p && !p->pacer && p->dev >= 0)
+        p->pacer = gs_region_device_pacer(p->dev, pace.base, WINDOW_NS, now);
+    return p && p->pacer ? p->pacer : P;
 }
 
 /* The pool of the current context, made (the least recently used one
@@ -284,11 +273,11 @@ static void setup_mode(void)
     if (gs_dir[0]) {
         switch (gs_lim.klass_id) {
         case GS_CLASS_PRODUCTION: /* never paced */
-            chan = open_channel(1);
+            chan = gs_tgs_open(1);
             m = chan ? M_PRODUCE : M_PASS;
             break;
         case GS_CLASS_OPPORTUNISTIC:
-            chan = open_channel(0);
+            chan = gs_tgs_open(0);
             m = chan || share < GS_SHARE_FULL ? M_PACE : M_PASS;
             break;
         default:
@@ -296,21 +285,21 @@ static void setup_mode(void)
         }
     }
     if (m == M_PACE) {
+        /* the pacers first: the first pool's device picks its own */
+        uint64_t now = now_ns();
+        pace.base = share;
+        pace.tgs_on = chan != NULL;
+        P = gs_region_pacer(share, WINDOW_NS, now);
+        shared_pacer = P != NULL;
+        if (!P) { /* no region: this process paces itself */
+            gs_pacer_init(&pace.pacer, share, WINDOW_NS, now);
+            P = &pace.pacer;
+        }
+        gs_tgs_init(&pace.tgs, WINDOW_NS, now);
         if (make_pool() != 0) {
             fprintf(stderr, "gpushare: cannot create CUDA events to measure kernels: "
                             "launches are not paced\n");
             m = M_PASS;
-        } else {
-            uint64_t now = now_ns();
-            pace.base = share;
-            pace.tgs_on = chan != NULL;
-            P = gs_region_pacer(share, WINDOW_NS, now);
-            shared_pacer = P != NULL;
-            if (!P) { /* no region: this process paces itself */
-                gs_pacer_init(&pace.pacer, share, WINDOW_NS, now);
-                P = &pace.pacer;
-            }
-            gs_tgs_init(&pace.tgs, WINDOW_NS, now);
         }
     }
     __atomic_store_n(&mode, m, __ATOMIC_RELEASE);
@@ -345,7 +334,30 @@ static void restore(int m)
         ev.exchange(&m);
 }
 
-static uint64_t *est_of(int graph) { return graph ? &pace.graph_est : &P->est_ns; }
+static uint64_t *est_of(int graph, struct gs_pacer *pc) { return graph ? &pace.graph_est : &pc->est_ns; }
+
+/* The count of launches charged nothing for want of a mean, to pc: its
+ * pool's, else P's. */
+static uint64_t *unpriced_for(struct gs_pacer *pc)
+{
+    for (int c = 0; c < CTXS; c++)
+        if (pace.pools[c].made && pace.pools[c].pacer == pc)
+            return pace.pools[c].unpriced;
+    return pace.unpriced;
+}
+
+/* Launches charged nothing for want of a mean are charged it, to pc, once
+ * there is one. */
+static void price(uint64_t unpriced[2], struct gs_pacer *pc)
+{
+    for (int g = 0; g < 2; g++) {
+        uint64_t e = *est_of(g, pc);
+        if (e && unpriced[g]) {
+            pc->debt_ns += (int64_t)(e * unpriced[g]);
+            unpriced[g] = 0;
+        }
+    }
+}
 
 /* Feeds the pacer the run times of the finished launches, oldest first per
  * context, never waiting; the caller holds pace.mu and plock. A measurement
@@ -362,6 +374,7 @@ static void harvest(void)
     int m = relaxed();
     for (int c = 0; c < CTXS; c++) {
         struct pool *p = &pace.pools[c];
+        struct gs_pacer *pc = p->pacer ? p->pacer : P;
         while (p->n) {
             unsigned i = p->head;
             CUresult r = ev.query(p->end[i]);
@@ -371,26 +384,21 @@ static void harvest(void)
             if (r == CUDA_SUCCESS && ev.elapsed(&ms, p->start[i], p->end[i]) == CUDA_SUCCESS && ms >= 0) {
                 uint64_t busy = (uint64_t)((double)ms * 1e6);
                 if (p->graph[i]) {
-                    gs_pacer_settle(P, p->charged[i], busy);
+                    gs_pacer_settle(pc, p->charged[i], busy);
                     pace.graph_est = pace.graph_est ? pace.graph_est + ((int64_t)busy - (int64_t)pace.graph_est) / 8 : busy;
                 } else {
-                    gs_pacer_done(P, p->charged[i], busy);
+                    gs_pacer_done(pc, p->charged[i], busy);
                 }
             } else if (!p->charged[i]) {
-                pace.unpriced[p->graph[i]]++;
+                p->unpriced[p->graph[i]]++;
             }
             p->head = (i + 1) % POOL;
             p->n--;
         }
+        price(p->unpriced, pc);
     }
     restore(m);
-    for (int g = 0; g < 2; g++) {
-        uint64_t e = *est_of(g);
-        if (e && pace.unpriced[g]) {
-            P->debt_ns += (int64_t)(e * pace.unpriced[g]);
-            pace.unpriced[g] = 0;
-        }
-    }
+    price(pace.unpriced, P);
 }
 
 /* Whether s is capturing (or its capture was invalidated): what is
@@ -407,15 +415,17 @@ static int capturing(CUstream s)
  * held, the debt paid and the start event recorded on the stream; *pl and
  * *slot name the pair, *slot -1 when the launch goes unmeasured (charged
  * at the mean). Never waits on the GPU: its events are polled. */
-static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint64_t *charged)
+static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint64_t *charged,
+                        struct gs_pacer **pcp)
 {
     pthread_mutex_lock(&pace.mu);
-    uint64_t now;
+    uint64_t now = now_ns();
     struct pool *p = pool_here();
+    struct gs_pacer *pc = *pcp = pacer_of(p, now); /* the launch's device's */
     /* No mean yet and the ring full: the launch cannot be priced; wait for
      * the oldest, polled, the lock released, at most one window (it may
      * wait for work submitted later: a stream wait, a collective). */
-    for (uint64_t waited = 0; p && p->n == POOL && !*est_of(graph) && !pace.gave_up; waited += MS) {
+    for (uint64_t waited = 0; p && p->n == POOL && !*est_of(graph, pc) && !pace.gave_up; waited += MS) {
         if (waited >= WINDOW_NS) {
             pace.gave_up = 1;
             break;
@@ -438,11 +448,11 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
          * region's copy, which the task can write (README, who can reach
          * a reservation's state) */
         uint32_t t = pace.tgs_on ? gs_tgs_share(&pace.tgs, chan, now) : GS_SHARE_FULL;
-        gs_pacer_set_share(P, t < GS_SHARE_FULL ? t : pace.base, now);
-        uint64_t d = gs_pacer_delay(P, now);
+        gs_pacer_set_share(pc, t < GS_SHARE_FULL ? t : pace.base, now);
+        uint64_t d = gs_pacer_delay(pc, now);
         if (!d) {
-            *charged = *est_of(graph);
-            gs_pacer_charge(P, now, *charged);
+            *charged = *est_of(graph, pc);
+            gs_pacer_charge(pc, now, *charged);
             punlock();
             break;
         }
@@ -463,10 +473,10 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
     x ^= x << 13, x ^= x >> 17, x ^= x << 5;
     pace.rng = x;
     /* graph launches are all measured: they differ from one another */
-    int measure = graph || x % SAMPLE == 0 || *est_of(graph) == 0;
+    int measure = graph || x % SAMPLE == 0 || *est_of(graph, pc) == 0;
     if (!measure || !p || p->n == POOL) {
         if (!*charged)
-            pace.unpriced[graph]++;
+            unpriced_for(pc)[graph]++;
         return;
     }
     unsigned i = (p->head + p->n) % POOL;
@@ -481,23 +491,24 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
     if (r == CUDA_SUCCESS)
         *slot = (int)i;
     else if (!*charged)
-        pace.unpriced[graph]++;
+        unpriced_for(pc)[graph]++;
 }
 
 /* After it: the end event, and pace.mu released. A launch the driver refused
- * ran nothing: its charge is taken back. */
-static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t charged, CUresult r)
+ * ran nothing: its charge (to pc) is taken back. */
+static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t charged,
+                       struct gs_pacer *pc, CUresult r)
 {
     if (r != CUDA_SUCCESS) {
         plock();
-        P->debt_ns -= (int64_t)charged;
+        pc->debt_ns -= (int64_t)charged;
         punlock();
     } else if (slot >= 0 && ev.record(p->end[slot], s) == CUDA_SUCCESS) {
         p->charged[slot] = charged;
         p->graph[slot] = (uint8_t)graph;
         p->n++;
     } else if (!charged) {
-        pace.unpriced[graph]++;
+        unpriced_for(pc)[graph]++;
     }
     pthread_mutex_unlock(&pace.mu);
 }
@@ -512,9 +523,10 @@ static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t
         struct pool *pl_;                                                       \
         int slot_;                                                              \
         uint64_t charged_;                                                      \
-        pace_before(s, graph, &pl_, &slot_, &charged_);                         \
+        struct gs_pacer *pc_;                                                   \
+        pace_before(s, graph, &pl_, &slot_, &charged_, &pc_);                   \
         CUresult r_ = call;                                                     \
-        pace_after(s, graph, pl_, slot_, charged_, r_);                         \
+        pace_after(s, graph, pl_, slot_, charged_, pc_, r_);                    \
         return r_;                                                              \
     } while (0)
 

@@ -80,6 +80,11 @@ struct gs_tgs {
     uint32_t floor_windows;          /* windows at the floor with production still slow */
 };
 
+/* <gs_dir>/tgs mapped (read-write for a producer), checked: NULL when
+ * absent or not a channel of this version (src/tgschannel.c: the one
+ * function here that does I/O, kept out of the pure code). */
+struct gs_tgs_channel *gs_tgs_open(int writable);
+
 void gs_tgs_init(struct gs_tgs *t, uint64_t window_ns, uint64_t now);
 /* The share the opportunistic task may use now: GS_SHARE_FULL when no
  * production task launched recently. Cheap between windows (two loads). */

@@ -341,6 +341,7 @@ CUresult cuCtxGetDevice(int *d) { *d = current ? current->dev : 0; return 0; }
 /* Not a driver call: the device a context belongs to (fakegpu.c's
  * timelines), -1 for none. */
 int fakecap_device(void *ctx) { return ctx ? ((struct fctx *)ctx)->dev : -1; }
+int fakecap_current_device(void) { return current ? current->dev : 0; }
 CUresult cuCtxDestroy_v2(struct fctx *c)
 {
     if (!c || !c->alive)

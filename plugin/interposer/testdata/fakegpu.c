@@ -1,5 +1,8 @@
 /* The fake driver's GPU (linked into testdata/fakecuda.c's libcuda.so.1):
- * one time-sliced GPU shared by processes, for the compute tests.
+ * time-sliced GPUs shared by processes, for the compute tests: one
+ * timeline per device (FAKECUDA_DEVICES, testdata/fakecuda.c), a launch
+ * and an event on the device of the current context (of the event's), so
+ * the kernels of two devices run at once, as on two GPUs.
  *
  * FAKECUDA_GPU names a small file, created if absent and mapped by every
  * process that names it (without it, a GPU of the process's own). It holds
@@ -44,7 +47,7 @@ typedef void *CUstream;
 enum { NOT_READY = 600, INVALID_HANDLE = 400, NOT_FOUND = 500, SLOTS = 128 };
 
 struct gpu {
-    uint64_t free_ns; /* when the last kernel submitted ends */
+    uint64_t free_ns[8]; /* per device: when the last kernel submitted ends */
     struct {
         int32_t pid;
         uint32_t pad;
@@ -98,17 +101,23 @@ static void sleep_until(uint64_t t)
 
 #define FN_BASE 0x6b00000000ull /* a function handle is FN_BASE + its run time in us */
 
+int fakecap_device(void *ctx);  /* testdata/fakecapture.c: a context's device, -1 */
+int fakecap_current_device(void); /* the current context's, 0 without one */
+
+/* Device d's timeline (0 for anything out of range). */
+static uint64_t *timeline(int d) { return &gpu->free_ns[d >= 0 && d < 8 ? d : 0]; }
+
 static CUresult submit(void *f)
 {
     uint64_t h = (uint64_t)(uintptr_t)f;
     if (h < FN_BASE || h - FN_BASE > 10000000)
         return INVALID_HANDLE;
     pthread_once(&once, open_gpu);
-    uint64_t run = (h - FN_BASE) * 1000, now = now_ns();
-    uint64_t free = __atomic_load_n(&gpu->free_ns, __ATOMIC_ACQUIRE), end;
+    uint64_t run = (h - FN_BASE) * 1000, now = now_ns(), *tl = timeline(fakecap_current_device());
+    uint64_t free = __atomic_load_n(tl, __ATOMIC_ACQUIRE), end;
     do
         end = (free > now ? free : now) + run;
-    while (!__atomic_compare_exchange_n(&gpu->free_ns, &free, end, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    while (!__atomic_compare_exchange_n(tl, &free, end, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
     if (me >= 0) {
         __atomic_fetch_add(&gpu->slot[me].busy_ns, run, __ATOMIC_RELAXED);
         __atomic_fetch_add(&gpu->slot[me].kernels, 1, __ATOMIC_RELAXED);
@@ -197,7 +206,8 @@ struct event { uint64_t t; void *ctx; uint32_t gen; };
 void fakegpu_reach(struct event *e)
 {
     pthread_once(&once, open_gpu);
-    uint64_t now = now_ns(), free = __atomic_load_n(&gpu->free_ns, __ATOMIC_ACQUIRE);
+    int d = e->ctx ? fakecap_device(e->ctx) : fakecap_current_device();
+    uint64_t now = now_ns(), free = __atomic_load_n(timeline(d), __ATOMIC_ACQUIRE);
     __atomic_store_n(&e->t, free > now ? free : now, __ATOMIC_RELEASE);
 }
 

@@ -42,6 +42,8 @@
  *   reset         reset the primary context (cuDevicePrimaryCtxReset), retain
  *                 it again and make it current
  *   newctx        create a context (current now) and destroy the previous one
+ *   device:N      create a context on device N (current now: later
+ *                 launches, of every thread, go to that device)
  *   evbench:N     N times the fake driver's event calls a paced launch makes
  *                 (two records, a query, an elapsed time), without a launch
  *                 ("evbench <rc> <ns per set>"): the driver's share of the
@@ -385,6 +387,10 @@ int main(int argc, char **argv)
                 r = x.retain(&p, dev);
             if (!r)
                 r = x.set_current(p);
+        } else if (strncmp(c, "device:", 7) == 0) {
+            r = cu.devget(&dev, (int)a);
+            if (!r)
+                r = cu.ctx(&ctx, 0, dev);
         } else if (strcmp(c, "newctx") == 0) {
             void *old = ctx;
             r = cu.ctx(&ctx, 0, dev);
