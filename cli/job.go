@@ -201,8 +201,13 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *i
 		return err
 	}
 	st := model.New()
+	names := map[string]string{} // node ID -> its name, else its ID's first 8 characters
 	for _, n := range nodes {
 		st.PutNode(n)
+		names[n.ID] = n.Name
+		if n.Name == "" {
+			names[n.ID] = shortID(n.ID)
+		}
 	}
 	for _, a := range allocs {
 		st.PutAlloc(a)
@@ -240,7 +245,10 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *i
 		req.Models = sel.Narrow(req.Models)
 		d := policy.Decide(snap, req)
 		if d.Placed() {
-			fmt.Fprintf(io.Out, "group %s fits now: %s\n", group, d.Placements[0].Reason)
+			// a preview with the core's default policy on Nomad's view:
+			// the scheduler decides with its own configuration and state
+			p := d.Placements[0]
+			fmt.Fprintf(io.Out, "group %s fits now, for example on node %s (%s); the scheduler decides when it places the job\n", group, names[p.Node], p.Reason)
 		} else {
 			fmt.Fprintf(io.Out, "group %s does not fit now and will wait at the gate: %s\n", group, d.Refusal)
 		}
