@@ -111,8 +111,11 @@ func TestNVMLPerDevice(t *testing.T) {
 	b, n := buildNVML(t)
 	dir := reservation(t, capOf(4<<30))
 	env := []string{"FAKECUDA_DEVICES=2", "FAKENVML_DEVICES=2", fmt.Sprintf("FAKECUDA_TOTAL_BYTES=%d", 16<<30)}
-	holder := start(t, b, run{limits: dir, mode: "direct", env: env}, "alloc:1073741824", "device:1", "alloc:2147483648", "wait")
-	for _, want := range []string{"alloc 0", "device 0", "alloc 0"} {
+	// 512 MiB more on device 0, freed while device 1 is current: a free
+	// returns its charge to the device it was charged on
+	holder := start(t, b, run{limits: dir, mode: "direct", env: env},
+		"alloc:1073741824", "alloc:536870912", "device:1", "alloc:2147483648", "free:1", "wait")
+	for _, want := range []string{"alloc 0", "alloc 0", "device 0", "alloc 0", "free 0"} {
 		if l := holder.next(t); l != want {
 			t.Fatalf("holder: %q, want %q", l, want)
 		}
