@@ -80,6 +80,10 @@ func TestJobLintChecksVC(t *testing.T) {
 			_, _ = w.Write([]byte(`[]`))
 			return
 		}
+		if r.URL.Path == "/v1/gpus" {
+			http.NotFound(w, r)
+			return
+		}
 		must.EqOp(t, "/v1/vcs", r.URL.Path)
 		_, _ = w.Write([]byte(`[{"name":"research","namespaces":["team-a"]}]`))
 	}))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpushare/gpushare/jobspecs"
 	"github.com/gpushare/gpushare/scheduler/feasible"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -43,11 +44,11 @@ func runJob(args []string, io IO) int {
 }
 
 func jobLint(args []string, io IO) int {
-	fs := newFlags("job lint", "job lint [-var name=value]... [-shares-per-gpu N] FILE...", io)
+	fs := newFlags("job lint", "job lint [-var name=value]... [-shares-per-gpu N] [-scheduler URL] FILE...", io)
 	var vars varFlags
 	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
 	spg := fs.Int("shares-per-gpu", 100, "the plugin's shares_per_gpu")
-	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration")
+	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration and GPU requests against its largest node")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -56,6 +57,7 @@ func jobLint(args []string, io IO) int {
 		return 2
 	}
 	sched := schedFlag.resolve("")
+	nodes := clusterNodes(sched.addr)
 	code := 0
 	for _, file := range fs.Args() {
 		job, err := parseFile(jobspecs.DefaultParser(), file, vars)
@@ -65,6 +67,7 @@ func jobLint(args []string, io IO) int {
 			continue
 		}
 		findings := append(jobspecs.LintWith(job, *spg, schedulerProfiles(sched.addr)), checkVC(job, sched)...)
+		findings = append(findings, jobspecs.CheckSize(job, *spg, nodes)...)
 		for _, f := range findings {
 			fmt.Fprintf(io.Out, "%s: %s\n", file, f)
 		}
@@ -75,6 +78,27 @@ func jobLint(args []string, io IO) int {
 		}
 	}
 	return code
+}
+
+// clusterNodes lists the nodes of the scheduler's GPU map (/v1/gpus) and
+// their GPUs, or nil when the scheduler does not answer.
+func clusterNodes(addr string) []jobspecs.NodeGPUs {
+	if addr == "" {
+		return nil
+	}
+	var m gpumap.Map
+	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/gpus", &m); err != nil {
+		return nil
+	}
+	out := []jobspecs.NodeGPUs{}
+	for _, n := range m.Nodes {
+		name := n.Name
+		if name == "" {
+			name = shortID(n.ID)
+		}
+		out = append(out, jobspecs.NodeGPUs{Name: name, GPUs: len(n.GPUs)})
+	}
+	return out
 }
 
 // parseFile parses a jobspec with Nomad's parser: the agent p names, or
