@@ -37,6 +37,17 @@ paced to 25%% of the GPU's time, measured with CUDA events. It is not a security
 escapes it). The library is looked up next to the gpushare binary, then in
 ./bin/ (after make build), unless -library names it.
 
+Without a GPU, -fake runs PROGRAM over the fake CUDA driver the interposer's
+tests use (plugin/interposer/testdata/fakecuda.c: 1 GiB of device memory per
+process, FAKECUDA_TOTAL_BYTES to change it; addresses never backed). In a
+checkout, 'make build fake-driver' writes it to bin/fakecuda/libcuda.so.1,
+with a test program, bin/fakecuda/cuprog:
+  make build fake-driver
+  bin/gpushare limit -fake -memory 8MiB -- bin/fakecuda/cuprog direct alloc:4194304 alloc:4194304 alloc:4194304 info
+prints "alloc 0", "alloc 0", "alloc 2" (CUDA_ERROR_OUT_OF_MEMORY: the cap) and
+"info 0 0 8388608". The fake driver is looked up in fakecuda/ next to the
+gpushare binary, then in ./bin/fakecuda/.
+
 Flags:
 `
 
@@ -46,6 +57,7 @@ type limitOpts struct {
 	compute int    // percent, 1-100
 	class   string
 	library string
+	fake    bool // over the fake CUDA driver (make fake-driver)
 	quiet   bool
 	argv    []string
 }
@@ -60,7 +72,14 @@ func runLimit(args []string, io IO) int {
 		fmt.Fprintf(io.Err, "gpushare limit: %v\n", err)
 		return 1
 	}
-	code, err = limitRun(o, lib, io)
+	driver := ""
+	if o.fake {
+		if driver, err = findFakeDriver(); err != nil {
+			fmt.Fprintf(io.Err, "gpushare limit: %v\n", err)
+			return 1
+		}
+	}
+	code, err = limitRun(o, lib, driver, io)
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare limit: %v\n", err)
 	}
@@ -79,6 +98,7 @@ func parseLimit(args []string, io IO) (o limitOpts, code int) {
 	compute := fs.String("compute", "100", "share of the GPU's time in percent, 1-100 (25 or 25%); written to the limits for the library's compute pacing")
 	fs.StringVar(&o.class, "class", "", "the share's class: production or opportunistic (empty: normal)")
 	fs.StringVar(&o.library, "library", "", "path to "+libraryName+" (default: next to gpushare, then ./bin/)")
+	fs.BoolVar(&o.fake, "fake", false, "run over the fake CUDA driver (no GPU needed): bin/fakecuda/libcuda.so.1, built by 'make fake-driver' (see above)")
 	fs.BoolVar(&o.quiet, "q", false, "do not print the limits line on stderr before PROGRAM starts")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -186,6 +206,51 @@ func findLibrary(flagPath string) (string, error) {
 		libraryName, strings.Join(tried, ", "), libraryName)
 }
 
+// fakeDriverPath is where 'make fake-driver' writes the fake driver,
+// relative to bin/.
+var fakeDriverPath = filepath.Join("fakecuda", "libcuda.so.1")
+
+// findFakeDriver returns the fake CUDA driver: in fakecuda/ next to the
+// running gpushare binary, else in ./bin/fakecuda/.
+func findFakeDriver() (string, error) {
+	var tried []string
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			tried = append(tried, filepath.Join(filepath.Dir(exe), fakeDriverPath))
+		}
+	}
+	tried = append(tried, filepath.Join("bin", fakeDriverPath))
+	for _, p := range tried {
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return filepath.Abs(p)
+		}
+	}
+	return "", fmt.Errorf("-fake: the fake CUDA driver was not found (looked at %s): build it with 'make fake-driver' in the gpushare repository (it writes bin/%s)",
+		strings.Join(tried, ", "), fakeDriverPath)
+}
+
+// fakeEnv points env at the fake driver: the library forwards to it
+// (GPUSHARE_REAL_LIBCUDA), and a program linked against libcuda.so.1
+// loads it (its directory first in LD_LIBRARY_PATH).
+func fakeEnv(env []string, driver string) []string {
+	out := make([]string, 0, len(env)+2)
+	path := filepath.Dir(driver)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "GPUSHARE_REAL_LIBCUDA":
+			continue
+		case "LD_LIBRARY_PATH":
+			if v != "" {
+				path += ":" + v
+			}
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out, "LD_LIBRARY_PATH="+path, "GPUSHARE_REAL_LIBCUDA="+driver)
+}
+
 // limitsFile is the limits file the library reads (plugin/interposer/README.md).
 func limitsFile(o limitOpts) string {
 	var b strings.Builder
@@ -220,8 +285,9 @@ func limitEnv(env []string, lib, dir string) []string {
 	return append(out, "LD_PRELOAD="+preload, "GPUSHARE_LIMITS="+dir)
 }
 
-// limitRun runs the program under the library and returns its exit code.
-func limitRun(o limitOpts, lib string, io IO) (int, error) {
+// limitRun runs the program under the library (over the fake CUDA driver
+// when driver is not "") and returns its exit code.
+func limitRun(o limitOpts, lib, driver string, io IO) (int, error) {
 	dir, err := os.MkdirTemp("", "gpushare-limit-")
 	if err != nil {
 		return 1, fmt.Errorf("cannot make the limits directory: %v (set TMPDIR to a writable directory)", err)
@@ -243,10 +309,17 @@ func limitRun(o limitOpts, lib string, io IO) (int, error) {
 		if o.class != "" {
 			class = ", class " + o.class
 		}
-		fmt.Fprintf(io.Err, "gpushare limit: %s, compute %d%%%s (%s)\n", mem, o.compute, class, lib)
+		over := ""
+		if driver != "" {
+			over = ", over the fake CUDA driver " + driver
+		}
+		fmt.Fprintf(io.Err, "gpushare limit: %s, compute %d%%%s (%s%s)\n", mem, o.compute, class, lib, over)
 	}
 	cmd := exec.Command(o.argv[0], o.argv[1:]...)
 	cmd.Env = limitEnv(os.Environ(), lib, dir)
+	if driver != "" {
+		cmd.Env = fakeEnv(cmd.Env, driver)
+	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, io.Out, io.Err
 	// Ctrl-C reaches the program from the terminal (same process group): we
 	// only stay alive to remove the directory. SIGTERM and SIGHUP sent to us
