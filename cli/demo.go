@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"golang.org/x/sys/unix"
 	"io/fs"
@@ -24,13 +26,53 @@ import (
 )
 
 func runDemo(args []string, io IO) int {
-	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep] [-timeout D]", io)
+	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep | -detach | -stop] [-state DIR] [-timeout D]", io)
 	nomadBin := fs.String("nomad", "", "Nomad binary (default: $GPUSHARE_NOMAD; in a checkout bin/nomad, built from the Go module proxy; else nomad on PATH)")
 	pluginBin := fs.String("plugin", "", "nomad-device-gpushare binary (default: the one beside gpushare; in a checkout, built)")
 	keep := fs.Bool("keep", isTerminal(os.Stdin), "keep the cluster running until Ctrl-C (default when run from a terminal)")
+	detach := fs.Bool("detach", false, "start the demo in the background, with no terminal, and return once the cluster is up; it runs until gpushare demo -stop (make demo-up / demo-down)")
+	stopIt := fs.Bool("stop", false, "stop the demo -detach started")
+	state := fs.String("state", defaultDemoState(), "where -detach keeps the demo's pid (demo.pid) and output (demo.log), and -stop finds them")
 	timeout := fs.Duration("timeout", 3*time.Minute, "how long to wait for the example jobs to run (a busy machine may want more)")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(io.Err, "gpushare demo: unexpected argument %q\n", fs.Arg(0))
+		fs.Usage()
+		return 2
+	}
+	switch {
+	case *detach && *stopIt:
+		fmt.Fprintln(io.Err, "gpushare demo: -detach starts a demo, -stop stops one: give one of them")
+		return 2
+	case *stopIt:
+		if err := stopDetached(*state, 2*time.Minute, io); err != nil {
+			fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
+			return 1
+		}
+		return 0
+	case *detach:
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
+			return 1
+		}
+		argv := []string{exe, "demo", "-keep", "-timeout", timeout.String()}
+		if *nomadBin != "" {
+			argv = append(argv, "-nomad", *nomadBin)
+		}
+		if *pluginBin != "" {
+			argv = append(argv, "-plugin", *pluginBin)
+		}
+		if err := startDetached(*state, argv, io); err != nil {
+			fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	if err := demo(*nomadBin, *pluginBin, *keep, *timeout, io); err != nil {
 		fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
@@ -172,7 +214,9 @@ func demo(nomadBin, pluginBin string, keep bool, timeout time.Duration, io IO) (
 		say("cluster is up: Nomad at %s, scheduler API at http://%s, its page at http://%s/ui; press Ctrl-C to stop", c.Address(), httpAddr, httpAddr)
 		wd, _ := os.Getwd()
 		cmd := host.commandName(wd)
-		say("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  %s status\n  %s job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr, cmd, cmd)
+		try := fmt.Sprintf("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  %s status\n  %s job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr, cmd, cmd)
+		say("%s", try)
+		markReady(try) // gpushare demo -detach returns now
 		<-ctx.Done()
 		say("stopping the cluster")
 		return nil
