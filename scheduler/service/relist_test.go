@@ -2,7 +2,9 @@ package service
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/hashicorp/nomad/api"
@@ -80,4 +82,39 @@ func TestAllocationEventIsNotReadAgain(t *testing.T) {
 	w.send(fs, allocEvent(t, &b))
 	must.NotNil(t, w.alloc("bare"))
 	must.Eq(t, 1, f.allocReads, must.Sprint("an event without what it holds: read once"))
+}
+
+// Every resync_interval the cluster is listed beside the event stream:
+// events are applied while the listing runs, and the stream stays open.
+// Before, each periodic listing closed the stream, and no event was
+// applied until the listing was done and the stream opened again.
+func TestPeriodicListingKeepsApplyingEvents(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	cfg := config.Default()
+	cfg.ResyncInterval = "20ms"
+	var lists atomic.Int32
+	blocked, release := make(chan struct{}, 1), make(chan struct{})
+	f.beforeList = func(kind string) {
+		if kind == "nodes" && lists.Add(1) == 2 { // the first periodic listing waits
+			blocked <- struct{}{}
+			<-release
+		}
+	}
+	w := startWatch(t, f, cfg)
+	fs := w.next()
+	select {
+	case <-blocked:
+	case <-time.After(wait):
+		t.Fatal("no periodic listing")
+	}
+	j := gated("during", 10)
+	j.ModifyIndex, j.JobModifyIndex, j.CreateIndex, j.Version = ptr(uint64(100)), ptr(uint64(100)), ptr(uint64(100)), ptr(uint64(0))
+	w.send(fs, jobEvent(t, j))
+	must.NotNil(t, w.job("default/during"), must.Sprint("applied while the listing runs"))
+	close(release)
+	for lists.Load() < 4 { // two more periodic listings, on the same stream
+		time.Sleep(5 * time.Millisecond)
+	}
+	w.quiet()
+	must.NotNil(t, w.job("default/during"), must.Sprint("a listing older than the event does not remove it"))
 }

@@ -62,8 +62,9 @@ type cluster struct {
 // and allocations are listed one after the other: an event between two
 // listings must not be skipped; replaying one the listings already show
 // is harmless). Whenever the stream ends (an error, a clean close, an
-// event that cannot be read, or every resync_interval) the cluster is
-// listed again before the stream resumes. Only this goroutine updates the
+// event that cannot be read) the cluster is listed again before the
+// stream resumes; every resync_interval it is listed beside the stream,
+// whose events keep being applied. Only this goroutine updates the
 // model from Nomad, and a relist merges (model.State.Relist): a listing
 // older than the events applied never rolls the model back.
 func (w *watcher) watch(ctx context.Context) {
@@ -123,20 +124,42 @@ func nextBackoff(d time.Duration) time.Duration {
 }
 
 // consume applies events until the stream ends, after which the cluster
-// is listed again. It reports whether the stream delivered anything (if
-// not, the caller backs off) and the index of an event it could not read.
-// Unreadable events at or below covered were seen before a relist and
-// are skipped.
+// is listed again. Every interval the cluster is listed meanwhile, while
+// events keep being applied (the listing merges under the newer events:
+// model.State.Relist). It reports whether the stream delivered anything
+// (if not, the caller backs off) and the index of an event it could not
+// read. Unreadable events at or below covered were seen before a relist
+// and are skipped.
 func (w *watcher) consume(ctx context.Context, ch <-chan *api.Events, interval time.Duration, ns namespaces, covered uint64) (progressed bool, unread uint64) {
 	deadline := time.NewTimer(interval)
 	defer deadline.Stop()
+	var relisted chan error // non-nil while a periodic listing runs
+	defer func() {
+		if relisted != nil {
+			<-relisted // no listing outlives the stream it ran beside
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():
 			return progressed, 0
 		case <-deadline.C:
-			w.log.Debug("periodic full listing", "interval", interval)
-			return true, 0
+			w.log.Debug("periodic full listing, beside the event stream", "interval", interval)
+			relisted = make(chan error, 1)
+			go func() {
+				_, err := w.relist(ctx, ns)
+				relisted <- err
+			}()
+		case err := <-relisted:
+			relisted = nil
+			if err != nil {
+				if ctx.Err() != nil {
+					return progressed, 0
+				}
+				w.log.Warn("periodic listing failed; listing again before the stream resumes", "error", err)
+				return true, 0
+			}
+			deadline.Reset(interval)
 		case evs, ok := <-ch:
 			if !ok {
 				w.log.Info("event stream closed; listing the cluster again before resuming")
