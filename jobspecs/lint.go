@@ -85,7 +85,8 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 		case count == 0:
 			add(Error, name, "device count is 0: ask for at least 1 share")
 		case count > sharesPerGPU && count%sharesPerGPU != 0:
-			add(Error, name, "count = %d shares is more than one GPU (%d shares) but not whole GPUs: ask for %d or %d",
+			add(Error, name, "count = %d shares is more than one GPU (%d shares) but not whole GPUs, so it can never be placed: "+
+				"a request of more than shares_per_gpu shares must be a multiple of it (whole GPUs; a fraction is never split across GPUs): ask for %d or %d",
 				count, sharesPerGPU, count/sharesPerGPU*sharesPerGPU, (count/sharesPerGPU+1)*sharesPerGPU)
 		}
 		for _, c := range devs[0].Constraints {
