@@ -43,7 +43,7 @@ const (
 	// can make it
 	regionDir   = "region"
 	tgsFile     = "tgs" // in a reservation's directory: its GPU's TGS channel
-	tgsDir      = "tgs" // in state_dir: one channel per GPU, named by UUID
+	tgsDir      = "tgs" // in state_dir (0711): one channel per GPU, named by tgsChannelName
 	sharesFile  = "shares"
 	preloadFile = "ld.so.preload"
 	// keyFile in state_dir (0600, the plugin's): the key that makes
@@ -231,7 +231,7 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 				"dir", dir, "live_processes", live)
 		}
 	}
-	channel, err := tgsChannel(ic.StateDir, gpu)
+	channel, err := tgsChannel(ic.StateDir, key, gpu)
 	if err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
@@ -256,23 +256,35 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	return nil
 }
 
-// tgsChannel returns the path of gpu's TGS channel, <state_dir>/tgs/<gpu>,
-// creating it if absent: a fixed-size file, 0666 (every task's processes
-// on the GPU map it), created once and never replaced, so every process
-// that maps it, in any reservation, shares the same counters.
-func tgsChannel(stateDir, gpu string) (string, error) {
+// tgsChannelName names gpu's TGS channel in state_dir/tgs: keyed by
+// state_dir's key like the reservations' directories, so that a task
+// knowing a GPU's UUID cannot derive it; the directory is not listable.
+// Only the tasks with shares of the GPU reach it, through their own
+// reservation's hard link.
+func tgsChannelName(key []byte, gpu string) string {
+	return "t-" + keyedDirName(key, "tgs:"+gpu)[2:]
+}
+
+// tgsChannel returns the path of gpu's TGS channel,
+// <state_dir>/tgs/<tgsChannelName>, creating it if absent: a fixed-size
+// file, 0666 (every task's processes on the GPU map it, whatever user they
+// run as) in a directory no one but root lists (0711), created once and
+// never replaced, so every process that maps it, in any reservation,
+// shares the same counters.
+func tgsChannel(stateDir string, key []byte, gpu string) (string, error) {
 	if gpu == "" || strings.ContainsAny(gpu, "/\x00") || gpu == "." || gpu == ".." {
 		return "", fmt.Errorf("GPU UUID %q cannot name a TGS channel file", gpu)
 	}
 	d := filepath.Join(stateDir, tgsDir)
-	err := os.Mkdir(d, 0o755)
+	err := os.Mkdir(d, 0o711)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("cannot create %s: %w", d, err)
 	}
-	if err := os.Chmod(d, 0o755); err != nil {
+	if err := os.Chmod(d, 0o711); err != nil {
 		return "", err
 	}
-	path := filepath.Join(d, gpu)
+	name := tgsChannelName(key, gpu)
+	path := filepath.Join(d, name)
 	if st, err := os.Stat(path); err == nil {
 		if st.Size() != tgsSize {
 			return "", fmt.Errorf("%s is %d bytes, not a TGS channel of this version (%d); remove it when no task uses the GPU", path, st.Size(), tgsSize)
@@ -284,7 +296,7 @@ func tgsChannel(stateDir, gpu string) (string, error) {
 	data := make([]byte, tgsSize)
 	binary.LittleEndian.PutUint32(data, tgsMagic)
 	binary.LittleEndian.PutUint32(data[4:], tgsVersion)
-	f, err := os.CreateTemp(d, "."+gpu+".tmp-*")
+	f, err := os.CreateTemp(d, "."+name+".tmp-*")
 	if err != nil {
 		return "", fmt.Errorf("cannot create %s: %w", path, err)
 	}

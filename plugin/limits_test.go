@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/binary"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,9 +147,10 @@ func TestReserveInterposer(t *testing.T) {
 	must.StrContains(t, string(limits), "\nmemory_bytes=34359738368\ncompute_pct=100\n")
 }
 
-// Each GPU has one TGS channel, <state_dir>/tgs/<uuid>: created at the first
-// Reserve on the GPU (fixed size, magic and version, 0666 whatever the
-// umask), never recreated, hard-linked into every reservation's directory
+// Each GPU has one TGS channel, <state_dir>/tgs/<keyed name>: created at
+// the first Reserve on the GPU (fixed size, magic and version, 0666 whatever
+// the umask, in a directory of mode 0711 under a name keyed by state_dir's
+// key, so no task can list or derive another GPU's channel), never recreated, hard-linked into every reservation's directory
 // on the GPU as "tgs" (mounted read-write at /run/gpushare/tgs), so the
 // production and opportunistic tasks of different reservations share its
 // counters. A reservation of several GPUs gets its first GPU's (the task's
@@ -157,9 +159,13 @@ func TestReserveInterposerTGSChannel(t *testing.T) {
 	old := syscall.Umask(0o077)
 	defer syscall.Umask(old)
 	p, _, state := interposerPlugin(t)
-	channel := filepath.Join(state, "tgs", v100+"3")
 	a, err := p.Reserve(shares(3, 0, 10))
 	must.NoError(t, err)
+	key, err := os.ReadFile(filepath.Join(state, keyFile))
+	must.NoError(t, err)
+	channel := filepath.Join(state, "tgs", tgsChannelName(key, v100+"3"))
+	_, err = os.Stat(filepath.Join(state, "tgs", v100+"3"))
+	must.ErrorIs(t, err, fs.ErrNotExist, must.Sprint("a task knowing the GPU's UUID cannot derive its channel's path"))
 	b, err := p.Reserve(shares(3, 10, 35))
 	must.NoError(t, err)
 
@@ -169,7 +175,7 @@ func TestReserveInterposerTGSChannel(t *testing.T) {
 	must.Eq(t, uint32(0x67737467), binary.LittleEndian.Uint32(data))
 	must.Eq(t, uint32(1), binary.LittleEndian.Uint32(data[4:]))
 	must.Eq(t, 0o666, mode(t, channel))
-	must.Eq(t, os.ModeDir|0o755, mode(t, filepath.Join(state, "tgs")))
+	must.Eq(t, os.ModeDir|0o711, mode(t, filepath.Join(state, "tgs")), must.Sprint("not listable"))
 	ch, err := os.Stat(channel)
 	must.NoError(t, err)
 	for _, res := range []*device.ContainerReservation{a, b} {
@@ -196,7 +202,7 @@ func TestReserveInterposerTGSChannel(t *testing.T) {
 	must.NoError(t, err)
 	st, err := os.Stat(filepath.Join(multi.Envs[EnvLimits], "tgs"))
 	must.NoError(t, err)
-	first, err := os.Stat(filepath.Join(state, "tgs", v100+"0"))
+	first, err := os.Stat(filepath.Join(state, "tgs", tgsChannelName(key, v100+"0")))
 	must.NoError(t, err)
 	must.True(t, os.SameFile(first, st))
 	_, err = os.Stat(filepath.Join(state, "tgs", v100+"4"))
@@ -222,9 +228,11 @@ func TestReserveInterposerTGSChannel(t *testing.T) {
 // replaced under the processes that may map it: Reserve says what to do.
 func TestReserveInterposerTGSChannelWrongSize(t *testing.T) {
 	p, _, state := interposerPlugin(t)
-	must.NoError(t, os.MkdirAll(filepath.Join(state, "tgs"), 0o755))
-	must.NoError(t, os.WriteFile(filepath.Join(state, "tgs", v100+"3"), []byte("short"), 0o666))
-	_, err := p.Reserve(shares(3, 0, 10))
+	must.NoError(t, os.MkdirAll(filepath.Join(state, "tgs"), 0o711))
+	key, err := stateKey(state)
+	must.NoError(t, err)
+	must.NoError(t, os.WriteFile(filepath.Join(state, "tgs", tgsChannelName(key, v100+"3")), []byte("short"), 0o666))
+	_, err = p.Reserve(shares(3, 0, 10))
 	must.ErrorContains(t, err, "not a TGS channel of this version")
 	must.ErrorContains(t, err, "remove it")
 }

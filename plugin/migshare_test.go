@@ -195,7 +195,9 @@ func TestReserveSharedMIGInterposer(t *testing.T) {
 	must.NoError(t, err)
 	must.StrContains(t, string(limits), fmt.Sprintf("\nmemory_bytes=%d\ncompute_pct=34\n", uint64(6650)<<20))
 	// the TGS channel is the instance's: instances are isolated from each other
-	_, err = os.Stat(filepath.Join(state, "tgs", "MIG-mig-3g"))
+	key, err := os.ReadFile(filepath.Join(state, keyFile))
+	must.NoError(t, err)
+	_, err = os.Stat(filepath.Join(state, "tgs", tgsChannelName(key, "MIG-mig-3g")))
 	must.NoError(t, err)
 }
 
