@@ -31,6 +31,8 @@ var releaseMustHold = []string{
 	"deploy/nomad/client.hcl", "deploy/nomad/dev.hcl",
 	"deploy/nomad/gpushare-scheduler.nomad.hcl", "deploy/nomad/gpushare-scheduler.policy.hcl",
 	"deploy/systemd/gpushare-scheduler.service",
+	"deploy/pack/gpushare_scheduler/README.md", "deploy/pack/gpushare_scheduler/metadata.hcl",
+	"deploy/pack/gpushare_scheduler/variables.hcl", "deploy/pack/gpushare_scheduler/templates/gpushare_scheduler.nomad.tpl",
 	"docs/gate-and-pin.md", "fixtures/topo/PROVENANCE.md", "plugin/interposer/README.md",
 }
 
