@@ -21,7 +21,7 @@
 //     a template that renders to whitespace only is dropped.
 //   - Functions: var, must_var, vars, meta, must_meta, metas, nomad-pack's
 //     toStringList, and the few Sprig functions the pack uses (quote,
-//     coalesce, replace, indent, nindent), with Sprig's semantics. A
+//     coalesce, replace, trimSuffix, indent, nindent), with Sprig's semantics. A
 //     template that calls any other function fails to parse: add it here,
 //     as Sprig defines it, when the pack needs it.
 package nomadpack

@@ -360,6 +360,7 @@ func Funcs() template.FuncMap {
 		"quote":        quote,
 		"coalesce":     coalesce,
 		"replace":      func(old, new, src string) string { return strings.ReplaceAll(src, old, new) },
+		"trimSuffix":   func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
 		"indent":       indent,
 		"nindent":      func(spaces int, v string) string { return "\n" + indent(spaces, v) },
 	}

@@ -86,7 +86,7 @@ job [[ template "job_name" . ]] {
             address    = [[ var "nomad_addr" . | quote ]]
             token_file = "{{ env "NOMAD_SECRETS_DIR" }}/nomad-token"
             [[- if var "nomad_config" . ]]
-[[ var "nomad_config" . | replace "${" "$${" | replace "%{" "%%{" | indent 12 ]]
+[[ var "nomad_config" . | trimSuffix "\n" | replace "${" "$${" | replace "%{" "%%{" | indent 12 ]]
             [[- end ]]
           }
           policy       = [[ var "policy" . | quote ]]
@@ -97,7 +97,7 @@ job [[ template "job_name" . ]] {
             lock_delay = [[ var "leader_lock_delay" . | quote ]]
           }
           [[- if var "extra_config" . ]]
-[[ var "extra_config" . | replace "${" "$${" | replace "%{" "%%{" | indent 10 ]]
+[[ var "extra_config" . | trimSuffix "\n" | replace "${" "$${" | replace "%{" "%%{" | indent 10 ]]
           [[- end ]]
         EOT
       }
