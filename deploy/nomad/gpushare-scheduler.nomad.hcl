@@ -83,7 +83,7 @@ variable "token_variable" {
 variable "extra_config" {
   type        = string
   default     = ""
-  description = "More scheduler configuration (HCL), appended as is: nomad TLS files, virtual_cluster, profile, typical_request blocks, ..."
+  description = "More scheduler configuration (HCL), appended as is: virtual_cluster, profile, typical_request blocks, ... (not a second nomad block: Nomad TLS settings go in the job's nomad block)"
 }
 
 variable "cpu" {
