@@ -3,6 +3,7 @@ package gpumap
 import (
 	"maps"
 	"sort"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
@@ -51,6 +52,37 @@ type GPU struct {
 	// Users hold slices; shared (Node.MIG "shared"), they are the shares
 	// its instances offer and their users hold.
 	MIG []Instance `json:"mig,omitempty"`
+	// Stats are the GPU's latest counters, as its device plugin reported
+	// them to Nomad; nil when the scheduler has read none yet (WithStats).
+	Stats *Stats `json:"stats,omitempty"`
+}
+
+// Stats are a GPU's counters at one time, as the device plugin reports
+// them on each of its shares (plugin.Stat*).
+type Stats struct {
+	// At is when the scheduler read them.
+	At time.Time `json:"at"`
+	// UtilizationPct is the share of time the GPU's SMs were busy.
+	UtilizationPct float64 `json:"utilization_pct"`
+	// MemoryUtilizationPct is the share of time its memory was read or
+	// written.
+	MemoryUtilizationPct float64 `json:"memory_utilization_pct"`
+	MemoryUsedMiB        uint64  `json:"memory_used_mib"`
+	MemoryTotalMiB       uint64  `json:"memory_total_mib"`
+	PowerW               float64 `json:"power_w"`
+	TemperatureC         float64 `json:"temperature_c"`
+}
+
+// WithStats sets each GPU's Stats to what latest has of its UUID.
+func (m *Map) WithStats(latest func(uuid string) (Stats, bool)) {
+	for i := range m.Nodes {
+		for j := range m.Nodes[i].GPUs {
+			g := &m.Nodes[i].GPUs[j]
+			if st, ok := latest(g.UUID); ok {
+				g.Stats = &st
+			}
+		}
+	}
 }
 
 // Instance is one MIG instance of a GPU and the allocation holding it.

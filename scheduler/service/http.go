@@ -70,6 +70,7 @@ type view interface {
 //
 //	GET /v1/health          liveness, leadership and the model's index
 //	GET /v1/gpus            the GPU map
+//	GET /v1/history         each GPU's and each job's utilisation over the last hour
 //	GET /v1/jobs/<id>       each gpushare group's placement, or why it waits (?namespace=)
 //	GET /v1/groups          every group that waits or was refused for good, and why
 //	GET /v1/vcs             the virtual clusters jobs may name in gpushare.vc
@@ -82,6 +83,7 @@ func (s *httpAPI) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/health", s.handleHealth)
 	mux.HandleFunc("GET /v1/gpus", s.handleGPUs)
+	mux.HandleFunc("GET /v1/history", s.handleHistory)
 	mux.HandleFunc("GET /v1/jobs/{id}", s.handleJob)
 	mux.HandleFunc("GET /v1/groups", s.handleGroups)
 	mux.HandleFunc("GET /v1/vcs", s.handleVCs)

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"maps"
 	"time"
 
@@ -85,6 +86,9 @@ type loop struct {
 	rules      *feasible.Cache
 	feasibleOf map[decide.Key]uint64
 
+	// history is what the GPUs and the jobs did (gpustats.go).
+	history *gpuhistory.Store
+
 	// dirty asks for a pass (markDirty).
 	dirty chan struct{}
 }
@@ -143,6 +147,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		preempted: map[string]time.Time{}, observations: map[string][]interference.Observation{},
 		dirty: make(chan struct{}, 1), intro: intro,
 		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
+		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
 	}
 }
 

@@ -127,7 +127,10 @@ func (s *Service) Run(ctx context.Context) error {
 	wg.Add(5)
 	go func() {
 		defer wg.Done()
-		every(ctx, config.Duration(s.cfg.ObserveInterval), s.loop.observe)
+		every(ctx, config.Duration(s.cfg.ObserveInterval), func(ctx context.Context) {
+			s.loop.sampleGPUs(ctx)
+			s.loop.observe(ctx)
+		})
 	}()
 	go func() {
 		defer wg.Done()

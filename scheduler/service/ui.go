@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/webui"
 )
 
@@ -85,6 +87,7 @@ func (s *httpAPI) handleUI(w http.ResponseWriter, r *http.Request) {
 	switch err := s.authorize(r, authScope{Nodes: true}); {
 	case err == nil:
 		page.Map, page.MIGLayouts = s.view.gpuMap(see.can), s.view.migLayouts()
+		page.History = s.uiHistory(page.Map, see.can)
 	case errors.Is(err, ErrForbidden):
 		page.MapNote = "This token may not read nodes (it needs node { policy = \"read\" }): the GPU map is not shown."
 	default:
@@ -170,6 +173,9 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := webui.Job{Session: s.session(r), Links: s.links(), Namespace: ns, ID: id, Now: s.now()}
+	if hist := s.historyStore(); s.authorize(r, authScope{Nodes: true}) == nil { // GPU use is read like the map
+		page.Utilization, page.Span = hist.Job(gpuhistory.JobKey{Namespace: ns, Job: id}, page.Now), hist.Span()
+	}
 	positions := map[string]queuePos{}
 	for _, g := range s.view.waiting() {
 		if g.Namespace == ns && g.Job == id && g.Position > 0 {
@@ -194,6 +200,26 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		page.Groups = append(page.Groups, jg)
 	}
 	s.render(w, http.StatusOK, page)
+}
+
+// uiHistory is the history of the map's GPUs and of the visible jobs.
+func (s *httpAPI) uiHistory(m *gpumap.Map, visible func(ns string) bool) webui.History {
+	st, now := s.historyStore(), s.now()
+	h := webui.History{Span: st.Span(), GPUs: map[string][]gpuhistory.Point{}, Jobs: map[gpuhistory.JobKey][]gpuhistory.Point{}}
+	if m == nil {
+		return h
+	}
+	for _, n := range m.Nodes {
+		for _, g := range n.GPUs {
+			h.GPUs[g.UUID] = st.GPU(g.UUID, now)
+		}
+	}
+	for _, k := range st.Jobs() {
+		if visible(k.Namespace) {
+			h.Jobs[k] = st.Job(k, now)
+		}
+	}
+	return h
 }
 
 func (s *httpAPI) handleUILoginForm(w http.ResponseWriter, r *http.Request) {

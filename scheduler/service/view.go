@@ -1,6 +1,7 @@
 package service
 
 import (
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"maps"
 	"slices"
 
@@ -22,9 +23,13 @@ func (s *loop) gpuMap(visible func(ns string) bool) *gpumap.Map {
 	nodes, allocs := s.nodesNow(), s.liveAllocsNow()
 	s.mu.Unlock()
 	m := gpumap.Build(nodes, allocs)
+	m.WithStats(s.history.Latest)
 	m.Hide(visible)
 	return m
 }
+
+// gpuHistory is what the GPUs and the jobs did (gpustats.go).
+func (s *loop) gpuHistory() *gpuhistory.Store { return s.history }
 
 // nodesNow lists the model's nodes, for work done after the lock is
 // released. The caller holds s.mu.

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"html/template"
 	"slices"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 )
 
@@ -30,6 +32,9 @@ type nodeView struct {
 
 type gpuView struct {
 	gpumap.GPU
+	// Live says its latest stats; Spark draws its utilisation.
+	Live      string
+	Spark     template.HTML
 	Segments  []segment
 	Users     []userView
 	Instances []instanceView
@@ -55,6 +60,8 @@ type segment struct {
 
 type userView struct {
 	gpumap.Usage
+	// Spark draws the job's utilisation.
+	Spark                 template.HTML
 	Swatch                template.CSS
 	Href, NomadJob, Alloc string
 }
@@ -84,7 +91,7 @@ func colour(namespace, job string) template.CSS {
 	return template.CSS(fmt.Sprintf("background:hsl(%d 58%% 40%%)", hue(namespace, job)))
 }
 
-func nodeViews(m *gpumap.Map, links Links) []nodeView {
+func nodeViews(m *gpumap.Map, links Links, h History, now time.Time) []nodeView {
 	if m == nil {
 		return nil
 	}
@@ -94,10 +101,11 @@ func nodeViews(m *gpumap.Map, links Links) []nodeView {
 		for _, g := range n.GPUs {
 			nv.Used += g.Used
 			nv.Shares += g.Shares
-			gv := gpuView{GPU: g, Segments: segments(g, links), Users: users(g, links)}
+			gv := gpuView{GPU: g, Segments: segments(g, links), Users: users(g, links, h, now),
+				Live: statsLine(g.Stats), Spark: sparkline(h.GPUs[g.UUID], now, h.Span, "GPU utilisation")}
 			for _, inst := range g.MIG {
 				as := gpumap.GPU{Shares: inst.Shares, Used: inst.Used, Users: inst.Users}
-				gv.Instances = append(gv.Instances, instanceView{Instance: inst, Segments: segments(as, links), Users: users(as, links)})
+				gv.Instances = append(gv.Instances, instanceView{Instance: inst, Segments: segments(as, links), Users: users(as, links, h, now)})
 			}
 			nv.GPUs = append(nv.GPUs, gv)
 		}
@@ -154,7 +162,7 @@ func segments(g gpumap.GPU, links Links) []segment {
 	return out
 }
 
-func users(g gpumap.GPU, links Links) []userView {
+func users(g gpumap.GPU, links Links, h History, now time.Time) []userView {
 	out := make([]userView, 0, len(g.Users))
 	for _, u := range g.Users {
 		v := userView{Usage: u}
@@ -163,6 +171,7 @@ func users(g gpumap.GPU, links Links) []userView {
 			v.Href = links.Job(u.Namespace, u.Job)
 			v.NomadJob = links.NomadJob(u.Namespace, u.Job)
 			v.Alloc = links.NomadAlloc(u.AllocID)
+			v.Spark = sparkline(h.Jobs[gpuhistory.JobKey{Namespace: u.Namespace, Job: u.Job}], now, h.Span, "job's GPU utilisation")
 		}
 		out = append(out, v)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/miglayout"
 )
@@ -97,6 +98,8 @@ type Overview struct {
 	// MIGLayouts are the layouts the scheduler recommends for the nodes'
 	// MIG GPUs (shown with the map: nil without it).
 	MIGLayouts []miglayout.Recommendation
+	// History is what the GPUs and the jobs did (sparklines).
+	History History
 	// Refresh is the meta refresh period, in seconds.
 	Refresh int
 	Now     time.Time
@@ -123,7 +126,11 @@ type Job struct {
 	Links
 	Namespace, ID string
 	Groups        []JobGroup
-	Now           time.Time
+	// Utilization is the job's utilisation over Span (percent of one
+	// GPU, summed over its GPUs).
+	Utilization []gpuhistory.Point
+	Span        time.Duration
+	Now         time.Time
 }
 
 // JobGroup is one group of a job: where it is pinned, or why it waits.
@@ -141,6 +148,12 @@ type JobGroup struct {
 	Profile             string
 	Unpaired            *Event
 	Position, Of        int
+}
+
+// jobPage is what the job template reads.
+type jobPage struct {
+	Job
+	Spark template.HTML
 }
 
 // Problem is a page that says what is wrong and what to do.
@@ -173,9 +186,9 @@ func Render(w http.ResponseWriter, code int, page any) error {
 	var data any
 	switch p := page.(type) {
 	case Overview:
-		name, data = "overview", overviewPage{Overview: p, Nodes: nodeViews(p.Map, p.Links), Summary: summarize(p.Map)}
+		name, data = "overview", overviewPage{Overview: p, Nodes: nodeViews(p.Map, p.Links, p.History, p.Now), Summary: summarize(p.Map)}
 	case Job:
-		name, data = "job", p
+		name, data = "job", jobPage{Job: p, Spark: sparkline(p.Utilization, p.Now, p.Span, "job's GPU utilisation")}
 	case Problem:
 		name, data = "problem", p
 	case Login:

@@ -130,7 +130,7 @@ func TestOverviewShowsMIGInstances(t *testing.T) {
 	must.StrContains(t, body, `width:47.619%`) // 20 of 42
 	must.StrContains(t, body, `3 slices, whole · in use`)
 	must.Eq(t, summary{Nodes: 2, GPUs: 2, Used: 20, Shares: 56}, summarize(m))
-	nv := nodeViews(m, Links{})
+	nv := nodeViews(m, Links{}, History{}, time.Time{})
 	must.SliceLen(t, 2, nv[0].GPUs[0].Instances)
 	must.SliceLen(t, 2, nv[0].GPUs[0].Instances[0].Segments)
 }

@@ -1,0 +1,90 @@
+package webui
+
+import (
+	"fmt"
+	"html/template"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+)
+
+// History is what the GPUs and the jobs did over Span before the page's
+// Now: each GPU's utilisation by UUID, each job's summed over its GPUs
+// (percent of one GPU).
+type History struct {
+	Span time.Duration
+	GPUs map[string][]gpuhistory.Point
+	Jobs map[gpuhistory.JobKey][]gpuhistory.Point
+}
+
+// Sparkline sizes, in SVG user units.
+const (
+	sparkW = 120
+	sparkH = 24
+)
+
+// sparkline draws points over [now-span, now] as an inline SVG: a line
+// from 0 to top (100%, or the largest value when more), the last point a
+// dot. Nothing but numbers goes into the markup.
+func sparkline(points []gpuhistory.Point, now time.Time, span time.Duration, what string) template.HTML {
+	if len(points) == 0 || span <= 0 {
+		return ""
+	}
+	top := 100.0
+	for _, p := range points {
+		top = max(top, p.Value)
+	}
+	from := now.Add(-span)
+	var b strings.Builder
+	var lx, ly float64
+	for i, p := range points {
+		x := float64(sparkW) * float64(p.At.Sub(from)) / float64(span)
+		x = min(max(x, 0), sparkW)
+		y := sparkH - 1 - (sparkH-2)*max(p.Value, 0)/top
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%.1f,%.1f", x, y)
+		lx, ly = x, y
+	}
+	last := points[len(points)-1].Value
+	label := fmt.Sprintf("%s over the last %s: %d samples, now %.0f%%", what, spanWords(span), len(points), last)
+	return template.HTML(fmt.Sprintf(`<svg class="spark" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s" data-points="%d"><title>%s</title>`+
+		`<line class="axis" x1="0" y1="%d" x2="%d" y2="%d"/><polyline points="%s"/><circle cx="%.1f" cy="%.1f" r="2"/></svg>`,
+		sparkW, sparkH, sparkW, sparkH, template.HTMLEscapeString(label), len(points), template.HTMLEscapeString(label),
+		sparkH-1, sparkW, sparkH-1, b.String(), lx, ly))
+}
+
+func spanWords(d time.Duration) string {
+	if d == time.Hour {
+		return "hour"
+	}
+	return d.String()
+}
+
+// statsLine says a GPU's latest stats in words.
+func statsLine(s *gpumap.Stats) string {
+	if s == nil {
+		return ""
+	}
+	parts := []string{fmt.Sprintf("%.0f%% busy", s.UtilizationPct)}
+	if s.MemoryTotalMiB > 0 {
+		parts = append(parts, fmt.Sprintf("%s of %s memory used", mib(s.MemoryUsedMiB), mib(s.MemoryTotalMiB)))
+	} else {
+		parts = append(parts, fmt.Sprintf("%s memory used", mib(s.MemoryUsedMiB)))
+	}
+	parts = append(parts, fmt.Sprintf("%.0f W", s.PowerW))
+	if s.TemperatureC > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f °C", s.TemperatureC))
+	}
+	return strings.Join(parts, " · ")
+}
+
+func mib(v uint64) string {
+	if v >= 1024 {
+		return fmt.Sprintf("%.1f GiB", float64(v)/1024)
+	}
+	return fmt.Sprintf("%d MiB", v)
+}

@@ -1,0 +1,47 @@
+package webui
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/shoenig/test/must"
+)
+
+// Each GPU shows its latest stats in words and a sparkline of its
+// utilisation over the hour; each job using it a sparkline of its own.
+// A GPU without stats shows neither.
+func TestOverviewShowsLiveStatsAndSparklines(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	m := &gpumap.Map{Nodes: []gpumap.Node{{ID: "n1", Name: "dgx", Status: "ready", Model: "V100", GPUs: []gpumap.GPU{
+		{UUID: "GPU-a", Shares: 100, Used: 25, Healthy: true,
+			Users: []gpumap.Usage{{AllocID: "a1", Namespace: "ml", Job: "train", Group: "g", Shares: 25}},
+			Stats: &gpumap.Stats{At: now, UtilizationPct: 62, MemoryUsedMiB: 4000, MemoryTotalMiB: 16384, PowerW: 151, TemperatureC: 47}},
+		{UUID: "GPU-b", Index: 1, Shares: 100, Healthy: true},
+	}}}}
+	h := History{Span: time.Hour,
+		GPUs: map[string][]gpuhistory.Point{"GPU-a": {{At: now.Add(-time.Hour), Value: 0}, {At: now.Add(-30 * time.Minute), Value: 50}, {At: now, Value: 62}}},
+		Jobs: map[gpuhistory.JobKey][]gpuhistory.Point{{Namespace: "ml", Job: "train"}: {{At: now.Add(-time.Minute), Value: 30}, {At: now, Value: 40}}}}
+	body := render(t, Overview{Map: m, History: h, Now: now})
+	must.StrContains(t, body, `<span class="stats">62% busy · 3.9 GiB of 16.0 GiB memory used · 151 W · 47 °C</span>`)
+	must.EqOp(t, 1, strings.Count(body, `class="stats"`)) // GPU-b has none
+	must.EqOp(t, 2, strings.Count(body, `<svg class="spark"`))
+	// the GPU's: x over the hour, y from 0 at the bottom to 100% at the top
+	must.StrContains(t, body, `aria-label="GPU utilisation over the last hour: 3 samples, now 62%" data-points="3"`)
+	must.StrContains(t, body, `<polyline points="0.0,23.0 60.0,12.0 120.0,9.4"/>`)
+	must.StrContains(t, body, `aria-label="job&#39;s GPU utilisation over the last hour: 2 samples, now 40%"`)
+}
+
+// A job's page draws its utilisation.
+func TestJobPageSparkline(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	body := render(t, Job{Namespace: "ml", ID: "train", Now: now, Span: time.Hour,
+		Utilization: []gpuhistory.Point{{At: now.Add(-time.Minute), Value: 150}, {At: now, Value: 75}}})
+	must.StrContains(t, body, `GPU utilisation, last hour: <svg class="spark"`)
+	must.StrContains(t, body, `now 75%`)
+	// over 100% (several GPUs): the top is the largest value
+	must.StrContains(t, body, `<polyline points="118.0,1.0 120.0,12.0"/>`)
+	must.StrNotContains(t, render(t, Job{Namespace: "ml", ID: "idle", Now: now, Span: time.Hour}), `class="spark"`)
+}
