@@ -2,13 +2,13 @@ package service
 
 import (
 	"context"
-	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"maps"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/feasible"
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/placement"

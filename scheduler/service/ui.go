@@ -183,7 +183,7 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, g := range st.Groups {
-		jg := webui.JobGroup{Name: g.Name, State: g.State, Reason: g.Reason, Allocs: g.Allocs}
+		jg := webui.JobGroup{Name: g.Name, State: g.State, Reason: g.Reason, Allocs: g.Allocs, Lifecycle: g.Lifecycle, LifecycleWhy: g.LifecycleWhy}
 		if p := g.Placement; p != nil {
 			jg.Nodes, jg.GPUs, jg.Shares = s.view.nodeNames(p.Nodes), p.GPUs, len(p.Shares)
 			jg.Cell, jg.Policy, jg.Class, jg.VC, jg.Reason = p.Cell, p.Policy, p.Class, p.VC, p.Reason

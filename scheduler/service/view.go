@@ -1,12 +1,14 @@
 package service
 
 import (
-	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
@@ -107,10 +109,29 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 			shown := *rec
 			shown.Reason = s.why[key] // the meta says where, the records why
 			gs.State, gs.Placement = "pinned", &shown
+		default:
+			gs.Reason = s.unmanagedWhy(tg, gs.Lifecycle, gs.LifecycleWhy)
 		}
 		out.Groups = append(out.Groups, gs)
 	}
 	return out, true
+}
+
+// unmanagedWhy says why gpushare does not follow a group (not-gpushare):
+// it asks for no gpushare device, or it asks for shares without the gate
+// and adopt_ungated is off, or Nomad placed it as it was and gpushare had
+// nothing to adopt; a dispatched child says its own reason (lifecycle).
+// The caller holds s.mu.
+func (s *loop) unmanagedWhy(tg *api.TaskGroup, state, why string) string {
+	switch {
+	case !pin.Wants(tg):
+		return "it asks for no nvidia/gpushare device: Nomad alone places it, and gpushare has nothing to follow"
+	case state == string(lifecycle.Unmanaged) && strings.Contains(why, "dispatched"):
+		return why
+	case !s.cfg.AdoptUngatedOn():
+		return "it asks for nvidia/gpushare shares without the gate (the constraint gpushare:pending), and adopt_ungated is off: Nomad alone places it, and gpushare counts its shares but does not follow it"
+	}
+	return "it asks for nvidia/gpushare shares without the gate (the constraint gpushare:pending), and Nomad placed it as it is, so gpushare did not adopt it (adopt_ungated adopts only a group Nomad cannot place or places on shares the plugin refuses): gpushare counts its shares but does not follow it"
 }
 
 // waiting lists the groups of managed namespaces that wait or were

@@ -45,3 +45,19 @@ func TestJobPageSparkline(t *testing.T) {
 	must.StrContains(t, body, `<polyline points="118.0,1.0 120.0,12.0"/>`)
 	must.StrNotContains(t, render(t, Job{Namespace: "ml", ID: "idle", Now: now, Span: time.Hour}), `class="spark"`)
 }
+
+// Each group's state is said in plain words, its lifecycle when known.
+func TestJobPageSaysStatesInWords(t *testing.T) {
+	body := render(t, Job{Namespace: "ml", ID: "train", Now: time.Unix(0, 0), Groups: []JobGroup{
+		{Name: "a", State: "pinned", Lifecycle: "running", LifecycleWhy: "all 2 allocation(s) run"},
+		{Name: "b", State: "pending", Lifecycle: "waiting", Reason: "no GPU has 60 shares free"},
+		{Name: "c", State: "not-gpushare", Lifecycle: "not-gpushare", Reason: "it asks for no nvidia/gpushare device"},
+		{Name: "d", State: "refused", Reason: "too big"},
+	}})
+	must.StrContains(t, body, "Running where gpushare placed it. <span class=\"quiet\">(all 2 allocation(s) run)</span>")
+	must.StrContains(t, body, "Waiting for gpushare to place it.")
+	must.StrContains(t, body, "<dt>Why it waits</dt><dd class=\"reason\">no GPU has 60 shares free</dd>")
+	must.StrContains(t, body, "Not followed by gpushare: Nomad alone places it.")
+	must.StrContains(t, body, "<dt>Why gpushare does not follow it</dt><dd class=\"reason\">it asks for no nvidia/gpushare device</dd>")
+	must.StrContains(t, body, "Refused: no state of this cluster could hold it.")
+}

@@ -24,6 +24,7 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"ago":   ago,
 	"short": short,
 	"pct":   pct,
+	"words": stateWords,
 	"head": func(title string, refresh int, script bool) headData {
 		return headData{Title: title, Refresh: refresh, Script: script}
 	},
@@ -136,7 +137,11 @@ type Job struct {
 // JobGroup is one group of a job: where it is pinned, or why it waits.
 type JobGroup struct {
 	Name  string
-	State string // "pinned", "pending", "refused" or "not-gpushare"
+	State string // "pinned", "pending", "refused", "template" or "not-gpushare"
+	// Lifecycle is where the scheduler's last pass found the group in its
+	// job's life (lifecycle.State) and LifecycleWhy why: the page says
+	// them in plain words (stateWords).
+	Lifecycle, LifecycleWhy string
 	// Reason is why it waits, or why it was placed where it is.
 	Reason string
 	// Where it is pinned.
