@@ -20,6 +20,11 @@ job "batch-half" {
         command = "/bin/sh"
         args    = ["-c", "echo crunching on $CUDA_VISIBLE_DEVICES with $GPUSHARE_FRACTION; sleep 2"]
       }
+      env {
+        # the load the task simulates on fixture GPUs (gpushare demo, e2e:
+        # devicefn/fixture's GPUSHARE_FIXTURE_LOAD); real GPUs ignore it
+        GPUSHARE_FIXTURE_LOAD = "sm=50,mem_util=25,mem_mib=6000,power_w=120"
+      }
       resources {
         cpu    = 50
         memory = 64

@@ -26,6 +26,11 @@ job "inference" {
         command = "/bin/sh"
         args    = ["-c", "echo serving on $CUDA_VISIBLE_DEVICES with $GPUSHARE_FRACTION of a GPU; exec sleep 86400"]
       }
+      env {
+        # the load the task simulates on fixture GPUs (gpushare demo, e2e:
+        # devicefn/fixture's GPUSHARE_FIXTURE_LOAD); real GPUs ignore it
+        GPUSHARE_FIXTURE_LOAD = "sm=30,mem_util=20,mem_mib=3000,power_w=70"
+      }
       resources {
         cpu    = 50
         memory = 64

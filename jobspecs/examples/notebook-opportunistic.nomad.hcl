@@ -21,6 +21,11 @@ job "notebook" {
         command = "/bin/sh"
         args    = ["-c", "echo notebook on $CUDA_VISIBLE_DEVICES; exec sleep 86400"]
       }
+      env {
+        # the load the task simulates on fixture GPUs (gpushare demo, e2e:
+        # devicefn/fixture's GPUSHARE_FIXTURE_LOAD); real GPUs ignore it
+        GPUSHARE_FIXTURE_LOAD = "sm=15,mem_util=10,mem_mib=1500,power_w=25"
+      }
       resources {
         cpu    = 50
         memory = 64

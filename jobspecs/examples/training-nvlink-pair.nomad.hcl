@@ -21,6 +21,11 @@ job "train-pair" {
         command = "/bin/sh"
         args    = ["-c", "echo training on $CUDA_VISIBLE_DEVICES; exec sleep 86400"]
       }
+      env {
+        # the load the task simulates on fixture GPUs (gpushare demo, e2e:
+        # devicefn/fixture's GPUSHARE_FIXTURE_LOAD); real GPUs ignore it
+        GPUSHARE_FIXTURE_LOAD = "sm=85,mem_util=40,mem_mib=12000,power_w=220"
+      }
       resources {
         cpu    = 100
         memory = 128
