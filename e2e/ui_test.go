@@ -54,23 +54,67 @@ func browse(t *testing.T, bin, url string, args ...string) string {
 
 // The scheduler's page, opened in a browser, shows a running fractional
 // job on its GPU and a waiting group with its reason and place in the
-// queue. GPUSHARE_UI_SCREENSHOT=<file> keeps its screenshot (docs/ui.png
-// is made so).
+// queue, each GPU's stats (utilisation, memory, power: the fixture load
+// of the tasks on it) and sparklines of the GPUs' and the jobs' use.
+// GPUSHARE_UI_SCREENSHOT=<file> keeps its screenshot (docs/ui-gpus.png is
+// made so).
 func TestWebUIInABrowser(t *testing.T) {
 	bin := chromium(t)
 	e := newEnv(t)
-	sched := e.startScheduler("s1", "")
+	sched := e.startScheduler("s1", `observe_interval = "1s"`)
 	for _, j := range []struct {
 		id     string
 		shares int
 		model  string
+		load   string // the fixture load its task declares
 	}{
-		{"train-bert", 25, modelH100}, {"inference", 50, modelH100}, {"notebook", 30, modelV100}, {"eval", 40, modelV100},
-		{"resnet-pair", 200, modelV100}, {"sweep", 100, modelP100},
+		{"train-bert", 25, modelH100, "sm=60,mem_util=30,mem_mib=20000,power_w=300"}, {"inference", 50, modelH100, "sm=25,mem_util=15,mem_mib=8000,power_w=90"},
+		{"notebook", 30, modelV100, "sm=15,mem_mib=3000,power_w=40"}, {"eval", 40, modelV100, ""},
+		{"resnet-pair", 200, modelV100, "sm=85,mem_util=40,mem_mib=12000,power_w=220"}, {"sweep", 100, modelP100, "sm=70,mem_mib=9000,power_w=180"},
 	} {
-		e.register(j.id, map[string]any{"shares": j.shares, "model": j.model})
+		job := e.parse(j.id, map[string]any{"shares": j.shares, "model": j.model})
+		if j.load != "" {
+			task := job.TaskGroups[0].Tasks[0]
+			if task.Env == nil {
+				task.Env = map[string]string{}
+			}
+			task.Env["GPUSHARE_FIXTURE_LOAD"] = j.load
+		}
+		_, _, err := e.nomad.Jobs().Register(job, nil)
+		must.NoError(t, err)
 		e.running(j.id, 1, 90*time.Second)
 	}
+	// the scheduler reads the loaded GPU's stats, and keeps their history
+	var loaded service.GPUHistory
+	e.eventually(60*time.Second, "train-bert's GPU to report its load, with a history", func() bool {
+		var h service.History
+		var gpus service.GPUs
+		if getJSON(sched.http+"/v1/history", &h) != nil || getJSON(sched.http+"/v1/gpus", &gpus) != nil {
+			return false
+		}
+		job := false
+		for _, j := range h.Jobs {
+			job = job || j.Job == "train-bert" && len(j.Utilization) >= 3 && j.Utilization[len(j.Utilization)-1].Value >= 60
+		}
+		for _, n := range gpus.Nodes {
+			for _, g := range n.GPUs {
+				for _, u := range g.Users {
+					if u.Job != "train-bert" || g.Stats == nil {
+						continue
+					}
+					if g.Stats.UtilizationPct < 60 || g.Stats.MemoryUsedMiB < 20000 || g.Stats.PowerW < 300 {
+						return false
+					}
+					for _, gh := range h.GPUs {
+						if gh.UUID == g.UUID && len(gh.Utilization) >= 3 {
+							loaded = gh
+						}
+					}
+				}
+			}
+		}
+		return job && loaded.UUID != ""
+	})
 	// eight whole H100s wait while fractions run on the H100 node
 	e.register("llm-finetune", map[string]any{"shares": 800, "model": modelH100})
 	var waiting service.Waiting
@@ -101,10 +145,23 @@ func TestWebUIInABrowser(t *testing.T) {
 	}
 	reason := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(waiting.Reason)
 	must.StrContains(t, dom, reason)
+	// the loaded GPU's stats in words and its sparkline, the job's too
+	must.StrContains(t, dom, "busy · ")
+	must.StrContains(t, dom, " memory used · ")
+	must.StrContains(t, dom, `aria-label="GPU utilisation over the last `)
+	must.Greater(t, 2, strings.Count(dom, `<svg class="spark"`))
+	must.StrContains(t, dom, "<polyline points=")
+	gpuRow := dom[strings.Index(dom, `title="default/train-bert/g: 25 shares`):]
+	gpuRow = gpuRow[:strings.Index(gpuRow, "</li>")]
+	must.StrContains(t, gpuRow, `<span class="stats">`, must.Sprintf("train-bert's GPU:\n%s", gpuRow))
+	must.StrContains(t, gpuRow, " W")
+	must.StrContains(t, gpuRow, "job's GPU utilisation over the last ")
 
 	job := browse(t, bin, sched.http+"/ui/jobs/train-bert?namespace=default", "--dump-dom")
 	must.StrContains(t, job, `<span class="badge pinned">pinned</span>`)
 	must.StrContains(t, job, "25 shares")
+	must.StrContains(t, job, "Running where gpushare placed it.")
+	must.StrContains(t, job, `GPU utilisation, last hour: <svg class="spark"`)
 
 	shot := filepath.Join(t.TempDir(), "ui.png")
 	if keep := os.Getenv("GPUSHARE_UI_SCREENSHOT"); keep != "" {

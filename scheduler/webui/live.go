@@ -25,7 +25,8 @@ const (
 	sparkH = 24
 )
 
-// sparkline draws points over [now-span, now] as an inline SVG: a line
+// sparkline draws points over [now-span, now] (or since the first point,
+// when the history is shorter) as an inline SVG: a line
 // from 0 to top (100%, or the largest value when more), the last point a
 // dot. Nothing but numbers goes into the markup.
 func sparkline(points []gpuhistory.Point, now time.Time, span time.Duration, what string) template.HTML {
@@ -36,7 +37,11 @@ func sparkline(points []gpuhistory.Point, now time.Time, span time.Duration, wha
 	for _, p := range points {
 		top = max(top, p.Value)
 	}
+	// x spans the hour, or since the first point when there is less
 	from := now.Add(-span)
+	if first := points[0].At; first.After(from) && first.Before(now) {
+		from, span = first, now.Sub(first)
+	}
 	var b strings.Builder
 	var lx, ly float64
 	for i, p := range points {
@@ -58,10 +63,13 @@ func sparkline(points []gpuhistory.Point, now time.Time, span time.Duration, wha
 }
 
 func spanWords(d time.Duration) string {
-	if d == time.Hour {
+	switch d = d.Round(time.Second); {
+	case d == time.Hour:
 		return "hour"
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
 	}
-	return d.String()
+	return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
 }
 
 // statsLine says a GPU's latest stats in words.

@@ -31,7 +31,8 @@ func TestOverviewShowsLiveStatsAndSparklines(t *testing.T) {
 	// the GPU's: x over the hour, y from 0 at the bottom to 100% at the top
 	must.StrContains(t, body, `aria-label="GPU utilisation over the last hour: 3 samples, now 62%" data-points="3"`)
 	must.StrContains(t, body, `<polyline points="0.0,23.0 60.0,12.0 120.0,9.4"/>`)
-	must.StrContains(t, body, `aria-label="job&#39;s GPU utilisation over the last hour: 2 samples, now 40%"`)
+	// the job's history is a minute long: x spans that minute
+	must.StrContains(t, body, `aria-label="job&#39;s GPU utilisation over the last 1m00s: 2 samples, now 40%"`)
 }
 
 // A job's page draws its utilisation.
@@ -42,7 +43,7 @@ func TestJobPageSparkline(t *testing.T) {
 	must.StrContains(t, body, `GPU utilisation, last hour: <svg class="spark"`)
 	must.StrContains(t, body, `now 75%`)
 	// over 100% (several GPUs): the top is the largest value
-	must.StrContains(t, body, `<polyline points="118.0,1.0 120.0,12.0"/>`)
+	must.StrContains(t, body, `<polyline points="0.0,1.0 120.0,12.0"/>`)
 	must.StrNotContains(t, render(t, Job{Namespace: "ml", ID: "idle", Now: now, Span: time.Hour}), `class="spark"`)
 }
 
