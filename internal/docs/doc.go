@@ -3,5 +3,6 @@
 // they run. Every `gpushare` command in a shell block must name a
 // subcommand of the CLI and only flags its help lists; every `nomad`
 // command a command of the Nomad binary and flags its help lists; every
-// `make` target one of GNUmakefile's.
+// `make` target one of GNUmakefile's. The workflow examples of the users'
+// guide (jobspecs/examples/workflows/) parse and lint clean.
 package docs

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/cli"
+	"github.com/gpushare/gpushare/jobspecs"
 	"github.com/shoenig/test/must"
 )
 
@@ -385,4 +386,38 @@ func makeTargets(t *testing.T) map[string]bool {
 		targets[m[1]] = true
 	}
 	return targets
+}
+
+// The workflow examples of the users' guide (jobspecs/examples/workflows/,
+// which the embedded examples do not include) parse with Nomad, with the
+// variables the guide gives them, and lint without errors; each is named
+// by the guide. e2e/TestWorkflowExamples runs them.
+func TestWorkflowExamplesLint(t *testing.T) {
+	guide, err := os.ReadFile(filepath.Join(root, "docs", "users.md"))
+	must.NoError(t, err)
+	files, err := filepath.Glob(filepath.Join(root, "jobspecs", "examples", "workflows", "*.nomad.hcl"))
+	must.NoError(t, err)
+	must.SliceNotEmpty(t, files)
+	nomad := nomadBinary()
+	for _, f := range files {
+		rel, _ := filepath.Rel(root, f)
+		must.StrContains(t, string(guide), rel, must.Sprintf("docs/users.md does not name %s", rel))
+		if nomad == "" {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		must.NoError(t, err)
+		for _, vars := range [][]string{nil, {"release=2"}} {
+			if vars != nil && !strings.Contains(string(src), `variable "release"`) {
+				continue
+			}
+			job, err := jobspecs.Parser{Binary: nomad}.Parse(rel, src, vars)
+			must.NoError(t, err)
+			fs := jobspecs.Lint(job, 100)
+			must.False(t, jobspecs.HasErrors(fs), must.Sprintf("%s: %v", rel, fs))
+		}
+	}
+	if nomad == "" {
+		t.Log("no Nomad binary: the workflow examples were not parsed")
+	}
 }
