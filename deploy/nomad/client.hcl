@@ -1,5 +1,5 @@
 # Nomad agent configuration for a GPU client with gpushare's device plugin.
-# See README.md, "Installing the device plugin (operators)".
+# See docs/operators.md, "Installing the device plugin".
 #
 # Install it beside the agent's other configuration (for example as
 # /etc/nomad.d/client.hcl: nomad agent -config /etc/nomad.d loads every file
@@ -63,7 +63,7 @@ plugin "nomad-device-gpushare" {
     }
 
     # the CUDA interposer, which holds each task to its share's GPU memory
-    # (README, "What holds a task to its share"); off by default
+    # (docs/operators.md, "What holds a task to its share"); off by default
     interposer {
       enabled   = false
       library   = "/usr/local/lib/gpushare/libgpushare-cuda.so" # from the release archive

@@ -1,14 +1,12 @@
 # The gpushare scheduler as a Nomad job: two replicas that elect a leader
 # through the Nomad Variable lock (leader.variable_path); only the leader
-# pins. See README.md, "Running the scheduler on Nomad".
+# pins. See docs/operators.md, "Running the scheduler on Nomad".
 #
 # On a cluster with ACLs, store the scheduler's token (made with
 # deploy/nomad/gpushare-scheduler.policy.hcl) in the job's own variable,
 # which the template reads through the job's workload identity:
 #
-#   nomad namespace apply -description "gpushare scheduler" gpushare
-#   nomad acl policy apply -description "gpushare scheduler" \
-#     gpushare-scheduler deploy/nomad/gpushare-scheduler.policy.hcl
+#   # first the namespace and the policy: docs/operators.md, "ACLs and TLS"
 #   nomad var put -out none -namespace gpushare nomad/jobs/gpushare-scheduler \
 #     token="$(nomad acl token create -name gpushare -policy gpushare-scheduler -json | jq -r .SecretID)"
 #   nomad job run -var nomad_addr=http://10.0.0.1:4646 deploy/nomad/gpushare-scheduler.nomad.hcl
@@ -39,7 +37,7 @@ variable "datacenters" {
 variable "namespace" {
   type        = string
   default     = "gpushare"
-  description = "The job's namespace, which is the scheduler's (the leader lock and gpushare/state/, its signing key among them, live there; the policy's named namespace block must match). A namespace of its own, which ordinary submitters cannot write to: whoever may register a job named gpushare-scheduler in it, or alloc exec into it, can read its token. Create it first: nomad namespace apply gpushare."
+  description = "The job's namespace, which is the scheduler's (the leader lock and gpushare/state/, its signing key among them, live there; the policy's named namespace block must match). A namespace of its own, which ordinary submitters cannot write to: whoever may register a job named gpushare-scheduler in it, or alloc exec into it, can read its token. Create it first: docs/operators.md, ACLs and TLS."
 }
 
 variable "count" {

@@ -37,7 +37,9 @@ namespace "*" {
 # outside Nomad says so with nomad { namespace = "gpushare" }. A namespace
 # of its own, which ordinary submitters cannot write to, keeps them from
 # reading its token (nomad/jobs/gpushare-scheduler) and signing key.
-# Create it first: nomad namespace apply -description "gpushare scheduler" gpushare
+# Create it first: docs/operators.md, "ACLs and TLS" (from a specification
+# file: `nomad namespace apply gpushare` parses a file named gpushare if the
+# directory has one, such as the gpushare binary).
 namespace "gpushare" {
   capabilities = ["list-jobs", "read-job", "register-job", "alloc-lifecycle"]
 
