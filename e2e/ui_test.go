@@ -248,3 +248,55 @@ func TestWebUIShowsATokenWhatItMayRead(t *testing.T) {
 	must.StrContains(t, string(b), `<form method="post" action="/ui/login">`)
 	must.StrNotContains(t, string(b), "ui-secret")
 }
+
+// The demo's example jobs declare fixture loads (GPUSHARE_FIXTURE_LOAD):
+// the notebook, which declares no profile, is learned from its GPU's
+// stats as a non-zero profile, and the page shows its GPU at work and the
+// inference job's use over time.
+func TestWebUIDemoExamplesShowWork(t *testing.T) {
+	bin := chromium(t)
+	e := newEnv(t)
+	sched := e.startScheduler("s1", `observe_interval = "1s"`)
+	for _, name := range []string{"notebook-opportunistic", "inference-quarter"} {
+		path := filepath.Join("..", "jobspecs", "examples", name+".nomad.hcl")
+		out, err := exec.Command(cliBin, "job", "run", "-address", e.c.Address(), "-timeout", liveness.String(), path).CombinedOutput()
+		must.NoError(t, err, must.Sprintf("gpushare job run %s:\n%s", name, out))
+	}
+	var notebook service.GroupStatus
+	e.eventually(90*time.Second, "the notebook's profile to be learned from its load", func() bool {
+		var st service.JobStatus
+		if getJSON(sched.http+"/v1/jobs/notebook?namespace=default", &st) != nil || len(st.Groups) != 1 {
+			return false
+		}
+		notebook = st.Groups[0]
+		return notebook.Profile != nil && notebook.Profile.Name == "learned" && notebook.Profile.SM > 0 && notebook.Profile.MemBW > 0
+	})
+	// the average of what was observed alone: sm=15, mem_util=10 since the
+	// task's processes were seen (0 before)
+	must.LessEq(t, 0.15, notebook.Profile.SM)
+	must.LessEq(t, 0.10, notebook.Profile.MemBW)
+	e.eventually(60*time.Second, "the inference job's use in the history", func() bool {
+		var h service.History
+		if getJSON(sched.http+"/v1/history", &h) != nil {
+			return false
+		}
+		for _, j := range h.Jobs {
+			if j.Job == "inference" && len(j.Utilization) >= 2 {
+				return j.Utilization[len(j.Utilization)-1].Value >= 60 // 2 × sm=30
+			}
+		}
+		return false
+	})
+	dom := browse(t, bin, sched.http+"/ui", "--dump-dom")
+	at := strings.Index(dom, `title="default/notebook/jupyter: 10 shares`)
+	must.Positive(t, at, must.Sprintf("page:\n%s", dom))
+	row := dom[at:]
+	row = row[:strings.Index(row, "</li>")]
+	must.StrContains(t, row, `<span class="stats">`)
+	must.StrNotContains(t, row, `<span class="stats">0% busy`, must.Sprintf("the notebook's GPU:\n%s", row))
+	must.StrNotContains(t, row, ` 0 W</span>`)
+	job := browse(t, bin, sched.http+"/ui/jobs/notebook?namespace=default", "--dump-dom")
+	must.StrContains(t, job, "<dt>Interference profile</dt><dd>learned (SM 0.")
+	must.StrNotContains(t, job, "learned (SM 0.00")
+	must.StrContains(t, job, `GPU utilisation, last hour: <svg class="spark"`)
+}
