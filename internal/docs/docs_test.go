@@ -54,6 +54,17 @@ func TestShellBlocksMatchTheCLI(t *testing.T) {
 		cmds = append(cmds, shellCommands(rel, string(src))...)
 	}
 	must.SliceNotEmpty(t, cmds)
+	// and the gpushare commands the prose names in code spans
+	for _, doc := range documents(t) {
+		src, err := os.ReadFile(doc)
+		must.NoError(t, err)
+		rel, _ := filepath.Rel(root, doc)
+		for _, c := range inlineCommands(rel, string(src)) {
+			if err := checkGpushare(c.words[1:]); err != nil && !strings.Contains(err.Error(), "needs a") {
+				t.Errorf("%s (in a code span): %v", c, err)
+			}
+		}
+	}
 	nomad := nomadBinary()
 	targets := makeTargets(t)
 	counts := map[string]int{}
@@ -71,6 +82,14 @@ func TestShellBlocksMatchTheCLI(t *testing.T) {
 			}
 			if err := checkNomad(nomad, c.words[1:]); err != nil {
 				t.Errorf("%s: %v", c, err)
+			}
+			// `nomad namespace apply NAME` parses a file named NAME when the
+			// directory has one (the archive's has the gpushare binary):
+			// the documents apply a specification file
+			if len(c.words) > 3 && c.words[1] == "namespace" && c.words[2] == "apply" {
+				if arg := c.words[len(c.words)-1]; !strings.HasSuffix(arg, ".hcl") && !strings.HasSuffix(arg, ".json") {
+					t.Errorf("%s: apply a namespace specification file (.hcl or .json), not a name that a file of the directory may shadow", c)
+				}
 			}
 		case name == "make":
 			counts[name]++
@@ -133,6 +152,9 @@ func TestShellCommands(t *testing.T) {
 	must.Error(t, checkGpushare([]string{"job", "run", "-no-such-flag"}))
 	must.Error(t, checkGpushare([]string{"frob"}))
 	must.NoError(t, checkGpushare([]string{"limit", "-memory", "1GiB", "--", "prog", "--x"}))
+	spans := inlineCommands("f.md", "run `gpushare job run -detach F`, `gpushare job lint / run`,\n`gpushare places it`\n```sh\n`gpushare x`\n```\n")
+	must.SliceLen(t, 1, spans)
+	must.Eq(t, []string{"gpushare", "job", "run", "-detach", "F"}, spans[0].words)
 }
 
 var fence = regexp.MustCompile("^```(sh|shell|bash)\\s*$")
@@ -420,4 +442,31 @@ func TestWorkflowExamplesLint(t *testing.T) {
 	if nomad == "" {
 		t.Log("no Nomad binary: the workflow examples were not parsed")
 	}
+}
+
+// inlineCommands returns the gpushare commands of a document's code spans
+// (`gpushare job run FILE`) outside its fenced blocks: those whose words
+// name a command and no alternatives (`gpushare job lint / run`,
+// `gpushare <command> -h`).
+func inlineCommands(name, src string) []command {
+	var out []command
+	in := false
+	span := regexp.MustCompile("`((?:\\./|bin/|\\./bin/)?gpushare [^`]*)`")
+	for i, line := range strings.Split(src, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if in {
+			continue
+		}
+		for _, m := range span.FindAllStringSubmatch(line, -1) {
+			words := strings.Fields(m[1])
+			if _, ok := cli.Commands()[words[1]]; !ok || strings.Contains(m[1], " / ") || strings.Contains(m[1], "<command>") || strings.Contains(m[1], "/run") {
+				continue
+			}
+			out = append(out, command{fmt.Sprintf("%s:%d", name, i+1), words})
+		}
+	}
+	return out
 }
