@@ -13,6 +13,8 @@ import (
 
 	"github.com/gpushare/gpushare/cli"
 	"github.com/gpushare/gpushare/jobspecs"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/shoenig/test/must"
 )
 
@@ -469,4 +471,26 @@ func inlineCommands(name, src string) []command {
 		}
 	}
 	return out
+}
+
+// The troubleshooting guide names every refusal code of the placement core
+// and every lifecycle state a group can be in (RefusedReserve is declared
+// but no decision gives it).
+func TestTroubleshootingNamesEveryReason(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "troubleshooting.md"))
+	must.NoError(t, err)
+	guide := string(b)
+	for _, code := range []string{
+		placement.RefusedInvalid, placement.RefusedNoModel, placement.RefusedTooLarge, placement.RefusedNoCapacity,
+		placement.RefusedTopology, placement.RefusedInterference, placement.RefusedQuota, placement.RefusedOverQuota,
+		placement.RefusedRules,
+	} {
+		must.StrContains(t, guide, "`"+code+"`", must.Sprintf("docs/troubleshooting.md does not explain the refusal %q", code))
+	}
+	for _, st := range []lifecycle.State{
+		lifecycle.Template, lifecycle.Stopped, lifecycle.Waiting, lifecycle.PinnedUnplaced, lifecycle.Running,
+		lifecycle.Scaling, lifecycle.Canarying, lifecycle.Migrating, lifecycle.Done, lifecycle.Unmanaged,
+	} {
+		must.StrContains(t, guide, "`"+string(st)+"`", must.Sprintf("docs/troubleshooting.md does not explain the state %q", st))
+	}
 }
