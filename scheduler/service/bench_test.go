@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,23 @@ func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
 // which the HTTP API and the event stream wait.
 func BenchmarkPass(b *testing.B) {
 	benchPass(b, benchCluster(b, 1000, 10, 2000))
+}
+
+// BenchmarkPassAt is BenchmarkPass at 1,000, 4,000 and 10,000 nodes, each
+// with 10 running allocations per node and 2 waiting groups per node
+// (issue 30's sizes: 10,000 nodes, 100,000 allocations, 20,000 groups).
+// Past 1,000 nodes it runs only with GPUSHARE_BENCH_LARGE=1 (make bench
+// sets it): the 10,000-node cluster takes minutes and gigabytes to build,
+// which make test's one run of every benchmark does not need.
+func BenchmarkPassAt(b *testing.B) {
+	for _, n := range []int{1000, 4000, 10000} {
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
+			if n > 1000 && os.Getenv("GPUSHARE_BENCH_LARGE") != "1" {
+				b.Skip("set GPUSHARE_BENCH_LARGE=1 (make bench does)")
+			}
+			benchPass(b, benchCluster(b, n, 10, 2*n))
+		})
+	}
 }
 
 // BenchmarkPassRules is BenchmarkPass with Nomad's own rules to check:
