@@ -83,6 +83,11 @@ func TestCarryPinsOnlyWhenNothingDecidedOnChanged(t *testing.T) {
 			j.TaskGroups[0].Tasks[0].Resources.Devices[0].Constraints = []*api.Constraint{{LTarget: "${device.attr.memory}", Operand: ">=", RTarget: "16 GiB"}}
 		}},
 		{name: "another incarnation of the job", old: func(j *api.Job) { j.CreateIndex = ptr(uint64(9)) }},
+		// its canaries would be placed beside what runs and need shares of
+		// their own: the scheduler decides (it pins an unchanged version as before)
+		{name: "deployed with canaries", next: func(j *api.Job) { j.Update = &api.UpdateStrategy{Canary: ptr(1)} }},
+		{name: "a group deployed with canaries", next: func(j *api.Job) { j.TaskGroups[0].Update = &api.UpdateStrategy{Canary: ptr(1), AutoPromote: ptr(true)} }},
+		{name: "a batch job (no canaries)", next: func(j *api.Job) { j.Type = ptr("batch"); j.Update = &api.UpdateStrategy{Canary: ptr(1)} }, carry: true},
 		{name: "a pin that records no request", old: func(j *api.Job) {
 			rec, ok := pin.ParseRecord(j, "g")
 			must.True(t, ok)

@@ -310,6 +310,14 @@ func carryPins(client *api.Client, job *api.Job) []string {
 		if rec.Request == "" || !rec.ForRequest(canon, group) || rec.Incarnation != pin.Incarnation(old) {
 			continue
 		}
+		if deploysCanaries(canon, group) {
+			// a changed version's canaries run beside the allocations they
+			// replace and need shares of their own: carried, the pin left
+			// them none and the deployment waited for ever. The scheduler
+			// tells a version Nomad replaces (placed beside) from one it
+			// updates in place (pinned as before), so it decides.
+			continue
+		}
 		d := &placement.Decision{Policy: rec.Policy}
 		for i, node := range rec.Nodes {
 			p := placement.Placement{Node: node, Cell: rec.Cell, Reason: rec.Reason}
@@ -327,6 +335,17 @@ func carryPins(client *api.Client, job *api.Job) []string {
 		}
 	}
 	return carried
+}
+
+// deploysCanaries reports whether a new version of a service job's group
+// is deployed with canaries (its update block's canary, the job's when
+// the group has none: canonical merges them).
+func deploysCanaries(job *api.Job, group string) bool {
+	tg := pin.Group(job, group)
+	if tg == nil || tg.Update == nil || tg.Update.Canary == nil || *tg.Update.Canary == 0 {
+		return false
+	}
+	return job.Type == nil || *job.Type == api.JobTypeService
 }
 
 // canonical is a copy of job with Nomad's defaults filled in.
