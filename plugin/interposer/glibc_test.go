@@ -154,8 +154,8 @@ func TestLibraryLoadsOnOldGlibc(t *testing.T) {
 // __isoc23_* (GLIBC_2.38) under _GNU_SOURCE, which the library defines: a
 // library built on a newer glibc than this machine's would need 2.38 for
 // them (seen building on Ubuntu 24.04, glibc 2.39: __isoc23_strtol and
-// __isoc23_strtoull). The library parses numbers itself (region.c
-// parse_u64).
+// __isoc23_strtoull). The library parses numbers itself (limits.c
+// gs_parse_u64).
 var c23Redirected = []string{"strtol", "strtoul", "strtoll", "strtoull", "strtoimax", "strtoumax",
 	"sscanf", "fscanf", "scanf", "vsscanf", "vfscanf", "vscanf",
 	"wcstol", "wcstoul", "wcstoll", "wcstoull", "swscanf", "fwscanf", "wscanf", "vswscanf", "vfwscanf", "vwscanf"}

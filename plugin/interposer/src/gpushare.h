@@ -40,6 +40,9 @@ struct gs_limits {
 /* Parses the key=value limits file at path. Returns 0 on success, -1 when the
  * file cannot be read or a line is malformed (the caller then fails closed). */
 int gs_limits_read(const char *path, struct gs_limits *out);
+/* A whole decimal number (digits only) into *out; -1 when s is empty,
+ * holds anything else, or overflows (limits.c). */
+int gs_parse_u64(const char *s, unsigned long long *out);
 
 /* The usage region shared by the reservation's processes (region.c): the
  * layout of the file "usage", here so a test can hold its lock. */
