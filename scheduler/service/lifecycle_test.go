@@ -419,3 +419,21 @@ func TestJobDistinctHostsKeepsGroupsApart(t *testing.T) {
 		must.NotEq(t, g.Nodes, h.Nodes, must.Sprintf("together=%v", together))
 	}
 }
+
+// A parameterized job no node can hold one child of is not pinned to an
+// empty pool: it stays at the gate, nothing is registered, and it says why.
+func TestParameterizedParentWithoutAPoolSaysWhy(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	parent := gatedParam("huge")
+	parent.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(1600)) // 16 GPUs; the node has 8
+	f.put(parent)
+	s := loadedService(t, f)
+	registers := f.registers
+	s.loop.reconcile(t.Context())
+	must.Eq(t, registers, f.registers, must.Sprint("nothing registered"))
+	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["huge"]))
+	must.StrContains(t, s.loop.pending[key("huge")], "no pool of GPUs for its dispatched children")
+	st, ok := s.loop.jobStatus("default", "huge", "default")
+	must.True(t, ok)
+	must.Eq(t, "pending", st.Groups[0].State)
+}
