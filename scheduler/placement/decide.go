@@ -188,6 +188,7 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 		case n.groups[c.group].perGPU: // Nomad places each on one GPU's group
 		case c.gpu >= 0:
 			pins[n.idx] = c.gpu
+		case n.stage: // whole GPUs the service places one after the other (SetStaging)
 		default:
 			pins[n.idx] = -1
 		}

@@ -131,7 +131,7 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 				best = max(best, min(byRes, grp.cap/frac))
 				most = max(most, best)
 			case whole > 0 && whole <= grp.maxWhole():
-				best = max(best, min(byRes, grp.wholeSlots(whole))) // one allocation of the group per node, or per GPU
+				best = max(best, min(byRes, grp.wholeSlots(whole, n.stage))) // one allocation of the group per node, or per GPU
 				most = max(most, min(byRes, len(grp.gpus)/whole))
 			case frac > 0:
 				best = max(best, min(byRes, grp.fracSlots(spg, frac))) // fractions stack on one GPU
@@ -234,7 +234,7 @@ func OnePerNode(s *Snapshot, r Request) string {
 				continue
 			}
 			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= grp.maxWhole() && !grp.mig {
-				nodes += grp.wholeSlots(whole) // a node whose GPUs are groups holds one per GPU
+				nodes += grp.wholeSlots(whole, n.stage) // a node whose GPUs are groups, or staged, holds one per GPU
 				break
 			}
 		}
@@ -242,9 +242,10 @@ func OnePerNode(s *Snapshot, r Request) string {
 	if nodes == 0 || nodes >= r.Count {
 		return ""
 	}
-	return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a group per node (Nomad's device constraint is per group, and Nomad "+
+	return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a group per node where it cannot hold GPUs while Nomad places them one "+
+		"after the other (a node with neither the raw_exec nor the exec driver; Nomad's device constraint is per group, and Nomad "+
 		"could hand one allocation shares of two GPUs): its %d allocations need %d nodes and %d can hold one; it waits for more nodes — "+
-		"or split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
+		"or enable raw_exec or exec on the nodes, split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
 }
 
 // limited refuses a request whose distinct_property limits leave fewer

@@ -19,9 +19,11 @@ func (g *gpuGroup) maxWhole() int {
 
 // wholeSlots is how many allocations of whole GPUs each the group may
 // hold under gpushare's rules: one per node with a group per model
-// (OnePerNode), one per GPU when each GPU is a group.
-func (g *gpuGroup) wholeSlots(whole int) int {
-	if g.perGPU {
+// (OnePerNode), unless the service can stage them there (Node.stage:
+// placed one after the other behind holds); one per GPU when each GPU is
+// a group.
+func (g *gpuGroup) wholeSlots(whole int, staged bool) int {
+	if g.perGPU || staged {
 		return len(g.gpus) / max(whole, 1)
 	}
 	return 1
@@ -43,4 +45,17 @@ func perGPUNote(need, spg int) string {
 	return fmt.Sprintf("on nodes whose plugin offers each GPU as its own device group (device_groups = \"gpu\") one allocation holds at most one GPU "+
 		"(Nomad takes a request's shares from one device group, and one device block per GPU would overwrite each other's NVIDIA_VISIBLE_DEVICES): "+
 		"ask for at most %d shares per allocation and count the %d GPUs in the group's count, or use nodes with device_groups = \"model\"", spg, need)
+}
+
+// SetStaging marks the nodes where the service can place several
+// whole-GPU allocations of one group one after the other (it holds the
+// GPUs of all but one of them with a short-lived job while Nomad places
+// the first, then lets them go one at a time): on the other nodes of a
+// group per model, a group holds at most one whole-GPU allocation
+// (OnePerNode), since Nomad takes a request's shares from the pinned set
+// in any order. ok is asked once per node; nil marks none.
+func (s *Snapshot) SetStaging(ok func(nodeID string) bool) {
+	for _, n := range s.nodes {
+		n.stage = ok != nil && ok(n.ID)
+	}
 }

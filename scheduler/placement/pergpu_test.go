@@ -87,3 +87,39 @@ func TestPerGPUGroupsRefuseMultiGPUAllocations(t *testing.T) {
 	d := place(t, mixed, policy(t, PolicyBestFit, Options{}), r)
 	must.Eq(t, "b", d.Placements[0].Node)
 }
+
+// On a node the service can stage (SetStaging: it holds GPUs while Nomad
+// places the group's allocations one after the other), every policy puts
+// two whole-GPU allocations of one group on one 8-GPU node, each on GPUs
+// of its own, and the rule of one per node no longer explains a wait;
+// nodes not marked keep the rule.
+func TestStagedNodesHoldSeveralWholeGPUAllocations(t *testing.T) {
+	for _, name := range PolicyNames() {
+		t.Run(name, func(t *testing.T) {
+			for _, shares := range []int{100, 200} {
+				r := Request{ID: "r", Count: 2, Shares: shares}
+				s := cluster(t, NodeSpec{ID: "a", GPUs: 8})
+				s.SetStaging(func(id string) bool { return id == "a" })
+				must.Eq(t, "", OnePerNode(s, r))
+				d := place(t, s, policy(t, name, Options{}), r)
+				must.SliceLen(t, 2, d.Placements)
+				seen := map[string]bool{}
+				for _, p := range d.Placements {
+					must.Eq(t, "a", p.Node)
+					must.SliceLen(t, shares/100, p.GPUs)
+					for _, g := range p.GPUs {
+						must.MapNotContainsKey(t, seen, g, must.Sprint("a GPU given to two allocations"))
+						seen[g] = true
+					}
+				}
+				s.SetStaging(nil)
+				must.StrContains(t, OnePerNode(s, Request{ID: "r2", Count: 2, Shares: shares}), "neither the raw_exec nor the exec driver")
+			}
+			// spread first: with a second node, one allocation each
+			two := cluster(t, NodeSpec{ID: "a", GPUs: 8}, NodeSpec{ID: "b", GPUs: 8})
+			two.SetStaging(func(string) bool { return true })
+			d := place(t, two, policy(t, name, Options{}), Request{ID: "r", Count: 2, Shares: 100})
+			must.NotEq(t, d.Placements[0].Node, d.Placements[1].Node)
+		})
+	}
+}

@@ -147,6 +147,9 @@ type Node struct {
 	version  uint64
 	// mig counts the node's groups of shared MIG instances.
 	mig int
+	// stage: several whole-GPU allocations of a group may share the node,
+	// placed one after the other (SetStaging).
+	stage bool
 }
 
 // Free returns the node's unused CPU and memory.

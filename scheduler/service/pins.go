@@ -175,10 +175,19 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 	if err := s.lease.mayWrite(); err != nil {
 		return all(err)
 	}
+	// several whole-GPU allocations of a group on one node: all but one
+	// held until Nomad has placed the one before (hold.go)
+	holds, err := s.stage(ctx, job, done)
+	if err != nil {
+		return all(err)
+	}
 	s.metrics.pinRequests.Inc()
 	rctx, cancel = s.request(ctx)
 	registered, err := s.nomad.Register(rctx, job, index)
 	cancel()
+	if err != nil {
+		s.unstage(ctx, job, holds)
+	}
 	if err != nil || registered == 0 {
 		// the model learns at once what Nomad holds now (a conflict: the
 		// newer version, decided on in the next pass); a request of its

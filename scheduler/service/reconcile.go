@@ -64,6 +64,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	read := s.state.Index
 	built := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
 	snap, problems := built.Snapshot, built.Problems
+	snap.SetStaging(s.canStage)
 	shape := clusterShape(snap)
 	if shape != s.warnedShape {
 		s.warnedShape = shape
@@ -124,6 +125,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	s.releaseHolds(ctx, snap)
 	s.readPriors(ctx)
 	s.promote(ctx)
 	s.mu.Lock()

@@ -82,6 +82,13 @@ type fakeNomad struct {
 	deployments map[string]*api.Deployment
 	promoteErr  error
 	promoted    []string
+	// holdErr fails every hold registration; holdUnplaced registers holds
+	// Nomad does not place; holdsRegistered counts registrations and
+	// holdsStopped lists the holds stopped (hold_test.go).
+	holdErr         error
+	holdUnplaced    bool
+	holdsRegistered int
+	holdsStopped    []string
 }
 
 // fakeStream is one subscription to the fake's event stream.

@@ -55,6 +55,9 @@ type cluster struct {
 	// synced is set once the model holds a full listing: no pass decides
 	// before.
 	synced bool
+	// holds are the hold jobs of staged placements (hold.go), kept out of
+	// the model: the shares they hold are their groups'.
+	holds holdBook
 }
 
 // watch keeps the model current: a full listing merged into the model,
@@ -234,6 +237,11 @@ func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 			return nil
 		}
 		w.mu.Lock()
+		if isHold(*job.ID) { // a hold let go: its shares are free
+			delete(w.holds, model.JobKey(nsOf(job), *job.ID))
+			w.mu.Unlock()
+			return nil
+		}
 		if purged {
 			w.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
 		} else {
@@ -256,7 +264,11 @@ func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 		return nil
 	}
 	w.mu.Lock()
-	w.state.PutJob(job)
+	if isHold(*job.ID) {
+		w.putHold(job)
+	} else {
+		w.state.PutJob(job)
+	}
 	w.mu.Unlock()
 	return nil
 }
@@ -312,6 +324,9 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 	}
 	if a == nil || a.ID == "" {
 		return fmt.Errorf("allocation event %s carries no allocation", e.Key)
+	}
+	if isHold(a.JobID) {
+		return nil // a hold's shares are its group's (hold.go)
 	}
 	// allocations of every namespace: the shares they hold are not free
 	w.mu.Lock()
@@ -395,6 +410,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 		}
 		l.Nodes = append(l.Nodes, n)
 	}
+	var holdStubs []*api.JobListStub
 	for i, name := range ns.list() {
 		stubs, index, err := w.nomad.JobList(ctx, name)
 		if err != nil {
@@ -407,6 +423,12 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 		w.mu.Lock()
 		for _, st := range stubs {
 			if !ns.has(st.Namespace) {
+				continue
+			}
+			if isHold(st.ID) {
+				if st.Status != "dead" && !st.Stop {
+					holdStubs = append(holdStubs, st)
+				}
 				continue
 			}
 			k := model.JobKey(st.Namespace, st.ID)
@@ -429,10 +451,16 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 			l.Jobs = append(l.Jobs, j)
 		}
 	}
-	// the allocations of every namespace: the shares they hold are not free
+	holds, err := w.readHolds(ctx, holdStubs)
+	if err != nil {
+		return 0, err
+	}
+	// the allocations of every namespace: the shares they hold are not
+	// free (but a hold's, which are its group's)
 	if l.Allocs, l.AllocsIndex, err = w.nomad.Allocs(ctx, "*"); err != nil {
 		return 0, fmt.Errorf("list the allocations: %w", err)
 	}
+	l.Allocs = slices.DeleteFunc(l.Allocs, func(a *api.Allocation) bool { return a != nil && isHold(a.JobID) })
 	// what Nomad said of the groups it could not place: a pin it failed
 	// before this replica started is noticed too (model.PutEval)
 	var evals []*api.Evaluation
@@ -448,6 +476,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	w.mu.Lock()
 	prev := w.state.Index
 	st := w.state.Relist(l)
+	w.setHolds(holds)
 	for _, e := range evals {
 		if ns.has(e.Namespace) {
 			w.state.PutEval(e)

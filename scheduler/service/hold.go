@@ -1,0 +1,278 @@
+package service
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Staged placement: several whole-GPU allocations of one group on one
+// node. A group's pin is one `${device.ids}` constraint for all its
+// allocations, and Nomad's device allocator takes a request's shares from
+// the allowed set in any order: with the shares of two GPUs free on one
+// node, each of two allocations could get half of both, which Reserve
+// refuses. So before such a pin is registered, the scheduler registers a
+// hold: a tiny batch job on that node holding the shares of all but one
+// of the group's allocations there. Nomad can then give the first
+// allocation only the GPUs not held. Once the group's allocations hold
+// every pinned share on the node that no hold holds, one hold is let go
+// (stopped), and Nomad's blocked evaluation places the next allocation on
+// the only GPUs free to it. Holds live in Nomad (their meta names the
+// group and the pin), so a scheduler that restarts finds and finishes
+// them; one nobody lets go ends by itself after holdLife.
+
+// HoldPrefix starts the ID of every hold job.
+const HoldPrefix = "gpushare-hold-"
+
+const (
+	metaHoldFor    = "gpushare.hold_for"    // the group's key
+	metaHoldPin    = "gpushare.hold_pin"    // pinDigest of the pin it stages
+	metaHoldNode   = "gpushare.hold_node"   // the node
+	metaHoldShares = "gpushare.hold_shares" // how many shares it holds
+	// holdLife is how long a hold's task runs if nobody stops it.
+	holdLife = time.Hour
+	// holdPlaced bounds the wait for Nomad to place the holds of a pin.
+	holdPlaced = 30 * time.Second
+)
+
+// isHold reports whether a job ID is a hold's.
+func isHold(id string) bool { return strings.HasPrefix(id, HoldPrefix) }
+
+// holdNomad is what holds need of Nomad beyond nomadActions.
+type holdNomad interface {
+	// RegisterHold registers a hold job.
+	RegisterHold(ctx context.Context, job *api.Job) error
+	// JobAllocs lists a job's allocations.
+	JobAllocs(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
+	// StopJob deregisters a job without purging it (a purge while a plan
+	// for it is in flight crashes Nomad 1.11's servers).
+	StopJob(ctx context.Context, namespace, id string) error
+}
+
+// holdBook is the hold jobs Nomad runs, by namespace/ID, as the watcher
+// reads them (never in the model: the shares a hold holds are its
+// group's). Guarded by cluster.mu.
+type holdBook map[string]*api.Job
+
+// put records a hold job, or forgets one that is stopped.
+func (b holdBook) put(j *api.Job) {
+	k := model.JobKey(nsOf(j), *j.ID)
+	if j.Stop != nil && *j.Stop || j.Status != nil && *j.Status == "dead" {
+		delete(b, k)
+		return
+	}
+	b[k] = j
+}
+
+// holdSpec is one hold to register: the shares of the allocations of a
+// group staged after the first on a node.
+type holdSpec struct {
+	node   string
+	shares []string
+}
+
+// stagesOf lists the holds a pin needs: on each node, the pinned
+// allocations whose shares no live allocation of the group holds yet are
+// grouped by their GPUs; where more than one set of GPUs is to be given,
+// all but the first are held. live are the shares the group's live
+// allocations hold (Nomad gives those back in place).
+func stagesOf(placements []placement.Placement, live map[string]bool) []holdSpec {
+	type set struct {
+		gpus   string
+		shares []string
+	}
+	byNode := map[string][]set{}
+	for _, p := range placements {
+		if len(p.Shares) == 0 || slices.ContainsFunc(p.Shares, func(s string) bool { return live[s] }) {
+			continue
+		}
+		gpus := strings.Join(slices.Sorted(slices.Values(p.GPUs)), ",")
+		sets := byNode[p.Node]
+		if i := slices.IndexFunc(sets, func(s set) bool { return s.gpus == gpus }); i >= 0 {
+			sets[i].shares = append(sets[i].shares, p.Shares...)
+			continue
+		}
+		byNode[p.Node] = append(sets, set{gpus: gpus, shares: slices.Clone(p.Shares)})
+	}
+	var out []holdSpec
+	for _, node := range slices.Sorted(maps.Keys(byNode)) {
+		for _, s := range byNode[node][min(1, len(byNode[node])):] {
+			out = append(out, holdSpec{node: node, shares: s.shares})
+		}
+	}
+	return out
+}
+
+// pinDigest identifies a group's pin (its placement meta) in its holds.
+func pinDigest(job *api.Job, group string) string {
+	tg := pin.Group(job, group)
+	if tg == nil || tg.Meta[pin.MetaPlacement] == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(tg.Meta[pin.MetaPlacement]))
+	return hex.EncodeToString(sum[:8])
+}
+
+// holdDriver is the driver a hold's task uses on a node ("" when the node
+// has neither raw_exec nor exec healthy: nothing is staged there).
+func holdDriver(n *api.Node) string {
+	if n == nil {
+		return ""
+	}
+	for _, d := range []string{"raw_exec", "exec"} {
+		if info := n.Drivers[d]; info != nil && info.Detected && info.Healthy {
+			return d
+		}
+	}
+	return ""
+}
+
+// holdJob is the hold of spec for group key's pin (digest), the i-th of
+// the pin.
+func holdJob(key decide.Key, digest string, i int, spec holdSpec, driver string, priority int) *api.Job {
+	sum := sha256.Sum256([]byte(key.String()))
+	id := fmt.Sprintf("%s%s-%s-%d", HoldPrefix, hex.EncodeToString(sum[:5]), digest[:min(8, len(digest))], i)
+	task := api.NewTask("hold", driver)
+	task.Config = map[string]any{"command": "sleep", "args": []string{fmt.Sprint(int(holdLife.Seconds()))}}
+	task.Resources = &api.Resources{CPU: new(20), MemoryMB: new(16), Devices: []*api.RequestedDevice{{
+		Name: "nvidia/gpushare", Count: new(uint64(len(spec.shares))),
+		Constraints: []*api.Constraint{{LTarget: pin.DeviceAttribute, Operand: pin.OpSetContains, RTarget: strings.Join(spec.shares, ",")}},
+	}}}
+	task.KillTimeout = new(time.Second)
+	tg := api.NewTaskGroup("hold", 1)
+	tg.AddTask(task)
+	tg.RestartPolicy = &api.RestartPolicy{Attempts: new(0), Mode: new(api.RestartPolicyModeFail)}
+	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)}
+	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: new(10)}
+	job := api.NewBatchJob(id, id, "global", priority)
+	job.Namespace = new(key.Namespace)
+	job.Region = nil
+	job.Datacenters = []string{"*"}
+	job.NodePool = new("all")
+	job.Constrain(api.NewConstraint("${node.unique.id}", "=", spec.node))
+	job.AddTaskGroup(tg)
+	job.Meta = map[string]string{metaHoldFor: key.String(), metaHoldPin: digest, metaHoldNode: spec.node, metaHoldShares: fmt.Sprint(len(spec.shares))}
+	return job
+}
+
+// holder is the Nomad client's hold calls, nil when it has none (no
+// staging: one whole-GPU allocation of a group per node).
+func (s *loop) holder() holdNomad {
+	h, _ := s.nomad.(holdNomad)
+	return h
+}
+
+// canStage reports whether several whole-GPU allocations of a group may
+// be staged on a node. The caller holds s.mu.
+func (s *loop) canStage(nodeID string) bool {
+	return s.holder() != nil && holdDriver(s.state.Nodes[nodeID]) != ""
+}
+
+// stage registers the holds the pins of one job need (pinned is the job
+// as it will be registered) and waits until Nomad has placed them all;
+// it returns their IDs. On an error the holds it registered are stopped.
+func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action) ([]string, error) {
+	h := s.holder()
+	if h == nil {
+		return nil, nil
+	}
+	var jobs []*api.Job
+	s.mu.Lock()
+	for _, a := range acts {
+		if a.Decision == nil {
+			continue
+		}
+		live := map[string]bool{}
+		for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
+			for _, sh := range model.Shares(al) {
+				live[sh] = true
+			}
+		}
+		digest := pinDigest(pinned, a.Group.Group)
+		for i, spec := range stagesOf(a.Decision.Placements, live) {
+			driver := holdDriver(s.state.Nodes[spec.node])
+			if driver == "" || digest == "" {
+				continue // not staged there: the placement kept one per node
+			}
+			jobs = append(jobs, holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50)))
+		}
+	}
+	s.mu.Unlock()
+	var ids []string
+	stopAll := func() { s.unstage(ctx, pinned, ids) }
+	for _, j := range jobs {
+		if err := s.lease.mayWrite(); err != nil {
+			stopAll()
+			return nil, err
+		}
+		rctx, cancel := s.request(ctx)
+		err := h.RegisterHold(rctx, j)
+		cancel()
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("hold GPUs on node %s for placing the group's allocations one after the other: %w", j.Meta[metaHoldNode], err)
+		}
+		ids = append(ids, *j.ID)
+		s.log.Info("holding GPUs while Nomad places a group's allocations on one node one after the other", "hold", *j.ID,
+			"for", j.Meta[metaHoldFor], "node", j.Meta[metaHoldNode], "shares", j.Meta[metaHoldShares])
+	}
+	if err := s.waitPlaced(ctx, h, jobs); err != nil {
+		stopAll()
+		return nil, err
+	}
+	return ids, nil
+}
+
+// unstage lets go the holds of a pin that was not registered.
+func (s *loop) unstage(ctx context.Context, pinned *api.Job, ids []string) {
+	h := s.holder()
+	for _, id := range ids {
+		rctx, cancel := s.request(context.WithoutCancel(ctx))
+		if err := h.StopJob(rctx, nsOf(pinned), id); err != nil && !isNotFound(err) {
+			s.log.Warn("cannot let go a hold of a pin not registered; it ends by itself", "hold", id, "after", holdLife, "error", err)
+		}
+		cancel()
+	}
+}
+
+// waitPlaced waits until Nomad has placed every hold (a live allocation
+// each), up to holdPlaced.
+func (s *loop) waitPlaced(ctx context.Context, h holdNomad, jobs []*api.Job) error {
+	deadline := time.Now().Add(holdPlaced) // liveness only
+	for _, j := range jobs {
+		for {
+			rctx, cancel := s.request(ctx)
+			allocs, err := h.JobAllocs(rctx, *j.Namespace, *j.ID)
+			cancel()
+			if err == nil && slices.ContainsFunc(allocs, func(a *api.AllocationListStub) bool {
+				return a.DesiredStatus == api.AllocDesiredStatusRun && !slices.Contains([]string{api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusComplete}, a.ClientStatus)
+			}) {
+				break
+			}
+			if ctx.Err() != nil || !time.Now().Before(deadline) {
+				return fmt.Errorf("Nomad did not place hold %s on node %s within %s (its CPU, memory or the held GPUs are taken): the group is decided again", *j.ID, j.Meta[metaHoldNode], holdPlaced)
+			}
+			sleep(ctx, 100*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func ptrInt(p *int) int {
+	if p == nil {
+		return 0
+	}
+	return *p
+}

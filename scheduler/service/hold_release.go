@@ -1,0 +1,218 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
+)
+
+// putHold records a hold job as the watcher read it. The caller holds mu.
+func (c *cluster) putHold(j *api.Job) {
+	if c.holds == nil {
+		c.holds = holdBook{}
+	}
+	c.holds.put(j)
+}
+
+// setHolds replaces the holds with a full listing's. The caller holds mu.
+func (c *cluster) setHolds(jobs []*api.Job) {
+	c.holds = holdBook{}
+	for _, j := range jobs {
+		c.holds.put(j)
+	}
+}
+
+// release is one hold to let go, and why.
+type release struct {
+	namespace, id, why string
+	key                decide.Key
+}
+
+// releaseHolds lets go the holds whose work is done: on each node, one
+// hold of a group once the group's live allocations hold every pinned
+// share there that no hold holds (Nomad placed the allocation before it),
+// and every hold of a group whose job is gone or stopped, pinned again or
+// unpinned, or that has outlived holdLife. Only the leader releases.
+func (s *loop) releaseHolds(ctx context.Context, snap *placement.Snapshot) {
+	h := s.holder()
+	if h == nil || s.lease.mayWrite() != nil {
+		return
+	}
+	s.mu.Lock()
+	drop := s.holdsDone(snap)
+	s.mu.Unlock()
+	for _, r := range drop {
+		rctx, cancel := s.request(ctx)
+		err := h.StopJob(rctx, r.namespace, r.id)
+		cancel()
+		if err != nil && !isNotFound(err) {
+			s.log.Warn("cannot release a hold; trying again at the next pass", "hold", r.id, "error", err)
+			continue
+		}
+		s.mu.Lock()
+		delete(s.holds, model.JobKey(r.namespace, r.id))
+		s.mu.Unlock()
+		s.log.Info("released a hold", "hold", r.id, "for", r.key.String(), "reason", r.why)
+		s.markDirty()
+	}
+}
+
+// holdsDone lists the holds to release (releaseHolds). The caller holds
+// s.mu.
+func (s *loop) holdsDone(snap *placement.Snapshot) []release {
+	type at struct {
+		key  decide.Key
+		node string
+	}
+	staged := map[at][]*api.Job{}
+	var out []release
+	for _, j := range s.holds {
+		key, ok := decide.ParseKey(j.Meta[metaHoldFor])
+		if !ok {
+			continue // not ours to judge: a hold's meta names its group
+		}
+		k := at{key, j.Meta[metaHoldNode]}
+		staged[k] = append(staged[k], j)
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(staged), func(a, b at) int {
+		return strings.Compare(a.key.String()+"@"+a.node, b.key.String()+"@"+b.node)
+	}) {
+		holds := staged[k]
+		slices.SortFunc(holds, func(a, b *api.Job) int { return strings.Compare(*a.ID, *b.ID) })
+		if why := s.holdStale(k.key, holds[0]); why != "" {
+			for _, j := range holds {
+				out = append(out, release{namespace: nsOf(j), id: *j.ID, why: why, key: k.key})
+			}
+			continue
+		}
+		if s.placedBefore(k.key, k.node, holds, snap) {
+			out = append(out, release{namespace: nsOf(holds[0]), id: *holds[0].ID, key: k.key,
+				why: "the group's allocations hold every pinned GPU on the node not held: Nomad places the next one on the GPUs this hold frees"})
+		}
+	}
+	return out
+}
+
+// holdStale says why a hold no longer stages its group's pin ("" while it
+// does).
+func (s *loop) holdStale(key decide.Key, hold *api.Job) string {
+	job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
+	switch {
+	case job == nil:
+		return "its job is gone"
+	case job.Stop != nil && *job.Stop:
+		return "its job is stopped"
+	case pinDigest(job, key.Group) != hold.Meta[metaHoldPin]:
+		return "its group is no longer pinned as when it was held"
+	case hold.SubmitTime != nil && s.now().Sub(time.Unix(0, *hold.SubmitTime)) > holdLife:
+		return "held longer than " + holdLife.String()
+	}
+	return ""
+}
+
+// placedBefore reports whether the group's live allocations hold every
+// share its pin names on the node that the holds do not hold.
+func (s *loop) placedBefore(key decide.Key, node string, holds []*api.Job, snap *placement.Snapshot) bool {
+	job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
+	rec, ok := s.state.Record(job, key.Group)
+	n, known := snap.Node(node)
+	if !ok || !known {
+		return false
+	}
+	onNode := map[string]bool{}
+	for _, g := range n.GPUs {
+		onNode[g.UUID] = true
+	}
+	held := map[string]bool{}
+	for _, j := range holds {
+		for _, sh := range heldShares(j) {
+			held[sh] = true
+		}
+	}
+	taken := map[string]bool{}
+	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
+		if a.NodeID == node && model.Live(a) {
+			for _, sh := range model.Shares(a) {
+				taken[sh] = true
+			}
+		}
+	}
+	for _, sh := range rec.Shares {
+		id, err := devicefn.ParseShareID(sh)
+		if err != nil || !onNode[id.UUID] || held[sh] {
+			continue
+		}
+		if !taken[sh] {
+			return false
+		}
+	}
+	return true
+}
+
+// heldShares are the shares a hold job holds (its device constraint).
+func heldShares(j *api.Job) []string {
+	for _, tg := range j.TaskGroups {
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				for _, c := range d.Constraints {
+					if c.LTarget == pin.DeviceAttribute {
+						return strings.Split(c.RTarget, ",")
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// readHolds reads the hold jobs a listing found.
+func (w *watcher) readHolds(ctx context.Context, stubs []*api.JobListStub) ([]*api.Job, error) {
+	var out []*api.Job
+	for _, st := range stubs {
+		j, err := w.nomad.Job(ctx, st.Namespace, st.ID)
+		switch {
+		case isNotFound(err):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("read hold %s: %w", st.ID, err)
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
+
+var _ holdNomad = nomadClient{}
+
+func (n nomadClient) RegisterHold(ctx context.Context, job *api.Job) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	_, _, err := n.c.Jobs().Register(job, (&api.WriteOptions{Namespace: nsOf(job)}).WithContext(ctx))
+	return err
+}
+
+func (n nomadClient) JobAllocs(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error) {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	allocs, _, err := n.c.Jobs().Allocations(id, false, q(ctx, namespace))
+	return allocs, err
+}
+
+func (n nomadClient) StopJob(ctx context.Context, namespace, id string) error {
+	ctx, cancel := n.bound(ctx)
+	defer cancel()
+	_, _, err := n.c.Jobs().Deregister(id, false, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+	return err
+}

@@ -1,0 +1,216 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// The fake Nomad's hold calls: a hold is placed at once on the node its
+// meta names, holding the shares its device constraint names (unless
+// holdRefused), and stopping it ends its allocation.
+
+func (f *fakeNomad) RegisterHold(_ context.Context, j *api.Job) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.holdErr != nil {
+		return f.holdErr
+	}
+	f.holdsRegistered++
+	f.putLocked(j)
+	if f.holdUnplaced {
+		return nil
+	}
+	f.index++
+	f.allocs = append(f.allocs, &api.Allocation{ID: "alloc-" + *j.ID, Namespace: nsOf(j), JobID: *j.ID, TaskGroup: "hold", NodeID: j.Meta[metaHoldNode],
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index, CreateIndex: f.index,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"hold": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: heldShares(j)}}}}}})
+	return nil
+}
+
+func (f *fakeNomad) JobAllocs(_ context.Context, _, id string) ([]*api.AllocationListStub, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*api.AllocationListStub
+	for _, a := range f.allocs {
+		if a.JobID == id {
+			out = append(out, &api.AllocationListStub{ID: a.ID, JobID: a.JobID, NodeID: a.NodeID, DesiredStatus: a.DesiredStatus, ClientStatus: a.ClientStatus})
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeNomad) StopJob(_ context.Context, _, id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	j, ok := f.jobs[id]
+	if !ok {
+		return errors.New("not found")
+	}
+	f.holdsStopped = append(f.holdsStopped, id)
+	j.Stop = ptr(true)
+	f.allocs = slices.DeleteFunc(f.allocs, func(a *api.Allocation) bool { return a.JobID == id })
+	return nil
+}
+
+// rawExec is a DGX-1 whose client runs raw_exec: holds can run there.
+func rawExec(t *testing.T) *api.Node {
+	n := dgx1(t)
+	n.Drivers = map[string]*api.DriverInfo{"raw_exec": {Detected: true, Healthy: true}}
+	return n
+}
+
+// holdsOf lists the fake's live hold jobs.
+func (f *fakeNomad) liveHolds() []*api.Job {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*api.Job
+	for id, j := range f.jobs {
+		if isHold(id) && (j.Stop == nil || !*j.Stop) {
+			out = append(out, j)
+		}
+	}
+	slices.SortFunc(out, func(a, b *api.Job) int { return strings.Compare(*a.ID, *b.ID) })
+	return out
+}
+
+// byGPU groups shares by GPU UUID.
+func byGPU(shares []string) map[string]int {
+	out := map[string]int{}
+	for _, s := range shares {
+		out[s[:strings.LastIndexByte(s, ':')]]++
+	}
+	return out
+}
+
+// Two allocations of one whole GPU each, on the only (8-GPU) node, whose
+// client runs raw_exec: the group is pinned to two GPUs, and the second
+// GPU is held by a hold job registered (and placed) before the pin, so
+// Nomad can give the first allocation only the first GPU. Once it runs
+// there the hold is let go, and no hold is left; a group pinned again
+// (its job changed) or gone lets its holds go too. Without staging the
+// group waited for a second node (TestTwoWholeGPUsOnOneNodeWaitWithTheRule).
+func TestWholeGPUsOfAGroupOnOneNodeAreStaged(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	j := gated("two", 100)
+	j.TaskGroups[0].Count = ptr(2)
+	f.put(j)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.MapLen(t, 2, byGPU(rec.Shares))
+	holds := f.liveHolds()
+	must.SliceLen(t, 1, holds)
+	h := holds[0]
+	held := heldShares(h)
+	must.SliceLen(t, 100, held)
+	must.MapLen(t, 1, byGPU(held), must.Sprint("a hold holds one allocation's GPU"))
+	must.Eq(t, "node-1", h.Meta[metaHoldNode])
+	must.Eq(t, "default/two/g", h.Meta[metaHoldFor])
+	must.Eq(t, "raw_exec", h.TaskGroups[0].Tasks[0].Driver)
+	var free []string // the pinned shares the hold does not hold: all Nomad can give now
+	for _, sh := range rec.Shares {
+		if !slices.Contains(held, sh) {
+			free = append(free, sh)
+		}
+	}
+	must.MapLen(t, 1, byGPU(free))
+
+	// the hold is kept until Nomad has placed the first allocation
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.SliceLen(t, 1, f.liveHolds())
+	must.SliceEmpty(t, f.holdsStopped)
+	// its shares are the group's, not another's: a second gated job of
+	// a whole GPU... on a node with 6 free GPUs is placed elsewhere
+	// than on them
+	f.runningOn("two", "a1", free)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.Eq(t, []string{*h.ID}, f.holdsStopped)
+	must.SliceEmpty(t, f.liveHolds())
+	_, again := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, again)
+	must.Eq(t, rec.Shares, func() []string { r, _ := pin.ParseRecord(f.jobs["two"], "g"); return r.Shares }(), must.Sprint("not pinned again"))
+}
+
+// While a hold holds a GPU for a group, its shares are the group's: the
+// model never sees the hold's allocation (its group would look short and
+// be pinned again), and no other group is pinned onto them.
+func TestAHoldsSharesStayItsGroups(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	j := gated("two", 400)
+	j.TaskGroups[0].Count = ptr(2)
+	f.put(j)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.MapLen(t, 8, byGPU(rec.Shares))
+	must.SliceLen(t, 1, f.liveHolds())
+	f.put(gated("other", 100))
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.mu.Lock()
+	for id := range s.state.Allocs {
+		must.False(t, isHold(s.state.Allocs[id].JobID), must.Sprint("a hold's allocation in the model"))
+	}
+	s.mu.Unlock()
+	version := *f.jobs["two"].Version
+	s.loop.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["two"].Version, must.Sprint("pinned again while its hold held its shares"))
+	_, ok = pin.ParseRecord(f.jobs["other"], "g")
+	must.False(t, ok, must.Sprint("the 8 GPUs are the group's"))
+	must.SliceLen(t, 1, f.liveHolds())
+}
+
+// A hold Nomad does not place (its CPU, memory or GPUs taken) fails the
+// pin: the hold is let go, the group is not pinned and says why; a hold
+// whose group is gone is let go at the next pass.
+func TestAHoldNotPlacedFailsThePin(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}, holdErr: errors.New("permission denied")}
+	j := gated("two", 100)
+	j.TaskGroups[0].Count = ptr(2)
+	f.put(j)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	_, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.False(t, ok)
+	must.StrContains(t, s.loop.pending[key("two")], "hold GPUs on node node-1")
+	must.StrContains(t, s.loop.pending[key("two")], "permission denied")
+
+	// registered, then its group is deregistered: let go
+	f2 := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	f2.put(j)
+	s2 := loadedService(t, f2)
+	s2.loop.reconcile(t.Context())
+	must.SliceLen(t, 1, f2.liveHolds())
+	f2.mu.Lock()
+	delete(f2.jobs, "two")
+	f2.mu.Unlock()
+	must.NoError(t, s2.watcher.resync(t.Context()))
+	s2.loop.reconcile(t.Context())
+	must.SliceEmpty(t, f2.liveHolds())
+	s2.mu.Lock()
+	must.MapEmpty(t, s2.holds)
+	_, inModel := s2.state.Jobs[model.JobKey("default", *f2.holdsStoppedJob())]
+	s2.mu.Unlock()
+	must.False(t, inModel)
+}
+
+func (f *fakeNomad) holdsStoppedJob() *string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.holdsStopped) == 0 {
+		return ptr("")
+	}
+	return ptr(f.holdsStopped[0])
+}
