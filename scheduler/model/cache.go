@@ -123,4 +123,5 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 func (s *State) ForgetParsed() {
 	s.parsed = nil
 	s.learnedGen++ // the VCs and classes of allocations are read again
+	s.changed.all = true
 }

@@ -21,6 +21,22 @@ type live struct {
 	nodes    map[string]nodeMark
 	allocs   map[string]allocMark
 	holds    map[string]decide.Key
+	// onNode are the IDs of the allocations in the snapshot by node.
+	onNode map[string]map[string]bool
+	// retry are the live allocations the snapshot lacks (their node is
+	// not in it, they are gone, or adding them failed) and badNodes the
+	// usable nodes it lacks (adding them failed): looked at every time.
+	retry    map[string]bool
+	badNodes map[string]bool
+	// holdJobs are the jobs (by key) with a pinned group that holds
+	// shares for missing or replacing allocations (wantsHolds).
+	holdJobs map[string]bool
+}
+
+func newLive(profiles *interference.Model) *live {
+	return &live{snap: placement.NewSnapshot(), profiles: profiles,
+		nodes: map[string]nodeMark{}, allocs: map[string]allocMark{}, holds: map[string]decide.Key{},
+		onNode: map[string]map[string]bool{}, retry: map[string]bool{}, badNodes: map[string]bool{}, holdJobs: map[string]bool{}}
 }
 
 // nodeMark is the node object a snapshot node was made from, and its
@@ -38,41 +54,83 @@ type allocMark struct {
 	as      placement.Alloc
 }
 
+// keep records that allocation id is in the snapshot as m.
+func (lv *live) keep(id string, m allocMark) {
+	lv.allocs[id] = m
+	if lv.onNode[m.as.Node] == nil {
+		lv.onNode[m.as.Node] = map[string]bool{}
+	}
+	lv.onNode[m.as.Node][id] = true
+}
+
+// forget records that allocation id is no longer in the snapshot.
+func (lv *live) forget(id string) {
+	m, ok := lv.allocs[id]
+	if !ok {
+		return
+	}
+	delete(lv.allocs, id)
+	if on := lv.onNode[m.as.Node]; on != nil {
+		delete(on, id)
+		if len(on) == 0 {
+			delete(lv.onNode, m.as.Node)
+		}
+	}
+}
+
+// dropNode removes node id, and its allocations, from the snapshot, and
+// returns the IDs of those allocations.
+func (s *State) dropNode(lv *live, id string, problems *[]string) []string {
+	if _, err := lv.snap.RemoveNode(id); err != nil {
+		*problems = append(*problems, fmt.Sprintf("node %s: %v", id, err))
+	}
+	delete(lv.nodes, id)
+	ids := slices.Collect(maps.Keys(lv.onNode[id]))
+	for _, aid := range ids {
+		lv.forget(aid) // removed with the node
+	}
+	return ids
+}
+
+// addNode adds node id of the state to the snapshot when it is usable
+// and not there yet.
+func (s *State) addNode(lv *live, id string, problems *[]string) {
+	n := s.Nodes[id]
+	delete(lv.badNodes, id)
+	if _, ok := lv.nodes[id]; ok || n == nil || !Usable(n) {
+		return
+	}
+	node, err := NodeOf(n)
+	if err == nil {
+		err = lv.snap.AddNode(node)
+	}
+	if err != nil {
+		*problems = append(*problems, err.Error())
+		lv.badNodes[id] = true
+		return
+	}
+	for _, uuid := range UnhealthyGPUs(n) {
+		_ = lv.snap.SetHealth(uuid, false)
+	}
+	lv.nodes[id] = nodeMark{n, n.ModifyIndex}
+}
+
+// nodeHolds reports whether the snapshot's node id is still the state's.
+func (s *State) nodeHolds(lv *live, id string) bool {
+	n, was := s.Nodes[id], lv.nodes[id]
+	return n == was.node && n.ModifyIndex == was.index && Usable(n)
+}
+
 // syncNodes removes the nodes that left, changed or became unusable, and
 // adds the usable nodes the snapshot lacks (with their GPUs' health).
 func (s *State) syncNodes(lv *live, problems *[]string) {
-	for id, was := range lv.nodes {
-		if n := s.Nodes[id]; n == was.node && n.ModifyIndex == was.index && Usable(n) {
-			continue
-		}
-		if _, err := lv.snap.RemoveNode(id); err != nil {
-			*problems = append(*problems, fmt.Sprintf("node %s: %v", id, err))
-		}
-		delete(lv.nodes, id)
-		for aid, m := range lv.allocs {
-			if m.as.Node == id {
-				delete(lv.allocs, aid) // removed with the node
-			}
+	for id := range lv.nodes {
+		if !s.nodeHolds(lv, id) {
+			s.dropNode(lv, id, problems)
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
-		n := s.Nodes[id]
-		if _, ok := lv.nodes[id]; ok || !Usable(n) {
-			continue
-		}
-		node, err := NodeOf(n)
-		if err != nil {
-			*problems = append(*problems, err.Error())
-			continue
-		}
-		if err := lv.snap.AddNode(node); err != nil {
-			*problems = append(*problems, err.Error())
-			continue
-		}
-		for _, uuid := range UnhealthyGPUs(n) {
-			_ = lv.snap.SetHealth(uuid, false)
-		}
-		lv.nodes[id] = nodeMark{n, n.ModifyIndex}
+		s.addNode(lv, id, problems)
 	}
 }
 
@@ -88,23 +146,34 @@ func (s *State) syncAllocs(lv *live, gone func(string) bool, problems *[]string)
 			continue
 		}
 		_, _ = lv.snap.Remove(id)
-		delete(lv.allocs, id)
+		lv.forget(id)
 	}
+	clear(lv.retry)
 	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
-		a := s.Allocs[id]
-		if _, ok := lv.allocs[id]; ok || !Live(a) || (gone != nil && gone(id)) {
-			continue
-		}
-		if _, ok := lv.nodes[a.NodeID]; !ok {
-			continue
-		}
-		pa := s.allocOf(a, lv.profiles)
-		if err := lv.snap.AddAlloc(pa); err != nil {
-			*problems = append(*problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
-			continue
-		}
-		lv.allocs[id] = allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa}
+		s.addAlloc(lv, id, gone, problems)
 	}
+}
+
+// addAlloc adds allocation id of the state to the snapshot when it is
+// live, not there yet, not gone and its node is there; a live one left
+// out is looked at again next time (retry).
+func (s *State) addAlloc(lv *live, id string, gone func(string) bool, problems *[]string) {
+	a := s.Allocs[id]
+	delete(lv.retry, id)
+	if _, ok := lv.allocs[id]; ok || a == nil || !Live(a) {
+		return
+	}
+	if _, ok := lv.nodes[a.NodeID]; !ok || (gone != nil && gone(id)) {
+		lv.retry[id] = true
+		return
+	}
+	pa := s.allocOf(a, lv.profiles)
+	if err := lv.snap.AddAlloc(pa); err != nil {
+		*problems = append(*problems, fmt.Sprintf("allocation %s: %v", a.ID, err))
+		lv.retry[id] = true
+		return
+	}
+	lv.keep(id, allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa})
 }
 
 // allocOf is allocation a for the snapshot, with its group's VC, class and

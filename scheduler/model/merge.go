@@ -65,7 +65,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 	}
 	for id, n := range s.Nodes {
 		if !seen[id] {
-			st.count(n.ModifyIndex <= l.NodesIndex, func() { delete(s.Nodes, id) })
+			st.count(n.ModifyIndex <= l.NodesIndex, func() { s.DeleteNode(id) })
 		}
 	}
 
@@ -88,7 +88,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 	}
 	for k, j := range s.Jobs {
 		if !seen[k] {
-			st.count(jobIndex(j) <= l.JobsIndex, func() { s.forgetJob(j); delete(s.Jobs, k) })
+			st.count(jobIndex(j) <= l.JobsIndex, func() { s.forgetJob(j); delete(s.Jobs, k); s.changed.job(k) })
 		}
 	}
 
@@ -108,7 +108,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 	}
 	for id, a := range s.Allocs {
 		if !seen[id] {
-			st.count(a.ModifyIndex <= l.AllocsIndex, func() { delete(s.Allocs, id); s.byGroup = nil })
+			st.count(a.ModifyIndex <= l.AllocsIndex, func() { s.dropAlloc(id) })
 		}
 	}
 
@@ -130,17 +130,17 @@ func (s *State) DeleteJobAt(namespace, id string, index uint64) {
 		return
 	}
 	s.gone(jobGone(k), index)
-	for aid, a := range s.Allocs {
-		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") && a.ModifyIndex <= index {
+	for _, aid := range s.allocsOfJob(k) {
+		if s.Allocs[aid].ModifyIndex <= index {
 			s.gone(allocGone(aid), index)
-			delete(s.Allocs, aid)
-			s.byGroup = nil
+			s.dropAlloc(aid)
 		}
 	}
 	if j := s.Jobs[k]; j != nil {
 		s.forgetJob(j)
 	}
 	delete(s.Jobs, k)
+	s.changed.job(k)
 }
 
 // DeleteNodeAt is DeleteNode for a deregistration seen at index: a node

@@ -30,78 +30,150 @@ const PendingPrefix = "pinned:"
 // (listed in problems), and the allocations gone reports as gone
 // (preempted ones Nomad is stopping).
 func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string) bool) *Built {
+	ch := s.changed.take()
+	full := s.Rebuild || ch.all
 	if s.live == nil || s.live.profiles != profiles {
-		s.live = &live{snap: placement.NewSnapshot(), profiles: profiles,
-			nodes: map[string]nodeMark{}, allocs: map[string]allocMark{}, holds: map[string]decide.Key{}}
+		s.live, full = newLive(profiles), true
 	}
 	lv := s.live
 	snap := lv.snap
-	short := map[decide.Key]bool{}
 	var problems []string
 	for id := range lv.holds {
 		_, _ = snap.Remove(id)
 	}
 	lv.holds = map[string]decide.Key{}
-	s.syncNodes(lv, &problems)
-	s.syncAllocs(lv, gone, &problems)
-	heldFor := lv.holds
-
+	if full {
+		s.syncNodes(lv, &problems)
+		s.syncAllocs(lv, gone, &problems)
+		clear(lv.holdJobs)
+		for k, job := range s.Jobs {
+			if s.wantsHolds(job, profiles) {
+				lv.holdJobs[k] = true
+			}
+		}
+	} else {
+		s.syncChanged(lv, ch, gone, &problems)
+		s.syncHoldJobs(lv, ch, profiles)
+	}
+	b := &Built{Snapshot: snap, HeldFor: lv.holds, Short: map[decide.Key]bool{}}
 	// pinned groups whose allocations are not all there yet keep their shares
-	for _, k := range slices.Sorted(maps.Keys(s.Jobs)) {
-		job := s.Jobs[k]
-		if (job.Stop != nil && *job.Stop) || Template(job) {
-			continue // Nomad never places a template: its pin holds nothing
+	for _, k := range slices.Sorted(maps.Keys(lv.holdJobs)) {
+		s.holdJob(s.Jobs[k], profiles, b, &problems)
+	}
+	b.Problems = problems
+	return b
+}
+
+// syncHoldJobs looks again at whether the jobs that changed (their
+// version, their allocations, what Nomad said of them) have pinned groups
+// that hold shares; when nodes changed, at the jobs Nomad could not place
+// too (NomadFailed counts their pinned nodes that are usable).
+func (s *State) syncHoldJobs(lv *live, ch changes, profiles *interference.Model) {
+	look := ch.jobs
+	if len(ch.nodes) > 0 && len(s.unplaced) > 0 {
+		look = maps.Clone(ch.jobs)
+		if look == nil {
+			look = map[string]bool{}
 		}
-		if _, child := DispatchedFrom(job); child {
-			continue // its parent's pool: Nomad places the child inside it, holding nothing for it
-		}
-		for _, tg := range job.TaskGroups {
-			if !s.Pinned(job, *tg.Name) {
-				continue
-			}
-			if _, failed := s.NomadFailed(job, *tg.Name); failed {
-				continue // Nomad evaluated this pin and could not place it
-			}
-			rec, _ := s.Record(job, *tg.Name)
-			r, err := s.Request(job, *tg.Name, profiles)
-			if err != nil {
-				continue
-			}
-			live, missing := s.Missing(job, tg)
-			// allocations of older versions are to be replaced: the new
-			// version's pinned shares are held until Nomad has (the
-			// replacements' CPU and memory are the old allocations')
-			replaced := 0
-			if !s.BatchDone(job, *tg.Name) {
-				for _, a := range live {
-					if !Current(a, job) {
-						replaced++
-					}
-				}
-				replaced = min(replaced, pin.Count(tg)-missing)
-			}
-			if missing+replaced == 0 {
-				continue
-			}
-			key := KeyOf(job, *tg.Name)
-			rec = s.feasiblePart(job, *tg.Name, rec)
-			free := 0 // pinned shares no allocation holds
-			for _, h := range holds(key, rec, snap.InUse, r, missing, replaced, snap) {
-				h.VC, h.Class = s.Attribution(job, *tg.Name) // as its allocations will count
-				free += len(h.Shares)
-				if err := snap.AddAlloc(h); err != nil {
-					// CPU or memory: Nomad places it once they free
-					problems = append(problems, fmt.Sprintf("hold for %s: %v", r.ID, err))
-					continue
-				}
-				heldFor[h.ID] = key
-			}
-			if free < missing*r.Shares {
-				short[key] = true // another allocation took pinned shares
-			}
+		for k := range s.unplaced {
+			look[JobKey(k.Namespace, k.Job)] = true
 		}
 	}
-	return &Built{Snapshot: snap, HeldFor: heldFor, Short: short, Problems: problems}
+	for k := range look {
+		delete(lv.holdJobs, k)
+		if job := s.Jobs[k]; job != nil && s.wantsHolds(job, profiles) {
+			lv.holdJobs[k] = true
+		}
+	}
+}
+
+// wantsHolds reports whether a pinned group of job holds shares for
+// allocations that are missing or are to replace running ones.
+func (s *State) wantsHolds(job *api.Job, profiles *interference.Model) bool {
+	if !s.mayHold(job) {
+		return false
+	}
+	for _, tg := range job.TaskGroups {
+		if _, ok := s.toHold(job, tg, profiles); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// mayHold reports whether the pins of a job can hold anything.
+func (s *State) mayHold(job *api.Job) bool {
+	if (job.Stop != nil && *job.Stop) || Template(job) {
+		return false // Nomad never places a template: its pin holds nothing
+	}
+	_, child := DispatchedFrom(job)
+	return !child // its parent's pool: Nomad places the child inside it, holding nothing for it
+}
+
+// pinHold is what a pinned group holds shares for.
+type pinHold struct {
+	rec               *pin.Record
+	req               placement.Request
+	missing, replaced int
+}
+
+// toHold is what pinned group tg of job holds shares for, if anything.
+func (s *State) toHold(job *api.Job, tg *api.TaskGroup, profiles *interference.Model) (pinHold, bool) {
+	if !s.Pinned(job, *tg.Name) {
+		return pinHold{}, false
+	}
+	if _, failed := s.NomadFailed(job, *tg.Name); failed {
+		return pinHold{}, false // Nomad evaluated this pin and could not place it
+	}
+	rec, _ := s.Record(job, *tg.Name)
+	r, err := s.Request(job, *tg.Name, profiles)
+	if err != nil {
+		return pinHold{}, false
+	}
+	live, missing := s.Missing(job, tg)
+	// allocations of older versions are to be replaced: the new
+	// version's pinned shares are held until Nomad has (the
+	// replacements' CPU and memory are the old allocations')
+	replaced := 0
+	if !s.BatchDone(job, *tg.Name) {
+		for _, a := range live {
+			if !Current(a, job) {
+				replaced++
+			}
+		}
+		replaced = min(replaced, pin.Count(tg)-missing)
+	}
+	return pinHold{rec: rec, req: r, missing: missing, replaced: replaced}, missing+replaced > 0
+}
+
+// holdJob adds to the snapshot the holds of job's pinned groups.
+func (s *State) holdJob(job *api.Job, profiles *interference.Model, b *Built, problems *[]string) {
+	if !s.mayHold(job) {
+		return
+	}
+	snap := b.Snapshot
+	for _, tg := range job.TaskGroups {
+		h, ok := s.toHold(job, tg, profiles)
+		if !ok {
+			continue
+		}
+		key := KeyOf(job, *tg.Name)
+		rec := s.feasiblePart(job, *tg.Name, h.rec)
+		free := 0 // pinned shares no allocation holds
+		for _, a := range holds(key, rec, snap.InUse, h.req, h.missing, h.replaced, snap) {
+			a.VC, a.Class = s.Attribution(job, *tg.Name) // as its allocations will count
+			free += len(a.Shares)
+			if err := snap.AddAlloc(a); err != nil {
+				// CPU or memory: Nomad places it once they free
+				*problems = append(*problems, fmt.Sprintf("hold for %s: %v", h.req.ID, err))
+				continue
+			}
+			b.HeldFor[a.ID] = key
+		}
+		if free < h.missing*h.req.Shares {
+			b.Short[key] = true // another allocation took pinned shares
+		}
+	}
 }
 
 // Built is the placement core's input built from the state.

@@ -54,8 +54,16 @@ type State struct {
 	// ownJobs are the jobs whose model copy the scheduler put itself
 	// (PutOwnJob), not yet read back from Nomad.
 	ownJobs map[string]bool
-	// byGroup indexes Allocs by group; nil after any change to Allocs.
+	// byGroup indexes Allocs by group (nil until first asked for, then
+	// kept in step), byJob by job key (index.go).
 	byGroup *groupIndex
+	byJob   map[string]map[string]bool
+	// changed is what changed since the last Snapshot (changes.go).
+	changed changes
+	// Rebuild has Snapshot look at every node, allocation and job each
+	// time, as it did before the state kept what changed: benchmarks
+	// compare the two, tests check they agree.
+	Rebuild bool
 	// parsed caches each job version's requests and pin records.
 	parsed map[string]*parsed
 	// live is the placement snapshot kept in step with the state (Snapshot).
@@ -144,6 +152,7 @@ func (s *State) setPrior(job *api.Job, tg *api.TaskGroup, rec *pin.Record) {
 	if s.prior == nil {
 		s.prior = map[decide.Key]Prior{}
 	}
+	s.changed.job(jobKey(job)) // its allocations' attribution may change
 	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec,
 		Spec: pin.Spec(job, *tg.Name)}
 }
@@ -152,6 +161,7 @@ func (s *State) setPrior(job *api.Job, tg *api.TaskGroup, rec *pin.Record) {
 // replaces; a group pinned in next has its pin in next instead.
 func (s *State) keepPriors(prev, next *api.Job) {
 	if pin.Incarnation(prev) != pin.Incarnation(next) {
+		s.changed.job(jobKey(prev))
 		for _, tg := range prev.TaskGroups {
 			delete(s.prior, KeyOf(prev, *tg.Name))
 		}
@@ -202,6 +212,7 @@ func (s *State) PutJob(j *api.Job) {
 		s.keepPriors(prev, j)
 	}
 	s.Jobs[jobKey(j)] = j
+	s.changed.job(jobKey(j))
 }
 
 // DeleteJob forgets a purged job and its allocations: Nomad stops them,
@@ -211,11 +222,9 @@ func (s *State) DeleteJob(namespace, id string) {
 		s.forgetJob(job)
 	}
 	delete(s.Jobs, JobKey(namespace, id))
-	for aid, a := range s.Allocs {
-		if a.JobID == id && JobKey(a.Namespace, "") == JobKey(namespace, "") {
-			delete(s.Allocs, aid)
-			s.byGroup = nil
-		}
+	s.changed.job(JobKey(namespace, id))
+	for _, aid := range s.allocsOfJob(JobKey(namespace, id)) {
+		s.dropAlloc(aid)
 	}
 }
 
@@ -254,8 +263,7 @@ func (s *State) PutAlloc(a *api.Allocation) {
 			a.AllocatedResources = prev.AllocatedResources
 		}
 	}
-	s.Allocs[a.ID] = a
-	s.byGroup = nil
+	s.setAlloc(a)
 }
 
 // PutNode records a node.
@@ -267,10 +275,14 @@ func (s *State) PutNode(n *api.Node) {
 		return
 	}
 	s.Nodes[n.ID] = n
+	s.changed.node(n.ID)
 }
 
 // DeleteNode forgets a node.
-func (s *State) DeleteNode(id string) { delete(s.Nodes, id) }
+func (s *State) DeleteNode(id string) {
+	delete(s.Nodes, id)
+	s.changed.node(id)
+}
 
 // Live reports whether an allocation holds resources: not terminal on the
 // client and meant to run.
@@ -296,8 +308,8 @@ type groupIndex struct {
 	all  map[decide.Key][]*api.Allocation
 }
 
-// groups returns the index of allocations by group, built once after
-// each change to Allocs (a pass asks for every group's allocations).
+// groups returns the index of allocations by group, built the first time
+// it is asked for and then kept in step with Allocs (index.go).
 func (s *State) groups() *groupIndex {
 	if s.byGroup != nil {
 		return s.byGroup
@@ -319,6 +331,7 @@ func (s *State) groups() *groupIndex {
 func (s *State) Learn(key string, p interference.Profile) {
 	s.Learned[key] = p
 	s.learnedGen++
+	s.changed.all = true
 }
 
 // Unlearn forgets the profile learned for a group (its job is gone).
@@ -326,6 +339,7 @@ func (s *State) Unlearn(key string) {
 	if _, ok := s.Learned[key]; ok {
 		delete(s.Learned, key)
 		s.learnedGen++
+		s.changed.all = true
 	}
 }
 

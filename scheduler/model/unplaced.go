@@ -28,6 +28,7 @@ func (s *State) PutEval(e *api.Evaluation) {
 	if e == nil || e.JobID == "" {
 		return
 	}
+	s.changed.job(JobKey(e.Namespace, e.JobID)) // whether its pins hold shares (NomadFailed)
 	for _, g := range slices.Sorted(maps.Keys(e.FailedTGAllocs)) {
 		if s.unplaced == nil {
 			s.unplaced = map[decide.Key]Unplaced{}
