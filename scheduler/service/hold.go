@@ -151,6 +151,7 @@ func holdJob(key decide.Key, digest string, i int, spec holdSpec, driver string,
 		Constraints: []*api.Constraint{{LTarget: pin.DeviceAttribute, Operand: pin.OpSetContains, RTarget: strings.Join(spec.shares, ",")}},
 	}}}
 	task.KillTimeout = new(time.Second)
+	task.LogConfig = &api.LogConfig{MaxFiles: new(1), MaxFileSizeMB: new(1)} // within its 10 MB disk
 	tg := api.NewTaskGroup("hold", 1)
 	tg.AddTask(task)
 	tg.RestartPolicy = &api.RestartPolicy{Attempts: new(0), Mode: new(api.RestartPolicyModeFail)}
