@@ -41,6 +41,7 @@ const (
 	metaHoldPin    = "gpushare.hold_pin"    // pinDigest of the pin it stages
 	metaHoldNode   = "gpushare.hold_node"   // the node
 	metaHoldShares = "gpushare.hold_shares" // how many shares it holds
+	metaHoldSig    = "gpushare.hold_signature"
 	// holdLife is how long a hold's task runs if nobody stops it.
 	holdLife = time.Hour
 	// holdPlaced bounds the wait for Nomad to place the holds of a pin.
@@ -168,6 +169,13 @@ func holdJob(key decide.Key, digest string, i int, spec holdSpec, driver string,
 	return job
 }
 
+// holdPayload is what a hold's signature signs: its ID, node, pin and
+// shares. Only holds that verify are ever stopped: a job of the user's
+// that takes the prefix is not the scheduler's to stop.
+func holdPayload(j *api.Job) string {
+	return "hold\x00" + *j.ID + "\x00" + j.Meta[metaHoldNode] + "\x00" + j.Meta[metaHoldPin] + "\x00" + strings.Join(heldShares(j), ",")
+}
+
 // holder is the Nomad client's hold calls, nil when it has none (no
 // staging: one whole-GPU allocation of a group per node).
 func (s *loop) holder() holdNomad {
@@ -207,7 +215,11 @@ func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action)
 			if driver == "" || digest == "" {
 				continue // not staged there: the placement kept one per node
 			}
-			jobs = append(jobs, holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50)))
+			j := holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50))
+			if sig, ok := s.records.sign(a.Group, holdPayload(j)); ok {
+				j.Meta[metaHoldSig] = sig
+			}
+			jobs = append(jobs, j)
 		}
 	}
 	s.mu.Unlock()

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/hmac"
 	"fmt"
 	"maps"
 	"slices"
@@ -78,8 +79,8 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 	var out []release
 	for _, j := range s.holds {
 		key, ok := decide.ParseKey(j.Meta[metaHoldFor])
-		if !ok {
-			continue // not ours to judge: a hold's meta names its group
+		if !ok || !s.holdSigned(key, j) {
+			continue // not ours to stop: the scheduler signs its holds
 		}
 		k := at{key, j.Meta[metaHoldNode]}
 		staged[k] = append(staged[k], j)
@@ -101,6 +102,13 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 		}
 	}
 	return out
+}
+
+// holdSigned reports whether a hold is the scheduler's own (its
+// signature verifies). The caller holds s.mu.
+func (s *loop) holdSigned(key decide.Key, j *api.Job) bool {
+	sig, ok := s.records.sign(key, holdPayload(j))
+	return ok && hmac.Equal([]byte(sig), []byte(j.Meta[metaHoldSig]))
 }
 
 // holdStale says why a hold no longer stages its group's pin ("" while it

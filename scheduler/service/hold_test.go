@@ -68,7 +68,7 @@ func rawExec(t *testing.T) *api.Node {
 	return n
 }
 
-// holdsOf lists the fake's live hold jobs.
+// liveHolds lists the fake's live hold jobs.
 func (f *fakeNomad) liveHolds() []*api.Job {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,4 +213,17 @@ func (f *fakeNomad) holdsStoppedJob() *string {
 		return ptr("")
 	}
 	return ptr(f.holdsStopped[0])
+}
+
+// A job of the user's that takes the hold prefix, with meta naming a
+// group, is not the scheduler's to stop: only signed holds are let go.
+func TestAnUnsignedHoldIsNeverStopped(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	forged := gated(HoldPrefix+"mine", 100)
+	forged.Meta = map[string]string{metaHoldFor: "default/gone/g", metaHoldNode: "node-1", metaHoldPin: "x"}
+	f.put(forged)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, f.holdsStopped)
 }
