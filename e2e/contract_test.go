@@ -24,7 +24,8 @@ import (
 // clients (pcie-1 and pcie-2 in dc1, pcie-3 in dc2) and the same jobs:
 //   - defect 5 of issue 28: one group of count 2 asking for a whole GPU
 //     each, allowed one node only. Per GPU both run there on two GPUs;
-//     per model the group waits, saying why (OnePerNode);
+//     per model the scheduler stages them (a hold job holds the second
+//     GPU until the first allocation runs; scheduler/service/hold.go);
 //   - what becomes of the jobspec forms: a request of two GPUs in one
 //     allocation, and a device block naming the model (${device.model}),
 //     and its workaround (${device.attr.model}) per GPU;
