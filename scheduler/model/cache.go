@@ -16,6 +16,8 @@ type parsed struct {
 	profiles *interference.Model
 	reqs     map[string]reqOrErr
 	recs     map[string]*pin.Record // nil: no record
+	gated    []string               // pin.Gated
+	hasGated bool
 }
 
 type reqOrErr struct {
@@ -28,6 +30,13 @@ type reqOrErr struct {
 func (s *State) parsedOf(job *api.Job, profiles *interference.Model) *parsed {
 	if job.ModifyIndex == nil || job.ID == nil {
 		return nil
+	}
+	if p := s.parsedJob[job]; p != nil && p.index == *job.ModifyIndex {
+		// the same object as before: found without making its key
+		if profiles != nil && p.profiles != profiles {
+			p.profiles, p.reqs = profiles, map[string]reqOrErr{}
+		}
+		return p
 	}
 	if s.parsed == nil {
 		s.parsed = map[string]*parsed{}
@@ -48,7 +57,24 @@ func (s *State) parsedOf(job *api.Job, profiles *interference.Model) *parsed {
 	if profiles != nil && p.profiles != profiles { // requests depend on the profiles
 		p.profiles, p.reqs = profiles, map[string]reqOrErr{}
 	}
+	s.byObject(job, p)
 	return p
+}
+
+// byObject remembers p as the parse of job's object, dropping those of
+// objects the state no longer holds when they pile up.
+func (s *State) byObject(job *api.Job, p *parsed) {
+	if s.parsedJob == nil {
+		s.parsedJob = map[*api.Job]*parsed{}
+	}
+	if len(s.parsedJob) > 2*len(s.Jobs)+64 {
+		for j := range s.parsedJob {
+			if s.Jobs[jobKey(j)] != j {
+				delete(s.parsedJob, j)
+			}
+		}
+	}
+	s.parsedJob[job] = p
 }
 
 // Record is pin.ParseRecord, parsed once per job version, for a
@@ -74,7 +100,19 @@ func (s *State) Pinned(job *api.Job, group string) bool {
 	if _, ok := s.Record(job, group); !ok {
 		return false
 	}
-	return !slices.Contains(pin.Gated(job), group)
+	return !slices.Contains(s.gated(job), group)
+}
+
+// gated is pin.Gated, read once per job version.
+func (s *State) gated(job *api.Job) []string {
+	p := s.parsedOf(job, nil)
+	if p == nil {
+		return pin.Gated(job)
+	}
+	if !p.hasGated {
+		p.gated, p.hasGated = pin.Gated(job), true
+	}
+	return p.gated
 }
 
 // request is pin.Request, parsed once per job version and profile model.
@@ -121,7 +159,32 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 // ForgetParsed drops the parsed requests and records, to be read again
 // (after Trust changed its mind).
 func (s *State) ForgetParsed() {
-	s.parsed = nil
+	s.parsed, s.parsedJob = nil, nil
 	s.learnedGen++ // the VCs and classes of allocations are read again
 	s.changed.all = true
+}
+
+// Reservable is snap.Reservable(Shares(a)) where snap is the snapshot
+// the last Snapshot returned: the answer is kept with each allocation it
+// holds (it depends only on the allocation and its node's GPUs, and the
+// allocation leaves the snapshot when either changes).
+func (s *State) Reservable(snap *placement.Snapshot, a *api.Allocation) bool {
+	if s.live != nil && s.live.snap == snap {
+		if m, ok := s.live.allocs[a.ID]; ok && m.alloc == a && m.index == a.ModifyIndex {
+			return m.reservable
+		}
+	}
+	return snap.Reservable(Shares(a))
+}
+
+// SharesOf is Shares(a), taken from the snapshot's copy of a when it has
+// one (a pass asks for the shares of every allocation). The caller does
+// not change the list.
+func (s *State) SharesOf(a *api.Allocation) []string {
+	if s.live != nil {
+		if m, ok := s.live.allocs[a.ID]; ok && m.alloc == a && m.index == a.ModifyIndex {
+			return m.as.Shares
+		}
+	}
+	return Shares(a)
 }

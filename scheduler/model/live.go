@@ -52,6 +52,8 @@ type allocMark struct {
 	job     *api.Job // its job when added (nil: none)
 	learned uint64   // the state's learnedGen when added
 	as      placement.Alloc
+	// reservable is snap.Reservable(as.Shares) (State.Reservable)
+	reservable bool
 }
 
 // keep records that allocation id is in the snapshot as m.
@@ -173,7 +175,8 @@ func (s *State) addAlloc(lv *live, id string, gone func(string) bool, problems *
 		lv.retry[id] = true
 		return
 	}
-	lv.keep(id, allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa})
+	lv.keep(id, allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa,
+		reservable: lv.snap.Reservable(pa.Shares)})
 }
 
 // allocOf is allocation a for the snapshot, with its group's VC, class and

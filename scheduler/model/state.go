@@ -64,8 +64,10 @@ type State struct {
 	// time, as it did before the state kept what changed: benchmarks
 	// compare the two, tests check they agree.
 	Rebuild bool
-	// parsed caches each job version's requests and pin records.
-	parsed map[string]*parsed
+	// parsed caches each job version's requests and pin records, by job
+	// key; parsedJob the same by job object (cache.go).
+	parsed    map[string]*parsed
+	parsedJob map[*api.Job]*parsed
 	// live is the placement snapshot kept in step with the state (Snapshot).
 	live *live
 	// learnedGen counts the changes to what an allocation's group facts

@@ -45,7 +45,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *mod
 		g.Allocs = append(g.Allocs, lifecycle.Alloc{
 			ID: a.ID, Live: model.Live(a), Complete: a.ClientStatus == api.AllocClientStatusComplete,
 			Current: model.Current(a, job), Canary: a.DeploymentStatus != nil && a.DeploymentStatus.Canary,
-			Reservable: built.Snapshot.Reservable(model.Shares(a)),
+			Reservable: s.state.Reservable(built.Snapshot, a),
 		})
 	}
 	if g.Gated && g.Batch {
