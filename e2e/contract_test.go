@@ -119,6 +119,26 @@ func runContract(t *testing.T, contract string) []contractResult {
 		add("defect 5: count 2 x 1 GPU, one 4-GPU node", e.restarts("pair", nil, 2), 0, note)
 	})
 
+	t.Run("fractions on several GPUs of one node", func(t *testing.T) {
+		e := e.in(t)
+		t.Cleanup(func() { e.stopJobs("thirds") })
+		// three allocations of 60 shares: one GPU holds one of them
+		j := e.parse("thirds", map[string]any{"shares": 60, "count": 3})
+		j.TaskGroups[0].Constraints = append(j.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.name}", RTarget: "pcie-1", Operand: "="})
+		_, _, err := e.nomad.Jobs().Register(j, nil)
+		must.NoError(t, err)
+		allocs, ok, why := e.settledOr(s, "thirds", 3, "")
+		must.True(t, ok, must.Sprintf("three 60-share allocations run on pcie-1: %s", why))
+		used := map[string]bool{}
+		for _, a := range allocs {
+			must.SliceLen(t, 1, gpus(a), must.Sprint("an allocation's shares on one GPU"))
+			used[gpus(a)[0]] = true
+		}
+		must.MapLen(t, 3, used)
+		must.Eq(t, 0, e.failedAllocs("thirds"), must.Sprint("a Reserve error fails an allocation"))
+		add("count 3 x 60 shares, one 4-GPU node", e.restarts("thirds", nil, 3), 0, fmt.Sprintf("3 run on pcie-1, on %d GPUs", len(used)))
+	})
+
 	t.Run("scale 1 -> 3, whole GPUs, one datacenter", func(t *testing.T) {
 		e := e.in(t)
 		t.Cleanup(func() { e.stopJobs("wide") })

@@ -87,6 +87,11 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string, s
 			continue
 		}
 		c := e.eval(n, r, pin)
+		if !c.ok && pin >= 0 && n.stage {
+			// the GPU the group's fractions stack on is full: on a staged
+			// node another GPU may take the next (SetStaging)
+			c = e.eval(n, r, -1)
+		}
 		if !c.ok {
 			continue
 		}
@@ -126,7 +131,10 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string, s
 // snapshot and undoing them all at the end. A node holds either one
 // allocation of the group or fractions stacked on one GPU
 // (docs/gate-and-pin.md, "Several allocations"), but for a node whose
-// GPUs are device groups of their own (pergpu.go). Groups of more than one allocation prefer one rack.
+// GPUs are device groups of their own (pergpu.go) or that the service
+// stages (SetStaging: several whole-GPU allocations, fractions on another
+// GPU once the first is full). Groups of more than one allocation prefer
+// one rack.
 //
 // With preempt, an allocation that fits nowhere may stop opportunistic
 // allocations (the victims are listed in d.Preempt).

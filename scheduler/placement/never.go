@@ -134,7 +134,7 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 				best = max(best, min(byRes, grp.wholeSlots(whole, n.stage))) // one allocation of the group per node, or per GPU
 				most = max(most, min(byRes, len(grp.gpus)/whole))
 			case frac > 0:
-				best = max(best, min(byRes, grp.fracSlots(spg, frac))) // fractions stack on one GPU
+				best = max(best, min(byRes, grp.fracSlots(spg, frac, n.stage))) // fractions stack on one GPU
 				most = max(most, best)
 			}
 		}

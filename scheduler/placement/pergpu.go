@@ -31,9 +31,9 @@ func (g *gpuGroup) wholeSlots(whole int, staged bool) int {
 
 // fracSlots is how many allocations of frac shares each the group may
 // hold: those that stack on one GPU, or on every GPU when each GPU is a
-// group.
-func (g *gpuGroup) fracSlots(spg, frac int) int {
-	if g.perGPU {
+// group or the node is staged.
+func (g *gpuGroup) fracSlots(spg, frac int, staged bool) int {
+	if g.perGPU || staged {
 		return len(g.gpus) * (spg / frac)
 	}
 	return spg / frac

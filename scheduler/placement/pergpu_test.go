@@ -123,3 +123,34 @@ func TestStagedNodesHoldSeveralWholeGPUAllocations(t *testing.T) {
 		})
 	}
 }
+
+// Fractions of a group that one GPU cannot hold together: on a staged
+// node, the next goes to another GPU of the node once the first is full
+// (never two GPUs for one allocation); elsewhere they stack on one GPU
+// and the rest wait.
+func TestStagedNodesTakeFractionsOnSeveralGPUs(t *testing.T) {
+	for _, name := range PolicyNames() {
+		t.Run(name, func(t *testing.T) {
+			r := Request{ID: "r", Count: 3, Shares: 60}
+			s := cluster(t, NodeSpec{ID: "a", GPUs: 4})
+			must.False(t, policy(t, name, Options{}).Decide(s, r).Placed())
+			s.SetStaging(func(string) bool { return true })
+			must.Nil(t, Impossible(s, r))
+			d := place(t, s, policy(t, name, Options{}), r)
+			seen := map[string]bool{}
+			for _, p := range d.Placements {
+				must.SliceLen(t, 1, p.GPUs)
+				must.True(t, len(p.Shares) >= 60)
+				seen[p.GPUs[0]] = true
+			}
+			must.MapLen(t, 3, seen)
+			// fractions that fit one GPU still stack on it
+			fresh := cluster(t, NodeSpec{ID: "a", GPUs: 4})
+			fresh.SetStaging(func(string) bool { return true })
+			d = place(t, fresh, policy(t, name, Options{}), Request{ID: "two", Count: 2, Shares: 20})
+			if len(d.Placements[0].Shares) == 20 { // policies that take whole GPUs (hived) do not stack
+				must.Eq(t, d.Placements[0].GPUs, d.Placements[1].GPUs)
+			}
+		})
+	}
+}

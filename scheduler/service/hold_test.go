@@ -227,3 +227,52 @@ func TestAnUnsignedHoldIsNeverStopped(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, f.holdsStopped)
 }
+
+// Fractions of a group that one GPU cannot hold together, on the only
+// node: pinned on three GPUs, two of them held; each hold is let go only
+// once the allocations before it run, one per pass.
+func TestFractionsOnSeveralGPUsOfOneNodeAreStaged(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	j := gated("frac", 60)
+	j.TaskGroups[0].Count = ptr(3)
+	f.put(j)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["frac"], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key("frac")]))
+	must.MapLen(t, 3, byGPU(rec.Shares))
+	must.SliceLen(t, 2, f.liveHolds())
+	heldAll := map[string]bool{}
+	for _, h := range f.liveHolds() {
+		for _, sh := range heldShares(h) {
+			heldAll[sh] = true
+		}
+	}
+	var first []string
+	for _, sh := range rec.Shares {
+		if !heldAll[sh] {
+			first = append(first, sh)
+		}
+	}
+	must.SliceLen(t, 60, first)
+	f.runningOn("frac", "a1", first)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.SliceLen(t, 1, f.holdsStopped, must.Sprint("one hold at a time"))
+	must.SliceLen(t, 1, f.liveHolds())
+	s.loop.reconcile(t.Context())
+	must.SliceLen(t, 1, f.liveHolds(), must.Sprint("the next waits until Nomad placed the one before"))
+	released := heldSharesOf(s, f.holdsStopped[0])
+	f.runningOn("frac", "a2", released)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, f.liveHolds())
+}
+
+// heldSharesOf are the shares hold id held, from the fake.
+func heldSharesOf(s *Service, id string) []string {
+	f := s.loop.nomad.(*fakeNomad)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return heldShares(f.jobs[id])
+}
