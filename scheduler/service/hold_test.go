@@ -129,6 +129,7 @@ func TestWholeGPUsOfAGroupOnOneNodeAreStaged(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.SliceLen(t, 1, f.liveHolds())
+	must.StrContains(t, stageOf(s, "two").Why, "staged on node node-1: 1 allocation(s) wait for GPUs held for them by "+*h.ID)
 	must.SliceEmpty(t, f.holdsStopped)
 	// its shares are the group's, not another's: a second gated job of
 	// a whole GPU... on a node with 6 free GPUs is placed elsewhere
