@@ -2,9 +2,10 @@ package model
 
 // changes are what the state saw change since the last Snapshot: the
 // nodes, allocations and jobs put or deleted (by ID and job key), which
-// are all Snapshot looks at again (live.go). all asks it to look at
-// everything: what every allocation's group facts are read from changed
-// (a learned profile, the trust in pin records).
+// are all Snapshot looks at again (incremental.go; a learned profile
+// marks its group's job). all asks it to look at everything: what every
+// allocation's group facts are read from changed (the trust in pin
+// records, a learned profile of a key that names no group).
 type changes struct {
 	nodes  map[string]bool
 	allocs map[string]bool

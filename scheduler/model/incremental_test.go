@@ -79,7 +79,7 @@ func (c *churn) pinnedAlloc(j int) *api.Allocation {
 func (c *churn) step(step int) {
 	c.index++
 	s, rng := c.s, c.rng
-	switch op := rng.IntN(14); op {
+	switch op := rng.IntN(15); op {
 	case 0: // a node leaves or comes back
 		id := fmt.Sprintf("n%d", rng.IntN(churnNodes))
 		if _, ok := s.Nodes[id]; ok {
@@ -155,15 +155,11 @@ func (c *churn) step(step int) {
 			id := ids[rng.IntN(len(ids))]
 			c.gone[id] = !c.gone[id]
 		}
-	case 10: // a learned profile (now and then: it has every allocation looked at again)
-		if rng.IntN(4) > 0 {
-			c.eval(rng.IntN(churnPinned))
-			return
-		}
+	case 10: // a learned profile
 		s.Learn(fmt.Sprintf("default/p%d/g", rng.IntN(churnPinned)), interference.Profile{Name: "learned", SM: rng.Float64(), MemBW: rng.Float64()})
 	case 11: // Nomad could not place a pin, or placed it
 		c.eval(rng.IntN(churnPinned))
-	case 12: // the trust in pin records changes (now and then, as a learned profile)
+	case 12: // the trust in pin records changes (now and then: it has everything looked at again)
 		if rng.IntN(4) > 0 {
 			c.eval(rng.IntN(churnPinned))
 			return
@@ -171,6 +167,8 @@ func (c *churn) step(step int) {
 		s.ForgetParsed()
 	case 13: // a relist that lacks one allocation
 		c.relist()
+	case 14: // a profile learned no more
+		s.Unlearn(fmt.Sprintf("default/p%d/g", rng.IntN(churnPinned)))
 	}
 }
 

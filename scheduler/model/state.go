@@ -333,7 +333,7 @@ func (s *State) groups() *groupIndex {
 func (s *State) Learn(key string, p interference.Profile) {
 	s.Learned[key] = p
 	s.learnedGen++
-	s.changed.all = true
+	s.learnedChanged(key)
 }
 
 // Unlearn forgets the profile learned for a group (its job is gone).
@@ -341,8 +341,21 @@ func (s *State) Unlearn(key string) {
 	if _, ok := s.Learned[key]; ok {
 		delete(s.Learned, key)
 		s.learnedGen++
-		s.changed.all = true
+		s.learnedChanged(key)
 	}
+}
+
+// learnedChanged marks changed the job of the group a learned profile is
+// for (by request ID, pin.GroupKey): only its allocations' profiles change
+// (observations come every observe_interval). A key that does not parse
+// has everything looked at again.
+func (s *State) learnedChanged(key string) {
+	k, ok := decide.ParseKey(key)
+	if !ok {
+		s.changed.all = true
+		return
+	}
+	s.changed.job(JobKey(k.Namespace, k.Job))
 }
 
 // PutOwnJob is PutJob of a version the scheduler registered itself, put
