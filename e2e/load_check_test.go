@@ -270,13 +270,15 @@ func (l *loadRun) churn() {
 // stateItems counts the items of the scheduler's variables: its other
 // records (the signing key, learned profiles, preemptions in flight) and
 // its reasons-* shards.
-func (l *loadRun) stateItems() (pins, reasons int) {
-	metas, _, err := l.e.nomad.Variables().PrefixList("gpushare/state/", nil)
+func (l *loadRun) stateItems() (pins, reasons int) { return stateItems(l.e) }
+
+func stateItems(e *env) (pins, reasons int) {
+	metas, _, err := e.nomad.Variables().PrefixList("gpushare/state/", nil)
 	if err != nil {
 		return -1, -1
 	}
 	for _, m := range metas {
-		v, _, err := l.e.nomad.Variables().Read(m.Path, nil)
+		v, _, err := e.nomad.Variables().Read(m.Path, nil)
 		if err != nil {
 			continue
 		}
@@ -290,8 +292,10 @@ func (l *loadRun) stateItems() (pins, reasons int) {
 }
 
 // pinsTotal reads gpushare_pins_total from the scheduler's /metrics.
-func (l *loadRun) pinsTotal() float64 {
-	resp, err := http.Get(l.s.http + "/metrics")
+func (l *loadRun) pinsTotal() float64 { return schedPins(l.s) }
+
+func schedPins(s *scheduler) float64 {
+	resp, err := http.Get(s.http + "/metrics")
 	if err != nil {
 		return -1
 	}

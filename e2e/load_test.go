@@ -31,18 +31,18 @@ import (
 // that the scheduler's records shrink with them. The figures are logged in
 // one block of lines starting with LOAD.
 //
-// GPUSHARE_LOAD=<N> sets the number of jobs (make soak: 1000); unset, the
-// short version runs 100 jobs (under a minute on two cores), and
-// GPUSHARE_LOAD=0 skips it.
+// GPUSHARE_BURST=<N> sets the number of jobs; unset, it runs 100 jobs (a
+// few minutes on two cores), and GPUSHARE_BURST=0 skips it. (The flow of
+// finite jobs over time is TestChurn's, make soak's.)
 func TestLoad(t *testing.T) {
 	n := 100
-	if v := os.Getenv("GPUSHARE_LOAD"); v != "" {
+	if v := os.Getenv("GPUSHARE_BURST"); v != "" {
 		var err error
 		n, err = strconv.Atoi(v)
-		must.NoError(t, err, must.Sprint("GPUSHARE_LOAD is the number of jobs"))
+		must.NoError(t, err, must.Sprint("GPUSHARE_BURST is the number of jobs"))
 	}
 	if n <= 0 {
-		t.Skip("GPUSHARE_LOAD=0: no load run")
+		t.Skip("GPUSHARE_BURST=0: no burst run")
 	}
 	e := newLoadEnv(t)
 	s := e.startSchedulerLevel("s1", "info", "")
