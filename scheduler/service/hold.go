@@ -289,3 +289,48 @@ func ptrInt(p *int) int {
 	}
 	return *p
 }
+
+// replacedTogether reports whether a destructive change of the group
+// makes Nomad replace several of its running allocations at once (a batch
+// job, or an update block whose max_parallel is 0, all at once, or 2 and
+// more) while two of them share a node on GPUs of their own (they were
+// staged). Replacements pinned to the shares they free could each get
+// shares of both GPUs, which Reserve refuses; so the new version is placed
+// beside them and staged, as canaries are, and Nomad stops the old ones
+// as it places each.
+func replacedTogether(job *api.Job, tg *api.TaskGroup, live []*api.Allocation) bool {
+	if maxParallel(job, tg) == 1 {
+		return false
+	}
+	gpus := map[string]string{} // node -> the GPUs of one allocation there
+	for _, a := range live {
+		set := map[string]bool{}
+		for _, sh := range model.Shares(a) {
+			set[sh[:max(0, strings.LastIndexByte(sh, ':'))]] = true
+		}
+		if len(set) == 0 {
+			continue
+		}
+		key := strings.Join(slices.Sorted(maps.Keys(set)), ",")
+		if prev, ok := gpus[a.NodeID]; ok && prev != key {
+			return true
+		}
+		gpus[a.NodeID] = key
+	}
+	return false
+}
+
+// maxParallel is how many allocations of the group Nomad replaces at once
+// on a destructive update: the group's update block, else the job's (0:
+// all at once, as for a batch job).
+func maxParallel(job *api.Job, tg *api.TaskGroup) int {
+	if job.Type != nil && *job.Type != api.JobTypeService {
+		return 0
+	}
+	for _, u := range []*api.UpdateStrategy{tg.Update, job.Update} {
+		if u != nil && u.MaxParallel != nil {
+			return *u.MaxParallel
+		}
+	}
+	return 1 // Nomad's default update block
+}

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -276,4 +277,71 @@ func heldSharesOf(s *Service, id string) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return heldShares(f.jobs[id])
+}
+
+// stagedTwo places job id (two one-GPU allocations on the only node,
+// staged) and runs both, as Nomad does; it returns the shares of each.
+func stagedTwo(t *testing.T, j *api.Job) (*fakeNomad, *Service, [2][]string) {
+	t.Helper()
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	f.put(j)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs[*j.ID], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key(*j.ID)]))
+	h := f.liveHolds()
+	must.SliceLen(t, 1, h)
+	var out [2][]string
+	out[1] = heldShares(h[0])
+	for _, sh := range rec.Shares {
+		if !slices.Contains(out[1], sh) {
+			out[0] = append(out[0], sh)
+		}
+	}
+	f.runningOn(*j.ID, "a1", out[0])
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	f.runningOn(*j.ID, "a2", out[1])
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, f.liveHolds())
+	return f, s, out
+}
+
+// A new release of a staged group that Nomad replaces two at a time
+// (max_parallel = 2): pinned to the shares the running allocations free,
+// both replacements could get half of each GPU; so the new version is
+// placed beside them, on GPUs of its own, staged again. With Nomad's
+// default max_parallel = 1 it takes the shares it replaces, as before
+// (each replacement can only take the GPU its predecessor frees).
+func TestAStagedGroupReplacedTwoAtATimeIsPlacedBeside(t *testing.T) {
+	for _, parallel := range []int{1, 2} {
+		t.Run(fmt.Sprint("max_parallel=", parallel), func(t *testing.T) {
+			spec := func(version string) *api.Job {
+				j := gated("two", 100)
+				j.TaskGroups[0].Count = ptr(2)
+				j.Update = &api.UpdateStrategy{MaxParallel: ptr(parallel)}
+				j.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": version}
+				return j
+			}
+			f, s, old := stagedTwo(t, spec("1"))
+			registered := f.holdsRegistered
+			f.put(spec("2"))
+			must.NoError(t, s.watcher.resync(t.Context()))
+			s.loop.reconcile(t.Context())
+			next, ok := pin.ParseRecord(f.jobs["two"], "g")
+			must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+			oldShares := append(slices.Clone(old[0]), old[1]...)
+			if parallel == 1 {
+				must.SliceContainsAll(t, oldShares, next.Shares, must.Sprint("replaced one at a time: on the shares it frees"))
+				must.Eq(t, registered, f.holdsRegistered)
+				return
+			}
+			for _, sh := range next.Shares {
+				must.SliceNotContains(t, oldShares, sh, must.Sprint("replaced together: beside what runs"))
+			}
+			must.MapLen(t, 2, byGPU(next.Shares))
+			must.SliceLen(t, 1, f.liveHolds(), must.Sprint("staged again"))
+		})
+	}
 }

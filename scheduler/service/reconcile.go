@@ -330,10 +330,14 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 				live := s.state.GroupAllocs(key.Namespace, key.Job, name)
 				held := s.held(key)
 				keep := s.keep(job, key, held)
-				if stage.Beside && s.replacedAnyway(job, key) {
+				// a change Nomad replaces allocations for (a new image, env,
+				// config) several at once where two share a node on GPUs of
+				// their own: beside what runs, staged (hold.go)
+				together := replacedTogether(job, tg, live) && s.replacedAnyway(job, key)
+				if (stage.Beside || together) && s.replacedAnyway(job, key) {
 					// the same placement, but a change Nomad replaces
-					// allocations for (a new image, env, config), deployed
-					// with canaries: they need room beside what runs
+					// allocations for, deployed with canaries: they need
+					// room beside what runs
 					keep = nil
 				}
 				if s.inPlaceOnly(job, name, keep) {
@@ -355,9 +359,10 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 				switch {
 				case g.Keep != nil: // unchanged for its placement: written back, Nomad updates in place or replaces on the same shares
 					g.Replaces = ids(live)
-				case stage.Beside:
+				case stage.Beside, together:
 					// canaries: placed beside what runs, which keeps its
-					// shares until the deployment is promoted
+					// shares until the deployment is promoted; replaced
+					// together: see replacedTogether
 				default:
 					g.Replaces = stage.Replaces // a new version takes its old shares
 					g.Prefer = ns.keepable(held)
