@@ -233,6 +233,15 @@ func TestIncrementalSnapshotMatchesAFreshBuild(t *testing.T) {
 			want := fresh.Snapshot(nil, goneFn)
 			at := must.Sprintf("seed %d step %d", seed, step)
 			sameBuilt(t, want, got, at)
+			must.Eq(t, fresh.groups(), c.s.groups(), at) // the allocations by group, kept in step
+			indexed := 0 // and by job
+			for k, ids := range c.s.byJob {
+				for id := range ids {
+					must.Eq(t, k, JobKey(c.s.Allocs[id].Namespace, c.s.Allocs[id].JobID), at)
+					indexed++
+				}
+			}
+			must.Eq(t, len(c.s.Allocs), indexed, at)
 			for _, a := range c.s.Allocs { // what the snapshot keeps of each allocation
 				must.Eq(t, got.Snapshot.Reservable(Shares(a)), c.s.Reservable(got.Snapshot, a), at)
 				must.Eq(t, Shares(a), c.s.SharesOf(a), at)
