@@ -234,7 +234,7 @@ func TestIncrementalSnapshotMatchesAFreshBuild(t *testing.T) {
 			at := must.Sprintf("seed %d step %d", seed, step)
 			sameBuilt(t, want, got, at)
 			must.Eq(t, fresh.groups(), c.s.groups(), at) // the allocations by group, kept in step
-			indexed := 0 // and by job
+			indexed := 0                                 // and by job
 			for k, ids := range c.s.byJob {
 				for id := range ids {
 					must.Eq(t, k, JobKey(c.s.Allocs[id].Namespace, c.s.Allocs[id].JobID), at)
