@@ -117,6 +117,29 @@ func runContract(t *testing.T, contract string) []contractResult {
 			note += fmt.Sprintf(", staged behind %d hold(s)", len(holds))
 		}
 		add("defect 5: count 2 x 1 GPU, one 4-GPU node", e.restarts("pair", nil, 2), 0, note)
+
+		// a new release Nomad replaces two at a time: placed beside the
+		// running pair (staged again), never two GPUs' shares for one
+		v2 := e.parse("pair", map[string]any{"shares": 100, "count": 2})
+		v2.TaskGroups[0].Constraints = append(v2.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.name}", RTarget: "pcie-2", Operand: "="})
+		for _, u := range []*api.UpdateStrategy{v2.Update, v2.TaskGroups[0].Update} {
+			if u != nil {
+				u.MaxParallel = ptrTo(2)
+			}
+		}
+		v2.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": "2"}
+		_, _, err = e.nomad.Jobs().Register(v2, nil)
+		must.NoError(t, err)
+		next, ok, why := e.settledOr(s, "pair", 2, "")
+		must.True(t, ok, must.Sprintf("the new release runs: %s", why))
+		var now []string
+		for _, a := range next {
+			must.SliceLen(t, 1, gpus(a))
+			now = append(now, gpus(a)...)
+		}
+		must.NotEq(t, now[0], now[1])
+		must.Eq(t, 0, e.failedAllocs("pair"), must.Sprint("a Reserve error fails an allocation"))
+		add("new release of that pair, max_parallel = 2", 0, 0, fmt.Sprintf("both run on pcie-2, GPUs %v", now))
 	})
 
 	t.Run("fractions on several GPUs of one node", func(t *testing.T) {
