@@ -345,3 +345,33 @@ func TestAStagedGroupReplacedTwoAtATimeIsPlacedBeside(t *testing.T) {
 		})
 	}
 }
+
+// A scheduler that starts while a group is staged (the last one stopped
+// or lost its lease) finds the holds in Nomad's listing and finishes the
+// staging: the hold is let go once Nomad placed the allocation before.
+func TestANewSchedulerFinishesTheStaging(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	j := gated("two", 100)
+	j.TaskGroups[0].Count = ptr(2)
+	f.put(j)
+	first := loadedService(t, f)
+	first.loop.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, ok)
+	h := f.liveHolds()
+	must.SliceLen(t, 1, h)
+	var free []string
+	for _, sh := range rec.Shares {
+		if !slices.Contains(heldShares(h[0]), sh) {
+			free = append(free, sh)
+		}
+	}
+	f.runningOn("two", "a1", free)
+
+	next := loadedService(t, f)
+	next.mu.Lock()
+	must.MapLen(t, 1, next.holds)
+	next.mu.Unlock()
+	next.loop.reconcile(t.Context())
+	must.Eq(t, []string{*h[0].ID}, f.holdsStopped)
+}
