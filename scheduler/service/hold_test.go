@@ -92,6 +92,39 @@ func byGPU(shares []string) map[string]int {
 	return out
 }
 
+// staged registers gated job id (count allocations of shares each) on a
+// fake Nomad of one DGX-1 that runs raw_exec, lets a loaded service pin
+// it, and returns them with its record and the shares no hold holds.
+func staged(t *testing.T, id string, shares uint64, count int) (*fakeNomad, *Service, *pin.Record, []string) {
+	t.Helper()
+	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
+	j := gated(id, shares)
+	j.TaskGroups[0].Count = ptr(count)
+	f.put(j)
+	s := loadedService(t, f)
+	s.loop.reconcile(t.Context())
+	rec, ok := pin.ParseRecord(f.jobs[id], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key(id)]))
+	return f, s, rec, notHeld(f, rec)
+}
+
+// notHeld are the pinned shares no live hold holds: all Nomad can give.
+func notHeld(f *fakeNomad, rec *pin.Record) []string {
+	held := map[string]bool{}
+	for _, h := range f.liveHolds() {
+		for _, sh := range heldShares(h) {
+			held[sh] = true
+		}
+	}
+	var out []string
+	for _, sh := range rec.Shares {
+		if !held[sh] {
+			out = append(out, sh)
+		}
+	}
+	return out
+}
+
 // Two allocations of one whole GPU each, on the only (8-GPU) node, whose
 // client runs raw_exec: the group is pinned to two GPUs, and the second
 // GPU is held by a hold job registered (and placed) before the pin, so
@@ -100,14 +133,7 @@ func byGPU(shares []string) map[string]int {
 // (its job changed) or gone lets its holds go too. Without staging the
 // group waited for a second node (TestTwoWholeGPUsOnOneNodeWaitWithTheRule).
 func TestWholeGPUsOfAGroupOnOneNodeAreStaged(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
-	j := gated("two", 100)
-	j.TaskGroups[0].Count = ptr(2)
-	f.put(j)
-	s := loadedService(t, f)
-	s.loop.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	f, s, rec, free := staged(t, "two", 100, 2)
 	must.MapLen(t, 2, byGPU(rec.Shares))
 	holds := f.liveHolds()
 	must.SliceLen(t, 1, holds)
@@ -118,12 +144,6 @@ func TestWholeGPUsOfAGroupOnOneNodeAreStaged(t *testing.T) {
 	must.Eq(t, "node-1", h.Meta[metaHoldNode])
 	must.Eq(t, "default/two/g", h.Meta[metaHoldFor])
 	must.Eq(t, "raw_exec", h.TaskGroups[0].Tasks[0].Driver)
-	var free []string // the pinned shares the hold does not hold: all Nomad can give now
-	for _, sh := range rec.Shares {
-		if !slices.Contains(held, sh) {
-			free = append(free, sh)
-		}
-	}
 	must.MapLen(t, 1, byGPU(free))
 
 	// the hold is kept until Nomad has placed the first allocation
@@ -132,31 +152,22 @@ func TestWholeGPUsOfAGroupOnOneNodeAreStaged(t *testing.T) {
 	must.SliceLen(t, 1, f.liveHolds())
 	must.StrContains(t, stageOf(s, "two").Why, "staged on node node-1: 1 allocation(s) wait for GPUs held for them by "+*h.ID)
 	must.SliceEmpty(t, f.holdsStopped)
-	// its shares are the group's, not another's: a second gated job of
-	// a whole GPU... on a node with 6 free GPUs is placed elsewhere
-	// than on them
+	// Nomad placed the first allocation on the GPU not held: let go
 	f.runningOn("two", "a1", free)
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{*h.ID}, f.holdsStopped)
 	must.SliceEmpty(t, f.liveHolds())
-	_, again := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, again)
-	must.Eq(t, rec.Shares, func() []string { r, _ := pin.ParseRecord(f.jobs["two"], "g"); return r.Shares }(), must.Sprint("not pinned again"))
+	again, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, ok)
+	must.Eq(t, rec.Shares, again.Shares, must.Sprint("not pinned again"))
 }
 
 // While a hold holds a GPU for a group, its shares are the group's: the
 // model never sees the hold's allocation (its group would look short and
 // be pinned again), and no other group is pinned onto them.
 func TestAHoldsSharesStayItsGroups(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
-	j := gated("two", 400)
-	j.TaskGroups[0].Count = ptr(2)
-	f.put(j)
-	s := loadedService(t, f)
-	s.loop.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	f, s, rec, _ := staged(t, "two", 400, 2)
 	must.MapLen(t, 8, byGPU(rec.Shares))
 	must.SliceLen(t, 1, f.liveHolds())
 	f.put(gated("other", 100))
@@ -169,7 +180,7 @@ func TestAHoldsSharesStayItsGroups(t *testing.T) {
 	version := *f.jobs["two"].Version
 	s.loop.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["two"].Version, must.Sprint("pinned again while its hold held its shares"))
-	_, ok = pin.ParseRecord(f.jobs["other"], "g")
+	_, ok := pin.ParseRecord(f.jobs["other"], "g")
 	must.False(t, ok, must.Sprint("the 8 GPUs are the group's"))
 	must.SliceLen(t, 1, f.liveHolds())
 }
@@ -234,28 +245,9 @@ func TestAnUnsignedHoldIsNeverStopped(t *testing.T) {
 // node: pinned on three GPUs, two of them held; each hold is let go only
 // once the allocations before it run, one per pass.
 func TestFractionsOnSeveralGPUsOfOneNodeAreStaged(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
-	j := gated("frac", 60)
-	j.TaskGroups[0].Count = ptr(3)
-	f.put(j)
-	s := loadedService(t, f)
-	s.loop.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["frac"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("frac")]))
+	f, s, rec, first := staged(t, "frac", 60, 3)
 	must.MapLen(t, 3, byGPU(rec.Shares))
 	must.SliceLen(t, 2, f.liveHolds())
-	heldAll := map[string]bool{}
-	for _, h := range f.liveHolds() {
-		for _, sh := range heldShares(h) {
-			heldAll[sh] = true
-		}
-	}
-	var first []string
-	for _, sh := range rec.Shares {
-		if !heldAll[sh] {
-			first = append(first, sh)
-		}
-	}
 	must.SliceLen(t, 60, first)
 	f.runningOn("frac", "a1", first)
 	must.NoError(t, s.watcher.resync(t.Context()))
@@ -291,13 +283,7 @@ func stagedTwo(t *testing.T, j *api.Job) (*fakeNomad, *Service, [2][]string) {
 	must.True(t, ok, must.Sprint(s.loop.pending[key(*j.ID)]))
 	h := f.liveHolds()
 	must.SliceLen(t, 1, h)
-	var out [2][]string
-	out[1] = heldShares(h[0])
-	for _, sh := range rec.Shares {
-		if !slices.Contains(out[1], sh) {
-			out[0] = append(out[0], sh)
-		}
-	}
+	out := [2][]string{notHeld(f, rec), heldShares(h[0])}
 	f.runningOn(*j.ID, "a1", out[0])
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
@@ -350,22 +336,9 @@ func TestAStagedGroupReplacedTwoAtATimeIsPlacedBeside(t *testing.T) {
 // or lost its lease) finds the holds in Nomad's listing and finishes the
 // staging: the hold is let go once Nomad placed the allocation before.
 func TestANewSchedulerFinishesTheStaging(t *testing.T) {
-	f := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
-	j := gated("two", 100)
-	j.TaskGroups[0].Count = ptr(2)
-	f.put(j)
-	first := loadedService(t, f)
-	first.loop.reconcile(t.Context())
-	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok)
+	f, _, _, free := staged(t, "two", 100, 2)
 	h := f.liveHolds()
 	must.SliceLen(t, 1, h)
-	var free []string
-	for _, sh := range rec.Shares {
-		if !slices.Contains(heldShares(h[0]), sh) {
-			free = append(free, sh)
-		}
-	}
 	f.runningOn("two", "a1", free)
 
 	next := loadedService(t, f)
