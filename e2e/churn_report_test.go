@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -114,7 +116,10 @@ func (c *churn) report() {
 			g.placements, g.span.Round(time.Second), g.perSec, g.peak, pins, u.placements, u.span.Round(time.Second), u.perSec, u.peak),
 		fmt.Sprintf("CHURN scheduler: CPU %s (user+sys) during the gated run, peak RSS (VmHWM) %.1f MiB; %d warnings, %d 'pinned group has no allocation' lines",
 			c.cpu.Round(10*time.Millisecond), float64(c.hwm)/1024, c.warnLines, c.noAllocLines),
+		"CHURN scheduler's warnings: " + topCounts(c.warnings, 5),
 		fmt.Sprintf("CHURN records at end: %s, %s after the last job finished", c.recordsAtEnd, c.recordsIn.Round(time.Second)),
+		fmt.Sprintf("CHURN Nomad's eval broker, most at once (sampled every 30s): gated run %d ready, %d pending, %d blocked (%d escaped); Nomad alone %d ready, %d pending, %d blocked",
+			c.gated.broker.ready, c.gated.broker.pending, c.gated.broker.blocked, c.gated.broker.escaped, c.ungated.broker.ready, c.ungated.broker.pending, c.ungated.broker.blocked),
 		fmt.Sprintf("CHURN watch: gated %d allocation events, %d full lists; ungated %d events, %d lists", c.gated.events, c.gated.lists, c.ungated.events, c.ungated.lists),
 	}
 	c.e.t.Log("\n" + strings.Join(lines, "\n"))
@@ -135,4 +140,18 @@ func (c *churn) firstFailure(r *churnRun) string {
 		return "none"
 	}
 	return r.failedAllocs[0]
+}
+
+// topCounts is the n most frequent keys with their counts.
+func topCounts(m map[string]int, n int) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
+	var out []string
+	for _, k := range keys[:min(n, len(keys))] {
+		out = append(out, fmt.Sprintf("%dx %q", m[k], k))
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "; ")
 }

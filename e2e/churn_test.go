@@ -102,6 +102,7 @@ type churn struct {
 	recordsIn               time.Duration
 	noAllocLines            int
 	warnLines               int
+	warnings                map[string]int
 }
 
 // churnJob is one job of the churn and what was seen of it.
@@ -322,8 +323,9 @@ func (c *churn) run(prefix string, mode churnMode, n int) *churnRun {
 		}
 		if now.Sub(lastLog) >= 30*time.Second {
 			lastLog = now
-			t.Logf("%s (%s) after %s: %d registered, %d done, %d failed, %d services running, %d placements", prefix, mode,
-				now.Sub(r.start).Round(time.Second), registered, done, failed, running, r.placements())
+			b := r.sampleBroker()
+			t.Logf("%s (%s) after %s: %d registered, %d done, %d failed, %d services running, %d placements; Nomad's eval broker: %d ready, %d pending, %d blocked (%d escaped)",
+				prefix, mode, now.Sub(r.start).Round(time.Second), registered, done, failed, running, r.placements(), b.ready, b.pending, b.blocked, b.escaped)
 		}
 		if mode == gated && c.s.proc.Exited() {
 			t.Fatal("the scheduler exited during the churn")
@@ -427,16 +429,26 @@ func (c *churn) records() {
 	c.recordsIn = time.Since(start)
 }
 
-// schedLog counts the scheduler's warnings, and those of a pin Nomad made
-// no allocation for.
+// schedLog counts the scheduler's warnings and errors by message, and
+// those of a pin Nomad made no allocation for.
 func (c *churn) schedLog() {
 	b, err := os.ReadFile(filepath.Join(c.e.dir, "s1.log"))
 	if err != nil {
 		return
 	}
+	c.warnings = map[string]int{}
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.Contains(line, "[WARN]") || strings.Contains(line, "[ERROR]") {
-			c.warnLines++
+		for _, level := range []string{"WARN", "ERROR"} {
+			// 2026-...Z [WARN]  gpushare: message: key=value ...
+			if _, msg, ok := strings.Cut(line, "["+level+"]"); ok {
+				msg = strings.TrimSpace(msg)
+				if name, rest, ok := strings.Cut(msg, ": "); ok && !strings.Contains(name, " ") {
+					msg = rest
+				}
+				msg, _, _ = strings.Cut(msg, ": ")
+				c.warnings[level+" "+msg]++
+				c.warnLines++
+			}
 		}
 		if strings.Contains(line, "pinned group has no allocation") {
 			c.noAllocLines++

@@ -34,6 +34,8 @@ type churnRun struct {
 	errs                         []string
 	created                      []time.Time // each allocation's creation
 	lists, events                int
+	// the most evaluations Nomad's broker held at once
+	broker brokerGauges
 }
 
 // allocView is what the run reads of an allocation, from an event of
@@ -313,4 +315,42 @@ func (c *churn) gpuShares() map[string]int {
 		}
 	}
 	return total
+}
+
+// brokerGauges are Nomad's evaluation broker's and blocked evaluations'
+// gauges.
+type brokerGauges struct{ ready, pending, blocked, escaped int }
+
+// sampleBroker reads the gauges from Nomad's /v1/metrics and keeps the
+// most of each.
+func (r *churnRun) sampleBroker() brokerGauges {
+	var m struct {
+		Gauges []struct {
+			Name  string
+			Value float64
+		}
+	}
+	var b brokerGauges
+	if _, err := r.c.e.nomad.Raw().Query("/v1/metrics", &m, nil); err != nil {
+		return b
+	}
+	for _, g := range m.Gauges {
+		switch g.Name {
+		case "nomad.nomad.broker.total_ready":
+			b.ready = int(g.Value)
+		case "nomad.nomad.broker.total_pending":
+			b.pending = int(g.Value)
+		case "nomad.nomad.blocked_evals.total_blocked":
+			b.blocked = int(g.Value)
+		case "nomad.nomad.blocked_evals.total_escaped":
+			b.escaped = int(g.Value)
+		}
+	}
+	r.mu.Lock()
+	r.broker.ready = max(r.broker.ready, b.ready)
+	r.broker.pending = max(r.broker.pending, b.pending)
+	r.broker.blocked = max(r.broker.blocked, b.blocked)
+	r.broker.escaped = max(r.broker.escaped, b.escaped)
+	r.mu.Unlock()
+	return b
 }
