@@ -55,6 +55,16 @@ func TestSchedulerWithACLs(t *testing.T) {
 	must.NoError(t, err)
 	_, ok := pin.ParseRecord(job, "g")
 	must.True(t, ok, must.Sprint("the job carries no placement record"))
+	// a staged pair (two one-GPU allocations allowed one node): the hold
+	// is registered, and let go, with the policy's register-job alone
+	pair := e.parse("acl-pair", map[string]any{"shares": 100, "count": 2})
+	pair.TaskGroups[0].Constraints = append(pair.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.name}", RTarget: "pcie", Operand: "="})
+	_, _, err = e.nomad.Jobs().Register(pair, nil)
+	must.NoError(t, err)
+	both := e.running("acl-pair", 2, 2*time.Minute)
+	must.NotEq(t, gpus(both[0]), gpus(both[1]))
+	must.SliceNotEmpty(t, e.holdJobs(), must.Sprint("staged behind a hold"))
+	e.eventually(2*time.Minute, "the hold to be let go", func() bool { return len(e.liveHoldJobs()) == 0 })
 	s1.proc.Stop()
 
 	// the same policy without register-job

@@ -18,7 +18,8 @@ namespace "*" {
     # Allocation and Deployment topics of the event stream
     "read-job",
     # re-register a gated job with its pin, or gate a preempted job again
-    # (PUT /v1/jobs with EnforceIndex). The fine-grained part of submit-job:
+    # (PUT /v1/jobs with EnforceIndex); register the short-lived hold jobs
+    # of a staged placement, and register them again stopped to let go. The fine-grained part of submit-job:
     # no deregister, purge, revert, dispatch or scale. A gated job that
     # mounts host or CSI volumes needs the volume capabilities too
     # (host_volume "..." { policy = "write" }, csi-mount-volume), since

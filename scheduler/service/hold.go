@@ -57,8 +57,9 @@ type holdNomad interface {
 	RegisterHold(ctx context.Context, job *api.Job) error
 	// JobAllocs lists a job's allocations.
 	JobAllocs(ctx context.Context, namespace, id string) ([]*api.AllocationListStub, error)
-	// StopJob deregisters a job without purging it (a purge while a plan
-	// for it is in flight crashes Nomad 1.11's servers).
+	// StopJob stops a job (registers it again with Stop set: the
+	// scheduler's policy has register-job, not deregister; and a purge
+	// while a plan for it is in flight crashes Nomad 1.11's servers).
 	StopJob(ctx context.Context, namespace, id string) error
 }
 

@@ -223,9 +223,19 @@ func (n nomadClient) JobAllocs(ctx context.Context, namespace, id string) ([]*ap
 	return allocs, err
 }
 
+// StopJob registers the job again stopped: the scheduler's ACL policy
+// has register-job, not the deregister of submit-job.
 func (n nomadClient) StopJob(ctx context.Context, namespace, id string) error {
 	ctx, cancel := n.bound(ctx)
 	defer cancel()
-	_, _, err := n.c.Jobs().Deregister(id, false, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
+	job, _, err := n.c.Jobs().Info(id, q(ctx, namespace))
+	if err != nil {
+		return err
+	}
+	if job.Stop != nil && *job.Stop {
+		return nil
+	}
+	job.Stop = new(true)
+	_, _, err = n.c.Jobs().Register(job, (&api.WriteOptions{Namespace: namespace}).WithContext(ctx))
 	return err
 }
