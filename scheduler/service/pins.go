@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -269,17 +268,4 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	s.why[a.Group] = rec.Reason
 	s.mu.Unlock()
 	return rec, c, nil
-}
-
-// cloneJob copies a job deeply.
-func cloneJob(j *api.Job) (*api.Job, error) {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return nil, fmt.Errorf("copy job: %w", err)
-	}
-	var out api.Job
-	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("copy job: %w", err)
-	}
-	return &out, nil
 }
