@@ -104,8 +104,8 @@ func (c *churn) report() {
 	lines := []string{
 		fmt.Sprintf("CHURN %d jobs (%d batch of 1-3s, %d services stopped after 1-3s running; %d groups of count 2; %d multi-GPU; 10/25/50/100/200/400 shares) on %d clients, %d GPUs (%d shares), arriving over %s in waves of %s at %.0f/s and %s at %.0f/s",
 			len(c.gated.jobs), batch, services, pairs, multi, len(loadClients), len(c.total), shares, last.Round(time.Second), churnWave, churnHigh, churnWave, churnLow),
-		fmt.Sprintf("CHURN gated: %d completed, %d lost, %d failed allocations; shares given twice %d, invalid %d; all finished in %s",
-			g.done, g.lost+g.failed, g.bad, g.twice, g.invalid, g.duration.Round(time.Second)),
+		fmt.Sprintf("CHURN gated: %d completed, %d lost, %d failed allocations; shares given twice %d, invalid %d; all finished in %s; %d services stopped again (Nomad undid the stop)",
+			g.done, g.lost+g.failed, g.bad, g.twice, g.invalid, g.duration.Round(time.Second), c.gated.restops),
 		fmt.Sprintf("CHURN ungated, Nomad alone without the GPU ask (the baseline): %d completed, %d failed (failed allocations %d), %d unfinished%s; finished in %s",
 			u.done, u.failed, u.bad, u.lost, stalled, u.duration.Round(time.Second)),
 		fmt.Sprintf("CHURN ungated, Nomad alone with the GPU ask (the first %d jobs): %d completed, %d failed (failed allocations %d), %d unfinished; shares given twice %d, invalid %d (neither a fraction of one GPU nor whole GPUs); first failure: %s",

@@ -127,6 +127,7 @@ type churnJob struct {
 	// was purged
 	stopAt              time.Time
 	stopQueued, stopped bool
+	stoppedAt           time.Time
 	purgeQueued, purged bool
 	done, failed        bool
 }
@@ -135,6 +136,8 @@ type churnJob struct {
 type churnAct struct {
 	j     *churnJob
 	purge bool
+	// check: stop it again only if Nomad's job is no longer stopped
+	check bool
 }
 
 // churn arrivals: waves of churnWave at churnHigh jobs/s, then churnWave at
@@ -247,7 +250,7 @@ func (c *churn) run(prefix string, mode churnMode, n int) *churnRun {
 	for _, j := range r.jobs {
 		r.byID[j.id] = j
 	}
-	r.stopq = make(chan churnAct, 2*len(r.jobs))
+	r.stopq = make(chan churnAct, 4*len(r.jobs))
 	stopWatch := r.watch()
 	defer stopWatch()
 	var wg sync.WaitGroup
@@ -256,6 +259,15 @@ func (c *churn) run(prefix string, mode churnMode, n int) *churnRun {
 		go func() {
 			defer wg.Done()
 			for act := range r.stopq {
+				if act.check { // stop it again if Nomad undid the stop
+					job, _, err := c.e.nomad.Jobs().Info(act.j.id, nil)
+					if err != nil || job.Stop == nil || *job.Stop {
+						continue
+					}
+					r.mu.Lock()
+					r.restops++
+					r.mu.Unlock()
+				}
 				_, _, err := c.e.nomad.Jobs().Deregister(act.j.id, act.purge, nil)
 				r.mu.Lock()
 				if err != nil {
@@ -265,7 +277,7 @@ func (c *churn) run(prefix string, mode churnMode, n int) *churnRun {
 					act.j.purged = true
 					r.purged(act.j)
 				} else {
-					act.j.stopped = true
+					act.j.stopped, act.j.stoppedAt = true, time.Now()
 					r.progress(act.j)
 				}
 				r.mu.Unlock()
@@ -289,6 +301,14 @@ func (c *churn) run(prefix string, mode churnMode, n int) *churnRun {
 			if !j.stopAt.IsZero() && !j.stopQueued && !j.done && !j.failed && now.After(j.stopAt) {
 				j.stopQueued = true
 				r.stopq <- churnAct{j: j}
+			}
+			// Nomad may undo a stop: a plan computed before it that marks
+			// the job's deployment successful writes the running version
+			// back as the job (its state store's job stability update);
+			// the test stops it again and counts it
+			if j.stopped && !j.done && !j.failed && now.Sub(j.stoppedAt) > 30*time.Second {
+				j.stoppedAt = now
+				r.stopq <- churnAct{j: j, check: true}
 			}
 		}
 		done, failed, registered, running, over := 0, 0, 0, 0, 0

@@ -34,6 +34,8 @@ type churnRun struct {
 	errs                         []string
 	created                      []time.Time // each allocation's creation
 	lists, events                int
+	// restops counts services stopped again after Nomad undid a stop
+	restops int
 	// the most evaluations Nomad's broker held at once
 	broker brokerGauges
 }
