@@ -82,6 +82,10 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 		if !ok || !s.holdSigned(key, j) {
 			continue // not ours to stop: the scheduler signs its holds
 		}
+		if why := s.holdStale(key, j); why != "" { // each on its own: an older pin's beside a newer one's
+			out = append(out, release{namespace: nsOf(j), id: *j.ID, why: why, key: key})
+			continue
+		}
 		k := at{key, j.Meta[metaHoldNode]}
 		staged[k] = append(staged[k], j)
 	}
@@ -90,12 +94,6 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 	}) {
 		holds := staged[k]
 		slices.SortFunc(holds, func(a, b *api.Job) int { return strings.Compare(*a.ID, *b.ID) })
-		if why := s.holdStale(k.key, holds[0]); why != "" {
-			for _, j := range holds {
-				out = append(out, release{namespace: nsOf(j), id: *j.ID, why: why, key: k.key})
-			}
-			continue
-		}
 		if st, ok := s.stages[k.key]; ok { // what /v1/groups and the page say
 			st.Why = fmt.Sprintf("staged on node %s: %d allocation(s) wait for GPUs held for them by %s, each let go once Nomad has placed the one before (Nomad could otherwise give one allocation shares of two GPUs)",
 				k.node, len(holds), *holds[0].ID)

@@ -348,3 +348,25 @@ func TestANewSchedulerFinishesTheStaging(t *testing.T) {
 	next.loop.reconcile(t.Context())
 	must.Eq(t, []string{*h[0].ID}, f.holdsStopped)
 }
+
+// A staged group whose job changes before Nomad placed it is pinned
+// again, staged again: the older pin's hold is let go before the newer's
+// is registered (it may need the same shares), and the newer is kept.
+func TestAStaleHoldIsLetGoAndTheNewKept(t *testing.T) {
+	f, s, _, _ := staged(t, "two", 100, 2)
+	old := f.liveHolds()
+	must.SliceLen(t, 1, old)
+	changed := gated("two", 100)
+	changed.TaskGroups[0].Count = ptr(2)
+	changed.TaskGroups[0].Tasks[0].Env = map[string]string{"APP_VERSION": "2"}
+	f.put(changed)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	_, ok := pin.ParseRecord(f.jobs["two"], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.Eq(t, []string{*old[0].ID}, f.holdsStopped, must.Sprint("the older pin's hold let go"))
+	must.SliceLen(t, 1, f.liveHolds(), must.Sprint("the newer pin's hold (the same ID when it holds the same shares)"))
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	must.SliceLen(t, 1, f.liveHolds(), must.Sprint("the newer pin's hold kept until its first allocation runs"))
+}

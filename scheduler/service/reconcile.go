@@ -121,11 +121,12 @@ func (s *loop) reconcile(ctx context.Context) {
 	}
 	pins = append(pins, inPlace...)
 	notGiven(pins, kept, pending, failed)
+	// holds done or stale go first: a new pin's hold may need their shares
+	s.releaseHolds(ctx, snap)
 	s.sendPins(ctx, pins, jobs, pending, failed, start)
 	if ctx.Err() != nil {
 		return
 	}
-	s.releaseHolds(ctx, snap)
 	s.readPriors(ctx)
 	s.promote(ctx)
 	s.mu.Lock()
