@@ -301,7 +301,7 @@ func (c *Check) Reason(n *api.Node) string {
 		}
 	}
 	for _, d := range r.drivers {
-		if !hasDriver(n, d) {
+		if !HasDriver(n, d) {
 			return FilterDrivers
 		}
 	}
@@ -353,10 +353,10 @@ func inAnyDC(patterns []string, dc string) bool {
 	return false
 }
 
-// hasDriver mirrors DriverChecker.hasDrivers: the node's driver info when
-// it has one (detected and healthy), else its "driver.<name>" attribute
-// read as a boolean.
-func hasDriver(n *api.Node, name string) bool {
+// HasDriver mirrors Nomad's DriverChecker.hasDrivers: the node's driver
+// info when it has one (detected and healthy), else its "driver.<name>"
+// attribute read as a boolean.
+func HasDriver(n *api.Node, name string) bool {
 	if info, ok := n.Drivers[name]; ok {
 		return info != nil && info.Detected && info.Healthy
 	}

@@ -11,7 +11,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -134,7 +136,7 @@ func holdDriver(n *api.Node) string {
 		return ""
 	}
 	for _, d := range []string{"raw_exec", "exec"} {
-		if info := n.Drivers[d]; info != nil && info.Detected && info.Healthy {
+		if feasible.HasDriver(n, d) { // as Nomad checks the hold's task
 			return d
 		}
 	}
@@ -307,7 +309,9 @@ func replacedTogether(job *api.Job, tg *api.TaskGroup, live []*api.Allocation) b
 	for _, a := range live {
 		set := map[string]bool{}
 		for _, sh := range model.Shares(a) {
-			set[sh[:max(0, strings.LastIndexByte(sh, ':'))]] = true
+			if id, err := devicefn.ParseShareID(sh); err == nil {
+				set[id.UUID] = true
+			}
 		}
 		if len(set) == 0 {
 			continue
