@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpushare/gpushare/devicefn"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -299,22 +298,9 @@ func (r *churnRun) placements() int {
 
 // gpuShares counts the healthy shares of each GPU of the cluster.
 func (c *churn) gpuShares() map[string]int {
-	nodes, _, err := c.e.nomad.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	total, _, err := healthyShares(c.e.nomad)
 	if err != nil {
 		c.e.t.Fatal(err)
-	}
-	total := map[string]int{}
-	for _, n := range nodes {
-		if n.NodeResources == nil {
-			continue
-		}
-		for _, d := range n.NodeResources.Devices {
-			for _, in := range d.Instances {
-				if sid, err := devicefn.ParseShareID(in.ID); err == nil && in.Healthy {
-					total[sid.UUID]++
-				}
-			}
-		}
 	}
 	return total
 }

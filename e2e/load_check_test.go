@@ -30,23 +30,8 @@ func (l *loadRun) check() {
 		l.serverHWM, _ = procHWM(pid)
 	}
 	l.evalsAtRest = l.evals()
-	nodes, _, err := l.e.nomad.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	total, gpuNode, err := healthyShares(l.e.nomad)
 	must.NoError(t, err)
-	total := map[string]int{}      // shares per GPU
-	gpuNode := map[string]string{} // GPU -> node
-	for _, n := range nodes {
-		if n.NodeResources == nil {
-			continue
-		}
-		for _, d := range n.NodeResources.Devices {
-			for _, in := range d.Instances {
-				if sid, err := devicefn.ParseShareID(in.ID); err == nil && in.Healthy {
-					total[sid.UUID]++
-					gpuNode[sid.UUID] = n.ID
-				}
-			}
-		}
-	}
 	allocs, _, err := l.e.nomad.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
 	must.NoError(t, err)
 	jobs := map[string]*loadJob{}
@@ -425,4 +410,28 @@ func (l *loadRun) report() {
 		"LOAD records " + l.afterPurge,
 	}
 	t.Log("\n" + strings.Join(lines, "\n"))
+}
+
+// healthyShares counts the healthy shares of each GPU of the cluster
+// (total) and names each GPU's node (gpuNode).
+func healthyShares(c *api.Client) (total map[string]int, gpuNode map[string]string, err error) {
+	nodes, _, err := c.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "true"}})
+	if err != nil {
+		return nil, nil, err
+	}
+	total, gpuNode = map[string]int{}, map[string]string{}
+	for _, n := range nodes {
+		if n.NodeResources == nil {
+			continue
+		}
+		for _, d := range n.NodeResources.Devices {
+			for _, in := range d.Instances {
+				if sid, err := devicefn.ParseShareID(in.ID); err == nil && in.Healthy {
+					total[sid.UUID]++
+					gpuNode[sid.UUID] = n.ID
+				}
+			}
+		}
+	}
+	return total, gpuNode, nil
 }
