@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"testing"
 	"time"
@@ -169,6 +170,8 @@ func benchPass(b *testing.B, f *fakeNomad) {
 	b.ReportMetric(float64(pins), "pins/op")
 	b.ReportMetric(heapMiB(), "heap-MiB")
 	runtime.KeepAlive(s) // measured with the service and its model
+	b.ReportMetric(serviceHeapMiB(f), "service-heap-MiB")
+	runtime.KeepAlive(s)
 	b.ReportMetric(full.lockMS(b.N), "full-lock-ms/op")
 	b.ReportMetric(full.passMS(b.N), "full-pass-ms/op")
 	b.ReportMetric(float64(full.pass)/float64(max(kept.pass, 1)), "x-faster")
@@ -205,4 +208,24 @@ func heapMiB() float64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return float64(m.HeapAlloc) / (1 << 20)
+}
+
+// serviceHeapMiB is heapMiB without the fake Nomad's cluster: the fake's
+// nodes, jobs and allocations are dropped first (the model holds copies
+// of its nodes and jobs, and the allocations it listed, which stay
+// counted), so what is left is what the service and its model keep. It
+// ends the fake's use: call it last. With GPUSHARE_BENCH_HEAPPROFILE set
+// it also writes the heap's profile to that file, for pprof.
+func serviceHeapMiB(f *fakeNomad) float64 {
+	f.mu.Lock()
+	f.nodes, f.jobs, f.allocs, f.nodeVers = nil, nil, nil, nil
+	f.mu.Unlock()
+	mib := heapMiB()
+	if path := os.Getenv("GPUSHARE_BENCH_HEAPPROFILE"); path != "" {
+		if out, err := os.Create(path); err == nil {
+			_ = pprof.WriteHeapProfile(out)
+			_ = out.Close()
+		}
+	}
+	return mib
 }
