@@ -11,6 +11,8 @@ type changes struct {
 	allocs map[string]bool
 	jobs   map[string]bool
 	all    bool
+	// seen keeps what take returned for TakeTouched (generation.go).
+	seen touched
 }
 
 func (c *changes) node(id string) { c.nodes = mark(c.nodes, id) }
@@ -22,7 +24,8 @@ func (c *changes) job(key string) { c.jobs = mark(c.jobs, key) }
 // take returns what changed and starts afresh.
 func (c *changes) take() changes {
 	out := *c
-	*c = changes{}
+	c.seen.add(out)
+	*c = changes{seen: c.seen}
 	return out
 }
 

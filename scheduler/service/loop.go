@@ -85,6 +85,8 @@ type loop struct {
 	// feasibleOf the nodes they allowed when the group was last decided.
 	rules      *feasible.Cache
 	feasibleOf map[decide.Key]uint64
+	// collected is what collect found for each job (collect_cache.go).
+	collected *collectCache
 
 	// history is what the GPUs and the jobs did (gpustats.go).
 	history *gpuhistory.Store

@@ -1,7 +1,6 @@
 package service
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"hash/fnv"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
-	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -234,168 +232,6 @@ func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key
 			}
 		}
 	}
-}
-
-// collect asks lifecycle.Reconcile where each group stands and lists the
-// groups to decide: gated groups, ungated gpushare groups to adopt
-// (adopt_ungated), pinned groups whose capacity is gone or that were
-// scaled past their pin. Groups that cannot be turned into a request, or
-// that were refused for good and neither their job nor the cluster's nodes
-// changed since, are returned as pending, with why; unchanged groups on
-// nodes that take no new work, as pins to write back without a decision
-// (inPlaceOnly). The caller holds s.mu.
-func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
-	var groups []decide.Group
-	jobs := map[decide.Key]*api.Job{} // each group's job, as decided on
-	pending := map[decide.Key]string{}
-	seen := map[string]nodeSet{}    // node sets by rules, for this pass
-	said := map[decide.Key]string{} // what Nomad said of pins it could not place
-	s.nomadSaid = said
-	stages := map[decide.Key]lifecycle.Result{}
-	var inPlace []decide.Action // pins written back without a decision (inPlaceOnly)
-	for _, job := range s.state.Jobs {
-		gated := pin.Gated(job)
-		for _, tg := range job.TaskGroups {
-			name := *tg.Name
-			key := model.KeyOf(job, name)
-			facts, lost, refusedOn := s.facts(job, tg, gated, built, said)
-			stage := lifecycle.Reconcile(facts)
-			stages[key] = stage
-			g := decide.Group{Key: key}
-			switch stage.Do {
-			case lifecycle.Pool:
-				if why, ok := s.backingOff(key); ok {
-					pending[key] = why
-				} else if act, why := s.pool(built, job, key, seen); why != "" {
-					pending[key] = why
-				} else {
-					inPlace, jobs[key] = append(inPlace, act), job
-				}
-				continue
-			case lifecycle.Nothing:
-				if stage.State == lifecycle.Waiting || (facts.Dispatched && stage.State == lifecycle.PinnedUnplaced) {
-					pending[key] = stage.Why // it waits, and nothing gpushare can do places it
-				}
-				continue
-			case lifecycle.Repin:
-				// decided again without the nodes its pin lost, nor any
-				// Nomad refused it on (not only the last pin's)
-				g.Repin, g.Req.Avoid = true, append(lost, refusedOn...)
-				g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
-			case lifecycle.Grow:
-				// scaled past its pin: decided again for its new count,
-				// on the shares its allocations hold and its pin holds
-				// (Nomad refused the pinned nodes only for want of room)
-				g.Repin, g.Req.Avoid = true, lost
-				g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
-			}
-			if why, ok := s.backingOff(key); ok {
-				pending[key] = why
-				continue
-			}
-			// Nomad's own rules first: a group no node passes waits, holding nothing
-			ns, err := s.feasibleNodes(built.Snapshot, job, name, seen)
-			if err != nil || ns.none != "" {
-				pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
-				continue
-			}
-			s.noteFeasible(key, ns)
-			if r, ok := s.refused[key]; ok {
-				if r.holds(job, shape, ns.hash) {
-					pending[key] = r.reason
-					continue
-				}
-				delete(s.refused, key)
-			}
-			req, err := s.state.Request(job, name, s.profile)
-			if err != nil {
-				// only a new version of the job can change a bad request:
-				// refused, like a group no node can ever hold
-				pending[key] = err.Error()
-				s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash)
-				continue
-			}
-			if why := s.vcRefusal(key, req.VC); why != "" {
-				pending[key] = why
-				continue
-			}
-			req.Avoid = g.Req.Avoid
-			if ns.apart { // distinct_hosts at job level: off the nodes the job's other groups are pinned to
-				g.Apart = model.JobKey(key.Namespace, key.Job)
-				req.Avoid = append(slices.Clip(req.Avoid), s.pinnedNodesOfOthers(job, name)...)
-			}
-			req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
-			req.Models = ns.narrow(req.Models)
-			g.Req = req
-			if stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt {
-				live := s.state.GroupAllocs(key.Namespace, key.Job, name)
-				held := s.held(key)
-				keep := s.keep(job, key, held)
-				// a change Nomad replaces allocations for (a new image, env,
-				// config) several at once where two share a node on GPUs of
-				// their own: beside what runs, staged (hold.go)
-				together := replacedTogether(job, tg, live) && s.replacedAnyway(job, key)
-				if (stage.Beside || together) && s.replacedAnyway(job, key) {
-					// the same placement, but a change Nomad replaces
-					// allocations for, deployed with canaries: they need
-					// room beside what runs
-					keep = nil
-				}
-				if s.inPlaceOnly(job, name, keep) {
-					// unchanged, on nodes that take no new work (ineligible,
-					// draining) but still run it: its pin is written back
-					// without a decision, and Nomad updates it in place
-					// there, as it would without gpushare
-					inPlace = append(inPlace, keptAction(key, s.policy.Name(), req, keep))
-					jobs[key] = job
-					continue
-				}
-				g.Keep = ns.keepable(keep)
-				if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID) {
-					// its running allocations' pin is read before it is
-					// decided, so that an unchanged group keeps its place
-					pending[key] = "reading the pin its running allocations were placed with"
-					continue
-				}
-				switch {
-				case g.Keep != nil: // unchanged for its placement: written back, Nomad updates in place or replaces on the same shares
-					g.Replaces = ids(live)
-				case stage.Beside, together:
-					// canaries: placed beside what runs, which keeps its
-					// shares until the deployment is promoted; replaced
-					// together: see replacedTogether
-				default:
-					g.Replaces = stage.Replaces // a new version takes its old shares
-					g.Prefer = ns.keepable(held)
-				}
-			}
-			if at := s.records.submitOf(job); at > 0 { // kept across the scheduler's registrations
-				g.Submit = time.Unix(0, at)
-			}
-			jobs[key] = job
-			groups = append(groups, g)
-		}
-	}
-	// forget what concerned groups whose job is gone
-	dropGone(s, s.refused)
-	dropGone(s, s.retries)
-	dropGone(s, s.why)
-	s.forgetFeasible()
-	s.stages = stages
-	for k := range s.nomadRefused {
-		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
-		if job == nil {
-			delete(s.nomadRefused, k)
-		} else if tg := pin.Group(job, k.Group); tg == nil || len(s.state.GroupAllocs(k.Namespace, k.Job, k.Group)) >= pin.Count(tg) {
-			delete(s.nomadRefused, k) // placed: what Nomad refused before no longer matters
-		}
-	}
-	for id := range s.priorRead {
-		if _, ok := s.state.Allocs[id]; !ok {
-			delete(s.priorRead, id)
-		}
-	}
-	return groups, jobs, pending, inPlace
 }
 
 // dropGone deletes from m the groups whose job the state no longer has.

@@ -1,0 +1,275 @@
+package service
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+)
+
+// collected is what collect returns, and what deriveJob fills for each
+// job it looks at.
+type collected struct {
+	groups  []decide.Group
+	jobs    map[decide.Key]*api.Job // each group's job, as decided on
+	pending map[decide.Key]string
+	inPlace []decide.Action // pins written back without a decision (inPlaceOnly)
+	stages  map[decide.Key]lifecycle.Result
+	seen    map[string]nodeSet    // node sets by rules, for this pass
+	said    map[decide.Key]string // what Nomad said of pins it could not place
+	shape   uint64                // clusterShape of the pass
+	built   *model.Built          // the pass's snapshot
+}
+
+// collect asks lifecycle.Reconcile where each group stands and lists the
+// groups to decide: gated groups, ungated gpushare groups to adopt
+// (adopt_ungated), pinned groups whose capacity is gone or that were
+// scaled past their pin. Groups that cannot be turned into a request, or
+// that were refused for good and neither their job nor the cluster's nodes
+// changed since, are returned as pending, with why; unchanged groups on
+// nodes that take no new work, as pins to write back without a decision
+// (inPlaceOnly).
+//
+// Most groups of a large cluster run where they were pinned and nothing
+// about them changes from one pass to the next: collect looks again only
+// at the jobs whose inputs changed (collectCache), and reuses for the
+// others what the last pass found. The caller holds s.mu.
+func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
+	out := &collected{jobs: map[decide.Key]*api.Job{}, seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
+	s.nomadSaid = out.said
+	c := s.collectCache()
+	anyGone := false
+	var touched model.Touched
+	if !c.full {
+		touched = s.state.TakeTouched()
+	}
+	switch {
+	case c.full:
+		// reuse off: every job looked at, the cache left as it was
+		// (what changed meanwhile stays marked for it)
+		out.pending, out.stages = map[decide.Key]string{}, map[decide.Key]lifecycle.Result{}
+		for k, job := range s.state.Jobs {
+			s.deriveJob(k, job, out, c)
+		}
+		anyGone = true
+	case !c.primed || touched.All:
+		// every job looked at, and the cache made anew
+		c.reset()
+		out.pending, out.stages = map[decide.Key]string{}, c.stages
+		for k, job := range s.state.Jobs {
+			s.deriveJob(k, job, out, c)
+		}
+		c.primed, anyGone = true, true
+		c.noteShort(built)
+	default:
+		look := c.toLook(touched, built)
+		for k := range look {
+			c.forget(k)
+		}
+		out.pending, out.stages = maps.Clone(c.pending), c.stages
+		for k := range look {
+			if job := s.state.Jobs[k]; job != nil {
+				s.deriveJob(k, job, out, c)
+			} else {
+				anyGone = true
+			}
+		}
+	}
+	if anyGone {
+		// forget what concerned groups whose job is gone (looked for
+		// only when a job went: these maps hold one entry per pinned group)
+		dropGone(s, s.refused)
+		dropGone(s, s.retries)
+		dropGone(s, s.why)
+		s.forgetFeasible()
+	} else {
+		s.rules.Sweep()
+	}
+	if c.full {
+		s.stages = out.stages
+	} else {
+		// a copy: the pass's later steps rewrite what the API shows
+		// (hold_release.go, promote.go), which the next pass must not see
+		s.stages = maps.Clone(c.stages)
+	}
+	for k := range s.nomadRefused {
+		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
+		if job == nil {
+			delete(s.nomadRefused, k)
+		} else if tg := pin.Group(job, k.Group); tg == nil || len(s.state.GroupAllocs(k.Namespace, k.Job, k.Group)) >= pin.Count(tg) {
+			delete(s.nomadRefused, k) // placed: what Nomad refused before no longer matters
+		}
+	}
+	for id := range s.priorRead {
+		if _, ok := s.state.Allocs[id]; !ok {
+			delete(s.priorRead, id)
+		}
+	}
+	return out.groups, out.jobs, out.pending, out.inPlace
+}
+
+// deriveJob looks at every group of job (by job key k) as collect does,
+// adding what it finds to out, and offers the result to the cache c: a
+// job whose groups all need nothing done, and whose facts had no effect
+// beyond the group (see reusable), is kept and not looked at again until
+// its inputs change. The caller holds s.mu.
+func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache) {
+	gated := pin.Gated(job)
+	reusable := true
+	var keys []decide.Key
+	for _, tg := range job.TaskGroups {
+		key := model.KeyOf(job, *tg.Name)
+		keys = append(keys, key)
+		facts, stage, ok := s.deriveGroup(job, tg, gated, out)
+		reusable = reusable && ok && stageReusable(facts, stage)
+		if _, ok := out.said[key]; ok {
+			reusable = false // it noted the nodes Nomad refused (s.nomadRefused): done every pass
+		}
+	}
+	c.keep(s, k, job, keys, reusable, out)
+}
+
+// stageReusable reports whether a group's result may be reused while its
+// job, its allocations and the nodes they name are unchanged: only a
+// group lifecycle.Reconcile leaves alone. A parameterized parent's pool
+// reads the whole snapshot, and a gated batch group whether its last run's
+// pin is read (s.priorRead, which readPriors changes outside the model):
+// both are looked at every pass.
+func stageReusable(f lifecycle.Group, st lifecycle.Result) bool {
+	return st.Do == lifecycle.Nothing && !f.Template && !(f.Gated && f.Batch)
+}
+
+// deriveGroup is collect for one group: it adds the group to decide, its
+// pin to write back or why it waits to out, and returns its facts and
+// stage. ok is false when the result read more than the group's own
+// inputs. The caller holds s.mu.
+func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out *collected) (lifecycle.Group, lifecycle.Result, bool) {
+	built, shape := out.built, out.shape
+	name := *tg.Name
+	key := model.KeyOf(job, name)
+	facts, lost, refusedOn := s.facts(job, tg, gated, built, out.said)
+	stage := lifecycle.Reconcile(facts)
+	out.stages[key] = stage
+	pending := out.pending
+	g := decide.Group{Key: key}
+	switch stage.Do {
+	case lifecycle.Pool:
+		if why, ok := s.backingOff(key); ok {
+			pending[key] = why
+		} else if act, why := s.pool(built, job, key, out.seen); why != "" {
+			pending[key] = why
+		} else {
+			out.inPlace, out.jobs[key] = append(out.inPlace, act), job
+		}
+		return facts, stage, false
+	case lifecycle.Nothing:
+		if stage.State == lifecycle.Waiting || (facts.Dispatched && stage.State == lifecycle.PinnedUnplaced) {
+			pending[key] = stage.Why // it waits, and nothing gpushare can do places it
+		}
+		return facts, stage, true
+	case lifecycle.Repin:
+		// decided again without the nodes its pin lost, nor any
+		// Nomad refused it on (not only the last pin's)
+		g.Repin, g.Req.Avoid = true, append(lost, refusedOn...)
+		g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
+	case lifecycle.Grow:
+		// scaled past its pin: decided again for its new count,
+		// on the shares its allocations hold and its pin holds
+		// (Nomad refused the pinned nodes only for want of room)
+		g.Repin, g.Req.Avoid = true, lost
+		g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
+	}
+	if why, ok := s.backingOff(key); ok {
+		pending[key] = why
+		return facts, stage, false
+	}
+	// Nomad's own rules first: a group no node passes waits, holding nothing
+	ns, err := s.feasibleNodes(built.Snapshot, job, name, out.seen)
+	if err != nil || ns.none != "" {
+		pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
+		return facts, stage, false
+	}
+	s.noteFeasible(key, ns)
+	if r, ok := s.refused[key]; ok {
+		if r.holds(job, shape, ns.hash) {
+			pending[key] = r.reason
+			return facts, stage, false
+		}
+		delete(s.refused, key)
+	}
+	req, err := s.state.Request(job, name, s.profile)
+	if err != nil {
+		// only a new version of the job can change a bad request:
+		// refused, like a group no node can ever hold
+		pending[key] = err.Error()
+		s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash)
+		return facts, stage, false
+	}
+	if why := s.vcRefusal(key, req.VC); why != "" {
+		pending[key] = why
+		return facts, stage, false
+	}
+	req.Avoid = g.Req.Avoid
+	if ns.apart { // distinct_hosts at job level: off the nodes the job's other groups are pinned to
+		g.Apart = model.JobKey(key.Namespace, key.Job)
+		req.Avoid = append(slices.Clip(req.Avoid), s.pinnedNodesOfOthers(job, name)...)
+	}
+	req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
+	req.Models = ns.narrow(req.Models)
+	g.Req = req
+	if stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt {
+		live := s.state.GroupAllocs(key.Namespace, key.Job, name)
+		held := s.held(key)
+		keep := s.keep(job, key, held)
+		// a change Nomad replaces allocations for (a new image, env,
+		// config) several at once where two share a node on GPUs of
+		// their own: beside what runs, staged (hold.go)
+		together := replacedTogether(job, tg, live) && s.replacedAnyway(job, key)
+		if (stage.Beside || together) && s.replacedAnyway(job, key) {
+			// the same placement, but a change Nomad replaces
+			// allocations for, deployed with canaries: they need
+			// room beside what runs
+			keep = nil
+		}
+		if s.inPlaceOnly(job, name, keep) {
+			// unchanged, on nodes that take no new work (ineligible,
+			// draining) but still run it: its pin is written back
+			// without a decision, and Nomad updates it in place
+			// there, as it would without gpushare
+			out.inPlace = append(out.inPlace, keptAction(key, s.policy.Name(), req, keep))
+			out.jobs[key] = job
+			return facts, stage, false
+		}
+		g.Keep = ns.keepable(keep)
+		if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID) {
+			// its running allocations' pin is read before it is
+			// decided, so that an unchanged group keeps its place
+			pending[key] = "reading the pin its running allocations were placed with"
+			return facts, stage, false
+		}
+		switch {
+		case g.Keep != nil: // unchanged for its placement: written back, Nomad updates in place or replaces on the same shares
+			g.Replaces = ids(live)
+		case stage.Beside, together:
+			// canaries: placed beside what runs, which keeps its
+			// shares until the deployment is promoted; replaced
+			// together: see replacedTogether
+		default:
+			g.Replaces = stage.Replaces // a new version takes its old shares
+			g.Prefer = ns.keepable(held)
+		}
+	}
+	if at := s.records.submitOf(job); at > 0 { // kept across the scheduler's registrations
+		g.Submit = time.Unix(0, at)
+	}
+	out.jobs[key] = job
+	out.groups = append(out.groups, g)
+	return facts, stage, false
+}
