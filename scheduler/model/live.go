@@ -175,6 +175,11 @@ func (s *State) addAlloc(lv *live, id string, gone func(string) bool, problems *
 		lv.retry[id] = true
 		return
 	}
+	if in, ok := lv.snap.Alloc(id); ok {
+		// the snapshot keeps its own copy of the shares, which it never
+		// changes: the mark shares it rather than keep a second one
+		pa.Shares = in.Shares
+	}
 	lv.keep(id, allocMark{alloc: a, index: a.ModifyIndex, job: s.jobOf(a), learned: s.learnedGen, as: pa,
 		reservable: lv.snap.Reservable(pa.Shares)})
 }

@@ -94,6 +94,9 @@ type State struct {
 	// unplaced is what Nomad said of groups it could not place, from its
 	// evaluations (see PutEval).
 	unplaced map[decide.Key]Unplaced
+	// versions are the jobs reduced to a version that stored allocations
+	// share (slim.go).
+	versions map[uint64]*api.Job
 }
 
 // Prior is the pin of an earlier version of a group, as that version
@@ -255,17 +258,17 @@ func (s *State) PutAlloc(a *api.Allocation) {
 	if a == nil || a.ID == "" {
 		return
 	}
+	var res *api.AllocatedResources
 	if prev, ok := s.Allocs[a.ID]; ok {
 		if a.ModifyIndex < prev.ModifyIndex {
 			return
 		}
-		if prev.AllocatedResources != nil {
-			// event payloads may omit or trim resources, and an
-			// allocation's devices never change: keep what we read
-			a.AllocatedResources = prev.AllocatedResources
-		}
+		// event payloads may omit or trim resources, and an allocation's
+		// devices never change: keep what we read (slimmed already)
+		res = prev.AllocatedResources
 	}
-	s.setAlloc(a)
+	// only what the scheduler reads of it is kept (slim.go)
+	s.setAlloc(s.slimAlloc(a, res))
 }
 
 // PutNode records a node.

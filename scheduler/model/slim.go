@@ -1,0 +1,139 @@
+package model
+
+import (
+	"github.com/hashicorp/nomad/api"
+)
+
+// The model keeps every allocation of the cluster (100,000 at issue 30's
+// 10,000 nodes) for as long as it lives, so it keeps only what the
+// scheduler reads of one. An allocation from the event stream or a full
+// read carries much more: its task states with their event histories,
+// the placement metrics of the plan that made it, its services, networks,
+// reschedule tracker and, from a full read, a copy of its whole job.
+// Nothing in the scheduler, the CLI or the HTTP views reads those from the
+// model (prior.go and promote.go read an allocation's job version from
+// Nomad itself), so PutAlloc stores a slimmed copy (slimAlloc): a reader
+// of another field of a stored allocation must add it here.
+
+// slimAlloc returns a copy of a with only the fields the scheduler reads
+// of a stored allocation, sharing what the state already holds: the
+// allocation's strings are the ones of its node and job where those are
+// known (each allocation decoded from JSON has its own copies), its job is
+// reduced to its version (what Current reads), and res, when not nil, are
+// its resources already slimmed (the previous copy's: an allocation's
+// devices never change).
+func (s *State) slimAlloc(a *api.Allocation, res *api.AllocatedResources) *api.Allocation {
+	if res == nil {
+		res = slimResources(a.AllocatedResources)
+	}
+	c := &api.Allocation{
+		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, NodeName: a.NodeName, JobID: a.JobID, TaskGroup: a.TaskGroup,
+		DesiredStatus: status(a.DesiredStatus), ClientStatus: status(a.ClientStatus),
+		AllocatedResources: res, DeploymentStatus: a.DeploymentStatus, TaskStates: startedOnly(a.TaskStates),
+		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, AllocModifyIndex: a.AllocModifyIndex,
+		CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
+	}
+	if a.Job != nil {
+		c.Job = s.versionOnly(a.Job.Version)
+	}
+	if n := s.Nodes[a.NodeID]; n != nil {
+		c.NodeID = n.ID
+		if n.Name == a.NodeName {
+			c.NodeName = n.Name
+		}
+	}
+	if j := s.Jobs[JobKey(a.Namespace, a.JobID)]; j != nil {
+		c.JobID = *j.ID
+		if j.Namespace != nil && *j.Namespace == a.Namespace {
+			c.Namespace = *j.Namespace
+		}
+		for _, tg := range j.TaskGroups {
+			if tg != nil && tg.Name != nil && *tg.Name == a.TaskGroup {
+				c.TaskGroup = *tg.Name
+				break
+			}
+		}
+	}
+	return c
+}
+
+// versionOnly returns a job that carries only version v (nil: none), one
+// object per version shared by every allocation that runs it: the stored
+// allocations are read, never changed. The table is cleared when it grows
+// past a bound; objects already handed out stay valid.
+func (s *State) versionOnly(v *uint64) *api.Job {
+	key := ^uint64(0) // no version
+	if v != nil {
+		key = *v
+	}
+	if j, ok := s.versions[key]; ok {
+		return j
+	}
+	if s.versions == nil || len(s.versions) >= 4096 {
+		s.versions = map[uint64]*api.Job{}
+	}
+	j := &api.Job{}
+	if v != nil {
+		j.Version = &key
+	}
+	s.versions[key] = j
+	return j
+}
+
+// slimResources keeps of an allocation's resources what the snapshot and
+// the views read: each task's CPU, memory and devices. The shared
+// resources (ports, disk) and the tasks' networks are Nomad's business.
+func slimResources(r *api.AllocatedResources) *api.AllocatedResources {
+	if r == nil {
+		return nil
+	}
+	out := &api.AllocatedResources{Tasks: make(map[string]*api.AllocatedTaskResources, len(r.Tasks))}
+	for name, tr := range r.Tasks {
+		if tr == nil {
+			out.Tasks[name] = nil
+			continue
+		}
+		t := &api.AllocatedTaskResources{Cpu: tr.Cpu, Memory: tr.Memory}
+		if len(tr.Devices) > 0 {
+			t.Devices = make([]*api.AllocatedDeviceResource, len(tr.Devices))
+			for i, d := range tr.Devices {
+				if d != nil {
+					t.Devices[i] = &api.AllocatedDeviceResource{Vendor: d.Vendor, Type: d.Type, Name: d.Name, DeviceIDs: d.DeviceIDs}
+				}
+			}
+		}
+		out.Tasks[name] = t
+	}
+	return out
+}
+
+// startedOnly keeps of the task states when each task started, the one
+// thing read of them (when the allocation began to run); a task that has
+// not started is left out, as its zero time would be.
+func startedOnly(states map[string]*api.TaskState) map[string]*api.TaskState {
+	var out map[string]*api.TaskState
+	for name, ts := range states {
+		if ts == nil || ts.StartedAt.IsZero() {
+			continue
+		}
+		if out == nil {
+			out = map[string]*api.TaskState{}
+		}
+		out[name] = &api.TaskState{StartedAt: ts.StartedAt}
+	}
+	return out
+}
+
+// status returns Nomad's own constant for an allocation status, so that
+// the stored allocations share one copy of each rather than one per
+// decoded allocation.
+func status(st string) string {
+	for _, known := range []string{api.AllocDesiredStatusRun, api.AllocDesiredStatusStop, api.AllocDesiredStatusEvict,
+		api.AllocClientStatusPending, api.AllocClientStatusRunning, api.AllocClientStatusComplete,
+		api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusUnknown} {
+		if st == known {
+			return known
+		}
+	}
+	return st
+}

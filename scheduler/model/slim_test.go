@@ -1,0 +1,119 @@
+package model
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// fullAlloc is allocation id as a full read or an event gives it: its
+// whole job (at version), task states with their events, the plan's
+// metrics, networks and ports, and strings of its own (decoded from JSON,
+// not shared with the model's node and job).
+func fullAlloc(id string, job *api.Job, version uint64) *api.Allocation {
+	a := shareAlloc(id, strings.Clone(*job.ID), strings.Clone("n1"), 0, 10)
+	a.Namespace, a.TaskGroup = strings.Clone("default"), strings.Clone("g")
+	a.ClientStatus, a.DesiredStatus = strings.Clone("running"), strings.Clone("run")
+	a.CreateIndex, a.ModifyIndex, a.CreateTime = 5, 12, time.Unix(100, 0).UnixNano()
+	j := *job
+	j.Version = &version
+	a.Job = &j
+	started := time.Unix(200, 0)
+	a.TaskStates = map[string]*api.TaskState{
+		"t":    {State: "running", StartedAt: started, Events: []*api.TaskEvent{{Type: "Started", Details: map[string]string{"k": "v"}}}},
+		"init": {State: "pending"},
+	}
+	a.Metrics = &api.AllocationMetric{NodesEvaluated: 100, ScoreMetaData: []*api.NodeScoreMeta{{NodeID: "n1"}}}
+	a.AllocatedResources.Shared = api.AllocatedSharedResources{DiskMB: 300, Ports: []api.PortMapping{{Label: "http", Value: 8080}}}
+	a.AllocatedResources.Tasks["t"].Networks = []*api.NetworkResource{{Mode: "host"}}
+	a.Services = map[string]string{"web": "x"}
+	return a
+}
+
+// A stored allocation keeps only what the scheduler reads of it: its job
+// reduced to the version it runs (one object per version, shared), the
+// start of each task, its CPU, memory and shares; strings it shares with
+// the model's node and job are theirs. What read the dropped fields reads
+// the same from the model: whether it runs the current version, its
+// shares, resources and start, and the snapshot built from it.
+func TestStoredAllocationsKeepOnlyWhatIsRead(t *testing.T) {
+	s := New()
+	s.PutNode(pcieNode(t, "n1"))
+	job := gatedJob("j", 10)
+	job.TaskGroups[0].Constraints = nil
+	job.Version = ptr(uint64(4))
+	s.PutJob(job)
+
+	a, b := fullAlloc("a1", job, 4), fullAlloc("b1", job, 4)
+	b.AllocatedResources.Tasks["t"].Devices[0].DeviceIDs = shareAlloc("", "", "", 10, 20).AllocatedResources.Tasks["t"].Devices[0].DeviceIDs
+	s.PutAlloc(a)
+	s.PutAlloc(b)
+	got := s.Allocs["a1"]
+
+	must.NotNil(t, got.Job)
+	must.Eq(t, uint64(4), *got.Job.Version)
+	must.Nil(t, got.Job.ID, must.Sprint("the job is the model's, not a copy per allocation"))
+	must.Nil(t, got.Job.TaskGroups)
+	must.True(t, got.Job == s.Allocs["b1"].Job, must.Sprint("one version object for all"))
+	for _, agr := range []struct{ modify, alloc uint64 }{{12, 0}, {12, 20}, {2, 0}} {
+		a.ModifyIndex, a.AllocModifyIndex = agr.modify, agr.alloc
+		g := s.slimAlloc(a, nil)
+		must.Eq(t, Current(a, job), Current(g, job))
+	}
+
+	must.Nil(t, got.Metrics)
+	must.MapEmpty(t, got.Services)
+	must.Eq(t, api.AllocatedSharedResources{}, got.AllocatedResources.Shared)
+	must.Nil(t, got.AllocatedResources.Tasks["t"].Networks)
+	must.MapLen(t, 1, got.TaskStates)
+	must.Nil(t, got.TaskStates["t"].Events)
+	must.Eq(t, time.Unix(200, 0), got.TaskStates["t"].StartedAt)
+
+	must.Eq(t, Shares(a), Shares(got))
+	must.Eq(t, Resources(a), Resources(got))
+	must.Eq(t, a.CreateTime, got.CreateTime)
+	must.Eq(t, a.CreateIndex, got.CreateIndex)
+	must.True(t, Live(got))
+
+	// interned: the node's and the job's strings, and Nomad's statuses
+	must.True(t, unsafe.StringData(got.NodeID) == unsafe.StringData(s.Nodes["n1"].ID))
+	must.True(t, unsafe.StringData(got.JobID) == unsafe.StringData(*job.ID))
+	must.True(t, unsafe.StringData(got.TaskGroup) == unsafe.StringData(*job.TaskGroups[0].Name))
+	must.True(t, unsafe.StringData(got.ClientStatus) == unsafe.StringData(api.AllocClientStatusRunning))
+
+	// the snapshot's mark of an allocation shares the snapshot's shares
+	built := s.Snapshot(nil, nil)
+	in, ok := built.Snapshot.Alloc("a1")
+	must.True(t, ok)
+	must.Eq(t, Shares(a), in.Shares)
+	kept := s.SharesOf(got)
+	must.True(t, unsafe.SliceData(kept) == unsafe.SliceData(in.Shares), must.Sprint("one copy of the shares, not two"))
+
+	// an event without resources keeps the slimmed ones read before
+	ev := fullAlloc("a1", job, 4)
+	ev.AllocatedResources, ev.ModifyIndex = nil, 13
+	s.PutAlloc(ev)
+	must.True(t, s.Allocs["a1"].AllocatedResources == got.AllocatedResources)
+}
+
+// A listing's allocation names the version it runs and nothing else of
+// its job; stored, it tells the current version from an older one as the
+// listing did (Current), and its job is the shared one of its version.
+func TestListedAllocationsShareTheirVersion(t *testing.T) {
+	s := New()
+	job := gatedJob("j", 10)
+	job.Version = ptr(uint64(2))
+	s.PutJob(job)
+	for i, v := range []uint64{1, 2, 2} {
+		st := &api.AllocationListStub{ID: string(rune('a' + i)), Namespace: "default", JobID: "j", TaskGroup: "g", NodeID: "n1",
+			DesiredStatus: "run", ClientStatus: "running", JobVersion: v, ModifyIndex: 10}
+		s.PutAlloc(FromStub(st))
+		must.Eq(t, v >= 2, Current(s.Allocs[st.ID], job))
+	}
+	must.True(t, s.Allocs["b"].Job == s.Allocs["c"].Job)
+	must.False(t, s.Allocs["a"].Job == s.Allocs["b"].Job)
+}
