@@ -137,3 +137,33 @@ func status(st string) string {
 	}
 	return st
 }
+
+// slimNode returns a copy of n with what the scheduler reads of a node:
+// its identity and status, what Nomad's constraints are checked against
+// (datacenter, class, pool, attributes, meta, drivers, host volumes) and
+// its resources (CPU, memory and devices, less what is reserved). Its
+// event history, links, networks, CSI plugins and drain strategy are
+// Nomad's business: the node is read again whenever it changes.
+func slimNode(n *api.Node) *api.Node {
+	c := &api.Node{
+		ID: n.ID, Name: n.Name, Datacenter: n.Datacenter, NodeClass: n.NodeClass, NodePool: n.NodePool,
+		Drain: n.Drain, Status: n.Status, SchedulingEligibility: n.SchedulingEligibility,
+		Attributes: n.Attributes, Meta: n.Meta, HostVolumes: n.HostVolumes, ReservedResources: n.ReservedResources,
+		CreateIndex: n.CreateIndex, ModifyIndex: n.ModifyIndex,
+	}
+	if n.NodeResources != nil {
+		c.NodeResources = &api.NodeResources{Cpu: n.NodeResources.Cpu, Memory: n.NodeResources.Memory, Devices: n.NodeResources.Devices}
+	}
+	if n.Drivers != nil {
+		// whether each driver is detected and healthy (feasible.HasDriver);
+		// its attributes are also the node's ("driver.<name>.*")
+		c.Drivers = make(map[string]*api.DriverInfo, len(n.Drivers))
+		for name, d := range n.Drivers {
+			if d != nil {
+				d = &api.DriverInfo{Detected: d.Detected, Healthy: d.Healthy}
+			}
+			c.Drivers[name] = d
+		}
+	}
+	return c
+}

@@ -117,3 +117,39 @@ func TestListedAllocationsShareTheirVersion(t *testing.T) {
 	must.True(t, s.Allocs["b"].Job == s.Allocs["c"].Job)
 	must.False(t, s.Allocs["a"].Job == s.Allocs["b"].Job)
 }
+
+// A stored node keeps what constraints, the snapshot and the views read
+// of it, not its event history, links, networks or driver details, and
+// the snapshot built from it is the one its full copy gives.
+func TestStoredNodesKeepOnlyWhatIsRead(t *testing.T) {
+	full := pcieNode(t, "n1")
+	full.Datacenter, full.NodeClass, full.NodePool = "dc1", "gpu", "default"
+	full.Attributes, full.Meta = map[string]string{"kernel.name": "linux"}, map[string]string{"rack": "r1"}
+	full.Drivers = map[string]*api.DriverInfo{"docker": {Detected: true, Healthy: true, Attributes: map[string]string{"driver.docker.version": "27"}}, "exec": nil}
+	full.HostVolumes = map[string]*api.HostVolumeInfo{"data": {Path: "/data", ReadOnly: true}}
+	full.Events = []*api.NodeEvent{{Message: "registered", Details: map[string]string{"k": "v"}}}
+	full.Links = map[string]string{"aws.ec2": "i-1"}
+	full.NodeResources.Networks = []*api.NetworkResource{{Mode: "host", IP: "10.0.0.1"}}
+	full.ModifyIndex = 9
+	s := New()
+	s.PutNode(full)
+	got := s.Nodes["n1"]
+	must.Nil(t, got.Events)
+	must.MapEmpty(t, got.Links)
+	must.Nil(t, got.NodeResources.Networks)
+	must.Eq(t, &api.DriverInfo{Detected: true, Healthy: true}, got.Drivers["docker"])
+	must.Nil(t, got.Drivers["exec"])
+	must.MapContainsKey(t, got.Drivers, "exec")
+	for _, same := range [][2]any{{full.Datacenter, got.Datacenter}, {full.NodeClass, got.NodeClass}, {full.NodePool, got.NodePool},
+		{full.Attributes, got.Attributes}, {full.Meta, got.Meta}, {full.HostVolumes, got.HostVolumes}, {full.Status, got.Status},
+		{full.SchedulingEligibility, got.SchedulingEligibility}, {full.ModifyIndex, got.ModifyIndex}, {full.NodeResources.Devices, got.NodeResources.Devices},
+		{full.NodeResources.Cpu, got.NodeResources.Cpu}, {full.NodeResources.Memory, got.NodeResources.Memory}} {
+		must.Eq(t, same[0], same[1])
+	}
+	want, err := NodeOf(full)
+	must.NoError(t, err)
+	have, err := NodeOf(got)
+	must.NoError(t, err)
+	must.Eq(t, want, have)
+	must.True(t, Usable(got))
+}

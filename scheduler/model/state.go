@@ -279,7 +279,7 @@ func (s *State) PutNode(n *api.Node) {
 	if prev, ok := s.Nodes[n.ID]; ok && n.ModifyIndex < prev.ModifyIndex {
 		return
 	}
-	s.Nodes[n.ID] = n
+	s.Nodes[n.ID] = slimNode(n) // only what the scheduler reads of it (slim.go)
 	s.changed.node(n.ID)
 }
 
