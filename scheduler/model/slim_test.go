@@ -1,6 +1,9 @@
 package model
 
 import (
+	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -152,4 +155,70 @@ func TestStoredNodesKeepOnlyWhatIsRead(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, want, have)
 	must.True(t, Usable(got))
+}
+
+// nomadShaped is an allocation as Nomad's API gives it in a full read,
+// as JSON: its whole job (with the defaults Nomad fills in), task states
+// with their events, the plan's metrics, networks and ports.
+func nomadShaped(tb testing.TB) []byte {
+	job := gatedJob("j", 25)
+	job.Canonicalize()
+	a := shareAlloc("a", "j", "0a1b2c3d-0000-4000-8000-000000000001", 0, 25)
+	a.Job = job
+	ev := func(kind string) *api.TaskEvent {
+		return &api.TaskEvent{Type: kind, Time: 1, DisplayMessage: "Task " + kind, Details: map[string]string{"message": kind}}
+	}
+	a.TaskStates = map[string]*api.TaskState{"t": {State: "running", StartedAt: time.Unix(200, 0),
+		Events: []*api.TaskEvent{ev("Received"), ev("Task Setup"), ev("Driver"), ev("Started")}}}
+	a.Metrics = &api.AllocationMetric{NodesEvaluated: 100, NodesAvailable: map[string]int{"dc1": 100},
+		ScoreMetaData: []*api.NodeScoreMeta{{NodeID: "0a1b2c3d-0000-4000-8000-000000000001", Scores: map[string]float64{"binpack": 0.5}, NormScore: 0.5}}}
+	a.AllocatedResources.Shared = api.AllocatedSharedResources{DiskMB: 300, Networks: []*api.NetworkResource{{Mode: "host", IP: "10.0.0.1"}}}
+	b, err := json.Marshal(a)
+	must.NoError(tb, err)
+	return b
+}
+
+// BenchmarkStoredAllocation reports the heap an allocation read from
+// Nomad costs in the model (KiB/alloc), kept as Nomad gave it (whole: a
+// full read's, with its job; event: an event's, which Nomad sends without
+// the job) and as PutAlloc keeps it (slim), each decoded from its own JSON
+// as the watcher's are.
+func BenchmarkStoredAllocation(b *testing.B) {
+	src := nomadShaped(b)
+	for _, kind := range []string{"whole", "event", "slim"} {
+		slim := kind == "slim"
+		b.Run(kind, func(b *testing.B) {
+			const n = 5000
+			var perAlloc float64
+			for range b.N {
+				s := New()
+				s.PutJob(gatedJob("j", 25))
+				before := heapBytes()
+				for i := range n {
+					var a *api.Allocation
+					must.NoError(b, json.Unmarshal(src, &a))
+					a.ID = fmt.Sprintf("alloc-%05d", i)
+					if kind == "event" {
+						a.Job = nil
+					}
+					if slim {
+						s.PutAlloc(a)
+					} else {
+						s.setAlloc(a)
+					}
+				}
+				perAlloc = float64(heapBytes()-before) / n / 1024
+				runtime.KeepAlive(s)
+			}
+			b.ReportMetric(perAlloc, "KiB/alloc")
+		})
+	}
+}
+
+// heapBytes is the heap in use after a collection.
+func heapBytes() int64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int64(m.HeapAlloc)
 }
