@@ -163,8 +163,8 @@ func TestJobLintKnowsTheSchedulersProfiles(t *testing.T) {
   meta = { "gpushare.profile" = "bert-large" }
   group "g" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
     task "t" {
       driver = "raw_exec"

@@ -25,8 +25,8 @@ func TestJobLintRequestLargerThanAnyNode(t *testing.T) {
 		must.NoError(t, os.WriteFile(f, []byte(`job "j" {
   group "g" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
     task "t" {
       driver = "raw_exec"

@@ -312,6 +312,21 @@ type brokerGauges struct{ ready, pending, blocked, escaped int }
 // sampleBroker reads the gauges from Nomad's /v1/metrics and keeps the
 // most of each.
 func (r *churnRun) sampleBroker() brokerGauges {
+	b, err := readBroker(r.c.e.nomad)
+	if err != nil {
+		return b
+	}
+	r.mu.Lock()
+	r.broker.ready = max(r.broker.ready, b.ready)
+	r.broker.pending = max(r.broker.pending, b.pending)
+	r.broker.blocked = max(r.broker.blocked, b.blocked)
+	r.broker.escaped = max(r.broker.escaped, b.escaped)
+	r.mu.Unlock()
+	return b
+}
+
+// readBroker reads the broker's gauges from Nomad's /v1/metrics.
+func readBroker(nomad *api.Client) (brokerGauges, error) {
 	var m struct {
 		Gauges []struct {
 			Name  string
@@ -319,8 +334,8 @@ func (r *churnRun) sampleBroker() brokerGauges {
 		}
 	}
 	var b brokerGauges
-	if _, err := r.c.e.nomad.Raw().Query("/v1/metrics", &m, nil); err != nil {
-		return b
+	if _, err := nomad.Raw().Query("/v1/metrics", &m, nil); err != nil {
+		return b, err
 	}
 	for _, g := range m.Gauges {
 		switch g.Name {
@@ -334,11 +349,5 @@ func (r *churnRun) sampleBroker() brokerGauges {
 			b.escaped = int(g.Value)
 		}
 	}
-	r.mu.Lock()
-	r.broker.ready = max(r.broker.ready, b.ready)
-	r.broker.pending = max(r.broker.pending, b.pending)
-	r.broker.blocked = max(r.broker.blocked, b.blocked)
-	r.broker.escaped = max(r.broker.escaped, b.escaped)
-	r.mu.Unlock()
-	return b
+	return b, nil
 }

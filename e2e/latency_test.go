@@ -53,9 +53,7 @@ func (e *env) burst(prefix string, n int, gated bool) burstResult {
 		id := fmt.Sprintf("%s-%02d", prefix, i)
 		job := e.parse(id, map[string]any{"shares": 10})
 		if !gated {
-			job.TaskGroups[0].Constraints = slices.DeleteFunc(job.TaskGroups[0].Constraints, func(c *api.Constraint) bool {
-				return c.RTarget == pin.GateValue
-			})
+			job.TaskGroups[0].Constraints = slices.DeleteFunc(job.TaskGroups[0].Constraints, pin.IsGate)
 		}
 		registered[id] = time.Now()
 		_, _, err := e.nomad.Jobs().Register(job, nil)
@@ -100,9 +98,7 @@ func TestAdoptUngated(t *testing.T) {
 	for i := range n {
 		id := fmt.Sprintf("plain-%02d", i)
 		job := e.parse(id, map[string]any{"shares": 25})
-		job.TaskGroups[0].Constraints = slices.DeleteFunc(job.TaskGroups[0].Constraints, func(c *api.Constraint) bool {
-			return c.RTarget == pin.GateValue
-		})
+		job.TaskGroups[0].Constraints = slices.DeleteFunc(job.TaskGroups[0].Constraints, pin.IsGate)
 		_, _, err := e.nomad.Jobs().Register(job, nil)
 		must.NoError(t, err)
 	}

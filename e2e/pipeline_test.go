@@ -26,7 +26,7 @@ func TestPipelineExitCodes(t *testing.T) {
 		must.NoError(t, os.WriteFile(p, []byte(strings.Replace(text, `job "shares"`, `job "`+name+`"`, 1)), 0o644))
 		return p
 	}
-	gate := "    constraint {\n      attribute = \"${node.unique.id}\"\n      value     = \"gpushare:pending\"\n    }\n"
+	gate := "    constraint {\n      attribute = \"${meta.gpushare_gate}\"\n      value     = \"pending\"\n    }\n"
 	must.StrContains(t, string(src), gate)
 	gated := string(src)
 	ungated := strings.Replace(string(src), gate, "", 1)

@@ -52,9 +52,15 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 		out = append(out, Finding{Severity: sev, Group: group, Message: fmt.Sprintf(format, a...)})
 	}
 	gated := pin.Gated(job)
+	if slices.ContainsFunc(job.Constraints, pin.IsLegacyGate) {
+		add(Warning, "", "%s", LegacyGate)
+	}
 	any := false
 	for _, tg := range job.TaskGroups {
 		name := *tg.Name
+		if slices.ContainsFunc(tg.Constraints, pin.IsLegacyGate) {
+			add(Warning, name, "%s", LegacyGate)
+		}
 		var devs []*api.RequestedDevice
 		for _, t := range tg.Tasks {
 			if t.Resources == nil {
@@ -99,7 +105,7 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 		}
 		out = append(out, lintRuntimeEnv(job, tg)...)
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
-			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${node.unique.id} = gpushare:pending) or use `gpushare job run`, which adds it")
+			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${meta.gpushare_gate} = pending) or use `gpushare job run`, which adds it")
 		}
 		if _, err := pin.Request(job, name, profiles); err != nil && !strings.Contains(err.Error(), "no task asks") {
 			if errors.Is(err, pin.ErrUnknownProfile) && profiles == nil {
@@ -121,6 +127,11 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 // parent to a pool of GPUs and Nomad places each child inside it; a child
 // dispatched before the parent is pinned carries the gate for good.
 const DispatchedGated = "a parameterized job: gpushare pins it to a pool of GPUs (one child's worth on each node its rules allow) and Nomad places each dispatched child inside it; dispatch children once `gpushare job status` shows the job pinned (state template, with a placement): a child dispatched while the gate is still on waits for good (Nomad refuses every registration of a dispatched job)"
+
+// LegacyGate is what to know of the gate as written before: it holds the
+// group still, but on a unique attribute, which Nomad re-evaluates on
+// every freed allocation (pin.GateAttribute says why).
+const LegacyGate = "the gate ${node.unique.id} = gpushare:pending still works, but Nomad evaluates the waiting group again each time an allocation ends anywhere in the cluster, and under churn those evaluations delay every pin: write the gate as constraint { attribute = \"${meta.gpushare_gate}\" value = \"pending\" } (`gpushare job run` rewrites it so)"
 
 // HasErrors reports whether any finding is an error.
 func HasErrors(fs []Finding) bool {

@@ -42,8 +42,8 @@ job "bad" {
   }
   group "gated-no-device" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
     meta = {
       "gpushare.class" = "gold"
@@ -74,6 +74,38 @@ func TestLintFindsProblems(t *testing.T) {
 	must.True(t, HasErrors(findings))
 }
 
+// A gate written the old way still gates (no "has no gpushare gate"), and
+// says how to write it today; removing the check fails this.
+func TestLintWarnsOfTheLegacyGate(t *testing.T) {
+	src := `
+job "old" {
+  group "g" {
+    constraint {
+      attribute = "${node.unique.id}"
+      value     = "gpushare:pending"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config {
+        command = "true"
+      }
+      resources {
+        device "nvidia/gpushare" {
+          count = 25
+        }
+      }
+    }
+  }
+}
+`
+	job, err := testParse(t, "old.nomad.hcl", []byte(src), nil)
+	must.NoError(t, err)
+	findings := Lint(job, 100)
+	must.False(t, HasErrors(findings))
+	must.Eq(t, []Finding{{Severity: Warning, Group: "g", Message: LegacyGate}}, findings)
+	must.StrContains(t, LegacyGate, "${meta.gpushare_gate}")
+}
+
 func TestParseErrorsNameTheLine(t *testing.T) {
 	_, err := testParse(t, "broken.nomad.hcl", []byte("job \"x\" {\n  group \"g\" {\n    count = \n  }\n}\n"), nil)
 	must.ErrorContains(t, err, "broken.nomad.hcl:")
@@ -84,8 +116,8 @@ const userPriority = `
 job "scavenger" {
   group "opp" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
     meta = {
       "gpushare.class" = "opportunistic"
@@ -108,8 +140,8 @@ job "scavenger" {
   }
   group "prod" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
     meta = {
       "gpushare.class" = "production"

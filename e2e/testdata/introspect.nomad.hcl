@@ -35,8 +35,8 @@ job "introspect" {
 
   group "g" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     meta = {

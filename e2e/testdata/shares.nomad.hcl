@@ -41,8 +41,8 @@ job "shares" {
     count = var.count
 
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     meta = {

@@ -10,8 +10,8 @@ job "batch-half" {
 
   group "work" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     task "crunch" {

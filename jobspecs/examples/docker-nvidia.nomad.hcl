@@ -22,8 +22,8 @@ job "cuda-container" {
 
   group "infer" {
     constraint { # gpushare places this group
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     # only clients whose Docker has the NVIDIA runtime

@@ -16,8 +16,8 @@ job "exec-batch" {
 
   group "work" {
     constraint { # gpushare places this group
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     task "crunch" {

@@ -10,8 +10,8 @@ job "inference" {
     count = 2
 
     constraint { # gpushare places this group
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     meta = {

@@ -7,8 +7,8 @@ job "notebook" {
 
   group "jupyter" {
     constraint {
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     meta = {

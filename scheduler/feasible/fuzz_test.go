@@ -78,7 +78,7 @@ func BenchmarkCheck(b *testing.B) {
 		j.NodePool = ptr("default")
 		j.Constraints = []*api.Constraint{{LTarget: "${attr.kernel.name}", Operand: "=", RTarget: "linux"}, {Operand: "distinct_hosts"}}
 		tg.Constraints = []*api.Constraint{{LTarget: "${attr.nomad.version}", Operand: "version", RTarget: ">= 1.10"},
-			{LTarget: "${node.unique.id}", Operand: "=", RTarget: "gpushare:pending"}}
+			{LTarget: "${meta.gpushare_gate}", Operand: "=", RTarget: "pending"}}
 		task.Resources.Devices[0].Constraints = []*api.Constraint{{LTarget: "${device.attr.memory}", Operand: ">=", RTarget: "40 GiB"}}
 	})
 	var nodes []*api.Node

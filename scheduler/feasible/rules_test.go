@@ -45,7 +45,7 @@ func reason(t *testing.T, j *api.Job, n *api.Node, allocs []Alloc) string {
 
 // gateSkip skips the gpushare gate, as the service does.
 func gateSkip(_ Level, c *api.Constraint) bool {
-	return c.LTarget == "${node.unique.id}" && c.RTarget == "gpushare:pending"
+	return c.LTarget == "${meta.gpushare_gate}" && c.RTarget == "pending"
 }
 
 // TestRules checks each rule of Nomad's generic stack on one node, with
@@ -80,7 +80,7 @@ func TestRules(t *testing.T) {
 			task.Constraints = []*api.Constraint{{LTarget: "${node.class}", Operand: "regexp", RTarget: "^cpu"}}
 		}, nil, "constraint ${node.class} regexp ^cpu"},
 		{"the gate is skipped", func(_ *api.Job, tg *api.TaskGroup, _ *api.Task) {
-			tg.Constraints = []*api.Constraint{{LTarget: "${node.unique.id}", Operand: "=", RTarget: "gpushare:pending"}}
+			tg.Constraints = []*api.Constraint{{LTarget: "${meta.gpushare_gate}", Operand: "=", RTarget: "pending"}}
 		}, nil, ""},
 		{"a user's own node set is checked", func(_ *api.Job, tg *api.TaskGroup, _ *api.Task) {
 			tg.Constraints = []*api.Constraint{{LTarget: "${node.unique.id}", Operand: "set_contains_any", RTarget: "node-7,node-8"}}

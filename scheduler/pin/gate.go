@@ -20,9 +20,24 @@ import (
 )
 
 // The gate: a constraint no node satisfies, so Nomad waits for gpushare.
+// It reads a node meta key no node sets. Not a unique attribute: Nomad
+// counts a constraint on ${node.unique.*} as "escaped" from node classes,
+// and runs every escaped blocked evaluation again each time capacity frees
+// anywhere (each allocation that ends, each node update). Under churn that
+// queue of re-evaluations, one per waiting group per event, delayed the
+// evaluation of each pin by minutes. On a meta key, Nomad marks every node
+// class ineligible once and leaves the group blocked until its job
+// changes: the pin's registration.
 const (
-	GateAttribute = "${node.unique.id}"
-	GateValue     = "gpushare:pending"
+	GateAttribute = "${meta.gpushare_gate}"
+	GateValue     = "pending"
+)
+
+// The gate written before: still recognised (Gated, the pin removes it,
+// AddGate replaces it), never written.
+const (
+	LegacyGateAttribute = "${node.unique.id}"
+	LegacyGateValue     = "gpushare:pending"
 )
 
 // DeviceName is what a task asks for: "nvidia/gpushare" or
@@ -37,9 +52,17 @@ const migDeviceName = devicefn.Vendor + "/" + devicefn.MIGDeviceType
 // turn into a request; the message says what to change in the jobspec.
 var ErrNotPlaceable = errors.New("cannot place this group")
 
-// isGate reports whether c is the gate constraint.
+// isGate reports whether c is the gate constraint, as written now or before.
 func isGate(c *api.Constraint) bool {
-	return c != nil && c.LTarget == GateAttribute && c.RTarget == GateValue && (c.Operand == "" || c.Operand == "=" || c.Operand == "==")
+	return c != nil && (c.Operand == "" || c.Operand == "=" || c.Operand == "==") &&
+		(c.LTarget == GateAttribute && c.RTarget == GateValue || IsLegacyGate(c))
+}
+
+// IsLegacyGate reports whether c is the gate as written before
+// (${node.unique.id} = gpushare:pending): it still holds the group, but
+// Nomad re-evaluates the group each time capacity frees (see GateAttribute).
+func IsLegacyGate(c *api.Constraint) bool {
+	return c != nil && c.LTarget == LegacyGateAttribute && c.RTarget == LegacyGateValue && (c.Operand == "" || c.Operand == "=" || c.Operand == "==")
 }
 
 // Gate returns the gate constraint.
@@ -61,10 +84,23 @@ func Gated(job *api.Job) []string {
 }
 
 // AddGate puts the gate on every group that asks for gpushare devices and
-// is not gated yet; it returns the groups it gated.
+// is not gated yet; it returns the groups it gated. A gate written the old
+// way (IsLegacyGate), on the job or a group, is replaced by today's, which
+// Nomad does not re-evaluate on every freed allocation: a change of
+// constraints Nomad applies in place.
 func AddGate(job *api.Job) []string {
+	for _, c := range job.Constraints {
+		if IsLegacyGate(c) {
+			*c = *Gate()
+		}
+	}
 	var out []string
 	for _, tg := range job.TaskGroups {
+		for _, c := range tg.Constraints {
+			if IsLegacyGate(c) {
+				*c = *Gate()
+			}
+		}
 		if slices.ContainsFunc(tg.Constraints, isGate) || deviceRequests(tg) == 0 {
 			continue
 		}

@@ -3,6 +3,7 @@ package pin
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -143,6 +144,43 @@ func TestAddGate(t *testing.T) {
 	j.TaskGroups[0].Constraints = nil
 	must.Eq(t, []string{"g"}, AddGate(j))
 	must.SliceEmpty(t, AddGate(j))
+}
+
+// The gate written before (${node.unique.id} = gpushare:pending) still
+// gates, is removed by a pin, and AddGate replaces it with today's, on the
+// job and on a group: Nomad re-evaluates a group behind a unique attribute
+// on every freed allocation, and never one behind a meta key.
+func TestLegacyGate(t *testing.T) {
+	legacy := func() *api.Constraint {
+		return &api.Constraint{LTarget: "${node.unique.id}", Operand: "=", RTarget: "gpushare:pending"}
+	}
+	must.True(t, IsLegacyGate(legacy()))
+	must.False(t, IsLegacyGate(Gate()))
+	must.NotEq(t, "${node.unique.id}", Gate().LTarget)
+	must.False(t, strings.Contains(Gate().LTarget, "unique"))
+
+	j := job(25)
+	j.TaskGroups[0].Constraints = []*api.Constraint{legacy()}
+	must.Eq(t, []string{"g"}, Gated(j))
+	must.True(t, IsGate(j.TaskGroups[0].Constraints[0]))
+	_, err := Pin(j, "g", &placement.Decision{Placements: []placement.Placement{{Node: "n", Shares: []string{"G:0"}}}})
+	must.NoError(t, err)
+	must.SliceEmpty(t, Gated(j))
+	for _, c := range j.TaskGroups[0].Constraints {
+		must.False(t, IsLegacyGate(c))
+	}
+
+	j = job(25)
+	j.TaskGroups[0].Constraints = []*api.Constraint{legacy()}
+	must.SliceEmpty(t, AddGate(j)) // gated already: replaced, not added
+	must.Eq(t, []*api.Constraint{Gate()}, j.TaskGroups[0].Constraints)
+
+	j = job(25)
+	j.TaskGroups[0].Constraints = nil
+	j.Constraints = []*api.Constraint{legacy()}
+	AddGate(j)
+	must.Eq(t, []*api.Constraint{Gate()}, j.Constraints)
+	must.Eq(t, []string{"g"}, Gated(j))
 }
 
 // A record lists its shares GPU by GPU in index order (:2 before :10).

@@ -129,9 +129,9 @@ func (s *loop) unmanagedWhy(tg *api.TaskGroup, state, why string) string {
 	case state == string(lifecycle.Unmanaged) && strings.Contains(why, "dispatched"):
 		return why
 	case !s.cfg.AdoptUngatedOn():
-		return "it asks for nvidia/gpushare shares without the gate (the constraint gpushare:pending), and adopt_ungated is off: Nomad alone places it, and gpushare counts its shares but does not follow it"
+		return "it asks for nvidia/gpushare shares without the gate (the constraint ${meta.gpushare_gate} = pending), and adopt_ungated is off: Nomad alone places it, and gpushare counts its shares but does not follow it"
 	}
-	return "it asks for nvidia/gpushare shares without the gate (the constraint gpushare:pending), and Nomad placed it as it is, so gpushare did not adopt it (adopt_ungated adopts only a group Nomad cannot place or places on shares the plugin refuses): gpushare counts its shares but does not follow it"
+	return "it asks for nvidia/gpushare shares without the gate (the constraint ${meta.gpushare_gate} = pending), and Nomad placed it as it is, so gpushare did not adopt it (adopt_ungated adopts only a group Nomad cannot place or places on shares the plugin refuses): gpushare counts its shares but does not follow it"
 }
 
 // waiting lists the groups of managed namespaces that wait or were

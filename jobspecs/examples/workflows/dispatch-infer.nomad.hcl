@@ -16,8 +16,8 @@ job "infer" {
 
   group "g" {
     constraint { # gpushare pins the parent to a pool
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     task "infer" {

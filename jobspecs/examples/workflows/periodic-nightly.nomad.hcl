@@ -20,8 +20,8 @@ job "nightly" {
 
   group "g" {
     constraint { # gpushare places each child
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     task "crunch" {

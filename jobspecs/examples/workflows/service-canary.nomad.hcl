@@ -29,8 +29,8 @@ job "canary" {
     count = 2
 
     constraint { # gpushare places this group
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     meta = {

@@ -22,8 +22,8 @@ job "rolling" {
     count = 2
 
     constraint { # gpushare places this group
-      attribute = "${node.unique.id}"
-      value     = "gpushare:pending"
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
     }
 
     meta = {
