@@ -103,6 +103,27 @@ func TestStoredAllocationsKeepOnlyWhatIsRead(t *testing.T) {
 	must.True(t, s.Allocs["a1"].AllocatedResources == got.AllocatedResources)
 }
 
+// A relist reads every allocation again: one read again unchanged keeps
+// the object the model holds (the snapshot was made from it), and is not
+// looked at again; a change at the same index still replaces it.
+func TestAnAllocationReadAgainUnchangedIsKept(t *testing.T) {
+	s := New()
+	s.PutNode(pcieNode(t, "n1"))
+	job := gatedJob("j", 10)
+	s.PutJob(job)
+	s.PutAlloc(fullAlloc("a1", job, 0))
+	held := s.Allocs["a1"]
+	s.changed.take()
+	s.PutAlloc(fullAlloc("a1", job, 0))
+	must.True(t, held == s.Allocs["a1"])
+	must.MapEmpty(t, s.changed.take().allocs)
+	again := fullAlloc("a1", job, 0)
+	again.ClientStatus = api.AllocClientStatusComplete
+	s.PutAlloc(again)
+	must.Eq(t, api.AllocClientStatusComplete, s.Allocs["a1"].ClientStatus)
+	must.False(t, Live(s.Allocs["a1"]))
+}
+
 // A listing's allocation names the version it runs and nothing else of
 // its job; stored, it tells the current version from an older one as the
 // listing did (Current), and its job is the shared one of its version.

@@ -2,6 +2,7 @@ package model
 
 import (
 	"maps"
+	"reflect"
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -268,7 +269,14 @@ func (s *State) PutAlloc(a *api.Allocation) {
 		res = prev.AllocatedResources
 	}
 	// only what the scheduler reads of it is kept (slim.go)
-	s.setAlloc(s.slimAlloc(a, res))
+	c := s.slimAlloc(a, res)
+	if prev, ok := s.Allocs[a.ID]; ok && prev.ModifyIndex == c.ModifyIndex && reflect.DeepEqual(prev, c) {
+		// the same version read again (every relist lists them all):
+		// the object the snapshot was made from stays, and nothing is
+		// looked at again for it
+		return
+	}
+	s.setAlloc(c)
 }
 
 // PutNode records a node.
