@@ -74,6 +74,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 			c.forget(k)
 		}
 		out.pending, out.stages = maps.Clone(c.pending), c.stages
+		c.replay(s, look, out)
 		for k := range look {
 			if job := s.state.Jobs[k]; job != nil {
 				s.deriveJob(k, job, out, c)
@@ -124,16 +125,22 @@ func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache
 	gated := pin.Gated(job)
 	reusable := true
 	var keys []decide.Key
+	var decides []decideEntry
 	for _, tg := range job.TaskGroups {
 		key := model.KeyOf(job, *tg.Name)
 		keys = append(keys, key)
-		facts, stage, ok := s.deriveGroup(job, tg, gated, out)
-		reusable = reusable && ok && stageReusable(facts, stage)
+		facts, stage, ok, e := s.deriveGroup(job, tg, gated, out)
+		switch {
+		case e != nil:
+			decides = append(decides, *e)
+		case !ok || !stageReusable(facts, stage):
+			reusable = false
+		}
 		if _, ok := out.said[key]; ok {
 			reusable = false // it noted the nodes Nomad refused (s.nomadRefused): done every pass
 		}
 	}
-	c.keep(s, k, job, keys, reusable, out)
+	c.keep(s, k, job, keys, decides, reusable, out)
 }
 
 // stageReusable reports whether a group's result may be reused while its
@@ -149,8 +156,10 @@ func stageReusable(f lifecycle.Group, st lifecycle.Result) bool {
 // deriveGroup is collect for one group: it adds the group to decide, its
 // pin to write back or why it waits to out, and returns its facts and
 // stage. ok is false when the result read more than the group's own
-// inputs. The caller holds s.mu.
-func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out *collected) (lifecycle.Group, lifecycle.Result, bool) {
+// inputs. A group to place that has no allocation yet is also returned
+// as a decideEntry, which later passes replay while its job and the
+// cluster's nodes are unchanged. The caller holds s.mu.
+func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out *collected) (lifecycle.Group, lifecycle.Result, bool, *decideEntry) {
 	built, shape := out.built, out.shape
 	name := *tg.Name
 	key := model.KeyOf(job, name)
@@ -168,12 +177,12 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		} else {
 			out.inPlace, out.jobs[key] = append(out.inPlace, act), job
 		}
-		return facts, stage, false
+		return facts, stage, false, nil
 	case lifecycle.Nothing:
 		if stage.State == lifecycle.Waiting || (facts.Dispatched && stage.State == lifecycle.PinnedUnplaced) {
 			pending[key] = stage.Why // it waits, and nothing gpushare can do places it
 		}
-		return facts, stage, true
+		return facts, stage, true, nil
 	case lifecycle.Repin:
 		// decided again without the nodes its pin lost, nor any
 		// Nomad refused it on (not only the last pin's)
@@ -186,21 +195,29 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		g.Repin, g.Req.Avoid = true, lost
 		g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
 	}
+	if (stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt) && !facts.Template && !(facts.Gated && facts.Batch) &&
+		len(s.state.GroupAllocs(key.Namespace, key.Job, name)) == 0 {
+		if _, said := out.said[key]; !said {
+			e := s.prepare(job, tg, stage, out)
+			s.replay(e, out)
+			return facts, stage, false, &e
+		}
+	}
 	if why, ok := s.backingOff(key); ok {
 		pending[key] = why
-		return facts, stage, false
+		return facts, stage, false, nil
 	}
 	// Nomad's own rules first: a group no node passes waits, holding nothing
 	ns, err := s.feasibleNodes(built.Snapshot, job, name, out.seen)
 	if err != nil || ns.none != "" {
 		pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
-		return facts, stage, false
+		return facts, stage, false, nil
 	}
 	s.noteFeasible(key, ns)
 	if r, ok := s.refused[key]; ok {
 		if r.holds(job, shape, ns.hash) {
 			pending[key] = r.reason
-			return facts, stage, false
+			return facts, stage, false, nil
 		}
 		delete(s.refused, key)
 	}
@@ -210,11 +227,11 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		// refused, like a group no node can ever hold
 		pending[key] = err.Error()
 		s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash)
-		return facts, stage, false
+		return facts, stage, false, nil
 	}
 	if why := s.vcRefusal(key, req.VC); why != "" {
 		pending[key] = why
-		return facts, stage, false
+		return facts, stage, false, nil
 	}
 	req.Avoid = g.Req.Avoid
 	if ns.apart { // distinct_hosts at job level: off the nodes the job's other groups are pinned to
@@ -245,14 +262,14 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 			// there, as it would without gpushare
 			out.inPlace = append(out.inPlace, keptAction(key, s.policy.Name(), req, keep))
 			out.jobs[key] = job
-			return facts, stage, false
+			return facts, stage, false, nil
 		}
 		g.Keep = ns.keepable(keep)
 		if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID) {
 			// its running allocations' pin is read before it is
 			// decided, so that an unchanged group keeps its place
 			pending[key] = "reading the pin its running allocations were placed with"
-			return facts, stage, false
+			return facts, stage, false, nil
 		}
 		switch {
 		case g.Keep != nil: // unchanged for its placement: written back, Nomad updates in place or replaces on the same shares
@@ -271,5 +288,5 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 	}
 	out.jobs[key] = job
 	out.groups = append(out.groups, g)
-	return facts, stage, false
+	return facts, stage, false, nil
 }

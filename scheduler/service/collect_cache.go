@@ -1,6 +1,8 @@
 package service
 
 import (
+	"slices"
+
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
@@ -23,9 +25,15 @@ import (
 //   - the model asks for everything (TakeTouched's All: the trust in pin
 //     records, a learned profile of no group), or the cache is switched off.
 //
-// Every other job (groups to decide, back-off, refusals, pools, gated
-// batch groups) is looked at every pass, as before. Only the loop's
-// goroutine uses it, under s.mu.
+// A job whose groups to place have no allocation yet is reused too: what
+// it derived of them from the job and the nodes (decideEntry) is replayed
+// every pass, and it is looked at again whenever any node changed (the
+// nodes its rules allow are chosen among all of them).
+//
+// Every other job (groups to move or to grow, pools, gated batch groups,
+// groups with allocations to keep or replace, or whose pin Nomad refused)
+// is looked at every pass, as before. Only the loop's goroutine uses it,
+// under s.mu.
 type collectCache struct {
 	// full switches reuse off: every pass looks at every job and the
 	// cache is left empty (benchmarks compare the two, tests check they
@@ -37,6 +45,8 @@ type collectCache struct {
 	// of them looked at every pass.
 	entries  map[string]collectEntry
 	volatile map[string]bool
+	// deciding are the reused jobs with groups to place (decideEntry).
+	deciding map[string]bool
 	// byNode are the reused jobs whose result read each node.
 	byNode map[string]map[string]bool
 	// stages are every group's stage, as the last pass found it; pending
@@ -50,8 +60,9 @@ type collectCache struct {
 // collectEntry is what the cache knows of one job: its groups' keys and,
 // when it is reused, the nodes its result read.
 type collectEntry struct {
-	keys  []decide.Key
-	nodes []string
+	keys    []decide.Key
+	nodes   []string
+	decides []decideEntry
 }
 
 // collectCache returns the loop's cache, made on first use.
@@ -68,6 +79,7 @@ func (c *collectCache) reset() {
 	c.primed = false
 	c.entries = map[string]collectEntry{}
 	c.volatile = map[string]bool{}
+	c.deciding = map[string]bool{}
 	c.byNode = map[string]map[string]bool{}
 	c.stages = map[decide.Key]lifecycle.Result{}
 	c.pending = map[decide.Key]string{}
@@ -87,6 +99,11 @@ func (c *collectCache) toLook(t model.Touched, built *model.Built) map[string]bo
 	}
 	for n := range t.Nodes {
 		for k := range c.byNode[n] {
+			look[k] = true
+		}
+	}
+	if len(t.Nodes) > 0 {
+		for k := range c.deciding {
 			look[k] = true
 		}
 	}
@@ -133,13 +150,15 @@ func (c *collectCache) forget(k string) {
 		}
 	}
 	delete(c.volatile, k)
+	delete(c.deciding, k)
 	delete(c.entries, k)
 }
 
-// keep records what a pass found for job k (its groups keys), reused in
-// the next passes when reusable, else looked at again every pass. The
+// keep records what a pass found for job k (its groups keys, and the
+// groups to place it derived from the job and the nodes alone), reused
+// in the next passes when reusable, else looked at again every pass. The
 // caller holds s.mu.
-func (c *collectCache) keep(s *loop, k string, job *api.Job, keys []decide.Key, reusable bool, out *collected) {
+func (c *collectCache) keep(s *loop, k string, job *api.Job, keys []decide.Key, decides []decideEntry, reusable bool, out *collected) {
 	if c.full {
 		return
 	}
@@ -149,19 +168,38 @@ func (c *collectCache) keep(s *loop, k string, job *api.Job, keys []decide.Key, 
 		c.entries[k] = e
 		return
 	}
-	e.nodes = s.nodesRead(job)
+	e.nodes, e.decides = s.nodesRead(job), decides
 	for _, n := range e.nodes {
 		if c.byNode[n] == nil {
 			c.byNode[n] = map[string]bool{}
 		}
 		c.byNode[n][k] = true
 	}
+	if len(decides) > 0 {
+		c.deciding[k] = true
+	}
 	for _, key := range keys {
+		if slices.ContainsFunc(decides, func(d decideEntry) bool { return d.key == key }) {
+			continue // replayed every pass
+		}
 		if why, ok := out.pending[key]; ok {
 			c.pending[key] = why
 		}
 	}
 	c.entries[k] = e
+}
+
+// replay adds to out the groups to place of the reused jobs not looked
+// at again this pass (look). The caller holds s.mu.
+func (c *collectCache) replay(s *loop, look map[string]bool, out *collected) {
+	for k := range c.deciding {
+		if look[k] {
+			continue
+		}
+		for _, e := range c.entries[k].decides {
+			s.replay(e, out)
+		}
+	}
 }
 
 // nodesRead lists the nodes a reused job's result may have read: those

@@ -100,6 +100,10 @@ func (c *collectChurn) step() {
 		if rng.IntN(2) == 0 {
 			job.Type = ptr(api.JobTypeBatch)
 		}
+		if rng.IntN(2) == 0 { // rules of its own: the nodes it may use change with the nodes
+			op := []string{"=", "!="}[rng.IntN(2)]
+			job.Constraints = []*api.Constraint{{LTarget: "${node.unique.name}", Operand: op, RTarget: fmt.Sprintf("node-%04d", rng.IntN(churnNodeCount))}}
+		}
 		job.ModifyIndex, job.JobModifyIndex = ptr(c.index), ptr(c.index)
 		s.PutJob(job)
 	case 1: // a new version: scaled, gated again, stopped, or only a new index
