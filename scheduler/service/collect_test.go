@@ -3,6 +3,7 @@ package service
 import (
 	"cmp"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -330,4 +331,22 @@ func TestCollectReuseMatchesAFullWalk(t *testing.T) {
 		}
 	}
 	must.Positive(t, reused) // reuse did happen
+}
+
+// clusterShape hashes what fmt wrote before it appended by hand: the same
+// bytes, so the same hash.
+func TestClusterShapeHashesWhatFmtWrote(t *testing.T) {
+	s := newTestService(t, benchCluster(t, 3, 1, 1))
+	s.mu.Lock()
+	snap := s.state.Snapshot(s.loop.profile, nil).Snapshot
+	s.mu.Unlock()
+	h := fnv.New64a()
+	for _, n := range snap.Nodes() {
+		fmt.Fprintf(h, "%s|%d|%d|", n.ID, n.Capacity.CPU, n.Capacity.MemoryMiB)
+		for i := range n.GPUs {
+			fmt.Fprintf(h, "%s/%s/%d,", n.GPUs[i].UUID, n.GPUs[i].Model, n.GPUs[i].Shares)
+		}
+	}
+	must.Eq(t, h.Sum64(), clusterShape(snap))
+	must.SliceLen(t, 3, snap.Nodes())
 }

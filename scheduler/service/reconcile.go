@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -309,12 +310,20 @@ func (s *loop) checkGuarantees(snap *placement.Snapshot) {
 // clusterShape hashes what decides whether a group could ever fit: the
 // usable nodes, their capacity and their GPUs (not their health or use).
 func clusterShape(snap *placement.Snapshot) uint64 {
+	// the bytes fmt's "%s|%d|%d|" and "%s/%s/%d," would write, appended
+	// by hand: a pass hashes every GPU of the cluster under the lock
 	h := fnv.New64a()
+	var buf []byte
 	for _, n := range snap.Nodes() {
-		fmt.Fprintf(h, "%s|%d|%d|", n.ID, n.Capacity.CPU, n.Capacity.MemoryMiB)
+		buf = append(buf[:0], n.ID...)
+		buf = append(strconv.AppendInt(append(buf, '|'), int64(n.Capacity.CPU), 10), '|')
+		buf = append(strconv.AppendInt(buf, int64(n.Capacity.MemoryMiB), 10), '|')
 		for i := range n.GPUs {
-			fmt.Fprintf(h, "%s/%s/%d,", n.GPUs[i].UUID, n.GPUs[i].Model, n.GPUs[i].Shares)
+			g := &n.GPUs[i]
+			buf = append(append(append(append(buf, g.UUID...), '/'), g.Model...), '/')
+			buf = append(strconv.AppendInt(buf, int64(g.Shares), 10), ',')
 		}
+		h.Write(buf)
 	}
 	return h.Sum64()
 }
