@@ -1,5 +1,7 @@
 package model
 
+import "github.com/hashicorp/nomad/api"
+
 // touched is what changed since the service last asked (TakeTouched): the
 // jobs and nodes put or deleted, whatever the allocations, evaluations,
 // earlier pins or learned profiles of a job that marked it, and whether
@@ -41,3 +43,7 @@ func (s *State) TakeTouched() Touched {
 	s.changed.seen = touched{}
 	return Touched{Jobs: t.jobs, Nodes: t.nodes, All: t.all}
 }
+
+// Gated is pin.Gated(job), read once per job version (as Pinned reads
+// it). The caller does not change the list.
+func (s *State) Gated(job *api.Job) []string { return s.gated(job) }

@@ -122,7 +122,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 // beyond the group (see reusable), is kept and not looked at again until
 // its inputs change. The caller holds s.mu.
 func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache) {
-	gated := pin.Gated(job)
+	gated := s.state.Gated(job)
 	reusable := true
 	var keys []decide.Key
 	var decides []decideEntry

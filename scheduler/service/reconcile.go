@@ -47,6 +47,15 @@ func (r refusal) holds(job *api.Job, shape, feasible uint64) bool {
 // reconcile is one pass of the decision loop: build the step's input from
 // the model, let decide.Step choose the actions, execute them against
 // Nomad.
+//
+// The pass holds s.mu only while it reads the model: s.state, which the
+// watcher goroutine writes as events arrive, and the loop's maps the HTTP
+// API reads (pending, refused, stages, why, positions). Snapshot and
+// collect read the model throughout, so both run under it; collect looks
+// again only at the jobs that changed (collect_cache.go), which is what
+// keeps the lock short. The placement snapshot and collect's cache are
+// the loop goroutine's own (only a pass changes them): the step, the
+// actions and the pins run on them without the lock.
 func (s *loop) reconcile(ctx context.Context) {
 	s.mu.Lock()
 	locked := time.Now()
