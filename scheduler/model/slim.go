@@ -1,6 +1,8 @@
 package model
 
 import (
+	"slices"
+
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -24,7 +26,7 @@ import (
 // devices never change).
 func (s *State) slimAlloc(a *api.Allocation, res *api.AllocatedResources) *api.Allocation {
 	if res == nil {
-		res = slimResources(a.AllocatedResources)
+		res = slimResources(a.AllocatedResources, s.pinnedShares(a))
 	}
 	c := &api.Allocation{
 		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, NodeName: a.NodeName, JobID: a.JobID, TaskGroup: a.TaskGroup,
@@ -80,10 +82,28 @@ func (s *State) versionOnly(v *uint64) *api.Job {
 	return j
 }
 
+// pinnedShares returns the shares the trusted pin of allocation a's group
+// names (nil: none, or its job is not known yet): the model keeps them
+// parsed (Record), one string each, which the allocation's device IDs,
+// decoded anew from each event and listing, can share.
+func (s *State) pinnedShares(a *api.Allocation) []string {
+	job := s.Jobs[JobKey(a.Namespace, a.JobID)]
+	if job == nil || a.AllocatedResources == nil {
+		return nil
+	}
+	rec, ok := s.Record(job, a.TaskGroup)
+	if !ok {
+		return nil
+	}
+	return rec.Shares
+}
+
 // slimResources keeps of an allocation's resources what the snapshot and
 // the views read: each task's CPU, memory and devices. The shared
 // resources (ports, disk) and the tasks' networks are Nomad's business.
-func slimResources(r *api.AllocatedResources) *api.AllocatedResources {
+// Device IDs found in pinned (the shares of the group's pin) are those
+// strings: an allocation's shares are most often its pin's.
+func slimResources(r *api.AllocatedResources, pinned []string) *api.AllocatedResources {
 	if r == nil {
 		return nil
 	}
@@ -98,11 +118,35 @@ func slimResources(r *api.AllocatedResources) *api.AllocatedResources {
 			t.Devices = make([]*api.AllocatedDeviceResource, len(tr.Devices))
 			for i, d := range tr.Devices {
 				if d != nil {
-					t.Devices[i] = &api.AllocatedDeviceResource{Vendor: d.Vendor, Type: d.Type, Name: d.Name, DeviceIDs: d.DeviceIDs}
+					t.Devices[i] = &api.AllocatedDeviceResource{Vendor: d.Vendor, Type: d.Type, Name: d.Name, DeviceIDs: sharedIDs(d.DeviceIDs, pinned)}
 				}
 			}
 		}
 		out.Tasks[name] = t
+	}
+	return out
+}
+
+// sharedIDs returns ids with each ID found in pinned replaced by
+// pinned's string (equal, so nothing read changes), in a list of its
+// own, or ids itself when none is found.
+func sharedIDs(ids, pinned []string) []string {
+	if len(pinned) > 4096 {
+		return ids // a large group's pin: each look-up would cost too much
+	}
+	var out []string
+	for i, id := range ids {
+		k := slices.Index(pinned, id)
+		if k < 0 {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(ids)
+		}
+		out[i] = pinned[k]
+	}
+	if out == nil {
+		return ids
 	}
 	return out
 }

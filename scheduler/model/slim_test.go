@@ -9,6 +9,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -242,4 +244,32 @@ func heapBytes() int64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int64(m.HeapAlloc)
+}
+
+// A pinned allocation's shares are the strings of its group's pin as the
+// model parsed it, not copies of their own (equal, in the allocation's
+// order); shares the pin does not name stay the allocation's.
+func TestStoredSharesAreThePinsStrings(t *testing.T) {
+	s := New()
+	s.PutNode(pcieNode(t, "n1"))
+	job := gatedJob("j", 10)
+	var shares []string
+	for k := range 10 {
+		shares = append(shares, fmt.Sprintf("%s:%d", gpu0, k))
+	}
+	_, err := pin.Pin(job, "g", &placement.Decision{Policy: "gpushare", Placements: []placement.Placement{{Node: "n1", GPUs: []string{gpu0}, Shares: shares}}})
+	must.NoError(t, err)
+	s.PutJob(job)
+	a := fullAlloc("a1", job, 0)
+	ids := a.AllocatedResources.Tasks["t"].Devices[0].DeviceIDs
+	ids[0], ids[1] = ids[1], ids[0]
+	ids[9] = gpu0 + ":99" // not the pin's
+	s.PutAlloc(a)
+	rec, ok := s.Record(job, "g")
+	must.True(t, ok)
+	got := s.Allocs["a1"].AllocatedResources.Tasks["t"].Devices[0].DeviceIDs
+	must.Eq(t, ids, got)
+	must.True(t, unsafe.StringData(got[0]) == unsafe.StringData(rec.Shares[1]))
+	must.True(t, unsafe.StringData(got[2]) == unsafe.StringData(rec.Shares[2]))
+	must.True(t, unsafe.StringData(got[9]) == unsafe.StringData(ids[9]))
 }
