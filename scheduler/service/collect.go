@@ -83,11 +83,13 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 			}
 		}
 	}
+	// forget what concerned groups whose job is gone: the refusals and
+	// back-offs every pass (few, and the records save the refusals); the
+	// placements' reasons and the allowed nodes, one entry per pinned
+	// group, only when a job went
+	dropGone(s, s.refused)
+	dropGone(s, s.retries)
 	if anyGone {
-		// forget what concerned groups whose job is gone (looked for
-		// only when a job went: these maps hold one entry per pinned group)
-		dropGone(s, s.refused)
-		dropGone(s, s.retries)
 		dropGone(s, s.why)
 		s.forgetFeasible()
 	} else {
