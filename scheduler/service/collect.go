@@ -45,6 +45,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	out := &collected{jobs: map[decide.Key]*api.Job{}, seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
 	s.nomadSaid = out.said
 	c := s.collectCache()
+	c.looked = 0
 	anyGone := false
 	var touched model.Touched
 	if !c.full {
@@ -124,6 +125,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 // beyond the group (see reusable), is kept and not looked at again until
 // its inputs change. The caller holds s.mu.
 func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache) {
+	c.looked++
 	gated := s.state.Gated(job)
 	reusable := true
 	var keys []decide.Key

@@ -55,6 +55,8 @@ type collectCache struct {
 	pending map[decide.Key]string
 	// short is model.Built.Short of the last pass (true entries only).
 	short map[decide.Key]bool
+	// looked counts the jobs the last pass looked at (tests read it).
+	looked int
 }
 
 // collectEntry is what the cache knows of one job: its groups' keys and,

@@ -350,3 +350,46 @@ func TestClusterShapeHashesWhatFmtWrote(t *testing.T) {
 	must.Eq(t, h.Sum64(), clusterShape(snap))
 	must.SliceLen(t, 3, snap.Nodes())
 }
+
+// A pass looks again only at the jobs that changed: none when nothing
+// did, the one whose allocation failed, those whose pins name a node that
+// went down, and every job with a group to place when any node changed.
+func TestCollectLooksOnlyAtWhatChanged(t *testing.T) {
+	f := benchCluster(t, 4, 3, 0) // 12 running jobs, 3 a node
+	s := newTestService(t, f)
+	l := s.loop
+	pass := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		built := l.state.Snapshot(l.profile, nil)
+		l.collect(built, clusterShape(built.Snapshot))
+		return l.collectCache().looked
+	}
+	must.Eq(t, 12, pass()) // the first pass looks at every job
+	must.Eq(t, 0, pass())
+	s.mu.Lock()
+	a := *s.state.Allocs["alloc-run-0001-02"]
+	a.ClientStatus, a.ModifyIndex = api.AllocClientStatusFailed, 50
+	s.state.PutAlloc(&a)
+	s.mu.Unlock()
+	must.Eq(t, 1, pass())
+	must.Eq(t, 0, pass())
+	s.mu.Lock()
+	n := *s.state.Nodes["node-0002"]
+	n.Status, n.ModifyIndex = api.NodeStatusDown, 51
+	s.state.PutNode(&n)
+	s.mu.Unlock()
+	must.Eq(t, 3, pass()) // the three pinned there
+	s.mu.Lock()
+	w := gated("waiting", 25)
+	w.ModifyIndex, w.JobModifyIndex = ptr(uint64(52)), ptr(uint64(52))
+	s.state.PutJob(w)
+	s.mu.Unlock()
+	must.Eq(t, 1, pass())
+	must.Eq(t, 0, pass()) // a group to place is replayed, not looked at
+	s.mu.Lock()
+	n.Status, n.ModifyIndex = api.NodeStatusReady, 53
+	s.state.PutNode(&n)
+	s.mu.Unlock()
+	must.Eq(t, 3+1, pass()) // and looked at again when any node changed
+}
