@@ -109,6 +109,22 @@ func BenchmarkPassAt(b *testing.B) {
 	}
 }
 
+// BenchmarkPassSteady is BenchmarkPass on a cluster that does not change:
+// every waiting group asks for a whole node (8 GPUs), which no node has
+// free, so it keeps waiting, no pin is sent, and nothing in the model
+// changes between passes. Each pass then looks again at no job
+// (collectCache): what is left under the lock is the snapshot's holds and
+// the waiting groups' replay (back-off, refusals, queue place).
+func BenchmarkPassSteady(b *testing.B) {
+	f := benchCluster(b, 1000, 10, 2000)
+	for id, j := range f.jobs {
+		if strings.HasPrefix(id, "wait-") {
+			j.TaskGroups[0].Tasks[0].Resources.Devices[0].Count = ptr(uint64(800))
+		}
+	}
+	benchPass(b, f)
+}
+
 // BenchmarkPassRules is BenchmarkPass with Nomad's own rules to check:
 // the nodes alternate between two datacenters and report a docker driver
 // and their kernel, and every waiting job asks for the second datacenter,
