@@ -163,20 +163,48 @@ func (p ProcFS) PIDs() ([]int, error) {
 
 // Parent returns a process's parent PID, from /proc/<pid>/stat.
 func (p ProcFS) Parent(pid int) (int, error) {
-	b, err := os.ReadFile(filepath.Join(p.root(), strconv.Itoa(pid), "stat"))
+	_, f, err := p.stat(pid)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return 0, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
-		}
 		return 0, err
 	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(f) < 2 {
-		return 0, fmt.Errorf("process %d: cannot read its parent from %q", pid, b)
+	if len(f) < 2 {
+		return 0, fmt.Errorf("process %d: cannot read its parent from its stat", pid)
 	}
 	return strconv.Atoi(f[1])
+}
+
+// Incarnation names one program run by a process: its command name and
+// start time (from /proc/<pid>/stat). A PID used again by another process
+// has another start time, and a process that executes another program
+// another name; its environment is read again then (an environment read
+// between fork and exec is the parent's).
+func (p ProcFS) Incarnation(pid int) (string, error) {
+	comm, f, err := p.stat(pid)
+	if err != nil {
+		return "", err
+	}
+	if len(f) < 20 {
+		return "", fmt.Errorf("process %d: cannot read its start time from its stat", pid)
+	}
+	return f[19] + " " + comm, nil
+}
+
+// stat reads /proc/<pid>/stat: the command name and the fields after it
+// (from the state on).
+func (p ProcFS) stat(pid int) (comm string, fields []string, err error) {
+	b, err := os.ReadFile(filepath.Join(p.root(), strconv.Itoa(pid), "stat"))
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			return "", nil, fmt.Errorf("process %d: %w", pid, ErrNoProcess)
+		}
+		return "", nil, err
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses
+	i, j := bytes.IndexByte(b, '('), bytes.LastIndexByte(b, ')')
+	if i < 0 || j < i {
+		return "", nil, fmt.Errorf("process %d: cannot read its stat %q", pid, b)
+	}
+	return string(b[i+1 : j]), strings.Fields(string(b[j+1:])), nil
 }
 
 // Holder is the shares of one GPU a process's environment says it holds

@@ -85,6 +85,14 @@ func TestProcFS(t *testing.T) {
 	must.True(t, errors.Is(err, ErrNoProcess))
 	_, err = p.Parent(8)
 	must.True(t, errors.Is(err, ErrNoProcess))
+	_, err = p.Incarnation(8)
+	must.True(t, errors.Is(err, ErrNoProcess))
+	_, err = p.Incarnation(7) // too short to hold a start time
+	must.Error(t, err)
+	write("9", "stat", "9 (sleep (1)) S 3 9 9 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 123456 1000 10")
+	inc, err := p.Incarnation(9)
+	must.NoError(t, err)
+	must.Eq(t, "123456 sleep (1)", inc)
 
 	holders, unreadable := p.Holders("GPU-a", map[int]uint32{7: 60, 8: 10, 3: 5})
 	must.MapEmpty(t, unreadable)

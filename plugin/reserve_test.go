@@ -151,3 +151,16 @@ func benchPlugin(b *testing.B) *Plugin {
 	must.NoError(b, p.fingerprintOnce(b.Context()).Error)
 	return p
 }
+
+// BenchmarkStats8x100 is one stats sample of a fingerprinted DGX-1 node
+// (800 shares), which the Nomad client asks for every collection interval.
+func BenchmarkStats8x100(b *testing.B) {
+	p := benchPlugin(b)
+	p.fingerprintOnce(b.Context())
+	b.ReportAllocs()
+	for b.Loop() {
+		if resp := p.statsOnce(b.Context()); resp == nil || resp.Error != nil || len(resp.Groups) == 0 {
+			b.Fatalf("stats: %+v", resp)
+		}
+	}
+}
