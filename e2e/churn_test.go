@@ -38,9 +38,9 @@ import (
 // CHURN lines.
 //
 // GPUSHARE_LOAD=<N> sets the number of jobs (make soak: 10000); unset, the
-// short version runs 200 (1,000 take 15 to 25 minutes while Nomad re-runs
-// the gate's escaped blocked evaluations: docs/design.md); GPUSHARE_LOAD=0
-// skips it. GPUSHARE_BASELINE=<B>
+// short version runs 200 (1,000 take about 23 minutes on two busy cores:
+// Nomad's evaluation queue sets the pace, two evaluations a gated job;
+// docs/design.md); GPUSHARE_LOAD=0 skips it. GPUSHARE_BASELINE=<B>
 // runs the first B of them in the baseline (default N/10, at least 100).
 func TestChurn(t *testing.T) {
 	n := 200
