@@ -99,9 +99,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	if c.full {
 		s.stages = out.stages
 	} else {
-		// a copy: the pass's later steps rewrite what the API shows
-		// (hold_release.go, promote.go), which the next pass must not see
-		s.stages = maps.Clone(c.stages)
+		c.unpublished = true // publishStages, once the lock is let go
 	}
 	for k := range s.nomadRefused {
 		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]

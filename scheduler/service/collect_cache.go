@@ -1,6 +1,7 @@
 package service
 
 import (
+	"maps"
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
@@ -57,6 +58,27 @@ type collectCache struct {
 	short map[decide.Key]bool
 	// looked counts the jobs the last pass looked at (tests read it).
 	looked int
+	// unpublished: stages changed since publishStages last copied them.
+	unpublished bool
+}
+
+// publishStages makes the stages the last collect found what the API
+// shows (s.stages): a copy, for the pass's later steps rewrite what the
+// API shows (hold_release.go, promote.go), which the next pass must not
+// see. The copy is made without s.mu (the cache is the loop's own; with
+// a group an entry, it is the largest thing a pass copies), and only its
+// assignment holds it: until then the API shows the last pass's stages.
+// The caller does not hold s.mu.
+func (s *loop) publishStages() {
+	c := s.collectCache()
+	if !c.unpublished {
+		return
+	}
+	c.unpublished = false
+	stages := maps.Clone(c.stages)
+	s.mu.Lock()
+	s.stages = stages
+	s.mu.Unlock()
 }
 
 // collectEntry is what the cache knows of one job: its groups' keys and,

@@ -281,6 +281,9 @@ func collectOnce(l *loop, built *model.Built, shape uint64, full bool) collectOu
 	l.collectCache().full = full
 	defer func() { l.collectCache().full = false }()
 	g, j, p, in := l.collect(built, shape)
+	l.mu.Unlock()
+	l.publishStages()
+	l.mu.Lock()
 	slices.SortFunc(g, func(a, b decide.Group) int { return cmp.Compare(a.Key.String(), b.Key.String()) })
 	slices.SortFunc(in, func(a, b decide.Action) int { return cmp.Compare(a.Group.String(), b.Group.String()) })
 	return collectOut{Groups: g, Jobs: j, Pending: p, InPlace: in, Stages: maps.Clone(l.stages)}

@@ -87,6 +87,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.confirm()
 	s.lastLockHold = time.Since(locked)
 	s.mu.Unlock()
+	s.publishStages()
 	s.metrics.lockHold.Observe(s.lastLockHold.Seconds())
 	for _, pr := range problems {
 		s.log.Warn("model problem", "problem", pr)
