@@ -42,9 +42,10 @@ type collected struct {
 // at the jobs whose inputs changed (collectCache), and reuses for the
 // others what the last pass found. The caller holds s.mu.
 func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
-	out := &collected{jobs: map[decide.Key]*api.Job{}, seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
-	s.nomadSaid = out.said
 	c := s.collectCache()
+	out := &collected{jobs: make(map[decide.Key]*api.Job, c.sized), groups: make([]decide.Group, 0, c.sized),
+		seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
+	s.nomadSaid = out.said
 	c.looked = 0
 	anyGone := false
 	var touched model.Touched
@@ -114,6 +115,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 			delete(s.priorRead, id)
 		}
 	}
+	c.sized = len(out.jobs)
 	return out.groups, out.jobs, out.pending, out.inPlace
 }
 

@@ -60,6 +60,9 @@ type collectCache struct {
 	looked int
 	// unpublished: stages changed since publishStages last copied them.
 	unpublished bool
+	// sized is how many groups the last pass handed the step, to size
+	// the next pass's maps.
+	sized int
 }
 
 // publishStages makes the stages the last collect found what the API
@@ -230,21 +233,22 @@ func (c *collectCache) replay(s *loop, look map[string]bool, out *collected) {
 // its groups' pins name and those its allocations (of any group, live or
 // not) run on. The caller holds s.mu.
 func (s *loop) nodesRead(job *api.Job) []string {
-	set := map[string]bool{}
+	var out []string // a few nodes a job: a list, not a set
+	add := func(n string) {
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
 	for _, tg := range job.TaskGroups {
 		if rec, ok := s.state.Record(job, *tg.Name); ok {
 			for _, n := range rec.Nodes {
-				set[n] = true
+				add(n)
 			}
 		}
 		key := model.KeyOf(job, *tg.Name)
 		for _, a := range s.state.AllAllocs(key.Namespace, key.Job, key.Group) {
-			set[a.NodeID] = true
+			add(a.NodeID)
 		}
-	}
-	out := make([]string, 0, len(set))
-	for n := range set {
-		out = append(out, n)
 	}
 	return out
 }
