@@ -23,6 +23,8 @@ func TestStatsProcessSM(t *testing.T) {
 	must.NoError(t, os.MkdirAll(filepath.Join(procRoot, "42"), 0o755))
 	must.NoError(t, os.WriteFile(filepath.Join(procRoot, "42", "environ"),
 		[]byte(EnvShareIDs+"="+g+":10-19\x00"+fixture.EnvSMUtil+"=37\x00"), 0o644))
+	must.NoError(t, os.WriteFile(filepath.Join(procRoot, "42", "stat"), // as Linux lays it out
+		[]byte("42 (python3) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 4242 1000 10"), 0o644))
 	path, err := fixtures.WriteTo(fixtures.HGXH100, t.TempDir())
 	must.NoError(t, err)
 	p := New(hclog.NewNullLogger(), func(cfg *Config, logger hclog.Logger) (devicefn.Source, error) {
