@@ -64,5 +64,8 @@
 //   - caches of what Nomad or the job says, rebuilt when lost: stages,
 //     positions and nomadSaid (the pass under way), priorRead (the pins of
 //     running allocations' versions) and feasibleOf (the nodes a group's
-//     rules allowed when last decided).
+//     rules allowed when last decided); and collected (collect_cache.go):
+//     what collect derived for each job in the passes before, reused until
+//     the model marks the job, a node it read, or its pinned shares'
+//     shortage changed, so that a pass looks again only at what changed.
 package service
