@@ -18,7 +18,7 @@ import (
 )
 
 // TestChurn is the flow under churn (make soak: 10,000 jobs; make test:
-// 200): finite jobs (batch jobs of a few seconds and short services the
+// 1,000): finite jobs (batch jobs of a few seconds and short services the
 // test stops after they ran a few seconds; 10 to 400 shares, some groups
 // of count 2) arrive over time in waves faster and slower than the
 // cluster's nine fixture clients (64 GPUs) take them, gated, with the real
@@ -38,12 +38,12 @@ import (
 // CHURN lines.
 //
 // GPUSHARE_LOAD=<N> sets the number of jobs (make soak: 10000); unset, the
-// short version runs 200 (1,000 take about 23 minutes on two busy cores:
-// Nomad's evaluation queue sets the pace, two evaluations a gated job;
-// docs/design.md); GPUSHARE_LOAD=0 skips it. GPUSHARE_BASELINE=<B>
+// short version runs 1,000 (about 11 minutes on two quiet cores, 25 on
+// busy ones: Nomad's evaluation queue sets the pace, two evaluations a
+// gated job; docs/design.md); GPUSHARE_LOAD=0 skips it. GPUSHARE_BASELINE=<B>
 // runs the first B of them in the baseline (default N/10, at least 100).
 func TestChurn(t *testing.T) {
-	n := 200
+	n := 1000
 	if v := os.Getenv("GPUSHARE_LOAD"); v != "" {
 		var err error
 		n, err = strconv.Atoi(v)
