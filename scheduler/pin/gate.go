@@ -54,15 +54,19 @@ var ErrNotPlaceable = errors.New("cannot place this group")
 
 // isGate reports whether c is the gate constraint, as written now or before.
 func isGate(c *api.Constraint) bool {
-	return c != nil && (c.Operand == "" || c.Operand == "=" || c.Operand == "==") &&
+	return c != nil && isEquality(c.Operand) &&
 		(c.LTarget == GateAttribute && c.RTarget == GateValue || IsLegacyGate(c))
 }
+
+// isEquality reports whether a constraint's operand is Nomad's equality
+// ("" defaults to it).
+func isEquality(op string) bool { return op == "" || op == "=" || op == "==" }
 
 // IsLegacyGate reports whether c is the gate as written before
 // (${node.unique.id} = gpushare:pending): it still holds the group, but
 // Nomad re-evaluates the group each time capacity frees (see GateAttribute).
 func IsLegacyGate(c *api.Constraint) bool {
-	return c != nil && c.LTarget == LegacyGateAttribute && c.RTarget == LegacyGateValue && (c.Operand == "" || c.Operand == "=" || c.Operand == "==")
+	return c != nil && c.LTarget == LegacyGateAttribute && c.RTarget == LegacyGateValue && isEquality(c.Operand)
 }
 
 // Gate returns the gate constraint.
@@ -187,7 +191,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 				r.Models = []string{model}
 			}
 			for _, c := range d.Constraints {
-				if c.LTarget == "${device.model}" && (c.Operand == "" || c.Operand == "=" || c.Operand == "==") {
+				if c.LTarget == "${device.model}" && isEquality(c.Operand) {
 					r.Models = []string{c.RTarget}
 				}
 			}
