@@ -2,6 +2,7 @@ package model
 
 import (
 	"slices"
+	"sync"
 
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -25,8 +26,15 @@ type reqOrErr struct {
 	err error
 }
 
+// parseCache guards the parse caches: they are filled as they are read,
+// and the service's HTTP API reads the state (Record, Request) while a
+// pass reads it too (ForReaders). Nothing else of the state is written
+// by a read.
+type parseCache struct{ mu sync.Mutex }
+
 // parsedOf returns the parse cache of a job's current version, or nil
-// when the job carries no modify index to tell versions apart.
+// when the job carries no modify index to tell versions apart. The
+// caller holds s.cache.mu.
 func (s *State) parsedOf(job *api.Job, profiles *interference.Model) *parsed {
 	if job.ModifyIndex == nil || job.ID == nil {
 		return nil
@@ -80,6 +88,8 @@ func (s *State) byObject(job *api.Job, p *parsed) {
 // Record is pin.ParseRecord, parsed once per job version, for a
 // placement Trust accepts.
 func (s *State) Record(job *api.Job, group string) (*pin.Record, bool) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
 	p := s.parsedOf(job, nil)
 	if p == nil {
 		return s.trustedRecord(job, group)
@@ -105,6 +115,8 @@ func (s *State) Pinned(job *api.Job, group string) bool {
 
 // gated is pin.Gated, read once per job version.
 func (s *State) gated(job *api.Job) []string {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
 	p := s.parsedOf(job, nil)
 	if p == nil {
 		return pin.Gated(job)
@@ -117,6 +129,8 @@ func (s *State) gated(job *api.Job) []string {
 
 // request is pin.Request, parsed once per job version and profile model.
 func (s *State) request(job *api.Job, group string, profiles *interference.Model) (placement.Request, error) {
+	s.cache.mu.Lock()
+	defer s.cache.mu.Unlock()
 	p := s.parsedOf(job, profiles)
 	if p == nil {
 		return pin.Request(job, group, profiles)
@@ -159,7 +173,9 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 // ForgetParsed drops the parsed requests and records, to be read again
 // (after Trust changed its mind).
 func (s *State) ForgetParsed() {
+	s.cache.mu.Lock()
 	s.parsed, s.parsedJob = nil, nil
+	s.cache.mu.Unlock()
 	s.learnedGen++ // the VCs and classes of allocations are read again
 	s.changed.all = true
 }

@@ -39,8 +39,10 @@ func LearnedName(id string) string { return LearnedPrefix + id }
 // LearnedPrefix begins the name of every learned profile.
 const LearnedPrefix = "learned:"
 
-// State is the cluster as the service last saw it. It is not safe for
-// concurrent use; the service owns it in one goroutine.
+// State is the cluster as the service last saw it. One goroutine at a
+// time writes it; once ForReaders is called, any number may read it
+// (Snapshot and TakeTouched count as writes: the reader that calls them
+// must be the only one to).
 type State struct {
 	Nodes  map[string]*api.Node
 	Jobs   map[string]*api.Job // by "<namespace>/<job ID>"
@@ -69,6 +71,7 @@ type State struct {
 	// key; parsedJob the same by job object (cache.go).
 	parsed    map[string]*parsed
 	parsedJob map[*api.Job]*parsed
+	cache     parseCache
 	// live is the placement snapshot kept in step with the state (Snapshot).
 	live *live
 	// learnedGen counts the changes to what an allocation's group facts
@@ -320,6 +323,11 @@ type groupIndex struct {
 	live map[decide.Key][]*api.Allocation
 	all  map[decide.Key][]*api.Allocation
 }
+
+// ForReaders builds what the state builds the first time it is read (the
+// index of allocations by group), so that readers that run together
+// while no one writes only read it; the parse caches lock themselves.
+func (s *State) ForReaders() { s.groups() }
 
 // groups returns the index of allocations by group, built the first time
 // it is asked for and then kept in step with Allocs (index.go).

@@ -98,7 +98,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 		s.rules.Sweep()
 	}
 	if c.full {
-		s.stages = out.stages
+		s.note(func() { s.stages = out.stages })
 	} else {
 		c.unpublished = true // publishStages, once the lock is let go
 	}
@@ -223,14 +223,14 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 			pending[key] = r.reason
 			return facts, stage, false, nil
 		}
-		delete(s.refused, key)
+		s.note(func() { delete(s.refused, key) })
 	}
 	req, err := s.state.Request(job, name, s.profile)
 	if err != nil {
 		// only a new version of the job can change a bad request:
 		// refused, like a group no node can ever hold
 		pending[key] = err.Error()
-		s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash)
+		s.note(func() { s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash) })
 		return facts, stage, false, nil
 	}
 	if why := s.vcRefusal(key, req.VC); why != "" {

@@ -92,13 +92,13 @@ func (s *loop) replay(e decideEntry, out *collected) {
 			pending[key] = r.reason
 			return
 		}
-		delete(s.refused, key)
+		s.note(func() { delete(s.refused, key) })
 	}
 	if e.reqErr != "" {
 		// only a new version of the job can change a bad request:
 		// refused, like a group no node can ever hold
 		pending[key] = e.reqErr
-		s.refused[key] = newRefusal(e.job, e.reqErr, out.shape, e.ns.hash)
+		s.note(func() { s.refused[key] = newRefusal(e.job, e.reqErr, out.shape, e.ns.hash) })
 		return
 	}
 	if e.vcWhy != "" {

@@ -280,7 +280,7 @@ type collectOut struct {
 func collectOnce(l *loop, built *model.Built, shape uint64, full bool) collectOut {
 	l.collectCache().full = full
 	defer func() { l.collectCache().full = false }()
-	g, j, p, in := l.collect(built, shape)
+	g, j, p, in := collectReading(l, built, shape)
 	l.mu.Unlock()
 	l.publishStages()
 	l.mu.Lock()
@@ -365,7 +365,7 @@ func TestCollectLooksOnlyAtWhatChanged(t *testing.T) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		built := l.state.Snapshot(l.profile, nil)
-		l.collect(built, clusterShape(built.Snapshot))
+		collectReading(l, built, clusterShape(built.Snapshot))
 		return l.collectCache().looked
 	}
 	must.Eq(t, 12, pass()) // the first pass looks at every job
@@ -395,4 +395,17 @@ func TestCollectLooksOnlyAtWhatChanged(t *testing.T) {
 	s.state.PutNode(&n)
 	s.mu.Unlock()
 	must.Eq(t, 3+1, pass()) // and looked at again when any node changed
+}
+
+// collectReading runs collect as a pass does, during a read of the model
+// without s.mu (reading.go). The caller holds s.mu, and holds it again
+// on return.
+func collectReading(l *loop, built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
+	l.beginRead()
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.endRead()
+	}()
+	return l.collect(built, shape)
 }

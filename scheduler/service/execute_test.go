@@ -181,7 +181,7 @@ func TestUnpairedJobKeepsItsPlace(t *testing.T) {
 	submitOf := func(s *Service) time.Time {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		groups, _, _, _ := s.loop.collect(s.state.Snapshot(s.loop.profile, nil), 0)
+		groups, _, _, _ := collectReading(s.loop, s.state.Snapshot(s.loop.profile, nil), 0)
 		for _, g := range groups {
 			if g.Key == key("new") {
 				return g.Submit
@@ -294,7 +294,7 @@ func TestWaitingGroupKeepsItsPlaceAcrossAPinOfAnother(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	groups, _, _, _ := s.loop.collect(s.state.Snapshot(s.loop.profile, nil), 0)
+	groups, _, _, _ := collectReading(s.loop, s.state.Snapshot(s.loop.profile, nil), 0)
 	must.SliceLen(t, 1, groups)
 	must.Eq(t, "h", groups[0].Key.Group)
 	must.Eq(t, time.Unix(500, 0), groups[0].Submit)

@@ -64,8 +64,10 @@ type loop struct {
 	// lastLockHold is how long the last pass held mu to read the model,
 	// lastStep how long it then took to decide (before any pin).
 	lastLockHold, lastStep time.Duration
-	// onStep, when set (tests), sees the actions of every step.
+	// onStep, when set (tests), sees the actions of every step; onRead
+	// runs during every pass's read of the model, without s.mu.
 	onStep func([]decide.Action)
+	onRead func()
 	// preempted allocations Nomad is stopping: their capacity is already
 	// given to the guaranteed job that preempted them
 	preempted map[string]time.Time

@@ -90,7 +90,8 @@ func (s *loop) observe(ctx context.Context) {
 			if _, had := s.state.Learned[t.key]; !had {
 				s.log.Info("learned an interference profile from a group running alone", "group", t.key, "sm_util", p.SM, "mem_bw", p.MemBW)
 			}
-			s.state.Learn(t.key, p)
+			key := t.key
+			s.write(func() { s.state.Learn(key, p) })
 		}
 		s.mu.Unlock()
 	}

@@ -48,14 +48,14 @@ func (r refusal) holds(job *api.Job, shape, feasible uint64) bool {
 // the model, let decide.Step choose the actions, execute them against
 // Nomad.
 //
-// The pass holds s.mu only while it reads the model: s.state, which the
-// watcher goroutine writes as events arrive, and the loop's maps the HTTP
-// API reads (pending, refused, stages, why, positions). Snapshot and
-// collect read the model throughout, so both run under it; collect looks
-// again only at the jobs that changed (collect_cache.go), which is what
-// keeps the lock short. The placement snapshot and collect's cache are
-// the loop goroutine's own (only a pass changes them): the step, the
-// actions and the pins run on them without the lock.
+// The pass holds s.mu only to begin and to end its read of the model
+// (reading.go): in between, the model is written by no one (what the
+// event stream brings meanwhile waits, in order, until the read ends),
+// so the pass reads a consistent view of it while the HTTP API, the page
+// and introspection read beside it. Snapshot and collect look again only
+// at what changed (collect_cache.go). The placement snapshot and
+// collect's cache are the loop goroutine's own (only a pass changes
+// them): the step, the actions and the pins run on them without the lock.
 func (s *loop) reconcile(ctx context.Context) {
 	s.mu.Lock()
 	locked := time.Now()
@@ -70,26 +70,15 @@ func (s *loop) reconcile(ctx context.Context) {
 		}
 	}
 	read := s.state.Index
-	built := s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
-	snap, problems := built.Snapshot, built.Problems
-	snap.SetStaging(s.canStage)
-	shape := clusterShape(snap)
-	if shape != s.warnedShape {
-		s.warnedShape = shape
-		s.checkGuarantees(snap)
-	}
-	groups, jobs, pending, inPlace := s.collect(built, shape)
-	running := s.running(snap, now)
-	var ends map[string]time.Time
-	if s.cfg.ReservationsOn() && anyMultiGPU(snap, groups) { // only reservations read them
-		ends = s.expectedEnds(snap, built.HeldFor, now)
-	}
-	s.confirm()
-	s.lastLockHold = time.Since(locked)
+	s.beginRead()
 	s.mu.Unlock()
+	held := time.Since(locked)
+	r := s.readModel(now, &held)
+	snap, groups := r.built.Snapshot, r.groups
+	s.lastLockHold = held
 	s.publishStages()
 	s.metrics.lockHold.Observe(s.lastLockHold.Seconds())
-	for _, pr := range problems {
+	for _, pr := range r.built.Problems {
 		s.log.Warn("model problem", "problem", pr)
 	}
 	oldest := 0.0
@@ -101,7 +90,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.metrics.oldestPending.Set(oldest)
 
 	start := s.now()
-	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: ends, Now: now, Running: running}, s.stepConfig())
+	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, s.stepConfig())
 	s.lastStep = time.Since(locked) - s.lastLockHold
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
 	if s.onStep != nil {
@@ -124,15 +113,16 @@ func (s *loop) reconcile(ctx context.Context) {
 			pins = append(pins, a) // sent together once the preemptions are done
 			continue
 		}
-		if err := s.execute(ctx, a, jobs[a.Group], shape, pending, failed); err != nil && a.Kind == decide.Unpair {
+		if err := s.execute(ctx, a, r.jobs[a.Group], r.shape, r.pending, failed); err != nil && a.Kind == decide.Unpair {
 			s.sharesOf(a.Allocs, kept)
 		}
 	}
-	pins = append(pins, inPlace...)
+	pins = append(pins, r.inPlace...)
+	pending := r.pending
 	notGiven(pins, kept, pending, failed)
 	// holds done or stale go first: a new pin's hold may need their shares
 	s.releaseHolds(ctx, snap)
-	s.sendPins(ctx, pins, jobs, pending, failed, start)
+	s.sendPins(ctx, pins, r.jobs, pending, failed, start)
 	if ctx.Err() != nil {
 		return
 	}
@@ -156,6 +146,62 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.metrics.pending.Set(float64(waiting))
 	s.metrics.refused.Set(float64(refused))
 	s.records.saveState(ctx)
+}
+
+// passRead is what a pass read of the model (readModel).
+type passRead struct {
+	built   *model.Built
+	shape   uint64
+	groups  []decide.Group
+	jobs    map[decide.Key]*api.Job
+	pending map[decide.Key]string
+	inPlace []decide.Action
+	ends    map[string]time.Time
+	running map[string]decide.Running
+}
+
+// readModel is the pass's read of the model, begun by the caller
+// (beginRead, under s.mu): the snapshot, the groups to decide and when
+// allocations are expected to end, read without s.mu; then, under it
+// again, what introspection keeps (running) and the pins Nomad placed
+// (confirm), and the read ends. held adds the time s.mu was held.
+func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
+	defer func() { // ended even if the read fails: the changes waiting are applied
+		s.mu.Lock()
+		relocked := time.Now()
+		if r.built != nil {
+			r.running = s.running(r.built.Snapshot, now)
+		}
+		s.confirm()
+		s.endRead()
+		*held += time.Since(relocked)
+		s.mu.Unlock()
+	}()
+	r.built = s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
+	snap := r.built.Snapshot
+	snap.SetStaging(s.canStage)
+	r.shape = clusterShape(snap)
+	if r.shape != s.warnedShape {
+		s.warnedShape = r.shape
+		s.checkGuarantees(snap)
+	}
+	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
+	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
+		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
+	}
+	if s.onRead != nil {
+		s.onRead()
+	}
+	return r
+}
+
+// note runs fn, which changes what the HTTP API shows of the loop (why
+// groups wait or were refused, why they are where they are), under s.mu:
+// a pass reads the model without it (reading.go).
+func (s *loop) note(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
 }
 
 // stepConfig is the configuration as decide.Step reads it.
@@ -245,13 +291,22 @@ func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key
 	}
 }
 
-// dropGone deletes from m the groups whose job the state no longer has.
-// The caller holds s.mu.
+// dropGone deletes from m, a map of the loop's, the groups whose job the
+// state no longer has: found during the pass's read, deleted under s.mu
+// (the HTTP API reads the loop's maps). The caller does not hold s.mu.
 func dropGone[V any](s *loop, m map[decide.Key]V) {
+	var gone []decide.Key
 	for k := range m {
 		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
-			delete(m, k)
+			gone = append(gone, k)
 		}
+	}
+	if len(gone) > 0 {
+		s.note(func() {
+			for _, k := range gone {
+				delete(m, k)
+			}
+		})
 	}
 }
 

@@ -58,6 +58,8 @@ type cluster struct {
 	// holds are the hold jobs of staged placements (hold.go), kept out of
 	// the model: the shares they hold are their groups'.
 	holds holdBook
+	// readPhase lets a pass read the model without mu (reading.go).
+	readPhase
 }
 
 // watch keeps the model current: a full listing merged into the model,
@@ -212,9 +214,11 @@ func (w *watcher) apply(ctx context.Context, evs *api.Events, ns namespaces, cov
 		}
 	}
 	w.mu.Lock()
-	if evs.Index > w.state.Index {
-		w.state.Index = evs.Index
-	}
+	w.write(func() {
+		if evs.Index > w.state.Index {
+			w.state.Index = evs.Index
+		}
+	})
 	w.mu.Unlock()
 	w.metrics.events.Add(float64(len(evs.Events)))
 	w.changed()
@@ -237,16 +241,16 @@ func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 			return nil
 		}
 		w.mu.Lock()
-		if isHold(*job.ID) { // a hold let go: its shares are free
-			delete(w.holds, model.JobKey(nsOf(job), *job.ID))
-			w.mu.Unlock()
-			return nil
-		}
-		if purged {
-			w.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
-		} else {
-			w.state.PutJob(job)
-		}
+		w.write(func() {
+			switch {
+			case isHold(*job.ID): // a hold let go: its shares are free
+				delete(w.holds, model.JobKey(nsOf(job), *job.ID))
+			case purged:
+				w.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
+			default:
+				w.state.PutJob(job)
+			}
+		})
 		w.mu.Unlock()
 		return nil
 	}
@@ -264,11 +268,13 @@ func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 		return nil
 	}
 	w.mu.Lock()
-	if isHold(*job.ID) {
-		w.putHold(job)
-	} else {
-		w.state.PutJob(job)
-	}
+	w.write(func() {
+		if isHold(*job.ID) {
+			w.putHold(job)
+		} else {
+			w.state.PutJob(job)
+		}
+	})
 	w.mu.Unlock()
 	return nil
 }
@@ -312,7 +318,7 @@ func (w *watcher) applyEval(e api.Event, ns namespaces) error {
 		return nil
 	}
 	w.mu.Lock()
-	w.state.PutEval(ev)
+	w.write(func() { w.state.PutEval(ev) })
 	w.mu.Unlock()
 	return nil
 }
@@ -344,7 +350,7 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 		}
 	}
 	w.mu.Lock()
-	w.state.PutAlloc(a)
+	w.write(func() { w.state.PutAlloc(a) })
 	w.mu.Unlock()
 	return nil
 }
@@ -352,7 +358,7 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 func (w *watcher) applyNode(ctx context.Context, e api.Event) error {
 	if e.Type == "NodeDeregistration" {
 		w.mu.Lock()
-		w.state.DeleteNodeAt(e.Key, e.Index)
+		w.write(func() { w.state.DeleteNodeAt(e.Key, e.Index) })
 		w.mu.Unlock()
 		return nil
 	}
@@ -366,7 +372,7 @@ func (w *watcher) applyNode(ctx context.Context, e api.Event) error {
 		return fmt.Errorf("read node %s: %w", e.Key, err)
 	}
 	w.mu.Lock()
-	w.state.PutNode(n)
+	w.write(func() { w.state.PutNode(n) })
 	w.mu.Unlock()
 	return nil
 }
@@ -474,6 +480,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	}
 	slices.SortFunc(evals, func(a, b *api.Evaluation) int { return cmp.Compare(a.ModifyIndex, b.ModifyIndex) })
 	w.mu.Lock()
+	w.waitRead() // a whole listing merged, and what it kept reported, after the pass's read
 	prev := w.state.Index
 	st := w.state.Relist(l)
 	w.setHolds(holds)
