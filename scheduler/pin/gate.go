@@ -33,6 +33,14 @@ const (
 	GateValue     = "pending"
 )
 
+// GateMetaKey is the node meta key the gate reads. No client may set it to
+// GateValue: Nomad would place gated groups on that node by itself, past
+// the scheduler (the service warns of such a node, OpensGate).
+const GateMetaKey = "gpushare_gate"
+
+// OpensGate reports whether a node with this meta satisfies the gate.
+func OpensGate(meta map[string]string) bool { return meta[GateMetaKey] == GateValue }
+
 // The gate written before: still recognised (Gated, the pin removes it,
 // AddGate replaces it), never written.
 const (

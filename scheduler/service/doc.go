@@ -18,7 +18,10 @@
 //
 //   - watcher (watch.go): applies events and relists to the model; it owns
 //     the model and the one lock (cluster), and reads Nomad through
-//     eventSource;
+//     eventSource. A pass reads the model without that lock (reading.go):
+//     what the watcher and the observer write meanwhile waits, in order,
+//     until the read ends, and the API reads beside the pass. The watcher
+//     also reports nodes whose meta opens the gate (gateopen.go);
 //   - loop (loop.go, reconcile.go, pins.go, moves.go, lifecycle.go,
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records

@@ -123,6 +123,9 @@ type Health struct {
 	Decided uint64 `json:"decided"`
 	Nodes   int    `json:"nodes"`
 	Jobs    int    `json:"jobs"`
+	// GateOpen are the nodes whose meta sets gpushare_gate = pending:
+	// Nomad places gated groups there by itself (gateopen.go).
+	GateOpen []string `json:"gate_open,omitempty"`
 }
 
 func (s *httpAPI) handleHealth(w http.ResponseWriter, _ *http.Request) {

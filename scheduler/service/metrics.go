@@ -25,6 +25,7 @@ type metrics struct {
 	lockHold         prometheus.Histogram
 	restarts         *prometheus.CounterVec
 	promotions       prometheus.Counter
+	gateOpen         prometheus.Gauge
 }
 
 func newMetrics() *metrics {
@@ -49,13 +50,15 @@ func newMetrics() *metrics {
 		placementLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pin_to_alloc_seconds", Help: "Time from pin to the group's first allocation.",
 			Buckets: prometheus.ExponentialBuckets(0.05, 2, 12)}),
 		pinRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pin_requests_total", Help: "Registrations sent to Nomad to pin a group, accepted or not."}),
-		lockHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pass_lock_seconds", Help: "Time a decision pass holds the model to read it (the HTTP API and the event stream wait meanwhile).",
+		lockHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pass_lock_seconds", Help: "Time a decision pass holds the service's lock: to begin and to end its read of the model, which it reads without it (the HTTP API waits meanwhile; events wait only for the read to end).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_restarts_total",
 			Help: "Running allocations a pin made Nomad replace, by reason (repin, scale, adopt, moved): every other pin leaves what runs alone."},
 			[]string{"reason"}),
 		promotions: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_promotions_total",
 			Help: "Deployments the scheduler promoted: those of its own new pin (nothing else changed) whose canaries waited for a promote and were healthy."}),
+		gateOpen: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_gate_open_nodes",
+			Help: "Nodes whose meta sets gpushare_gate = pending: Nomad places gated groups there by itself, past the scheduler (must be 0)."}),
 		stepSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_step_seconds", Help: "Time of one decision step over every waiting group.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
@@ -64,6 +67,6 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.pending, m.refused, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
 		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests, m.restarts,
-		m.promotions)
+		m.promotions, m.gateOpen)
 	return m
 }

@@ -183,7 +183,8 @@ func (s *loop) unpairedOf(k decide.Key) *Unpaired {
 func (s *loop) health() Health {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Health{Status: "ok", Leader: s.lease.isLeader(), Synced: s.synced, Index: s.state.Index, Decided: s.decided, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs)}
+	return Health{Status: "ok", Leader: s.lease.isLeader(), Synced: s.synced, Index: s.state.Index, Decided: s.decided, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs),
+		GateOpen: s.gateOpenNames()}
 }
 
 // unpaired lists why each group was last unpaired.

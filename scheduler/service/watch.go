@@ -60,6 +60,8 @@ type cluster struct {
 	holds holdBook
 	// readPhase lets a pass read the model without mu (reading.go).
 	readPhase
+	// gateWatch are the nodes that open the gate (gateopen.go).
+	gateWatch
 }
 
 // watch keeps the model current: a full listing merged into the model,
@@ -358,7 +360,10 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 func (w *watcher) applyNode(ctx context.Context, e api.Event) error {
 	if e.Type == "NodeDeregistration" {
 		w.mu.Lock()
-		w.write(func() { w.state.DeleteNodeAt(e.Key, e.Index) })
+		w.write(func() {
+			w.state.DeleteNodeAt(e.Key, e.Index)
+			w.checkGate(e.Key, w.state.Nodes[e.Key])
+		})
 		w.mu.Unlock()
 		return nil
 	}
@@ -372,7 +377,10 @@ func (w *watcher) applyNode(ctx context.Context, e api.Event) error {
 		return fmt.Errorf("read node %s: %w", e.Key, err)
 	}
 	w.mu.Lock()
-	w.write(func() { w.state.PutNode(n) })
+	w.write(func() {
+		w.state.PutNode(n)
+		w.checkGate(n.ID, w.state.Nodes[n.ID])
+	})
 	w.mu.Unlock()
 	return nil
 }
@@ -483,6 +491,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	w.waitRead() // a whole listing merged, and what it kept reported, after the pass's read
 	prev := w.state.Index
 	st := w.state.Relist(l)
+	w.checkGates()
 	w.setHolds(holds)
 	for _, e := range evals {
 		if ns.has(e.Namespace) {
