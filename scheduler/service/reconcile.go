@@ -161,10 +161,10 @@ type passRead struct {
 }
 
 // readModel is the pass's read of the model, begun by the caller
-// (beginRead, under s.mu): the snapshot, the groups to decide and when
-// allocations are expected to end, read without s.mu; then, under it
-// again, what introspection keeps (running) and the pins Nomad placed
-// (confirm), and the read ends. held adds the time s.mu was held.
+// (beginRead, under s.mu): the snapshot, the groups to decide, when
+// allocations are expected to end and the pins Nomad placed (confirm),
+// read without s.mu; then, under it again, what introspection keeps
+// (running), and the read ends. held adds the time s.mu was held.
 func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	defer func() { // ended even if the read fails: the changes waiting are applied
 		s.mu.Lock()
@@ -172,7 +172,6 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 		if r.built != nil {
 			r.running = s.running(r.built.Snapshot, now)
 		}
-		s.confirm()
 		s.endRead()
 		*held += time.Since(relocked)
 		s.mu.Unlock()
@@ -189,6 +188,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}
+	s.confirm()
 	if s.onRead != nil {
 		s.onRead()
 	}
@@ -448,8 +448,8 @@ func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key
 	})
 }
 
-// confirm checks pinned groups against the allocations Nomad made. The
-// caller holds s.mu.
+// confirm checks pinned groups against the allocations Nomad made, during
+// the pass's read of the model (only the loop writes s.pinned).
 func (s *loop) confirm() {
 	for key, at := range s.pinned {
 		job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
