@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -28,6 +29,22 @@ import (
 type benchNomad struct{ *fakeNomad }
 
 func (benchNomad) Register(context.Context, *api.Job, uint64) (uint64, error) { return 0, nil }
+
+// Job reads a job back, as the service does after a registration that
+// returned no index: a new object each time (a new version to the
+// model, as a real read is), sharing the fake's groups, which the service
+// copies before it changes them. fakeNomad.Job's JSON copy of each was
+// most of a pass's pin cost, which Nomad's answer does not have.
+func (b benchNomad) Job(_ context.Context, _, id string) (*api.Job, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	j, ok := b.jobs[id]
+	if !ok {
+		return nil, errors.New("not found")
+	}
+	c := *j
+	return &c, nil
+}
 
 // cluster builds n DGX-1 nodes (8 V100s each, GPU UUIDs of their own),
 // each running perNode pinned jobs of 25 shares on its GPUs, and waiting

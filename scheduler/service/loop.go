@@ -89,6 +89,8 @@ type loop struct {
 	feasibleOf map[decide.Key]uint64
 	// collected is what collect found for each job (collect_cache.go).
 	collected *collectCache
+	// decoded are the nodes' device groups a pin reads (runtime.go).
+	decoded map[string]decodedNode
 
 	// history is what the GPUs and the jobs did (gpustats.go).
 	history *gpuhistory.Store

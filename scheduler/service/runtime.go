@@ -7,6 +7,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/nomad/api"
 )
 
 // runtime is what the pin of d writes besides the pins: the configured
@@ -20,18 +21,12 @@ func (s *loop) runtime(d *placement.Decision) pin.Runtime {
 	defer s.mu.Unlock()
 	first := true
 	for _, p := range d.Placements {
-		node := s.state.Nodes[p.Node]
+		groups := s.deviceGroups(s.state.Nodes[p.Node])
 		for _, uuid := range p.GPUs {
 			sharing, perGPU := "", 0
-			if node != nil && node.NodeResources != nil {
-				for _, dev := range node.NodeResources.Devices {
-					if dev == nil || dev.Vendor != devicefn.Vendor || dev.Type != devicefn.DeviceType {
-						continue
-					}
-					g, err := nomadattr.DecodeGroup(dev)
-					if err == nil && slices.ContainsFunc(g.GPUs, func(x devicefn.GroupGPU) bool { return x.UUID == uuid }) {
-						sharing, perGPU = g.Sharing, g.SharesPerGPU
-					}
+			for _, g := range groups {
+				if slices.ContainsFunc(g.GPUs, func(x devicefn.GroupGPU) bool { return x.UUID == uuid }) {
+					sharing, perGPU = g.Sharing, g.SharesPerGPU
 				}
 			}
 			if first {
@@ -42,4 +37,37 @@ func (s *loop) runtime(d *placement.Decision) pin.Runtime {
 		}
 	}
 	return rt
+}
+
+// decodedNode is a node's gpushare device groups, decoded from the node
+// object they were read from.
+type decodedNode struct {
+	node   *api.Node
+	groups []*devicefn.Group
+}
+
+// deviceGroups decodes node's gpushare device groups once per node
+// object (an update of the node is a new object in the model): every pin
+// reads them, and a pass may send thousands. The caller holds s.mu.
+func (s *loop) deviceGroups(node *api.Node) []*devicefn.Group {
+	if node == nil || node.NodeResources == nil {
+		return nil
+	}
+	if d, ok := s.decoded[node.ID]; ok && d.node == node {
+		return d.groups
+	}
+	if s.decoded == nil || len(s.decoded) > 2*len(s.state.Nodes)+64 {
+		s.decoded = map[string]decodedNode{} // drop the nodes gone
+	}
+	var groups []*devicefn.Group
+	for _, dev := range node.NodeResources.Devices {
+		if dev == nil || dev.Vendor != devicefn.Vendor || dev.Type != devicefn.DeviceType {
+			continue
+		}
+		if g, err := nomadattr.DecodeGroup(dev); err == nil {
+			groups = append(groups, g)
+		}
+	}
+	s.decoded[node.ID] = decodedNode{node: node, groups: groups}
+	return groups
 }

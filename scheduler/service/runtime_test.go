@@ -4,37 +4,42 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
 
-// The service pins an opportunistic group on MPS GPUs with the below-normal
-// client priority, a production one without, and writes nothing on
-// time-sliced GPUs.
-func TestPinWritesOpportunisticPriority(t *testing.T) {
-	for _, sharing := range []string{devicefn.SharingMPS, devicefn.SharingTimeslice} {
-		t.Run(sharing, func(t *testing.T) {
-			node := dgx1(t)
-			node.NodeResources.Devices[0].Attributes[devicefn.AttrSharing] = &api.Attribute{StringVal: ptr(sharing)}
-			f := &fakeNomad{nodes: []*api.Node{node}, jobs: map[string]*api.Job{}}
-			opp, prod := gated("scavenger", 25), gated("serving", 25)
-			opp.TaskGroups[0].Meta[pin.MetaClass] = "opportunistic"
-			prod.TaskGroups[0].Meta[pin.MetaClass] = "production"
-			f.put(opp)
-			f.put(prod)
-			s := newTestService(t, f)
-			s.loop.reconcile(t.Context())
+// A pin reads its GPUs' sharing mode from the node's device attributes,
+// decoded once per node object: the same node gives the same decoded
+// groups, and an update of the node (a new object) is decoded again.
+func TestPinsDecodeANodesDevicesOncePerVersion(t *testing.T) {
+	node := dgx1(t)
+	f := &fakeNomad{nodes: []*api.Node{node}, jobs: map[string]*api.Job{}}
+	s := newTestService(t, f)
+	d := &placement.Decision{Placements: []placement.Placement{{Node: node.ID}}}
+	s.mu.Lock()
+	model := s.state.Nodes[node.ID]
+	uuid := s.loop.deviceGroups(model)[0].GPUs[0].UUID
+	s.mu.Unlock()
+	d.Placements[0].GPUs = []string{uuid}
+	must.Eq(t, devicefn.SharingMPS, s.loop.runtime(d).Sharing)
+	s.mu.Lock()
+	first := s.loop.deviceGroups(model)[0]
+	must.True(t, first == s.loop.deviceGroups(model)[0], must.Sprint("the same node object was decoded again"))
+	s.mu.Unlock()
 
-			must.SliceEmpty(t, pin.Gated(f.jobs["scavenger"]))
-			must.SliceEmpty(t, pin.Gated(f.jobs["serving"]))
-			must.MapEmpty(t, f.jobs["serving"].TaskGroups[0].Tasks[0].Env)
-			got := f.jobs["scavenger"].TaskGroups[0].Tasks[0].Env
-			if sharing == devicefn.SharingMPS {
-				must.Eq(t, map[string]string{pin.EnvMPSClientPriority: "1"}, got)
-			} else {
-				must.MapEmpty(t, got)
-			}
-		})
-	}
+	// the node's GPUs now time-sliced: a new object, decoded again
+	c := *model
+	res := *model.NodeResources
+	dev := *model.NodeResources.Devices[0]
+	attrs := nomadattr.FromAPI(dev.Attributes)
+	attrs[devicefn.AttrSharing] = devicefn.Attr{String: ptr(devicefn.SharingTimeslice)}
+	dev.Attributes = nomadattr.ToAPI(attrs)
+	res.Devices = []*api.NodeDeviceResource{&dev}
+	c.NodeResources, c.ModifyIndex = &res, model.ModifyIndex+1
+	s.mu.Lock()
+	s.state.PutNode(&c)
+	s.mu.Unlock()
+	must.Eq(t, devicefn.SharingTimeslice, s.loop.runtime(d).Sharing)
 }
