@@ -407,7 +407,7 @@ func (s *Snapshot) addAlloc(a Alloc) error {
 	// Mark shares as they are checked (catching repeats within the
 	// allocation), then clear the marks: commit sets them for good.
 	type mark struct{ gpu, idx int }
-	var marks []mark
+	marks := make([]mark, 0, len(a.Shares))
 	defer func() {
 		for _, m := range marks {
 			n.GPUs[m.gpu].setUsed(m.idx, false)

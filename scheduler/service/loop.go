@@ -61,9 +61,10 @@ type loop struct {
 	warnedShape uint64
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
-	// lastLockHold is how long the last pass held mu to read the model,
-	// lastStep how long it then took to decide (before any pin).
-	lastLockHold, lastStep time.Duration
+	// lastLockHold is how long the last pass held mu, lastRead how long
+	// it took to read the model (mu held or not), lastStep how long it
+	// then took to decide (before any pin) beyond the time mu was held.
+	lastLockHold, lastRead, lastStep time.Duration
 	// onStep, when set (tests), sees the actions of every step; onRead
 	// runs during every pass's read of the model, without s.mu.
 	onStep func([]decide.Action)

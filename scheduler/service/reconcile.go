@@ -75,7 +75,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	held := time.Since(locked)
 	r := s.readModel(now, &held)
 	snap, groups := r.built.Snapshot, r.groups
-	s.lastLockHold = held
+	s.lastLockHold, s.lastRead = held, time.Since(locked)
 	s.publishStages()
 	s.metrics.lockHold.Observe(s.lastLockHold.Seconds())
 	for _, pr := range r.built.Problems {
