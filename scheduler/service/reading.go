@@ -44,11 +44,9 @@ func (c *cluster) beginRead() {
 }
 
 // endRead ends it: what was written meanwhile is applied, in the order it
-// came, and a relist waiting goes on. It returns how many changes waited.
-// The caller holds mu.
-func (c *cluster) endRead() int {
+// came, and a relist waiting goes on. The caller holds mu.
+func (c *cluster) endRead() {
 	c.reading = false
-	n := len(c.deferred)
 	for _, fn := range c.deferred {
 		fn()
 	}
@@ -56,7 +54,6 @@ func (c *cluster) endRead() int {
 	if c.ended != nil {
 		c.ended.Broadcast()
 	}
-	return n
 }
 
 // waitRead waits until no pass reads the model. The caller holds mu,
