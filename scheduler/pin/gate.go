@@ -170,6 +170,9 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 		return placement.Request{}, fmt.Errorf("%w: job %q has no group %q", ErrNotPlaceable, *job.ID, group)
 	}
 	r := placement.Request{ID: GroupKey(job, group), Count: Count(tg)}
+	if job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch) {
+		r.Batch = true // its allocations end by themselves: never staged
+	}
 	var devices int
 	mig := ""
 	for _, t := range tg.Tasks {

@@ -51,6 +51,16 @@ func TestRequest(t *testing.T) {
 	r, err = Request(j, "g", nil)
 	must.NoError(t, err)
 	must.EqOp(t, 90*time.Minute, r.Expected)
+	must.False(t, r.Batch)
+
+	// a batch or sysbatch job's allocations end by themselves: never staged
+	for typ, batch := range map[string]bool{"batch": true, "sysbatch": true, "service": false, "system": false} {
+		j := job(25)
+		j.Type = &typ
+		r, err := Request(j, "g", nil)
+		must.NoError(t, err)
+		must.Eq(t, batch, r.Batch, must.Sprint(typ))
+	}
 }
 
 func TestRequestErrorsSayWhatToChange(t *testing.T) {

@@ -87,7 +87,7 @@ func (e *engine) scan(s *Snapshot, r *Request, pins map[int]int, rack *string, s
 			continue
 		}
 		c := e.eval(n, r, pin)
-		if !c.ok && pin >= 0 && n.stage {
+		if !c.ok && pin >= 0 && n.staged(r) {
 			// the GPU the group's fractions stack on is full: on a staged
 			// node another GPU may take the next (SetStaging)
 			c = e.eval(n, r, -1)
@@ -196,7 +196,7 @@ func (e *engine) placeGroup(s *Snapshot, r *Request, d *Decision, preempt bool) 
 		case n.groups[c.group].perGPU: // Nomad places each on one GPU's group
 		case c.gpu >= 0:
 			pins[n.idx] = c.gpu
-		case n.stage: // whole GPUs the service places one after the other (SetStaging)
+		case n.staged(r): // whole GPUs the service places one after the other (SetStaging)
 		default:
 			pins[n.idx] = -1
 		}

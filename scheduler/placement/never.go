@@ -131,10 +131,10 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 				best = max(best, min(byRes, grp.cap/frac))
 				most = max(most, best)
 			case whole > 0 && whole <= grp.maxWhole():
-				best = max(best, min(byRes, grp.wholeSlots(whole, n.stage))) // one allocation of the group per node, or per GPU
+				best = max(best, min(byRes, grp.wholeSlots(whole, n.staged(&r)))) // one allocation of the group per node, or per GPU
 				most = max(most, min(byRes, len(grp.gpus)/whole))
 			case frac > 0:
-				best = max(best, min(byRes, grp.fracSlots(spg, frac, n.stage))) // fractions stack on one GPU
+				best = max(best, min(byRes, grp.fracSlots(spg, frac, n.staged(&r)))) // fractions stack on one GPU
 				most = max(most, best)
 			}
 		}
@@ -234,13 +234,19 @@ func OnePerNode(s *Snapshot, r Request) string {
 				continue
 			}
 			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= grp.maxWhole() && !grp.mig {
-				nodes += grp.wholeSlots(whole, n.stage) // a node whose GPUs are groups, or staged, holds one per GPU
+				nodes += grp.wholeSlots(whole, n.staged(&r)) // a node whose GPUs are groups, or staged, holds one per GPU
 				break
 			}
 		}
 	}
 	if nodes == 0 || nodes >= r.Count {
 		return ""
+	}
+	if r.Batch {
+		return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a batch group per node (Nomad's device constraint is per group: "+
+			"once one allocation of the group ended, Nomad could hand the next shares of two GPUs, so they are not placed one after the other "+
+			"on a node as a service's are): its %d allocations need %d nodes and %d can hold one; it waits for more nodes — "+
+			"or split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
 	}
 	return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a group per node where it cannot hold GPUs while Nomad places them one "+
 		"after the other (a node with neither the raw_exec nor the exec driver; Nomad's device constraint is per group, and Nomad "+

@@ -47,6 +47,11 @@ func perGPUNote(need, spg int) string {
 		"ask for at most %d shares per allocation and count the %d GPUs in the group's count, or use nodes with device_groups = \"model\"", spg, need)
 }
 
+// staged reports whether the service stages r's allocations on n:
+// n can be staged (SetStaging) and r's allocations do not end by
+// themselves (Request.Batch).
+func (n *Node) staged(r *Request) bool { return n.stage && !r.Batch }
+
 // SetStaging marks the nodes where the service can place several
 // whole-GPU allocations of one group one after the other (it holds the
 // GPUs of all but one of them with a short-lived job while Nomad places

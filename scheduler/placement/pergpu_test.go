@@ -124,6 +124,30 @@ func TestStagedNodesHoldSeveralWholeGPUAllocations(t *testing.T) {
 	}
 }
 
+// A batch group's allocations end by themselves, so the service never
+// stages them (Request.Batch): on a staged node its whole GPUs keep the
+// rule of one per node and its fractions stack on one GPU, as on a node
+// the service cannot stage.
+func TestBatchRequestsAreNotStaged(t *testing.T) {
+	for _, name := range PolicyNames() {
+		t.Run(name, func(t *testing.T) {
+			s := cluster(t, NodeSpec{ID: "a", GPUs: 8})
+			s.SetStaging(func(string) bool { return true })
+			whole := Request{ID: "w", Count: 2, Shares: 100, Batch: true}
+			must.StrContains(t, OnePerNode(s, whole), "batch group")
+			must.False(t, policy(t, name, Options{}).Decide(s, whole).Placed())
+			frac := Request{ID: "f", Count: 3, Shares: 60, Batch: true}
+			must.NotNil(t, Impossible(s, frac), must.Sprint("one GPU holds one 60-share fraction and a batch group's stack on one GPU"))
+			must.False(t, policy(t, name, Options{}).Decide(s, frac).Placed())
+			// on two nodes, one whole-GPU allocation each
+			two := cluster(t, NodeSpec{ID: "a", GPUs: 8}, NodeSpec{ID: "b", GPUs: 8})
+			two.SetStaging(func(string) bool { return true })
+			d := place(t, two, policy(t, name, Options{}), Request{ID: "w2", Count: 2, Shares: 100, Batch: true, Pack: true})
+			must.NotEq(t, d.Placements[0].Node, d.Placements[1].Node)
+		})
+	}
+}
+
 // Fractions of a group that one GPU cannot hold together: on a staged
 // node, the next goes to another GPU of the node once the first is full
 // (never two GPUs for one allocation); elsewhere they stack on one GPU

@@ -58,6 +58,15 @@ type Request struct {
 	// one GPU's fault does not take them all); a job asks to pack with
 	// the meta gpushare.replicas = "pack".
 	Pack bool `json:"pack,omitempty"`
+	// Batch: the request's allocations end by themselves (a batch or
+	// sysbatch job). They are never staged (SetStaging): a staged node's
+	// holds are let go once the group's allocations took the GPUs not
+	// held, and an allocation that ended by then has given its shares
+	// back to the pinned set, so Nomad could hand the next one shares of
+	// two GPUs, which Reserve refuses. A batch group's fractions on a
+	// node stack on one GPU, and its whole-GPU allocations take one node
+	// each (OnePerNode), as on a node the service cannot stage.
+	Batch bool `json:"batch,omitempty"`
 	// Expected is how long the job expects to run (0: not declared). The
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
