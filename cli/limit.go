@@ -4,7 +4,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/gpushare/gpushare/internal/bytesize"
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
@@ -130,41 +130,16 @@ func parseLimit(args []string, io IO) (o limitOpts, code int) {
 	return o, -1
 }
 
-var sizeUnits = []struct {
-	suffix string
-	mult   float64
-}{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-	{"B", 1},
-}
-
-// parseSize reads a byte size: a number with an optional unit (KiB, MiB,
-// GiB, TiB, the decimal KB, MB, GB, TB, or B). "" is 0: no cap.
+// parseSize reads a byte size (bytesize.Parse). "" is 0: no cap.
 func parseSize(s string) (uint64, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
+	if strings.TrimSpace(s) == "" {
 		return 0, nil
 	}
-	num, mult := s, 1.0
-	for _, u := range sizeUnits {
-		if len(s) > len(u.suffix) && strings.EqualFold(s[len(s)-len(u.suffix):], u.suffix) {
-			num, mult = strings.TrimSpace(s[:len(s)-len(u.suffix)]), u.mult
-			break
-		}
+	b, err := bytesize.Parse(s)
+	if errors.Is(err, bytesize.ErrTooSmall) {
+		return 0, fmt.Errorf("%w (leave -memory out for no cap)", err)
 	}
-	v, err := strconv.ParseFloat(num, 64)
-	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%q is not a size: write a number and a unit, such as 4GiB or 512MiB", s)
-	}
-	b := v * mult
-	if b < 1 {
-		return 0, fmt.Errorf("%q: the cap must be at least 1 byte (leave -memory out for no cap)", s)
-	}
-	if b >= 1<<63 {
-		return 0, fmt.Errorf("%q is too large", s)
-	}
-	return uint64(b), nil
+	return b, err
 }
 
 // parsePercent reads "25" or "25%": a whole number from 1 to 100.

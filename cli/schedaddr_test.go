@@ -5,8 +5,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"testing"
+	"testing/fstest"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/shoenig/test/must"
 )
@@ -145,4 +150,23 @@ func TestStatusSaysWhenNomadRefusesTheToken(t *testing.T) {
 	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, `Nomad refused the token: set NOMAD_TOKEN to a token with node { policy = "read" }`)
 	must.StrNotContains(t, errOut, "is Nomad running")
+}
+
+// The scheduler gives the Go runtime the soft memory limit its
+// configuration sets, or its cgroup's (90%), and logs where it came from.
+func TestSchedulerAppliesItsMemoryLimit(t *testing.T) {
+	before := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(before) })
+	t.Setenv("GOMEMLIMIT", "")
+	var log strings.Builder
+	logger := hclog.New(&hclog.LoggerOptions{Output: &log})
+	must.Eq(t, int64(3<<30), applyMemoryLimit("3GiB", logger, fstest.MapFS{}))
+	must.Eq(t, int64(3<<30), debug.SetMemoryLimit(-1))
+	must.StrContains(t, log.String(), "memory limit: limit=\"3.0GiB (memory_limit)\"")
+	cg := fstest.MapFS{
+		"proc/self/cgroup": {Data: []byte("0::/nomad.slice/a.sched.scope\n")},
+		"sys/fs/cgroup/nomad.slice/a.sched.scope/memory.max": {Data: []byte("1073741824\n")},
+	}
+	must.Eq(t, int64(966367641), applyMemoryLimit("", logger, cg))
+	must.StrContains(t, log.String(), "90% of 1.0GiB, the memory limit of cgroup /nomad.slice/a.sched.scope")
 }

@@ -3,11 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
+	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/service"
 	"github.com/hashicorp/go-hclog"
@@ -52,6 +55,7 @@ func runScheduler(args []string, io IO) int {
 		return 0
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "gpushare", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON, Output: io.Err})
+	applyMemoryLimit(cfg.MemoryLimit, logger, os.DirFS("/"))
 	svc, err := service.New(cfg, logger)
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare scheduler: %v\n", err)
@@ -79,4 +83,22 @@ func runScheduler(args []string, io IO) int {
 		return 1
 	}
 	return 0
+}
+
+// applyMemoryLimit gives the Go runtime the soft memory limit the
+// configuration, GOMEMLIMIT or the cgroup sets (memlimit.Choose), and
+// logs it and where it came from. fsys is the root file system.
+func applyMemoryLimit(configured string, logger hclog.Logger, fsys fs.FS) int64 {
+	l, err := memlimit.Choose(configured, os.Getenv, fsys)
+	if err != nil { // Validate said so already
+		logger.Error("memory limit not set", "error", err)
+		return debug.SetMemoryLimit(-1)
+	}
+	got := memlimit.Apply(l)
+	if l.Bytes > 0 {
+		logger.Info("memory limit", "limit", l.String(), "bytes", got)
+	} else {
+		logger.Info("memory limit", "limit", l.String())
+	}
+	return got
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/internal/memlimit"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -41,6 +42,9 @@ type Config struct {
 	HTTPAllowedHosts []string `hcl:"http_allowed_hosts,optional"`
 	LogLevel         string   `hcl:"log_level,optional"`
 	LogJSON          bool     `hcl:"log_json,optional"`
+	// MemoryLimit is the Go runtime's soft memory limit: a size, "off",
+	// or "" (GOMEMLIMIT, else 90% of the cgroup's limit; memlimit.Choose).
+	MemoryLimit string `hcl:"memory_limit,optional"`
 	// ResyncInterval bounds how long a missed event can go unnoticed.
 	ResyncInterval string `hcl:"resync_interval,optional"`
 	// ObserveInterval is how often the device stats of allocations running
@@ -337,6 +341,7 @@ func (c *Config) Merge(o *Config) {
 	}
 	str(&c.LogLevel, o.LogLevel)
 	c.LogJSON = c.LogJSON || o.LogJSON
+	str(&c.MemoryLimit, o.MemoryLimit)
 	str(&c.ResyncInterval, o.ResyncInterval)
 	str(&c.ObserveInterval, o.ObserveInterval)
 	str(&c.DefaultExpectedRuntime, o.DefaultExpectedRuntime)
@@ -464,6 +469,9 @@ func (c *Config) Validate() error {
 		c.Introspection = Default().Introspection
 	}
 	c.Introspection.validate(bad)
+	if err := memlimit.Validate(c.MemoryLimit); err != nil {
+		bad("%v", err)
+	}
 	switch strings.ToLower(c.LogLevel) {
 	case "trace", "debug", "info", "warn", "error":
 	default:

@@ -95,6 +95,20 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	}
 }
 
+func TestMemoryLimit(t *testing.T) {
+	c, err := Parse("s.hcl", []byte("memory_limit = \"2GiB\"\n"))
+	must.NoError(t, err)
+	must.Eq(t, "2GiB", c.MemoryLimit)
+	must.NoError(t, c.Validate())
+	_, err = Parse("s.hcl", []byte("memory_limit = \"off\"\n"))
+	must.NoError(t, err)
+	c.MemoryLimit = "2G"
+	must.ErrorContains(t, c.Validate(), `memory_limit = "2G": "2G" is not a size`)
+	c.MemoryLimit = "0"
+	must.ErrorContains(t, c.Validate(), "at least 1 byte")
+	must.Eq(t, "", Default().MemoryLimit) // unset: GOMEMLIMIT, else the cgroup's
+}
+
 func TestSyntaxErrorsArePrecise(t *testing.T) {
 	_, err := Parse("bad.hcl", []byte("policy = \n"))
 	must.ErrorContains(t, err, "bad.hcl:1,")

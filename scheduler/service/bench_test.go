@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
+	rtmetrics "runtime/metrics"
 	"runtime/pprof"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/bytesize"
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
@@ -102,7 +105,11 @@ func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
 // read, which runs without it; reading.go), during which the HTTP API
 // waits; the heap in use after the
 // passes (heap-MiB: the model and the service with the fake's cluster);
-// and, measured in the same run, each pass followed by one that walks the
+// the most memory the Go runtime held from the OS during the passes,
+// less the fake's cluster measured before the service read it (peak-MiB:
+// what the scheduler's resident memory follows; with
+// GPUSHARE_BENCH_MEMLIMIT=<size>, under that soft limit, as the
+// scheduler's memory_limit sets it, reported as limit-MiB); and, measured in the same run, each pass followed by one that walks the
 // whole snapshot and every job as before the model kept what changed and
 // collect reused what it found for unchanged jobs (full-pass-ms/op,
 // full-lock-ms/op; x-faster is their pass time over the kept one's).
@@ -173,6 +180,7 @@ func BenchmarkPassRules(b *testing.B) {
 }
 
 func benchPass(b *testing.B, f *fakeNomad) {
+	fake := heapMiB() // the fake's cluster, before the service reads it
 	s, err := newService(config.Default(), hclog.NewNullLogger(), benchNomad{f}, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(b, err)
 	must.NoError(b, s.watcher.resync(b.Context()))
@@ -192,10 +200,22 @@ func benchPass(b *testing.B, f *fakeNomad) {
 	// Each starts on a collected heap, so that neither pays for the
 	// other's garbage (the full walk makes much more)
 	var kept, full passTimes
+	var peak peakMemory
+	if v := os.Getenv("GPUSHARE_BENCH_MEMLIMIT"); v != "" {
+		// the scheduler's memory_limit (internal/memlimit), on top of the
+		// fake's cluster, which shares this process's heap
+		limit, err := bytesize.Parse(v)
+		must.NoError(b, err, must.Sprint("GPUSHARE_BENCH_MEMLIMIT is a size, such as 2GiB"))
+		before := debug.SetMemoryLimit(int64(limit) + int64(fake*(1<<20)))
+		defer debug.SetMemoryLimit(before)
+		b.ReportMetric(float64(limit)/(1<<20), "limit-MiB")
+	}
 	runtime.GC()
 	b.ResetTimer()
 	for range b.N {
+		stop := peak.watch()
 		kept.add(s)
+		stop()
 		b.StopTimer()
 		setRebuild(s, true)
 		runtime.GC()
@@ -209,6 +229,7 @@ func benchPass(b *testing.B, f *fakeNomad) {
 	b.ReportMetric(kept.decideMS(b.N), "decide-ms/op")
 	b.ReportMetric(kept.readMS(b.N), "read-ms/op")
 	b.ReportMetric(float64(pins), "pins/op")
+	b.ReportMetric(peak.mib()-fake, "peak-MiB")
 	b.ReportMetric(heapMiB(), "heap-MiB")
 	runtime.KeepAlive(s) // measured with the service and its model
 	b.ReportMetric(serviceHeapMiB(f), "service-heap-MiB")
@@ -273,3 +294,36 @@ func serviceHeapMiB(f *fakeNomad) float64 {
 	}
 	return mib
 }
+
+// peakMemory is the most memory the Go runtime held from the OS (mapped
+// and not released: what the process's resident memory follows) while
+// it watched.
+type peakMemory struct{ bytes uint64 }
+
+// watch samples the runtime's memory every millisecond until the
+// returned stop is called.
+func (p *peakMemory) watch() (stop func()) {
+	done, finished := make(chan struct{}), make(chan struct{})
+	samples := []rtmetrics.Sample{{Name: "/memory/classes/total:bytes"}, {Name: "/memory/classes/heap/released:bytes"}}
+	read := func() {
+		rtmetrics.Read(samples)
+		p.bytes = max(p.bytes, samples[0].Value.Uint64()-samples[1].Value.Uint64())
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(time.Millisecond)
+		defer t.Stop()
+		for {
+			read()
+			select {
+			case <-done:
+				read()
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+func (p *peakMemory) mib() float64 { return float64(p.bytes) / (1 << 20) }
