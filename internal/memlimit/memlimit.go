@@ -26,9 +26,9 @@ const Off = "off"
 // Limit is a soft memory limit and where it came from.
 type Limit struct {
 	Bytes uint64 // 0: no limit
-	// Source: "memory_limit" (the configuration), "GOMEMLIMIT" (the
-	// environment, which the runtime read itself), "cgroup PATH", or
-	// why there is none
+	// Source: "memory_limit" (the configuration), "GOMEMLIMIT=<value>"
+	// (the environment, which the runtime read itself), the share of
+	// which cgroup's limit, or why there is none
 	Source string
 }
 
@@ -103,8 +103,7 @@ func cgroupLimit(fsys fs.FS) (uint64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	var v2, v1 string
-	found1 := false
+	var v2, v1 string // the paths of the cgroup in each hierarchy ("/" at least)
 	sc := bufio.NewScanner(bytes.NewReader(src))
 	for sc.Scan() {
 		f := strings.SplitN(sc.Text(), ":", 3)
@@ -116,12 +115,12 @@ func cgroupLimit(fsys fs.FS) (uint64, string, error) {
 		}
 		for _, c := range strings.Split(f[1], ",") {
 			if c == "memory" {
-				v1, found1 = f[2], true
+				v1 = f[2]
 			}
 		}
 	}
 	switch {
-	case found1:
+	case v1 != "":
 		return smallest(fsys, "sys/fs/cgroup/memory", v1, "memory.limit_in_bytes")
 	case v2 != "":
 		return smallest(fsys, "sys/fs/cgroup", v2, "memory.max")

@@ -59,7 +59,7 @@ func Current(a *api.Allocation, job *api.Job) bool {
 // of older versions are ignored, as Nomad's reconciler ignores them: a
 // batch job run again under the same ID runs again.
 func (s *State) BatchDone(job *api.Job, group string) bool {
-	if job.Type == nil || (*job.Type != api.JobTypeBatch && *job.Type != api.JobTypeSysbatch) {
+	if !pin.Batch(job) {
 		return false
 	}
 	for _, a := range s.groups().all[KeyOf(job, group)] {

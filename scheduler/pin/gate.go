@@ -161,6 +161,12 @@ func GroupKey(job *api.Job, group string) string {
 	return decide.Key{Namespace: ns, Job: *job.ID, Group: group}.String()
 }
 
+// Batch reports whether job is a batch or sysbatch job: its allocations
+// end by themselves.
+func Batch(job *api.Job) bool {
+	return job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch)
+}
+
 // Request turns a gated group into a placement request; named profiles are
 // looked up in model (the service's configured and learned profiles).
 // Errors wrap ErrNotPlaceable and say what to change.
@@ -170,9 +176,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 		return placement.Request{}, fmt.Errorf("%w: job %q has no group %q", ErrNotPlaceable, *job.ID, group)
 	}
 	r := placement.Request{ID: GroupKey(job, group), Count: Count(tg)}
-	if job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch) {
-		r.Batch = true // its allocations end by themselves: never staged
-	}
+	r.Batch = Batch(job) // its allocations end by themselves: never staged
 	var devices int
 	mig := ""
 	for _, t := range tg.Tasks {

@@ -109,7 +109,8 @@ func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
 // less the fake's cluster measured before the service read it (peak-MiB:
 // what the scheduler's resident memory follows; with
 // GPUSHARE_BENCH_MEMLIMIT=<size>, under that soft limit, as the
-// scheduler's memory_limit sets it, reported as limit-MiB); and, measured in the same run, each pass followed by one that walks the
+// scheduler's memory_limit sets it, reported as limit-MiB); and,
+// measured in the same run, each pass followed by one that walks the
 // whole snapshot and every job as before the model kept what changed and
 // collect reused what it found for unchanged jobs (full-pass-ms/op,
 // full-lock-ms/op; x-faster is their pass time over the kept one's).

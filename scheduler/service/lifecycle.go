@@ -25,7 +25,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *mod
 		Template:      model.Template(job),
 		Parameterized: job.IsParameterized(),
 		Stopped:       job.Stop != nil && *job.Stop,
-		Batch:         job.Type != nil && (*job.Type == api.JobTypeBatch || *job.Type == api.JobTypeSysbatch),
+		Batch:         pin.Batch(job),
 		Count:         pin.Count(tg),
 		Canary:        canaries(job, tg),
 		Gated:         slices.Contains(gated, name),
