@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -340,15 +341,22 @@ func TestSchedulerLearnsProfiles(t *testing.T) {
 	must.NoError(t, getJSON(s.http+"/v1/jobs/unprofiled", &job))
 
 	// the leader saves its records; the follower, which never samples,
-	// shows the learned profile once it has read them
-	e.eventually(liveness, "the follower to read the learned profile from the leader's records", func() bool {
+	// shows the learned profile and the placement's reason once it has
+	// read them. The leader saves the reasons every 10 s and the learned
+	// profiles every pass, and the follower reads both every 10 s: it can
+	// show the profile from one save and the reason from the one before
+	// (empty), so it waits for both before the leader goes.
+	must.NotNil(t, job.Groups[0].Placement)
+	e.eventually(liveness, "the follower to read the learned profile and the placement's reason from the leader's records", func() bool {
 		var fs struct {
 			Groups []struct {
-				Profile *struct{ Name string }
+				Placement any `json:"placement"`
+				Profile   *struct{ Name string }
 			}
 		}
 		return getJSON(follower.http+"/v1/jobs/unprofiled", &fs) == nil && len(fs.Groups) == 1 &&
-			fs.Groups[0].Profile != nil && fs.Groups[0].Profile.Name == "learned"
+			fs.Groups[0].Profile != nil && fs.Groups[0].Profile.Name == "learned" &&
+			reflect.DeepEqual(fs.Groups[0].Placement, job.Groups[0].Placement)
 	})
 	must.NoError(t, getJSON(s.http+"/v1/jobs/unprofiled", &st))
 	before := st.Groups[0].Profile // it keeps learning: a pass or two may go unsaved
