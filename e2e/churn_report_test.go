@@ -117,6 +117,7 @@ func (c *churn) report() {
 		fmt.Sprintf("CHURN scheduler: CPU %s (user+sys) during the gated run, peak RSS (VmHWM) %.1f MiB; %d warnings, %d 'pinned group has no allocation' lines",
 			c.cpu.Round(10*time.Millisecond), float64(c.hwm)/1024, c.warnLines, c.noAllocLines),
 		"CHURN scheduler's warnings: " + topCounts(c.warnings, 5),
+		"CHURN the first of the 3 most frequent: " + firstOfTop(c.warnings, c.warnFirst, 3),
 		fmt.Sprintf("CHURN records at end: %s, %s after the last job finished", c.recordsAtEnd, c.recordsIn.Round(time.Second)),
 		fmt.Sprintf("CHURN Nomad's eval broker, most at once (sampled every 30s): gated run %d ready, %d pending, %d blocked (%d escaped); Nomad alone %d ready, %d pending, %d blocked",
 			c.gated.broker.ready, c.gated.broker.pending, c.gated.broker.blocked, c.gated.broker.escaped, c.ungated.broker.ready, c.ungated.broker.pending, c.ungated.broker.blocked),
@@ -142,12 +143,31 @@ func (c *churn) firstFailure(r *churnRun) string {
 	return r.failedAllocs[0]
 }
 
-// topCounts is the n most frequent keys with their counts.
-func topCounts(m map[string]int, n int) string {
+// firstOfTop is the first line (first) of each of the n most frequent
+// keys of m, one per line.
+func firstOfTop(m map[string]int, first map[string]string, n int) string {
+	var out []string
+	for _, k := range topKeys(m, n) {
+		out = append(out, "\n  "+first[k])
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, "")
+}
+
+// topKeys is the n most frequent keys of m, most frequent first (ties by
+// key).
+func topKeys(m map[string]int, n int) []string {
 	keys := slices.Collect(maps.Keys(m))
 	slices.SortFunc(keys, func(a, b string) int { return cmp.Or(m[b]-m[a], strings.Compare(a, b)) })
+	return keys[:min(n, len(keys))]
+}
+
+// topCounts is the n most frequent keys with their counts.
+func topCounts(m map[string]int, n int) string {
 	var out []string
-	for _, k := range keys[:min(n, len(keys))] {
+	for _, k := range topKeys(m, n) {
 		out = append(out, fmt.Sprintf("%dx %q", m[k], k))
 	}
 	if len(out) == 0 {

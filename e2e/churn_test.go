@@ -105,6 +105,10 @@ type churn struct {
 	noAllocLines            int
 	warnLines               int
 	warnings                map[string]int
+	// warnFirst is the first whole line of each kind of warnings (its
+	// fields say which job and what error: the log is gone with a passing
+	// run's directory)
+	warnFirst map[string]string
 }
 
 // churnJob is one job of the churn and what was seen of it.
@@ -452,14 +456,15 @@ func (c *churn) records() {
 	c.recordsIn = time.Since(start)
 }
 
-// schedLog counts the scheduler's warnings and errors by message, and
-// those of a pin Nomad made no allocation for.
+// schedLog counts the scheduler's warnings and errors by message, keeps
+// the first line of each, and counts those of a pin Nomad made no
+// allocation for.
 func (c *churn) schedLog() {
 	b, err := os.ReadFile(filepath.Join(c.e.dir, "s1.log"))
 	if err != nil {
 		return
 	}
-	c.warnings = map[string]int{}
+	c.warnings, c.warnFirst = map[string]int{}, map[string]string{}
 	for _, line := range strings.Split(string(b), "\n") {
 		for _, level := range []string{"WARN", "ERROR"} {
 			// 2026-...Z [WARN]  gpushare: message: key=value ...
@@ -471,6 +476,9 @@ func (c *churn) schedLog() {
 				msg, _, _ = strings.Cut(msg, ": ")
 				c.warnings[level+" "+msg]++
 				c.warnLines++
+				if _, seen := c.warnFirst[level+" "+msg]; !seen {
+					c.warnFirst[level+" "+msg] = line[:min(len(line), 600)]
+				}
 			}
 		}
 		if strings.Contains(line, "pinned group has no allocation") {
