@@ -3,6 +3,9 @@ package service
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,4 +121,54 @@ func TestRetriedReads(t *testing.T) {
 	cancel()
 	must.Error(t, retried(ctx, func() error { calls++; return errors.New("down") }))
 	must.Eq(t, 1, calls)
+}
+
+// notFoundNomad answers every read of a job it no longer has as Nomad
+// does: an HTTP 404.
+type notFoundNomad struct {
+	*fakeNomad
+	notFound error
+}
+
+func (n notFoundNomad) Job(ctx context.Context, ns, id string) (*api.Job, error) {
+	n.mu.Lock()
+	_, ok := n.jobs[id]
+	n.mu.Unlock()
+	if !ok {
+		return nil, n.notFound
+	}
+	return n.fakeNomad.Job(ctx, ns, id)
+}
+
+// A job purged after it was decided and before its pin (a finished batch
+// job, a pipeline's purge; 71 "cannot pin the placement" errors in the
+// 10,000-job churn run) is not an error: nothing to pin, nothing to retry,
+// and the other jobs of the pass are pinned.
+func TestAJobPurgedBeforeItsPinIsNotAnError(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "job not found", http.StatusNotFound)
+	}))
+	defer srv.Close()
+	c, err := api.NewClient(&api.Config{Address: srv.URL})
+	must.NoError(t, err)
+	_, _, notFound := c.Jobs().Info("gone", nil) // Nomad's own 404
+	must.True(t, isNotFound(notFound))
+
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	f.put(gated("gone", 25))
+	f.put(gated("x", 25))
+	var logs strings.Builder
+	log := hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})
+	s, err := newService(config.Default(), log, notFoundNomad{f, notFound}, func() time.Time { return time.Unix(1000, 0) })
+	must.NoError(t, err)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	f.mu.Lock()
+	delete(f.jobs, "gone") // purged; its event has not come yet
+	f.mu.Unlock()
+	s.loop.reconcile(t.Context())
+	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
+	must.StrContains(t, s.loop.pending[key("gone")], "the job is gone")
+	must.MapEmpty(t, s.loop.retries)
+	must.StrNotContains(t, logs.String(), "[ERROR]")
+	must.StrContains(t, logs.String(), "the job is gone since it was decided")
 }
