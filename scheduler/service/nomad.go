@@ -15,6 +15,10 @@ import (
 // read (EnforceIndex failed): someone else registered a new version.
 var ErrConflict = errors.New("job changed since it was read")
 
+// errJobGone is a pin's read of its job answered 404: the job was purged
+// after it was decided, and there is nothing to pin.
+var errJobGone = errors.New("the job is gone")
+
 // nomadAPI is the part of Nomad the service uses.
 type nomadAPI interface {
 	// NodeList lists the nodes' stubs; Node reads one in full.

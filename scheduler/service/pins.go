@@ -110,12 +110,12 @@ func (s *loop) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, 
 			out[a.Group] = "pin failed: " + err.Error()
 		case errors.Is(err, ErrNotLeader):
 			out[a.Group] = "pin not sent: " + err.Error()
-		case isNotFound(err):
+		case errors.Is(err, errJobGone):
 			// purged since it was decided (a finished job, a pipeline's
 			// purge): nothing to pin, nothing to retry; its event takes it
 			// out of the model
 			log.Info("the job is gone since it was decided (purged); nothing to pin", "error", err)
-			out[a.Group] = "the job is gone: " + err.Error()
+			out[a.Group] = err.Error()
 		default:
 			why := s.failed(a.Group, "pin", err)
 			log.Error("cannot pin the placement", "error", err, "reason", why)
@@ -150,6 +150,9 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 	rctx, cancel := s.request(ctx)
 	job, err := s.nomad.Job(rctx, ns, id)
 	cancel()
+	if isNotFound(err) {
+		return all(fmt.Errorf("%w: reading job %s: %w", errJobGone, id, err))
+	}
 	if err != nil {
 		return all(fmt.Errorf("reading job %s: %w", id, err))
 	}
