@@ -474,10 +474,11 @@ func (c *churn) schedLog() {
 					msg = rest
 				}
 				msg, _, _ = strings.Cut(msg, ": ")
-				c.warnings[level+" "+msg]++
+				kind := level + " " + msg
+				c.warnings[kind]++
 				c.warnLines++
-				if _, seen := c.warnFirst[level+" "+msg]; !seen {
-					c.warnFirst[level+" "+msg] = line[:min(len(line), 600)]
+				if _, seen := c.warnFirst[kind]; !seen {
+					c.warnFirst[kind] = line[:min(len(line), 600)]
 				}
 			}
 		}
