@@ -19,6 +19,35 @@ var ErrBadShareID = errors.New("invalid share ID")
 // String returns the Nomad instance ID of the share.
 func (s ShareID) String() string { return s.UUID + ":" + strconv.Itoa(s.Index) }
 
+// SharesOf returns the Nomad instance IDs of shares idx of GPU uuid, in
+// that order. They are cut from one string, one allocation for them all
+// rather than one each: a decision pass names hundreds of thousands.
+func SharesOf(uuid string, idx []int) []string {
+	if len(idx) == 0 {
+		return nil
+	}
+	n := 0
+	for _, k := range idx {
+		n += len(uuid) + 1 + len(strconv.Itoa(k))
+	}
+	buf := make([]byte, 0, n)
+	ends := make([]int, len(idx))
+	for i, k := range idx {
+		buf = append(buf, uuid...)
+		buf = append(buf, ':')
+		buf = strconv.AppendInt(buf, int64(k), 10)
+		ends[i] = len(buf)
+	}
+	all := string(buf)
+	out := make([]string, len(idx))
+	start := 0
+	for i, end := range ends {
+		out[i] = all[start:end]
+		start = end
+	}
+	return out
+}
+
 // ParseShareID parses "<GPU UUID>:<k>".
 func ParseShareID(s string) (ShareID, error) {
 	i := strings.LastIndexByte(s, ':')

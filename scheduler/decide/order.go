@@ -22,13 +22,21 @@ type queued struct {
 // default and the order is the submission order. Ties keep submission
 // order, then request ID.
 func order(groups []Group, now time.Time, cfg Config) []queued {
-	out := make([]queued, len(groups))
-	for i, g := range groups {
-		out[i] = queued{Group: g, ratio: responseRatio(g, now, cfg.DefaultExpected)}
+	// the keys are sorted, not the groups: a Group is large, and a stable
+	// sort of 20,000 of them moved far more memory than it compared
+	type key struct {
+		i          int
+		guaranteed bool
+		ratio      float64
+		submit     int64
 	}
-	slices.SortStableFunc(out, func(a, b queued) int {
-		if ga, gb := guaranteed(a.Req, cfg.VCs), guaranteed(b.Req, cfg.VCs); ga != gb {
-			if ga {
+	keys := make([]key, len(groups))
+	for i, g := range groups {
+		keys[i] = key{i: i, guaranteed: guaranteed(g.Req, cfg.VCs), ratio: responseRatio(g, now, cfg.DefaultExpected), submit: unixNano(g.Submit)}
+	}
+	slices.SortStableFunc(keys, func(a, b key) int {
+		if a.guaranteed != b.guaranteed {
+			if a.guaranteed {
 				return -1
 			}
 			return 1
@@ -36,11 +44,15 @@ func order(groups []Group, now time.Time, cfg Config) []queued {
 		if c := cmp.Compare(b.ratio, a.ratio); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(unixNano(a.Submit), unixNano(b.Submit)); c != 0 {
+		if c := cmp.Compare(a.submit, b.submit); c != 0 {
 			return c
 		}
-		return cmp.Compare(a.Req.ID, b.Req.ID)
+		return cmp.Compare(groups[a.i].Req.ID, groups[b.i].Req.ID)
 	})
+	out := make([]queued, len(keys))
+	for j, k := range keys {
+		out[j] = queued{Group: groups[k.i], ratio: k.ratio}
+	}
 	return out
 }
 

@@ -3,6 +3,7 @@ package pin
 import (
 	"encoding/json"
 	"fmt"
+	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -61,7 +62,7 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		cells = appendNew(cells, p.Cell)
 	}
 	rec.Nodes, rec.GPUs = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus))
-	rec.Shares = slices.SortedFunc(maps.Keys(shares), compareShares) // GPU by GPU, :2 before :10
+	rec.Shares = sortShares(maps.Keys(shares)) // GPU by GPU, :2 before :10
 	rec.Cell = strings.Join(cells, ",")
 	if t := gpuTask(tg); t != nil {
 		n := 1
@@ -233,15 +234,35 @@ func appendNew(list []string, s string) []string {
 	return append(list, s)
 }
 
-// compareShares orders share IDs by GPU, then by index as a number.
-func compareShares(a, b string) int {
-	ia, ea := devicefn.ParseShareID(a)
-	ib, eb := devicefn.ParseShareID(b)
-	if ea != nil || eb != nil {
-		return strings.Compare(a, b)
+// sortShares orders share IDs by GPU, then by index as a number; an ID
+// that does not parse goes by its text. Each is parsed once, not at
+// every comparison: a pass sorts hundreds of thousands.
+func sortShares(ids iter.Seq[string]) []string {
+	type parsed struct {
+		s  string
+		id devicefn.ShareID
+		ok bool
 	}
-	if c := strings.Compare(ia.UUID, ib.UUID); c != 0 {
-		return c
+	var list []parsed
+	for s := range ids {
+		id, err := devicefn.ParseShareID(s)
+		list = append(list, parsed{s: s, id: id, ok: err == nil})
 	}
-	return ia.Index - ib.Index
+	slices.SortFunc(list, func(a, b parsed) int {
+		if !a.ok || !b.ok {
+			return strings.Compare(a.s, b.s)
+		}
+		if c := strings.Compare(a.id.UUID, b.id.UUID); c != 0 {
+			return c
+		}
+		return a.id.Index - b.id.Index
+	})
+	if len(list) == 0 {
+		return nil // as before: the record's JSON says null
+	}
+	out := make([]string, len(list))
+	for i, p := range list {
+		out[i] = p.s
+	}
+	return out
 }

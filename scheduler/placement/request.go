@@ -266,10 +266,4 @@ func shareSize(shares, spg int) (frac, whole int, ok bool) {
 	return 0, 0, false
 }
 
-func shareIDs(uuid string, idx []int) []string {
-	out := make([]string, len(idx))
-	for i, k := range idx {
-		out[i] = devicefn.ShareID{UUID: uuid, Index: k}.String()
-	}
-	return out
-}
+func shareIDs(uuid string, idx []int) []string { return devicefn.SharesOf(uuid, idx) }

@@ -435,13 +435,21 @@ func (s *Snapshot) addAlloc(a Alloc) error {
 		}
 		g.setUsed(sid.Index, true)
 		marks = append(marks, mark{lastGPU, sid.Index})
-		k := slices.Index(rec.gpus, lastGPU)
-		if k < 0 {
+		if !slices.Contains(rec.gpus, lastGPU) {
 			rec.gpus = append(rec.gpus, lastGPU)
-			rec.shares = append(rec.shares, nil)
-			k = len(rec.gpus) - 1
 		}
-		rec.shares[k] = append(rec.shares[k], sid.Index)
+	}
+	// each GPU's share indices, in the order given, cut from one slice
+	rec.shares = make([][]int, len(rec.gpus))
+	all := make([]int, 0, len(marks))
+	for k, gi := range rec.gpus {
+		from := len(all)
+		for _, m := range marks {
+			if m.gpu == gi {
+				all = append(all, m.idx)
+			}
+		}
+		rec.shares[k] = all[from:len(all):len(all)]
 	}
 	if a.Res.CPU < 0 || a.Res.MemoryMiB < 0 {
 		return fmt.Errorf("allocation %q: negative resources: %w", a.ID, ErrConflict)

@@ -246,11 +246,9 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 // writePin writes group a's pin as the action decided into a copy of job,
 // signed, and returns it; job is left as it was.
 func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, error) {
-	c, err := cloneJob(job)
-	if err != nil {
-		return nil, nil, err
-	}
+	c := pin.Writable(job)
 	var rec *pin.Record
+	var err error
 	s.mu.Lock()
 	prior, kept := s.state.Prior(a.Group)
 	s.mu.Unlock()
