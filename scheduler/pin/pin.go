@@ -3,7 +3,6 @@ package pin
 import (
 	"encoding/json"
 	"fmt"
-	"iter"
 	"maps"
 	"slices"
 	"strings"
@@ -48,21 +47,19 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	meta := Meta(job, tg)
 	rec := &Record{Policy: d.Policy, Class: meta[MetaClass], VC: meta[MetaVC], Request: Digest(job, group, d.Policy), Incarnation: Incarnation(job),
 		Count: len(d.Placements)}
-	nodes, gpus, shares := map[string]bool{}, map[string]bool{}, map[string]bool{}
+	var nodes, gpus, shares []string
 	var reasons, cells []string
 	for _, p := range d.Placements {
-		nodes[p.Node] = true
-		for _, g := range p.GPUs {
-			gpus[g] = true
-		}
-		for _, s := range p.Shares {
-			shares[s] = true
-		}
+		nodes = append(nodes, p.Node)
+		gpus = append(gpus, p.GPUs...)
+		shares = append(shares, p.Shares...)
 		reasons = appendNew(reasons, p.Reason)
 		cells = appendNew(cells, p.Cell)
 	}
-	rec.Nodes, rec.GPUs = slices.Sorted(maps.Keys(nodes)), slices.Sorted(maps.Keys(gpus))
-	rec.Shares = sortShares(maps.Keys(shares)) // GPU by GPU, :2 before :10
+	slices.Sort(nodes)
+	slices.Sort(gpus)
+	rec.Nodes, rec.GPUs = slices.Compact(nodes), slices.Compact(gpus)
+	rec.Shares = sortShares(shares) // GPU by GPU, :2 before :10
 	rec.Cell = strings.Join(cells, ",")
 	if t := gpuTask(tg); t != nil {
 		n := 1
@@ -237,16 +234,21 @@ func appendNew(list []string, s string) []string {
 // sortShares orders share IDs by GPU, then by index as a number; an ID
 // that does not parse goes by its text. Each is parsed once, not at
 // every comparison: a pass sorts hundreds of thousands.
-func sortShares(ids iter.Seq[string]) []string {
+func sortShares(ids []string) []string {
+	if len(ids) == 0 {
+		return nil // as before: the record's JSON says null
+	}
 	type parsed struct {
 		s  string
 		id devicefn.ShareID
 		ok bool
 	}
-	var list []parsed
-	for s := range ids {
+	list := make([]parsed, len(ids))
+	bad := false
+	for i, s := range ids {
 		id, err := devicefn.ParseShareID(s)
-		list = append(list, parsed{s: s, id: id, ok: err == nil})
+		list[i] = parsed{s: s, id: id, ok: err == nil}
+		bad = bad || err != nil
 	}
 	slices.SortFunc(list, func(a, b parsed) int {
 		if !a.ok || !b.ok {
@@ -257,12 +259,22 @@ func sortShares(ids iter.Seq[string]) []string {
 		}
 		return a.id.Index - b.id.Index
 	})
-	if len(list) == 0 {
-		return nil // as before: the record's JSON says null
+	out := make([]string, 0, len(list))
+	var seen map[string]bool // with an ID that does not parse, equal ones may not be next to each other
+	if bad {
+		seen = map[string]bool{}
 	}
-	out := make([]string, len(list))
 	for i, p := range list {
-		out[i] = p.s
+		switch {
+		case seen != nil:
+			if seen[p.s] {
+				continue
+			}
+			seen[p.s] = true
+		case i > 0 && list[i-1].s == p.s:
+			continue
+		}
+		out = append(out, p.s)
 	}
 	return out
 }

@@ -203,6 +203,29 @@ func TestRecordSharesInIndexOrder(t *testing.T) {
 	must.Eq(t, []string{"GPU-a:1", "GPU-a:2", "GPU-a:10"}, rec.Shares)
 }
 
+// A share, node or GPU named twice in a decision is recorded once, in
+// order, even beside a share ID that does not parse.
+func TestRecordNamesEachShareOnce(t *testing.T) {
+	for _, extra := range [][]string{nil, {"not-a-share"}} {
+		job := &api.Job{ID: ptrTo("j"), TaskGroups: []*api.TaskGroup{{Name: ptrTo("g"), Tasks: []*api.Task{{Name: "t", Resources: &api.Resources{
+			Devices: []*api.RequestedDevice{{Name: "nvidia/gpushare"}}}}}}}}
+		rec, err := Pin(job, "g", &placement.Decision{Placements: []placement.Placement{
+			{Node: "n2", GPUs: []string{"GPU-b", "GPU-a"}, Shares: append([]string{"GPU-b:3", "GPU-a:10", "GPU-a:2"}, extra...)},
+			{Node: "n1", GPUs: []string{"GPU-a"}, Shares: append([]string{"GPU-a:2", "GPU-a:10"}, extra...)},
+			{Node: "n2", GPUs: []string{"GPU-b"}, Shares: []string{"GPU-b:3"}},
+		}})
+		must.NoError(t, err)
+		must.Eq(t, []string{"n1", "n2"}, rec.Nodes)
+		must.Eq(t, []string{"GPU-a", "GPU-b"}, rec.GPUs)
+		want := []string{"GPU-a:2", "GPU-a:10", "GPU-b:3"}
+		if extra != nil {
+			must.SliceContainsAll(t, append(want, extra...), rec.Shares)
+			continue
+		}
+		must.Eq(t, want, rec.Shares)
+	}
+}
+
 func ptrTo[T any](v T) *T { return &v }
 
 // The pin writes what the decision is, never why: the same decision on a

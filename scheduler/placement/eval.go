@@ -220,10 +220,8 @@ func (e *engine) interfere(g *GPU, r *Request) (pred, mate, loss float64, ok boo
 		return 1, 1, 0, true
 	}
 	k := len(g.allocs)
-	var profBuf [8]interference.Profile
-	var outBuf, uncBuf [8]float64
-	profs, out, unc := profBuf[:], outBuf[:], uncBuf[:]
-	if k+1 > len(profBuf) {
+	profs, out, unc := e.pair.profs[:], e.pair.out[:], e.pair.unc[:]
+	if k+1 > len(profs) {
 		profs, out, unc = make([]interference.Profile, k+1), make([]float64, k+1), make([]float64, k+1)
 	}
 	p := e.opts.Predictor

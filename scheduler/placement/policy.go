@@ -139,6 +139,14 @@ type engine struct {
 	allowLen   int
 	allowSnap  *Snapshot
 	allowEpoch uint64
+	// pair is interfere's room for the profiles and predictions of one
+	// GPU's jobs (up to 8; more are allocated): kept here, for a buffer
+	// on interfere's stack escapes through the predictor's interface, one
+	// allocation per GPU looked at. An engine decides one request at a time.
+	pair struct {
+		profs    [8]interference.Profile
+		out, unc [8]float64
+	}
 }
 
 func (e *engine) Name() string { return e.name }

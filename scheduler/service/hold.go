@@ -212,8 +212,12 @@ func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action)
 				live[sh] = true
 			}
 		}
+		specs := stagesOf(a.Decision.Placements, live)
+		if len(specs) == 0 {
+			continue // most pins: nothing staged
+		}
 		digest := pinDigest(pinned, a.Group.Group)
-		for i, spec := range stagesOf(a.Decision.Placements, live) {
+		for i, spec := range specs {
 			driver := holdDriver(s.state.Nodes[spec.node])
 			if driver == "" || digest == "" {
 				continue // not staged there: the placement kept one per node
