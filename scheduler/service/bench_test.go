@@ -103,7 +103,9 @@ func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
 // actions (decide-ms/op: reading the model, read-ms/op, then the step) and how long
 // the pass holds the service's lock (lock-ms/op: to begin and to end its
 // read, which runs without it; reading.go), during which the HTTP API
-// waits; the heap in use after the
+// waits; the longest the lock was held at once during any of the passes,
+// by anyone (longest-hold-ms: the read, the pins, promote; timedMutex);
+// the heap in use after the
 // passes (heap-MiB: the model and the service with the fake's cluster);
 // the most memory the Go runtime held from the OS during the passes,
 // less the fake's cluster measured before the service read it (peak-MiB:
@@ -240,6 +242,7 @@ func benchPass(b *testing.B, f *fakeNomad) {
 	b.ReportMetric(unforced.decideMS(b.N), "unforced-decide-ms/op")
 	b.ReportMetric(unforced.passMS(b.N), "unforced-pass-ms/op")
 	b.ReportMetric(kept.lockMS(b.N), "lock-ms/op")
+	b.ReportMetric(ms(kept.longest, 1), "longest-hold-ms")
 	b.ReportMetric(kept.decideMS(b.N), "decide-ms/op")
 	b.ReportMetric(kept.readMS(b.N), "read-ms/op")
 	b.ReportMetric(float64(pins), "pins/op")
@@ -261,14 +264,16 @@ func setRebuild(s *Service, on bool) {
 }
 
 // passTimes sums what passes took.
-type passTimes struct{ pass, held, read, decided time.Duration }
+type passTimes struct{ pass, held, read, decided, longest time.Duration }
 
 // add runs one pass, labelled kind in a CPU profile (go tool pprof
 // -tagfocus kind=kept).
 func (p *passTimes) add(s *Service, kind string) {
+	s.mu.longest() // what came before the pass
 	start := time.Now()
 	pprof.Do(context.Background(), pprof.Labels("kind", kind), func(ctx context.Context) { s.loop.reconcile(ctx) })
 	p.pass += time.Since(start)
+	p.longest = max(p.longest, s.loop.lastLongestHold)
 	p.held += s.loop.lastLockHold
 	p.read += s.loop.lastRead
 	p.decided += s.loop.lastLockHold + s.loop.lastStep

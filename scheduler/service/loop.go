@@ -65,6 +65,9 @@ type loop struct {
 	// it took to read the model (mu held or not), lastStep how long it
 	// then took to decide (before any pin) beyond the time mu was held.
 	lastLockHold, lastRead, lastStep time.Duration
+	// lastLongestHold is the longest anyone held mu at once from the end
+	// of the pass before to the end of the last (timedMutex).
+	lastLongestHold time.Duration
 	// onStep, when set (tests), sees the actions of every step; onRead
 	// runs during every pass's read of the model, without s.mu.
 	onStep func([]decide.Action)

@@ -23,6 +23,7 @@ type metrics struct {
 	stepSeconds      prometheus.Histogram
 	pinRequests      prometheus.Counter
 	lockHold         prometheus.Histogram
+	longestHold      prometheus.Gauge
 	restarts         *prometheus.CounterVec
 	promotions       prometheus.Counter
 	gateOpen         prometheus.Gauge
@@ -52,6 +53,8 @@ func newMetrics() *metrics {
 		pinRequests: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_pin_requests_total", Help: "Registrations sent to Nomad to pin a group, accepted or not."}),
 		lockHold: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "gpushare_pass_lock_seconds", Help: "Time a decision pass holds the service's lock: to begin and to end its read of the model, which it reads without it (the HTTP API waits meanwhile; events wait only for the read to end).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+		longestHold: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_lock_hold_longest_seconds",
+			Help: "The longest the service's lock was held at once, by anyone, from the end of the decision pass before to the end of the last: the most the HTTP API, the page and the event stream waited for it."}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_restarts_total",
 			Help: "Running allocations a pin made Nomad replace, by reason (repin, scale, adopt, moved): every other pin leaves what runs alone."},
 			[]string{"reason"}),
@@ -66,7 +69,7 @@ func newMetrics() *metrics {
 		m.decisions.WithLabelValues(o) // every outcome is a series from the start, at 0
 	}
 	m.reg.MustRegister(m.pending, m.refused, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
-		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.pinRequests, m.restarts,
+		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.longestHold, m.pinRequests, m.restarts,
 		m.promotions, m.gateOpen)
 	return m
 }

@@ -146,6 +146,8 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.metrics.pending.Set(float64(waiting))
 	s.metrics.refused.Set(float64(refused))
 	s.records.saveState(ctx)
+	s.lastLongestHold = s.mu.longest()
+	s.metrics.longestHold.Set(s.lastLongestHold.Seconds())
 }
 
 // passRead is what a pass read of the model (readModel).

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/model"
@@ -50,7 +49,7 @@ var _ eventSource = nomadClient{}
 // its notes in one critical section (and the trust and feasibility hooks
 // the model calls run under it).
 type cluster struct {
-	mu    sync.Mutex
+	mu    timedMutex
 	state *model.State
 	// synced is set once the model holds a full listing: no pass decides
 	// before.
