@@ -104,6 +104,9 @@ func (s *State) Relist(l *Listing) RelistStats {
 			st.Kept++
 			continue
 		}
+		if prev != nil && allocIndex(prev) == a.ModifyIndex {
+			continue // the version the model holds: nothing to merge (a relist of 100,000 allocations stored each again, under the lock)
+		}
 		s.PutAlloc(a)
 	}
 	for id, a := range s.Allocs {

@@ -119,7 +119,8 @@ func benchCluster(tb testing.TB, n, perNode, waiting int) *fakeNomad {
 // Every pass above starts on a collected heap; the unforced passes
 // (unforced-decide-ms/op, unforced-pass-ms/op) run one after another
 // afterwards, as the scheduler runs them, paying for the collections
-// their garbage calls for.
+// their garbage calls for. Last, a relist of the cluster as it is
+// (relist-ms; relist-longest-hold-ms, the longest it held the lock).
 func BenchmarkPass(b *testing.B) {
 	benchPass(b, benchCluster(b, 1000, 10, 2000))
 }
@@ -239,6 +240,13 @@ func benchPass(b *testing.B, f *fakeNomad) {
 	for range b.N {
 		unforced.add(s, "unforced")
 	}
+	// a relist of the cluster as it is (every resync_interval): what it
+	// reads again and merges, and the longest it holds the lock at once
+	s.mu.longest()
+	relisted := time.Now()
+	pprof.Do(b.Context(), pprof.Labels("kind", "relist"), func(ctx context.Context) { must.NoError(b, s.watcher.resync(ctx)) })
+	b.ReportMetric(ms(time.Since(relisted), 1), "relist-ms")
+	b.ReportMetric(ms(s.mu.longest(), 1), "relist-longest-hold-ms")
 	b.ReportMetric(unforced.decideMS(b.N), "unforced-decide-ms/op")
 	b.ReportMetric(unforced.passMS(b.N), "unforced-pass-ms/op")
 	b.ReportMetric(kept.lockMS(b.N), "lock-ms/op")

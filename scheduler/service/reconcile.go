@@ -127,7 +127,7 @@ func (s *loop) reconcile(ctx context.Context) {
 		return
 	}
 	s.readPriors(ctx)
-	s.promote(ctx)
+	s.promote(ctx, r.promotions)
 	s.mu.Lock()
 	s.pending = pending
 	s.positions = positions
@@ -160,6 +160,9 @@ type passRead struct {
 	inPlace []decide.Action
 	ends    map[string]time.Time
 	running map[string]decide.Running
+	// promotions are the deployments of the scheduler's own pins that
+	// wait for a promote (promotable)
+	promotions []promotion
 }
 
 // readModel is the pass's read of the model, begun by the caller
@@ -191,6 +194,9 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}
 	s.confirm()
+	if s.lease.mayWrite() == nil {
+		r.promotions = s.promotable()
+	}
 	if s.onRead != nil {
 		s.onRead()
 	}

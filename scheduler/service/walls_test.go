@@ -35,6 +35,7 @@ func TestUnpairNeverMovesANeighbourOfAnotherNamespace(t *testing.T) {
 			for _, a := range sc.f.allocs {
 				if a.ID == "alloc-new" {
 					a.Namespace = "team-b"
+					a.ModifyIndex++ // a new version, as Nomad's every change is
 				}
 			}
 			sc.f.index++
