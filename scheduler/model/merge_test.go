@@ -2,6 +2,7 @@ package model
 
 import (
 	"testing"
+	"time"
 
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -145,4 +146,29 @@ func TestReplayedDeletionsKeepNewerObjects(t *testing.T) {
 	must.MapContainsKey(t, s.Allocs, "a1")
 	must.MapContainsKey(t, s.Allocs, "a2")
 	must.MapContainsKey(t, s.Nodes, "n1")
+}
+
+// An allocation the listing shows at the version the model holds is not
+// stored again (a relist of 100,000 allocations slimmed and compared each
+// again, with the scheduler's lock held): the model keeps its own object,
+// whatever the listing's copy of that version says (here, a list stub's
+// task states, which the event's version had more of); one at a new
+// version is stored.
+func TestRelistKeepsAnAllocationAtTheSameVersion(t *testing.T) {
+	s := New()
+	s.PutJob(jobAt("a", 5, ""))
+	withTasks := allocAt("a1", "a", 9, "running")
+	withTasks.TaskStates = map[string]*api.TaskState{"t": {State: "running", StartedAt: time.Unix(100, 0)}}
+	s.PutAlloc(withTasks)
+	s.PutAlloc(allocAt("a2", "a", 9, "running"))
+	s.Index = 10
+	kept, moved := s.Allocs["a1"], s.Allocs["a2"]
+	must.MapLen(t, 1, kept.TaskStates)
+	st := s.Relist(listing(20, nil, []*api.Job{jobAt("a", 5, "")},
+		[]*api.Allocation{allocAt("a1", "a", 9, "running"), allocAt("a2", "a", 12, "complete")}))
+	must.Eq(t, RelistStats{}, st)
+	must.True(t, kept == s.Allocs["a1"], must.Sprint("the same version was stored again"))
+	must.Eq(t, "running", s.Allocs["a1"].ClientStatus)
+	must.False(t, moved == s.Allocs["a2"])
+	must.Eq(t, "complete", s.Allocs["a2"].ClientStatus)
 }
