@@ -126,6 +126,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 // its inputs change. The caller holds s.mu.
 func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache) {
 	c.looked++
+	c.noteCanaries(k, job)
 	gated := s.state.Gated(job)
 	reusable := true
 	var keys []decide.Key

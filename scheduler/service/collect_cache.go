@@ -63,6 +63,20 @@ type collectCache struct {
 	// sized is how many groups the last pass handed the step, to size
 	// the next pass's maps.
 	sized int
+	// canaries are the jobs with a group that deploys with canaries Nomad
+	// does not promote itself (promotable looks only at them), kept for
+	// every job collect looked at, reused or not.
+	canaries map[string]bool
+}
+
+// noteCanaries keeps whether job k has a group that deploys with
+// canaries Nomad does not promote itself.
+func (c *collectCache) noteCanaries(k string, job *api.Job) {
+	if slices.ContainsFunc(job.TaskGroups, func(tg *api.TaskGroup) bool { return canaries(job, tg) > 0 && !autoPromote(job, tg) }) {
+		c.canaries[k] = true
+	} else {
+		delete(c.canaries, k)
+	}
 }
 
 // publishStages makes the stages the last collect found what the API
@@ -111,6 +125,7 @@ func (c *collectCache) reset() {
 	c.stages = map[decide.Key]lifecycle.Result{}
 	c.pending = map[decide.Key]string{}
 	c.short = map[decide.Key]bool{}
+	c.canaries = map[string]bool{}
 }
 
 // toLook lists the jobs (by key) a pass looks at again: those looked at
@@ -160,6 +175,7 @@ func (c *collectCache) noteShort(built *model.Built) {
 
 // forget drops what the cache knows of job k, before it is looked at again.
 func (c *collectCache) forget(k string) {
+	delete(c.canaries, k)
 	e, ok := c.entries[k]
 	if !ok {
 		return
