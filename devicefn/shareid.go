@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 )
 
 // ShareID names one share of one GPU: "<GPU UUID>:<k>", k = 0..shares_per_gpu-1.
@@ -28,24 +29,37 @@ func SharesOf(uuid string, idx []int) []string {
 	}
 	n := 0
 	for _, k := range idx {
-		n += len(uuid) + 1 + len(strconv.Itoa(k))
+		n += len(uuid) + 1 + digits(k)
 	}
 	buf := make([]byte, 0, n)
-	ends := make([]int, len(idx))
-	for i, k := range idx {
+	for _, k := range idx {
 		buf = append(buf, uuid...)
 		buf = append(buf, ':')
 		buf = strconv.AppendInt(buf, int64(k), 10)
-		ends[i] = len(buf)
 	}
-	all := string(buf)
+	all := unsafe.String(unsafe.SliceData(buf), len(buf)) // buf is never written again
 	out := make([]string, len(idx))
 	start := 0
-	for i, end := range ends {
+	for i, k := range idx {
+		end := start + len(uuid) + 1 + digits(k)
 		out[i] = all[start:end]
 		start = end
 	}
 	return out
+}
+
+// digits is the length of k in base 10, its sign included.
+func digits(k int) int {
+	n := 1
+	if k < 0 {
+		n++
+		k = -k
+	}
+	for k >= 10 {
+		k /= 10
+		n++
+	}
+	return n
 }
 
 // ParseShareID parses "<GPU UUID>:<k>".
