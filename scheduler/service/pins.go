@@ -52,33 +52,35 @@ func (s *loop) sendPins(ctx context.Context, pins []decide.Action, jobs map[deci
 		reasons[k] = why
 		mu.Unlock()
 	}
-	slots := make(chan struct{}, pinsInFlight)
+	// pinsInFlight workers take the jobs in the step's order: a goroutine
+	// of their own for each job grew its stack anew, a tenth of a pin's
+	// work at 2,000 pins a pass
+	next := make(chan []decide.Action)
 	var wg sync.WaitGroup
-	for i, group := range byJob {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		}
-		err := ctx.Err()
-		if err == nil {
-			err = s.lease.mayWrite()
-		}
-		if err != nil {
-			// the lease is lost or the pass ended: what is not sent yet is not sent
-			for _, rest := range byJob[i:] {
-				for _, a := range rest {
-					set(a.Group, "pin not sent: "+err.Error())
-				}
-			}
-			break
-		}
+	for range min(pinsInFlight, len(byJob)) {
 		wg.Go(func() {
-			defer func() { <-slots }()
-			for k, why := range s.sendJob(ctx, group, jobs[group[0].Group], start) {
-				set(k, why)
+			for group := range next {
+				err := ctx.Err()
+				if err == nil {
+					err = s.lease.mayWrite()
+				}
+				if err != nil {
+					// the lease is lost or the pass ended: what is not sent yet is not sent
+					for _, a := range group {
+						set(a.Group, "pin not sent: "+err.Error())
+					}
+					continue
+				}
+				for k, why := range s.sendJob(ctx, group, jobs[group[0].Group], start) {
+					set(k, why)
+				}
 			}
 		})
 	}
+	for _, group := range byJob {
+		next <- group
+	}
+	close(next)
 	wg.Wait()
 	maps.Copy(pending, reasons)
 }
