@@ -24,47 +24,41 @@ func Writable(job *api.Job) *api.Job {
 	}
 	c := *job
 	c.Constraints = slices.Clone(job.Constraints)
-	c.TaskGroups = make([]*api.TaskGroup, len(job.TaskGroups))
-	for i, tg := range job.TaskGroups {
-		if tg == nil {
-			continue
-		}
-		g := *tg
-		g.Constraints = slices.Clone(tg.Constraints)
-		g.Meta = maps.Clone(tg.Meta)
-		g.Tasks = make([]*api.Task, len(tg.Tasks))
-		for k, t := range tg.Tasks {
-			if t == nil {
-				continue
-			}
-			w := *t
-			w.Env = maps.Clone(t.Env)
-			w.Templates = slices.Clone(t.Templates)
-			if t.Resources != nil {
-				r := *t.Resources
-				r.Devices = make([]*api.RequestedDevice, len(t.Resources.Devices))
-				for d, dev := range t.Resources.Devices {
-					if dev == nil {
-						continue
-					}
-					dc := *dev
-					dc.Constraints = slices.Clone(dev.Constraints)
-					r.Devices[d] = &dc
-				}
-				if t.Resources.Devices == nil {
-					r.Devices = nil
-				}
-				w.Resources = &r
-			}
-			g.Tasks[k] = &w
-		}
-		if tg.Tasks == nil {
-			g.Tasks = nil
-		}
-		c.TaskGroups[i] = &g
-	}
-	if job.TaskGroups == nil {
-		c.TaskGroups = nil
-	}
+	c.TaskGroups = copyEach(job.TaskGroups, func(tg api.TaskGroup) api.TaskGroup {
+		tg.Constraints = slices.Clone(tg.Constraints)
+		tg.Meta = maps.Clone(tg.Meta)
+		tg.Tasks = copyEach(tg.Tasks, writableTask)
+		return tg
+	})
 	return &c
+}
+
+func writableTask(t api.Task) api.Task {
+	t.Env = maps.Clone(t.Env)
+	t.Templates = slices.Clone(t.Templates)
+	if t.Resources != nil {
+		r := *t.Resources
+		r.Devices = copyEach(r.Devices, func(d api.RequestedDevice) api.RequestedDevice {
+			d.Constraints = slices.Clone(d.Constraints)
+			return d
+		})
+		t.Resources = &r
+	}
+	return t
+}
+
+// copyEach returns a new list of copies of list's elements, each passed
+// through fix (nil stays nil, a nil element too).
+func copyEach[T any](list []*T, fix func(T) T) []*T {
+	if list == nil {
+		return nil
+	}
+	out := make([]*T, len(list))
+	for i, p := range list {
+		if p != nil {
+			c := fix(*p)
+			out[i] = &c
+		}
+	}
+	return out
 }
