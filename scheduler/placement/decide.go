@@ -2,10 +2,10 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/cells"
 )
@@ -336,37 +336,75 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 		}
 	}
 	p.Cell = grp.tree.Name(grp.tree.Smallest(local))
-	var why []string
+	// the reason is written into one buffer: a pass writes one for each
+	// of thousands of placements, and fmt's formatting of each part was
+	// a tenth of the step at 10,000 nodes
+	why := make([]byte, 0, 160)
 	switch {
 	case c.gpu >= 0 && n.GPUs[c.gpu].MIG():
-		why = append(why, migReason(&n.GPUs[c.gpu], c, local[0], n.label()))
+		why = append(why, migReason(&n.GPUs[c.gpu], c, local[0], n.label())...)
 	case c.gpu >= 0 && !e.rounds():
-		why = append(why, fmt.Sprintf("%d shares of GPU %d on node %s", c.take, local[0], n.label()))
+		why = strconv.AppendInt(why, int64(c.take), 10)
+		why = append(why, " shares of GPU "...)
+		why = strconv.AppendInt(why, int64(local[0]), 10)
+		why = append(why, " on node "...)
+		why = append(why, n.label()...)
 	case c.gpu >= 0:
-		why = append(why, fmt.Sprintf("whole GPU %d for %d shares (%s does not share GPUs) on node %s", local[0], r.Shares, e.name, n.label()))
+		why = fmt.Appendf(why, "whole GPU %d for %d shares (%s does not share GPUs) on node %s", local[0], r.Shares, e.name, n.label())
 	default:
-		why = append(why, fmt.Sprintf("%d GPUs %s in %s on node %s, worst link %s", len(local), cells.FormatGPUs(local), p.Cell, n.label(), cells.Worst(grp.links, local)))
+		why = fmt.Appendf(why, "%d GPUs %s in %s on node %s, worst link %s", len(local), cells.FormatGPUs(local), p.Cell, n.label(), cells.Worst(grp.links, local))
 	}
 	if e.kind == kGpushare || e.kind == kFGD {
-		why = append(why, fmt.Sprintf("fragmentation %+.2f GPU", c.dfrag))
+		why = append(why, "; fragmentation "...)
+		why = appendFixed2(why, c.dfrag, true)
+		why = append(why, " GPU"...)
 	}
 	if e.kind == kGpushare && c.gpu >= 0 {
-		why = append(why, e.pairingNote(&n.GPUs[c.gpu], r, c.pred))
+		why = append(why, "; "...)
+		why = e.appendPairingNote(why, &n.GPUs[c.gpu], r, c.pred)
 	}
-	p.Reason = strings.Join(why, "; ")
+	p.Reason = string(why)
 	return p
 }
 
-func (e *engine) pairingNote(g *GPU, r *Request, pred float64) string {
-	if len(g.allocs) == 0 {
-		return "alone on its GPU"
+// appendFixed2 appends v as fmt's %.2f does, or %+.2f with plus
+// (TestAppendFixed2IsFmts).
+func appendFixed2(b []byte, v float64, plus bool) []byte {
+	num := strconv.AppendFloat(nil, v, 'f', 2, 64)
+	switch {
+	case plus && num[0] != '-' && num[0] != '+':
+		b = append(b, '+')
+	case !plus && num[0] == '+' && !math.IsInf(v, 0):
+		num = num[1:]
 	}
-	var names []string
+	return append(b, num...)
+}
+
+// appendPairingNote appends what sharing g means for r: who it shares the
+// GPU with and r's predicted throughput there.
+func (e *engine) appendPairingNote(b []byte, g *GPU, r *Request, pred float64) []byte {
+	if len(g.allocs) == 0 {
+		return append(b, "alone on its GPU"...)
+	}
+	names := make([]string, 0, len(g.allocs))
 	for _, a := range g.allocs {
 		names = append(names, a.ID+" ("+a.Profile.String()+")")
 	}
 	slices.Sort(names) // the order of g.allocs is not part of the state
-	return fmt.Sprintf("shares its GPU with %s: predicted %.2fx of alone for %s (%s)", strings.Join(names, ", "), pred, r.ID, r.Profile)
+	b = append(b, "shares its GPU with "...)
+	for i, name := range names {
+		if i > 0 {
+			b = append(b, ", "...)
+		}
+		b = append(b, name...)
+	}
+	b = append(b, ": predicted "...)
+	b = appendFixed2(b, pred, false)
+	b = append(b, "x of alone for "...)
+	b = append(b, r.ID...)
+	b = append(b, " ("...)
+	b = append(b, r.Profile.String()...)
+	return append(b, ')')
 }
 
 func (e *engine) randomShares(g *GPU, take int) []int {
