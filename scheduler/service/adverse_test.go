@@ -1,14 +1,18 @@
 package service
 
 import (
+	"context"
 	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -114,4 +118,57 @@ func TestHealthSaysWhatTheLastPassDecidedOn(t *testing.T) {
 	must.Less(t, h.Index, h.Decided, must.Sprint("the new job is not decided on yet"))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, s.loop.health().Index, s.loop.health().Decided)
+}
+
+// placingNomad is the fake Nomad whose registration is placed at once,
+// the allocation's event reaching the model before the registration's
+// answer is read (placed): as on a quiet cluster.
+type placingNomad struct {
+	*fakeNomad
+	placed *func(j *api.Job, index uint64)
+}
+
+func (p placingNomad) Register(ctx context.Context, j *api.Job, index uint64) (uint64, error) {
+	idx, err := p.fakeNomad.Register(ctx, j, index)
+	if err == nil && *p.placed != nil {
+		(*p.placed)(j, idx)
+	}
+	return idx, err
+}
+
+// A pin's own allocation, placed and seen before the pin is counted, is
+// not a running allocation the pin replaces: no restart is counted or
+// said (the churn run's "the pin makes Nomad replace" warnings named such
+// allocations). One that ran before the registration still is.
+func TestAPinsOwnAllocationIsNotARestart(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		created  func(registered uint64) uint64
+		restarts float64
+	}{
+		{"created by the registration", func(r uint64) uint64 { return r + 1 }, 0},
+		{"running before it", func(r uint64) uint64 { return r - 1 }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+			f.put(gated("quarter", 25))
+			var s *Service
+			placed := func(j *api.Job, registered uint64) {
+				must.Positive(t, registered)
+				idx := tc.created(registered)
+				s.mu.Lock()
+				s.state.PutAlloc(&api.Allocation{ID: "alloc-1", Namespace: "default", JobID: *j.ID, TaskGroup: "g", NodeID: "node-1",
+					DesiredStatus: "run", ClientStatus: "running", CreateIndex: idx, ModifyIndex: idx})
+				s.mu.Unlock()
+			}
+			var err error
+			s, err = newService(config.Default(), hclog.NewNullLogger(), placingNomad{fakeNomad: f, placed: &placed}, func() time.Time { return time.Unix(1000, 0) })
+			must.NoError(t, err)
+			must.NoError(t, s.watcher.resync(t.Context()))
+			s.loop.reconcile(t.Context())
+			_, pinned := pin.ParseRecord(f.jobs["quarter"], "g")
+			must.True(t, pinned, must.Sprint(s.loop.pending[key("quarter")]))
+			must.Eq(t, tc.restarts, restarts(t, s))
+		})
+	}
 }

@@ -115,13 +115,23 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 // device block's constraints or of group meta as destructive. Nomad's
 // constraints are per group, so moving one allocation of a count > 1 group
 // moves them all; the log, the API's records and
-// gpushare_restarts_total{reason} say so.
-func (s *loop) countRestarts(orig *api.Job, a decide.Action) {
+// gpushare_restarts_total{reason} say so. registered is the index Nomad
+// gave the pin's registration (0: none said): an allocation created at or
+// after it is the pin's own, which Nomad may have placed, and the event
+// stream brought, before this runs; it replaces nothing (the churn run's
+// "replace" warnings named such allocations, received by their client
+// after the warning).
+func (s *loop) countRestarts(orig *api.Job, a decide.Action, registered uint64) {
 	if a.Kept {
 		return
 	}
+	var running []string
 	s.mu.Lock()
-	running := ids(s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group))
+	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
+		if registered == 0 || al.CreateIndex < registered {
+			running = append(running, al.ID)
+		}
+	}
 	s.mu.Unlock()
 	if len(running) == 0 {
 		return
