@@ -72,7 +72,7 @@ type collectCache struct {
 // noteCanaries keeps whether job k has a group that deploys with
 // canaries Nomad does not promote itself.
 func (c *collectCache) noteCanaries(k string, job *api.Job) {
-	if slices.ContainsFunc(job.TaskGroups, func(tg *api.TaskGroup) bool { return canaries(job, tg) > 0 && !autoPromote(job, tg) }) {
+	if slices.ContainsFunc(job.TaskGroups, func(tg *api.TaskGroup) bool { return waitsForPromote(job, tg) }) {
 		c.canaries[k] = true
 	} else {
 		delete(c.canaries, k)

@@ -73,7 +73,7 @@ func (s *loop) promotable() []promotion {
 		ok := true
 		for _, tg := range job.TaskGroups {
 			name := *tg.Name
-			if canaries(job, tg) == 0 || autoPromote(job, tg) {
+			if !waitsForPromote(job, tg) {
 				continue
 			}
 			canary, older := false, ""
@@ -102,6 +102,12 @@ func (s *loop) promotable() []promotion {
 		}
 	}
 	return out
+}
+
+// waitsForPromote reports whether a group deploys with canaries that
+// Nomad does not promote itself: the groups promote looks at.
+func waitsForPromote(job *api.Job, tg *api.TaskGroup) bool {
+	return canaries(job, tg) > 0 && !autoPromote(job, tg)
 }
 
 // autoPromote reports whether Nomad promotes a group's canaries itself.
