@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -264,4 +265,23 @@ func sameBuilt(t *testing.T, want, got *Built, at must.Setting) {
 	must.Eq(t, downs(want.Snapshot), downs(got.Snapshot), at)
 	// (no Snapshot.Check: the churn puts allocations the plugin would
 	// refuse, spread over two GPUs, which Check reports)
+}
+
+// A pass with many changed jobs looks at them side by side (wantHolds):
+// with every job a part of its own, the incremental snapshot still
+// matches a fresh build (and, under -race, the goroutines only read).
+func TestIncrementalSnapshotMatchesAFreshBuildSideBySide(t *testing.T) {
+	defer func(per, procs int) { wantHoldsPerWorker = per; runtime.GOMAXPROCS(procs) }(wantHoldsPerWorker, runtime.GOMAXPROCS(4))
+	wantHoldsPerWorker = 1
+	must.Eq(t, 4, holdWorkers(churnPinned))
+	TestIncrementalSnapshotMatchesAFreshBuild(t)
+}
+
+// The jobs of a large pass are split between the processors, a few are
+// looked at by one goroutine.
+func TestManyChangedJobsAreLookedAtSideBySide(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	must.Eq(t, 1, holdWorkers(0))
+	must.Eq(t, 1, holdWorkers(wantHoldsPerWorker))
+	must.Eq(t, 2, holdWorkers(20000))
 }

@@ -3,9 +3,11 @@ package model
 import (
 	"fmt"
 	"maps"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/decide"
@@ -79,13 +81,55 @@ func (s *State) syncHoldJobs(lv *live, ch changes, profiles *interference.Model)
 			look[JobKey(k.Namespace, k.Job)] = true
 		}
 	}
+	keys := make([]string, 0, len(look))
 	for k := range look {
 		delete(lv.holdJobs, k)
-		if job := s.Jobs[k]; job != nil && s.wantsHolds(job, profiles) {
-			lv.holdJobs[k] = true
+		keys = append(keys, k)
+	}
+	for i, want := range s.wantHolds(keys, profiles) {
+		if want {
+			lv.holdJobs[keys[i]] = true
 		}
 	}
 }
+
+// wantHolds reports for each job key whether its job (if the state holds
+// it) wantsHolds. Many jobs are looked at by one goroutine per processor,
+// each on its own part of keys: nothing in wantsHolds writes the state but
+// its parse cache, which locks itself, so they read side by side (the
+// jobs of a large pass are mostly new to the processor's caches: on two
+// cores, two of them are fetched at a time).
+func (s *State) wantHolds(keys []string, profiles *interference.Model) []bool {
+	want := make([]bool, len(keys))
+	look := func(part []string, out []bool) {
+		for i, k := range part {
+			job := s.Jobs[k]
+			out[i] = job != nil && s.wantsHolds(job, profiles)
+		}
+	}
+	workers := holdWorkers(len(keys))
+	if workers <= 1 {
+		look(keys, want)
+		return want
+	}
+	s.groups() // built once, before they read it together
+	var wg sync.WaitGroup
+	per := (len(keys) + workers - 1) / workers
+	for from := 0; from < len(keys); from += per {
+		to := min(from+per, len(keys))
+		wg.Go(func() { look(keys[from:to], want[from:to]) })
+	}
+	wg.Wait()
+	return want
+}
+
+// holdWorkers is how many goroutines wantHolds looks at n jobs with: one
+// per processor, each with wantHoldsPerWorker jobs at least.
+func holdWorkers(n int) int { return max(min(runtime.GOMAXPROCS(0), n/wantHoldsPerWorker), 1) }
+
+// wantHoldsPerWorker is the fewest jobs worth a goroutine of their own (a
+// variable for the tests).
+var wantHoldsPerWorker = 512
 
 // wantsHolds reports whether a pinned group of job holds shares for
 // allocations that are missing or are to replace running ones.
