@@ -189,11 +189,16 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 		s.warnedShape = r.shape
 		s.checkGuarantees(snap)
 	}
+	// confirm reads the model and writes only s.pinned, which collect
+	// does not read: the two run side by side, on the second processor
+	confirmed := make(chan struct{})
+	go func() { defer close(confirmed); s.confirm() }()
+	defer func() { <-confirmed }() // before the read ends, also if collect fails
 	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}
-	s.confirm()
+	<-confirmed
 	if s.lease.mayWrite() == nil {
 		r.promotions = s.promotable()
 	}
@@ -457,7 +462,8 @@ func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key
 }
 
 // confirm checks pinned groups against the allocations Nomad made, during
-// the pass's read of the model (only the loop writes s.pinned).
+// the pass's read of the model, beside collect (readModel): only the loop
+// writes s.pinned, here and once the pins are sent (sendPins).
 func (s *loop) confirm() {
 	for key, at := range s.pinned {
 		job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
