@@ -76,7 +76,11 @@ func (s *loop) reconcile(ctx context.Context) {
 	r := s.readModel(now, &held)
 	snap, groups := r.built.Snapshot, r.groups
 	s.lastLockHold, s.lastRead = held, time.Since(locked)
-	s.publishStages()
+	// the stages collect found are copied for the API beside the step,
+	// which does not read them; done before any action rewrites them
+	published := make(chan struct{})
+	go func() { defer close(published); s.publishStages() }()
+	defer func() { <-published }()
 	s.metrics.lockHold.Observe(s.lastLockHold.Seconds())
 	for _, pr := range r.built.Problems {
 		s.log.Warn("model problem", "problem", pr)
@@ -93,6 +97,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, s.stepConfig())
 	s.lastStep = time.Since(locked) - s.lastLockHold
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
+	<-published
 	if s.onStep != nil {
 		s.onStep(actions)
 	}
