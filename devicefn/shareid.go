@@ -29,7 +29,7 @@ func SharesOf(uuid string, idx []int) []string {
 	}
 	n := 0
 	for _, k := range idx {
-		n += len(uuid) + 1 + digits(k)
+		n += ShareIDLen(uuid, k)
 	}
 	buf := make([]byte, 0, n)
 	for _, k := range idx {
@@ -41,12 +41,16 @@ func SharesOf(uuid string, idx []int) []string {
 	out := make([]string, len(idx))
 	start := 0
 	for i, k := range idx {
-		end := start + len(uuid) + 1 + digits(k)
+		end := start + ShareIDLen(uuid, k)
 		out[i] = all[start:end]
 		start = end
 	}
 	return out
 }
+
+// ShareIDLen is the length of share k's ID on GPU uuid (its String),
+// without writing it.
+func ShareIDLen(uuid string, k int) int { return len(uuid) + 1 + digits(k) }
 
 // digits is the length of k in base 10, its sign included.
 func digits(k int) int {

@@ -31,6 +31,7 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 		n, c, ok := e.best(s, r)
 		if ok {
 			d.Placements = []Placement{e.materialize(s, n, c, r, 0)}
+			d.on, d.gen = s, s.gen
 			return d
 		}
 	} else if e.placeGroup(s, r, d, false) || e.placeStacked(s, r, d) {
@@ -325,6 +326,7 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 		}
 		p.GPUs = []string{g.UUID}
 		p.Shares = shareIDs(g.UUID, idx)
+		p.at = placed(n, c.gpu, idx, p.Shares)
 		local = []int{g.local}
 	} else {
 		for m := c.mask; m != 0; m &= m - 1 {

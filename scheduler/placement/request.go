@@ -202,6 +202,7 @@ type Placement struct {
 
 	req *Request
 	res Resources
+	at  *placedOn // where Decide put it, for Apply (placed.go)
 }
 
 func (p *Placement) alloc() Alloc {
@@ -247,6 +248,11 @@ type Decision struct {
 	// Preempt are opportunistic allocations to stop first.
 	Preempt []string `json:"preempt,omitempty"`
 	Refusal *Refusal `json:"refusal,omitempty"`
+
+	// on and gen: the snapshot and its version the decision was made on
+	// (placed.go)
+	on  *Snapshot
+	gen uint64
 }
 
 // Placed reports whether the request was placed.

@@ -219,6 +219,7 @@ type Snapshot struct {
 	byUUID  map[string]gpuRef
 	log     []int32 // node indices in order of change
 	gen     uint64  // public changes only (not the tries of Decide)
+	placed  int     // allocations Apply added as Decide placed them (placed.go)
 	epoch   uint64  // bumped when nodes are added
 	topos   map[string]int
 	maxCPU  int64
@@ -575,7 +576,11 @@ func (s *Snapshot) Apply(d *Decision) error {
 		removed = append(removed, a)
 	}
 	for _, p := range d.Placements {
-		if err := s.AddAlloc(p.alloc()); err != nil {
+		add := s.AddAlloc
+		if p.at.applies(s, d, &p) {
+			add = func(a Alloc) error { return s.addPlaced(a, p.at) }
+		}
+		if err := add(p.alloc()); err != nil {
 			undo()
 			return fmt.Errorf("apply %q: %w", d.Request, err)
 		}
