@@ -113,8 +113,11 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 		if g.Apart != "" {
 			req.Avoid = append(slices.Clip(req.Avoid), apart[g.Apart]...)
 		}
-		shape := ""
-		if len(restored) == 0 {
+		// a request decided on the snapshot as it is: a shape refused is
+		// not decided again until something is placed. Its shape is made
+		// only to be looked up or kept (most steps refuse nothing)
+		shaped, shape := len(restored) == 0, ""
+		if shaped && len(failed) > 0 {
 			shape = shapeOf(req)
 		}
 		var d *placement.Decision
@@ -137,7 +140,10 @@ func Step(pol placement.Policy, in Input, cfg Config) []Action {
 		}
 		if !d.Placed() {
 			st.restore(restored)
-			if shape != "" {
+			if shaped {
+				if shape == "" {
+					shape = shapeOf(req)
+				}
 				failed[shape] = d.Refusal
 			}
 			if never := st.never(d.Refusal, req); never != nil {

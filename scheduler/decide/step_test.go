@@ -289,3 +289,39 @@ func TestReservationOnlyOnAllowedNodes(t *testing.T) {
 		must.MapLen(t, 1, as[1].Hold)
 	}
 }
+
+// counting is a policy that counts the requests it decides.
+type counting struct {
+	placement.Policy
+	decided map[string]int
+}
+
+func (c *counting) Decide(s *placement.Snapshot, r placement.Request) *placement.Decision {
+	c.decided[r.ID]++
+	return c.Policy.Decide(s, r)
+}
+
+// A request refused is not decided again in the same step for a group of
+// the same shape until something is placed: the groups after it wait with
+// its refusal; a group of another shape is decided, and once it is
+// placed, the refused shape is decided again.
+func TestARefusedShapeIsNotDecidedAgainUntilSomethingIsPlaced(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	pol := &counting{Policy: policy(t), decided: map[string]int{}}
+	groups := []Group{
+		group("big-1", 1, 900, 4*time.Hour, time.Hour), // 9 GPUs: a node has 8
+		group("big-2", 1, 900, 3*time.Hour, time.Hour),
+		group("small", 1, 50, 2*time.Hour, time.Hour),
+		group("big-3", 1, 900, time.Hour, time.Hour),
+	}
+	as := Step(pol, Input{Snapshot: s, Groups: groups, Now: now}, Config{DefaultExpected: time.Hour})
+	must.Eq(t, map[string]int{"default/big-1/g": 1, "default/small/g": 1, "default/big-3/g": 1}, pol.decided)
+	refused := 0
+	for _, a := range as {
+		if a.Group.Job == "big-2" {
+			refused++
+			must.NotEq(t, Pin, a.Kind)
+		}
+	}
+	must.Positive(t, refused)
+}
