@@ -290,6 +290,12 @@ func (s *Snapshot) Alloc(id string) (Alloc, bool) {
 // Decide's own tries, undone before it returns, do not count.
 func (s *Snapshot) Version() uint64 { return s.gen }
 
+// Epoch changes whenever a node is added or removed (a node that changed
+// is removed and added again): what the nodes are, their capacity and
+// their GPUs, is the same while it does not (their health and use may
+// not be).
+func (s *Snapshot) Epoch() uint64 { return s.epoch }
+
 func (s *Snapshot) touch(n *Node) {
 	n.version++
 	s.log = append(s.log, int32(n.idx))

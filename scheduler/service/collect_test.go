@@ -354,6 +354,30 @@ func TestClusterShapeHashesWhatFmtWrote(t *testing.T) {
 	must.SliceLen(t, 3, snap.Nodes())
 }
 
+// A pass hashes the cluster's shape again only when its nodes changed
+// (placement.Snapshot.Epoch): a node removed or added again gives the new
+// shape; until then the last hash is kept, even were a node changed in
+// place (which the model never does: a changed node is removed and added).
+func TestTheClusterShapeIsHashedAgainOnlyWhenNodesChange(t *testing.T) {
+	s := newTestService(t, benchCluster(t, 3, 1, 1))
+	s.mu.Lock()
+	snap := s.state.Snapshot(s.loop.profile, nil).Snapshot
+	s.mu.Unlock()
+	first := s.loop.shapeOf(snap)
+	must.Eq(t, clusterShape(snap), first)
+	n := snap.Nodes()[0]
+	n.Capacity.CPU++ // in place: not seen
+	must.Eq(t, first, s.loop.shapeOf(snap))
+	_, err := snap.RemoveNode(n.ID)
+	must.NoError(t, err)
+	must.NoError(t, snap.AddNode(n))
+	again := s.loop.shapeOf(snap)
+	must.NotEq(t, first, again)
+	must.Eq(t, clusterShape(snap), again)
+	other := placement.NewSnapshot() // another snapshot is hashed anew
+	must.Eq(t, clusterShape(other), s.loop.shapeOf(other))
+}
+
 // A pass looks again only at the jobs that changed: none when nothing
 // did, the one whose allocation failed, those whose pins name a node that
 // went down, and every job with a group to place when any node changed.

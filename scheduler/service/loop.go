@@ -57,8 +57,10 @@ type loop struct {
 	// or read (true); see prior.go
 	priorRead map[string]bool
 	retries   map[decide.Key]retry // groups whose pin failed, until their retry
-	// warnedShape is the cluster shape checkGuarantees last looked at.
+	// warnedShape is the cluster shape checkGuarantees last looked at;
+	// shape the last one hashed (shapeOf).
 	warnedShape uint64
+	shape       shapeMemo
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
 	// lastLockHold is how long the last pass held mu, lastRead how long

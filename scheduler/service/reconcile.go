@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"weak"
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
@@ -189,7 +190,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	r.built = s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
 	snap := r.built.Snapshot
 	snap.SetStaging(s.canStage)
-	r.shape = clusterShape(snap)
+	r.shape = s.shapeOf(snap)
 	if r.shape != s.warnedShape {
 		s.warnedShape = r.shape
 		s.checkGuarantees(snap)
@@ -388,6 +389,23 @@ func (s *loop) checkGuarantees(snap *placement.Snapshot) {
 		s.log.Warn("the virtual clusters guarantee more GPUs than the cluster has: guaranteed jobs may wait, and opportunistic ones be preempted, for capacity that does not exist",
 			"guaranteed_gpus", promised, "cluster_gpus", have)
 	}
+}
+
+// shapeOf is clusterShape, hashed again only when the snapshot's nodes
+// changed (placement.Snapshot.Epoch): every GPU of the cluster is hashed.
+func (s *loop) shapeOf(snap *placement.Snapshot) uint64 {
+	if m, w := s.shape, weak.Make(snap); m.snap != w || m.epoch != snap.Epoch() {
+		s.shape = shapeMemo{snap: w, epoch: snap.Epoch(), hash: clusterShape(snap)}
+	}
+	return s.shape.hash
+}
+
+// shapeMemo is the clusterShape of a snapshot at an epoch. It does not
+// keep the snapshot alive (a model rebuilt drops its last one), and a new
+// snapshot is never taken for it, even at the same address.
+type shapeMemo struct {
+	snap        weak.Pointer[placement.Snapshot]
+	epoch, hash uint64
 }
 
 // clusterShape hashes what decides whether a group could ever fit: the
