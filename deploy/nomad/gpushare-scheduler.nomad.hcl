@@ -84,6 +84,10 @@ variable "extra_config" {
   description = "More scheduler configuration (HCL), appended as is: virtual_cluster, profile, typical_request blocks, ... (not a second nomad block: Nomad TLS settings go in the job's nomad block)"
 }
 
+# CPU (MHz) of the scheduler. A decision pass runs on one core; at thousands of
+# nodes parts of its read (the changed jobs' holds, the pins' confirmation) and
+# the pins it sends run on a second, so a large cluster's scheduler wants two
+# cores' worth (make bench measures a pass at 10,000 nodes on two).
 variable "cpu" {
   type    = number
   default = 500
