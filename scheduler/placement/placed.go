@@ -1,7 +1,6 @@
 package placement
 
 import (
-	"fmt"
 	"slices"
 	"unsafe"
 
@@ -57,21 +56,13 @@ func (at *placedOn) applies(s *Snapshot, d *Decision, p *Placement) bool {
 // addPlaced adds allocation a of a placement at applies to: its shares
 // are known free, its CPU and memory are checked as AddAlloc checks them.
 func (s *Snapshot) addPlaced(a Alloc, at *placedOn) error {
-	if a.ID == "" {
-		return fmt.Errorf("%w: allocation has no ID", ErrConflict)
+	if err := s.newID(a); err != nil {
+		return err
 	}
-	if _, dup := s.allocs[a.ID]; dup {
-		return fmt.Errorf("allocation %q: %w", a.ID, ErrDuplicate)
+	if err := fits(a, at.node); err != nil {
+		return err
 	}
-	n := at.node
-	if a.Res.CPU < 0 || a.Res.MemoryMiB < 0 {
-		return fmt.Errorf("allocation %q: negative resources: %w", a.ID, ErrConflict)
-	}
-	if free := n.Free(); a.Res.CPU > free.CPU || a.Res.MemoryMiB > free.MemoryMiB {
-		return fmt.Errorf("allocation %q needs cpu %d and memory %d MiB but node %q has %d and %d MiB free: %w",
-			a.ID, a.Res.CPU, a.Res.MemoryMiB, n.ID, free.CPU, free.MemoryMiB, ErrConflict)
-	}
-	rec := &allocRec{Alloc: a, node: n, gpus: []int{at.gpu}, shares: [][]int{slices.Clip(at.idx)}}
+	rec := &allocRec{Alloc: a, node: at.node, gpus: []int{at.gpu}, shares: [][]int{slices.Clip(at.idx)}}
 	rec.Shares = slices.Clone(a.Shares)
 	s.commit(rec)
 	s.gen++

@@ -304,11 +304,8 @@ func (s *Snapshot) AddAlloc(a Alloc) error {
 }
 
 func (s *Snapshot) addAlloc(a Alloc) error {
-	if a.ID == "" {
-		return fmt.Errorf("%w: allocation has no ID", ErrConflict)
-	}
-	if _, dup := s.allocs[a.ID]; dup {
-		return fmt.Errorf("allocation %q: %w", a.ID, ErrDuplicate)
+	if err := s.newID(a); err != nil {
+		return err
 	}
 	n, ok := s.byID[a.Node]
 	if !ok {
@@ -363,19 +360,37 @@ func (s *Snapshot) addAlloc(a Alloc) error {
 		}
 		rec.shares[k] = all[from:len(all):len(all)]
 	}
-	if a.Res.CPU < 0 || a.Res.MemoryMiB < 0 {
-		return fmt.Errorf("allocation %q: negative resources: %w", a.ID, ErrConflict)
-	}
-	free := n.Free()
-	if a.Res.CPU > free.CPU || a.Res.MemoryMiB > free.MemoryMiB {
-		return fmt.Errorf("allocation %q needs cpu %d and memory %d MiB but node %q has %d and %d MiB free: %w",
-			a.ID, a.Res.CPU, a.Res.MemoryMiB, n.ID, free.CPU, free.MemoryMiB, ErrConflict)
+	if err := fits(a, n); err != nil {
+		return err
 	}
 	for _, m := range marks {
 		n.GPUs[m.gpu].setUsed(m.idx, false)
 	}
 	marks = nil
 	s.commit(rec)
+	return nil
+}
+
+// newID checks that a names an allocation the snapshot does not hold.
+func (s *Snapshot) newID(a Alloc) error {
+	if a.ID == "" {
+		return fmt.Errorf("%w: allocation has no ID", ErrConflict)
+	}
+	if _, dup := s.allocs[a.ID]; dup {
+		return fmt.Errorf("allocation %q: %w", a.ID, ErrDuplicate)
+	}
+	return nil
+}
+
+// fits checks a's CPU and memory against what node n has free.
+func fits(a Alloc, n *Node) error {
+	if a.Res.CPU < 0 || a.Res.MemoryMiB < 0 {
+		return fmt.Errorf("allocation %q: negative resources: %w", a.ID, ErrConflict)
+	}
+	if free := n.Free(); a.Res.CPU > free.CPU || a.Res.MemoryMiB > free.MemoryMiB {
+		return fmt.Errorf("allocation %q needs cpu %d and memory %d MiB but node %q has %d and %d MiB free: %w",
+			a.ID, a.Res.CPU, a.Res.MemoryMiB, n.ID, free.CPU, free.MemoryMiB, ErrConflict)
+	}
 	return nil
 }
 
