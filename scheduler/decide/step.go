@@ -94,8 +94,32 @@ type Input struct {
 // changed by the decisions before it, and returns the actions. It is
 // pure: the same input gives the same actions.
 func Step(pol placement.Policy, in Input, cfg Config) []Action {
+	out, restore := StepThenRestore(pol, in, cfg)
+	restore()
+	return out
+}
+
+// StepThenRestore is Step, but it returns before it puts the snapshot
+// back as found (its placements taken out, the allocations it released
+// put back, the last first): restore does, once, and the caller runs it
+// before it reads or changes the snapshot again, such as beside what it
+// does with the actions. A step that panics puts it back itself.
+func StepThenRestore(pol placement.Policy, in Input, cfg Config) (actions []Action, restore func()) {
 	st := &step{pol: pol, in: in, cfg: cfg, snap: in.Snapshot, ends: map[string]time.Time{}, placedDeclared: map[string]bool{}}
-	defer st.undo()
+	decided := false
+	defer func() {
+		if !decided {
+			st.undo()
+		}
+	}()
+	actions = st.decide()
+	decided = true
+	return actions, st.undo
+}
+
+// decide is Step's work, leaving its changes to the snapshot for undo.
+func (st *step) decide() []Action {
+	pol, in, cfg := st.pol, st.in, st.cfg
 	queue := order(in.Groups, in.Now, cfg)
 	out := st.introspect()
 	failed := map[string]*placement.Refusal{} // request shapes refused since the last placement
@@ -228,6 +252,7 @@ func (st *step) undo() {
 	for i := len(st.done) - 1; i >= 0; i-- {
 		st.done[i]()
 	}
+	st.done = nil // undone once
 }
 
 // release takes a group's older allocations out of the snapshot, so that

@@ -325,3 +325,52 @@ func TestARefusedShapeIsNotDecidedAgainUntilSomethingIsPlaced(t *testing.T) {
 	}
 	must.Positive(t, refused)
 }
+
+// StepThenRestore returns the actions with the step's changes still on
+// the snapshot (its placements, the allocations it released taken out):
+// restore puts it back as found, once; a second call changes nothing.
+// A policy that panics mid-step leaves the snapshot as found.
+func TestStepThenRestoreLeavesTheSnapshotUntilRestored(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	ends := map[string]time.Time{}
+	busy(t, s, ends, "old", []int{0, 1}, time.Hour)
+	before, allocs := s.Usage(), s.Allocs()
+	g := group("a", 1, 200, time.Hour, time.Hour)
+	g.Replaces = []string{"old"}
+	gs := []Group{g, group("b", 1, 400, 0, time.Hour)}
+	as, restore := StepThenRestore(policy(t), Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, cfg())
+	must.Eq(t, []string{"pin a", "pin b"}, kinds(as))
+	_, ok := s.Alloc("old")
+	must.False(t, ok) // released for a's new version, not yet put back
+	for _, a := range as {
+		_, ok := s.Alloc(a.Decision.Placements[0].AllocID)
+		must.True(t, ok)
+	}
+	restore()
+	must.Eq(t, before, s.Usage())
+	must.Eq(t, allocs, s.Allocs())
+	restore()
+	must.Eq(t, allocs, s.Allocs())
+
+	pol := &panicking{Policy: policy(t), after: 1}
+	func() {
+		defer func() { must.NotNil(t, recover()) }()
+		StepThenRestore(pol, Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, cfg())
+	}()
+	must.Eq(t, before, s.Usage())
+	must.Eq(t, allocs, s.Allocs())
+}
+
+// panicking is a policy that panics at its decision after the first ones.
+type panicking struct {
+	placement.Policy
+	after int
+}
+
+func (p *panicking) Decide(s *placement.Snapshot, r placement.Request) *placement.Decision {
+	if p.after == 0 {
+		panic("policy failed")
+	}
+	p.after--
+	return p.Policy.Decide(s, r)
+}

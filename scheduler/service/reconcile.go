@@ -95,8 +95,13 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.metrics.oldestPending.Set(oldest)
 
 	start := s.now()
-	actions := decide.Step(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, s.stepConfig())
+	// the step's own changes to the snapshot are undone beside what is
+	// done with its actions, which do not read it until releaseHolds
+	actions, restore := decide.StepThenRestore(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, s.stepConfig())
 	s.lastStep = time.Since(locked) - s.lastLockHold
+	restored := make(chan struct{})
+	go func() { defer close(restored); restore() }()
+	defer func() { <-restored }() // a pass that stops early: the next reads the snapshot
 	s.metrics.stepSeconds.Observe(s.now().Sub(start).Seconds())
 	<-published
 	if s.onStep != nil {
@@ -127,6 +132,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	pending := r.pending
 	notGiven(pins, kept, pending, failed)
 	// holds done or stale go first: a new pin's hold may need their shares
+	<-restored
 	s.releaseHolds(ctx, snap)
 	s.sendPins(ctx, pins, r.jobs, pending, failed, start)
 	if ctx.Err() != nil {
