@@ -26,6 +26,10 @@ type collected struct {
 	said    map[decide.Key]string // what Nomad said of pins it could not place
 	shape   uint64                // clusterShape of the pass
 	built   *model.Built          // the pass's snapshot
+	// later keeps the writes to what workers share (shared), for a
+	// worker's part; looked counts the jobs it looked at.
+	later  *[]func()
+	looked int
 }
 
 // collect asks lifecycle.Reconcile where each group stands and lists the
@@ -57,33 +61,35 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 		// reuse off: every job looked at, the cache left as it was
 		// (what changed meanwhile stays marked for it)
 		out.pending, out.stages = map[decide.Key]string{}, map[decide.Key]lifecycle.Result{}
-		for k, job := range s.state.Jobs {
-			s.deriveJob(k, job, out, c)
-		}
+		s.deriveJobs(slices.Collect(maps.Keys(s.state.Jobs)), out, c, nil)
 		anyGone = true
 	case !c.primed || touched.All:
 		// every job looked at, and the cache made anew
 		c.reset()
 		out.pending, out.stages = map[decide.Key]string{}, c.stages
-		for k, job := range s.state.Jobs {
-			s.deriveJob(k, job, out, c)
-		}
+		s.deriveJobs(slices.Collect(maps.Keys(s.state.Jobs)), out, c, nil)
 		c.primed, anyGone = true, true
 		c.noteShort(built)
 	default:
 		look := c.toLook(touched, built)
+		keys := make([]string, 0, len(look))
 		for k := range look {
-			c.forget(k)
-		}
-		out.pending, out.stages = maps.Clone(c.pending), c.stages
-		c.replay(s, look, out)
-		for k := range look {
-			if job := s.state.Jobs[k]; job != nil {
-				s.deriveJob(k, job, out, c)
+			if s.state.Jobs[k] != nil {
+				keys = append(keys, k)
 			} else {
 				anyGone = true
 			}
 		}
+		// what the cache kept of the others is replayed beside the jobs
+		// looked at again, which read none of it
+		s.deriveJobs(keys, out, c, func(out *collected) {
+			for k := range look {
+				c.forget(k)
+			}
+			out.pending = maps.Clone(c.pending)
+			out.stages = c.stages
+			c.replay(s, look, out)
+		})
 	}
 	// forget what concerned groups whose job is gone: the refusals and
 	// back-offs every pass (few, and the records save the refusals); the
@@ -125,8 +131,8 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 // beyond the group (see reusable), is kept and not looked at again until
 // its inputs change. The caller holds s.mu.
 func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache) {
-	c.looked++
-	c.noteCanaries(k, job)
+	canary := slices.ContainsFunc(job.TaskGroups, func(tg *api.TaskGroup) bool { return waitsForPromote(job, tg) })
+	out.shared(func() { c.noteCanaries(k, canary) })
 	gated := s.state.Gated(job)
 	reusable := true
 	var keys []decide.Key
@@ -145,7 +151,11 @@ func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache
 			reusable = false // it noted the nodes Nomad refused (s.nomadRefused): done every pass
 		}
 	}
-	c.keep(s, k, job, keys, decides, reusable, out)
+	var nodes []string
+	if reusable && !c.full {
+		nodes = s.nodesRead(job)
+	}
+	out.shared(func() { c.keep(k, keys, nodes, decides, reusable, out) })
 }
 
 // stageReusable reports whether a group's result may be reused while its
@@ -168,7 +178,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 	built, shape := out.built, out.shape
 	name := *tg.Name
 	key := model.KeyOf(job, name)
-	facts, lost, refusedOn := s.facts(job, tg, gated, built, out.said)
+	facts, lost, refusedOn := s.facts(job, tg, gated, out)
 	stage := lifecycle.Reconcile(facts)
 	out.stages[key] = stage
 	pending := out.pending
@@ -218,20 +228,20 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
 		return facts, stage, false, nil
 	}
-	s.noteFeasible(key, ns)
+	out.shared(func() { s.noteFeasible(key, ns) })
 	if r, ok := s.refused[key]; ok {
 		if r.holds(job, shape, ns.hash) {
 			pending[key] = r.reason
 			return facts, stage, false, nil
 		}
-		s.note(func() { delete(s.refused, key) })
+		out.note(s, func() { delete(s.refused, key) })
 	}
 	req, err := s.state.Request(job, name, s.profile)
 	if err != nil {
 		// only a new version of the job can change a bad request:
 		// refused, like a group no node can ever hold
 		pending[key] = err.Error()
-		s.note(func() { s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash) })
+		out.note(s, func() { s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash) })
 		return facts, stage, false, nil
 	}
 	if why := s.vcRefusal(key, req.VC); why != "" {
@@ -270,7 +280,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 			return facts, stage, false, nil
 		}
 		g.Keep = ns.keepable(keep)
-		if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID) {
+		if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID, out) {
 			// its running allocations' pin is read before it is
 			// decided, so that an unchanged group keeps its place
 			pending[key] = "reading the pin its running allocations were placed with"

@@ -56,8 +56,9 @@ type collectCache struct {
 	pending map[decide.Key]string
 	// short is model.Built.Short of the last pass (true entries only).
 	short map[decide.Key]bool
-	// looked counts the jobs the last pass looked at (tests read it).
-	looked int
+	// looked counts the jobs the last pass looked at, workers the
+	// goroutines it looked at them with (tests read them).
+	looked, workers int
 	// unpublished: stages changed since publishStages last copied them.
 	unpublished bool
 	// sized is how many groups the last pass handed the step, to size
@@ -71,8 +72,8 @@ type collectCache struct {
 
 // noteCanaries keeps whether job k has a group that deploys with
 // canaries Nomad does not promote itself.
-func (c *collectCache) noteCanaries(k string, job *api.Job) {
-	if slices.ContainsFunc(job.TaskGroups, func(tg *api.TaskGroup) bool { return waitsForPromote(job, tg) }) {
+func (c *collectCache) noteCanaries(k string, canary bool) {
+	if canary {
 		c.canaries[k] = true
 	} else {
 		delete(c.canaries, k)
@@ -199,9 +200,10 @@ func (c *collectCache) forget(k string) {
 
 // keep records what a pass found for job k (its groups keys, and the
 // groups to place it derived from the job and the nodes alone), reused
-// in the next passes when reusable, else looked at again every pass. The
-// caller holds s.mu.
-func (c *collectCache) keep(s *loop, k string, job *api.Job, keys []decide.Key, decides []decideEntry, reusable bool, out *collected) {
+// in the next passes when reusable (with nodes, the nodes its result
+// read: nodesRead), else looked at again every pass. The caller holds
+// s.mu.
+func (c *collectCache) keep(k string, keys []decide.Key, nodes []string, decides []decideEntry, reusable bool, out *collected) {
 	if c.full {
 		return
 	}
@@ -211,7 +213,7 @@ func (c *collectCache) keep(s *loop, k string, job *api.Job, keys []decide.Key, 
 		c.entries[k] = e
 		return
 	}
-	e.nodes, e.decides = s.nodesRead(job), decides
+	e.nodes, e.decides = nodes, decides
 	for _, n := range e.nodes {
 		if c.byNode[n] == nil {
 			c.byNode[n] = map[string]bool{}

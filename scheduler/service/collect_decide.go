@@ -86,19 +86,20 @@ func (s *loop) replay(e decideEntry, out *collected) {
 		pending[key] = e.none
 		return
 	}
-	s.noteFeasible(key, e.ns)
+	out.shared(func() { s.noteFeasible(key, e.ns) })
 	if r, ok := s.refused[key]; ok {
 		if r.holds(e.job, out.shape, e.ns.hash) {
 			pending[key] = r.reason
 			return
 		}
-		s.note(func() { delete(s.refused, key) })
+		out.note(s, func() { delete(s.refused, key) })
 	}
 	if e.reqErr != "" {
 		// only a new version of the job can change a bad request:
 		// refused, like a group no node can ever hold
 		pending[key] = e.reqErr
-		s.note(func() { s.refused[key] = newRefusal(e.job, e.reqErr, out.shape, e.ns.hash) })
+		shape := out.shape
+		out.note(s, func() { s.refused[key] = newRefusal(e.job, e.reqErr, shape, e.ns.hash) })
 		return
 	}
 	if e.vcWhy != "" {

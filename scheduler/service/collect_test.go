@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"maps"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -294,6 +295,23 @@ func collectOnce(l *loop, built *model.Built, shape uint64, full bool) collectOu
 // looking at every job: the same groups to decide, their jobs, why each
 // group waits, the pins written back, and every group's stage.
 func TestCollectReuseMatchesAFullWalk(t *testing.T) {
+	must.Positive(t, collectMatchesAFullWalk(t, false)) // reuse did happen
+}
+
+// The same, with the jobs each reusing pass looks at split between four
+// goroutines (one job each at least), against a full walk by the loop's
+// goroutine alone: the same groups, reasons and stages, and the same
+// loop and cache for the passes after (under -race: the workers only
+// read what they share).
+func TestCollectReuseMatchesAFullWalkSideBySide(t *testing.T) {
+	defer func(per, procs int) { derivePerWorker = per; runtime.GOMAXPROCS(procs) }(derivePerWorker, runtime.GOMAXPROCS(4))
+	must.Positive(t, collectMatchesAFullWalk(t, true))
+}
+
+// collectMatchesAFullWalk runs the churn of TestCollectReuseMatchesAFullWalk,
+// with split reusing passes on several goroutines, and returns how many
+// jobs the cache reused.
+func collectMatchesAFullWalk(t *testing.T, split bool) int {
 	reused := 0
 	for seed := range uint64(6) {
 		now := time.Unix(1000, 0)
@@ -321,9 +339,19 @@ func TestCollectReuseMatchesAFullWalk(t *testing.T) {
 			l := s.loop
 			built := s.state.Snapshot(l.profile, func(id string) bool { _, ok := l.preempted[id]; return ok })
 			shape := clusterShape(built.Snapshot)
+			if split {
+				derivePerWorker = 1
+			}
 			got := collectOnce(l, built, shape, false)
+			if split && l.collectCache().looked > 1 {
+				must.Eq(t, min(l.collectCache().looked, 4), l.collectCache().workers)
+			}
 			reused += len(l.collectCache().entries) - len(l.collectCache().volatile)
+			if split {
+				derivePerWorker = 1 << 30 // the full walk on one goroutine
+			}
 			want := collectOnce(l, built, shape, true)
+			must.Eq(t, 1, l.collectCache().workers)
 			s.mu.Unlock()
 			at := must.Sprintf("seed %d step %d", seed, step)
 			must.Eq(t, want.Pending, got.Pending, at)
@@ -333,7 +361,7 @@ func TestCollectReuseMatchesAFullWalk(t *testing.T) {
 			must.Eq(t, want.InPlace, got.InPlace, at)
 		}
 	}
-	must.Positive(t, reused) // reuse did happen
+	return reused
 }
 
 // clusterShape hashes what fmt wrote before it appended by hand: the same

@@ -16,9 +16,10 @@ import (
 // its job, its allocations of every version, its pin and what Nomad said
 // of it. It also returns the nodes a new decision avoids: those whose
 // capacity the pin lost, and those Nomad refused the pin on (every one so
-// far, noted in s.nomadRefused, with what Nomad said in said). The caller
-// holds s.mu.
-func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *model.Built, said map[decide.Key]string) (lifecycle.Group, []string, []string) {
+// far, noted in s.nomadRefused, with what Nomad said in out.said). The
+// caller holds s.mu.
+func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *collected) (lifecycle.Group, []string, []string) {
+	built := out.built
 	name := *tg.Name
 	key := model.KeyOf(job, name)
 	g := lifecycle.Group{
@@ -49,7 +50,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *mod
 		})
 	}
 	if g.Gated && g.Batch {
-		g.RanUnchanged, g.PriorUnread = s.ranUnchanged(job, key)
+		g.RanUnchanged, g.PriorUnread = s.ranUnchanged(job, key, out)
 	}
 	var lost, refusedOn []string
 	switch {
@@ -64,15 +65,17 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, built *mod
 				// Nomad evaluated this pin and could not place it: decided
 				// again without those nodes; it holds nothing meanwhile
 				// (model.Snapshot)
-				if s.nomadRefused[key] == nil {
-					s.nomadRefused[key] = map[string]bool{}
+				on := maps.Clone(s.nomadRefused[key])
+				if on == nil {
+					on = map[string]bool{}
 				}
 				for _, n := range rec.Nodes {
-					s.nomadRefused[key][n] = true
+					on[n] = true
 				}
-				refusedOn = slices.Sorted(maps.Keys(s.nomadRefused[key]))
+				out.shared(func() { s.nomadRefused[key] = on })
+				refusedOn = slices.Sorted(maps.Keys(on))
 				g.NomadRefused = true
-				said[key] = why
+				out.said[key] = why
 			}
 		}
 	default:
@@ -137,7 +140,7 @@ func ids(allocs []*api.Allocation) []string {
 // again), and whether the pin of that run is still to be read (a
 // scheduler that started since; readPriors reads it). The caller holds
 // s.mu.
-func (s *loop) ranUnchanged(job *api.Job, key decide.Key) (ran, unread bool) {
+func (s *loop) ranUnchanged(job *api.Job, key decide.Key, out *collected) (ran, unread bool) {
 	var last *api.Allocation
 	for _, a := range s.state.AllAllocs(key.Namespace, key.Job, key.Group) {
 		if model.Live(a) {
@@ -152,7 +155,7 @@ func (s *loop) ranUnchanged(job *api.Job, key decide.Key) (ran, unread bool) {
 	}
 	prior, ok := s.state.Prior(key)
 	if !ok {
-		return false, s.priorUnread(key, last.ID)
+		return false, s.priorUnread(key, last.ID, out)
 	}
 	return prior.Spec != "" && prior.Spec == pin.Spec(job, key.Group) && prior.Record.Request == pin.Digest(job, key.Group, s.policy.Name()), false
 }

@@ -10,17 +10,20 @@ import (
 // running allocation alloc was placed with is still to be read: the state
 // remembers the pins of versions it saw replaced, but a scheduler that
 // started while the group was gated again never saw its pinned version.
-// The caller holds s.mu; readPriors reads what this returns true for.
-func (s *loop) priorUnread(k decide.Key, alloc string) bool {
+// The caller holds s.mu; readPriors reads what this returns true for
+// (the question is noted through out.shared).
+func (s *loop) priorUnread(k decide.Key, alloc string, out *collected) bool {
 	if _, ok := s.state.Prior(k); ok {
 		return false
 	}
-	if s.priorRead == nil {
-		s.priorRead = map[string]bool{}
-	}
 	read, asked := s.priorRead[alloc]
 	if !asked {
-		s.priorRead[alloc] = false
+		out.shared(func() {
+			if s.priorRead == nil {
+				s.priorRead = map[string]bool{}
+			}
+			s.priorRead[alloc] = false
+		})
 	}
 	return !read
 }
