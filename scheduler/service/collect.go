@@ -23,6 +23,7 @@ type collected struct {
 	inPlace []decide.Action // pins written back without a decision (inPlaceOnly)
 	stages  map[decide.Key]lifecycle.Result
 	seen    map[string]nodeSet    // node sets by rules, for this pass
+	known   map[string]nodeSet    // and those of the passes before (nodeSetMemo; read only)
 	said    map[decide.Key]string // what Nomad said of pins it could not place
 	shape   uint64                // clusterShape of the pass
 	built   *model.Built          // the pass's snapshot
@@ -50,6 +51,9 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	out := &collected{jobs: make(map[decide.Key]*api.Job, c.sized), groups: make([]decide.Group, 0, c.sized),
 		seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
 	s.nomadSaid = out.said
+	if !c.full { // reuse off: node sets found again too
+		out.known = s.knownNodeSets(built.Snapshot)
+	}
 	c.looked = 0
 	anyGone := false
 	var touched model.Touched
@@ -91,6 +95,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 			c.replay(s, look, out)
 		})
 	}
+	s.keepNodeSets(built.Snapshot, out.seen)
 	// forget what concerned groups whose job is gone: the refusals and
 	// back-offs every pass (few, and the records save the refusals); the
 	// placements' reasons and the allowed nodes, one entry per pinned
@@ -187,7 +192,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 	case lifecycle.Pool:
 		if why, ok := s.backingOff(key); ok {
 			pending[key] = why
-		} else if act, why := s.pool(built, job, key, out.seen); why != "" {
+		} else if act, why := s.pool(built, job, key, out); why != "" {
 			pending[key] = why
 		} else {
 			out.inPlace, out.jobs[key] = append(out.inPlace, act), job
@@ -223,7 +228,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		return facts, stage, false, nil
 	}
 	// Nomad's own rules first: a group no node passes waits, holding nothing
-	ns, err := s.feasibleNodes(built.Snapshot, job, name, out.seen)
+	ns, err := s.feasibleNodes(built.Snapshot, job, name, out)
 	if err != nil || ns.none != "" {
 		pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
 		return facts, stage, false, nil

@@ -38,7 +38,7 @@ type decideEntry struct {
 func (s *loop) prepare(job *api.Job, tg *api.TaskGroup, stage lifecycle.Result, out *collected) decideEntry {
 	name := *tg.Name
 	e := decideEntry{job: job, key: model.KeyOf(job, name)}
-	ns, err := s.feasibleNodes(out.built.Snapshot, job, name, out.seen)
+	ns, err := s.feasibleNodes(out.built.Snapshot, job, name, out)
 	if err != nil || ns.none != "" {
 		e.none = cmp.Or(ns.none, fmt.Sprint(err))
 		return e

@@ -461,3 +461,55 @@ func collectReading(l *loop, built *model.Built, shape uint64) ([]decide.Group, 
 	}()
 	return l.collect(built, shape)
 }
+
+// The nodes a group's rules allow are found again only when the nodes
+// changed (nodeSetMemo): a new version of a job with the same rules is
+// given the set the pass before found; a node that changed makes it found
+// again, as does every pass with reuse off.
+func TestNodeSetsAreFoundAgainOnlyWhenNodesChange(t *testing.T) {
+	s := newTestService(t, benchCluster(t, 4, 1, 0))
+	l := s.loop
+	put := func(index uint64) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		job := gated("a", 25)
+		job.Constraints = []*api.Constraint{{LTarget: "${node.unique.name}", Operand: "!=", RTarget: "node-0003"}}
+		job.ModifyIndex, job.JobModifyIndex = ptr(index), ptr(index)
+		s.state.PutJob(job)
+	}
+	allowed := func() []string { // where a's group may go, as the pass hands it to the step
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		built := l.state.Snapshot(l.profile, nil)
+		groups, _, _, _ := collectReading(l, built, clusterShape(built.Snapshot))
+		for _, g := range groups {
+			if g.Key.Job == "a" {
+				return g.Req.Allowed
+			}
+		}
+		t.Fatal("a's group is not decided")
+		return nil
+	}
+	put(50)
+	first := allowed()
+	must.Eq(t, []string{"node-0000", "node-0001", "node-0002"}, first)
+	put(51) // looked at again: the set is the one found before
+	again := allowed()
+	must.Eq(t, first, again)
+	must.True(t, &first[0] == &again[0])
+
+	s.mu.Lock()
+	n := *s.state.Nodes["node-0001"]
+	n.SchedulingEligibility, n.ModifyIndex = api.NodeSchedulingIneligible, 52
+	s.state.PutNode(&n)
+	s.mu.Unlock()
+	changed := allowed()
+	must.Eq(t, []string{"node-0000", "node-0002"}, changed)
+
+	l.collectCache().full = true
+	put(53)
+	full := allowed()
+	l.collectCache().full = false
+	must.Eq(t, changed, full)
+	must.False(t, &changed[0] == &full[0])
+}

@@ -116,7 +116,7 @@ func (out *collected) part(n int) *collected {
 	return &collected{
 		jobs: make(map[decide.Key]*api.Job, n), groups: make([]decide.Group, 0, n),
 		pending: map[decide.Key]string{}, stages: make(map[decide.Key]lifecycle.Result, n),
-		seen: map[string]nodeSet{}, said: map[decide.Key]string{},
+		seen: map[string]nodeSet{}, known: out.known, said: map[decide.Key]string{},
 		shape: out.shape, built: out.built, later: new([]func()),
 	}
 }
@@ -129,4 +129,5 @@ func (out *collected) gather(p *collected) {
 	maps.Copy(out.pending, p.pending)
 	maps.Copy(out.stages, p.stages)
 	maps.Copy(out.said, p.said)
+	maps.Copy(out.seen, p.seen)
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"weak"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/feasible"
@@ -83,16 +84,24 @@ func (s *loop) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible
 }
 
 // feasibleNodes returns the nodes of snap that the group's own rules allow
-// (computed once per pass for groups whose rules are the same, in seen).
-// The group's own allocations do not count (its placement replaces them).
-// The caller holds s.mu.
-func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, seen map[string]nodeSet) (nodeSet, error) {
+// (computed once for groups whose rules are the same: in out.seen for the
+// pass, and in out.known from the passes before while the nodes are the
+// same; nodeSetMemo). The group's own allocations do not count (its
+// placement replaces them). The caller holds s.mu.
+func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, out *collected) (nodeSet, error) {
 	rules, check, err := s.checkFor(job, group, true)
 	if err != nil {
 		return nodeSet{}, err
 	}
-	if ns, ok := seen[rules.Key()]; ok && rules.Key() != "" {
-		return ns, nil
+	seen := out.seen
+	if k := rules.Key(); k != "" {
+		if ns, ok := seen[k]; ok {
+			return ns, nil
+		}
+		if ns, ok := out.known[k]; ok {
+			seen[k] = ns
+			return ns, nil
+		}
 	}
 	nodes := snap.Nodes()
 	apiNodes := make([]*api.Node, len(nodes))
@@ -132,6 +141,42 @@ func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group strin
 		seen[rules.Key()] = ns
 	}
 	return ns, nil
+}
+
+// nodeSetMemo keeps the node sets a pass found the rules of groups allow
+// (by rules, feasible.Rules.Key) for the passes after, while the snapshot
+// is the same and its nodes did not change (placement.Snapshot.Epoch: the
+// model takes a node out and adds it again whenever its object in the
+// state changes, and Select reads nothing else). Only the rules some
+// node passes are kept, and only those the last pass used: a set names
+// up to every node, and why none passes lists the devices of every node
+// of the state, in the snapshot or not. It does not keep the snapshot
+// alive (a model rebuilt drops its last one).
+type nodeSetMemo struct {
+	snap  weak.Pointer[placement.Snapshot]
+	epoch uint64
+	sets  map[string]nodeSet
+}
+
+// knownNodeSets returns the node sets kept for snap, none when its nodes
+// are not those they were found on. The caller holds s.mu.
+func (s *loop) knownNodeSets(snap *placement.Snapshot) map[string]nodeSet {
+	if m := s.nodeSets; m.snap == weak.Make(snap) && m.epoch == snap.Epoch() {
+		return m.sets
+	}
+	return nil
+}
+
+// keepNodeSets keeps, for the next pass, the node sets a pass on snap
+// used (seen) that some node passes. The caller holds s.mu.
+func (s *loop) keepNodeSets(snap *placement.Snapshot, seen map[string]nodeSet) {
+	sets := make(map[string]nodeSet, len(seen))
+	for k, ns := range seen {
+		if ns.none == "" {
+			sets[k] = ns
+		}
+	}
+	s.nodeSets = nodeSetMemo{snap: weak.Make(snap), epoch: snap.Epoch(), sets: sets}
 }
 
 // narrow returns the models a request may use (feasible.Selection.Narrow).

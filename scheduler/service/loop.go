@@ -61,6 +61,9 @@ type loop struct {
 	// shape the last one hashed (shapeOf).
 	warnedShape uint64
 	shape       shapeMemo
+	// nodeSets are the node sets the last pass found groups' rules allow
+	// (feasibleNodes), kept while the snapshot's nodes are the same.
+	nodeSets nodeSetMemo
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
 	// lastLockHold is how long the last pass held mu, lastRead how long

@@ -17,8 +17,8 @@ import (
 // capacity, so there is nothing for the step to weigh it against. It
 // returns why the parent is not pinned when it is not. The caller holds
 // s.mu.
-func (s *loop) pool(built *model.Built, job *api.Job, key decide.Key, seen map[string]nodeSet) (decide.Action, string) {
-	ns, err := s.feasibleNodes(built.Snapshot, job, key.Group, seen)
+func (s *loop) pool(built *model.Built, job *api.Job, key decide.Key, out *collected) (decide.Action, string) {
+	ns, err := s.feasibleNodes(built.Snapshot, job, key.Group, out)
 	if err != nil || ns.none != "" {
 		return decide.Action{}, cmp.Or(ns.none, fmt.Sprint(err))
 	}
