@@ -134,8 +134,9 @@ type Group struct {
 	// NomadRefused: Nomad evaluated the current version and could not
 	// place it for a reason other than waiting for shares the pin holds.
 	NomadRefused bool
-	// Adoptable: the operator adopts ungated groups (adopt_ungated) and
-	// this one asks for gpushare shares.
+	// Adoptable: the operator adopts ungated groups (adopt_ungated), and
+	// this one is ungated and asks for gpushare shares (a gated group's
+	// answer never reads it).
 	Adoptable bool
 	// Allocs are its allocations, of every version.
 	Allocs []Alloc

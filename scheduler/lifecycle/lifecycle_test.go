@@ -124,3 +124,28 @@ func TestReconcileIsPure(t *testing.T) {
 	must.Eq(t, first, Reconcile(g))
 	must.Eq(t, first, Reconcile(g))
 }
+
+// A gated group's answer never reads Adoptable (the service does not work
+// it out for gated groups, whose tasks it then need not read): over every
+// combination of the other facts, with no allocation, one running of this
+// version or of the one before, a canary, one Nomad refused, one complete.
+func TestAGatedGroupsAnswerDoesNotReadAdoptable(t *testing.T) {
+	allocs := [][]Alloc{nil, {runs("a")}, {{ID: "o", Live: true, Reservable: true}}, {{ID: "c", Live: true, Current: true, Canary: true, Reservable: true}},
+		{{ID: "bad", Live: true, Current: true}}, {completed("y", true)}}
+	checked := 0
+	for bits := range 1 << 11 {
+		on := func(i int) bool { return bits&(1<<i) != 0 }
+		for _, as := range allocs {
+			for count := range 3 {
+				g := Group{Gated: true, Template: on(0), Parameterized: on(1), Stopped: on(2), Batch: on(3), Dispatched: on(4),
+					RanUnchanged: on(5), PriorUnread: on(6), Pinned: on(7), PinLost: on(8), NomadRefused: on(9), Canary: bits >> 10,
+					Count: count, PinRoom: count, Allocs: as}
+				adopted := g
+				adopted.Adoptable = true
+				must.Eq(t, Reconcile(g), Reconcile(adopted), must.Sprintf("%+v", g))
+				checked++
+			}
+		}
+	}
+	must.Eq(t, (1<<11)*6*3, checked)
+}

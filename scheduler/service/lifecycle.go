@@ -22,6 +22,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 	built := out.built
 	name := *tg.Name
 	key := model.KeyOf(job, name)
+	gatedHere := slices.Contains(gated, name)
 	g := lifecycle.Group{
 		Template:      model.Template(job),
 		Parameterized: job.IsParameterized(),
@@ -29,9 +30,9 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 		Batch:         pin.Batch(job),
 		Count:         pin.Count(tg),
 		Canary:        canaries(job, tg),
-		Gated:         slices.Contains(gated, name),
+		Gated:         gatedHere,
 		Dispatched:    job.Dispatched,
-		Adoptable:     s.cfg.AdoptUngatedOn() && pin.Wants(tg),
+		Adoptable:     s.cfg.AdoptUngatedOn() && !gatedHere && pin.Wants(tg), // its tasks read only when it may be adopted
 	}
 	if g.Template && g.Parameterized && !g.Gated {
 		if rec, ok := s.state.Record(job, name); ok {
