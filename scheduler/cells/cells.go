@@ -34,6 +34,8 @@ type Tree struct {
 	Cells []Cell
 	Root  int
 	Leaf  []int
+	// gpuCells are CellName's answers, by GPU, kept by Build.
+	gpuCells []string
 }
 
 // Build derives the cell tree of a node from its link matrix and the NUMA
@@ -71,7 +73,20 @@ func Build(m devicefn.Matrix, numa []int) (*Tree, error) {
 		b.t.Cells[b.t.Root].NUMA = true
 	}
 	b.depth(b.t.Root, 0)
+	b.t.gpuCells = make([]string, n)
+	for g := range n {
+		b.t.gpuCells[g] = b.t.Name(b.t.Smallest([]int{g}))
+	}
 	return b.t, nil
+}
+
+// CellName is Name(Smallest([]int{g})), the cell of GPU g alone, as Build
+// found it: every placement of one GPU names it.
+func (t *Tree) CellName(g int) string {
+	if g >= 0 && g < len(t.gpuCells) {
+		return t.gpuCells[g]
+	}
+	return t.Name(t.Smallest([]int{g}))
 }
 
 // domains groups GPU indices by NUMA node, in order of their first GPU.

@@ -80,6 +80,9 @@ func TestUnknownNUMAUsesSYSComponents(t *testing.T) {
 // parent, cells on one level never overlap, and every GPU has one leaf.
 func checkTree(t *testing.T, tree *Tree, n int) {
 	t.Helper()
+	for g := range tree.Leaf { // kept by Build: what Name and Smallest say of one GPU
+		must.Eq(t, tree.Name(tree.Smallest([]int{g})), tree.CellName(g))
+	}
 	must.Eq(t, n, tree.Cells[tree.Root].Size())
 	for i, c := range tree.Cells {
 		if len(c.Children) == 0 {
@@ -184,4 +187,11 @@ func FuzzBuild(f *testing.F) {
 		}
 		checkTree(t, tree, n)
 	})
+}
+
+// A node without GPUs has no cell to name.
+func TestCellNameWithoutGPUs(t *testing.T) {
+	tree, err := Build(devicefn.Matrix{}, nil)
+	must.NoError(t, err)
+	must.Eq(t, "no cell", tree.CellName(0))
 }

@@ -337,7 +337,11 @@ func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Pl
 			p.Shares = append(p.Shares, shareIDs(g.UUID, g.lowestFree(g.Shares))...)
 		}
 	}
-	p.Cell = grp.tree.Name(grp.tree.Smallest(local))
+	if len(local) == 1 {
+		p.Cell = grp.tree.CellName(local[0])
+	} else {
+		p.Cell = grp.tree.Name(grp.tree.Smallest(local))
+	}
 	// the reason is written into one buffer: a pass writes one for each
 	// of thousands of placements, and fmt's formatting of each part was
 	// a tenth of the step at 10,000 nodes
