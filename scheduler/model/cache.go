@@ -85,6 +85,15 @@ func (s *State) byObject(job *api.Job, p *parsed) {
 	s.parsedJob[job] = p
 }
 
+// dropParsedObject forgets which parse the object job, no longer the
+// state's, was found by (byObject): a job read again each pass would
+// otherwise leave one entry an object until they pile up.
+func (s *State) dropParsedObject(job *api.Job) {
+	s.cache.mu.Lock()
+	delete(s.parsedJob, job)
+	s.cache.mu.Unlock()
+}
+
 // Record is pin.ParseRecord, parsed once per job version, for a
 // placement Trust accepts.
 func (s *State) Record(job *api.Job, group string) (*pin.Record, bool) {

@@ -131,6 +131,7 @@ func (s *State) Prior(k decide.Key) (Prior, bool) {
 // forgetJob drops what the state keeps of a job that is gone: its
 // groups' earlier pins and what Nomad said of them.
 func (s *State) forgetJob(job *api.Job) {
+	s.dropParsedObject(job)
 	for _, tg := range job.TaskGroups {
 		delete(s.prior, KeyOf(job, *tg.Name))
 	}
@@ -219,6 +220,7 @@ func (s *State) PutJob(j *api.Job) {
 	}
 	if ok && prev != j {
 		s.keepPriors(prev, j)
+		s.dropParsedObject(prev)
 	}
 	s.Jobs[jobKey(j)] = j
 	s.changed.job(jobKey(j))
