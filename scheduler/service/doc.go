@@ -67,8 +67,12 @@
 //   - caches of what Nomad or the job says, rebuilt when lost: stages,
 //     positions and nomadSaid (the pass under way), priorRead (the pins of
 //     running allocations' versions) and feasibleOf (the nodes a group's
-//     rules allowed when last decided); and collected (collect_cache.go):
+//     rules allowed when last decided); nodeSets (feasible.go): the node
+//     sets groups' rules allowed in the last pass, kept while the
+//     snapshot's nodes are the same; and collected (collect_cache.go):
 //     what collect derived for each job in the passes before, reused until
 //     the model marks the job, a node it read, or its pinned shares'
-//     shortage changed, so that a pass looks again only at what changed.
+//     shortage changed, so that a pass looks again only at what changed
+//     (thousands of jobs at once are looked at on every processor:
+//     collect_workers.go).
 package service
