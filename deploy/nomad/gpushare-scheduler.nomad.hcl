@@ -85,9 +85,10 @@ variable "extra_config" {
 }
 
 # CPU (MHz) of the scheduler. A decision pass runs on one core; at thousands of
-# nodes parts of its read (the changed jobs' holds, the pins' confirmation) and
-# the pins it sends run on a second, so a large cluster's scheduler wants two
-# cores' worth (make bench measures a pass at 10,000 nodes on two).
+# nodes its read (the changed jobs' holds and groups, the pins' confirmation),
+# the undoing of the step's trial placements and the pins it sends use every
+# core it has, so a large cluster's scheduler wants two cores' worth (make bench
+# measures a pass at 10,000 nodes on two).
 variable "cpu" {
   type    = number
   default = 500
