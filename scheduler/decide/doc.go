@@ -5,7 +5,9 @@
 // the time and the configuration, and returns the actions to carry out —
 // pin, re-pin, preempt, reserve, refuse for good, or wait with a reason and
 // a place in the queue. It has no I/O, no goroutines and no clock, and it
-// leaves the snapshot as it found it.
+// leaves the snapshot as it found it (StepThenRestore hands that last part
+// to the caller, which puts the snapshot back beside what it does with the
+// actions).
 //
 // The scheduling service executes the actions against Nomad; the Gavel
 // simulator's gpushare policy executes them on its simulated cluster. The
