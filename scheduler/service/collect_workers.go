@@ -28,16 +28,21 @@ import (
 func (s *loop) deriveJobs(keys []string, out *collected, c *collectCache, beside func(out *collected)) {
 	workers := deriveWorkers(len(keys))
 	c.workers = workers
+	look := func(keys []string, part *collected) { // counted in part.looked
+		for _, k := range keys {
+			if job := s.state.Jobs[k]; job != nil {
+				part.looked++
+				s.deriveJob(k, job, part, c)
+			}
+		}
+	}
 	if workers <= 1 {
 		if beside != nil {
 			beside(out)
 		}
-		for _, k := range keys {
-			if job := s.state.Jobs[k]; job != nil {
-				c.looked++
-				s.deriveJob(k, job, out, c)
-			}
-		}
+		out.looked = 0
+		look(keys, out)
+		c.looked += out.looked
 		return
 	}
 	s.state.ForReaders() // the model's indexes built once, before they read it together
@@ -48,14 +53,7 @@ func (s *loop) deriveJobs(keys []string, out *collected, c *collectCache, beside
 		from, to := min(w*per, len(keys)), min((w+1)*per, len(keys))
 		part := out.part(to - from)
 		parts[w] = part
-		wg.Go(func() {
-			for _, k := range keys[from:to] {
-				if job := s.state.Jobs[k]; job != nil {
-					part.looked++
-					s.deriveJob(k, job, part, c)
-				}
-			}
-		})
+		wg.Go(func() { look(keys[from:to], part) })
 	}
 	var mine []func()
 	if beside != nil {

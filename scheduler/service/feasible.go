@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"weak"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/feasible"
@@ -153,16 +152,15 @@ func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group strin
 // of the state, in the snapshot or not. It does not keep the snapshot
 // alive (a model rebuilt drops its last one).
 type nodeSetMemo struct {
-	snap  weak.Pointer[placement.Snapshot]
-	epoch uint64
-	sets  map[string]nodeSet
+	of   snapEpoch
+	sets map[string]nodeSet
 }
 
 // knownNodeSets returns the node sets kept for snap, none when its nodes
 // are not those they were found on. The caller holds s.mu.
 func (s *loop) knownNodeSets(snap *placement.Snapshot) map[string]nodeSet {
-	if m := s.nodeSets; m.snap == weak.Make(snap) && m.epoch == snap.Epoch() {
-		return m.sets
+	if s.nodeSets.of.is(snap) {
+		return s.nodeSets.sets
 	}
 	return nil
 }
@@ -176,7 +174,7 @@ func (s *loop) keepNodeSets(snap *placement.Snapshot, seen map[string]nodeSet) {
 			sets[k] = ns
 		}
 	}
-	s.nodeSets = nodeSetMemo{snap: weak.Make(snap), epoch: snap.Epoch(), sets: sets}
+	s.nodeSets = nodeSetMemo{of: epochOf(snap), sets: sets}
 }
 
 // narrow returns the models a request may use (feasible.Selection.Narrow).

@@ -400,18 +400,35 @@ func (s *loop) checkGuarantees(snap *placement.Snapshot) {
 // shapeOf is clusterShape, hashed again only when the snapshot's nodes
 // changed (placement.Snapshot.Epoch): every GPU of the cluster is hashed.
 func (s *loop) shapeOf(snap *placement.Snapshot) uint64 {
-	if m, w := s.shape, weak.Make(snap); m.snap != w || m.epoch != snap.Epoch() {
-		s.shape = shapeMemo{snap: w, epoch: snap.Epoch(), hash: clusterShape(snap)}
+	if !s.shape.of.is(snap) {
+		s.shape = shapeMemo{of: epochOf(snap), hash: clusterShape(snap)}
 	}
 	return s.shape.hash
 }
 
-// shapeMemo is the clusterShape of a snapshot at an epoch. It does not
-// keep the snapshot alive (a model rebuilt drops its last one), and a new
-// snapshot is never taken for it, even at the same address.
+// shapeMemo is the clusterShape of a snapshot at an epoch.
 type shapeMemo struct {
-	snap        weak.Pointer[placement.Snapshot]
-	epoch, hash uint64
+	of   snapEpoch
+	hash uint64
+}
+
+// snapEpoch names a snapshot's nodes as they were at one epoch
+// (placement.Snapshot.Epoch), for what is kept while they are the same.
+// It does not keep the snapshot alive (a model rebuilt drops its last
+// one), and a new snapshot is never taken for it, even at the same
+// address.
+type snapEpoch struct {
+	snap  weak.Pointer[placement.Snapshot]
+	epoch uint64
+}
+
+func epochOf(snap *placement.Snapshot) snapEpoch {
+	return snapEpoch{snap: weak.Make(snap), epoch: snap.Epoch()}
+}
+
+// is reports whether snap's nodes are still those e named.
+func (e snapEpoch) is(snap *placement.Snapshot) bool {
+	return e.snap == weak.Make(snap) && e.epoch == snap.Epoch()
 }
 
 // clusterShape hashes what decides whether a group could ever fit: the
