@@ -32,7 +32,9 @@ type Config struct {
 	// require a Nomad ACL token that may read what is asked: read-job in
 	// the namespace for /v1/jobs, /v1/groups and /v1/unpairs, nodes for
 	// /v1/gpus. Unset, it is on whenever http_address listens beyond
-	// loopback (RequireToken). The page (/ui) asks for it in a form.
+	// loopback (RequireToken), and on loopback for a request a proxy
+	// forwarded (the service checks its headers). The page (/ui) asks
+	// for it in a form.
 	HTTPRequireToken *bool `hcl:"http_require_token,optional"`
 	// HTTPAllowedHosts are the Host header names the API answers besides
 	// localhost and loopback addresses while http_address is a loopback

@@ -20,7 +20,9 @@ import (
 // token; answers are kept for authTTL. /v1/health and /metrics stay open
 // (probes and scrapers); they name no job. A browser cannot send a
 // header: the page's token form (/ui/login) keeps the token in a cookie,
-// read wherever the token is.
+// read wherever the token is. Unset, the token is required beyond
+// loopback, and on loopback for every request a proxy forwarded
+// (tokenRequired).
 
 // Errors of authorize.
 var (
@@ -112,10 +114,44 @@ func (v *visibility) can(ns string) bool {
 	return ok
 }
 
+// tokenRequired says whether request r must carry a token:
+// http_require_token when set; unset, whenever the API listens beyond
+// loopback, and on loopback for a request a proxy forwarded. A reverse
+// proxy on the same host connects from loopback and, with common
+// defaults, passes Host 127.0.0.1 on: without this, whoever reaches the
+// proxy would read the loopback API as a local program does.
+func (s *httpAPI) tokenRequired(r *http.Request) bool {
+	if s.cfg.HTTPRequireToken != nil {
+		return *s.cfg.HTTPRequireToken
+	}
+	return s.cfg.RequireToken() || forwarded(r)
+}
+
+// forwardHeaders are the headers proxies add to a request they forward
+// (RFC 7239's Forwarded, the de facto X-Forwarded-For/-Host/-Proto/...,
+// RFC 9110's Via, nginx's X-Real-IP).
+var forwardHeaders = []string{"Forwarded", "Via", "X-Real-Ip", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Server", "X-Forwarded-Prefix"}
+
+// forwarded reports whether a proxy forwarded r: it carries one of
+// forwardHeaders, or any other X-Forwarded-* header.
+func forwarded(r *http.Request) bool {
+	for _, h := range forwardHeaders {
+		if _, ok := r.Header[h]; ok {
+			return true
+		}
+	}
+	for h := range r.Header {
+		if strings.HasPrefix(h, "X-Forwarded-") {
+			return true
+		}
+	}
+	return false
+}
+
 // authorize checks that the request's token may read scope; nil when
 // tokens are not required.
 func (s *httpAPI) authorize(r *http.Request, scope authScope) error {
-	if !s.cfg.RequireToken() {
+	if !s.tokenRequired(r) {
 		return nil
 	}
 	// no token is asked about too: on a cluster without ACLs Nomad answers

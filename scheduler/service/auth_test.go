@@ -101,6 +101,45 @@ func TestHTTPBeyondLoopbackRequiresAToken(t *testing.T) {
 	}
 }
 
+// On loopback, a request a proxy forwarded needs the token: a reverse
+// proxy on the same host connects from 127.0.0.1 and, with common
+// defaults, sends Host 127.0.0.1, so without the check whoever reaches the
+// proxy reads the token-less loopback API. A local program's request (no
+// proxy's header) still needs none; http_require_token = false is obeyed.
+func TestHTTPForwardedOnLoopbackRequiresAToken(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, tokens: map[string][]string{"ops": {"*"}}}
+	s := withConfig(t, f, func(c *config.Config) { c.HTTPAddress = "127.0.0.1:0" })
+	get := func(s *Service, path, header, value, token string) *httptest.ResponseRecorder {
+		req := apiRequest("GET", path, nil)
+		if header != "" {
+			req.Header.Set(header, value)
+		}
+		if token != "" {
+			req.Header.Set("X-Nomad-Token", token)
+		}
+		rr := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rr, req)
+		return rr
+	}
+	for _, h := range [][2]string{
+		{"Forwarded", "for=203.0.113.7;proto=https"}, {"X-Forwarded-For", "203.0.113.7"}, {"X-Forwarded-Host", "gpushare.example"},
+		{"X-Forwarded-Proto", "https"}, {"X-Forwarded-Port", "443"}, {"X-Forwarded-Uri", "/v1/groups"}, {"Via", "1.1 proxy"}, {"X-Real-IP", "203.0.113.7"},
+	} {
+		for _, path := range []string{"/v1/groups", "/v1/gpus", "/v1/jobs/x", "/v1/vcs"} {
+			rr := get(s, path, h[0], h[1], "")
+			must.EqOp(t, 401, rr.Code, must.Sprintf("%s: %s forwarded without a token: %s", path, h[0], rr.Body.String()))
+			must.EqOp(t, 401, get(s, path, h[0], h[1], "bogus").Code, must.Sprintf("%s: %s with a bad token", path, h[0]))
+		}
+		must.EqOp(t, 200, get(s, "/v1/groups", h[0], h[1], "ops").Code, must.Sprint(h[0], " with a token Nomad knows"))
+		must.EqOp(t, 200, get(s, "/v1/health", h[0], h[1], "").Code, must.Sprint("probes stay open"))
+		must.EqOp(t, 200, get(s, "/ui/login", h[0], h[1], "").Code, must.Sprint("the page asks for the token"))
+	}
+	must.EqOp(t, 200, get(s, "/v1/groups", "", "", "").Code, must.Sprint("a local program needs no token"))
+	must.EqOp(t, 303, get(s, "/ui/login", "", "", "").Code, must.Sprint("no form for a local browser"))
+	off := withConfig(t, f, func(c *config.Config) { c.HTTPAddress = "127.0.0.1:0"; c.HTTPRequireToken = ptr(false) })
+	must.EqOp(t, 200, get(off, "/v1/groups", "X-Forwarded-For", "203.0.113.7", "").Code, must.Sprint("http_require_token = false"))
+}
+
 // With http_cert_file and http_key_file the API is served over TLS.
 func TestHTTPServesTLS(t *testing.T) {
 	dir := t.TempDir()

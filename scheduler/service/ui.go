@@ -43,7 +43,7 @@ func (s *httpAPI) uiRoutes(mux *http.ServeMux) {
 
 func (s *httpAPI) session(r *http.Request) webui.Session {
 	_, err := r.Cookie(tokenCookie)
-	return webui.Session{Required: s.cfg.RequireToken(), SignedIn: err == nil}
+	return webui.Session{Required: s.tokenRequired(r), SignedIn: err == nil}
 }
 
 func (s *httpAPI) links() webui.Links { return webui.Links{NomadUI: s.cfg.Nomad.UIAddress} }
@@ -223,7 +223,7 @@ func (s *httpAPI) uiHistory(m *gpumap.Map, visible func(ns string) bool) webui.H
 }
 
 func (s *httpAPI) handleUILoginForm(w http.ResponseWriter, r *http.Request) {
-	if !s.cfg.RequireToken() {
+	if !s.tokenRequired(r) {
 		http.Redirect(w, r, "/ui", http.StatusSeeOther)
 		return
 	}
@@ -238,7 +238,7 @@ func (s *httpAPI) handleUILogin(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "the token form must be sent from this scheduler's own page", http.StatusForbidden)
 		return
 	}
-	if !s.cfg.RequireToken() {
+	if !s.tokenRequired(r) {
 		http.Redirect(w, r, "/ui", http.StatusSeeOther)
 		return
 	}
