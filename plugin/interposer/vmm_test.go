@@ -29,7 +29,7 @@ func vmmprog(t *testing.T) (*binaries, run) {
 	b := build(t)
 	vmmOnce.Do(func() {
 		p := filepath.Join(b.dir, "vmmprog")
-		out, err := exec.Command(compiler(), "-O2", "-Wall", "-Wextra", "-Werror", "-o", p, "testdata/vmmprog.c", "-ldl").CombinedOutput()
+		out, err := exec.Command(compiler(), "-O2", "-Wall", "-Wextra", "-Werror", "-o", p, "testdata/vmmprog.c", "-ldl", "-pthread").CombinedOutput()
 		if err != nil {
 			vmmErr = fmt.Errorf("vmmprog: %v\n%s", err, out)
 			return

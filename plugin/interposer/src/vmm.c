@@ -16,7 +16,8 @@
  *     (CU_MEMPOOL_ATTR_RELEASE_THRESHOLD; XLA and TensorFlow set it high).
  *     A pool is charged what it reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT),
  *     settled after each of its allocations and frees and before memory
- *     info; an allocation is charged its size ahead, then settled. A charge
+ *     info; an allocation is charged ahead what the pool's idle reserve
+ *     cannot cover, then settled, one step per pool (its step lock). A charge
  *     that would go over the cap first trims every pool this process used
  *     (cuMemPoolTrimTo(pool, 0): idle reserve back to the driver) and tries
  *     again (gs_trim_reserved, from gs_charge).
@@ -209,7 +210,11 @@ enum {
 };
 #define MAX_POOLS 64
 
-static struct { CUmemoryPool p; uint64_t charged; } pools[MAX_POOLS];
+/* step: held from an allocation's charge to its settle, so threads
+ * allocating from one pool at once never count the same idle reserve
+ * (issue 44, 8); frees of the pool settle under it too. Lock order:
+ * step, then pmu; under pmu a step is only tried (trim, memory info). */
+static struct { CUmemoryPool p; uint64_t charged; pthread_mutex_t step; } pools[MAX_POOLS];
 static int npools;
 static pthread_mutex_t pmu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -260,6 +265,7 @@ static int pool_index(CUmemoryPool p)
         return -1;
     pools[npools].p = p;
     pools[npools].charged = 0;
+    pthread_mutex_init(&pools[npools].step, NULL);
     return npools++;
 }
 
@@ -320,8 +326,12 @@ void gs_settle_reserved(void)
     if (!L.have_memory)
         return;
     pthread_mutex_lock(&pmu);
-    for (int i = 0; i < npools; i++)
+    for (int i = 0; i < npools; i++) {
+        if (pthread_mutex_trylock(&pools[i].step) != 0)
+            continue; /* an allocation in flight settles it */
         settle(i, 0);
+        pthread_mutex_unlock(&pools[i].step);
+    }
     settle_graph(0);
     pthread_mutex_unlock(&pmu);
 }
@@ -332,11 +342,16 @@ int gs_trim_reserved(void)
     int trimmed = 0;
     pthread_mutex_lock(&pmu);
     for (int i = 0; i < npools; i++) {
+        /* a pool an allocation is in flight on (this thread's own: trimming
+         * it would only raise what that allocation must be charged) */
+        if (pthread_mutex_trylock(&pools[i].step) != 0)
+            continue;
         uint64_t before = pools[i].charged;
         if (pool_trim)
             pool_trim(pools[i].p, 0);
         settle(i, 0);
         trimmed |= pools[i].charged < before;
+        pthread_mutex_unlock(&pools[i].step);
     }
     uint64_t before = graph_charged;
     settle_graph(1);
@@ -345,22 +360,24 @@ int gs_trim_reserved(void)
     return trimmed;
 }
 
-/* Charge ahead (pool p, or the current one when cur), call, settle. */
+/* One allocation from a pool: charge ahead what its idle reserve cannot
+ * cover, call, settle, all under the pool's step lock (pool_begin to
+ * pool_end), so concurrent allocations from one pool never each count the
+ * same idle reserve (issue 44, 8: 8 threads asking 3 GiB of a pool with
+ * 3 GiB idle got 5 grants). A pool the driver cannot describe is charged
+ * the whole size. */
 #define POOL_ALLOC(pool, cur, call)                                          \
     do {                                                                     \
         if (!L.have_memory)                                                  \
             return (call);                                                   \
-        pthread_once(&syms_once, load_syms);                                 \
-        __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED); /* capture? */    \
-        CUmemoryPool p_ = (cur) ? current_pool() : (pool);                   \
-        uint64_t idle_ = 0;                                                  \
-        if (p_ && pool_idle(p_, &idle_) != 0)                                \
-            p_ = NULL; /* the driver cannot say what it reserves */          \
-        uint64_t a_ = !p_ ? n : n > idle_ ? n - idle_ : 0;                   \
-        if (gs_charge(a_) != CUDA_SUCCESS)                                   \
+        uint64_t a_ = n;                                                     \
+        int i_ = pool_begin((cur) ? NULL : (pool), (cur), &a_);              \
+        if (gs_charge(a_) != CUDA_SUCCESS) {                                 \
+            pool_end(i_);                                                    \
             return CUDA_ERROR_OUT_OF_MEMORY;                                 \
+        }                                                                    \
         CUresult r_ = (call);                                                \
-        return pool_settle_alloc(r_, p_, dptr, a_);                          \
+        return pool_settle_alloc(r_, i_, dptr, a_);                          \
     } while (0)
 
 /* The pool's idle reserve (reserved less used): what an allocation from it
@@ -375,23 +392,54 @@ static int pool_idle(CUmemoryPool p, uint64_t *idle)
     return 0;
 }
 
-/* ahead: what the allocation was charged before the call. */
-static CUresult pool_settle_alloc(CUresult r, CUmemoryPool p, CUdeviceptr *dptr, uint64_t n)
+/* Starts an allocation of *n bytes from pool (the current device's when
+ * cur): the pool's index, its step lock held, and *n lowered to what its
+ * idle reserve cannot cover; -1 (nothing held, *n whole) for a pool the
+ * driver cannot describe or the table cannot hold. */
+static int pool_begin(CUmemoryPool pool, int cur, uint64_t *n)
 {
-    int i = -1;
-    if (p) {
-        pthread_mutex_lock(&pmu);
-        if ((i = pool_index(p)) >= 0)
-            settle(i, n);
-        pthread_mutex_unlock(&pmu);
+    pthread_once(&syms_once, load_syms);
+    __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED); /* capture? */
+    CUmemoryPool p = cur ? current_pool() : pool;
+    if (!p)
+        return -1;
+    pthread_mutex_lock(&pmu);
+    int i = pool_index(p);
+    pthread_mutex_unlock(&pmu);
+    if (i < 0)
+        return -1;
+    pthread_mutex_lock(&pools[i].step);
+    uint64_t idle = 0;
+    if (pool_idle(p, &idle) != 0) {
+        pthread_mutex_unlock(&pools[i].step);
+        return -1;
     }
+    *n = *n > idle ? *n - idle : 0;
+    return i;
+}
+
+static void pool_end(int i)
+{
+    if (i >= 0)
+        pthread_mutex_unlock(&pools[i].step);
+}
+
+/* Ends the allocation pool_begin started; ahead: what it was charged
+ * before the call. */
+static CUresult pool_settle_alloc(CUresult r, int i, CUdeviceptr *dptr, uint64_t ahead)
+{
     if (i >= 0) {
+        pthread_mutex_lock(&pmu);
+        settle(i, ahead);
+        CUmemoryPool p = pools[i].p;
+        pthread_mutex_unlock(&pmu);
+        pool_end(i);
         if (r == CUDA_SUCCESS)
             gs_track_add(GS_POOLPTR, *dptr, (uint64_t)(uintptr_t)p);
     } else if (r == CUDA_SUCCESS) {
-        gs_track_add(GS_PTR, *dptr, n); /* pool unknown: keeps its charge */
+        gs_track_add(GS_PTR, *dptr, ahead); /* pool unknown: keeps its charge */
     } else {
-        gs_uncharge(n);
+        gs_uncharge(ahead);
     }
     return r;
 }
@@ -434,9 +482,14 @@ CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool)
     }
     pthread_mutex_lock(&pmu);
     int i = pool_index((CUmemoryPool)(uintptr_t)pool);
-    if (i >= 0)
-        settle(i, 0);
     pthread_mutex_unlock(&pmu);
+    if (i >= 0) {
+        pthread_mutex_lock(&pools[i].step); /* after an allocation in flight */
+        pthread_mutex_lock(&pmu);
+        settle(i, 0);
+        pthread_mutex_unlock(&pmu);
+        pthread_mutex_unlock(&pools[i].step);
+    }
     return r;
 }
 

@@ -29,6 +29,7 @@ typedef struct {
 #define MAXA 65536
 static struct { uint64_t addr, size; unsigned flags; } live[MAXA]; /* flags: F_MANAGED | F_PREFER_DEV */
 static uint64_t used, total, next_addr = 0x700000000000ull;
+static uint64_t peak; /* the most used ever held: fakecuda_peak() */
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void init_total(void)
@@ -55,6 +56,7 @@ static CUresult fake_alloc(unsigned long long *out, uint64_t n)
                 *out = next_addr;
                 next_addr += (n + 255) / 256 * 256 + 256;
                 used += n;
+                peak = used > peak ? used : peak;
                 r = 0;
                 break;
             }
@@ -85,6 +87,7 @@ static CUresult fake_free(uint64_t a)
 }
 
 uint64_t fakecuda_used(void) { return used; }
+uint64_t fakecuda_peak(void) { return peak; }
 
 /* not a driver call: the end of the RTLD_NEXT chain of testdata/nextlib.c */
 int gs_probe(void) { return 1; }

@@ -32,6 +32,7 @@
  */
 
 #include <fcntl.h>
+#include <unistd.h>
 
 /* ---- VMM handles -------------------------------------------------------- */
 
@@ -250,6 +251,12 @@ static CUresult pool_alloc(int pi, CUdeviceptr *out, size_t n)
 {
     if (!out || !n || pi < 0)
         return 1;
+    /* FAKECUDA_POOL_ALLOC_US: the call takes that long before it looks at
+     * the pool (a real driver's is not instant), so threads allocating at
+     * once overlap in it */
+    const char *slow = getenv("FAKECUDA_POOL_ALLOC_US");
+    if (slow)
+        usleep((useconds_t)atol(slow));
     CUresult r = 2;
     pthread_mutex_lock(&mu);
     init_total();
@@ -263,6 +270,7 @@ static CUresult pool_alloc(int pi, CUdeviceptr *out, size_t n)
             *out = next_addr;
             next_addr += (n + 255) / 256 * 256 + 256;
             used += grow;
+            peak = used > peak ? used : peak;
             pools[pi].reserved += grow;
             pools[pi].used += n;
             r = 0;

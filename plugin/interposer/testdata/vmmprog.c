@@ -22,13 +22,17 @@
  *   replay:G        cuGraphInstantiateWithFlags of graph G, then
  *                   cuGraphLaunch of it on the NULL stream (which
  *                   allocates its memory nodes, as the driver does)
+ *   race:T:N        T threads, started together, each cuMemAllocAsync
+ *                   of N bytes ("race 0 <grants>"; each grant is held)
  *   info            cuMemGetInfo_v2 ("info <rc> <free> <total>")
  *   fake            what the fake device really holds ("fake 0 <bytes>")
+ *   peak            the most it ever held ("peak 0 <bytes>")
  *   exec            execs this program again with the commands after it
  *                   (same pid, a new image)
  *   wait            blocks until stdin closes ("wait 0" after) */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,6 +77,20 @@ static void hold(u64 v, u64 size)
         sizes[nheld] = size;
         held[nheld++] = v;
     }
+}
+
+/* race: each thread's allocation, after a barrier */
+static pthread_barrier_t bar;
+static u64 race_n;
+static struct { u64 p; CUresult r; } races[64];
+
+static void *racer(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    CUresult (*f)(u64 *, size_t, void *) = CALL(CUresult (*)(u64 *, size_t, void *), "cuMemAllocAsync");
+    pthread_barrier_wait(&bar);
+    races[k].r = f(&races[k].p, race_n, NULL);
+    return NULL;
 }
 
 int main(int argc, char **argv)
@@ -155,6 +173,25 @@ int main(int argc, char **argv)
                 &exec, (void *)(uintptr_t)held[a], 0);
             if (!r)
                 r = CALL(CUresult (*)(void *, void *), "cuGraphLaunch")(exec, NULL);
+        } else if (strncmp(c, "race:", 5) == 0) {
+            pthread_t t[64];
+            int nt = a < 64 ? (int)a : 64, grants = 0;
+            race_n = b;
+            pthread_barrier_init(&bar, NULL, (unsigned)nt);
+            for (int k = 0; k < nt; k++)
+                pthread_create(&t[k], NULL, racer, (void *)(intptr_t)k);
+            for (int k = 0; k < nt; k++)
+                pthread_join(t[k], NULL);
+            for (int k = 0; k < nt; k++)
+                if (races[k].r == 0) {
+                    grants++;
+                    hold(races[k].p, b);
+                }
+            printf("race 0 %d\n", grants);
+            continue;
+        } else if (strcmp(c, "peak") == 0) {
+            printf("peak 0 %llu\n", (u64)CALL(uint64_t (*)(void), "fakecuda_peak")());
+            continue;
         } else if (strcmp(c, "info") == 0) {
             size_t f = 0, t = 0;
             r = CALL(CUresult (*)(size_t *, size_t *), "cuMemGetInfo_v2")(&f, &t);
