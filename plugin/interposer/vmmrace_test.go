@@ -22,3 +22,35 @@ func TestConcurrentPoolAllocationsWithinCap(t *testing.T) {
 		"peak 0 "+g(3), // never over the cap
 		"info 0 "+g(1)+" "+g(4))
 }
+
+// Issue 44, 10: an allocation another process imported
+// (cuMemImportFromShareableHandle: PyTorch's CUDA IPC, vLLM's workers,
+// NCCL's cuMem buffers) stays on the device after its creator released and
+// unmapped it, and the creator's charge went: it then allocated 3 GiB more,
+// 6 GiB on the device under a 4 GiB cap. The importer is charged from its
+// first mapping until its own release and unmap. (The fake imports this
+// process's own export, standing for another process's: the library
+// cannot tell them apart.)
+func TestImportedAllocationCharged(t *testing.T) {
+	for _, mode := range []string{"dlsym", "procaddr"} {
+		t.Run(mode, func(t *testing.T) {
+			b, r := vmmprog(t)
+			r.mode = mode
+			got := r.output(t, b,
+				// the exporter: 0 handle, 1 range, 2 fd
+				"createx:"+g(3), "reserve:"+g(3), "map:1:0", "export:0",
+				// the importer: 3 handle, 4 range
+				"import:2", "reserve:"+g(3), "map:4:3",
+				// the exporter lets go; the importer holds it
+				"unmap:1:"+g(3), "release:0", "fake", "create:"+g(3),
+				// the importer lets go: the device gets it back
+				"release:3", "unmap:4:"+g(3), "fake", "create:"+g(3), "fake", "peak")
+			check(t, got, "createx 0", "reserve 0", "map 0", "export 0",
+				"import 0", "reserve 0", "map 0",
+				"unmap 0", "release 0", "fake 0 "+g(3),
+				"create 2", // the import holds 3 of the 4 GiB (before: granted, 6 GiB)
+				"release 0", "unmap 0", "fake 0 0", "create 0", "fake 0 "+g(3),
+				"peak 0 "+g(3))
+		})
+	}
+}

@@ -145,7 +145,7 @@ CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
     X(cuMemFreeAsync_ptsz) X(cuMemRelease) X(cuArrayDestroy)                \
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
     X(cuGetProcAddress_v2) X(cuMemMap) X(cuMemUnmap)                        \
-    X(cuMemRetainAllocationHandle)                                          \
+    X(cuMemRetainAllocationHandle) X(cuMemImportFromShareableHandle)        \
     X(cuGraphAddMemAllocNode)                                               \
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                   \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)            \

@@ -47,6 +47,7 @@ typedef void *CUmemoryPool;
 typedef CUresult (*cuMemCreate_fn)(CUmemGenericAllocationHandle *, size_t, const void *, unsigned long long);
 typedef CUresult (*cuMemRelease_fn)(CUmemGenericAllocationHandle);
 typedef CUresult (*cuMemRetainAllocationHandle_fn)(CUmemGenericAllocationHandle *, void *);
+typedef CUresult (*cuMemImportFromShareableHandle_fn)(CUmemGenericAllocationHandle *, void *, int);
 typedef CUresult (*cuMemMap_fn)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
 typedef CUresult (*cuMemUnmap_fn)(CUdeviceptr, size_t);
 typedef CUresult (*cuMemAllocAsync_fn)(CUdeviceptr *, size_t, CUstream);
@@ -61,8 +62,10 @@ typedef cuMemAllocFromPoolAsync_fn cuMemAllocFromPoolAsync_ptsz_fn;
 
 /* ---- VMM handles ------------------------------------------------------ */
 
-/* refs: the handle's references (its creation and each retain), maps: the
- * ranges mapping it; the driver frees it when both are 0 */
+/* refs: the handle's references (its creation or import and each
+ * retain), maps: the ranges mapping it; the driver frees it when both are
+ * 0 (for this process: an imported allocation may live on in another).
+ * bytes 0: imported, charged at its first mapping. */
 struct handle { CUmemGenericAllocationHandle h; uint64_t bytes; uint32_t maps, refs; };
 struct mapping { CUdeviceptr va; CUmemGenericAllocationHandle h; };
 
@@ -131,13 +134,46 @@ EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAl
     CUresult r = f(va, size, off, h, flags);
     if (r != CUDA_SUCCESS || !L.have_memory)
         return r;
+    uint64_t charge = 0;
     pthread_mutex_lock(&vmu);
     struct handle *e = find_handle(h);
-    /* a handle we did not charge (imported from another process) is not followed */
+    /* a handle we never saw made (nor imported) is not followed */
     if (e && e->refs && room((void **)&ms, &capm, nm, sizeof *ms) == 0) {
         e->maps++;
         ms[nm++] = (struct mapping){va, h};
+        if (!e->bytes) /* imported: the mapping says how large */
+            charge = e->bytes = size;
     }
+    pthread_mutex_unlock(&vmu);
+    /* after the fact, over the cap if need be: the memory is held now (a
+     * refusal here would be an error cuMemMap does not return) */
+    if (charge)
+        gs_region_force_charge(charge);
+    return r;
+}
+
+/* An allocation another process exported (PyTorch's CUDA IPC, vLLM's
+ * workers, NCCL's cuMem buffers): the driver keeps it while any process
+ * holds a reference or a mapping (cuMemRelease: "including its shareable
+ * counterparts"), so its exporter's charge may go while this process
+ * holds it (issue 44, 10). The importer is charged too, from its first
+ * mapping (the import does not say how large) until its last release and
+ * unmap, as a handle it made. The same handle back (an import of this
+ * process's own export, where the driver gives the handle again) is one
+ * more reference, as a retain. */
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *h, void *os, int type)
+{
+    cuMemImportFromShareableHandle_fn f = REAL(cuMemImportFromShareableHandle);
+    NEED(f);
+    CUresult r = f(h, os, type);
+    if (r != CUDA_SUCCESS || !L.have_memory || !h)
+        return r;
+    pthread_mutex_lock(&vmu);
+    struct handle *e = find_handle(*h);
+    if (e)
+        e->refs++;
+    else if (room((void **)&hs, &caph, nh, sizeof *hs) == 0)
+        hs[nh++] = (struct handle){*h, 0, 0, 1};
     pthread_mutex_unlock(&vmu);
     return r;
 }

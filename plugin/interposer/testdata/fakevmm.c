@@ -12,7 +12,16 @@
  *     reference left cannot be mapped or exported.
  *   - cuMemExportToShareableHandle: only for a handle type the allocation
  *     was created with (CUmemAllocationProp.requestedHandleTypes), else
- *     CUDA_ERROR_INVALID_VALUE; a POSIX file descriptor here is /dev/null.
+ *     CUDA_ERROR_INVALID_VALUE; a POSIX file descriptor here is a memfd,
+ *     its inode naming the allocation.
+ *   - cuMemImportFromShareableHandle: a new handle (one handle reference
+ *     of its own) to the exported allocation, which stays until "all
+ *     outstanding references to the handle (including its shareable
+ *     counterparts)" and mappings are gone (cuMemRelease): an importer
+ *     keeps it after its creator released and unmapped it. The fake finds
+ *     the allocation by the descriptor's inode in its own table, so an
+ *     import is of this process's export (the tests' importer stands for
+ *     another process: the library cannot tell them apart).
  *   - cuMemGetAllocationGranularity: 2 MiB, minimum and recommended;
  *     cuMemSetAccess: the range must start at a mapping.
  *   - Stream-ordered pools (cuMemAllocAsync, cuMemAllocFromPoolAsync): a
@@ -32,23 +41,36 @@
  */
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* ---- VMM handles -------------------------------------------------------- */
 
 #define MAXH 4096
-static struct { uint64_t h; uint32_t refs, hrefs; int released, types; } handles[MAXH];
+/* A slot per handle: refs (the allocation's references: its handles' and
+ * mappings') are kept in the allocation's own slot, of (an imported
+ * handle's slot names its allocation's; a created one's, itself, + 1). */
+static struct { uint64_t h; uint32_t refs, hrefs; int released, types, of; uint64_t ino; } handles[MAXH];
 static struct { uint64_t va, h, size; } vmaps[MAXH];
 static uint64_t next_va = 0x7f0000000000ull;
 
-/* Under mu: drops one reference of handle slot i; the handle to free (its
- * last reference gone) or 0. */
+/* Under mu: the slot of handle slot i's allocation. */
+static int alloc_of(int i) { return handles[i].of ? handles[i].of - 1 : i; }
+
+/* Under mu: drops one reference of handle slot i's allocation; the
+ * allocation to free (its last reference gone) or 0. Its imported handles
+ * go with it. */
 static uint64_t unref(int i)
 {
+    i = alloc_of(i);
     if (--handles[i].refs)
         return 0;
     uint64_t h = handles[i].h;
     handles[i].h = 0;
+    for (int k = 0; k < MAXH; k++)
+        if (handles[k].h && handles[k].of == i + 1)
+            handles[k].h = 0;
     return h;
 }
 
@@ -75,6 +97,8 @@ CUresult cuMemCreate(unsigned long long *h, size_t n, const void *prop, unsigned
         handles[i].refs = handles[i].hrefs = 1; /* the handle's own reference */
         handles[i].released = 0;
         handles[i].types = prop ? ((const int *)prop)[1] : 0; /* requestedHandleTypes */
+        handles[i].of = 0;
+        handles[i].ino = 0;
     }
     pthread_mutex_unlock(&mu);
     if (i == MAXH)
@@ -127,7 +151,7 @@ CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, unsigned long long h,
             vmaps[m].va = va;
             vmaps[m].h = h;
             vmaps[m].size = size;
-            handles[i].refs++;
+            handles[alloc_of(i)].refs++;
             r = 0;
             break;
         }
@@ -166,7 +190,7 @@ CUresult cuMemRetainAllocationHandle(unsigned long long *h, void *addr)
     for (int m = 0; m < MAXH; m++) {
         int i = vmaps[m].va ? handle_slot(vmaps[m].h) : -1;
         if (i >= 0 && vmaps[m].va <= (uintptr_t)addr && (uintptr_t)addr - vmaps[m].va < vmaps[m].size) {
-            handles[i].refs++;
+            handles[alloc_of(i)].refs++;
             handles[i].hrefs++;
             handles[i].released = 0;
             *h = handles[i].h;
@@ -222,15 +246,53 @@ CUresult cuMemExportToShareableHandle(void *out, unsigned long long h, int type,
     (void)f;
     pthread_mutex_lock(&mu);
     int i = handle_slot(h);
-    int ok = i >= 0 && handles[i].hrefs && (handles[i].types & type) && type == 1;
+    int ok = i >= 0 && handles[i].hrefs && (handles[alloc_of(i)].types & type) && type == 1;
+    int fd = ok ? memfd_create("fakecuda-export", MFD_CLOEXEC) : -1;
+    struct stat st;
+    if (fd >= 0 && fstat(fd, &st) == 0)
+        handles[alloc_of(i)].ino = st.st_ino;
     pthread_mutex_unlock(&mu);
     if (!ok)
         return 1;
-    int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 2;
     *(int *)out = fd;
     return 0;
+}
+
+/* type 1: osHandle is the descriptor, as an integer in the pointer. */
+CUresult cuMemImportFromShareableHandle(unsigned long long *h, void *osHandle, int type)
+{
+    struct stat st;
+    if (!h || type != 1 || fstat((int)(intptr_t)osHandle, &st) != 0)
+        return 1;
+    CUresult r = 1;
+    pthread_mutex_lock(&mu);
+    for (int a = 0; a < MAXH; a++) {
+        if (!handles[a].h || handles[a].of || handles[a].ino != st.st_ino)
+            continue;
+        int i;
+        for (i = 0; i < MAXH && handles[i].h; i++)
+            ;
+        if (i == MAXH) {
+            r = 2;
+            break;
+        }
+        handles[i].h = next_va; /* a value of its own */
+        next_va += 2u << 20;
+        handles[i].hrefs = 1;
+        handles[i].refs = 0;
+        handles[i].released = 0;
+        handles[i].types = 0;
+        handles[i].of = a + 1;
+        handles[i].ino = 0;
+        handles[a].refs++; /* the import's reference to the allocation */
+        *h = handles[i].h;
+        r = 0;
+        break;
+    }
+    pthread_mutex_unlock(&mu);
+    return r;
 }
 
 /* ---- stream-ordered pools ----------------------------------------------- */
@@ -480,7 +542,7 @@ static const struct { const char *name; void *fn; } vmm_table[] = {
     FV(cuMemPoolTrimTo), FV(cuGraphAddMemAllocNode), FV(cuGraphAddMemFreeNode),
     FV(cuDeviceGetGraphMemAttribute), FV(cuDeviceGraphMemTrim), FV(cuMemRetainAllocationHandle),
     FV(cuMemGetAddressRange_v2), FV(cuMemGetAllocationGranularity), FV(cuMemSetAccess),
-    FV(cuMemExportToShareableHandle), FV(cuMemPoolDestroy),
+    FV(cuMemExportToShareableHandle), FV(cuMemImportFromShareableHandle), FV(cuMemPoolDestroy),
 };
 
 static void *fakevmm_find(const char *n)

@@ -7,6 +7,10 @@
  * "<cmd> <rc> [values]". Commands that make something append it to a list;
  * later commands name it by its index in that list (I, H, V, P below).
  *   create:N        cuMemCreate of N bytes
+ *   createx:N       the same, exportable as a POSIX file descriptor
+ *   export:H        cuMemExportToShareableHandle of H (an fd, listed)
+ *   import:F        cuMemImportFromShareableHandle of fd F (a handle, of
+ *                   the exported one's size for map)
  *   reserve:N       cuMemAddressReserve of N bytes
  *   map:V:H         cuMemMap handle H at the start of range V, whole handle
  *   unmap:V:N       cuMemUnmap of N bytes at the start of range V
@@ -118,6 +122,18 @@ int main(int argc, char **argv)
         if (strncmp(c, "create:", 7) == 0) {
             r = CALL(CUresult (*)(u64 *, size_t, const void *, u64), "cuMemCreate")(&v, a, NULL, 0);
             if (!r) hold(v, a);
+        } else if (strncmp(c, "createx:", 8) == 0) {
+            int prop[8] = {1, 1}; /* pinned, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR */
+            r = CALL(CUresult (*)(u64 *, size_t, const void *, u64), "cuMemCreate")(&v, a, prop, 0);
+            if (!r) hold(v, a);
+        } else if (strncmp(c, "export:", 7) == 0) {
+            int fd = -1;
+            r = CALL(CUresult (*)(void *, u64, int, u64), "cuMemExportToShareableHandle")(&fd, held[a], 1, 0);
+            if (!r) hold((u64)fd, sizes[a]);
+        } else if (strncmp(c, "import:", 7) == 0) {
+            r = CALL(CUresult (*)(u64 *, void *, int), "cuMemImportFromShareableHandle")(
+                &v, (void *)(uintptr_t)held[a], 1);
+            if (!r) hold(v, sizes[a]);
         } else if (strncmp(c, "reserve:", 8) == 0) {
             r = CALL(CUresult (*)(u64 *, size_t, size_t, u64, u64), "cuMemAddressReserve")(&v, a, 0, 0, 0);
             if (!r) hold(v, a);
