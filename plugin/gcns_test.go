@@ -29,7 +29,7 @@ func TestGarbageCollectionAcrossPidNamespaces(t *testing.T) {
 	res, err := p.Reserve(shares(1, 0, 25))
 	must.NoError(t, err)
 	dir := res.Envs[EnvLimits]
-	usage := filepath.Join(dir, "region", "usage")
+	usage := filepath.Join(dir, "region", res.Envs[EnvRegion], "usage")
 	writeRegion(t, usage, 1<<30, 12345)
 	b, err := os.ReadFile(usage)
 	must.NoError(t, err)

@@ -37,10 +37,12 @@ const (
 
 	limitsFile = "limits"
 	usageFile  = "usage"
-	// regionDir in a reservation's directory (1733): where the library's
-	// first process creates usageFile, 0600 and its own user's, so the
-	// file is not world-writable on the host and any user a task runs as
-	// can make it
+	// regionDir in a reservation's directory (root's, 0711): in it
+	// regionDir/<key> (1733, the key in the task's environment only,
+	// EnvRegion), where the library's first process creates usageFile,
+	// 0600 and its own user's, so the file is not world-writable on the
+	// host, any user a task runs as can make it, and no other user can
+	// make it first (regionkey.go)
 	regionDir   = "region"
 	tgsFile     = "tgs" // in a reservation's directory: its GPU's TGS channel
 	tgsDir      = "tgs" // in state_dir (0711): one channel per GPU, named by tgsChannelName
@@ -201,35 +203,31 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 		return fmt.Errorf("interposer: %w", err)
 	}
 	// The usage region is the task's to create (the library's first
-	// process: 0600, its user's), in a directory anyone may create a file
-	// in but nobody list (1733, sticky: nobody removes another's file);
-	// before, the plugin created it 0666, writable by every user of the
-	// host who learnt its path.
-	region := filepath.Join(dir, regionDir)
-	if err := os.Mkdir(region, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("interposer: cannot create the reservation's region directory: %w", err)
-	}
-	if err := os.Chmod(region, os.ModeSticky|0o733); err != nil {
+	// process: 0600, its user's), in region/<key> (1733), the key in the
+	// task's environment only: region/ is root's, so another user who
+	// learnt the reservation's path cannot create the file first (issue
+	// 44; before, region/ was 1733 and a file another user put there was
+	// adopted). Before that, the plugin created it 0666, writable by every
+	// user of the host who learnt its path.
+	rkey, err := p.regionKey(filepath.Join(dir, regionDir))
+	if err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
-	// the region of this directory's last task (and an older plugin's
-	// 0666 one beside limits) goes unless a live process holds it; removed,
-	// so a process that still maps it keeps it rather than fault
-	for _, usage := range []string{filepath.Join(region, usageFile), filepath.Join(dir, usageFile)} {
-		live, err := liveSlots(usage)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-		case err != nil:
-			p.logger.Warn("interposer: unreadable usage region; starting a fresh one", "dir", dir, "error", err)
-			fallthrough
-		case live == 0:
-			if err := os.Remove(usage); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return fmt.Errorf("interposer: %w", err)
-			}
-		default:
-			p.logger.Info("interposer: reservation reused while processes still hold its usage region; keeping their charges",
-				"dir", dir, "live_processes", live)
+	region := filepath.Join(dir, regionDir)
+	// an older plugin's 0666 region beside limits goes unless a live
+	// process holds it; removed, so a process that still maps it keeps it
+	// rather than fault
+	legacy := filepath.Join(dir, usageFile)
+	live, err := liveSlots(legacy)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil || live == 0:
+		if err := os.Remove(legacy); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("interposer: %w", err)
 		}
+	default:
+		p.logger.Info("interposer: reservation reused while processes still hold its usage region; keeping their charges",
+			"dir", dir, "live_processes", live)
 	}
 	channel, err := tgsChannel(ic.StateDir, key, gpu)
 	if err != nil {
@@ -242,6 +240,7 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now) // the garbage collector's clock
 	res.Envs[EnvLimits] = dir
+	res.Envs[EnvRegion] = rkey
 	res.Envs[EnvPreload] = ic.Library
 	res.Mounts = append(res.Mounts,
 		&device.Mount{TaskPath: LimitsTaskDir, HostPath: dir, ReadOnly: true},
@@ -437,11 +436,10 @@ func procAlive(pid int, start uint64) bool {
 	return err == nil && (start == 0 || st == start)
 }
 
-// liveRegion: a live process holds the usage region of the reservation
-// directory dir (the library's, in regionDir, or an older plugin's beside
-// limits).
+// liveRegion: a live process holds a usage region of the reservation
+// directory dir (regionFiles).
 func liveRegion(dir string) bool {
-	for _, usage := range []string{filepath.Join(dir, regionDir, usageFile), filepath.Join(dir, usageFile)} {
+	for _, usage := range regionFiles(dir) {
 		if live, err := liveSlots(usage); err == nil && live > 0 {
 			return true
 		}

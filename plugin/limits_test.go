@@ -103,8 +103,13 @@ func TestReserveInterposer(t *testing.T) {
 	// a directory anyone may create in, nobody list; no file the plugin
 	// leaves in the reservation's directory is world-writable but the
 	// GPU's TGS channel, shared by design
-	must.Eq(t, os.ModeDir|os.ModeSticky|0o733, mode(t, filepath.Join(dir, "region")))
-	_, err = os.Stat(filepath.Join(dir, "region", "usage"))
+	// in region/ (root's, 0711: issue 44) a directory named by a random
+	// key that only the task's environment holds, 1733, empty
+	must.Eq(t, os.ModeDir|0o711, mode(t, filepath.Join(dir, "region")))
+	key := res.Envs[EnvRegion]
+	must.True(t, isRegionKey(key), must.Sprintf("key %q", key))
+	must.Eq(t, os.ModeDir|os.ModeSticky|0o733, mode(t, filepath.Join(dir, "region", key)))
+	_, err = os.Stat(filepath.Join(dir, "region", key, "usage"))
 	must.ErrorIs(t, err, os.ErrNotExist)
 	entries, err := os.ReadDir(dir)
 	must.NoError(t, err)
@@ -116,6 +121,7 @@ func TestReserveInterposer(t *testing.T) {
 	}
 	limits, err := os.ReadFile(filepath.Join(dir, "limits"))
 	must.NoError(t, err)
+	must.StrNotContains(t, string(limits), key)
 	// 25% of 16 GiB; compute 100: sharing is MPS, whose daemon limits the SMs
 	must.StrContains(t, string(limits), "\nmemory_bytes=4294967296\ncompute_pct=100\n# compute limited by MPS: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\n")
 	must.StrNotContains(t, string(limits), "class=")
@@ -280,21 +286,23 @@ func TestReserveInterposerReuse(t *testing.T) {
 	ids := shares(2, 0, 25)
 	res, err := p.Reserve(ids)
 	must.NoError(t, err)
-	usage := filepath.Join(res.Envs[EnvLimits], "region", "usage")
+	usage := filepath.Join(res.Envs[EnvLimits], "region", res.Envs[EnvRegion], "usage")
 
 	writeRegion(t, usage, int32(os.Getpid()), myStart(t)) // a live process
 	res2, err := p.Reserve(ids)
 	must.NoError(t, err)
 	must.Eq(t, res.Envs[EnvLimits], res2.Envs[EnvLimits])
+	must.Eq(t, res.Envs[EnvRegion], res2.Envs[EnvRegion], must.Sprint("the live region's key"))
 	st, err := os.Stat(usage)
 	must.NoError(t, err)
 	must.Positive(t, st.Size(), must.Sprint("kept: a live process holds a slot"))
 
 	writeRegion(t, usage, int32(os.Getpid()), myStart(t)+1) // the pid reused by another process
-	_, err = p.Reserve(ids)
+	res3, err := p.Reserve(ids)
 	must.NoError(t, err)
-	_, err = os.Stat(usage)
+	_, err = os.Stat(filepath.Dir(usage))
 	must.ErrorIs(t, err, os.ErrNotExist, must.Sprint("removed: no live slot; the next task's first process makes its own"))
+	must.NotEq(t, res.Envs[EnvRegion], res3.Envs[EnvRegion], must.Sprint("a fresh key"))
 
 	// an older plugin's 0666 region beside limits goes too
 	legacy := filepath.Join(res.Envs[EnvLimits], "usage")
@@ -305,6 +313,46 @@ func TestReserveInterposerReuse(t *testing.T) {
 	must.ErrorIs(t, err, os.ErrNotExist)
 }
 
+// What another user put in a reservation's region/ while it was an older
+// plugin's 1733 (issue 44, point 11: a usage file made before the task's
+// first process, which the library adopted and its maker could later
+// write) is gone at Reserve: a directory named like a key, even one whose
+// region looks live, is used only if the plugin made it. region/ is root's
+// from then on, so nothing more can be put there.
+func TestReserveRegionIgnoresOtherUsers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("makes files of another user: needs root")
+	}
+	p, _, _ := interposerPlugin(t)
+	ids := shares(2, 0, 25)
+	res, err := p.Reserve(ids)
+	must.NoError(t, err)
+	region := filepath.Join(res.Envs[EnvLimits], "region")
+	must.NoError(t, os.Chmod(region, os.ModeSticky|0o733)) // an older plugin's
+	const other = 65533
+	squat := filepath.Join(region, "usage")
+	writeRegion(t, squat, 1<<30, 1) // no live process
+	fake := filepath.Join(region, strings.Repeat("ab", 16))
+	must.NoError(t, os.Mkdir(fake, 0o777))
+	writeRegion(t, filepath.Join(fake, "usage"), int32(os.Getpid()), myStart(t)) // looks live
+	for _, f := range []string{squat, fake, filepath.Join(fake, "usage")} {
+		must.NoError(t, os.Lchown(f, other, other))
+	}
+
+	res2, err := p.Reserve(ids)
+	must.NoError(t, err)
+	must.NotEq(t, filepath.Base(fake), res2.Envs[EnvRegion], must.Sprint("another user's directory is never the task's"))
+	for _, f := range []string{squat, fake} {
+		_, err := os.Lstat(f)
+		must.ErrorIs(t, err, os.ErrNotExist, must.Sprint(f))
+	}
+	must.Eq(t, os.ModeDir|0o711, mode(t, region))
+	entries, err := os.ReadDir(region)
+	must.NoError(t, err)
+	must.SliceLen(t, 1, entries)
+	must.Eq(t, res2.Envs[EnvRegion], entries[0].Name())
+}
+
 func TestInterposerGarbageCollection(t *testing.T) {
 	p, _, state := interposerPlugin(t)
 	old, err := p.Reserve(shares(1, 0, 25))
@@ -313,7 +361,7 @@ func TestInterposerGarbageCollection(t *testing.T) {
 	must.NoError(t, err)
 	recent, err := p.Reserve(shares(1, 50, 75))
 	must.NoError(t, err)
-	writeRegion(t, filepath.Join(held.Envs[EnvLimits], "region", "usage"), int32(os.Getpid()), myStart(t))
+	writeRegion(t, filepath.Join(held.Envs[EnvLimits], "region", held.Envs[EnvRegion], "usage"), int32(os.Getpid()), myStart(t))
 	stranger := filepath.Join(state, "not-ours")
 	must.NoError(t, os.Mkdir(stranger, 0o755))
 	long := time.Now().Add(-200 * time.Hour)

@@ -26,8 +26,8 @@ const (
 	// Migrating: allocations must leave the capacity they were pinned to
 	// (a node down, drained or gone, a GPU lost, shares taken).
 	Migrating State = "migrating"
-	// Done: a batch group one of whose allocations of the current
-	// version completed.
+	// Done: a batch group every allocation of whose count completed in
+	// the current version: nothing of it is missing and nothing runs.
 	Done State = "done"
 	// Unmanaged: not gpushare's to place (no gate, no pin, nothing to
 	// adopt): Nomad alone places it.
@@ -78,7 +78,9 @@ type Alloc struct {
 	ID string
 	// Live: it holds resources (not terminal on the client, desired to run).
 	Live bool
-	// Complete: it ended successfully.
+	// Complete: it ended successfully (Nomad's client status complete).
+	// A batch allocation that failed, or was lost with its node, is not:
+	// Nomad replaces it (reschedules it, or places it again).
 	Complete bool
 	// Current: it runs the group's current job version (placed, or updated
 	// in place, after that version was registered).
@@ -202,12 +204,16 @@ func Reconcile(g Group) Result {
 			complete++
 		}
 	}
-	if g.Batch && complete > 0 {
-		return Result{State: Done, Why: fmt.Sprintf("a batch group: %d allocation(s) of this version completed", complete)}
-	}
 	missing := max(g.Count-len(live), 0)
 	if g.Batch {
+		// a completed allocation of this version is one of the count,
+		// as Nomad's reconciler counts it (among the untainted): Nomad
+		// places the rest, so the group is done only once nothing of
+		// its count is missing and nothing of it runs
 		missing = max(g.Count-len(live)-complete, 0)
+		if complete > 0 && missing == 0 && len(live) == 0 {
+			return Result{State: Done, Why: fmt.Sprintf("a batch group: all %d allocation(s) of this version completed", complete)}
+		}
 	}
 	r := Result{Missing: missing}
 	switch {

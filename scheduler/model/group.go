@@ -53,21 +53,40 @@ func Current(a *api.Allocation, job *api.Job) bool {
 	return max(a.AllocModifyIndex, a.CreateIndex) >= *job.JobModifyIndex
 }
 
-// BatchDone reports whether a batch group already finished its work: one
-// of its allocations of the job's current version completed. Its pinned
-// shares are free again and it is not placed again. Completed allocations
-// of older versions are ignored, as Nomad's reconciler ignores them: a
-// batch job run again under the same ID runs again.
+// BatchDone reports whether a batch group already finished its work:
+// every allocation of its count completed in the job's current version,
+// and none of it still runs. Its pinned shares are free again and it is
+// not placed again. A group of count > 1 one of whose allocations
+// completed is not done: Nomad's reconciler counts a completed allocation
+// as one of the count (among the untainted) and still places the rest.
+// Completed allocations of older versions are ignored, as Nomad's
+// reconciler ignores them: a batch job run again under the same ID runs
+// again.
 func (s *State) BatchDone(job *api.Job, group string) bool {
-	if !pin.Batch(job) {
+	tg := pin.Group(job, group)
+	if tg == nil || !pin.Batch(job) {
 		return false
 	}
-	for _, a := range s.groups().all[KeyOf(job, group)] {
+	key := KeyOf(job, group)
+	done := s.completed(job, key)
+	return done > 0 && done >= pin.Count(tg) && len(s.GroupAllocs(key.Namespace, key.Job, key.Group)) == 0
+}
+
+// completed counts the allocations of a batch group that completed in the
+// job's current version (0 for any other job): each is one of the count
+// Nomad places no more. One that failed, or was lost with its node, is
+// not: Nomad replaces it.
+func (s *State) completed(job *api.Job, key decide.Key) int {
+	if !pin.Batch(job) {
+		return 0
+	}
+	n := 0
+	for _, a := range s.groups().all[key] {
 		if a.ClientStatus == api.AllocClientStatusComplete && Current(a, job) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // AllAllocs returns every allocation of a job's group the state holds, of
@@ -77,14 +96,13 @@ func (s *State) AllAllocs(namespace, job, group string) []*api.Allocation {
 }
 
 // Missing returns a group's live allocations and how many more it asks
-// for: none once a batch group has finished.
+// for, as Nomad's reconciler counts them: the count less what runs and,
+// for a batch group, less what completed in the current version (none
+// once it has finished).
 func (s *State) Missing(job *api.Job, tg *api.TaskGroup) ([]*api.Allocation, int) {
 	key := KeyOf(job, *tg.Name)
 	live := s.GroupAllocs(key.Namespace, key.Job, key.Group)
-	if s.BatchDone(job, key.Group) {
-		return live, 0
-	}
-	return live, max(pin.Count(tg)-len(live), 0)
+	return live, max(pin.Count(tg)-len(live)-s.completed(job, key), 0)
 }
 
 func orDefault(ns string) string {

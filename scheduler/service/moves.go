@@ -64,8 +64,10 @@ func (s *loop) held(key decide.Key) []placement.Held {
 // ungated job there meanwhile), or the job's current version no longer
 // allows a pinned node (its own rules: constraints, datacenters, ...) —
 // so that the replacements cannot be
-// placed until it is pinned elsewhere. It returns the nodes to avoid. The
-// caller holds s.mu.
+// placed until it is pinned elsewhere. A batch group whose pinned nodes
+// that remain still have room for its missing allocations has lost
+// nothing they need. It returns the nodes to avoid. The caller holds
+// s.mu.
 func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 	rec, ok := s.state.Record(job, group)
 	if !ok {
@@ -87,9 +89,14 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 			gone = append(gone, n)
 		}
 	}
-	if len(gone) > 0 {
+	if len(gone) > 0 && (!pin.Batch(job) || short) {
 		return true, gone
 	}
+	// a batch group's pin still holds its missing allocations on the
+	// nodes that remain (what the gone ones held completed, or was spare):
+	// Nomad places them there. Pinned again, it would run again what
+	// completed (a new version: Nomad ignores the older one's completed
+	// allocations of a batch job)
 	if short {
 		return true, nil
 	}
