@@ -21,7 +21,9 @@
 //     eventSource. A pass reads the model without that lock (reading.go):
 //     what the watcher and the observer write meanwhile waits, in order,
 //     until the read ends, and the API reads beside the pass. The watcher
-//     also reports nodes whose meta opens the gate (gateopen.go);
+//     also reports nodes whose meta opens the gate (gateopen.go), and
+//     keeps out of the model only the holds the scheduler signed: any
+//     other job, whatever its name, is modelled (hold_watch.go);
 //   - loop (loop.go, reconcile.go, pins.go, moves.go, lifecycle.go,
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records

@@ -80,7 +80,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		return nil, err
 	}
 	managed := managedNamespaces(cfg.Nomad.Namespaces)
-	c := &cluster{state: model.New()}
+	c := &cluster{state: model.New(), relistNow: make(chan struct{}, 1)}
 	log := logger.Named("scheduler")
 	s := &Service{cfg: cfg, log: log, nomad: n, metrics: newMetrics(), cluster: c, lease: &lease{}}
 	s.loop = newLoop(c, cfg, log, n, policy, prof, s.metrics, now, intro)
@@ -92,6 +92,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.loop, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.records.trusted
+	c.verifyHold = s.records.ownHold
 	s.state.Feasible = s.loop.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and
 	// a VC counts only the allocations of the namespaces it admits

@@ -202,6 +202,7 @@ func (s *records) setSecret(key []byte) {
 	}
 	s.secret = key
 	s.state.ForgetParsed()
+	s.rejudgeHolds()     // a hold is a job signed with the key (hold_watch.go)
 	s.notes.keyChanged() // running allocations' versions are read again, and judged with the key
 }
 

@@ -55,8 +55,15 @@ type cluster struct {
 	// before.
 	synced bool
 	// holds are the hold jobs of staged placements (hold.go), kept out of
-	// the model: the shares they hold are their groups'.
-	holds holdBook
+	// the model: the shares they hold are their groups'. Only jobs that
+	// verifyHold takes for the scheduler's own are (hold_watch.go);
+	// holdJobs are their keys, stopped ones too, whose allocations stay
+	// out of the model.
+	holds      holdBook
+	holdJobs   map[string]bool
+	verifyHold func(*api.Job) bool
+	// relistNow asks the watcher for a listing beside the stream.
+	relistNow chan struct{}
 	// readPhase lets a pass read the model without mu (reading.go).
 	readPhase
 	// gateWatch are the nodes that open the gate (gateopen.go).
@@ -145,17 +152,24 @@ func (w *watcher) consume(ctx context.Context, ch <-chan *api.Events, interval t
 			<-relisted // no listing outlives the stream it ran beside
 		}
 	}()
+	relist := func() {
+		relisted = make(chan error, 1)
+		go func() {
+			_, err := w.relist(ctx, ns)
+			relisted <- err
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return progressed, 0
 		case <-deadline.C:
 			w.log.Debug("periodic full listing, beside the event stream", "interval", interval)
-			relisted = make(chan error, 1)
-			go func() {
-				_, err := w.relist(ctx, ns)
-				relisted <- err
-			}()
+			relist()
+		case <-w.relistWanted(relisted):
+			w.log.Debug("full listing asked for, beside the event stream")
+			deadline.Stop()
+			relist()
 		case err := <-relisted:
 			relisted = nil
 			if err != nil {
@@ -244,7 +258,7 @@ func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 		w.mu.Lock()
 		w.write(func() {
 			switch {
-			case isHold(*job.ID): // a hold let go: its shares are free
+			case w.isOwnHold(job): // a hold let go: its shares are free
 				delete(w.holds, model.JobKey(nsOf(job), *job.ID))
 			case purged:
 				w.state.DeleteJobAt(nsOf(job), *job.ID, e.Index)
@@ -269,13 +283,7 @@ func (w *watcher) applyJob(e api.Event, ns namespaces) error {
 		return nil
 	}
 	w.mu.Lock()
-	w.write(func() {
-		if isHold(*job.ID) {
-			w.putHold(job)
-		} else {
-			w.state.PutJob(job)
-		}
-	})
+	w.write(func() { w.putJob(job) })
 	w.mu.Unlock()
 	return nil
 }
@@ -332,13 +340,13 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 	if a == nil || a.ID == "" {
 		return fmt.Errorf("allocation event %s carries no allocation", e.Key)
 	}
-	if isHold(a.JobID) {
-		return nil // a hold's shares are its group's (hold.go)
-	}
 	// allocations of every namespace: the shares they hold are not free
 	w.mu.Lock()
-	known := w.state.HasResources(a.ID)
+	hold, known := w.holdAlloc(a), w.state.HasResources(a.ID)
 	w.mu.Unlock()
+	if hold {
+		return nil // a hold's shares are its group's (hold.go)
+	}
 	if !known && model.Live(a) && a.AllocatedResources == nil {
 		// an event that does not carry what the allocation holds (Nomad's
 		// carry it): read it once in full, or its shares would look free
@@ -351,7 +359,11 @@ func (w *watcher) applyAlloc(ctx context.Context, e api.Event, ns namespaces) er
 		}
 	}
 	w.mu.Lock()
-	w.write(func() { w.state.PutAlloc(a) })
+	w.write(func() {
+		if !w.holdAlloc(a) {
+			w.state.PutAlloc(a)
+		}
+	})
 	w.mu.Unlock()
 	return nil
 }
@@ -423,7 +435,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 		}
 		l.Nodes = append(l.Nodes, n)
 	}
-	var holdStubs []*api.JobListStub
+	var holdStubs []*api.JobListStub // read in full, holds or not (hold_watch.go)
 	for i, name := range ns.list() {
 		stubs, index, err := w.nomad.JobList(ctx, name)
 		if err != nil {
@@ -439,9 +451,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 				continue
 			}
 			if isHold(st.ID) {
-				if st.Status != "dead" && !st.Stop {
-					holdStubs = append(holdStubs, st)
-				}
+				holdStubs = append(holdStubs, st)
 				continue
 			}
 			k := model.JobKey(st.Namespace, st.ID)
@@ -464,7 +474,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 			l.Jobs = append(l.Jobs, j)
 		}
 	}
-	holds, err := w.readHolds(ctx, holdStubs)
+	holdNamed, err := w.readHolds(ctx, holdStubs)
 	if err != nil {
 		return 0, err
 	}
@@ -473,7 +483,6 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	if l.Allocs, l.AllocsIndex, err = w.nomad.Allocs(ctx, "*"); err != nil {
 		return 0, fmt.Errorf("list the allocations: %w", err)
 	}
-	l.Allocs = slices.DeleteFunc(l.Allocs, func(a *api.Allocation) bool { return a != nil && isHold(a.JobID) })
 	// what Nomad said of the groups it could not place: a pin it failed
 	// before this replica started is noticed too (model.PutEval)
 	var evals []*api.Evaluation
@@ -489,6 +498,9 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	w.mu.Lock()
 	w.waitRead() // a whole listing merged, and what it kept reported, after the pass's read
 	prev := w.state.Index
+	holds, others := w.splitHolds(holdNamed) // judged with the key of now
+	l.Jobs = append(l.Jobs, others...)
+	l.Allocs = slices.DeleteFunc(l.Allocs, w.holdAlloc)
 	st := w.state.Relist(l)
 	w.checkGates()
 	w.setHolds(holds)
