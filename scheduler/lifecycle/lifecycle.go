@@ -52,7 +52,10 @@ const (
 	// Pool: pin a parameterized parent to a pool of GPUs inside which
 	// Nomad places each dispatched child (placement.Snapshot.Pool):
 	// Nomad refuses every registration of a dispatched job, so a child
-	// runs where its parent's constraints let Nomad put it.
+	// runs where its parent's constraints let Nomad put it. A pinned
+	// parent whose pool is full is pinned to a larger one: each child is
+	// a copy of its parent made when it is dispatched, so only children
+	// dispatched from then on see it, and nothing that runs restarts.
 	Pool
 )
 
@@ -127,6 +130,11 @@ type Group struct {
 	PriorUnread bool
 	// Pinned: it carries a trusted pin of this incarnation of the job.
 	Pinned bool
+	// PoolFull: a parameterized parent's pool has no room left for
+	// another child on any of its nodes, while the nodes its rules allow
+	// have room the pool does not name (a node added since it was pinned,
+	// another GPU of one of its nodes).
+	PoolFull bool
 	// PinRoom is how many allocations the pin names shares for.
 	PinRoom int
 	// PinLost: the capacity the pin names is gone for its missing
@@ -164,11 +172,15 @@ type Result struct {
 // pure: the same facts give the same answer.
 func Reconcile(g Group) Result {
 	switch {
-	case g.Template && g.Parameterized && !g.Stopped && g.Count > 0 && (g.Gated || (g.Adoptable && !g.Pinned) || (g.Pinned && g.PinLost)):
+	case g.Template && g.Parameterized && !g.Stopped && g.Count > 0 && (g.Gated || (g.Adoptable && !g.Pinned) || (g.Pinned && (g.PinLost || g.PoolFull))):
 		r := Result{State: Template, Do: Pool}
-		r.Why = "a parameterized job: pinned to a pool of GPUs, one allocation's worth per node its rules allow, inside which Nomad places each dispatched child (Nomad refuses every registration of a dispatched job, so a child cannot be pinned itself)"
-		if g.Pinned {
+		switch {
+		case g.Gated || !g.Pinned:
+			r.Why = "a parameterized job: pinned to a pool of GPUs, one allocation's worth per node its rules allow, inside which Nomad places each dispatched child (Nomad refuses every registration of a dispatched job, so a child cannot be pinned itself)"
+		case g.PinLost:
 			r.Why = "a parameterized job whose pool of GPUs is gone (its nodes down, drained or gone): pinned to a new pool for the children dispatched from now on"
+		default:
+			r.Why = "a parameterized job whose pool of GPUs has no room left for another child, while the nodes its rules allow have room it does not name (a node added since, another GPU of one of its nodes): its pool grows for the children dispatched from now on; those dispatched before keep theirs, and nothing that runs restarts"
 		}
 		return r
 	case g.Template && g.Parameterized && g.Pinned:

@@ -31,6 +31,8 @@ func TestReconcile(t *testing.T) {
 		{name: "ungated parameterized parent, adopted: pinned to a pool", g: Group{Template: true, Parameterized: true, Adoptable: true, Count: 1}, state: Template, do: Pool},
 		{name: "parameterized parent pinned to a pool", g: Group{Template: true, Parameterized: true, Pinned: true, Adoptable: true, Count: 1}, state: Template},
 		{name: "parameterized parent whose pool is gone: a new pool", g: Group{Template: true, Parameterized: true, Pinned: true, PinLost: true, Count: 1}, state: Template, do: Pool},
+		{name: "parameterized parent whose pool is full while the cluster has room: a larger pool", g: Group{Template: true, Parameterized: true, Pinned: true, PoolFull: true, Count: 1}, state: Template, do: Pool},
+		{name: "stopped parameterized parent whose pool is full: no pool", g: Group{Template: true, Parameterized: true, Pinned: true, PoolFull: true, Stopped: true, Count: 1}, state: Template},
 		{name: "stopped parameterized parent: no pool", g: Group{Template: true, Parameterized: true, Gated: true, Stopped: true, Count: 1}, state: Template},
 		{name: "dispatched child inside its parent's pool, placed", g: Group{Dispatched: true, Pinned: true, PinRoom: 1, Count: 1, Allocs: []Alloc{runs("a")}}, state: Running},
 		{name: "dispatched child inside its parent's pool, waiting for room: never re-pinned", g: Group{Dispatched: true, Pinned: true, PinLost: true, NomadRefused: true, PinRoom: 1, Count: 2, Allocs: []Alloc{runs("a")}}, state: PinnedUnplaced, missing: 1},
