@@ -118,9 +118,10 @@ func testPoolReserve(t *testing.T, mode string) {
 }
 
 // A graph memory node is allocated when the graph is launched: a node
-// larger than the room under the cap is refused when added, and once a
-// launch allocated one, the graph reserve is charged, so later allocations
-// are refused (a replay allocated 12 GiB).
+// larger than the room under the cap is refused when added, a launch is
+// charged ahead and the graph reserve after it, so later allocations
+// are refused, or take the reserve back by a trim, after which a relaunch
+// that no longer fits is refused (a replay allocated 12 GiB).
 func TestGraphMemoryNodesWithinCap(t *testing.T) {
 	for _, mode := range []string{"dlsym", "procaddr"} {
 		t.Run(mode, func(t *testing.T) { testGraphMemory(t, mode) })
@@ -130,20 +131,22 @@ func TestGraphMemoryNodesWithinCap(t *testing.T) {
 func testGraphMemory(t *testing.T, mode string) {
 	b, r := vmmprog(t)
 	r.mode = mode
-	// graphs 0 and 1; the replay is cuGraphLaunch (the library's hook),
-	// which allocates graph 1's node in the fake driver as the real one
-	// does: before, the tests called the fake's allocation directly
+	// graphs 0 and 1, executable 2; the launch is cuGraphLaunch (the
+	// library's hook), which maps graph 1's node in the fake driver as
+	// the real one does
 	got := r.output(t, b, "graph", "graph",
 		"graphnode:0:"+g(12),
-		"graphnode:1:"+g(3), "replay:1", "alloc:"+g(2), "fake", "info",
-		"replay:1", "fake", "alloc:"+g(1), "fake")
+		"graphnode:1:"+g(3), "inst:1", "launch:2", "launch:2", "fake", "info",
+		"alloc:"+g(1), "fake", "alloc:"+g(1), "fake", "launch:2", "fake", "peak")
 	check(t, got, "graph 0", "graph 0",
 		"graphnode 2",
-		"graphnode 0", "replay 0",
-		"alloc 2", // the replayed graph holds 3 of the 4 GiB
-		"fake 0 "+g(3), "info 0 "+g(1)+" "+g(4),
-		"replay 0", "fake 0 "+g(3), // a second replay reuses the reserve
-		"alloc 0", "fake 0 "+g(4))
+		"graphnode 0", "inst 0", "launch 0",
+		"launch 0", "fake 0 "+g(3), // a second launch reuses the reserve
+		"info 0 "+g(1)+" "+g(4),
+		"alloc 0", "fake 0 "+g(4),
+		"alloc 0", "fake 0 "+g(2), // over the cap: the graph's reserve trimmed first
+		"launch 2", "fake 0 "+g(2), // it must map its 3 GiB again: no room
+		"peak 0 "+g(4))
 }
 
 // A process that execs (same pid, a new image) had its memory freed with

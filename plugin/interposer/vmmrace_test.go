@@ -54,3 +54,36 @@ func TestImportedAllocationCharged(t *testing.T) {
 		})
 	}
 }
+
+// Issue 44, 9: graph memory was checked node by node when added, a launch
+// was never refused, and the reserve was charged after it for the current
+// device only. Two 3 GiB nodes under a 4 GiB cap gave 6 GiB at the
+// launch; a relaunch after the program trimmed the graph pool (and used
+// the room) 6 GiB; a switch to another device dropped the first one's
+// graph charge, 6 GiB. Now a graph's total is checked at instantiation,
+// a launch is charged ahead what it may map (refused when it cannot be),
+// and each device's reserve is charged apart.
+func TestGraphMemoryTotalsAndLaunchesWithinCap(t *testing.T) {
+	b, r := vmmprog(t)
+	got := r.output(t, b, "graph", "graphnode:0:"+g(3), "graphnode:0:"+g(3),
+		"replay:0", "fake")
+	check(t, got, "graph 0", "graphnode 0", "graphnode 0",
+		"replay 2", // 6 GiB in one graph cannot fit (before: 6 GiB mapped)
+		"fake 0 0")
+
+	got = r.output(t, b, "graph", "graphnode:0:"+g(3), "inst:0", "launch:1", "fake",
+		"gtrim", "alloc:"+g(3), "launch:1", "fake", "peak")
+	check(t, got, "graph 0", "graphnode 0", "inst 0", "launch 0", "fake 0 "+g(3),
+		"gtrim 0", "alloc 0", // the program's trim gave the graph's 3 GiB back
+		"launch 2", // mapping them again cannot fit (before: 6 GiB)
+		"fake 0 "+g(3), "peak 0 "+g(3))
+
+	r.env = append(r.env, "FAKECUDA_DEVICES=2")
+	got = r.output(t, b, "graph", "graphnode:0:"+g(3), "replay:0",
+		"ctx:1", "alloc:"+g(1), "info", "alloc:"+g(2), "fake", "peak")
+	check(t, got, "graph 0", "graphnode 0", "replay 0",
+		"ctx 0", "alloc 0",
+		"info 0 0 "+g(4), // device 0's graph reserve still charged (before: 3 GiB free)
+		"alloc 0",        // after a trim of device 0's graph pool
+		"fake 0 "+g(3), "peak 0 "+g(4))
+}

@@ -126,8 +126,18 @@ int gs_track_remove(enum gs_kind kind, uint64_t key, uint64_t *bytes); /* 0 foun
 CUresult gs_charge(uint64_t bytes);
 void gs_uncharge(uint64_t bytes);
 void gs_settle_reserved(void);
-void gs_settle_graph(void); /* the graph reserve only; cheap when never used */
 int gs_trim_reserved(void);
+/* Graph memory (graphmem.c): each device's graph reserve settled into the
+ * charge (cheap when this process never had any), trimmed (1: something
+ * was given back); a graph launch's charge ahead (graph launches only,
+ * when gs_graph_mem: 1 a charge was taken, 0 none needed, -1 refused) and
+ * its settle after. */
+void gs_settle_graph(void);
+int gs_trim_graph(void);
+extern int gs_graph_mem;
+#define GS_GRAPH_DEVS 8
+int gs_graph_launch_begin(void *exec, uint64_t ahead[GS_GRAPH_DEVS]);
+void gs_graph_launch_end(void *exec, const uint64_t ahead[GS_GRAPH_DEVS], CUresult r);
 CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
 
 /* ---- the hook table (hooks.c) ----------------------------------------
@@ -146,7 +156,10 @@ CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
     X(cuMemGetInfo_v2) X(cuDeviceTotalMem_v2) X(cuGetProcAddress)           \
     X(cuGetProcAddress_v2) X(cuMemMap) X(cuMemUnmap)                        \
     X(cuMemRetainAllocationHandle) X(cuMemImportFromShareableHandle)        \
-    X(cuGraphAddMemAllocNode)                                               \
+    X(cuGraphAddMemAllocNode) X(cuGraphInstantiateWithFlags)                \
+    X(cuGraphInstantiate_v2) X(cuGraphInstantiateWithParams)                \
+    X(cuGraphInstantiateWithParams_ptsz) X(cuGraphExecDestroy)              \
+    X(cuGraphUpload) X(cuGraphUpload_ptsz)                                  \
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                   \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)            \
     X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                   \

@@ -537,7 +537,7 @@ static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t
  * default stream, which the (legacy) event record names
  * CU_STREAM_PER_THREAD. */
 #define LAUNCH_HOOK(name, ptsz, stream, params, args)                           \
-    static __attribute__((noinline)) CUresult name##_slow params                \
+    static __attribute__((noinline)) CUresult name##_run params                 \
     {                                                                           \
         int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);                       \
         if (m == M_UNSET)                                                       \
@@ -556,13 +556,30 @@ static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t
             s_ = CU_STREAM_PER_THREAD;                                          \
         PACED(GRAPH_##name, s_, real args);                                     \
     }                                                                           \
+    /* a graph's memory is charged at its launch (graphmem.c) */               \
+    static __attribute__((noinline)) CUresult name##_slow params                \
+    {                                                                           \
+        if (!GRAPH_##name || !__atomic_load_n(&gs_graph_mem, __ATOMIC_RELAXED)) \
+            return name##_run args;                                             \
+        uint64_t a_[GS_GRAPH_DEVS];                                             \
+        int t_ = gs_graph_launch_begin(GS_FIRST args, a_);                      \
+        if (t_ < 0)                                                             \
+            return CUDA_ERROR_OUT_OF_MEMORY;                                    \
+        CUresult r_ = name##_run args;                                          \
+        if (t_)                                                                 \
+            gs_graph_launch_end(GS_FIRST args, a_, r_);                         \
+        return r_;                                                              \
+    }                                                                           \
     EXPORT CUresult name params                                                 \
     {                                                                           \
         name##_fn real = (name##_fn)gs_hooks[H_##name].real;                    \
-        if (__builtin_expect(__atomic_load_n(&mode, __ATOMIC_ACQUIRE) == M_PASS && real, 1)) \
+        if (__builtin_expect(__atomic_load_n(&mode, __ATOMIC_ACQUIRE) == M_PASS && real && \
+                             !(GRAPH_##name && __atomic_load_n(&gs_graph_mem, __ATOMIC_RELAXED)), 1)) \
             return real args;                                                   \
         return name##_slow args;                                                \
     }
+/* the first argument: a graph launch's executable */
+#define GS_FIRST(a, ...) ((void *)(uintptr_t)(a))
 
 /* which hooks launch graphs */
 enum { GRAPH_cuLaunchKernel = 0, GRAPH_cuLaunchKernel_ptsz = 0, GRAPH_cuLaunchKernelEx = 0,

@@ -1,5 +1,5 @@
 /* gpushare CUDA interposer: memory the driver keeps after the program let
- * it go. Two paths (README, "Charging"):
+ * it go (README, "Charging"):
  *
  *   - VMM handles. The driver frees a cuMemCreate handle's physical memory
  *     only when the handle is released (cuMemRelease) and no range still
@@ -21,14 +21,7 @@
  *     that would go over the cap first trims every pool this process used
  *     (cuMemPoolTrimTo(pool, 0): idle reserve back to the driver) and tries
  *     again (gs_trim_reserved, from gs_charge).
- *   - Graph memory (cuGraphAddMemAllocNode, or cuMemAllocAsync captured
- *     into a graph): allocated from the device's graph pool when the graph
- *     is launched, kept there until cuDeviceGraphMemTrim. A node larger
- *     than the room left under the cap is refused when added; once a
- *     launch allocated it, the device's graph reserve
- *     (CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT) is charged, settled before
- *     each charge of a process that added a node or allocated from a pool
- *     (a captured allocation is one), and trimmed on the way to a refusal.
+ *   - Graph memory: src/graphmem.c (trimmed and settled from here).
  *
  * Both tables are process-local (handles and pools are a process's own);
  * a forked child starts without them, as it starts without CUDA state. */
@@ -242,7 +235,6 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, voi
 enum {
     ATTR_RESERVED_MEM_CURRENT = 5,       /* CUmemPool_attribute */
     ATTR_USED_MEM_CURRENT = 7,
-    ATTR_GRAPH_RESERVED_MEM_CURRENT = 2, /* CUgraphMem_attribute */
 };
 #define MAX_POOLS 64
 
@@ -258,16 +250,12 @@ typedef CUresult (*attr_fn)(CUmemoryPool, int, void *);
 typedef CUresult (*trim_fn)(CUmemoryPool, size_t);
 typedef CUresult (*getdev_fn)(CUdevice *);
 typedef CUresult (*devpool_fn)(CUmemoryPool *, CUdevice);
-typedef CUresult (*graph_attr_fn)(CUdevice, int, void *);
-typedef CUresult (*graph_trim_fn)(CUdevice);
 
 /* Driver functions called, not intercepted: looked up once. */
 static attr_fn pool_attr;
 static trim_fn pool_trim;
 static getdev_fn ctx_dev;
 static devpool_fn dev_pool;
-static graph_attr_fn graph_attr;
-static graph_trim_fn graph_trim;
 static pthread_once_t syms_once = PTHREAD_ONCE_INIT;
 
 static void load_syms(void)
@@ -276,8 +264,6 @@ static void load_syms(void)
     pool_trim = (trim_fn)gs_driver_sym("cuMemPoolTrimTo");
     ctx_dev = (getdev_fn)gs_driver_sym("cuCtxGetDevice");
     dev_pool = (devpool_fn)gs_driver_sym("cuDeviceGetMemPool");
-    graph_attr = (graph_attr_fn)gs_driver_sym("cuDeviceGetGraphMemAttribute");
-    graph_trim = (graph_trim_fn)gs_driver_sym("cuDeviceGraphMemTrim");
 }
 
 /* The pool cuMemAllocAsync takes from: the current device's; NULL when the
@@ -323,40 +309,6 @@ static void settle(int i, uint64_t ahead)
     pools[i].charged = reserved;
 }
 
-/* Graph memory: set once this process may hold some (it added a node or
- * allocated from a pool); its charge, under pmu. */
-static int graph_mem;
-static uint64_t graph_charged;
-
-/* Under pmu: the charge for graph memory becomes the device's graph reserve
- * (the current device's; kept as it is when the driver cannot say). */
-static void settle_graph(int trim)
-{
-    CUdevice d;
-    unsigned long long v = 0;
-    if (!__atomic_load_n(&graph_mem, __ATOMIC_RELAXED) || !ctx_dev || !graph_attr ||
-        ctx_dev(&d) != CUDA_SUCCESS)
-        return;
-    if (trim && graph_trim)
-        graph_trim(d);
-    if (graph_attr(d, ATTR_GRAPH_RESERVED_MEM_CURRENT, &v) != CUDA_SUCCESS)
-        return;
-    if (v > graph_charged)
-        gs_region_force_charge(v - graph_charged);
-    else
-        gs_region_uncharge(graph_charged - v);
-    graph_charged = v;
-}
-
-void gs_settle_graph(void)
-{
-    if (!__atomic_load_n(&graph_mem, __ATOMIC_RELAXED))
-        return;
-    pthread_mutex_lock(&pmu);
-    settle_graph(0);
-    pthread_mutex_unlock(&pmu);
-}
-
 void gs_settle_reserved(void)
 {
     if (!L.have_memory)
@@ -368,8 +320,8 @@ void gs_settle_reserved(void)
         settle(i, 0);
         pthread_mutex_unlock(&pools[i].step);
     }
-    settle_graph(0);
     pthread_mutex_unlock(&pmu);
+    gs_settle_graph();
 }
 
 int gs_trim_reserved(void)
@@ -389,11 +341,8 @@ int gs_trim_reserved(void)
         trimmed |= pools[i].charged < before;
         pthread_mutex_unlock(&pools[i].step);
     }
-    uint64_t before = graph_charged;
-    settle_graph(1);
-    trimmed |= graph_charged < before;
     pthread_mutex_unlock(&pmu);
-    return trimmed;
+    return trimmed | gs_trim_graph();
 }
 
 /* One allocation from a pool: charge ahead what its idle reserve cannot
@@ -435,7 +384,6 @@ static int pool_idle(CUmemoryPool p, uint64_t *idle)
 static int pool_begin(CUmemoryPool pool, int cur, uint64_t *n)
 {
     pthread_once(&syms_once, load_syms);
-    __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED); /* capture? */
     CUmemoryPool p = cur ? current_pool() : pool;
     if (!p)
         return -1;
@@ -529,43 +477,12 @@ CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool)
     return r;
 }
 
-/* ---- graph memory nodes ----------------------------------------------- */
-
-typedef struct {
-    char poolProps[88]; /* CUmemPoolProps */
-    const void *accessDescs;
-    size_t accessDescCount;
-    size_t bytesize;
-    CUdeviceptr dptr; /* out */
-} CUDA_MEM_ALLOC_NODE_PARAMS;
-typedef CUresult (*cuGraphAddMemAllocNode_fn)(void **, void *, const void *, size_t,
-                                              CUDA_MEM_ALLOC_NODE_PARAMS *);
-
-/* The node's memory must fit beside what is charged now: checked, not
- * charged (a launch allocates it; from then on the graph reserve is). */
-EXPORT CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps,
-                                       CUDA_MEM_ALLOC_NODE_PARAMS *p)
-{
-    cuGraphAddMemAllocNode_fn f = REAL(cuGraphAddMemAllocNode);
-    NEED(f);
-    if (L.have_memory && p) {
-        pthread_once(&syms_once, load_syms);
-        __atomic_store_n(&graph_mem, 1, __ATOMIC_RELAXED);
-        if (gs_charge(p->bytesize) != CUDA_SUCCESS)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        gs_uncharge(p->bytesize);
-    }
-    return f(node, graph, deps, ndeps, p);
-}
-
 static void after_fork_child(void)
 {
     hs = NULL; /* the parent's copies leak in the child: fork-safe */
     ms = NULL;
     nh = caph = nm = capm = 0;
     npools = 0;
-    graph_mem = 0;
-    graph_charged = 0;
     pthread_mutex_init(&vmu, NULL);
     pthread_mutex_init(&pmu, NULL);
 }

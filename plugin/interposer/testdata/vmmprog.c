@@ -22,7 +22,12 @@
  *   threshold:P:N   CU_MEMPOOL_ATTR_RELEASE_THRESHOLD of pool P := N
  *   reserved:P      its CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT ("reserved <rc> <bytes>")
  *   graph           cuGraphCreate
- *   graphnode:G:N   cuGraphAddMemAllocNode of N bytes in graph G
+ *   graphnode:G:N   cuGraphAddMemAllocNode of N bytes in graph G, on
+ *                   the current device
+ *   inst:G          cuGraphInstantiateWithFlags of graph G (listed)
+ *   launch:E        cuGraphLaunch of executable E on the NULL stream
+ *   gtrim           cuDeviceGraphMemTrim of the current device
+ *   ctx:D           cuCtxCreate_v2 on device D (current from then on)
  *   replay:G        cuGraphInstantiateWithFlags of graph G, then
  *                   cuGraphLaunch of it on the NULL stream (which
  *                   allocates its memory nodes, as the driver does)
@@ -179,6 +184,8 @@ int main(int argc, char **argv)
         } else if (strncmp(c, "graphnode:", 10) == 0) {
             MEM_ALLOC_NODE_PARAMS p;
             memset(&p, 0, sizeof p);
+            int loc[4] = {1, 0, 1, dev}; /* pinned, location: device dev */
+            memcpy(p.poolProps, loc, sizeof loc);
             p.bytesize = b;
             void *node = NULL;
             r = CALL(CUresult (*)(void **, void *, const void *, size_t, MEM_ALLOC_NODE_PARAMS *),
@@ -208,6 +215,19 @@ int main(int argc, char **argv)
         } else if (strcmp(c, "peak") == 0) {
             printf("peak 0 %llu\n", (u64)CALL(uint64_t (*)(void), "fakecuda_peak")());
             continue;
+        } else if (strncmp(c, "inst:", 5) == 0) {
+            void *exec = NULL;
+            r = CALL(CUresult (*)(void **, void *, u64), "cuGraphInstantiateWithFlags")(
+                &exec, (void *)(uintptr_t)held[a], 0);
+            if (!r) hold((uintptr_t)exec, 0);
+        } else if (strncmp(c, "launch:", 7) == 0) {
+            r = CALL(CUresult (*)(void *, void *), "cuGraphLaunch")((void *)(uintptr_t)held[a], NULL);
+        } else if (strcmp(c, "gtrim") == 0) {
+            r = CALL(CUresult (*)(int), "cuDeviceGraphMemTrim")(dev);
+        } else if (strncmp(c, "ctx:", 4) == 0) {
+            r = CALL(CUresult (*)(int *, int), "cuDeviceGet")(&dev, (int)a);
+            if (!r)
+                r = CALL(CUresult (*)(void **, unsigned, int), "cuCtxCreate_v2")(&ctx, 0, dev);
         } else if (strcmp(c, "info") == 0) {
             size_t f = 0, t = 0;
             r = CALL(CUresult (*)(size_t *, size_t *), "cuMemGetInfo_v2")(&f, &t);
