@@ -284,12 +284,13 @@ func TestComputeCapsOnSharedGPU(t *testing.T) {
 // Every way of reaching a launch is paced: the linked symbol, dlsym, and
 // cuGetProcAddress (the _ptsz variants with the per-thread-stream flag,
 // the plain ones through cuGetProcAddress), for cuLaunchKernel,
-// cuLaunchKernelEx and cuLaunchCooperativeKernel. A path the library
-// missed would run unpaced, at the whole GPU.
+// cuLaunchKernelEx, cuLaunchCooperativeKernel and the legacy cuLaunchGrid,
+// cuLaunchGridAsync and cuLaunch (issue 44, 12: they ran unpaced, 100%).
+// A path the library missed would run unpaced, at the whole GPU.
 func TestEveryLaunchPathIsPaced(t *testing.T) {
 	b := build(t)
 	for _, mode := range []string{"direct", "dlsym", "procaddr", "procaddr1"} {
-		for _, via := range []string{"plain", "ex", "coop"} {
+		for _, via := range []string{"plain", "ex", "coop", "grid", "gridasync", "legacy"} {
 			t.Run(mode+"/"+via, func(t *testing.T) {
 				t.Parallel() // a GPU and a clock each
 				r := kernRun{run{limits: reservation(t, "compute_pct=30\n"), program: kprog(b, mode), mode: mode, env: gpuEnv(t)},

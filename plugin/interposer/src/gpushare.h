@@ -163,7 +163,8 @@ CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy)                   \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)            \
     X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                   \
-    X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) X(cuGraphLaunch_ptsz)
+    X(cuLaunchCooperativeKernel_ptsz) X(cuGraphLaunch) X(cuGraphLaunch_ptsz) \
+    X(cuLaunch) X(cuLaunchGrid) X(cuLaunchGridAsync)
 
 #define GS_X_ENUM(n) H_##n,
 enum { GS_HOOKS(GS_X_ENUM) H_COUNT };

@@ -64,6 +64,10 @@ typedef CUresult (*cuLaunchCooperativeKernel_fn)(CUfunction, unsigned, unsigned,
 typedef cuLaunchCooperativeKernel_fn cuLaunchCooperativeKernel_ptsz_fn;
 typedef CUresult (*cuGraphLaunch_fn)(CUgraphExec, CUstream);
 typedef cuGraphLaunch_fn cuGraphLaunch_ptsz_fn;
+/* the legacy launches (the block shape set by cuFuncSetBlockShape) */
+typedef CUresult (*cuLaunch_fn)(CUfunction);
+typedef CUresult (*cuLaunchGrid_fn)(CUfunction, int, int);
+typedef CUresult (*cuLaunchGridAsync_fn)(CUfunction, int, int, CUstream);
 
 /* The driver calls a paced launch makes: not intercepted (no hook of ours
  * in front of them), found in the real driver at setup. The last three may
@@ -89,12 +93,10 @@ static int mode; /* written once, by setup (release), read by every launch */
 #define MAX_SLEEP_NS (20 * MS) /* a long wait is re-decided at least this often */
 #define POOL 64               /* event pairs per context: measured in flight at most */
 #define CTXS 4                /* contexts with a pool of events at once */
-/* One launch in SAMPLE, chosen at random (no period for a workload to
- * alias with), is measured between two events; the others are charged the
- * measured mean run time, which the samples keep current. The driver's four
- * event calls per measured kernel so cost a quarter per launch. Until a
- * first measurement every launch is measured. */
-#define SAMPLE 4
+/* One launch in GS_SAMPLE, at random, is measured between two events; the
+ * others are charged the mean and settled on the next measurement
+ * (src/pace.h, gs_sampler). The driver's four event calls per measured
+ * kernel so cost a quarter per launch. */
 
 /* M_PRODUCE's state: what gs_tgs_produce keeps between launches (its
  * last_ns is exchanged atomically, so threads may share it). */
@@ -132,17 +134,18 @@ static struct {
         uint64_t used; /* the last launch that used it: the least recent goes */
         CUevent start[POOL], end[POOL];
         uint64_t charged[POOL];
+        uint32_t count[POOL]; /* the launches a measurement stands for (gs_sample_take) */
         uint8_t graph[POOL]; /* a graph launch: not a kernel's run time */
         unsigned head, n;
         int dev;                 /* its context's device in the region (-1: unknown) */
         struct gs_pacer *pacer;  /* that device's pacer; NULL: P */
         uint64_t unpriced[2];    /* launches charged 0 for want of a mean: kernels, graphs */
+        struct gs_sampler samp;  /* which kernels are measured; those not, till the next */
     } pools[CTXS];
     uint64_t launches;
     uint64_t graph_est;   /* mean measured graph launch (EWMA, 1/8) */
     uint64_t unpriced[2]; /* the same, of launches without a pool: P's */
     int gave_up;          /* the ring stayed full with no mean for a window */
-    uint32_t rng; /* xorshift: which launches are measured */
 } pace = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static uint64_t now_ns(void)
@@ -165,6 +168,7 @@ static void drop_pool(struct pool *p)
     p->head = p->n = 0;
     p->pacer = NULL;
     p->dev = -1;
+    p->samp.skipped = 0, p->samp.skipped_ns = 0; /* they stay charged at the mean */
     for (int g = 0; g < 2; g++) /* charged to P when there is a mean */
         pace.unpriced[g] += p->unpriced[g], p->unpriced[g] = 0;
 }
@@ -208,13 +212,19 @@ static struct gs_pacer *pacer_of(struct pool *p, uint64_t now)
     return p && p->pacer ? p->pacer : P;
 }
 
-/* The pool of the current context, made (the least recently used one
- * dropped) if it has none; NULL when no events can be made. */
-static struct pool *pool_here(void)
+/* The current context (NULL when unknown): asked once per paced launch. */
+static CUcontext current_ctx(void)
 {
     CUcontext ctx = NULL;
     if (ev.current && ev.current(&ctx) != CUDA_SUCCESS)
         ctx = NULL;
+    return ctx;
+}
+
+/* The pool of ctx, the current context, made (the least recently used one
+ * dropped) if it has none; NULL when no events can be made. */
+static struct pool *pool_here(CUcontext ctx)
+{
     struct pool *p = &pace.pools[0];
     for (int i = 0; i < CTXS; i++) {
         struct pool *q = &pace.pools[i];
@@ -260,7 +270,7 @@ static int make_pool(void)
     dlclose(h); /* RTLD_NOLOAD: drops only our reference */
     if (!ev.create || !ev.destroy || !ev.record || !ev.query || !ev.elapsed)
         return -1;
-    return pool_here() ? 0 : -1;
+    return pool_here(current_ctx()) ? 0 : -1;
 }
 
 static pthread_once_t setup_once = PTHREAD_ONCE_INIT;
@@ -387,7 +397,7 @@ static void harvest(void)
                     gs_pacer_settle(pc, p->charged[i], busy);
                     pace.graph_est = pace.graph_est ? pace.graph_est + ((int64_t)busy - (int64_t)pace.graph_est) / 8 : busy;
                 } else {
-                    gs_pacer_done(pc, p->charged[i], busy);
+                    gs_pacer_done(pc, p->charged[i], busy, p->count[i]);
                 }
             } else if (!p->charged[i]) {
                 p->unpriced[p->graph[i]]++;
@@ -420,7 +430,8 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
 {
     pthread_mutex_lock(&pace.mu);
     uint64_t now = now_ns();
-    struct pool *p = pool_here();
+    CUcontext ctx = current_ctx(); /* this thread's: the same after any wait below */
+    struct pool *p = pool_here(ctx);
     struct gs_pacer *pc = *pcp = pacer_of(p, now); /* the launch's device's */
     /* No mean yet and the ring full: the launch cannot be priced; wait for
      * the oldest, polled, the lock released, at most one window (it may
@@ -466,19 +477,14 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
     }
     /* again: while the lock was released another thread may have given
      * this pool to a context of its own (more than CTXS at once) */
-    p = pool_here();
+    if (!p || !p->made || p->ctx != ctx)
+        p = pool_here(ctx);
     *slot = -1;
     *pl = p;
-    uint32_t x = pace.rng ? pace.rng : 0x9e3779b9u;
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    pace.rng = x;
     /* graph launches are all measured: they differ from one another */
-    int measure = graph || x % SAMPLE == 0 || *est_of(graph, pc) == 0;
-    if (!measure || !p || p->n == POOL) {
-        if (!*charged)
-            unpriced_for(pc)[graph]++;
-        return;
-    }
+    int measure = p && (graph ? 1 : gs_sample_pick(&p->samp, pc));
+    if (!measure || p->n == POOL)
+        return; /* unmeasured: pace_after */
     unsigned i = (p->head + p->n) % POOL;
     CUresult r = ev.record(p->start[i], s);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
@@ -490,8 +496,6 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
     }
     if (r == CUDA_SUCCESS)
         *slot = (int)i;
-    else if (!*charged)
-        unpriced_for(pc)[graph]++;
 }
 
 /* After it: the end event, and pace.mu released. A launch the driver refused
@@ -504,11 +508,15 @@ static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t
         pc->debt_ns -= (int64_t)charged;
         punlock();
     } else if (slot >= 0 && ev.record(p->end[slot], s) == CUDA_SUCCESS) {
+        /* a kernel's measurement stands for the unmeasured ones before it */
+        p->count[slot] = graph ? 1 : gs_sample_take(&p->samp, &charged);
         p->charged[slot] = charged;
         p->graph[slot] = (uint8_t)graph;
         p->n++;
-    } else if (!charged) {
+    } else if (!charged) { /* unmeasured, and no mean yet: charged it when there is one */
         unpriced_for(pc)[graph]++;
+    } else if (p && !graph) { /* unmeasured: settled on the next measurement */
+        gs_sample_skip(&p->samp, charged);
     }
     pthread_mutex_unlock(&pace.mu);
 }
@@ -584,7 +592,8 @@ static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t
 /* which hooks launch graphs */
 enum { GRAPH_cuLaunchKernel = 0, GRAPH_cuLaunchKernel_ptsz = 0, GRAPH_cuLaunchKernelEx = 0,
        GRAPH_cuLaunchKernelEx_ptsz = 0, GRAPH_cuLaunchCooperativeKernel = 0,
-       GRAPH_cuLaunchCooperativeKernel_ptsz = 0, GRAPH_cuGraphLaunch = 1, GRAPH_cuGraphLaunch_ptsz = 1 };
+       GRAPH_cuLaunchCooperativeKernel_ptsz = 0, GRAPH_cuGraphLaunch = 1, GRAPH_cuGraphLaunch_ptsz = 1,
+       GRAPH_cuLaunch = 0, GRAPH_cuLaunchGrid = 0, GRAPH_cuLaunchGridAsync = 0 };
 
 #define KPARAMS(tail)                                                           \
     (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
@@ -602,3 +611,7 @@ LAUNCH_HOOK(cuLaunchKernelEx_ptsz, 1, cfg ? cfg->hStream : NULL,
             (const CUlaunchConfig *cfg, CUfunction f, void **kp, void **extra), (cfg, f, kp, extra))
 LAUNCH_HOOK(cuGraphLaunch, 0, hs, (CUgraphExec g, CUstream hs), (g, hs))
 LAUNCH_HOOK(cuGraphLaunch_ptsz, 1, hs, (CUgraphExec g, CUstream hs), (g, hs))
+/* the legacy launches: cuLaunch and cuLaunchGrid run on the NULL stream */
+LAUNCH_HOOK(cuLaunch, 0, NULL, (CUfunction f), (f))
+LAUNCH_HOOK(cuLaunchGrid, 0, NULL, (CUfunction f, int gw, int gh), (f, gw, gh))
+LAUNCH_HOOK(cuLaunchGridAsync, 0, hs, (CUfunction f, int gw, int gh, CUstream hs), (f, gw, gh, hs))

@@ -4,6 +4,13 @@
 
 /* ---- the compute pacer ------------------------------------------------ */
 
+/* The kernels' mean run time: an exponential average of the measured
+ * ones, weight 1/GS_EWMA, except that a measurement more than half again
+ * or less than two thirds of it is taken as the mean at once: the
+ * kernels changed (a prefill after decode steps). The +-25% a kernel's
+ * run time varies by on its own never does that. */
+#define GS_EWMA 8
+
 void gs_pacer_init(struct gs_pacer *p, uint32_t share, uint64_t window_ns, uint64_t now)
 {
     p->share = share;
@@ -92,15 +99,45 @@ void gs_pacer_settle(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns)
         p->debt_ns += (int64_t)busy_ns - (int64_t)charged_ns;
 }
 
-void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns)
+void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns, uint32_t n)
 {
-    /* the mean run time is learnt even unpaced, ready for when a share is set */
-    if (p->est_ns == 0)
-        p->est_ns = busy_ns; /* the first measurement */
+    /* the mean run time is learnt even unpaced, ready for when a share is
+     * set; far from the mean, taken at once (GS_EWMA) */
+    uint64_t e = p->est_ns;
+    if (e == 0 || busy_ns > e + e / 2 || busy_ns + busy_ns / 2 < e)
+        e = busy_ns;
     else
-        p->est_ns += ((int64_t)busy_ns - (int64_t)p->est_ns) / 8;
+        e += ((int64_t)busy_ns - (int64_t)e) / GS_EWMA;
+    p->est_ns = e;
+    /* this kernel at its run time, the unmeasured ones before it at the
+     * mean now: both the mean's change and its own are settled */
     if (p->share < GS_SHARE_FULL)
-        p->debt_ns += (int64_t)busy_ns - (int64_t)charged_ns;
+        p->debt_ns += (int64_t)busy_ns + (int64_t)e * (int64_t)(n ? n - 1 : 0) - (int64_t)charged_ns;
+}
+
+/* ---- which launches are measured -------------------------------------- */
+
+int gs_sample_pick(struct gs_sampler *s, const struct gs_pacer *p)
+{
+    uint32_t x = s->rng ? s->rng : 0x9e3779b9u;
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    s->rng = x;
+    return p->est_ns == 0 || x % GS_SAMPLE == 0;
+}
+
+void gs_sample_skip(struct gs_sampler *s, uint64_t charged_ns)
+{
+    s->skipped++;
+    s->skipped_ns += charged_ns;
+}
+
+uint32_t gs_sample_take(struct gs_sampler *s, uint64_t *charged_ns)
+{
+    uint32_t n = 1 + s->skipped;
+    *charged_ns += s->skipped_ns;
+    s->skipped = 0;
+    s->skipped_ns = 0;
+    return n;
 }
 
 /* ---- TGS -------------------------------------------------------------- */

@@ -37,12 +37,44 @@ void gs_pacer_set_share(struct gs_pacer *p, uint32_t share, uint64_t now);
 uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now);
 /* A launch: returns what it was charged, to hand back to gs_pacer_done. */
 uint64_t gs_pacer_launch(struct gs_pacer *p, uint64_t now);
-/* A kernel finished: busy_ns is its measured run time on the GPU. */
-void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns);
+/* A measured kernel finished: busy_ns is its measured run time on the
+ * GPU; it stands for n launches (itself and the unmeasured ones before it,
+ * gs_sample_take), charged charged_ns in all, which are settled on it. */
+void gs_pacer_done(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns, uint32_t n);
 /* Work other than one kernel (a graph launch): charged ns now, settled on
  * its measured busy_ns later; neither touches the kernels' mean. */
 void gs_pacer_charge(struct gs_pacer *p, uint64_t now, uint64_t ns);
 void gs_pacer_settle(struct gs_pacer *p, uint64_t charged_ns, uint64_t busy_ns);
+
+/* ---- which launches are measured ---------------------------------------
+ *
+ * Measuring a kernel costs driver calls (two event records, a query, an
+ * elapsed time), so one launch in GS_SAMPLE is measured, chosen at random
+ * (no period a workload could alias with); every one until the pacer has
+ * a mean. An unmeasured launch is charged the mean when launched (so a
+ * task queueing kernels cannot run ahead) and settled, with the next
+ * measured launch, on that one's measured run time: a measurement stands
+ * for itself and the unmeasured launches before it. So when kernels change
+ * length (prefill, decode) the debt is right from the next measurement on,
+ * not after the mean has crept there at 1/8 a measurement. Per process and
+ * pool of events (the sampler is not shared): each process's launches are
+ * settled on its own measurements. */
+#define GS_SAMPLE 4
+
+struct gs_sampler {
+    uint32_t rng;        /* xorshift; 0: not yet seeded */
+    uint32_t skipped;    /* unmeasured launches since the last measured one */
+    uint64_t skipped_ns; /* what they were charged */
+};
+
+/* Whether this launch is measured. */
+int gs_sample_pick(struct gs_sampler *s, const struct gs_pacer *p);
+/* An unmeasured launch, charged charged_ns: settled with the next measured one. */
+void gs_sample_skip(struct gs_sampler *s, uint64_t charged_ns);
+/* A measured launch, charged *charged_ns, takes the unmeasured ones before
+ * it: *charged_ns grows by their charge; returns how many launches its
+ * measurement stands for (for gs_pacer_done). */
+uint32_t gs_sample_take(struct gs_sampler *s, uint64_t *charged_ns);
 
 /* ---- TGS: production's throughput, opportunistic's rate ---------------
  *

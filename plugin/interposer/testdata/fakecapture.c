@@ -166,8 +166,11 @@ int fakecap_pending(void)
     return n;
 }
 
+void fakegpu_count(void); /* testdata/fakegpu.c: a call a paced launch may make */
+
 CUresult cuThreadExchangeStreamCaptureMode(int *mode)
 {
+    fakegpu_count();
     int old = thread_mode;
     thread_mode = *mode;
     *mode = old;
@@ -213,6 +216,7 @@ CUresult cuStreamEndCapture(void *s, struct fgraph **g)
 
 CUresult cuStreamIsCapturing(void *s, int *status)
 {
+    fakegpu_count();
     pthread_mutex_lock(&mu);
     struct fstream *st = own(s);
     *status = st ? st->cap : CAP_NONE;
@@ -337,7 +341,7 @@ CUresult cuCtxCreate_v2(void **c, unsigned f, int d)
 }
 /* The current context's device (device 0 without one, as before the fake
  * had several: the tests that never make a context) */
-CUresult cuCtxGetDevice(int *d) { *d = current ? current->dev : 0; return 0; }
+CUresult cuCtxGetDevice(int *d) { fakegpu_count(); *d = current ? current->dev : 0; return 0; }
 /* Not a driver call: the device a context belongs to (fakegpu.c's
  * timelines), -1 for none. */
 int fakecap_device(void *ctx) { return ctx ? ((struct fctx *)ctx)->dev : -1; }
@@ -352,7 +356,7 @@ CUresult cuCtxDestroy_v2(struct fctx *c)
     return 0;
 }
 CUresult cuCtxSetCurrent(struct fctx *c) { current = c; return 0; }
-CUresult cuCtxGetCurrent(struct fctx **c) { *c = current; return 0; }
+CUresult cuCtxGetCurrent(struct fctx **c) { fakegpu_count(); *c = current; return 0; }
 CUresult cuDevicePrimaryCtxRetain(struct fctx **c, int d)
 {
     if (d < 0 || d >= ndevices())

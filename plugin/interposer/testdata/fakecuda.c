@@ -113,8 +113,10 @@ void fakecuda_uuid(int ord, unsigned char u[16])
         u[i] = (unsigned char)(0x10 * i + 7);
     u[15] = (unsigned char)ord;
 }
+void fakegpu_count(void); /* testdata/fakegpu.c: a call a paced launch may make */
 CUresult cuDeviceGetUuid(unsigned char *u, int d)
 {
+    fakegpu_count();
     if (d < 0 || d >= ndevices())
         return 101; /* CUDA_ERROR_INVALID_DEVICE */
     fakecuda_uuid(d, u);
@@ -188,7 +190,8 @@ CUresult cuGetProcAddress_v2(const char *, void **, int, unsigned long long, int
 #define FAKEGPU(X)                                                              \
     X(cuLaunchKernel) X(cuLaunchKernel_ptsz) X(cuLaunchKernelEx)                \
     X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                       \
-    X(cuLaunchCooperativeKernel_ptsz) X(cuEventCreate) X(cuEventDestroy_v2)     \
+    X(cuLaunchCooperativeKernel_ptsz) X(cuLaunch) X(cuLaunchGrid)               \
+    X(cuLaunchGridAsync) X(cuEventCreate) X(cuEventDestroy_v2)                  \
     X(cuEventRecord) X(cuEventRecord_ptsz) X(cuEventQuery) X(cuEventSynchronize) \
     X(cuEventElapsedTime) X(cuStreamSynchronize) X(cuStreamSynchronize_ptsz)    \
     X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleGetFunction)

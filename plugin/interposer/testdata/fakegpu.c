@@ -22,7 +22,8 @@
  * Per pid, the file counts the GPU time of the kernels submitted (at
  * submission); fakecuda_busy_ns() and fakecuda_kernels() read the
  * caller's, fakecuda_events()
- * the event calls the process made and fakecuda_ptds_records() its event
+ * the event calls the process made, fakecuda_calls() those and the other
+ * calls a paced launch makes, and fakecuda_ptds_records() its event
  * records on CU_STREAM_PER_THREAD, for tests (not driver calls).
  * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN).
  *
@@ -141,6 +142,15 @@ uint64_t fakecuda_kernels(void)
 }
 
 uint64_t fakecuda_events(void) { return __atomic_load_n(&events, __ATOMIC_RELAXED); }
+
+/* The driver calls other than launches and synchronizes a process made:
+ * the event calls, and those fakegpu_count counts (cuCtxGetCurrent,
+ * cuStreamIsCapturing, cuThreadExchangeStreamCaptureMode, cuCtxGetDevice,
+ * cuDeviceGetUuid): what a paced launch adds, for tests (not a driver
+ * call). */
+static uint64_t other_calls;
+void fakegpu_count(void) { __atomic_fetch_add(&other_calls, 1, __ATOMIC_RELAXED); }
+uint64_t fakecuda_calls(void) { return fakecuda_events() + __atomic_load_n(&other_calls, __ATOMIC_RELAXED); }
 uint64_t fakecuda_ptds_records(void) { return __atomic_load_n(&ptds, __ATOMIC_RELAXED); }
 
 CUresult cuModuleLoadData(void **m, const void *image) { (void)image; *m = (void *)0x6d; return 0; }
@@ -192,6 +202,11 @@ CUresult cuLaunchKernel(KARGS, void **extra) { UNUSED, (void)extra; return launc
 CUresult cuLaunchKernel_ptsz(KARGS, void **extra) { UNUSED, (void)extra; return launch_on(s, f); }
 CUresult cuLaunchCooperativeKernel(KARGS) { UNUSED; return launch_on(s, f); }
 CUresult cuLaunchCooperativeKernel_ptsz(KARGS) { UNUSED; return launch_on(s, f); }
+/* the legacy launches (before CUDA 4.0; the block shape is the function's,
+ * cuFuncSetBlockShape): cuLaunch and cuLaunchGrid on the NULL stream */
+CUresult cuLaunch(void *f) { return launch_on(NULL, f); }
+CUresult cuLaunchGrid(void *f, int w, int h) { (void)w, (void)h; return launch_on(NULL, f); }
+CUresult cuLaunchGridAsync(void *f, int w, int h, CUstream s) { (void)w, (void)h; return launch_on(s, f); }
 CUresult cuLaunchKernelEx(const Config *c, void *f, void **kp, void **extra) { (void)kp, (void)extra; return launch_on(c ? c->s : NULL, f); }
 CUresult cuLaunchKernelEx_ptsz(const Config *c, void *f, void **kp, void **extra) { (void)kp, (void)extra; return launch_on(c ? c->s : NULL, f); }
 

@@ -10,8 +10,10 @@
  * Commands:
  *   kern:US       later kernels run US microseconds ("kern 0")
  *   gap:US        US microseconds of host time (sleep) after each kernel
- *   via:plain|ex|coop  launch with cuLaunchKernel, cuLaunchKernelEx or
- *                 cuLaunchCooperativeKernel (or their _ptsz variants)
+ *   via:plain|ex|coop|grid|gridasync|legacy  launch with cuLaunchKernel,
+ *                 cuLaunchKernelEx or cuLaunchCooperativeKernel (or their
+ *                 _ptsz variants), or the legacy cuLaunchGrid (the NULL
+ *                 stream), cuLaunchGridAsync or cuLaunch (the NULL stream)
  *   run:T:F:U     launch a kernel, wait for it (cuCtxSynchronize), sleep the
  *                 gap; again, for T ms; prints "run <rc> <busy> <window>
  *                 <kernels>": the fake GPU's busy ns for this process, the
@@ -25,6 +27,8 @@
  *   clock         CLOCK_MONOTONIC now ("clock 0 <ns>"): the simulated clock
  *                 under testdata/simclock.c
  *   events        the event calls this process made ("events 0 <n>")
+ *   calls         those and the driver's other calls a paced launch may
+ *                 make ("calls 0 <n>": fakecuda_calls)
  *   ptds          of which records on CU_STREAM_PER_THREAD ("ptds 0 <n>")
  *   bench:N       N launches without waiting ("bench <rc> <ns per launch>")
  *   stream        later launches go on a stream of their own (cuStreamCreate)
@@ -79,6 +83,9 @@ static struct {
     CUresult (*coop)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                      unsigned, CUstream, void **);
     CUresult (*sync)(void);
+    CUresult (*grid)(void *, int, int);
+    CUresult (*gridasync)(void *, int, int, CUstream);
+    CUresult (*legacy)(void *);
 } cu;
 
 #ifdef LINKED
@@ -93,9 +100,13 @@ CUresult cuLaunchKernelEx(const Config *, void *, void **, void **);
 CUresult cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned,
                                    unsigned, unsigned, CUstream, void **);
 CUresult cuCtxSynchronize(void);
+CUresult cuLaunchGrid(void *, int, int);
+CUresult cuLaunchGridAsync(void *, int, int, CUstream);
+CUresult cuLaunch(void *);
 
 static void bind_direct(void)
 {
+    cu.grid = cuLaunchGrid; cu.gridasync = cuLaunchGridAsync; cu.legacy = cuLaunch;
     cu.init = cuInit; cu.devget = cuDeviceGet; cu.ctx = cuCtxCreate_v2;
     cu.modload = cuModuleLoadData; cu.getfn = cuModuleGetFunction; cu.launch = cuLaunchKernel;
     cu.launchex = cuLaunchKernelEx; cu.coop = cuLaunchCooperativeKernel; cu.sync = cuCtxSynchronize;
@@ -121,6 +132,7 @@ static void bind_dlsym(void)
     SYM(modload, "cuModuleLoadData"); SYM(getfn, "cuModuleGetFunction");
     SYM(launch, "cuLaunchKernel"); SYM(launchex, "cuLaunchKernelEx");
     SYM(coop, "cuLaunchCooperativeKernel"); SYM(sync, "cuCtxSynchronize");
+    SYM(grid, "cuLaunchGrid"); SYM(gridasync, "cuLaunchGridAsync"); SYM(legacy, "cuLaunch");
 }
 
 static CUresult (*gpa1)(const char *, void **, int, unsigned long long);
@@ -144,6 +156,8 @@ static void bind_procaddr(unsigned long long launch_flags)
     GPA(modload, "cuModuleLoadData", 0); GPA(getfn, "cuModuleGetFunction", 0);
     GPA(launch, "cuLaunchKernel", launch_flags); GPA(launchex, "cuLaunchKernelEx", launch_flags);
     GPA(coop, "cuLaunchCooperativeKernel", launch_flags); GPA(sync, "cuCtxSynchronize", 0);
+    GPA(grid, "cuLaunchGrid", launch_flags); GPA(gridasync, "cuLaunchGridAsync", launch_flags);
+    GPA(legacy, "cuLaunch", launch_flags);
 }
 
 static uint64_t now_ns(void)
@@ -156,7 +170,7 @@ static uint64_t now_ns(void)
 static void *fn;  /* the current kernel */
 static CUstream strm; /* the launches' stream ("stream") */
 static void *gexec;   /* "capture": launches replay this graph */
-static int via;   /* 0 plain, 1 ex, 2 coop */
+static int via;   /* 0 plain, 1 ex, 2 coop, 3 grid, 4 gridasync, 5 legacy */
 static uint64_t gap_ns;
 
 static CUresult launch_on(CUstream s)
@@ -165,6 +179,9 @@ static CUresult launch_on(CUstream s)
     switch (via) {
     case 1: return cu.launchex(&c, fn, NULL, NULL);
     case 2: return cu.coop(fn, 1, 1, 1, 32, 1, 1, 0, s, NULL);
+    case 3: return cu.grid(fn, 1, 1);
+    case 4: return cu.gridasync(fn, 1, 1, s);
+    case 5: return cu.legacy(fn);
     default: return cu.launch(fn, 1, 1, 1, 32, 1, 1, 0, s, NULL, NULL);
     }
 }
@@ -323,7 +340,11 @@ int main(int argc, char **argv)
         } else if (strncmp(c, "threads:", 8) == 0) {
             nthreads = a < 1 ? 1 : a > 64 ? 64 : (int)a;
         } else if (strncmp(c, "via:", 4) == 0) {
-            via = strcmp(arg + 1, "ex") == 0 ? 1 : strcmp(arg + 1, "coop") == 0 ? 2 : 0;
+            static const char *vias[] = {"plain", "ex", "coop", "grid", "gridasync", "legacy"};
+            via = 0;
+            for (int v = 0; v < 6; v++)
+                if (strcmp(arg + 1, vias[v]) == 0)
+                    via = v;
         } else if (strncmp(c, "run:", 4) == 0) {
             uint64_t t0 = now_ns(), end = t0 + a * 1000000;
             pthread_t th[64];
@@ -406,6 +427,10 @@ int main(int argc, char **argv)
             continue;
         } else if (strcmp(c, "events") == 0) {
             printf("events 0 %llu\n", (unsigned long long)events());
+            continue;
+        } else if (strcmp(c, "calls") == 0) {
+            uint64_t (*n)(void) = need(dlsym(lib, "fakecuda_calls"), "fakecuda_calls");
+            printf("calls 0 %llu\n", (unsigned long long)n());
             continue;
         } else if (strcmp(c, "ptds") == 0) {
             uint64_t (*n)(void) = need(dlsym(lib, "fakecuda_ptds_records"), "fakecuda_ptds_records");

@@ -15,6 +15,13 @@
  *     idle time it leaves alone, the opportunistic job's GPU time.
  *     production: 4 ms kernels and GAP us (default 1000) of CPU between them;
  *     the opportunistic job: OPPK us kernels (default 2000) back to back.
+ *   pacesim step PCT KERN_US FACTOR SECONDS WINDOW
+ *     one saturating process at PCT, alone on the GPU, measuring one launch
+ *     in GS_SAMPLE as the library does (src/pace.h, gs_sampler): kernels of
+ *     KERN_US for SECONDS, then FACTOR times as long; "window <i> <pct>",
+ *     its share over each run of WINDOW kernels after the step (while its
+ *     GPU time stays under 40 windows' worth), and "overall <pct>" over
+ *     them all
  *   pacesim crumbs PCT STEP_NS
  *     a pacer at PCT owes one 1 ms kernel; it is asked for its delay every
  *     STEP_NS ns (threads of a task taking it in turn): "paid after ms
@@ -34,12 +41,15 @@ enum { CAPPED, PRODUCTION, OPPORTUNISTIC };
 struct proc {
     int cls;
     uint64_t kern_ns, gap_ns;
-    int running;
+    int running, sampled, measured; /* sampled: one launch in GS_SAMPLE measured */
+    uint32_t count;
+    struct gs_sampler samp;
     uint64_t t_next, charged, cur_kern;
     uint64_t busy, work; /* within the measured interval */
     struct gs_pacer pacer;
     struct gs_tgs tgs;
     struct gs_tgs_producer producer;
+    void (*on_launch)(struct proc *, uint64_t now); /* the step scenario's */
 };
 
 static int control = 1, bursty;
@@ -77,7 +87,8 @@ static void simulate(struct proc *p, int n, uint64_t from, uint64_t end)
         if (now >= end)
             return;
         if (q->running) { /* its kernel finished: the measurement */
-            gs_pacer_done(&q->pacer, q->charged, q->cur_kern);
+            if (q->measured)
+                gs_pacer_done(&q->pacer, q->charged, q->cur_kern, q->count);
             q->running = 0;
             q->t_next = now + q->gap_ns;
             continue;
@@ -95,6 +106,13 @@ static void simulate(struct proc *p, int n, uint64_t from, uint64_t end)
             continue;
         }
         q->charged = gs_pacer_launch(&q->pacer, now);
+        q->measured = !q->sampled || gs_sample_pick(&q->samp, &q->pacer);
+        if (q->measured)
+            q->count = q->sampled ? gs_sample_take(&q->samp, &q->charged) : 1;
+        else
+            gs_sample_skip(&q->samp, q->charged);
+        if (q->on_launch)
+            q->on_launch(q, now);
         if (q->cls == PRODUCTION)
             gs_tgs_produce(&chan, &q->producer, now, 1);
         q->cur_kern = jitter(q->kern_ns);
@@ -106,6 +124,33 @@ static void simulate(struct proc *p, int n, uint64_t from, uint64_t end)
         }
         q->running = 1;
         q->t_next = gpu_free;
+    }
+}
+
+/* The step scenario: at `at` the kernels grow `factor` times; from the
+ * first launch after it, each run of `window` launches is a window (from
+ * its first launch to the next window's first). */
+static struct {
+    uint64_t at, factor, window, n_launch, t0, busy0;
+    int n, started;
+    double busy[40], wall[40];
+} step;
+
+static void step_launch(struct proc *q, uint64_t now)
+{
+    if (now < step.at)
+        return;
+    if (!step.started) {
+        step.started = 1;
+        q->kern_ns *= step.factor;
+        q->cur_kern = 0;
+        step.t0 = now;
+        step.busy0 = q->busy;
+    }
+    if (step.n_launch++ == step.window && step.n < 40) {
+        step.busy[step.n] = (double)(q->busy - step.busy0);
+        step.wall[step.n++] = (double)(now - step.t0);
+        step.t0 = now, step.busy0 = q->busy, step.n_launch = 1;
     }
 }
 
@@ -156,11 +201,31 @@ int main(int argc, char **argv)
         printf("opportunistic of idle %.2f\n", 100.0 * shared[1].busy / idle);
         return 0;
     }
+    if (argc == 7 && strcmp(argv[1], "step") == 0) {
+        uint64_t kern = strtoull(argv[3], NULL, 10) * 1000, before = strtoull(argv[5], NULL, 10) * SEC;
+        step.factor = strtoull(argv[4], NULL, 10);
+        step.window = strtoull(argv[6], NULL, 10);
+        step.at = before;
+        struct proc p[1];
+        init(&p[0], CAPPED, atoi(argv[2]) * 10, kern, 0);
+        p[0].sampled = 1;
+        p[0].on_launch = step_launch;
+        /* long enough for 40 windows of the longer kernels at the share */
+        uint64_t after = 40 * step.window * kern * step.factor * GS_SHARE_FULL / (atoi(argv[2]) * 10);
+        simulate(p, 1, 0, before + after);
+        double busy = 0, wall = 0;
+        for (int i = 0; i < step.n; i++) {
+            printf("window %d %.2f\n", i, 100.0 * step.busy[i] / step.wall[i]);
+            busy += step.busy[i], wall += step.wall[i];
+        }
+        printf("overall %.2f\n", wall ? 100.0 * busy / wall : 0);
+        return 0;
+    }
     if (argc == 4 && strcmp(argv[1], "crumbs") == 0) {
         struct gs_pacer p;
         uint64_t now = SEC, step = strtoull(argv[3], NULL, 10);
         gs_pacer_init(&p, atoi(argv[2]) * 10, 100 * MS, now);
-        gs_pacer_done(&p, gs_pacer_launch(&p, now), MS);
+        gs_pacer_done(&p, gs_pacer_launch(&p, now), MS, 1);
         double paid = -1;
         for (uint64_t t = now; step && t <= now + SEC; t += step)
             if (gs_pacer_delay(&p, t) == 0) {
