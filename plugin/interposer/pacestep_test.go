@@ -16,7 +16,8 @@ import (
 // (20 kernels each at 25%) of 10 ms ones, each within 1.5 points of the
 // cap, and so their sum. Before, only one launch in four was measured and
 // the others were charged the mean, which followed the samples slowly
-// (1/8 each): the windows ran at 56.25, 37.50, 31.25 and 28.12%.
+// (1/8 each): the windows ran at 33.75, 26.25, 25.00 and 25.00%, 27.50%
+// over the four.
 func TestPacingFollowsAKernelLengthStep(t *testing.T) {
 	b := build(t)
 	ws := kernelStep(t, b, "plain")
