@@ -119,6 +119,9 @@ func TestBatchGroupOfThreeIsNotDoneAtItsFirstCompletion(t *testing.T) {
 			}
 		}
 		must.Eq(t, 50, n, must.Sprint("the shares of the two not placed yet stay held"))
+		still, ok := s.state.Record(f.jobs["etl"], "g")
+		must.True(t, ok)
+		must.Eq(t, rec.Shares, still.Shares, must.Sprint("the other two still pinned"))
 		return f, s, rec
 	}
 	pass := func(t *testing.T, s *Service) {
