@@ -88,6 +88,9 @@ struct gs_region {
 
 
 int gs_region_open(const char *path);          /* 0 ok, -1 unusable */
+/* The usage file for path (<dir>/usage), opened read-write, created if
+ * absent (regionfile.c); -1 with a line on stderr when it cannot be. */
+int gs_region_file(const char *path);
 /* The task's shared pacer, initialised with share and window by its first
  * user; NULL without a region. Use it between gs_region_lock (0: held)
  * and gs_region_unlock. */
