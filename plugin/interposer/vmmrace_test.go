@@ -57,10 +57,10 @@ func TestImportedAllocationCharged(t *testing.T) {
 
 // Issue 44, 9: graph memory was checked node by node when added, a launch
 // was never refused, and the reserve was charged after it for the current
-// device only. Two 3 GiB nodes under a 4 GiB cap gave 6 GiB at the
-// launch; a relaunch after the program trimmed the graph pool (and used
-// the room) 6 GiB; a switch to another device dropped the first one's
-// graph charge, 6 GiB. Now a graph's total is checked at instantiation,
+// device only. Two 3 GiB nodes (added, or cuMemAllocAsync captured)
+// under a 4 GiB cap gave 6 GiB at the launch; a relaunch after the
+// program trimmed the graph pool (and used the room) 6 GiB; a switch to
+// another device dropped the first one's graph charge, 6 GiB. Now a graph's total is checked at instantiation,
 // a launch is charged ahead what it may map (refused when it cannot be),
 // and each device's reserve is charged apart.
 func TestGraphMemoryTotalsAndLaunchesWithinCap(t *testing.T) {
@@ -70,6 +70,15 @@ func TestGraphMemoryTotalsAndLaunchesWithinCap(t *testing.T) {
 	check(t, got, "graph 0", "graphnode 0", "graphnode 0",
 		"replay 2", // 6 GiB in one graph cannot fit (before: 6 GiB mapped)
 		"fake 0 0")
+
+	// the same with cuMemAllocAsync captured into a graph (memory nodes
+	// too): stream 0, its graph 3; stream 4, its graph 6
+	got = r.output(t, b, "stream", "capture:0", "asyncon:0:"+g(3), "asyncon:0:"+g(3),
+		"endcap:0", "replay:3", "fake",
+		"stream", "capture:4", "asyncon:4:"+g(3), "endcap:4", "replay:6", "fake")
+	check(t, got, "stream 0", "capture 0", "asyncon 0", "asyncon 0",
+		"endcap 0", "replay 2", "fake 0 0", // before: 6 GiB
+		"stream 0", "capture 0", "asyncon 0", "endcap 0", "replay 0", "fake 0 "+g(3))
 
 	got = r.output(t, b, "graph", "graphnode:0:"+g(3), "inst:0", "launch:1", "fake",
 		"gtrim", "alloc:"+g(3), "launch:1", "fake", "peak")

@@ -23,6 +23,20 @@ static struct { void *graph; uint64_t bytes; int backed, dev; } gnodes[MAXN];
 static int ngnodes;
 static uint64_t graph_reserved[GDEVS];
 
+/* Under mu: a node of bytes on dev in graph, its virtual address in *va. */
+static CUresult add_node(void *graph, uint64_t bytes, int dev, CUdeviceptr *va)
+{
+    if (ngnodes == MAXN)
+        return 2;
+    gnodes[ngnodes].graph = graph;
+    gnodes[ngnodes].bytes = bytes;
+    gnodes[ngnodes].backed = 0;
+    gnodes[ngnodes++].dev = dev;
+    *va = next_va; /* virtual only, until a launch */
+    next_va += (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    return 0;
+}
+
 /* The node's device: its pool's location (CU_MEM_LOCATION_TYPE_DEVICE, 1),
  * else the current context's. */
 CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps,
@@ -36,19 +50,25 @@ CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size
     if (dev < 0 || dev >= ndevices())
         return 101;
     pthread_mutex_lock(&mu);
-    CUresult r = 2;
-    if (ngnodes < MAXN) {
-        gnodes[ngnodes].graph = graph;
-        gnodes[ngnodes].bytes = p->bytesize;
-        gnodes[ngnodes].backed = 0;
-        gnodes[ngnodes].dev = dev;
-        *node = (void *)(uintptr_t)(0x100000 + ngnodes++);
-        p->dptr = next_va; /* virtual only, until a launch */
-        next_va += (p->bytesize + (2u << 20) - 1) / (2u << 20) * (2u << 20);
-        r = 0;
-    }
+    CUresult r = add_node(graph, p->bytesize, dev, &p->dptr);
+    if (!r)
+        *node = (void *)(uintptr_t)(0x100000 + ngnodes - 1);
     pthread_mutex_unlock(&mu);
     return r;
+}
+
+/* Under mu, from the pools' allocations (fakevmm.c): an allocation on a
+ * stream being captured is not made, it becomes a memory node of the
+ * capture's graph, on the current device (*captured: 1). */
+static CUresult captured_alloc(void *s, size_t n, CUdeviceptr *out, int *captured)
+{
+    struct fstream *st = s ? own(s) : NULL;
+    *captured = st && st->cap == CAP_ACTIVE;
+    if (!*captured)
+        return 0;
+    if (!out || !n)
+        return 1;
+    return add_node(st->g, n, fakecap_current_device(), out);
 }
 
 /* A free node returns memory to the graph pool, which keeps it reserved. */

@@ -30,7 +30,9 @@
  *     gives the rest back at the next synchronization; here at the free, as
  *     if the stream synchronized then. An allocation reuses the pool's idle
  *     reserve first. cuMemPoolTrimTo gives idle reserve back; the
- *     reserved and used figures are the pool's attributes.
+ *     reserved and used figures are the pool's attributes. On a stream
+ *     being captured an allocation is a memory node of the capture's
+ *     graph instead (testdata/fakegraphmem.c).
  *   - Graph memory (cuGraphAddMemAllocNode): the node gets a virtual
  *     address when added; the physical memory comes from its device's
  *     graph pool (the node's pool location) when the graph is launched
@@ -362,10 +364,22 @@ static uint64_t fakevmm_freed(unsigned flags, uint64_t size)
     return back;
 }
 
-CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { (void)s; return pool_alloc(0, p, n); }
-CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { (void)s; return pool_alloc(0, p, n); }
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)s; return pool_alloc(pool_of(pl), p, n); }
-CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s) { (void)s; return pool_alloc(pool_of(pl), p, n); }
+static CUresult captured_alloc(void *s, size_t n, CUdeviceptr *out, int *captured); /* fakegraphmem.c */
+
+/* On a stream being captured: a memory node of the capture's graph. */
+static CUresult stream_alloc(int pi, CUdeviceptr *p, size_t n, void *s)
+{
+    int captured;
+    pthread_mutex_lock(&mu);
+    CUresult r = captured_alloc(s, n, p, &captured);
+    pthread_mutex_unlock(&mu);
+    return captured ? r : pool_alloc(pi, p, n);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t n, void *s) { return stream_alloc(0, p, n, s); }
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, void *s) { return stream_alloc(0, p, n, s); }
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, void *pl, void *s) { return stream_alloc(pool_of(pl), p, n, s); }
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, void *pl, void *s) { return stream_alloc(pool_of(pl), p, n, s); }
 
 CUresult cuDeviceGetMemPool(void **p, int dev) { *p = pool_handle(0); return dev ? 101 : 0; }
 CUresult cuDeviceGetDefaultMemPool(void **p, int dev) { return cuDeviceGetMemPool(p, dev); }

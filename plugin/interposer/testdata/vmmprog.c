@@ -28,6 +28,10 @@
  *   launch:E        cuGraphLaunch of executable E on the NULL stream
  *   gtrim           cuDeviceGraphMemTrim of the current device
  *   ctx:D           cuCtxCreate_v2 on device D (current from then on)
+ *   stream          cuStreamCreate (listed)
+ *   capture:S       cuStreamBeginCapture_v2 of stream S, global mode
+ *   asyncon:S:N     cuMemAllocAsync of N bytes on stream S
+ *   endcap:S        cuStreamEndCapture of stream S (the graph, listed)
  *   replay:G        cuGraphInstantiateWithFlags of graph G, then
  *                   cuGraphLaunch of it on the NULL stream (which
  *                   allocates its memory nodes, as the driver does)
@@ -222,6 +226,19 @@ int main(int argc, char **argv)
             if (!r) hold((uintptr_t)exec, 0);
         } else if (strncmp(c, "launch:", 7) == 0) {
             r = CALL(CUresult (*)(void *, void *), "cuGraphLaunch")((void *)(uintptr_t)held[a], NULL);
+        } else if (strcmp(c, "stream") == 0) {
+            void *st = NULL;
+            r = CALL(CUresult (*)(void **, unsigned), "cuStreamCreate")(&st, 0);
+            if (!r) hold((uintptr_t)st, 0);
+        } else if (strncmp(c, "capture:", 8) == 0) {
+            r = CALL(CUresult (*)(void *, int), "cuStreamBeginCapture_v2")((void *)(uintptr_t)held[a], 0);
+        } else if (strncmp(c, "asyncon:", 8) == 0) {
+            r = CALL(CUresult (*)(u64 *, size_t, void *), "cuMemAllocAsync")(&v, b, (void *)(uintptr_t)held[a]);
+            if (!r) hold(v, b);
+        } else if (strncmp(c, "endcap:", 7) == 0) {
+            void *gr = NULL;
+            r = CALL(CUresult (*)(void *, void **), "cuStreamEndCapture")((void *)(uintptr_t)held[a], &gr);
+            if (!r) hold((uintptr_t)gr, 0);
         } else if (strcmp(c, "gtrim") == 0) {
             r = CALL(CUresult (*)(int), "cuDeviceGraphMemTrim")(dev);
         } else if (strncmp(c, "ctx:", 4) == 0) {
