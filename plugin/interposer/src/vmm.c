@@ -138,9 +138,10 @@ EXPORT CUresult cuMemMap(CUdeviceptr va, size_t size, size_t off, CUmemGenericAl
             charge = e->bytes = size;
     }
     pthread_mutex_unlock(&vmu);
-    /* after the fact, over the cap if need be: the memory is held now (a
-     * refusal here would be an error cuMemMap does not return) */
-    if (charge)
+    /* the memory is held now: charged, over the cap if even a trim of
+     * idle reserve cannot make room (a refusal here would be an error
+     * cuMemMap does not return) */
+    if (charge && gs_charge(charge) != CUDA_SUCCESS)
         gs_region_force_charge(charge);
     return r;
 }
