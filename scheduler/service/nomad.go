@@ -35,6 +35,9 @@ type nomadAPI interface {
 	// FailedEvals lists the evaluations of a namespace ("*" for all) in
 	// which Nomad could not place some group.
 	FailedEvals(ctx context.Context, namespace string) ([]*api.Evaluation, error)
+	// Namespaces lists the names of the namespaces, waiting with index > 0
+	// until they change past it (watch_namespaces.go).
+	Namespaces(ctx context.Context, index uint64) ([]string, uint64, error)
 	// Register re-registers job if its modify index is still index, and
 	// returns the new version's modify index (0 when Nomad did not say).
 	Register(ctx context.Context, job *api.Job, index uint64) (uint64, error)

@@ -89,6 +89,10 @@ type fakeNomad struct {
 	holdUnplaced    bool
 	holdsRegistered int
 	holdsStopped    []string
+	// namespaces are Nomad's namespaces beyond "default", created at
+	// nsIndex (newnamespace_test.go).
+	namespaces []string
+	nsIndex    uint64
 }
 
 // fakeStream is one subscription to the fake's event stream.

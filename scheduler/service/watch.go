@@ -38,6 +38,7 @@ type eventSource interface {
 	Alloc(ctx context.Context, id string) (*api.Allocation, error)
 	FailedEvals(ctx context.Context, namespace string) ([]*api.Evaluation, error)
 	Stream(ctx context.Context, index uint64, namespace string) (<-chan *api.Events, error)
+	Namespaces(ctx context.Context, index uint64) ([]string, uint64, error)
 }
 
 var _ eventSource = nomadClient{}
@@ -102,6 +103,9 @@ func (w *watcher) watch(ctx context.Context) {
 			continue
 		}
 		covered = max(covered, bad)
+		// the stream covers the namespaces of when it opens: one created
+		// later ends it (watch_namespaces.go)
+		known, nsIndex, watchNS := w.streamNamespaces(ctx)
 		streamCtx, cancel := context.WithCancel(ctx)
 		ch, err := w.nomad.Stream(streamCtx, index+1, ns.stream())
 		if err != nil {
@@ -115,7 +119,11 @@ func (w *watcher) watch(ctx context.Context) {
 			continue
 		}
 		w.log.Debug("event stream open", "from_index", index+1, "namespace", ns.stream())
-		progressed, unread := w.consume(streamCtx, ch, interval, ns, covered)
+		var created <-chan string
+		if watchNS {
+			created = w.newNamespace(streamCtx, known, nsIndex)
+		}
+		progressed, unread := w.consume(streamCtx, ch, created, interval, ns, covered)
 		cancel()
 		bad = max(bad, unread)
 		if ctx.Err() != nil {
@@ -136,14 +144,15 @@ func nextBackoff(d time.Duration) time.Duration {
 	return min(max(2*d, 250*time.Millisecond), 10*time.Second)
 }
 
-// consume applies events until the stream ends, after which the cluster
-// is listed again. Every interval the cluster is listed meanwhile, while
+// consume applies events until the stream ends, or a namespace the
+// stream does not cover is created, after which the cluster is listed
+// again. Every interval the cluster is listed meanwhile, while
 // events keep being applied (the listing merges under the newer events:
 // model.State.Relist). It reports whether the stream delivered anything
 // (if not, the caller backs off) and the index of an event it could not
 // read. Unreadable events at or below covered were seen before a relist
 // and are skipped.
-func (w *watcher) consume(ctx context.Context, ch <-chan *api.Events, interval time.Duration, ns namespaces, covered uint64) (progressed bool, unread uint64) {
+func (w *watcher) consume(ctx context.Context, ch <-chan *api.Events, created <-chan string, interval time.Duration, ns namespaces, covered uint64) (progressed bool, unread uint64) {
 	deadline := time.NewTimer(interval)
 	defer deadline.Stop()
 	var relisted chan error // non-nil while a periodic listing runs
@@ -163,6 +172,9 @@ func (w *watcher) consume(ctx context.Context, ch <-chan *api.Events, interval t
 		select {
 		case <-ctx.Done():
 			return progressed, 0
+		case name := <-created:
+			w.log.Info("a namespace was created after the event stream opened, which does not cover it: listing the cluster again and opening the stream again", "namespace", name)
+			return true, 0
 		case <-deadline.C:
 			w.log.Debug("periodic full listing, beside the event stream", "interval", interval)
 			relist()
