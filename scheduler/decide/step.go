@@ -428,6 +428,17 @@ func shapeOf(r placement.Request) string {
 	if r.Pack {
 		b.WriteString("|pack")
 	}
+	if r.Batch {
+		b.WriteString("|batch") // never staged
+	}
+	if u := r.Unstaged; u != nil { // staged on fewer nodes
+		h := fnv.New64a()
+		for _, id := range slices.Sorted(maps.Keys(u.Nodes)) {
+			fmt.Fprintf(h, "%s,", id)
+		}
+		fmt.Fprintf(&b, "|unstaged %t %x", u.Nodes == nil, h.Sum64())
+	}
+	fmt.Fprintf(&b, "|hold %d %d", r.HoldRes.CPU, r.HoldRes.MemoryMiB)
 	for _, l := range r.Limits {
 		// the same rule over the same nodes, as the job's allocations leave it
 		h := fnv.New64a()

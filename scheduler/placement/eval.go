@@ -58,8 +58,8 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		best.why = whyRules
 		return best
 	}
-	free := n.Free()
-	cpuOK := free.CPU >= r.Res.CPU && free.MemoryMiB >= r.Res.MemoryMiB
+	free, need := n.Free(), n.need(r)
+	cpuOK := free.CPU >= need.CPU && free.MemoryMiB >= need.MemoryMiB
 	if r.Shares == 0 {
 		if !cpuOK {
 			best.why = whyCPU

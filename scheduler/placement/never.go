@@ -1,6 +1,7 @@
 package placement
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -248,10 +249,14 @@ func OnePerNode(s *Snapshot, r Request) string {
 			"on a node as a service's are): its %d allocations need %d nodes and %d can hold one; it waits for more nodes — "+
 			"or split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
 	}
+	where, fix := "a node with neither the raw_exec nor the exec driver", "enable raw_exec or exec on the nodes"
+	if r.Unstaged != nil && r.Unstaged.Why != "" {
+		where, fix = r.Unstaged.Why, cmp.Or(r.Unstaged.Fix, "see docs/troubleshooting.md")
+	}
 	return fmt.Sprintf("gpushare places at most one whole-GPU allocation of a group per node where it cannot hold GPUs while Nomad places them one "+
-		"after the other (a node with neither the raw_exec nor the exec driver; Nomad's device constraint is per group, and Nomad "+
+		"after the other (%s; Nomad's device constraint is per group, and Nomad "+
 		"could hand one allocation shares of two GPUs): its %d allocations need %d nodes and %d can hold one; it waits for more nodes — "+
-		"or enable raw_exec or exec on the nodes, split it into groups of count 1, or ask for %d shares in one allocation", r.Count, r.Count, nodes, r.Count*r.Shares)
+		"or %s, split it into groups of count 1, or ask for %d shares in one allocation", where, r.Count, r.Count, nodes, fix, r.Count*r.Shares)
 }
 
 // limited refuses a request whose distinct_property limits leave fewer

@@ -48,9 +48,36 @@ func perGPUNote(need, spg int) string {
 }
 
 // staged reports whether the service stages r's allocations on n:
-// n can be staged (SetStaging) and r's allocations do not end by
-// themselves (Request.Batch).
-func (n *Node) staged(r *Request) bool { return n.stage && !r.Batch }
+// n can be staged (SetStaging), r's allocations do not end by themselves
+// (Request.Batch) and r may be staged there (Request.Unstaged).
+func (n *Node) staged(r *Request) bool { return n.stage && !r.Batch && !r.Unstaged.Covers(n.ID) }
+
+// Unstaged is where the service cannot stage one request's allocations
+// although it stages others' there (Request.Unstaged).
+type Unstaged struct {
+	// Nodes are the nodes it covers; nil covers every node.
+	Nodes map[string]bool
+	// Why says why, as OnePerNode's reason names it (for example: the
+	// job's namespace does not allow the driver a hold runs with).
+	Why string
+	// Fix says what would let the service stage them ("" for the
+	// troubleshooting page).
+	Fix string
+}
+
+// Covers reports whether u keeps the request's allocations from being
+// staged on node id (false for a nil u).
+func (u *Unstaged) Covers(id string) bool { return u != nil && (u.Nodes == nil || u.Nodes[id]) }
+
+// need is what one allocation of r counts of n's CPU and memory: its own
+// resources, and at least what a hold takes on a node where the service
+// stages r's allocations behind holds (Request.HoldRes).
+func (n *Node) need(r *Request) Resources {
+	if r.Count < 2 || r.Shares == 0 || !n.staged(r) {
+		return r.Res
+	}
+	return Resources{CPU: max(r.Res.CPU, r.HoldRes.CPU), MemoryMiB: max(r.Res.MemoryMiB, r.HoldRes.MemoryMiB)}
+}
 
 // SetStaging marks the nodes where the service can place several
 // whole-GPU allocations of one group one after the other (it holds the

@@ -67,6 +67,16 @@ type Request struct {
 	// node stack on one GPU, and its whole-GPU allocations take one node
 	// each (OnePerNode), as on a node the service cannot stage.
 	Batch bool `json:"batch,omitempty"`
+	// Unstaged narrows the nodes where the service stages the request's
+	// allocations (SetStaging): on the nodes it covers they take one node
+	// each (OnePerNode), and its Why says why in OnePerNode's reason.
+	// Nil: wherever SetStaging allows.
+	Unstaged *Unstaged `json:"-"`
+	// HoldRes is what the job that holds an allocation's GPUs on a staged
+	// node (the service's hold) takes of the node's CPU and memory: each
+	// allocation of the request placed on a staged node counts at least
+	// that much, as the hold runs on the node before the allocation does.
+	HoldRes Resources `json:"-"`
 	// Expected is how long the job expects to run (0: not declared). The
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
