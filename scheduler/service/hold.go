@@ -1,7 +1,6 @@
 package service
 
 import (
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -46,8 +45,13 @@ const (
 	metaHoldSig    = "gpushare.hold_signature"
 	// holdLife is how long a hold's task runs if nobody stops it.
 	holdLife = time.Hour
-	// holdPlaced bounds the wait for Nomad to place the holds of a pin.
+	// holdPlaced is how long Nomad has to place the holds of a pin (on
+	// the service's clock, over passes: no pass waits for it) before the
+	// group is decided again without staging on their nodes.
 	holdPlaced = 30 * time.Second
+	// holdCPU, holdMemoryMB and holdDiskMB are what a hold's task asks
+	// for; the placement counts the first two (placement.Request.HoldRes).
+	holdCPU, holdMemoryMB, holdDiskMB = 20, 16, 10
 )
 
 // isHold reports whether a job ID is a hold's.
@@ -150,7 +154,7 @@ func holdJob(key decide.Key, digest string, i int, spec holdSpec, driver string,
 	id := fmt.Sprintf("%s%s-%s-%d", HoldPrefix, hex.EncodeToString(sum[:5]), digest[:min(8, len(digest))], i)
 	task := api.NewTask("hold", driver)
 	task.Config = map[string]any{"command": "sleep", "args": []string{fmt.Sprint(int(holdLife.Seconds()))}}
-	task.Resources = &api.Resources{CPU: new(20), MemoryMB: new(16), Devices: []*api.RequestedDevice{{
+	task.Resources = &api.Resources{CPU: new(holdCPU), MemoryMB: new(holdMemoryMB), Devices: []*api.RequestedDevice{{
 		Name: "nvidia/gpushare", Count: new(uint64(len(spec.shares))),
 		Constraints: []*api.Constraint{{LTarget: pin.DeviceAttribute, Operand: pin.OpSetContains, RTarget: strings.Join(spec.shares, ",")}},
 	}}}
@@ -160,7 +164,7 @@ func holdJob(key decide.Key, digest string, i int, spec holdSpec, driver string,
 	tg.AddTask(task)
 	tg.RestartPolicy = &api.RestartPolicy{Attempts: new(0), Mode: new(api.RestartPolicyModeFail)}
 	tg.ReschedulePolicy = &api.ReschedulePolicy{Attempts: new(0), Unlimited: new(false)}
-	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: new(10)}
+	tg.EphemeralDisk = &api.EphemeralDisk{SizeMB: new(holdDiskMB)}
 	job := api.NewBatchJob(id, id, "global", priority)
 	job.Namespace = new(key.Namespace)
 	job.Region = nil
@@ -192,69 +196,6 @@ func (s *loop) canStage(nodeID string) bool {
 	return s.holder() != nil && holdDriver(s.state.Nodes[nodeID]) != ""
 }
 
-// stage registers the holds the pins of one job need (pinned is the job
-// as it will be registered) and waits until Nomad has placed them all;
-// it returns their IDs. On an error the holds it registered are stopped.
-func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action) ([]string, error) {
-	h := s.holder()
-	if h == nil {
-		return nil, nil
-	}
-	var jobs []*api.Job
-	s.mu.Lock()
-	for _, a := range acts {
-		if a.Decision == nil {
-			continue
-		}
-		live := map[string]bool{}
-		for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
-			for _, sh := range model.Shares(al) {
-				live[sh] = true
-			}
-		}
-		specs := stagesOf(a.Decision.Placements, live)
-		if len(specs) == 0 {
-			continue // most pins: nothing staged
-		}
-		digest := pinDigest(pinned, a.Group.Group)
-		for i, spec := range specs {
-			driver := holdDriver(s.state.Nodes[spec.node])
-			if driver == "" || digest == "" {
-				continue // not staged there: the placement kept one per node
-			}
-			j := holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50))
-			if sig, ok := s.records.sign(a.Group, holdPayload(j)); ok {
-				j.Meta[metaHoldSig] = sig
-			}
-			jobs = append(jobs, j)
-		}
-	}
-	s.mu.Unlock()
-	var ids []string
-	stopAll := func() { s.unstage(ctx, pinned, ids) }
-	for _, j := range jobs {
-		if err := s.lease.mayWrite(); err != nil {
-			stopAll()
-			return nil, err
-		}
-		rctx, cancel := s.request(ctx)
-		err := h.RegisterHold(rctx, j)
-		cancel()
-		if err != nil {
-			stopAll()
-			return nil, fmt.Errorf("hold GPUs on node %s for placing the group's allocations one after the other: %w", j.Meta[metaHoldNode], err)
-		}
-		ids = append(ids, *j.ID)
-		s.log.Info("holding GPUs while Nomad places a group's allocations on one node one after the other", "hold", *j.ID,
-			"for", j.Meta[metaHoldFor], "node", j.Meta[metaHoldNode], "shares", j.Meta[metaHoldShares])
-	}
-	if err := s.waitPlaced(ctx, h, jobs); err != nil {
-		stopAll()
-		return nil, err
-	}
-	return ids, nil
-}
-
 // unstage lets go the holds of a pin that was not registered.
 func (s *loop) unstage(ctx context.Context, pinned *api.Job, ids []string) {
 	h := s.holder()
@@ -265,29 +206,6 @@ func (s *loop) unstage(ctx context.Context, pinned *api.Job, ids []string) {
 		}
 		cancel()
 	}
-}
-
-// waitPlaced waits until Nomad has placed every hold (a live allocation
-// each), up to holdPlaced.
-func (s *loop) waitPlaced(ctx context.Context, h holdNomad, jobs []*api.Job) error {
-	deadline := time.Now().Add(holdPlaced) // liveness only
-	for _, j := range jobs {
-		for {
-			rctx, cancel := s.request(ctx)
-			allocs, err := h.JobAllocs(rctx, *j.Namespace, *j.ID)
-			cancel()
-			if err == nil && slices.ContainsFunc(allocs, func(a *api.AllocationListStub) bool {
-				return a.DesiredStatus == api.AllocDesiredStatusRun && !slices.Contains([]string{api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusComplete}, a.ClientStatus)
-			}) {
-				break
-			}
-			if ctx.Err() != nil || !time.Now().Before(deadline) {
-				return fmt.Errorf("Nomad did not place hold %s on node %s within %s (its CPU, memory or the held GPUs are taken): the group is decided again", *j.ID, j.Meta[metaHoldNode], holdPlaced)
-			}
-			sleep(ctx, 100*time.Millisecond)
-		}
-	}
-	return nil
 }
 
 func ptrInt(p *int) int {

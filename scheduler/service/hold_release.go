@@ -123,7 +123,7 @@ func (s *loop) holdStale(key decide.Key, hold *api.Job) string {
 		return "its job is gone"
 	case job.Stop != nil && *job.Stop:
 		return "its job is stopped"
-	case pinDigest(job, key.Group) != hold.Meta[metaHoldPin]:
+	case pinDigest(job, key.Group) != hold.Meta[metaHoldPin] && !s.awaited(key, hold):
 		return "its group is no longer pinned as when it was held"
 	case hold.SubmitTime != nil && s.now().Sub(time.Unix(0, *hold.SubmitTime)) > holdLife:
 		return "held longer than " + holdLife.String()

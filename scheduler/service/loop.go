@@ -57,6 +57,10 @@ type loop struct {
 	// or read (true); see prior.go
 	priorRead map[string]bool
 	retries   map[decide.Key]retry // groups whose pin failed, until their retry
+	// staging is what the loop knows of holds beyond their jobs: the pins
+	// waiting for Nomad to place theirs, the nodes where Nomad did not,
+	// what each namespace allows them to run with (hold_stage.go)
+	staging holdState
 	// warnedShape is the cluster shape checkGuarantees last looked at;
 	// shape the last one hashed (shapeOf).
 	warnedShape uint64

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -112,6 +113,14 @@ func (s *loop) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, 
 			out[a.Group] = "pin failed: " + err.Error()
 		case errors.Is(err, ErrNotLeader):
 			out[a.Group] = "pin not sent: " + err.Error()
+		case errors.Is(err, errHoldsWaiting):
+			// its holds are registered: a later pass pins it once Nomad
+			// placed them (hold_stage.go); no back-off
+			out[a.Group] = "not pinned yet: " + err.Error()
+		case errors.Is(err, errDecideAgain):
+			log.Info("the group's allocations cannot be staged as decided; deciding it again", "reason", err)
+			out[a.Group] = "not pinned: " + err.Error()
+			s.markDirty()
 		case errors.Is(err, errJobGone):
 			// purged since it was decided (a finished job, a pipeline's
 			// purge): nothing to pin, nothing to retry; its event takes it
@@ -164,17 +173,8 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 		s.mu.Unlock()
 		return all(fmt.Errorf("%w: version %d decided on, %d registered", ErrConflict, *orig.JobModifyIndex, *job.JobModifyIndex))
 	}
-	var done []decide.Action
-	recs := map[decide.Key]*pin.Record{}
-	for _, a := range acts {
-		rec, pinned, err := s.writePin(job, a)
-		if err != nil {
-			errs[a.Group] = err
-			continue
-		}
-		job, recs[a.Group] = pinned, rec
-		done = append(done, a)
-	}
+	read := job
+	job, done, recs := s.writePins(read, acts, errs)
 	if len(done) == 0 {
 		return errs
 	}
@@ -186,10 +186,20 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 		return all(err)
 	}
 	// several whole-GPU allocations of a group on one node: all but one
-	// held until Nomad has placed the one before (hold.go)
-	holds, err := s.stage(ctx, job, done)
-	if err != nil {
-		return all(err)
+	// held until Nomad has placed the one before (hold.go); a group whose
+	// holds are not placed (yet) is left out, the others are registered
+	holds, out := s.stage(ctx, job, done)
+	if len(out) > 0 {
+		maps.Copy(errs, out)
+		done = slices.DeleteFunc(done, func(a decide.Action) bool { return out[a.Group] != nil })
+		if len(done) == 0 {
+			return errs
+		}
+		job, done, recs = s.writePins(read, done, errs) // without the pins left out
+		if len(done) == 0 {
+			s.unstage(ctx, job, holds)
+			return errs
+		}
 	}
 	s.metrics.pinRequests.Inc()
 	rctx, cancel = s.request(ctx)
@@ -243,6 +253,24 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 			"cell", rec.Cell, "queue_position", a.Position, "reason", rec.Reason, "priority", rec.Priority, "groups_in_registration", len(done))
 	}
 	return errs
+}
+
+// writePins writes the pins of acts into a copy of job, and returns it
+// with the actions written and their records; the error of each action
+// that could not be written goes into errs.
+func (s *loop) writePins(job *api.Job, acts []decide.Action, errs map[decide.Key]error) (*api.Job, []decide.Action, map[decide.Key]*pin.Record) {
+	var done []decide.Action
+	recs := map[decide.Key]*pin.Record{}
+	for _, a := range acts {
+		rec, pinned, err := s.writePin(job, a)
+		if err != nil {
+			errs[a.Group] = err
+			continue
+		}
+		job, recs[a.Group] = pinned, rec
+		done = append(done, a)
+	}
+	return job, done, recs
 }
 
 // writePin writes group a's pin as the action decided into a copy of job,

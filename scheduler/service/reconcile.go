@@ -207,6 +207,8 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	go func() { defer close(confirmed); s.confirm() }()
 	defer func() { <-confirmed }() // before the read ends, also if collect fails
 	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
+	// what a hold takes, and where none of a group's may run
+	s.holdRules(snap, r.groups)
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}

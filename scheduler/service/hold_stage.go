@@ -1,0 +1,235 @@
+package service
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/hashicorp/nomad/api"
+)
+
+// Staging a pin, group by group and over passes. A pass registers the
+// holds a group's pin needs and looks once whether Nomad has placed them:
+// when it has, the pin is registered in the same pass; while it has not,
+// the group is left out of its job's registration and waits, its holds
+// kept (holdStale), and a later pass looks again — no pass waits for a
+// hold. A hold Nomad has not placed holdPlaced after it was registered
+// (on the service's clock) is let go, and its group is decided again
+// without staging on that node for holdRefusedFor (holdRules): the same
+// staged decision is not made again and again. A group whose holds
+// cannot be registered (its namespace does not allow their driver, any
+// other refusal) is left out of its job's registration alone; its job's
+// other groups are pinned.
+
+// holdRefusedFor is how long a group is not staged on a node where Nomad
+// did not place its hold (its CPU, memory or disk were taken).
+const holdRefusedFor = 10 * time.Minute
+
+// errHoldsWaiting: the group's holds are registered and Nomad has not
+// placed them all yet; the group is pinned by a later pass once it has.
+var errHoldsWaiting = errors.New("waiting for Nomad to place the holds of its GPUs")
+
+// errDecideAgain: the group is decided again at once, differently (it is
+// not staged where its hold was refused); no back-off.
+var errDecideAgain = errors.New("decided again")
+
+// holdState is what the loop knows of holds beyond Nomad's jobs (the
+// hold book). Guarded by s.mu.
+type holdState struct {
+	// waiting are the groups whose holds are registered and not all placed
+	// yet: the digest of the pin they stage, when the first was registered
+	waiting map[decide.Key]holdWait
+	// refusedOn are, by group, the nodes where Nomad did not place a hold
+	// of the group, and when it was given up on
+	refusedOn map[decide.Key]map[string]time.Time
+	// drivers are what each namespace allows of the holds' drivers
+	// (hold_rules.go)
+	drivers map[string]driverRule
+}
+
+// holdWait is a group's pin waiting for its holds.
+type holdWait struct {
+	digest string
+	since  time.Time
+	nodes  []string
+}
+
+// stage registers the holds the pins of one job need (pinned is the job
+// as it will be registered) and looks whether Nomad has placed them. It
+// returns the IDs of the holds of the groups that may be pinned now, and
+// for each group that may not, why: errHoldsWaiting while Nomad has not
+// placed its holds yet (kept), else an error (its holds let go).
+func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action) ([]string, map[decide.Key]error) {
+	h := s.holder()
+	if h == nil {
+		return nil, nil
+	}
+	var ids []string
+	out := map[decide.Key]error{}
+	for _, a := range acts {
+		if a.Decision == nil {
+			continue
+		}
+		got, err := s.stageGroup(ctx, h, pinned, a)
+		if err != nil {
+			out[a.Group] = err
+			continue
+		}
+		ids = append(ids, got...)
+	}
+	return ids, out
+}
+
+// stageGroup is stage for one group: the IDs of its holds, all placed.
+func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a decide.Action) ([]string, error) {
+	live := map[string]bool{}
+	s.mu.Lock()
+	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
+		for _, sh := range model.Shares(al) {
+			live[sh] = true
+		}
+	}
+	s.mu.Unlock()
+	specs := stagesOf(a.Decision.Placements, live)
+	digest := ""
+	if len(specs) > 0 {
+		digest = pinDigest(pinned, a.Group.Group)
+	}
+	if digest == "" { // most pins: nothing staged
+		s.mu.Lock()
+		delete(s.staging.waiting, a.Group) // the holds of an earlier decision are let go (holdStale)
+		s.mu.Unlock()
+		return nil, nil
+	}
+	s.readDrivers(ctx, a.Group.Namespace)
+	now := s.now()
+	s.mu.Lock()
+	w, known := s.staging.waiting[a.Group]
+	if !known || w.digest != digest { // a new pin: its holds are registered now
+		w = holdWait{digest: digest, since: now}
+	}
+	var jobs []*api.Job
+	var unplaceable []string
+	for i, spec := range specs {
+		driver := s.holdDriverFor(s.state.Nodes[spec.node], a.Group.Namespace)
+		if driver == "" {
+			unplaceable = append(unplaceable, spec.node)
+			continue
+		}
+		j := holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50))
+		if sig, ok := s.records.sign(a.Group, holdPayload(j)); ok {
+			j.Meta[metaHoldSig] = sig
+		}
+		jobs = append(jobs, j)
+	}
+	s.mu.Unlock()
+	if len(unplaceable) > 0 {
+		// the placement staged it where no hold may run (the namespace's
+		// rules were learned since): decided again, one per node there
+		return nil, fmt.Errorf("%w: %s", errDecideAgain, s.noDriverWhy(a.Group.Namespace, unplaceable))
+	}
+	var ids []string
+	fail := func(err error) ([]string, error) {
+		s.unstage(ctx, pinned, ids)
+		s.mu.Lock()
+		delete(s.staging.waiting, a.Group)
+		s.mu.Unlock()
+		return nil, err
+	}
+	for _, j := range jobs {
+		if known && w.digest == digest {
+			ids = append(ids, *j.ID) // registered by a pass before
+			continue
+		}
+		if err := s.lease.mayWrite(); err != nil {
+			return fail(err)
+		}
+		err := s.registerHold(ctx, h, j)
+		if err != nil {
+			if s.learnDrivers(a.Group.Namespace, err) {
+				// Nomad refused the hold's driver in the namespace: the
+				// group is decided again with what was learned
+				return fail(fmt.Errorf("%w: %s (Nomad: %v)", errDecideAgain, s.noDriverWhy(a.Group.Namespace, []string{j.Meta[metaHoldNode]}), err))
+			}
+			return fail(fmt.Errorf("hold GPUs on node %s for placing the group's allocations one after the other: %w", j.Meta[metaHoldNode], err))
+		}
+		ids = append(ids, *j.ID)
+		s.log.Info("holding GPUs while Nomad places a group's allocations on one node one after the other", "hold", *j.ID,
+			"for", j.Meta[metaHoldFor], "node", j.Meta[metaHoldNode], "shares", j.Meta[metaHoldShares], "driver", j.TaskGroups[0].Tasks[0].Driver)
+	}
+	unplaced := s.unplaced(ctx, h, jobs)
+	if len(unplaced) == 0 {
+		s.mu.Lock()
+		delete(s.staging.waiting, a.Group)
+		s.mu.Unlock()
+		return ids, nil
+	}
+	nodes := make([]string, 0, len(unplaced))
+	for _, j := range unplaced {
+		nodes = append(nodes, j.Meta[metaHoldNode])
+	}
+	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
+	if waited := now.Sub(w.since); waited >= holdPlaced {
+		s.mu.Lock()
+		if s.staging.refusedOn == nil {
+			s.staging.refusedOn = map[decide.Key]map[string]time.Time{}
+		}
+		if s.staging.refusedOn[a.Group] == nil {
+			s.staging.refusedOn[a.Group] = map[string]time.Time{}
+		}
+		for _, n := range nodes {
+			s.staging.refusedOn[a.Group][n] = now
+		}
+		s.mu.Unlock()
+		s.markDirty()
+		return fail(fmt.Errorf("%w without holding GPUs on node %s: Nomad did not place hold %s there within %s (its CPU, memory or disk, or the held GPUs, are taken)",
+			errDecideAgain, strings.Join(nodes, ", "), *unplaced[0].ID, holdPlaced))
+	}
+	w.nodes = nodes
+	s.mu.Lock()
+	if s.staging.waiting == nil {
+		s.staging.waiting = map[decide.Key]holdWait{}
+	}
+	s.staging.waiting[a.Group] = w
+	s.mu.Unlock()
+	return nil, fmt.Errorf("%w: %d hold(s) on node %s, registered %s ago; pinned once Nomad has placed them, decided again without them after %s",
+		errHoldsWaiting, len(unplaced), strings.Join(nodes, ", "), now.Sub(w.since).Round(time.Second), holdPlaced)
+}
+
+// registerHold registers one hold, bounded by a request's timeout.
+func (s *loop) registerHold(ctx context.Context, h holdNomad, j *api.Job) error {
+	rctx, cancel := s.request(ctx)
+	defer cancel()
+	return h.RegisterHold(rctx, j)
+}
+
+// unplaced lists the holds Nomad has not placed (no live allocation),
+// each looked at once: nothing here waits for Nomad to place one.
+func (s *loop) unplaced(ctx context.Context, h holdNomad, jobs []*api.Job) []*api.Job {
+	var out []*api.Job
+	for _, j := range jobs {
+		rctx, cancel := s.request(ctx)
+		allocs, err := h.JobAllocs(rctx, *j.Namespace, *j.ID)
+		cancel()
+		if err != nil || !slices.ContainsFunc(allocs, func(a *api.AllocationListStub) bool {
+			return a.DesiredStatus == api.AllocDesiredStatusRun && !slices.Contains([]string{api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusComplete}, a.ClientStatus)
+		}) {
+			out = append(out, j)
+		}
+	}
+	return out
+}
+
+// awaited reports whether a hold stages a pin that waits for Nomad to
+// place its holds (stage): kept, though its group is not pinned yet, for
+// up to holdPlaced. The caller holds s.mu.
+func (s *loop) awaited(key decide.Key, hold *api.Job) bool {
+	w, ok := s.staging.waiting[key]
+	return ok && w.digest == hold.Meta[metaHoldPin] && s.now().Sub(w.since) < holdPlaced
+}
