@@ -42,7 +42,8 @@ func (c *cluster) isOwnHold(j *api.Job) bool {
 // holdAlloc reports whether an allocation is a hold's: its job was judged
 // one (holdJobs). The caller holds mu.
 func (c *cluster) holdAlloc(a *api.Allocation) bool {
-	return a != nil && c.holdJobs[model.JobKey(a.Namespace, a.JobID)]
+	_, ok := c.holdJobs[model.JobKey(a.Namespace, a.JobID)]
+	return a != nil && ok
 }
 
 // putJob records a job read from Nomad: the scheduler's hold in the hold
@@ -52,39 +53,56 @@ func (c *cluster) holdAlloc(a *api.Allocation) bool {
 func (c *cluster) putJob(j *api.Job) {
 	k := model.JobKey(nsOf(j), *j.ID)
 	if c.isOwnHold(j) {
-		c.markHold(k)
+		c.markHold(k, j)
 		c.putHold(j)
 		if c.state.Jobs[k] != nil {
 			c.state.DeleteJob(nsOf(j), *j.ID)
 		}
 		return
 	}
-	if c.holdJobs[k] { // its ID now names a job that is not a hold
+	if _, ok := c.holdJobs[k]; ok { // its ID now names a job that is not a hold
 		delete(c.holdJobs, k)
 		delete(c.holds, k)
 	}
 	c.state.PutJob(j)
 }
 
-// markHold notes that job k is a hold. The caller holds mu.
-func (c *cluster) markHold(k string) {
+// markHold notes that job k (j) is a hold. The caller holds mu.
+func (c *cluster) markHold(k string, j *api.Job) {
 	if c.holdJobs == nil {
-		c.holdJobs = map[string]bool{}
+		c.holdJobs = map[string]uint64{}
 	}
-	c.holdJobs[k] = true
+	c.holdJobs[k] = max(c.holdJobs[k], ptrUint(j.ModifyIndex))
 }
 
-// splitHolds sorts the hold-named jobs a listing read: the holds (their
-// keys replace holdJobs) and the other jobs, which the listing models.
-// The caller holds mu.
-func (c *cluster) splitHolds(read []*api.Job) (holds, jobs []*api.Job) {
-	c.holdJobs = map[string]bool{}
+func ptrUint(p *uint64) uint64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// splitHolds sorts the hold-named jobs a listing read (listed at index):
+// the holds and the other jobs, which the listing models. holdJobs keeps
+// the holds that events brought after the jobs were listed (their
+// allocations may be in the listing), and forgets those the listing
+// shows gone. The caller holds mu.
+func (c *cluster) splitHolds(read []*api.Job, index uint64) (holds, jobs []*api.Job) {
+	listed := map[string]bool{}
 	for _, j := range read {
+		k := model.JobKey(nsOf(j), *j.ID)
+		listed[k] = true
 		if c.isOwnHold(j) {
-			c.markHold(model.JobKey(nsOf(j), *j.ID))
+			c.markHold(k, j)
 			holds = append(holds, j)
 		} else {
+			delete(c.holdJobs, k)
 			jobs = append(jobs, j)
+		}
+	}
+	for k, at := range c.holdJobs {
+		if !listed[k] && at <= index {
+			delete(c.holdJobs, k)
 		}
 	}
 	return holds, jobs

@@ -61,7 +61,7 @@ type cluster struct {
 	// holdJobs are their keys, stopped ones too, whose allocations stay
 	// out of the model.
 	holds      holdBook
-	holdJobs   map[string]bool
+	holdJobs   map[string]uint64 // -> the modify index judged
 	verifyHold func(*api.Job) bool
 	// relistNow asks the watcher for a listing beside the stream.
 	relistNow chan struct{}
@@ -510,7 +510,7 @@ func (w *watcher) relist(ctx context.Context, ns namespaces) (uint64, error) {
 	w.mu.Lock()
 	w.waitRead() // a whole listing merged, and what it kept reported, after the pass's read
 	prev := w.state.Index
-	holds, others := w.splitHolds(holdNamed) // judged with the key of now
+	holds, others := w.splitHolds(holdNamed, l.JobsIndex) // judged with the key of now
 	l.Jobs = append(l.Jobs, others...)
 	l.Allocs = slices.DeleteFunc(l.Allocs, w.holdAlloc)
 	st := w.state.Relist(l)
