@@ -36,6 +36,7 @@ GS_PIN(dlerror, GS_GLIBC_BASE);
 GS_PIN(dlopen, GS_GLIBC_BASE);
 GS_PIN(dlvsym, GS_GLIBC_BASE);
 GS_PIN(pthread_once, GS_GLIBC_BASE);
+GS_PIN(pthread_mutex_trylock, GS_GLIBC_BASE);
 GS_PIN(pthread_mutexattr_init, GS_GLIBC_BASE);
 GS_PIN(pthread_mutexattr_destroy, GS_GLIBC_BASE);
 GS_PIN(pthread_mutexattr_setpshared, GS_GLIBC_BASE);
