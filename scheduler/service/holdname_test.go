@@ -146,3 +146,50 @@ func TestAHoldCopiedToAnotherNamespaceIsModelled(t *testing.T) {
 	_, pinned := pin.ParseRecord(f.jobs["honest"], "g")
 	must.False(t, pinned, must.Sprint("pinned onto the shares the copy holds"))
 }
+
+// A hold registered while the cluster is listed, after its jobs were
+// listed, reaches the watcher by its event; its allocation may be in the
+// listing of allocations. It stays out of the model: the listing does
+// not replace what the events judged with its own jobs.
+func TestAHoldSeenBetweenTheListingsStaysOut(t *testing.T) {
+	f, _, _, _ := staged(t, "two", 100, 2)
+	holds := f.liveHolds()
+	must.SliceLen(t, 1, holds)
+	h := holds[0]
+	allocID := "alloc-" + *h.ID
+	// the next listing lists the jobs before the hold is there
+	f.mu.Lock()
+	delete(f.jobs, *h.ID)
+	var alloc *api.Allocation
+	for i, a := range f.allocs {
+		if a.ID == allocID {
+			alloc = a
+			f.allocs = append(f.allocs[:i], f.allocs[i+1:]...)
+			break
+		}
+	}
+	f.mu.Unlock()
+	must.NotNil(t, alloc)
+	s2 := loadedService(t, f)
+	f.beforeList = func(kind string) {
+		if kind != "allocs" {
+			return
+		}
+		f.beforeList = nil
+		f.mu.Lock()
+		f.index++ // registered after the jobs were listed
+		h.ModifyIndex, h.JobModifyIndex = ptr(f.index), ptr(f.index)
+		f.jobs[*h.ID] = h
+		f.index++
+		alloc.ModifyIndex, alloc.CreateIndex = f.index, f.index
+		f.allocs = append(f.allocs, alloc)
+		f.mu.Unlock()
+		_, err := s2.watcher.apply(t.Context(), jobEvent(t, h), s2.watcher.ns, 0)
+		must.NoError(t, err)
+	}
+	must.NoError(t, s2.watcher.resync(t.Context()))
+	s2.mu.Lock()
+	_, inModel := s2.state.Allocs[allocID]
+	s2.mu.Unlock()
+	must.False(t, inModel, must.Sprint("the hold's allocation is in the model"))
+}
