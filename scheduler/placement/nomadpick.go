@@ -15,6 +15,17 @@ import (
 // left as it is. The simulator uses it to measure what leaving the GPU
 // to Nomad costs; the service never does.
 func (s *Snapshot) NomadPicksGPU(d *Decision, rng *rand.Rand) {
+	s.nomadPicks(d, func(fits []int) int { return fits[rng.IntN(len(fits))] })
+}
+
+// NomadPicksFirstGPU is NomadPicksGPU where every request carries the
+// same fixed device affinity that ranks a node's GPUs by index: Nomad then
+// takes the lowest-indexed GPU with room, deterministically.
+func (s *Snapshot) NomadPicksFirstGPU(d *Decision) {
+	s.nomadPicks(d, func(fits []int) int { return fits[0] })
+}
+
+func (s *Snapshot) nomadPicks(d *Decision, pick func(fits []int) int) {
 	if !d.Placed() || len(d.Placements) != 1 || len(d.Placements[0].GPUs) != 1 {
 		return
 	}
@@ -38,7 +49,7 @@ func (s *Snapshot) NomadPicksGPU(d *Decision, rng *rand.Rand) {
 	if len(fits) < 2 {
 		return
 	}
-	g := &n.GPUs[fits[rng.IntN(len(fits))]]
+	g := &n.GPUs[pick(fits)]
 	p.GPUs = []string{g.UUID}
 	p.Shares = shareIDs(g.UUID, g.lowestFree(take))
 	p.Cell = ""

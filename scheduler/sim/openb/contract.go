@@ -26,10 +26,14 @@ const (
 	// (placement.Snapshot.NomadPicksGPU), and multi-GPU pods cannot be
 	// placed either.
 	ContractGPUNode = "gpu-node"
+	// ContractGPUNodeFirst is ContractGPUNode with a fixed device affinity
+	// on the GPU's index in every request: Nomad takes the lowest-indexed
+	// GPU with room on the pinned node (placement.Snapshot.NomadPicksFirstGPU).
+	ContractGPUNodeFirst = "gpu-node-first"
 )
 
 // Contracts lists them in the order reports show them.
-var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode}
+var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst}
 
 // offer applies a contract to the policy's decisions.
 type offer struct {
@@ -50,8 +54,11 @@ func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *plac
 			Message: fmt.Sprintf("%d GPUs in one request: with one device group per GPU Nomad takes a request's instances from one group", p.NumGPU)}}
 	}
 	d := pol.Decide(s, r)
-	if o.contract == ContractGPUNode {
+	switch o.contract {
+	case ContractGPUNode:
 		s.NomadPicksGPU(d, o.rng)
+	case ContractGPUNodeFirst:
+		s.NomadPicksFirstGPU(d)
 	}
 	return d
 }
@@ -59,7 +66,7 @@ func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *plac
 // ReplayContract is Replay of one policy under a device contract.
 func ReplayContract(trace, policy, contract string, seed int64, nodes []Node, w Workload, mix placement.Mix) (*Result, error) {
 	switch contract {
-	case ContractModel, ContractGPU, ContractGPUNode:
+	case ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst:
 	default:
 		return nil, fmt.Errorf("device contract %q: want %q, %q or %q", contract, ContractModel, ContractGPU, ContractGPUNode)
 	}

@@ -11,7 +11,8 @@ import (
 // (docs/device-contract.md) on the openb traces with most multi-GPU pods
 // and least: the default contract decides exactly as Replay; one group per
 // GPU places no multi-GPU pod; leaving the GPU to Nomad changes GPUs the
-// scheduler chose for fractions. The figures (placed pods, allocation ratio at 100% and
+// scheduler chose for fractions, at random or, under a fixed affinity on
+// the GPU's index, the lowest-indexed with room. The figures (placed pods, allocation ratio at 100% and
 // 130% of arrived demand) are logged for the docs.
 func TestDeviceContracts(t *testing.T) {
 	d := Embedded()
@@ -44,6 +45,7 @@ func TestDeviceContracts(t *testing.T) {
 		must.Positive(t, res[ContractModel].MultiGPU)
 		must.Zero(t, res[ContractGPU].MultiGPU)
 		must.Zero(t, res[ContractGPUNode].MultiGPU)
+		must.Zero(t, res[ContractGPUNodeFirst].MultiGPU)
 		if trace == "default" { // multigpu50 asks for whole GPUs only: any idle GPU is as good
 			must.NotEq(t, res[ContractGPU].Alloc, res[ContractGPUNode].Alloc, must.Sprint("Nomad's choice of GPU changed nothing"))
 		}
