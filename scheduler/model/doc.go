@@ -8,7 +8,8 @@
 // snapshot between passes, with the GPUs the plugin reports unhealthy
 // marked down, the allocations of every namespace holding their shares,
 // and the shares of pinned groups whose allocations do not exist yet held
-// back so no decision hands them out twice. The state records what
+// back so no decision hands them out twice (as are, through HoldStaged,
+// those of a group whose pin waits for the holds that stage it). The state records what
 // changed since the last Snapshot (changes.go: the nodes, allocations and
 // jobs put or deleted), and Snapshot looks again only at those
 // (incremental.go, live.go), never walking the whole cluster unless what

@@ -26,7 +26,7 @@
 //     other job, whatever its name, is modelled (hold_watch.go). It
 //     watches Nomad's namespaces too: the stream covers those of when it
 //     opened, and a new one opens it again (watch_namespaces.go);
-//   - loop (loop.go, reconcile.go, pins.go, hold_stage.go, moves.go, lifecycle.go,
+//   - loop (loop.go, reconcile.go, pins.go, hold_stage.go, hold_keep.go, moves.go, lifecycle.go,
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records
 //     through recordKeeper and the lease through leadership, and answers
@@ -51,14 +51,17 @@
 //     changes (its reason is saved; the rest is rebuilt by deciding again);
 //   - retries: when a group whose pin request failed is tried again — a
 //     failed request leaves nothing in Nomad;
-//   - staging (hold_stage.go, hold_rules.go): the pins whose holds Nomad
-//     has not placed yet (their digest and when the holds were
-//     registered: a later pass pins them, and their holds are kept
-//     meanwhile), the nodes where Nomad did not place a group's hold
+//   - staging (hold_stage.go, hold_keep.go, hold_rules.go): the pins
+//     whose holds Nomad has not placed yet (their placement, its digest
+//     and when the holds were registered: a later pass pins them, and
+//     their holds are kept meanwhile; each pass holds their shares in
+//     the snapshot for their group, which keeps its decision until it no
+//     longer stands), the nodes where Nomad did not place a group's hold
 //     within 30 s (it is not staged there for 10 minutes), and what each
 //     namespace's capabilities allow holds to run with (read again every
 //     5 minutes, or learned from Nomad's refusal); a restarted scheduler
-//     lets go the holds of groups not pinned and decides them again;
+//     reads the waiting pins back from the holds Nomad lists (each
+//     carries the placement it stages, signed through its digest);
 //   - nomadRefused: every node Nomad refused a group's pins on while it
 //     misses allocations; the model holds only Nomad's verdict on the
 //     current pin, and a pin decided again without all of them never

@@ -43,6 +43,11 @@ const (
 	metaHoldNode   = "gpushare.hold_node"   // the node
 	metaHoldShares = "gpushare.hold_shares" // how many shares it holds
 	metaHoldSig    = "gpushare.hold_signature"
+	// metaHoldPlacement is the gpushare.placement the pin it stages will
+	// carry (its sha256 is metaHoldPin, which the signature covers): a
+	// scheduler that restarts while the group waits for its holds pins
+	// it as decided (hold_keep.go)
+	metaHoldPlacement = "gpushare.hold_placement"
 	// holdLife is how long a hold's task runs if nobody stops it.
 	holdLife = time.Hour
 	// holdPlaced is how long Nomad has to place the holds of a pin (on
@@ -201,10 +206,15 @@ func (s *loop) unstage(ctx context.Context, pinned *api.Job, ids []string) {
 	h := s.holder()
 	for _, id := range ids {
 		rctx, cancel := s.request(context.WithoutCancel(ctx))
-		if err := h.StopJob(rctx, nsOf(pinned), id); err != nil && !isNotFound(err) {
-			s.log.Warn("cannot let go a hold of a pin not registered; it ends by itself", "hold", id, "after", holdLife, "error", err)
-		}
+		err := h.StopJob(rctx, nsOf(pinned), id)
 		cancel()
+		if err != nil && !isNotFound(err) {
+			s.log.Warn("cannot let go a hold of a pin not registered; it ends by itself", "hold", id, "after", holdLife, "error", err)
+			continue
+		}
+		s.mu.Lock()
+		delete(s.holds, model.JobKey(nsOf(pinned), id)) // not read back as a group's staging (adoptHolds)
+		s.mu.Unlock()
 	}
 }
 

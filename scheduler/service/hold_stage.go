@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -19,10 +20,12 @@ import (
 // when it has, the pin is registered in the same pass; while it has not,
 // the group is left out of its job's registration and waits, its holds
 // kept (holdStale), and a later pass looks again — no pass waits for a
-// hold. A hold Nomad has not placed holdPlaced after it was registered
-// (on the service's clock) is let go, and its group is decided again
-// without staging on that node for holdRefusedFor (holdRules): the same
-// staged decision is not made again and again. A group whose holds
+// hold. Meanwhile the group keeps its decision (hold_keep.go): its
+// shares are held in the snapshot for it, and it is not decided again. A
+// hold Nomad has not placed holdPlaced after it was registered (on the
+// service's clock) is let go, and its group is decided again without
+// staging on that node for holdRefusedFor (holdRules): the same staged
+// decision is not made again and again. A group whose holds
 // cannot be registered (its namespace does not allow their driver, any
 // other refusal) is left out of its job's registration alone; its job's
 // other groups are pinned.
@@ -43,7 +46,8 @@ var errDecideAgain = errors.New("decided again")
 // hold book). Guarded by s.mu.
 type holdState struct {
 	// waiting are the groups whose holds are registered and not all placed
-	// yet: the digest of the pin they stage, when the first was registered
+	// yet: the pin they stage, when the first was registered, the holds
+	// (kept decisions: hold_keep.go)
 	waiting map[decide.Key]holdWait
 	// refusedOn are, by group, the nodes where Nomad did not place a hold
 	// of the group, and when it was given up on
@@ -58,6 +62,13 @@ type holdWait struct {
 	digest string
 	since  time.Time
 	nodes  []string
+	// placement is the pin's gpushare.placement, why the placement core's
+	// reason, holds the hold jobs as registered (or read back from Nomad)
+	placement, why string
+	holds          []*api.Job
+	// kept: the pass under way pins the group as decided, not decided
+	// again (keepStaged); its pin is placement, written back
+	kept bool
 }
 
 // stage registers the holds the pins of one job need (pinned is the job
@@ -95,10 +106,14 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 			live[sh] = true
 		}
 	}
+	w, known := s.staging.waiting[a.Group]
 	s.mu.Unlock()
-	specs := stagesOf(a.Decision.Placements, live)
+	var specs []holdSpec
+	if !w.kept { // a kept decision's holds are registered already: w.holds
+		specs = stagesOf(a.Decision.Placements, live)
+	}
 	digest := ""
-	if len(specs) > 0 {
+	if len(specs) > 0 || w.kept {
 		digest = pinDigest(pinned, a.Group.Group)
 	}
 	if digest == "" { // most pins: nothing staged
@@ -110,11 +125,22 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	s.readDrivers(ctx, a.Group.Namespace)
 	now := s.now()
 	s.mu.Lock()
-	w, known := s.staging.waiting[a.Group]
-	if !known || w.digest != digest { // a new pin: its holds are registered now
-		w = holdWait{digest: digest, since: now}
+	// registered by a pass before (or read back from Nomad), else a new
+	// pin's holds are registered now
+	registered := known && w.digest == digest
+	if w.kept && !registered { // never pinned without the holds it waits for
+		delete(s.staging.waiting, a.Group) // its holds are let go (holdStale)
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w: its pin was not written as its holds stage it", errDecideAgain)
+	}
+	if !registered {
+		tg := pin.Group(pinned, a.Group.Group)
+		w = holdWait{digest: digest, since: now, placement: tg.Meta[pin.MetaPlacement], why: s.why[a.Group]}
 	}
 	var jobs []*api.Job
+	if registered {
+		jobs, specs = w.holds, nil
+	}
 	var unplaceable []string
 	for i, spec := range specs {
 		driver := s.holdDriverFor(s.state.Nodes[spec.node], a.Group.Namespace)
@@ -123,6 +149,7 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 			continue
 		}
 		j := holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50))
+		j.Meta[metaHoldPlacement] = w.placement
 		if sig, ok := s.records.sign(a.Group, holdPayload(j)); ok {
 			j.Meta[metaHoldSig] = sig
 		}
@@ -143,8 +170,8 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 		return nil, err
 	}
 	for _, j := range jobs {
-		if known && w.digest == digest {
-			ids = append(ids, *j.ID) // registered by a pass before
+		if registered {
+			ids = append(ids, *j.ID)
 			continue
 		}
 		if err := s.lease.mayWrite(); err != nil {
@@ -191,7 +218,7 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 		return fail(fmt.Errorf("%w without holding GPUs on node %s: Nomad did not place hold %s there within %s (its CPU, memory or disk, or the held GPUs, are taken)",
 			errDecideAgain, strings.Join(nodes, ", "), *unplaced[0].ID, holdPlaced))
 	}
-	w.nodes = nodes
+	w.nodes, w.holds = nodes, jobs
 	s.mu.Lock()
 	if s.staging.waiting == nil {
 		s.staging.waiting = map[decide.Key]holdWait{}
@@ -227,9 +254,10 @@ func (s *loop) unplaced(ctx context.Context, h holdNomad, jobs []*api.Job) []*ap
 }
 
 // awaited reports whether a hold stages a pin that waits for Nomad to
-// place its holds (stage): kept, though its group is not pinned yet, for
-// up to holdPlaced. The caller holds s.mu.
+// place its holds (stage): kept, though its group is not pinned yet,
+// while its decision stands (keepStaged) and, past holdPlaced, until
+// stage lets it go. The caller holds s.mu.
 func (s *loop) awaited(key decide.Key, hold *api.Job) bool {
 	w, ok := s.staging.waiting[key]
-	return ok && w.digest == hold.Meta[metaHoldPin] && s.now().Sub(w.since) < holdPlaced
+	return ok && w.digest == hold.Meta[metaHoldPin]
 }

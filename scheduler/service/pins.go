@@ -281,15 +281,24 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	var err error
 	s.mu.Lock()
 	prior, kept := s.state.Prior(a.Group)
+	staged, waits := s.staging.waiting[a.Group]
 	s.mu.Unlock()
-	if a.Kept && kept {
+	switch {
+	case waits && staged.kept:
+		// its holds are registered for this placement: written back as
+		// decided, byte for byte (hold_keep.go)
+		rec, err = pin.Repeat(c, a.Group.Group, staged.placement, "")
+		if err == nil {
+			rec.Reason = staged.why
+		}
+	case a.Kept && kept:
 		// re-registered unchanged: the pin it had, byte for byte, so that
 		// Nomad updates its allocations in place
 		rec, err = pin.Repeat(c, a.Group.Group, prior.Placement, prior.Signature)
 		if err == nil {
 			rec.Reason = "kept where its allocations run: the group was registered again unchanged"
 		}
-	} else {
+	default:
 		rec, err = pin.PinWith(c, a.Group.Group, a.Decision, s.runtime(a.Decision))
 	}
 	if err != nil {

@@ -209,6 +209,8 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
 	// what a hold takes, and where none of a group's may run
 	s.holdRules(snap, r.groups)
+	// a group waiting for its holds keeps its decision and its shares
+	s.keepStaged(&r)
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}
