@@ -119,9 +119,9 @@ static void load_region_once(void)
     int paced = gs_lim.compute_pct < 100 || gs_lim.klass_id == GS_CLASS_OPPORTUNISTIC;
     if ((gs_lim.have_memory || paced) && usage_path[0] && gs_region_open(usage_path) != 0) {
         if (gs_lim.have_memory)
-            fprintf(stderr, "gpushare: cannot open usage region %s: refusing GPU memory\n", usage_path);
+            fprintf(stderr, "gpushare: cannot open the reservation's usage region (in %s): refusing GPU memory\n", gs_dir);
         else
-            fprintf(stderr, "gpushare: cannot open usage region %s: compute paced per process\n", usage_path);
+            fprintf(stderr, "gpushare: cannot open the reservation's usage region (in %s): compute paced per process\n", gs_dir);
     }
 }
 
