@@ -11,8 +11,10 @@
 // It follows Nomad's own reconciler (scheduler/reconciler in Nomad's
 // source) where the two meet: terminal allocations of older versions of
 // a batch job are ignored, a completed one of its current version is one
-// of its count (the group is done once all of it completed, and Nomad
-// places the rest meanwhile), canaries run beside the allocations they
+// of its count, and so is a failed one Nomad will not reschedule (its
+// attempts used up: the group is done once all of its count completed or
+// failed for good, and Nomad places the rest meanwhile, rescheduling a
+// failed one with attempts left), canaries run beside the allocations they
 // replace, and a destructive update stops an old allocation in the plan
 // that places its replacement.
 package lifecycle

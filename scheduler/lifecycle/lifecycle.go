@@ -26,8 +26,9 @@ const (
 	// Migrating: allocations must leave the capacity they were pinned to
 	// (a node down, drained or gone, a GPU lost, shares taken).
 	Migrating State = "migrating"
-	// Done: a batch group every allocation of whose count completed in
-	// the current version: nothing of it is missing and nothing runs.
+	// Done: a batch group every allocation of whose count ended in the
+	// current version, completed or failed with no reschedule left:
+	// nothing of it is missing and nothing runs.
 	Done State = "done"
 	// Unmanaged: not gpushare's to place (no gate, no pin, nothing to
 	// adopt): Nomad alone places it.
@@ -85,6 +86,12 @@ type Alloc struct {
 	// A batch allocation that failed, or was lost with its node, is not:
 	// Nomad replaces it (reschedules it, or places it again).
 	Complete bool
+	// FailedForGood: a batch allocation that failed and that Nomad will
+	// not reschedule (its reschedule policy disabled, its attempts used
+	// up within the interval: model.FailedForGood). Nomad's reconciler
+	// counts it among the count and places nothing for it. One already
+	// replaced is not: its replacement is what counts.
+	FailedForGood bool
 	// Current: it runs the group's current job version (placed, or updated
 	// in place, after that version was registered).
 	Current bool
@@ -119,13 +126,14 @@ type Group struct {
 	// job can never be registered again: never pinned.
 	Dispatched bool
 	// RanUnchanged: a batch group registered again at the gate after its
-	// last run completed, unchanged since that run's pinned version
+	// last run ended (every allocation of its count completed, or failed
+	// with no reschedule left), unchanged since that run's pinned version
 	// (the same request and the same spec, pin.Spec): a pipeline applying
 	// the same file. Nomad alone makes no new version of an unchanged job,
 	// so it would not run it again.
 	RanUnchanged bool
-	// PriorUnread: a batch group at the gate whose last run completed,
-	// and the pin that run was placed with is still to be read (a
+	// PriorUnread: a batch group at the gate whose last run ended, and
+	// the pin that run was placed with is still to be read (a
 	// scheduler that started since): whether it changed is not known yet.
 	PriorUnread bool
 	// Pinned: it carries a trusted pin of this incarnation of the job.
@@ -193,7 +201,7 @@ func Reconcile(g Group) Result {
 		return Result{State: Stopped, Why: "scaled to zero"}
 	}
 	var live, old []string
-	liveCurrent, complete, canaries := 0, 0, 0
+	liveCurrent, complete, failed, canaries := 0, 0, 0, 0
 	invalid := false
 	for _, a := range g.Allocs {
 		switch {
@@ -214,24 +222,31 @@ func Reconcile(g Group) Result {
 			// terminal allocations of older versions are ignored, as
 			// Nomad's reconciler ignores them for batch jobs
 			complete++
+		case a.FailedForGood && a.Current:
+			failed++
 		}
 	}
 	missing := max(g.Count-len(live), 0)
 	if g.Batch {
 		// a completed allocation of this version is one of the count,
-		// as Nomad's reconciler counts it (among the untainted): Nomad
-		// places the rest, so the group is done only once nothing of
-		// its count is missing and nothing of it runs
-		missing = max(g.Count-len(live)-complete, 0)
-		if complete > 0 && missing == 0 && len(live) == 0 {
-			return Result{State: Done, Why: fmt.Sprintf("a batch group: all %d allocation(s) of this version completed", complete)}
+		// as Nomad's reconciler counts it (among the untainted), and so
+		// is a failed one it will not reschedule: Nomad places the rest,
+		// so the group is done only once nothing of its count is missing
+		// and nothing of it runs
+		missing = max(g.Count-len(live)-complete-failed, 0)
+		if complete+failed > 0 && missing == 0 && len(live) == 0 {
+			why := fmt.Sprintf("a batch group: all %d allocation(s) of this version completed", complete)
+			if failed > 0 {
+				why = fmt.Sprintf("a batch group: every allocation of this version ended, %d completed and %d failed with no reschedule left (its reschedule policy's attempts used up, or none): Nomad places none of them again", complete, failed)
+			}
+			return Result{State: Done, Why: why}
 		}
 	}
 	r := Result{Missing: missing}
 	switch {
 	case g.Gated && g.Batch && len(live) == 0 && g.RanUnchanged:
 		r.State, r.Missing = Done, 0
-		r.Why = "registered again unchanged after its run completed: Nomad alone would not run it again (an unchanged job makes no new version), so gpushare leaves it at the gate; change the job (a meta value) to run it again"
+		r.Why = "registered again unchanged after its run ended (every allocation completed, or failed with no reschedule left): Nomad alone would not run it again (an unchanged job makes no new version), so gpushare leaves it at the gate; change the job (a meta value) to run it again"
 		return r
 	case g.Gated && g.Batch && len(live) == 0 && g.PriorUnread:
 		r.State = Waiting

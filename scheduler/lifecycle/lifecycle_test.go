@@ -14,6 +14,10 @@ func canary(id string) Alloc {
 }
 func completed(id string, current bool) Alloc { return Alloc{ID: id, Complete: true, Current: current} }
 func lost(id string) Alloc                    { return Alloc{ID: id} } // lost, failed or stopped
+// failedForGood failed, and Nomad will not reschedule it.
+func failedForGood(id string, current bool) Alloc {
+	return Alloc{ID: id, FailedForGood: true, Current: current}
+}
 
 // One row per lifecycle a placed job goes through in Nomad.
 func TestReconcile(t *testing.T) {
@@ -110,6 +114,21 @@ func TestReconcile(t *testing.T) {
 			Allocs: []Alloc{completed("a", false), runs("b")}}, state: PinnedUnplaced, missing: 1},
 		{name: "batch scaled down below what completed: done", g: Group{Pinned: true, PinRoom: 3, Count: 1, Batch: true,
 			Allocs: []Alloc{completed("a", true), completed("b", true)}}, state: Done},
+		// a failed allocation Nomad will not reschedule (attempts used
+		// up, or rescheduling disabled) is one of the count, as Nomad
+		// counts it; one it still reschedules is missing
+		{name: "batch count 2, one done, one failed for good: done", g: Group{Pinned: true, PinRoom: 2, Count: 2, Batch: true,
+			Allocs: []Alloc{completed("a", true), failedForGood("b", true)}}, state: Done},
+		{name: "batch count 2, one done, one failed with an attempt left: still pinned for it", g: Group{Pinned: true, PinRoom: 2, Count: 2, Batch: true,
+			Allocs: []Alloc{completed("a", true), lost("b")}}, state: PinnedUnplaced, missing: 1},
+		{name: "batch count 2, both failed for good: done", g: Group{Pinned: true, PinRoom: 2, Count: 2, Batch: true,
+			Allocs: []Alloc{failedForGood("a", true), failedForGood("b", true)}}, state: Done},
+		{name: "batch count 3, one failed for good, one running: running", g: Group{Pinned: true, PinRoom: 3, Count: 3, Batch: true,
+			Allocs: []Alloc{failedForGood("a", true), completed("b", true), runs("c")}}, state: Running},
+		{name: "batch count 2, one failed for good of the version before: ignored", g: Group{Pinned: true, PinRoom: 2, Count: 2, Batch: true,
+			Allocs: []Alloc{failedForGood("a", false), runs("b")}}, state: PinnedUnplaced, missing: 1},
+		{name: "batch count 2, one failed for good, its node lost: not placed again", g: Group{Pinned: true, PinRoom: 2, Count: 2, Batch: true, PinLost: true,
+			Allocs: []Alloc{failedForGood("a", true), runs("b")}}, state: Running},
 		{name: "ungated, not adopted", g: Group{Count: 1, Allocs: []Alloc{runs("a")}}, state: Unmanaged},
 		{name: "ungated with shares over two GPUs: adopted", g: Group{Count: 1, Adoptable: true, Allocs: []Alloc{{ID: "a", Live: true, Current: true}}},
 			state: Migrating, do: Adopt, replaces: []string{"a"}},
@@ -131,6 +150,17 @@ func TestReconcile(t *testing.T) {
 			must.NotEq(t, "", r.Why)
 		})
 	}
+}
+
+// A batch group done with failed allocations says how many completed and
+// how many failed for good; one done by completions alone says so.
+func TestBatchDoneSaysHowItsAllocationsEnded(t *testing.T) {
+	r := Reconcile(Group{Pinned: true, PinRoom: 3, Count: 3, Batch: true,
+		Allocs: []Alloc{completed("a", true), completed("b", true), failedForGood("c", true)}})
+	must.Eq(t, Done, r.State)
+	must.StrContains(t, r.Why, "2 completed and 1 failed with no reschedule left")
+	r = Reconcile(Group{Pinned: true, PinRoom: 2, Count: 2, Batch: true, Allocs: []Alloc{completed("a", true), completed("b", true)}})
+	must.Eq(t, "a batch group: all 2 allocation(s) of this version completed", r.Why)
 }
 
 // The answer depends on the facts alone, not on the order Nomad lists

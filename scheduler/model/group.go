@@ -54,39 +54,45 @@ func Current(a *api.Allocation, job *api.Job) bool {
 }
 
 // BatchDone reports whether a batch group already finished its work:
-// every allocation of its count completed in the job's current version,
-// and none of it still runs. Its pinned shares are free again and it is
-// not placed again. A group of count > 1 one of whose allocations
-// completed is not done: Nomad's reconciler counts a completed allocation
-// as one of the count (among the untainted) and still places the rest.
-// Completed allocations of older versions are ignored, as Nomad's
-// reconciler ignores them: a batch job run again under the same ID runs
-// again.
+// every allocation of its count ended in the job's current version —
+// completed, or failed with no reschedule left (FailedForGood) — and none
+// of it still runs. Its pinned shares are free again and it is not placed
+// again. A group of count > 1 one of whose allocations completed is not
+// done: Nomad's reconciler counts a completed allocation as one of the
+// count (among the untainted) and still places the rest; nor is one with
+// a failed allocation Nomad still reschedules. Allocations of older
+// versions are ignored, as Nomad's reconciler ignores them: a batch job
+// run again under the same ID runs again.
 func (s *State) BatchDone(job *api.Job, group string) bool {
 	tg := pin.Group(job, group)
 	if tg == nil || !pin.Batch(job) {
 		return false
 	}
 	key := KeyOf(job, group)
-	done := s.completed(job, key)
+	complete, failed := s.Ended(job, key)
+	done := complete + failed
 	return done > 0 && done >= pin.Count(tg) && len(s.GroupAllocs(key.Namespace, key.Job, key.Group)) == 0
 }
 
-// completed counts the allocations of a batch group that completed in the
-// job's current version (0 for any other job): each is one of the count
-// Nomad places no more. One that failed, or was lost with its node, is
-// not: Nomad replaces it.
-func (s *State) completed(job *api.Job, key decide.Key) int {
+// Ended counts the allocations of a batch group's current version that
+// are one of its count and will not run again (0 for any other job), as
+// Nomad's reconciler counts them: those that completed, and those that
+// failed with no reschedule left (FailedForGood). One Nomad still
+// reschedules, or lost with its node, is not: Nomad replaces it.
+func (s *State) Ended(job *api.Job, key decide.Key) (complete, failed int) {
 	if !pin.Batch(job) {
-		return 0
+		return 0, 0
 	}
-	n := 0
 	for _, a := range s.groups().all[key] {
-		if a.ClientStatus == api.AllocClientStatusComplete && Current(a, job) {
-			n++
+		switch {
+		case !Current(a, job):
+		case a.ClientStatus == api.AllocClientStatusComplete:
+			complete++
+		case FailedForGood(a, job):
+			failed++
 		}
 	}
-	return n
+	return complete, failed
 }
 
 // AllAllocs returns every allocation of a job's group the state holds, of
@@ -97,12 +103,14 @@ func (s *State) AllAllocs(namespace, job, group string) []*api.Allocation {
 
 // Missing returns a group's live allocations and how many more it asks
 // for, as Nomad's reconciler counts them: the count less what runs and,
-// for a batch group, less what completed in the current version (none
-// once it has finished).
+// for a batch group, less what ended in the current version (Ended:
+// completed, or failed with no reschedule left; none missing once it has
+// finished).
 func (s *State) Missing(job *api.Job, tg *api.TaskGroup) ([]*api.Allocation, int) {
 	key := KeyOf(job, *tg.Name)
 	live := s.GroupAllocs(key.Namespace, key.Job, key.Group)
-	return live, max(pin.Count(tg)-len(live)-s.completed(job, key), 0)
+	complete, failed := s.Ended(job, key)
+	return live, max(pin.Count(tg)-len(live)-complete-failed, 0)
 }
 
 func orDefault(ns string) string {

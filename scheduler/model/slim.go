@@ -14,8 +14,10 @@ import (
 // reschedule tracker and, from a full read, a copy of its whole job.
 // Nothing in the scheduler, the CLI or the HTTP views reads those from the
 // model (prior.go and promote.go read an allocation's job version from
-// Nomad itself), so PutAlloc stores a slimmed copy (slimAlloc): a reader
-// of another field of a stored allocation must add it here.
+// Nomad itself) but, of a failed allocation, when it failed, its
+// reschedule tracker and replacement (FailedForGood), so PutAlloc stores
+// a slimmed copy (slimAlloc): a reader of another field of a stored
+// allocation must add it here.
 
 // slimAlloc returns a copy of a with only the fields the scheduler reads
 // of a stored allocation, sharing what the state already holds: the
@@ -34,6 +36,14 @@ func (s *State) slimAlloc(a *api.Allocation, res *api.AllocatedResources) *api.A
 		AllocatedResources: res, DeploymentStatus: a.DeploymentStatus, TaskStates: startedOnly(a.TaskStates),
 		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, AllocModifyIndex: a.AllocModifyIndex,
 		CreateTime: a.CreateTime, ModifyTime: a.ModifyTime,
+	}
+	if a.ClientStatus == api.AllocClientStatusFailed {
+		// whether Nomad reschedules it (FailedForGood): its tasks' finish,
+		// its reschedule attempts, its replacement, how it is marked
+		c.TaskStates = taskTimes(a.TaskStates)
+		c.RescheduleTracker = slimTracker(a.RescheduleTracker)
+		c.NextAllocation = a.NextAllocation
+		c.DesiredTransition = api.DesiredTransition{Reschedule: a.DesiredTransition.Reschedule, ForceReschedule: a.DesiredTransition.ForceReschedule}
 	}
 	if a.Job != nil {
 		c.Job = s.versionOnly(a.Job.Version)
@@ -164,6 +174,40 @@ func startedOnly(states map[string]*api.TaskState) map[string]*api.TaskState {
 			out = map[string]*api.TaskState{}
 		}
 		out[name] = &api.TaskState{StartedAt: ts.StartedAt}
+	}
+	return out
+}
+
+// taskTimes keeps of a failed allocation's task states when each task
+// started and finished (FailedForGood reads when it failed).
+func taskTimes(states map[string]*api.TaskState) map[string]*api.TaskState {
+	var out map[string]*api.TaskState
+	for name, ts := range states {
+		if ts == nil || (ts.StartedAt.IsZero() && ts.FinishedAt.IsZero()) {
+			continue
+		}
+		if out == nil {
+			out = map[string]*api.TaskState{}
+		}
+		out[name] = &api.TaskState{StartedAt: ts.StartedAt, FinishedAt: ts.FinishedAt}
+	}
+	return out
+}
+
+// slimTracker keeps of a reschedule tracker when each attempt was made
+// and how the last one went.
+func slimTracker(rt *api.RescheduleTracker) *api.RescheduleTracker {
+	if rt == nil {
+		return nil
+	}
+	out := &api.RescheduleTracker{LastReschedule: rt.LastReschedule}
+	if rt.Events != nil {
+		out.Events = make([]*api.RescheduleEvent, 0, len(rt.Events))
+		for _, e := range rt.Events {
+			if e != nil {
+				out.Events = append(out.Events, &api.RescheduleEvent{RescheduleTime: e.RescheduleTime})
+			}
+		}
 	}
 	return out
 }

@@ -243,13 +243,19 @@ func (s *State) DeleteJob(namespace, id string) {
 // the fields the model reads, so a listing needs no request per allocation.
 func FromStub(s *api.AllocationListStub) *api.Allocation {
 	version := s.JobVersion
-	return &api.Allocation{
+	a := &api.Allocation{
 		ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
 		TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus,
 		AllocatedResources: s.AllocatedResources, DeploymentStatus: s.DeploymentStatus,
 		Job:         &api.Job{Version: &version}, // the version it runs (Current)
 		CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
 	}
+	if s.ClientStatus == api.AllocClientStatusFailed {
+		// whether Nomad reschedules it (FailedForGood); a listing does
+		// not say how it is marked (its desired transition)
+		a.TaskStates, a.RescheduleTracker, a.NextAllocation = s.TaskStates, s.RescheduleTracker, s.NextAllocation
+	}
+	return a
 }
 
 // HasResources reports whether the state holds the allocation with its

@@ -46,7 +46,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 	}
 	for _, a := range s.state.AllAllocs(key.Namespace, key.Job, name) {
 		g.Allocs = append(g.Allocs, lifecycle.Alloc{
-			ID: a.ID, Live: model.Live(a), Complete: a.ClientStatus == api.AllocClientStatusComplete,
+			ID: a.ID, Live: model.Live(a), Complete: a.ClientStatus == api.AllocClientStatusComplete, FailedForGood: model.FailedForGood(a, job),
 			Current: model.Current(a, job), Canary: a.DeploymentStatus != nil && a.DeploymentStatus.Canary,
 			Reservable: s.state.Reservable(built.Snapshot, a),
 		})
@@ -136,23 +136,28 @@ func ids(allocs []*api.Allocation) []string {
 	return out
 }
 
-// ranUnchanged reports whether a gated batch group's last run completed
+// ranUnchanged reports whether a gated batch group's last run ended
 // under a pin of the same request and spec as its current version (the
 // same file registered again after the run: Nomad alone would not run it
 // again), and whether the pin of that run is still to be read (a
-// scheduler that started since; readPriors reads it). The caller holds
-// s.mu.
+// scheduler that started since; readPriors reads it). The last run is
+// the version of the group's latest terminal allocation; it ended when
+// nothing of it runs and every allocation of its count completed or
+// failed with no reschedule left (model.FailedForGood), as Nomad's
+// reconciler counts them: one Nomad still reschedules, or a count not all
+// placed, is a run Nomad alone would go on with. The caller holds s.mu.
 func (s *loop) ranUnchanged(job *api.Job, key decide.Key, out *collected) (ran, unread bool) {
+	all := s.state.AllAllocs(key.Namespace, key.Job, key.Group)
 	var last *api.Allocation
-	for _, a := range s.state.AllAllocs(key.Namespace, key.Job, key.Group) {
+	for _, a := range all {
 		if model.Live(a) {
 			return false, false
 		}
-		if a.ClientStatus == api.AllocClientStatusComplete && (last == nil || a.CreateIndex > last.CreateIndex) {
+		if (a.ClientStatus == api.AllocClientStatusComplete || a.ClientStatus == api.AllocClientStatusFailed) && (last == nil || a.CreateIndex > last.CreateIndex) {
 			last = a
 		}
 	}
-	if last == nil {
+	if last == nil || !runEnded(all, last, job, key.Group) {
 		return false, false
 	}
 	prior, ok := s.state.Prior(key)
@@ -160,6 +165,30 @@ func (s *loop) ranUnchanged(job *api.Job, key decide.Key, out *collected) (ran, 
 		return false, s.priorUnread(key, last.ID, out)
 	}
 	return prior.Spec != "" && prior.Spec == pin.Spec(job, key.Group) && prior.Record.Request == pin.Digest(job, key.Group, s.policy.Name()), false
+}
+
+// runEnded reports whether the run of allocation last's version (every
+// allocation of the group that names it; those that name none when last
+// names none) ended as Nomad counts it: as many of them completed or
+// failed with no reschedule left as the group's count.
+func runEnded(all []*api.Allocation, last *api.Allocation, job *api.Job, group string) bool {
+	version := func(a *api.Allocation) (uint64, bool) {
+		if a.Job == nil || a.Job.Version == nil {
+			return 0, false
+		}
+		return *a.Job.Version, true
+	}
+	v, known := version(last)
+	ended := 0
+	for _, a := range all {
+		if av, ok := version(a); ok != known || av != v {
+			continue
+		}
+		if a.ClientStatus == api.AllocClientStatusComplete || model.FailedForGood(a, job) {
+			ended++
+		}
+	}
+	return ended >= pin.Count(pin.Group(job, group))
 }
 
 // poolGone reports whether none of the nodes a parameterized parent's pool
