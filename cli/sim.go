@@ -206,6 +206,10 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	checkpoint := fs.Duration("checkpoint", 0, "how often jobs checkpoint: a job moved off its GPU loses its work since the last one (0: since it last started)")
 	robust := fs.Bool("robustness", false, "also run gpushare (and sjf-bsbf where run times change) under the standard perturbed conditions: model bias +0.15 and -0.15, model noise 0.2, run times off by a log-normal factor (sigma 1), none declared; report the goals of each")
 	unc := fs.Float64("uncertainty-scale", 1, "gpushare: scale of the uncertainty of an unobserved prediction (1: the model's cross-validated RMSE)")
+	elShare := fs.Float64("elastic-share", 0, "elastic groups: also run the gpushare policies with this fraction of the jobs elastic (drawn per seed), each growing into idle GPUs one replica at a time up to -elastic-max times its GPUs and shrinking, newest replica first and never below its own GPUs, when a waiting job needs them; reported beside the run without (0: off)")
+	elMax := fs.Int("elastic-max", gavel.DefaultElasticMax, "elastic groups: an elastic job runs on at most this many times the GPUs it asks for")
+	elSeeds := fs.String("elastic-seeds", "1-3", "elastic groups: seeds of the draw of the jobs that opt in, one elastic run each")
+	elCost := fs.Duration("elastic-resize-cost", gavel.DefaultResizeCost*time.Second, "elastic groups: the pause each grow or shrink costs a job")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -229,6 +233,10 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	if err == nil {
 		err = checkRobustness(rb, *observe, *checkpoint, *unc)
 	}
+	var elastic []gavel.Elastic
+	if err == nil && *elShare != 0 {
+		elastic, err = elasticRuns(*elShare, *elMax, *elSeeds, *elCost)
+	}
 	rb.Seed = *seed
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare sim gavel: %v\n", err)
@@ -250,7 +258,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	}
 	rep, err := gavel.Run(ctx, gavel.Config{Data: data, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
 		Options: gavel.Options{MaxSlowdown: *slowdown, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
-			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds})
+			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds, Elastic: elastic})
 	if err != nil {
 		return simFail(io, err)
 	}
@@ -261,6 +269,9 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 		}
 		if len(j.Conditions) > 0 {
 			fmt.Fprintf(io.Out, "The goals when the model or the run times are wrong:\n\n%s\n", rep.RobustnessTable().Text())
+		}
+		if len(j.Elastic) > 0 {
+			fmt.Fprintf(io.Out, "Elastic groups (means over %d seeds) beside the run without:\n\n%s\n", len(j.Elastic), rep.ElasticTable().Text())
 		}
 		fmt.Fprintf(io.Out, "All policies:\n\n%s", rep.Table().Text())
 		if c.out != "" {
@@ -287,4 +298,28 @@ func checkRobustness(rb gavel.Robustness, observe, checkpoint time.Duration, unc
 		return fmt.Errorf("-uncertainty-scale %v: want a value within (0, 10]", unc)
 	}
 	return nil
+}
+
+// elasticRuns checks the elastic flags and returns one elastic run per seed.
+func elasticRuns(share float64, factor int, seeds string, cost time.Duration) ([]gavel.Elastic, error) {
+	switch {
+	case !(share > 0 && share <= 1):
+		return nil, fmt.Errorf("-elastic-share %v: want a fraction within (0, 1], or 0 for none", share)
+	case factor < 2 || factor > 64:
+		return nil, fmt.Errorf("-elastic-max %d: want a factor within 2..64", factor)
+	case cost <= 0:
+		return nil, fmt.Errorf("-elastic-resize-cost %v: want a positive duration", cost)
+	}
+	sd, err := parseSeeds(seeds)
+	if err != nil {
+		return nil, fmt.Errorf("-elastic-seeds: %w", err)
+	}
+	out := make([]gavel.Elastic, 0, len(sd))
+	for _, s := range sd {
+		if s < 0 {
+			return nil, fmt.Errorf("-elastic-seeds: seed %d: want seeds of at least 0", s)
+		}
+		out = append(out, gavel.Elastic{Share: share, MaxFactor: factor, Seed: uint64(s), ResizeCost: cost.Seconds()})
+	}
+	return out, nil
 }

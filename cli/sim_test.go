@@ -25,6 +25,9 @@ func TestSimUsageAndFlags(t *testing.T) {
 		{"bad cluster", []string{"sim", "gavel", "-cluster", "tpu"}, 2, "unknown cluster"},
 		{"bad slowdown", []string{"sim", "gavel", "-max-slowdown", "1.5"}, 2, "max-slowdown"},
 		{"unknown policy", []string{"sim", "gavel", "-traces", "795a4c", "-policies", "magic", "-quiet"}, 1, "unknown gavel policy"},
+		{"bad elastic share", []string{"sim", "gavel", "-elastic-share", "1.5"}, 2, "-elastic-share"},
+		{"bad elastic max", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-max", "1"}, 2, "-elastic-max"},
+		{"bad elastic seeds", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-seeds", "x"}, 2, "-elastic-seeds"},
 		{"unknown trace", []string{"sim", "openb", "-traces", "nope", "-seeds", "42", "-quiet"}, 1, "nope"},
 	}
 	for _, c := range cases {
@@ -64,6 +67,41 @@ func TestSimGavelJSONAndOut(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, f))
 		must.NoError(t, err)
 	}
+	// without -elastic-share nothing elastic is run or written
+	must.StrNotContains(t, out, `"elastic`)
+	_, err := os.Stat(filepath.Join(dir, "gavel_elastic.csv"))
+	must.True(t, os.IsNotExist(err))
+}
+
+// TestSimGavelElastic: -elastic-share runs gpushare again once per seed,
+// beside the run without, and reports grows and shrinks.
+func TestSimGavelElastic(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := run("sim", "gavel", "-traces", "925e2b", "-cluster", "pcie:2", "-policies", "exclusive,gpushare",
+		"-elastic-share", "1", "-elastic-seeds", "1-2", "-json", "-out", dir)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	var j struct {
+		Metrics []map[string]any
+		Elastic []struct {
+			Elastic gavel.Elastic
+			Metrics []gavel.Metrics
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(out), &j))
+	must.SliceLen(t, 2, j.Metrics)
+	must.SliceLen(t, 2, j.Elastic)
+	for i, e := range j.Elastic {
+		must.Eq(t, uint64(i+1), e.Elastic.Seed)
+		must.SliceLen(t, 1, e.Metrics) // gpushare only
+		must.EqOp(t, "gpushare", e.Metrics[0].Policy)
+		must.Positive(t, e.Metrics[0].Grows)
+	}
+	must.StrContains(t, errOut, "[elastic, seed 2]")
+	md, err := os.ReadFile(filepath.Join(dir, "gavel.md"))
+	must.NoError(t, err)
+	must.StrContains(t, string(md), "## Elastic groups")
+	_, err = os.Stat(filepath.Join(dir, "gavel_elastic.csv"))
+	must.NoError(t, err)
 }
 
 func TestSimOpenbJSON(t *testing.T) {

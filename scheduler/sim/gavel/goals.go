@@ -10,14 +10,15 @@ import (
 
 // JSON is the machine-readable result of a run.
 type JSON struct {
-	Metrics    []Metrics   `json:"metrics"`
-	Goals      []Goal      `json:"goals,omitempty"`
-	Conditions []Condition `json:"conditions,omitempty"`
+	Metrics    []Metrics    `json:"metrics"`
+	Goals      []Goal       `json:"goals,omitempty"`
+	Conditions []Condition  `json:"conditions,omitempty"`
+	Elastic    []ElasticRun `json:"elastic,omitempty"`
 }
 
 // JSON returns the result for --json.
 func (r *Report) JSON() JSON {
-	return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions}
+	return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions, Elastic: r.Elastic}
 }
 
 // Goal checks gpushare against its goal on one trace and cluster: the

@@ -88,6 +88,9 @@ func (s *sim) unpair(a decide.Action) int {
 // stop takes running job id off the cluster.
 func (s *sim) stop(id int) {
 	r := s.run[id]
+	for _, rep := range r.grown {
+		s.dropReplica(id, rep)
+	}
 	for _, a := range r.allocs {
 		if _, err := s.snap.Remove(a); err != nil {
 			panic(err) // the simulator added it

@@ -63,7 +63,15 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith, Running: running}
 	left := waiting[:0:0]
 	placed, unpaired := false, false
+	restore := s.lend()
 	actions := decide.Step(s.pol, in, cfg)
+	restore()
+	if victims := s.blocking(actions); len(victims) > 0 {
+		// Waiting work takes GPUs that grown replicas hold: their jobs
+		// shrink, newest replicas first, and the queue is decided again.
+		s.shrinkFor(victims)
+		return s.scheduleLoop(waiting)
+	}
 	if s.opts.OnStep != nil {
 		s.opts.OnStep(s.now, actions)
 	}

@@ -24,6 +24,11 @@ type Metrics struct {
 	// work they cost the moved jobs (hours alone).
 	Moves int     `json:"moves,omitempty"`
 	LostH float64 `json:"lost_work_h,omitempty"`
+	// ElasticJobs counts the jobs that opted in to elastic groups, Grows
+	// and Shrinks the replicas they gained and gave back.
+	ElasticJobs int `json:"elastic_jobs,omitempty"`
+	Grows       int `json:"grows,omitempty"`
+	Shrinks     int `json:"shrinks,omitempty"`
 	// JCTs are the completion times of placed jobs, sorted (for CDFs).
 	JCTs []float64 `json:"-"`
 }
@@ -47,6 +52,11 @@ func Summarise(trace, cluster, policy string, out []Outcome, util float64) Metri
 		}
 		m.Moves += o.Moves
 		m.LostH += o.Lost / 3600
+		if o.Elastic {
+			m.ElasticJobs++
+		}
+		m.Grows += o.Grows
+		m.Shrinks += o.Shrinks
 	}
 	n := len(m.JCTs)
 	if n == 0 {

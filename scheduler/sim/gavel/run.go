@@ -28,6 +28,9 @@ type Config struct {
 	// Conditions are perturbed runs reported beside the exact one (see
 	// StandardConditions); each runs again only the policies it affects.
 	Conditions []Robustness
+	// Elastic are elastic runs reported beside the exact one (one per
+	// seed, say): each runs again only the gpushare policies.
+	Elastic []Elastic
 }
 
 // Report holds the metrics of every trace x cluster x policy, and of the
@@ -35,6 +38,7 @@ type Config struct {
 type Report struct {
 	Metrics    []Metrics
 	Conditions []Condition
+	Elastic    []ElasticRun
 }
 
 // Run simulates every combination, Workers at a time.
@@ -58,6 +62,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		trace, policy string
 		cluster       Cluster
 		cond          int // -1: exact; else an index into cfg.Conditions
+		el            int // -1: not elastic; else an index into cfg.Elastic
 	}
 	var jobs []job
 	for cond := -1; cond < len(cfg.Conditions); cond++ {
@@ -65,7 +70,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			for _, c := range cfg.Clusters {
 				for _, p := range cfg.Policies {
 					if cond < 0 || affects(cfg.Conditions[cond], p) {
-						jobs = append(jobs, job{tr, p, c, cond})
+						jobs = append(jobs, job{tr, p, c, cond, -1})
+					}
+				}
+			}
+		}
+	}
+	for el := range cfg.Elastic {
+		for _, tr := range cfg.Traces {
+			for _, c := range cfg.Clusters {
+				for _, p := range cfg.Policies {
+					if specs[p].share == shareModel {
+						jobs = append(jobs, job{tr, p, c, -1, el})
 					}
 				}
 			}
@@ -77,6 +93,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		opts := cfg.Options
 		if j.cond >= 0 {
 			opts.Robustness = cfg.Conditions[j.cond]
+		}
+		if j.el >= 0 {
+			opts.Elastic = cfg.Elastic[j.el]
 		}
 		res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, opts)
 		if err != nil {
@@ -91,6 +110,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if j.cond >= 0 {
 				cond = " [" + cfg.Conditions[j.cond].Name + "]"
 			}
+			if j.el >= 0 {
+				cond = fmt.Sprintf(" [elastic, seed %d]", cfg.Elastic[j.el].Seed)
+			}
 			cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s%s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, cond, m.AvgJCT, m.P99JCT))
 		}
 	})
@@ -99,10 +121,16 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep := &Report{}
 	conds := make([][]Metrics, len(cfg.Conditions))
+	for _, e := range cfg.Elastic {
+		rep.Elastic = append(rep.Elastic, ElasticRun{Elastic: e})
+	}
 	for i, j := range jobs {
-		if j.cond < 0 {
+		switch {
+		case j.el >= 0:
+			rep.Elastic[j.el].Metrics = append(rep.Elastic[j.el].Metrics, out[i])
+		case j.cond < 0:
 			rep.Metrics = append(rep.Metrics, out[i])
-		} else {
+		default:
 			conds[j.cond] = append(conds[j.cond], out[i])
 		}
 	}
@@ -145,7 +173,7 @@ func (r *Report) Table() report.Table {
 // WriteDir writes gavel_metrics.csv, gavel_goals.csv (when gpushare ran
 // with other policies), gavel.md, a chart per cluster of average JCT
 // relative to exclusive and one JCT CDF plot per trace and cluster
-// (format "svg" or "png").
+// (format "svg" or "png"), and gavel_elastic.csv with elastic runs.
 func (r *Report) WriteDir(dir, format string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -181,6 +209,12 @@ func (r *Report) WriteDir(dir, format string) error {
 	}
 	md.WriteString(t.Markdown())
 	md.WriteString(r.robustnessMarkdown(chart))
+	if len(r.Elastic) > 0 {
+		if err := r.ElasticRunsTable().WriteCSV(filepath.Join(dir, "gavel_elastic.csv")); err != nil {
+			return err
+		}
+		md.WriteString(r.elasticMarkdown())
+	}
 	if bars := r.relativeBars(); len(bars) > 0 {
 		md.WriteString("\n## Average JCT relative to exclusive\n\n")
 		for _, cb := range bars {

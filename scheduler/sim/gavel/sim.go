@@ -39,6 +39,9 @@ type Options struct {
 	// its GPU loses its work since its last checkpoint; 0 means it loses
 	// all its work since it last started.
 	Checkpoint float64
+	// Elastic lets a share of the jobs grow into idle GPUs and shrink back
+	// (the gpushare policies only; off when zero; see elastic.go).
+	Elastic Elastic
 }
 
 // DefaultObserveAfter is how long a pair runs before its progress is seen:
@@ -61,6 +64,10 @@ type Outcome struct {
 	// the work it lost to them (seconds alone).
 	Moves int
 	Lost  float64
+	// Elastic is whether it opted in to elastic groups; Grows and Shrinks
+	// count the replicas it gained and gave back.
+	Elastic        bool
+	Grows, Shrinks int
 }
 
 // JCT is the job completion time.
@@ -87,6 +94,11 @@ type running struct {
 	partner  int
 	pairedAt float64
 	seen     bool
+	// elastic jobs may grow to max replicas: grown are the replicas beyond
+	// the job's own GPUs (gpus), oldest first.
+	elastic bool
+	max     int
+	grown   []replica
 }
 
 type sim struct {
@@ -109,6 +121,8 @@ type sim struct {
 	know *interference.Knowledge
 	// left is the work left of jobs moved back to the queue.
 	left map[int]float64
+	// replicas numbers the grown replicas, in the order they grew.
+	replicas int
 }
 
 // Simulate runs one policy over a trace on a cluster.
@@ -165,8 +179,9 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 			s.gpuNode[g.UUID] = n.ID
 		}
 	}
+	optIn := opts.Elastic.optIn(len(jobs))
 	for i := range jobs {
-		s.out[i] = Outcome{Job: jobs[i]}
+		s.out[i] = Outcome{Job: jobs[i], Elastic: optIn[i] && s.elasticOn()}
 		if _, err := thr.Isolated(jobs[i].Type, jobs[i].Scale, true); err != nil {
 			return nil, 0, fmt.Errorf("job %d: %w", jobs[i].ID, err)
 		}
@@ -237,7 +252,7 @@ func (s *sim) advance(t float64) {
 // rates sets every running job's throughput from its GPU's company.
 func (s *sim) rates() {
 	for _, r := range s.run {
-		r.rate = r.iso
+		r.rate = s.elasticRate(r, r.grown)
 		partner := -1
 		if len(r.gpus) == 1 {
 			if others := s.onGPU[r.gpus[0]]; len(others) == 2 {
@@ -250,7 +265,7 @@ func (s *sim) rates() {
 				if !ok {
 					panic(fmt.Sprintf("jobs %d and %d share a GPU but cannot", r.job.ID, p))
 				}
-				r.rate = r.iso * na
+				r.rate *= na
 			}
 		}
 		if partner != r.partner {
@@ -263,7 +278,11 @@ func (s *sim) rates() {
 // still waiting.
 func (s *sim) schedule(queue []int) []int {
 	if s.spec.share == shareModel {
-		return s.scheduleLoop(queue)
+		left := s.scheduleLoop(queue)
+		if s.elasticOn() && s.grow() {
+			s.rates()
+		}
+		return left
 	}
 	if len(queue) == 0 {
 		return queue
@@ -379,6 +398,9 @@ func (s *sim) start(j Job, ps []placement.Placement, shares []string) {
 	}
 	r.iso, _ = s.thr.Isolated(j.Type, j.Scale, !r.multiNode)
 	r.rate = r.iso
+	if r.out.Elastic {
+		r.elastic, r.max = true, min(j.Scale*s.opts.Elastic.maxFactor(), s.cluster.GPUs())
+	}
 	for _, g := range r.gpus {
 		s.onGPU[g] = append(s.onGPU[g], j.ID)
 	}
