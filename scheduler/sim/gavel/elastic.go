@@ -269,14 +269,14 @@ func (s *sim) resized(r *running) {
 	r.rem += s.opts.Elastic.resizeCost() * s.elasticRate(r, r.grown)
 }
 
-// shrinkFor shrinks the jobs whose grown replicas the step preempts (in
-// victims), each by as many replicas as it lost there, newest first.
+// shrinkFor shrinks the jobs whose grown replicas hold GPUs the step
+// placed waiting work on (victims), each by as many replicas as it lost there, newest first.
 func (s *sim) shrinkFor(victims []string) {
 	count := map[int]int{}
 	for _, v := range victims {
 		id, ok := s.allocJob[v]
 		if !ok {
-			panic(fmt.Sprintf("step preempted unknown allocation %s", v))
+			panic(fmt.Sprintf("no job holds replica %s", v))
 		}
 		count[id]++
 	}

@@ -139,8 +139,8 @@ func (r *Report) elasticMarkdown() string {
 	b.WriteString("## Elastic groups\n\n")
 	fmt.Fprintf(&b, "A share of %.2f of the jobs, drawn per seed (%s), opts in: each runs between the GPUs it asks for and %d times that, "+
 		"grows one replica (a whole idle GPU) at a time while that brings its expected end forward by more than the resize's pause (%.0f s of its work), "+
-		"and shrinks, newest replicas first, when the decision step preempts a grown replica for a waiting job (grown replicas are opportunistic allocations, "+
-		"the jobs' own GPUs production ones, never preempted). A grown job runs at its measured throughput times S(n)/S(min), S(n) = n / (1 + c (n - 1)), "+
+		"and shrinks, newest replicas first, when the decision step, deciding the queue as if grown GPUs were idle, places a waiting job on a grown replica's GPU "+
+		"(never below the GPUs it asked for; the replicas that stay never restart). A grown job runs at its measured throughput times S(n)/S(min), S(n) = n / (1 + c (n - 1)), "+
 		"c per model family (%s; A3C never grows), doubled across servers. "+
 		"Only the gpushare policies grow jobs; the figures without are the exact run's. Elastic columns are means over the seeds (average JCT: lowest-highest); "+
 		"grows and shrinks count replicas per run.\n\n", e.Share, strings.Join(seeds, ", "), e.maxFactor(), e.resizeCost(), scalingNote())
