@@ -270,7 +270,8 @@ func (s *sim) resized(r *running) {
 }
 
 // shrinkFor shrinks the jobs whose grown replicas hold GPUs the step
-// placed waiting work on (victims), each by as many replicas as it lost there, newest first.
+// placed waiting work on (victims), each by as many replicas, newest
+// first.
 func (s *sim) shrinkFor(victims []string) {
 	count := map[int]int{}
 	for _, v := range victims {
