@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
@@ -61,15 +62,120 @@ func allowsDriver(c *api.NamespaceCapabilities, driver string) bool {
 	return (len(c.EnabledTaskDrivers) == 0 || slices.Contains(c.EnabledTaskDrivers, driver)) && !slices.Contains(c.DisabledTaskDrivers, driver)
 }
 
+// nsDrivers is what each namespace allows of the holds' drivers, read
+// from Nomad (readDrivers) or learned from its refusal of a hold; it
+// locks itself, so a caller may hold s.mu or not.
+type nsDrivers struct {
+	mu    sync.Mutex
+	rules map[string]driverRule
+}
+
+// fresh reports whether what is known of namespace ns was read or learned
+// within driverRulesFor of now.
+func (d *nsDrivers) fresh(ns string, now time.Time) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rule, known := d.rules[ns]
+	return known && now.Sub(rule.at) < driverRulesFor
+}
+
+// read keeps what namespace ns's capabilities allow of holdDrivers.
+func (d *nsDrivers) read(ns string, c *api.NamespaceCapabilities, now time.Time) {
+	rule := driverRule{refused: map[string]bool{}, at: now}
+	for _, dr := range holdDrivers {
+		if !allowsDriver(c, dr) {
+			rule.refused[dr] = true
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rules == nil {
+		d.rules = map[string]driverRule{}
+	}
+	d.rules[ns] = rule
+}
+
+// forget drops what is known of namespace ns: Nomad's refusal teaches it
+// anew.
+func (d *nsDrivers) forget(ns string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.rules, ns)
+}
+
+// driverRefused matches Nomad's refusal of a job whose task drivers its
+// namespace does not allow ("used task driver \"raw_exec\" is not allowed
+// in namespace \"ml\"", or "used task drivers [...] are not allowed").
+var driverRefused = regexp.MustCompile(`used task drivers? (.*) (?:is|are) not allowed in namespace`)
+
+// learn learns from Nomad's refusal of a hold that namespace ns does not
+// allow the drivers it names, and reports whether err was such a refusal.
+func (d *nsDrivers) learn(ns string, err error, now time.Time) bool {
+	m := driverRefused.FindStringSubmatch(err.Error())
+	if m == nil {
+		return false
+	}
+	named := strings.FieldsFunc(m[1], func(r rune) bool { return strings.ContainsRune(`[]"' ,`, r) })
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.rules == nil {
+		d.rules = map[string]driverRule{}
+	}
+	rule := d.rules[ns]
+	rule.refused = maps.Clone(rule.refused)
+	if rule.refused == nil {
+		rule.refused = map[string]bool{}
+	}
+	for _, dr := range named {
+		if slices.Contains(holdDrivers, dr) {
+			rule.refused[dr] = true
+		}
+	}
+	rule.at = now
+	d.rules[ns] = rule
+	return true
+}
+
+// driverFor is the driver a hold of a group of namespace ns uses on node
+// n: the first of holdDrivers the node has and the namespace allows (""
+// when none: nothing of the namespace is staged there).
+func (d *nsDrivers) driverFor(n *api.Node, ns string) string {
+	if n == nil {
+		return ""
+	}
+	d.mu.Lock()
+	refused := d.rules[ns].refused
+	d.mu.Unlock()
+	for _, dr := range holdDrivers {
+		if !refused[dr] && feasible.HasDriver(n, dr) {
+			return dr
+		}
+	}
+	return ""
+}
+
+// refused lists the holds' drivers namespace ns refuses, sorted, and
+// whether that was read or learned within driverRulesFor of now.
+func (d *nsDrivers) refused(ns string, now time.Time) ([]string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	rule := d.rules[ns]
+	return slices.Sorted(maps.Keys(rule.refused)), now.Sub(rule.at) < driverRulesFor
+}
+
+// whyNot says why a group of namespace ns is not staged on nodes.
+func (d *nsDrivers) whyNot(ns string, nodes []string) string {
+	refused, _ := d.refused(ns, time.Time{})
+	return fmt.Sprintf("the namespace %s does not allow the driver a hold of its GPUs would run with on node %s (its capabilities refuse %s; a hold uses raw_exec, else exec)",
+		ns, strings.Join(nodes, ", "), strings.Join(refused, " and "))
+}
+
 // readDrivers reads what namespace ns allows of the holds' drivers, when
 // what the service knows is older than driverRulesFor. A namespace it
 // cannot read (no reader, no permission) is learned from Nomad's refusal
-// of a hold instead (learnDrivers).
+// of a hold instead (nsDrivers.learn).
 func (s *loop) readDrivers(ctx context.Context, ns string) {
-	s.mu.Lock()
-	rule, known := s.staging.drivers[ns]
-	s.mu.Unlock()
-	if known && s.now().Sub(rule.at) < driverRulesFor {
+	if s.staging.drivers.fresh(ns, s.now()) {
 		return
 	}
 	var info *api.Namespace
@@ -82,83 +188,10 @@ func (s *loop) readDrivers(ctx context.Context, ns string) {
 	if err != nil || info == nil {
 		// what was learned is tried again: Nomad's refusal teaches it anew
 		s.log.Debug("cannot read the namespace's capabilities; a hold Nomad refuses teaches them", "namespace", ns, "error", err)
-		s.mu.Lock()
-		delete(s.staging.drivers, ns)
-		s.mu.Unlock()
+		s.staging.drivers.forget(ns)
 		return
 	}
-	rule = driverRule{refused: map[string]bool{}, at: s.now()}
-	for _, d := range holdDrivers {
-		if !allowsDriver(info.Capabilities, d) {
-			rule.refused[d] = true
-		}
-	}
-	s.mu.Lock()
-	if s.staging.drivers == nil {
-		s.staging.drivers = map[string]driverRule{}
-	}
-	s.staging.drivers[ns] = rule
-	s.mu.Unlock()
-}
-
-// driverRefused matches Nomad's refusal of a job whose task drivers its
-// namespace does not allow ("used task driver \"raw_exec\" is not allowed
-// in namespace \"ml\"", or "used task drivers [...] are not allowed").
-var driverRefused = regexp.MustCompile(`used task drivers? (.*) (?:is|are) not allowed in namespace`)
-
-// learnDrivers learns from Nomad's refusal of a hold that namespace ns
-// does not allow the drivers it names, and reports whether err was such
-// a refusal.
-func (s *loop) learnDrivers(ns string, err error) bool {
-	m := driverRefused.FindStringSubmatch(err.Error())
-	if m == nil {
-		return false
-	}
-	named := strings.FieldsFunc(m[1], func(r rune) bool { return strings.ContainsRune(`[]"' ,`, r) })
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.staging.drivers == nil {
-		s.staging.drivers = map[string]driverRule{}
-	}
-	rule := s.staging.drivers[ns]
-	rule.refused = maps.Clone(rule.refused)
-	if rule.refused == nil {
-		rule.refused = map[string]bool{}
-	}
-	for _, d := range named {
-		if slices.Contains(holdDrivers, d) {
-			rule.refused[d] = true
-		}
-	}
-	rule.at = s.now()
-	s.staging.drivers[ns] = rule
-	return true
-}
-
-// holdDriverFor is the driver a hold of a group of namespace ns uses on
-// node n: the first of holdDrivers the node has and the namespace allows
-// ("" when none: nothing of the namespace is staged there). The caller
-// holds s.mu.
-func (s *loop) holdDriverFor(n *api.Node, ns string) string {
-	if n == nil {
-		return ""
-	}
-	refused := s.staging.drivers[ns].refused
-	for _, d := range holdDrivers {
-		if !refused[d] && feasible.HasDriver(n, d) {
-			return d
-		}
-	}
-	return ""
-}
-
-// noDriverWhy says why a group of namespace ns is not staged on nodes.
-func (s *loop) noDriverWhy(ns string, nodes []string) string {
-	s.mu.Lock()
-	refused := slices.Sorted(maps.Keys(s.staging.drivers[ns].refused))
-	s.mu.Unlock()
-	return fmt.Sprintf("the namespace %s does not allow the driver a hold of its GPUs would run with on node %s (its capabilities refuse %s; a hold uses raw_exec, else exec)",
-		ns, strings.Join(nodes, ", "), strings.Join(refused, " and "))
+	s.staging.drivers.read(ns, info.Capabilities, s.now())
 }
 
 // holdRules tells the step, for each group, what a hold takes of a node
@@ -188,7 +221,7 @@ func (s *loop) holdRules(snap *placement.Snapshot, groups []decide.Group) {
 			u = s.namespaceUnstaged(snap, g.Key.Namespace, now)
 			byNS[g.Key.Namespace] = u
 		}
-		if refused := s.refusedNodes(g.Key, now); len(refused) > 0 {
+		if refused := s.staging.refusedNodes(g.Key, now); len(refused) > 0 {
 			nodes := map[string]bool{}
 			why := ""
 			if u != nil {
@@ -215,12 +248,11 @@ func (s *loop) holdRules(snap *placement.Snapshot, groups []decide.Group) {
 // not those of namespace ns (nil: nowhere), from what was read or learned
 // of it within driverRulesFor. The caller holds s.mu.
 func (s *loop) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.Time) *placement.Unstaged {
-	rule, ok := s.staging.drivers[ns]
-	if !ok || len(rule.refused) == 0 || now.Sub(rule.at) >= driverRulesFor {
+	refused, fresh := s.staging.drivers.refused(ns, now)
+	if len(refused) == 0 || !fresh {
 		return nil // nothing refused, or it is read (or learned) again by staging
 	}
 	fix := "allow raw_exec or exec in the namespace's capabilities (enabled_task_drivers, disabled_task_drivers)"
-	refused := slices.Sorted(maps.Keys(rule.refused))
 	why := fmt.Sprintf("the namespace %s does not allow the driver a hold of its GPUs would run with (its capabilities refuse %s; a hold uses raw_exec, else exec)",
 		ns, strings.Join(refused, " and "))
 	if len(refused) == len(holdDrivers) {
@@ -228,7 +260,7 @@ func (s *loop) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.T
 	}
 	nodes := map[string]bool{}
 	for _, n := range snap.Nodes() {
-		if s.canStage(n.ID) && s.holdDriverFor(s.state.Nodes[n.ID], ns) == "" {
+		if s.canStage(n.ID) && s.staging.drivers.driverFor(s.state.Nodes[n.ID], ns) == "" {
 			nodes[n.ID] = true
 		}
 	}
@@ -241,15 +273,15 @@ func (s *loop) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.T
 // refusedNodes are the nodes where Nomad did not place a hold of group k
 // within holdRefusedFor of now; older ones are forgotten. The caller
 // holds s.mu.
-func (s *loop) refusedNodes(k decide.Key, now time.Time) map[string]time.Time {
-	on := s.staging.refusedOn[k]
+func (h *holdState) refusedNodes(k decide.Key, now time.Time) map[string]time.Time {
+	on := h.refusedOn[k]
 	for n, at := range on {
 		if now.Sub(at) >= holdRefusedFor {
 			delete(on, n)
 		}
 	}
 	if len(on) == 0 {
-		delete(s.staging.refusedOn, k)
+		delete(h.refusedOn, k)
 	}
 	return on
 }

@@ -54,7 +54,7 @@ type holdState struct {
 	refusedOn map[decide.Key]map[string]time.Time
 	// drivers are what each namespace allows of the holds' drivers
 	// (hold_rules.go)
-	drivers map[string]driverRule
+	drivers nsDrivers
 }
 
 // holdWait is a group's pin waiting for its holds.
@@ -143,7 +143,7 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	}
 	var unplaceable []string
 	for i, spec := range specs {
-		driver := s.holdDriverFor(s.state.Nodes[spec.node], a.Group.Namespace)
+		driver := s.staging.drivers.driverFor(s.state.Nodes[spec.node], a.Group.Namespace)
 		if driver == "" {
 			unplaceable = append(unplaceable, spec.node)
 			continue
@@ -159,7 +159,7 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	if len(unplaceable) > 0 {
 		// the placement staged it where no hold may run (the namespace's
 		// rules were learned since): decided again, one per node there
-		return nil, fmt.Errorf("%w: %s", errDecideAgain, s.noDriverWhy(a.Group.Namespace, unplaceable))
+		return nil, fmt.Errorf("%w: %s", errDecideAgain, s.staging.drivers.whyNot(a.Group.Namespace, unplaceable))
 	}
 	var ids []string
 	fail := func(err error) ([]string, error) {
@@ -179,10 +179,10 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 		}
 		err := s.registerHold(ctx, h, j)
 		if err != nil {
-			if s.learnDrivers(a.Group.Namespace, err) {
+			if s.staging.drivers.learn(a.Group.Namespace, err, s.now()) {
 				// Nomad refused the hold's driver in the namespace: the
 				// group is decided again with what was learned
-				return fail(fmt.Errorf("%w: %s (Nomad: %v)", errDecideAgain, s.noDriverWhy(a.Group.Namespace, []string{j.Meta[metaHoldNode]}), err))
+				return fail(fmt.Errorf("%w: %s (Nomad: %v)", errDecideAgain, s.staging.drivers.whyNot(a.Group.Namespace, []string{j.Meta[metaHoldNode]}), err))
 			}
 			return fail(fmt.Errorf("hold GPUs on node %s for placing the group's allocations one after the other: %w", j.Meta[metaHoldNode], err))
 		}
