@@ -20,19 +20,7 @@ import (
 // reservation directory is laid out as the plugin's Reserve lays it out
 // (plugin/limits.go; TestReserveInterposer checks the plugin's side).
 func TestUsageRegionNotWorldWritable(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("runs the task as other users: needs root")
-	}
-	b := build(t)
-	// the binaries and the reservation, reachable by the task's users
-	if err := os.Chmod(b.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "gpushare-reservation")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, dir := asOtherUsers(t, "runs the task as other users: needs root")
 	// region/ root's (0711), region/<key> 1733, the key in the task's
 	// environment (issue 44: TestForeignUsageFileNotAdopted)
 	const key = "00112233445566778899aabbccddeeff"
@@ -127,18 +115,7 @@ func TestUsageRegionNotWorldWritable(t *testing.T) {
 // maker then wrote a huge total into it, every later allocation of the
 // task failed.
 func TestForeignUsageFileNotAdopted(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("runs the task and another user: needs root")
-	}
-	b := build(t)
-	if err := os.Chmod(b.dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "gpushare-reservation")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	b, dir := asOtherUsers(t, "runs the task and another user: needs root")
 	const key = "0123456789abcdef0123456789abcdef"
 	region := filepath.Join(dir, "region")
 	for _, err := range []error{
@@ -213,4 +190,25 @@ func TestForeignUsageFileNotAdopted(t *testing.T) {
 	// other user's file either: it has no region, so no memory, and says so
 	got := as(taskUID, nil, "alloc:"+strconv.Itoa(1<<20))
 	check(t, got, "alloc 2")
+}
+
+// asOtherUsers builds the binaries and makes a reservation directory (not
+// under the test's own temporary directory: other users must reach both),
+// or skips the test when it cannot run processes as other users.
+func asOtherUsers(t *testing.T, why string) (*binaries, string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip(why)
+	}
+	b := build(t)
+	// the binaries and the reservation, reachable by the task's users
+	if err := os.Chmod(b.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "gpushare-reservation")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return b, dir
 }
