@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -17,8 +18,11 @@ import (
 func (f *fakeNomad) Namespaces(ctx context.Context, index uint64) ([]string, uint64, error) {
 	for {
 		f.mu.Lock()
-		names, at := append([]string{"default"}, f.namespaces...), f.nsIndex+1
+		names, at, err := append([]string{"default"}, f.namespaces...), f.nsIndex+1, f.nsErr
 		f.mu.Unlock()
+		if err != nil {
+			return nil, 0, err
+		}
 		if index == 0 || at > index {
 			return names, at, nil
 		}
@@ -69,4 +73,30 @@ func TestAJobInANewNamespaceIsPlacedWithinAPass(t *testing.T) {
 	_, pinned := pin.ParseRecord(f.jobs["fresh"], "g")
 	f.mu.Unlock()
 	must.True(t, pinned, must.Sprint(w.s.loop.pending[decide.Key{Namespace: "team-new", Job: "fresh", Group: "g"}]))
+}
+
+// A token that may not list namespaces (or a Nomad that fails to) costs
+// only the watch: the stream still opens, on every namespace of when it
+// opened, and a gated job there is placed; jobs of a namespace created
+// later wait for the full listing, which the log says.
+func TestNamespacesNomadWillNotListCostOnlyTheWatch(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}, nsErr: errors.New("Permission denied")}
+	cfg := config.Default()
+	cfg.ResyncInterval = "1h"
+	w := startWatch(t, f, cfg)
+	first := w.next()
+	must.Eq(t, "*", first.ns)
+	must.NoError(t, w.s.records.loadSecret(t.Context(), true))
+	must.NoError(t, w.s.records.loadState(t.Context(), true))
+
+	j := gated("here", 100)
+	f.put(j)
+	w.send(first, jobEvent(t, j))
+	must.NotNil(t, w.job("default/here"), must.Sprint("the stream delivers the default namespace's job"))
+	w.quiet() // the failing watch neither ends the stream nor lists again
+	w.s.loop.reconcile(t.Context())
+	f.mu.Lock()
+	_, pinned := pin.ParseRecord(f.jobs["here"], "g")
+	f.mu.Unlock()
+	must.True(t, pinned, must.Sprint(w.s.loop.pending[decide.Key{Namespace: "default", Job: "here", Group: "g"}]))
 }

@@ -90,9 +90,10 @@ type fakeNomad struct {
 	holdsRegistered int
 	holdsStopped    []string
 	// namespaces are Nomad's namespaces beyond "default", created at
-	// nsIndex (newnamespace_test.go).
+	// nsIndex; nsErr fails every listing of them (newnamespace_test.go).
 	namespaces []string
 	nsIndex    uint64
+	nsErr      error
 }
 
 // fakeStream is one subscription to the fake's event stream.
