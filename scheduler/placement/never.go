@@ -83,10 +83,14 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 	room, seen, maxGPUs, need := 0, false, 0, 0
 	var mig []string // models of shared MIG instances seen
 	largest, migFrac, migWhole := 0, 0, 0
-	stacked := 0 // room if one node could hold several whole-GPU allocations
-	capped := 0  // shares per GPU of a per-GPU group that limited an allocation to one GPU
+	stacked := 0  // room if one node could hold several whole-GPU allocations
+	capped := 0   // shares per GPU of a per-GPU group that limited an allocation to one GPU
+	var big sizes // the nodes with the model, whatever their CPU and memory
 	for _, n := range s.nodes {
-		if allowed != nil && !allowed[n.ID] || n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
+		if allowed != nil && !allowed[n.ID] {
+			continue
+		}
+		if !big.note(n, r) || n.Capacity.CPU < r.Res.CPU || n.Capacity.MemoryMiB < r.Res.MemoryMiB {
 			continue
 		}
 		byRes := r.Count
@@ -151,8 +155,11 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 		// refused for good: it waits, saying why
 		return nil
 	}
+	if !seen && big.nodes == 0 {
+		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s (the cluster has %s)", models, big.others())}
+	}
 	if !seen {
-		return &Refusal{Code: RefusedNoModel, Message: fmt.Sprintf("no node has GPUs of %s with cpu %d and memory %d MiB", models, r.Res.CPU, r.Res.MemoryMiB)}
+		return &Refusal{Code: RefusedTooLarge, Message: big.short(r, models)}
 	}
 	if need > maxGPUs {
 		msg := tooManyGPUs(need, maxGPUs, largest, models, mig)
@@ -166,6 +173,70 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 	}
 	return &Refusal{Code: RefusedTooLarge, Message: fmt.Sprintf("%d allocations of %d shares of %s with cpu %d and memory %d MiB each: even empty, the cluster's %d nodes could hold %d",
 		r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB, len(s.nodes), room)}
+}
+
+// sizes is what Impossible saw of the nodes that have a request's GPU
+// model: how many, the largest CPU and memory among them and where, and
+// the models of the other nodes.
+type sizes struct {
+	nodes            int
+	cpu, mem         int64
+	cpuNode, memNode string
+	models           []string
+}
+
+// note counts n if it has a GPU of r's models (any node, for a request
+// of no shares) and reports whether it has.
+func (z *sizes) note(n *Node, r Request) bool {
+	has := r.Shares == 0
+	for gi := range n.groups {
+		if r.modelOK(n.groups[gi].model) {
+			has = true
+		} else {
+			z.models = appendUnique(z.models, n.groups[gi].model)
+		}
+	}
+	if !has {
+		return false
+	}
+	z.nodes++
+	if n.Capacity.CPU > z.cpu || z.cpuNode == "" {
+		z.cpu, z.cpuNode = n.Capacity.CPU, n.label()
+	}
+	if n.Capacity.MemoryMiB > z.mem || z.memNode == "" {
+		z.mem, z.memNode = n.Capacity.MemoryMiB, n.label()
+	}
+	return true
+}
+
+// others lists the models the cluster has, for a request of none of them.
+func (z *sizes) others() string {
+	if len(z.models) == 0 {
+		return "no GPUs"
+	}
+	slices.Sort(z.models)
+	return strings.Join(z.models, ", ")
+}
+
+// short names what of r's CPU and memory no node with its GPUs has, with
+// the largest such node's figure.
+func (z *sizes) short(r Request, models string) string {
+	what := "GPUs of " + models
+	if r.Shares == 0 {
+		what = "room for it"
+	}
+	var parts []string
+	if r.Res.CPU > z.cpu {
+		parts = append(parts, fmt.Sprintf("cpu %d MHz per allocation, and the largest of the %d node(s) with %s has %d MHz (node %s)", r.Res.CPU, z.nodes, what, z.cpu, z.cpuNode))
+	}
+	if r.Res.MemoryMiB > z.mem {
+		parts = append(parts, fmt.Sprintf("memory %d MiB per allocation, and the largest of the %d node(s) with %s has %d MiB (node %s)", r.Res.MemoryMiB, z.nodes, what, z.mem, z.memNode))
+	}
+	if len(parts) == 0 { // each fits some node, never both on one
+		return fmt.Sprintf("needs cpu %d MHz and memory %d MiB per allocation, and none of the %d node(s) with %s has both (the most cpu: %d MHz, node %s; the most memory: %d MiB, node %s)",
+			r.Res.CPU, r.Res.MemoryMiB, z.nodes, what, z.cpu, z.cpuNode, z.mem, z.memNode)
+	}
+	return "needs " + strings.Join(parts, "; needs ") + ": lower the task's resources, or add larger nodes"
 }
 
 // Reservable reports whether the plugin's Reserve would accept these
