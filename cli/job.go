@@ -32,7 +32,7 @@ func runJob(args []string, io IO) int {
   run    [flags] FILE      add the gate, check the request against the cluster, register
   status [flags] JOB       where each gpushare group of a job is pinned, or why it waits
 `)
-		return 2
+		return exitUsage
 	}
 	switch args[0] {
 	case "lint":
@@ -49,12 +49,12 @@ func jobLint(args []string, io IO) int {
 	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
 	spg := fs.Int("shares-per-gpu", 100, "the plugin's shares_per_gpu")
 	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration and GPU requests against its largest node")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() == 0 {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	sched := schedFlag.resolve("")
 	nodes := clusterNodes(sched.addr)
@@ -120,12 +120,12 @@ func jobRun(args []string, io IO) int {
 	check := fs.Bool("check", false, "check against the cluster and stop before registering")
 	timeout := fs.Duration("timeout", 5*time.Minute, "how long to wait for the job to run")
 	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	cfg := api.DefaultConfig()
 	if *addr != "" {
@@ -318,19 +318,10 @@ func carryPins(client *api.Client, job *api.Job) []string {
 			// updates in place (pinned as before), so it decides.
 			continue
 		}
-		d := &placement.Decision{Policy: rec.Policy}
-		for i, node := range rec.Nodes {
-			p := placement.Placement{Node: node, Cell: rec.Cell, Reason: rec.Reason}
-			if i == 0 {
-				p.GPUs, p.Shares = rec.GPUs, rec.Shares
-			}
-			d.Placements = append(d.Placements, p)
-		}
-		if _, err := pin.Pin(job, group, d); err == nil {
-			// the scheduler's signed placement, as it wrote it
-			tg, was := pin.Group(job, group), pin.Group(old, group)
-			tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature] = was.Meta[pin.MetaPlacement], was.Meta[pin.MetaSignature]
-			pin.CarryEnv(old, job, group) // the run-time priority the scheduler wrote with the pins
+		// the scheduler's signed placement, written back as it wrote it:
+		// its constraints, device affinities, run-time environment and record
+		placement, signature := pin.Carried(pin.Group(old, group))
+		if _, err := pin.Repeat(job, group, placement, signature); err == nil {
 			carried = append(carried, group)
 		}
 	}

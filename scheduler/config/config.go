@@ -59,10 +59,15 @@ type Config struct {
 	// Reservations lets the first waiting multi-GPU group that does not
 	// fit hold the nodes that free first for it (backfilling); nil means
 	// true.
-	Reservations *bool            `hcl:"reservations,optional"`
-	Leader       Leader           `hcl:"leader,block"`
-	VCs          []VirtualCluster `hcl:"virtual_cluster,block"`
-	Profiles     []Profile        `hcl:"profile,block"`
+	Reservations *bool `hcl:"reservations,optional"`
+	// InPlacePins pins by node alone, a pin Nomad checks in place, every
+	// group whose allocations Nomad keeps on one GPU each (nodes whose
+	// plugin has device_groups = "gpu"); false pins every group by its
+	// shares as before (docs/device-contract.md). nil means true.
+	InPlacePins *bool            `hcl:"in_place_pins,optional"`
+	Leader      Leader           `hcl:"leader,block"`
+	VCs         []VirtualCluster `hcl:"virtual_cluster,block"`
+	Profiles    []Profile        `hcl:"profile,block"`
 	// Typical is the expected mix of requests that fragmentation is
 	// measured against; empty means placement.DefaultMix.
 	Typical []TypicalRequest `hcl:"typical_request,block"`
@@ -350,6 +355,9 @@ func (c *Config) Merge(o *Config) {
 	if o.Reservations != nil {
 		c.Reservations = o.Reservations
 	}
+	if o.InPlacePins != nil {
+		c.InPlacePins = o.InPlacePins
+	}
 	str(&c.Leader.VariablePath, o.Leader.VariablePath)
 	str(&c.Leader.TTL, o.Leader.TTL)
 	str(&c.Leader.LockDelay, o.Leader.LockDelay)
@@ -523,6 +531,10 @@ func (c *Config) Mix() placement.Mix {
 	}
 	return m
 }
+
+// InPlacePinsOn reports whether groups are pinned by node where Nomad
+// keeps each allocation on one GPU.
+func (c *Config) InPlacePinsOn() bool { return c.InPlacePins == nil || *c.InPlacePins }
 
 // ReservationsOn reports whether waiting multi-GPU groups hold nodes.
 func (c *Config) ReservationsOn() bool { return c.Reservations == nil || *c.Reservations }

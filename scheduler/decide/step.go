@@ -65,6 +65,13 @@ type Config struct {
 	// MaxSlowdown is the slowdown bound of production jobs that declare
 	// none (0: the snapshot's default), which introspection checks.
 	MaxSlowdown float64
+	// InPlacePins pins by node alone every decision Nomad itself keeps on
+	// one GPU per allocation (placement.Snapshot.NomadChoosesGPU: nodes
+	// whose plugin offers each GPU as a device group), with the GPU
+	// Nomad takes there, the lowest-indexed with room under the pin's
+	// fixed index affinities (placement.Snapshot.NomadPicksFirstGPU): the
+	// step decides what Nomad will do, and marks the decision InPlace.
+	InPlacePins bool
 }
 
 // Input is the world Step decides on.
@@ -209,6 +216,7 @@ func (st *step) decide() []Action {
 		if g.Repin {
 			kind = Repin
 		}
+		d.InPlace = st.cfg.InPlacePins && st.snap.NomadChoosesGPU(d)
 		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Kept: kept, Position: i + 1, Of: len(queue), Ratio: q.ratio})
 		if len(restored) > 0 {
 			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
@@ -317,7 +325,7 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 		// a shared MIG instance it fills is a GPU nobody else uses, and
 		// the core's best fit: taken before a whole GPU is broken into
 		if st.snap.HasMIGInstances() {
-			if d = st.pol.Decide(st.snap, req); d.Placed() && st.snap.FillsInstance(&d.Placements[0]) {
+			if d = st.core(req); d.Placed() && st.snap.FillsInstance(&d.Placements[0]) {
 				return d
 			}
 		}
@@ -327,7 +335,7 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 			}
 			whole := req
 			whole.Shares = spg
-			if d := st.pol.Decide(st.snap, whole); d.Placed() && len(d.Placements[0].Shares) == spg {
+			if d := st.core(whole); d.Placed() && len(d.Placements[0].Shares) == spg {
 				p := &d.Placements[0]
 				p.Shares = p.Shares[:req.Shares:req.Shares]
 				return d
@@ -335,7 +343,7 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 		}
 	}
 	if d == nil {
-		d = st.pol.Decide(st.snap, req)
+		d = st.core(req)
 	}
 	if st.cfg.IdleFirst {
 		d = st.worthSharing(req, d)
@@ -352,7 +360,17 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 			return d
 		}
 		req.Avoid = append(slices.Clip(req.Avoid), p.Node)
-		d = st.pol.Decide(st.snap, req)
+		d = st.core(req)
+	}
+	return d
+}
+
+// core asks the placement core; under InPlacePins a decision Nomad
+// keeps on one GPU per allocation takes the GPU Nomad will take.
+func (st *step) core(req placement.Request) *placement.Decision {
+	d := st.pol.Decide(st.snap, req)
+	if st.cfg.InPlacePins && len(d.Placements) == 1 && st.snap.NomadChoosesGPU(d) {
+		st.snap.NomadPicksFirstGPU(d)
 	}
 	return d
 }

@@ -167,7 +167,7 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 			incarnation = pin.Incarnation(p)
 		}
 	}
-	if tg := pin.Group(job, group); tg == nil || !s.Trust(key, tg.Meta[pin.MetaPlacement], tg.Meta[pin.MetaSignature]) {
+	if placement, signature := pin.Carried(pin.Group(job, group)); placement == "" || !s.Trust(key, placement, signature) {
 		return nil, false
 	}
 	if rec.Incarnation != 0 && rec.Incarnation != incarnation {

@@ -163,7 +163,8 @@ func (s *State) setPrior(job *api.Job, tg *api.TaskGroup, rec *pin.Record) {
 		s.prior = map[decide.Key]Prior{}
 	}
 	s.changed.job(jobKey(job)) // its allocations' attribution may change
-	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: tg.Meta[pin.MetaPlacement], Signature: tg.Meta[pin.MetaSignature], Record: rec,
+	placement, signature := pin.Carried(tg)
+	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: placement, Signature: signature, Record: rec,
 		Spec: pin.Spec(job, *tg.Name)}
 }
 

@@ -261,11 +261,16 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 // decision is, never why (the same decision writes the same meta, byte for
 // byte, so that a group re-registered unchanged is updated in place).
 type Record struct {
-	Nodes  []string `json:"nodes"`
-	GPUs   []string `json:"gpus"`
-	Shares []string `json:"shares"`
-	Cell   string   `json:"cell,omitempty"`
-	Policy string   `json:"policy"`
+	// Contract is how the pin tells Nomad where to place: "" by node and
+	// share (a ${device.ids} constraint in the device block; the record in
+	// the group's meta), ContractNode by node alone, checked in place
+	// (node.go).
+	Contract string   `json:"contract,omitempty"`
+	Nodes    []string `json:"nodes"`
+	GPUs     []string `json:"gpus"`
+	Shares   []string `json:"shares"`
+	Cell     string   `json:"cell,omitempty"`
+	Policy   string   `json:"policy"`
 	// Class and VC are the group's gpushare.class and gpushare.vc the
 	// placement was made for: a virtual cluster counts an allocation only
 	// under a placement signed for it.
@@ -387,14 +392,14 @@ func digestAt(job *api.Job, tg *api.TaskGroup, group, policy string, count int) 
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
-// ParseRecord reads a group's gpushare.placement meta, if any.
+// ParseRecord reads the placement a group's pin carries, if any (Carried).
 func ParseRecord(job *api.Job, group string) (*Record, bool) {
-	tg := Group(job, group)
-	if tg == nil || tg.Meta[MetaPlacement] == "" {
+	placement, _ := Carried(Group(job, group))
+	if placement == "" {
 		return nil, false
 	}
 	var r Record
-	if err := json.Unmarshal([]byte(tg.Meta[MetaPlacement]), &r); err != nil {
+	if err := json.Unmarshal([]byte(placement), &r); err != nil {
 		return nil, false
 	}
 	return &r, true

@@ -47,6 +47,9 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	meta := Meta(job, tg)
 	rec := &Record{Policy: d.Policy, Class: meta[MetaClass], VC: meta[MetaVC], Request: Digest(job, group, d.Policy), Incarnation: Incarnation(job),
 		Count: len(d.Placements)}
+	if d.InPlace && job.ParameterizedJob == nil { // a dispatch pool's children must stay on its GPUs
+		rec.Contract = ContractNode
+	}
 	var nodes, gpus, shares []string
 	var reasons, cells []string
 	for _, p := range d.Placements {
@@ -76,6 +79,11 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 			}
 		}
 		rec.Env, rec.Priority = rt.runtimeEnv(meta[MetaClass], n, user)
+		if rec.Contract == ContractNode && old != nil && old.Contract == ContractNode {
+			// a node pin never changes the task's environment (a destructive
+			// change): the group keeps what its first node pin wrote
+			rec.Env, rec.Priority = old.Env, old.Priority
+		}
 	}
 	// the meta holds what the decision is, never why: the same decision
 	// is the same meta, byte for byte (docs/gate-and-pin.md, "Sticky pins")
@@ -118,7 +126,7 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 		return fmt.Errorf("job %q has no group %q", *job.ID, group)
 	}
 	dev := device(tg)
-	if len(rec.Shares) > 0 && dev == nil {
+	if (len(rec.Shares) > 0 || rec.Contract == ContractNode) && dev == nil {
 		return fmt.Errorf("group %q has no %q device to pin", group, DeviceName)
 	}
 	if slices.ContainsFunc(job.Constraints, isGate) {
@@ -131,6 +139,10 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	}
 	old, _ := ParseRecord(job, group)
 	unpin(tg, old)
+	if rec.Contract == ContractNode {
+		writeNode(tg, dev, rec, placement, signature)
+		return nil
+	}
 	tg.Constraints = append(tg.Constraints, NodeConstraint(rec))
 	if len(rec.Shares) > 0 {
 		dev.Constraints = append(dev.Constraints, shareConstraint(rec))
@@ -165,6 +177,7 @@ func shareConstraint(rec *Record) *api.Constraint {
 // stays) and its environment.
 func unpin(tg *api.TaskGroup, old *Record) {
 	tg.Constraints = slices.DeleteFunc(tg.Constraints, isGate)
+	tg.Constraints = dropCarriers(tg.Constraints)
 	if old != nil {
 		tg.Constraints = dropLast(tg.Constraints, NodeConstraint(old))
 		if dev := device(tg); dev != nil {

@@ -55,3 +55,31 @@ func (s *Snapshot) nomadPicks(d *Decision, pick func(fits []int) int) {
 	p.Cell = ""
 	p.Reason += "; GPU " + g.UUID + " chosen by Nomad among " + strconv.Itoa(len(fits))
 }
+
+// NomadChoosesGPU reports whether Nomad alone keeps each of d's
+// allocations on one GPU when the pin names only their nodes: every
+// placement holds at most one GPU, a whole GPU its plugin offers as a
+// device group of its own (device_groups = "gpu"), not a shared MIG
+// instance (whose group holds several). Such a decision may be pinned by
+// node alone (pin.ContractNode), a pin Nomad checks in place.
+func (s *Snapshot) NomadChoosesGPU(d *Decision) bool {
+	if !d.Placed() {
+		return false
+	}
+	for _, p := range d.Placements {
+		if len(p.GPUs) > 1 {
+			return false
+		}
+		for _, u := range p.GPUs {
+			ref, ok := s.byUUID[u]
+			if !ok {
+				return false
+			}
+			g := &ref.node.GPUs[ref.gpu]
+			if g.inst || !ref.node.groups[g.group].perGPU {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -258,6 +258,11 @@ type Decision struct {
 	// Preempt are opportunistic allocations to stop first.
 	Preempt []string `json:"preempt,omitempty"`
 	Refusal *Refusal `json:"refusal,omitempty"`
+	// InPlace says the decision may be pinned by node alone, leaving each
+	// allocation's GPU to Nomad (Snapshot.NomadChoosesGPU): a pin Nomad
+	// checks in place. The decision step sets it when its configuration
+	// asks for such pins (decide.Config.InPlacePins).
+	InPlace bool `json:"in_place,omitempty"`
 
 	// on and gen: the snapshot and its version the decision was made on
 	// (placed.go)

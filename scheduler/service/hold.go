@@ -131,10 +131,11 @@ func stagesOf(placements []placement.Placement, live map[string]bool) []holdSpec
 // pinDigest identifies a group's pin (its placement meta) in its holds.
 func pinDigest(job *api.Job, group string) string {
 	tg := pin.Group(job, group)
-	if tg == nil || tg.Meta[pin.MetaPlacement] == "" {
+	placement, _ := pin.Carried(tg)
+	if placement == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(tg.Meta[pin.MetaPlacement]))
+	sum := sha256.Sum256([]byte(placement))
 	return hex.EncodeToString(sum[:8])
 }
 

@@ -134,8 +134,8 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 		return nil, fmt.Errorf("%w: its pin was not written as its holds stage it", errDecideAgain)
 	}
 	if !registered {
-		tg := pin.Group(pinned, a.Group.Group)
-		w = holdWait{digest: digest, since: now, placement: tg.Meta[pin.MetaPlacement], why: s.why[a.Group]}
+		placement, _ := pin.Carried(pin.Group(pinned, a.Group.Group))
+		w = holdWait{digest: digest, since: now, placement: placement, why: s.why[a.Group]}
 	}
 	var jobs []*api.Job
 	if registered {

@@ -307,8 +307,9 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	s.mu.Lock()
 	if !(a.Kept && kept) { // signed in the same registration: the pin is the record
 		tg := pin.Group(c, a.Group.Group)
-		if sig, ok := s.records.sign(a.Group, tg.Meta[pin.MetaPlacement]); ok {
-			tg.Meta[pin.MetaSignature] = sig
+		placement, _ := pin.Carried(tg)
+		if sig, ok := s.records.sign(a.Group, placement); ok {
+			pin.Sign(tg, sig)
 		}
 	}
 	s.why[a.Group] = rec.Reason

@@ -139,8 +139,14 @@ func (s *loop) reconcile(ctx context.Context) {
 		return
 	}
 	s.readPriors(ctx)
-	s.promote(ctx, r.promotions)
+	promoting := s.promoter().promote(ctx, r.promotions)
 	s.mu.Lock()
+	for k, why := range promoting { // said in the groups' lifecycle reason
+		if st, ok := s.stages[k]; ok {
+			st.Why = why
+			s.stages[k] = st
+		}
+	}
 	s.pending = pending
 	s.positions = positions
 	s.decided = read
@@ -216,7 +222,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	}
 	<-confirmed
 	if s.lease.mayWrite() == nil {
-		r.promotions = s.promotable()
+		r.promotions = promotable(s.state, s.collectCache().canaries)
 	}
 	if s.onRead != nil {
 		s.onRead()
@@ -241,6 +247,7 @@ func (s *loop) stepConfig() decide.Config {
 		IdleFirst:       s.cfg.IdleGPUFirst,
 		VCs:             s.cfg.VCNames(),
 		MaxSlowdown:     s.cfg.ProductionMaxSlowdown,
+		InPlacePins:     s.cfg.InPlacePinsOn(),
 	}
 }
 

@@ -1,0 +1,163 @@
+package pin
+
+import (
+	"slices"
+	"strconv"
+
+	"github.com/hashicorp/nomad/api"
+)
+
+// A node pin (ContractNode) is a pin Nomad checks in place
+// (docs/device-contract.md, "A pin Nomad checks in place"). Only what
+// Nomad checks against an allocation's own node carries what changes from
+// one pin of a group to the next: the group's node constraint
+// `${node.unique.id} set_contains_any <nodes>` and two constraints that
+// always hold and carry the signed record (`"gpushare.placement" !=
+// "<record>"`, `"gpushare.signature" != "<signature>"`: Nomad compares
+// the two literals, which differ). What Nomad treats as a destructive
+// change is written once, at the group's first node pin, and never
+// changes for its life: the device block's fixed affinities on the GPU's
+// index, which make Nomad take the lowest-indexed GPU with room on the
+// node (placement.Snapshot.NomadPicksFirstGPU), and the run-time
+// environment. Nomad picks the GPU; the pin names no shares. A re-pin
+// that keeps a node therefore leaves the allocations on it running, as
+// Nomad alone would (a scale past the pin, a drained node, a refusal).
+//
+// It is only written for a decision Nomad keeps on one GPU per
+// allocation (placement.Decision.InPlace: nodes whose plugin offers each
+// GPU as a device group of its own). A group pinned by shares stays so
+// until it is pinned again; that pin, destructive as any share pin, is
+// then a node pin if the decision allows it.
+
+// ContractNode is the Record.Contract of a node pin; "" is a share pin.
+const ContractNode = "node"
+
+// Left targets of the constraints that carry a node pin's record.
+const (
+	CarryPlacement = "gpushare.placement"
+	CarrySignature = "gpushare.signature"
+	opCarry        = "!="
+)
+
+// IndexAffinityWeight and IndexAffinities: the device affinities a node
+// pin writes, `${device.attr.index} <= k` for k = 0 .. IndexAffinities-1,
+// each of weight IndexAffinityWeight. GPU i matches IndexAffinities - i of
+// them, so Nomad's device allocator, which takes the device group of best
+// affinity score, takes the lowest-indexed GPU with room (nodes of up to
+// IndexAffinities+1 GPUs are ordered fully).
+const (
+	IndexAffinityWeight = 50
+	IndexAffinities     = 7
+	IndexAttribute      = "${device.attr.index}"
+)
+
+// indexAffinities is the fixed list a node pin writes.
+func indexAffinities() []*api.Affinity {
+	out := make([]*api.Affinity, IndexAffinities)
+	for k := range out {
+		out[k] = &api.Affinity{LTarget: IndexAttribute, Operand: "<=", RTarget: strconv.Itoa(k), Weight: ref(int8(IndexAffinityWeight))}
+	}
+	return out
+}
+
+func sameAffinity(a, b *api.Affinity) bool {
+	return a != nil && b != nil && a.LTarget == b.LTarget && a.Operand == b.Operand && a.RTarget == b.RTarget &&
+		(a.Weight == nil) == (b.Weight == nil) && (a.Weight == nil || *a.Weight == *b.Weight)
+}
+
+// addIndexAffinities adds to dev those of the fixed affinities it lacks:
+// the same device block, pinned again, is written the same.
+func addIndexAffinities(dev *api.RequestedDevice) {
+	for _, a := range indexAffinities() {
+		if !slices.ContainsFunc(dev.Affinities, func(b *api.Affinity) bool { return sameAffinity(a, b) }) {
+			dev.Affinities = append(dev.Affinities, a)
+		}
+	}
+}
+
+// HasIndexAffinities reports whether a group's gpushare device block
+// carries every fixed affinity of a node pin.
+func HasIndexAffinities(tg *api.TaskGroup) bool {
+	dev := device(tg)
+	if dev == nil {
+		return false
+	}
+	for _, a := range indexAffinities() {
+		if !slices.ContainsFunc(dev.Affinities, func(b *api.Affinity) bool { return sameAffinity(a, b) }) {
+			return false
+		}
+	}
+	return true
+}
+
+func carrier(target, value string) *api.Constraint {
+	return &api.Constraint{LTarget: target, Operand: opCarry, RTarget: value}
+}
+
+// IsCarrier reports whether c carries a node pin's record or signature:
+// it always holds and says nothing of where a group may run.
+func IsCarrier(c *api.Constraint) bool {
+	return c != nil && c.Operand == opCarry && (c.LTarget == CarryPlacement || c.LTarget == CarrySignature)
+}
+
+// Carried returns the placement record and signature a group's pin
+// carries: in its constraints for a node pin, else in its meta (a share
+// pin). Empty strings: none.
+func Carried(tg *api.TaskGroup) (placement, signature string) {
+	if tg == nil {
+		return "", ""
+	}
+	for _, c := range tg.Constraints {
+		if IsCarrier(c) {
+			if c.LTarget == CarryPlacement {
+				placement = c.RTarget
+			} else {
+				signature = c.RTarget
+			}
+		}
+	}
+	if placement != "" {
+		return placement, signature
+	}
+	return tg.Meta[MetaPlacement], tg.Meta[MetaSignature]
+}
+
+// Sign writes a placement's signature where the group carries the
+// placement (a node pin's constraints, or the meta).
+func Sign(tg *api.TaskGroup, signature string) {
+	if slices.ContainsFunc(tg.Constraints, func(c *api.Constraint) bool { return IsCarrier(c) && c.LTarget == CarryPlacement }) {
+		tg.Constraints = slices.DeleteFunc(tg.Constraints, func(c *api.Constraint) bool { return IsCarrier(c) && c.LTarget == CarrySignature })
+		if signature != "" {
+			tg.Constraints = append(tg.Constraints, carrier(CarrySignature, signature))
+		}
+		return
+	}
+	if tg.Meta == nil {
+		tg.Meta = map[string]string{}
+	}
+	tg.Meta[MetaSignature] = signature
+}
+
+// writeNode puts a node pin into tg: its node constraint and the carriers
+// of placement and signature (the caller signs a new placement), the
+// fixed index affinities in dev (once) and rec.Env in the GPU task. A
+// share pin's meta goes.
+func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placement, signature string) {
+	tg.Constraints = append(tg.Constraints, NodeConstraint(rec), carrier(CarryPlacement, placement))
+	if signature != "" {
+		tg.Constraints = append(tg.Constraints, carrier(CarrySignature, signature))
+	}
+	if dev != nil {
+		addIndexAffinities(dev)
+	}
+	if t := gpuTask(tg); t != nil {
+		writeEnv(t, rec.Env)
+	}
+	delete(tg.Meta, MetaPlacement)
+	delete(tg.Meta, MetaSignature)
+}
+
+// dropCarriers removes a node pin's carriers from cs.
+func dropCarriers(cs []*api.Constraint) []*api.Constraint {
+	return slices.DeleteFunc(cs, IsCarrier)
+}
