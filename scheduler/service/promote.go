@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A pin the scheduler writes again (a group pinned again off lost
@@ -32,6 +35,38 @@ import (
 // deployment and the version an older allocation runs; a promote that
 // fails (Nomad refuses unhealthy canaries) is tried again by the next
 // pass.
+//
+// The promoter is its own type: the loop lists the candidates while it
+// reads the model (promotable) and hands them to a promoter built from
+// its capabilities (loop.promoter), which returns what to say of the
+// groups that wait; the loop writes that into their stages.
+
+// deployments is the part of Nomad the promoter reads and acts on.
+type deployments interface {
+	LatestDeployment(ctx context.Context, namespace, jobID string) (*api.Deployment, error)
+	PromoteAll(ctx context.Context, namespace, deploymentID string) error
+	Alloc(ctx context.Context, id string) (*api.Allocation, error)
+}
+
+// promoter promotes the deployments of the scheduler's own pins. It keeps
+// nothing between passes.
+type promoter struct {
+	nomad   deployments
+	lease   writeLease
+	log     hclog.Logger
+	timeout time.Duration // of each request
+	// promoted counts the deployments promoted; changed asks for a pass
+	// once one is.
+	promoted prometheus.Counter
+	changed  func()
+}
+
+// promoter is the loop's promoter, built from what the loop holds now (a
+// test may swap its Nomad).
+func (s *loop) promoter() promoter {
+	return promoter{nomad: s.nomad, lease: s.lease, log: s.log, timeout: config.Duration(s.cfg.Nomad.RequestTimeout),
+		promoted: s.metrics.promotions, changed: s.markDirty}
+}
 
 // promotion is a job whose current version has canaries waiting for a
 // promote beside allocations of an older version.
@@ -59,10 +94,10 @@ type canaryGroup struct {
 // (collectCache.canaries): walking every job, under the lock as it was,
 // took 35-60 ms of a 10,000-node pass (300 ms when it sorted and set up
 // each). A job pinned in the pass is a candidate from the next one on.
-func (s *loop) promotable() []promotion {
+func promotable(state *model.State, canaries map[string]bool) []promotion {
 	var out []promotion
-	for _, k := range slices.Sorted(maps.Keys(s.collectCache().canaries)) {
-		job := s.state.Jobs[k]
+	for _, k := range slices.Sorted(maps.Keys(canaries)) {
+		job := state.Jobs[k]
 		if job == nil || job.Stop != nil && *job.Stop || job.Version == nil || model.Template(job) {
 			continue
 		}
@@ -77,7 +112,7 @@ func (s *loop) promotable() []promotion {
 				continue
 			}
 			canary, older := false, ""
-			for _, a := range s.state.AllAllocs(p.namespace, p.id, name) {
+			for _, a := range state.AllAllocs(p.namespace, p.id, name) {
 				if !model.Live(a) {
 					continue
 				}
@@ -91,7 +126,7 @@ func (s *loop) promotable() []promotion {
 				continue
 			}
 			spec := pin.Spec(job, name)
-			if older == "" || spec == "" || !s.state.Pinned(job, name) {
+			if older == "" || spec == "" || !state.Pinned(job, name) {
 				ok = false
 				continue
 			}
@@ -121,40 +156,41 @@ func autoPromote(job *api.Job, tg *api.TaskGroup) bool {
 }
 
 // promote promotes, as leader, the deployments of the scheduler's own pins
-// whose canaries are healthy, and says of those that wait why, in their
-// groups' lifecycle reason: cands, as the pass's read found them
-// (promotable). Errors are logged and said; the next pass tries again.
-func (s *loop) promote(ctx context.Context, cands []promotion) {
-	if s.lease.mayWrite() != nil {
-		return
+// whose canaries are healthy: cands, as the pass's read found them
+// (promotable). It returns, for the groups of those that wait, why: the
+// loop says it in their lifecycle reason. Errors are logged and said; the
+// next pass tries again.
+func (pr promoter) promote(ctx context.Context, cands []promotion) map[decide.Key]string {
+	if pr.lease.mayWrite() != nil {
+		return nil
 	}
+	whys := map[decide.Key]string{}
 	for _, p := range cands {
 		if ctx.Err() != nil {
-			return
+			break
 		}
-		why := s.promoteOne(ctx, p)
+		why := pr.promoteOne(ctx, p)
 		if why == "" {
 			continue
 		}
-		s.mu.Lock()
 		for g := range p.groups {
-			k := decide.Key{Namespace: p.namespace, Job: p.id, Group: g}
-			if st, ok := s.stages[k]; ok {
-				st.Why = why
-				s.stages[k] = st
-			}
+			whys[decide.Key{Namespace: p.namespace, Job: p.id, Group: g}] = why
 		}
-		s.mu.Unlock()
 	}
+	return whys
+}
+
+func (pr promoter) request(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, pr.timeout)
 }
 
 // promoteOne reads p's latest deployment and promotes it when it is of
 // p's version, waits for a promote and its canaries are healthy. It
 // returns what to say of the groups ("" when there is nothing to say).
-func (s *loop) promoteOne(ctx context.Context, p promotion) string {
-	log := s.log.With("job_id", p.id, "namespace", p.namespace, "version", p.version)
-	rctx, cancel := s.request(ctx)
-	d, err := s.nomad.LatestDeployment(rctx, p.namespace, p.id)
+func (pr promoter) promoteOne(ctx context.Context, p promotion) string {
+	log := pr.log.With("job_id", p.id, "namespace", p.namespace, "version", p.version)
+	rctx, cancel := pr.request(ctx)
+	d, err := pr.nomad.LatestDeployment(rctx, p.namespace, p.id)
 	cancel()
 	if err != nil {
 		log.Warn("cannot read the deployment of a pinned group's canaries", "error", err)
@@ -177,39 +213,39 @@ func (s *loop) promoteOne(ctx context.Context, p promotion) string {
 		healthy += min(st.HealthyAllocs, st.DesiredCanaries)
 		placed += min(len(st.PlacedCanaries), st.DesiredCanaries)
 	}
-	if !unpromoted || !s.onlyPinChanged(ctx, p, log) {
+	if !unpromoted || !pr.onlyPinChanged(ctx, p, log) {
 		return ""
 	}
 	if healthy < need || placed < need {
 		return fmt.Sprintf("the scheduler's new pin (nothing else changed) is deployed with %d canary(ies), %d placed and %d healthy: gpushare promotes deployment %s once they are healthy",
 			need, placed, healthy, shortID(d.ID))
 	}
-	if err := s.lease.mayWrite(); err != nil {
+	if err := pr.lease.mayWrite(); err != nil {
 		return ""
 	}
-	rctx, cancel = s.request(ctx)
-	err = s.nomad.PromoteAll(rctx, p.namespace, d.ID)
+	rctx, cancel = pr.request(ctx)
+	err = pr.nomad.PromoteAll(rctx, p.namespace, d.ID)
 	cancel()
 	if err != nil {
 		log.Warn("cannot promote the deployment of the scheduler's new pin; tried again next pass", "deployment_id", d.ID, "error", err)
 		return fmt.Sprintf("the scheduler's new pin (nothing else changed) is deployed with %d healthy canary(ies); promoting deployment %s failed (tried again next pass): %v",
 			need, shortID(d.ID), err)
 	}
-	s.metrics.promotions.Inc()
+	pr.promoted.Inc()
 	log.Info("promoted the deployment of the scheduler's new pin (nothing else changed): its canaries are healthy",
 		"deployment_id", d.ID, "groups", slices.Sorted(maps.Keys(p.groups)), "canaries", need)
-	s.markDirty()
+	pr.changed()
 	return fmt.Sprintf("the scheduler's new pin (nothing else changed) was deployed with %d canary(ies): gpushare promoted deployment %s once they were healthy", need, shortID(d.ID))
 }
 
 // onlyPinChanged reports whether, in each of p's canary groups, the
 // version an older allocation runs has the current version's Spec: the
 // only change is the pin. A read that fails is no.
-func (s *loop) onlyPinChanged(ctx context.Context, p promotion, log hclog.Logger) bool {
+func (pr promoter) onlyPinChanged(ctx context.Context, p promotion, log hclog.Logger) bool {
 	for _, name := range slices.Sorted(maps.Keys(p.groups)) {
 		g := p.groups[name]
-		rctx, cancel := s.request(ctx)
-		a, err := s.nomad.Alloc(rctx, g.older)
+		rctx, cancel := pr.request(ctx)
+		a, err := pr.nomad.Alloc(rctx, g.older)
 		cancel()
 		if err != nil || a.Job == nil {
 			log.Warn("cannot read the version a running allocation runs; its canaries are not promoted by gpushare this pass", "alloc_id", g.older, "error", err)
