@@ -37,14 +37,19 @@ const (
 // divides it by the group's utilisation alone to get its normalised
 // throughput, hands that to decide.Step (decide.Input.Running), feeds it
 // to the placement policy's interference knowledge, and executes the
-// step's Unpair actions. Its fields but know and unpairs are guarded by
-// the model's lock (cluster.mu).
+// step's Unpair actions. It owns what it samples and keeps, behind mu:
+// the loop hands it the model's facts (probes, the state and snapshot a
+// pass read) and executes the Unpair actions it leads to (loop.unpair),
+// and the records save and read what it persists (items, read). mu is
+// taken after the model's lock (cluster.mu) when both are held, never
+// before.
 type introspection struct {
 	window  time.Duration
 	samples int
 	know    *knowledge
 	unpairs prometheus.Counter
 
+	mu sync.Mutex // guards the fields below but prof
 	// alone are the process SM samples (percent) of groups while alone on
 	// their GPU, by group key.
 	alone map[string][]float64
@@ -104,7 +109,7 @@ func (s *loop) introspectSample(ctx context.Context) {
 		return
 	}
 	s.mu.Lock()
-	probes := s.probes()
+	probes := probesOf(s.state, s.preempted)
 	s.mu.Unlock()
 
 	byNode := map[string][]*api.DeviceGroupStats{}
@@ -115,10 +120,16 @@ func (s *loop) introspectSample(ctx context.Context) {
 			got[p.id] = pct
 		}
 	}
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	in := s.intro
+	s.intro.sampled(probes, got, s.now())
+}
+
+// sampled keeps the samples got, by allocation, of probes, read at now:
+// an allocation alone adds to its group's samples alone, one sharing its
+// GPU to its run beside these partners. The runs of allocations no
+// longer probed are forgotten.
+func (in *introspection) sampled(probes []probe, got map[string]float64, now time.Time) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	live := map[string]bool{}
 	for _, p := range probes {
 		live[p.id] = true
@@ -145,12 +156,13 @@ func (s *loop) introspectSample(ctx context.Context) {
 	}
 }
 
-// probes lists the running allocations on GPUs and who they share them
-// with. The caller holds s.mu.
-func (s *loop) probes() []probe {
+// probesOf lists the running allocations on GPUs of state and who they
+// share them with, but those being stopped (preempted). The caller holds
+// the model's lock.
+func probesOf(state *model.State, preempted map[string]time.Time) []probe {
 	on := map[string][]string{} // GPU UUID -> live allocations
-	for id, a := range s.state.Allocs {
-		if _, gone := s.preempted[id]; gone || !model.Live(a) {
+	for id, a := range state.Allocs {
+		if _, gone := preempted[id]; gone || !model.Live(a) {
 			continue
 		}
 		for u := range gpusOf(a) {
@@ -158,11 +170,11 @@ func (s *loop) probes() []probe {
 		}
 	}
 	var out []probe
-	for id, a := range s.state.Allocs {
-		if _, gone := s.preempted[id]; gone || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
+	for id, a := range state.Allocs {
+		if _, gone := preempted[id]; gone || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
 			continue
 		}
-		if !s.state.Manages(a.Namespace) {
+		if !state.Manages(a.Namespace) {
 			continue // a neighbour: its shares count, its progress is not judged
 		}
 		gpus := gpusOf(a)
@@ -182,7 +194,7 @@ func (s *loop) probes() []probe {
 		for _, sh := range model.Shares(a) {
 			shares[sh] = true
 		}
-		job := s.state.Jobs[model.JobKey(a.Namespace, a.JobID)]
+		job := state.Jobs[model.JobKey(a.Namespace, a.JobID)]
 		key := model.AllocKey(a).String()
 		if job != nil {
 			key = pin.GroupKey(job, a.TaskGroup)
@@ -228,12 +240,19 @@ func (s *loop) running(snap *placement.Snapshot, now time.Time) map[string]decid
 	if !s.cfg.IntrospectionOn() {
 		return nil
 	}
-	in := s.intro
+	return s.intro.running(snap, s.state, now)
+}
+
+// running is loop.running: the allocations of state and snap that share
+// a GPU, judged on their samples. The caller holds the model's lock.
+func (in *introspection) running(snap *placement.Snapshot, state *model.State, now time.Time) map[string]decide.Running {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	out := map[string]decide.Running{}
 	for _, id := range slices.Sorted(maps.Keys(in.shared)) {
-		a, ok := s.state.Allocs[id]
+		a, ok := state.Allocs[id]
 		pa, inSnap := snap.Alloc(id)
-		if !ok || !inSnap || !s.state.Manages(a.Namespace) {
+		if !ok || !inSnap || !state.Manages(a.Namespace) {
 			continue
 		}
 		uuid, gpuModel, ok := snap.SoleGPU(pa.ID)
@@ -251,14 +270,14 @@ func (s *loop) running(snap *placement.Snapshot, now time.Time) map[string]decid
 		}
 		r := decide.Running{Group: model.AllocKey(a), Started: startedAt(a)}
 		for _, o := range others {
-			if oa, ok := s.state.Allocs[o]; ok && s.state.Manages(oa.Namespace) {
+			if oa, ok := state.Allocs[o]; ok && state.Manages(oa.Namespace) {
 				if _, seen := out[o]; !seen {
 					out[o] = decide.Running{Group: model.AllocKey(oa), Started: startedAt(oa)}
 				}
 			}
 		}
 		run := in.shared[id]
-		ref, refErr := s.aloneRef(a, pa)
+		ref, refErr := in.aloneRef(state, a, pa)
 		if norm, err, ok := in.judge(run, ref, refErr); ok {
 			r.Norm, r.Err = norm, err
 			if len(others) == 1 && now.Sub(run.fed) >= in.window {
@@ -303,13 +322,13 @@ func (in *introspection) judge(run *sharedRun, ref, refErr float64) (norm, err f
 
 // aloneRef is an allocation's SM utilisation alone, in percent, and its
 // standard error: measured while its group ran alone, else its profile's
-// (declared, named or learned); 0 when unknown.
-func (s *loop) aloneRef(a *api.Allocation, pa placement.Alloc) (float64, float64) {
+// (declared, named or learned); 0 when unknown. The caller holds in.mu.
+func (in *introspection) aloneRef(state *model.State, a *api.Allocation, pa placement.Alloc) (float64, float64) {
 	key := model.AllocKey(a).String()
-	if job := s.state.Jobs[model.JobKey(a.Namespace, a.JobID)]; job != nil {
+	if job := state.Jobs[model.JobKey(a.Namespace, a.JobID)]; job != nil {
 		key = pin.GroupKey(job, a.TaskGroup)
 	}
-	if vals := s.intro.alone[key]; len(vals) > 0 {
+	if vals := in.alone[key]; len(vals) > 0 {
 		return meanErr(vals)
 	}
 	return 100 * pa.Profile.SM, 0
@@ -350,20 +369,15 @@ func startedAt(a *api.Allocation) time.Time {
 // again, so that it waits and is placed elsewhere, like a preemption.
 func (s *loop) unpair(ctx context.Context, a decide.Action, pending map[decide.Key]string) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
-	s.mu.Lock()
 	if p := a.Pair; p != nil {
 		s.intro.markIncompatible(p.GPUModel, p.Slow, p.With)
 	}
-	s.mu.Unlock()
 	if err := s.gateAgain(ctx, a.Allocs, nil); err != nil {
 		pending[a.Group] = s.failed(a.Group, "unpair", err)
 		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
 		return err
 	}
-	s.intro.unpairs.Inc()
-	s.mu.Lock()
-	s.intro.rec.noteUnpaired(a.Group, a.Reason, s.now())
-	s.mu.Unlock()
+	s.intro.noteUnpaired(a.Group, a.Reason, s.now())
 	pending[a.Group] = "unpaired: " + a.Reason
 	log.Warn("unpaired a job from a GPU where a production job ran slower than its bound; its group waits at the gate again and is placed elsewhere",
 		"allocations", a.Allocs, "reason", a.Reason)

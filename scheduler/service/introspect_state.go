@@ -65,7 +65,8 @@ func newPairRecords() pairRecords { return pairRecords{unpaired: map[decide.Key]
 // to its group (ID: declared fractions, or none).
 func identified(p interference.Profile) bool { return p.Name != "" || p.ID != "" }
 
-// observe records a pairing's observed normalised throughput.
+// observe records a pairing's observed normalised throughput. The caller
+// holds in.mu.
 func (in *introspection) observe(gpu string, job, with interference.Profile, norm float64) {
 	if !identified(job) || !identified(with) {
 		return
@@ -80,6 +81,8 @@ func (in *introspection) markIncompatible(gpu string, a, b interference.Profile)
 	if !identified(a) || !identified(b) {
 		return
 	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	in.know.cur().MarkIncompatible(gpu, a, b)
 	p := badPair{GPU: gpu, A: a.Key(), B: b.Key()}
 	if p.B < p.A {
@@ -88,6 +91,31 @@ func (in *introspection) markIncompatible(gpu string, a, b interference.Profile)
 	if !slices.Contains(in.rec.bad, p) {
 		in.rec.bad = last(append(in.rec.bad, p), maxBadPairs)
 	}
+}
+
+// noteUnpaired counts group k unpaired and keeps why, at at.
+func (in *introspection) noteUnpaired(k decide.Key, reason string, at time.Time) {
+	in.unpairs.Inc()
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.rec.noteUnpaired(k, reason, at)
+}
+
+// lastUnpaired is why group k was last unpaired, if it was.
+func (in *introspection) lastUnpaired(k decide.Key) *Unpaired {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if u, ok := in.rec.unpaired[k]; ok {
+		return &u
+	}
+	return nil
+}
+
+// allUnpaired lists why each group was last unpaired.
+func (in *introspection) allUnpaired() []Unpaired {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return slices.Collect(maps.Values(in.rec.unpaired))
 }
 
 func (r *pairRecords) noteUnpaired(k decide.Key, reason string, at time.Time) {
@@ -111,6 +139,8 @@ func (r *pairRecords) noteUnpaired(k decide.Key, reason string, at time.Time) {
 // alone samples of groups whose job is gone are dropped. The caller holds
 // the model's lock.
 func (in *introspection) items(wanted map[string]bool) map[string]string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	gone := in.goneProfile(wanted)
 	in.rec.bad = slices.DeleteFunc(in.rec.bad, func(p badPair) bool { return gone(p.A) || gone(p.B) })
 	in.rec.obs = slices.DeleteFunc(in.rec.obs, func(o pairObs) bool { return gone(o.Job.Key()) || gone(o.With.Key()) })
@@ -159,6 +189,8 @@ func (in *introspection) goneProfile(wanted map[string]bool) func(key string) bo
 // read takes the leader's records and rebuilds the knowledge from them
 // when they changed. The caller holds the model's lock.
 func (in *introspection) read(items map[string]string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
 	h := hashItems(items)
 	if h == in.rec.loaded {
 		return

@@ -170,15 +170,6 @@ func (s *loop) nodeNames(ids []string) []string {
 	return out
 }
 
-// unpairedOf is why a group was last unpaired, if it was. The caller
-// holds s.mu.
-func (s *loop) unpairedOf(k decide.Key) *Unpaired {
-	if u, ok := s.intro.rec.unpaired[k]; ok {
-		return &u
-	}
-	return nil
-}
-
 // health is the body of /v1/health.
 func (s *loop) health() Health {
 	s.mu.Lock()
@@ -187,16 +178,11 @@ func (s *loop) health() Health {
 		GateOpen: s.gateOpenNames()}
 }
 
+// unpairedOf is why a group was last unpaired, if it was.
+func (s *loop) unpairedOf(k decide.Key) *Unpaired { return s.intro.lastUnpaired(k) }
+
 // unpaired lists why each group was last unpaired.
-func (s *loop) unpaired() []Unpaired {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]Unpaired, 0, len(s.intro.rec.unpaired))
-	for _, u := range s.intro.rec.unpaired {
-		out = append(out, u)
-	}
-	return out
-}
+func (s *loop) unpaired() []Unpaired { return s.intro.allUnpaired() }
 
 // preempted lists the groups last preempted, oldest first.
 func (s *loop) preemptionsLog() []Preemption {
