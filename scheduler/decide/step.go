@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
@@ -42,6 +43,13 @@ type Group struct {
 	// on those GPUs when they still fit the new request (a Pin), rather
 	// than moving it wherever the policy would put a new group.
 	Prefer []placement.Held
+	// Stay are allocations of a group pinned by node (pin.ContractNode)
+	// that stay where they run when it is pinned again (scaled, or moved
+	// off a node it lost): a pin naming their nodes is checked in place,
+	// so Nomad keeps them. The step decides only the others (the count
+	// less these), off their nodes when the group's allocations keep
+	// apart, and the decision names these too, first.
+	Stay []placement.Held
 }
 
 // Config is what the configuration says about deciding.
@@ -136,6 +144,14 @@ func (st *step) decide() []Action {
 	for i, q := range queue {
 		g := q.Group
 		req := g.Req
+		if len(g.Stay) > 0 {
+			req.Count = max(req.Count-len(g.Stay), 0)
+			if req.DistinctNodes {
+				for _, h := range g.Stay {
+					req.Avoid = append(slices.Clip(req.Avoid), h.Node)
+				}
+			}
+		}
 		restored := st.release(g.Replaces)
 		avoided := backfill(held, in.Now, st.expected(req))
 		if len(avoided) > 0 {
@@ -216,12 +232,15 @@ func (st *step) decide() []Action {
 		if g.Repin {
 			kind = Repin
 		}
-		d.InPlace = st.cfg.InPlacePins && st.snap.NomadChoosesGPU(d)
 		out = append(out, Action{Kind: kind, Group: g.Key, Decision: d, Kept: kept, Position: i + 1, Of: len(queue), Ratio: q.ratio})
 		if len(restored) > 0 {
 			st.done = append(st.done, func() { st.restore(restored) }) // undone after the placement
 		}
 		st.apply(d, st.expected(req), req.Expected > 0)
+		if len(g.Stay) > 0 { // in the snapshot already: named, not applied again
+			d.Placements = append(stayPlacements(g.Stay), d.Placements...)
+		}
+		d.InPlace = st.cfg.InPlacePins && st.snap.NomadChoosesGPU(d)
 		if g.Apart != "" {
 			for _, p := range d.Placements {
 				apart[g.Apart] = append(apart[g.Apart], p.Node)
@@ -363,6 +382,25 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 		d = st.core(req)
 	}
 	return d
+}
+
+// stayPlacements are the placements of allocations that stay where they
+// run (Group.Stay). They have no allocation ID of the step's: the step's
+// undo removes only what it placed.
+func stayPlacements(stay []placement.Held) []placement.Placement {
+	out := make([]placement.Placement, 0, len(stay))
+	for _, h := range stay {
+		var gpus []string
+		for _, sh := range h.Shares {
+			if id, err := devicefn.ParseShareID(sh); err == nil && !slices.Contains(gpus, id.UUID) {
+				gpus = append(gpus, id.UUID)
+			}
+		}
+		slices.Sort(gpus)
+		out = append(out, placement.Placement{Node: h.Node, GPUs: gpus, Shares: slices.Clone(h.Shares),
+			Reason: "stays where it runs (its node stays in the pin: Nomad keeps it in place)", Predicted: 1, PredictedMate: 1})
+	}
+	return out
 }
 
 // core asks the placement core; under InPlacePins a decision Nomad

@@ -145,6 +145,10 @@ type Group struct {
 	PoolFull bool
 	// PinRoom is how many allocations the pin names shares for.
 	PinRoom int
+	// NodePin: the pin names only nodes (pin.ContractNode), which Nomad
+	// checks in place: pinned again, the allocations on nodes it keeps
+	// stay as they run.
+	NodePin bool
 	// PinLost: the capacity the pin names is gone for its missing
 	// allocations (a node down, drained or gone, a GPU unhealthy, shares
 	// another allocation took, a node the job's rules no longer allow).
@@ -313,13 +317,18 @@ func pinned(g Group, r Result, live, old []string, liveCurrent, canaries int) Re
 		// (nomad job scale, the Autoscaler): Nomad cannot place the rest
 		r.State, r.Do, r.Replaces = Scaling, Grow, live
 		r.Why = fmt.Sprintf("scaled to %d allocations, and its pin has room for %d: pinned again for %d", g.Count, g.PinRoom, g.Count)
-		if len(live) > 0 {
+		if g.NodePin {
+			r.Replaces = nil
+			if len(live) > 0 {
+				r.Why += fmt.Sprintf("; its %d running allocation(s) stay (the new pin keeps their nodes, which Nomad checks in place)", len(live))
+			}
+		} else if len(live) > 0 {
 			r.Why += fmt.Sprintf("; the new pin makes Nomad replace its %d running allocation(s) (a device block's constraints are per group)", len(live))
 		}
 		return r
 	case g.PinLost:
 		r.State, r.Do = Migrating, Repin
-		if g.Canary == 0 || g.Batch {
+		if (g.Canary == 0 || g.Batch) && !g.NodePin {
 			// the new pin makes Nomad replace the allocations that still
 			// run (a device block's constraints are per group), each in
 			// the plan that places its replacement: their shares are the

@@ -208,12 +208,14 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		// Nomad refused it on (not only the last pin's)
 		g.Repin, g.Req.Avoid = true, append(lost, refusedOn...)
 		g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
+		g.Stay = s.stays(job, tg, facts, lost)
 	case lifecycle.Grow:
 		// scaled past its pin: decided again for its new count,
 		// on the shares its allocations hold and its pin holds
 		// (Nomad refused the pinned nodes only for want of room)
 		g.Repin, g.Req.Avoid = true, lost
 		g.Replaces = append(slices.Clone(stage.Replaces), holdsOf(built, key)...)
+		g.Stay = s.stays(job, tg, facts, lost)
 	}
 	if (stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt) && !facts.Template && !(facts.Gated && facts.Batch) &&
 		len(s.state.GroupAllocs(key.Namespace, key.Job, name)) == 0 {

@@ -60,6 +60,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 	case s.state.Pinned(job, name):
 		g.Pinned = true
 		rec, _ := s.state.Record(job, name)
+		g.NodePin = rec.Contract == pin.ContractNode
 		g.PinRoom = s.room(job, name, rec)
 		g.PinLost, lost = s.lost(job, name, built.Short[key])
 		if why, failed := s.state.NomadFailed(job, name); failed {

@@ -119,7 +119,9 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 // countRestarts says how many running allocations of the group a pin
 // just registered makes Nomad replace: every one, unless the pin was the
 // group's earlier pin written back (Kept), for Nomad treats a change of a
-// device block's constraints or of group meta as destructive. Nomad's
+// device block's constraints or of group meta as destructive; a node pin
+// after a node pin replaces only those on nodes it leaves out
+// (replacedBy). Nomad's
 // constraints are per group, so moving one allocation of a count > 1 group
 // moves them all; the log, the API's records and
 // gpushare_restarts_total{reason} say so. registered is the index Nomad
@@ -128,18 +130,19 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 // stream brought, before this runs; it replaces nothing (the churn run's
 // "replace" warnings named such allocations, received by their client
 // after the warning).
-func (s *loop) countRestarts(orig *api.Job, a decide.Action, registered uint64) {
+func (s *loop) countRestarts(orig *api.Job, a decide.Action, rec *pin.Record, registered uint64) {
 	if a.Kept {
 		return
 	}
-	var running []string
+	var before []*api.Allocation
 	s.mu.Lock()
 	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
 		if registered == 0 || al.CreateIndex < registered {
-			running = append(running, al.ID)
+			before = append(before, al)
 		}
 	}
 	s.mu.Unlock()
+	running := replacedBy(orig, a.Group.Group, rec, before) // a node pin keeps those on its nodes
 	if len(running) == 0 {
 		return
 	}

@@ -245,7 +245,7 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 		errs[a.Group] = nil
 		rec := recs[a.Group]
 		s.metrics.pins.Inc()
-		s.countRestarts(orig, a, registered)
+		s.countRestarts(orig, a, rec, registered)
 		if a.Kind == decide.Repin {
 			s.log.Info("re-pinned a group whose pinned capacity is gone or that Nomad could not place", "job_id", a.Group.Job, "group", a.Group.Group, "nodes", rec.Nodes)
 		}

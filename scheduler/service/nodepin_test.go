@@ -1,0 +1,165 @@
+package service
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpushare/gpushare/scheduler/lifecycle"
+	"github.com/gpushare/gpushare/scheduler/nomadattr"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// perGPUNode is dgx1As whose plugin offers each GPU as a device group of
+// its own (device_groups = "gpu").
+func perGPUNode(t *testing.T, id string) *api.Node {
+	n := dgx1As(t, id, "dc1")
+	g, err := nomadattr.DecodeGroup(n.NodeResources.Devices[0])
+	must.NoError(t, err)
+	n.NodeResources.Devices = nomadattr.GPUDevices(g)
+	return n
+}
+
+// runningAt adds a running allocation of job id's group g on node.
+func (f *fakeNomad) runningAt(id, allocID, node string, shares []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index++
+	f.allocs = append(f.allocs, &api.Allocation{ID: allocID, Namespace: "default", JobID: id, TaskGroup: "g", NodeID: node,
+		DesiredStatus: "run", ClientStatus: "running", ModifyIndex: f.index, CreateIndex: f.index,
+		AllocatedResources: &api.AllocatedResources{Tasks: map[string]*api.AllocatedTaskResources{"t": {
+			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: shares}}}}}})
+}
+
+// restartsCounted sums gpushare_restarts_total over its reasons (none
+// counted yet: 0).
+func restartsCounted(t *testing.T, s *Service) float64 {
+	t.Helper()
+	rr := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
+	sum := 0.0
+	for _, line := range strings.Split(rr.Body.String(), "\n") {
+		if strings.HasPrefix(line, "gpushare_restarts_total{") {
+			f, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+			must.NoError(t, err)
+			sum += f
+		}
+	}
+	return sum
+}
+
+// destructive is what Nomad compares to decide a destructive update of a
+// group: its tasks (device blocks, env, ...) and the group's and job's
+// meta.
+func destructive(j *api.Job) string {
+	tg := pin.Group(j, "g")
+	b, err := json.Marshal([]any{tg.Tasks, tg.Meta, j.Meta})
+	if err != nil {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// On nodes where Nomad keeps each allocation on one GPU, a group is pinned
+// by node alone; scaled past its pin it is pinned again with its running
+// allocation's node kept, and nothing Nomad treats as destructive changes:
+// 0 restarts, counted so. With share pins (in_place_pins = false) the same
+// scale replaces the running allocation, as before.
+func TestANodePinnedGroupScaledKeepsWhatRuns(t *testing.T) {
+	nodes := []*api.Node{perGPUNode(t, "node-1"), perGPUNode(t, "node-2")}
+	f, s, rec := placedFirst(t, gated("web", 25), nodes...)
+	must.Eq(t, pin.ContractNode, rec.Contract)
+	tg := pin.Group(f.jobs["web"], "g")
+	must.True(t, pin.HasIndexAffinities(tg))
+	_, inMeta := tg.Meta[pin.MetaPlacement]
+	must.False(t, inMeta, must.Sprint("the record is carried in constraints"))
+	trusted, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok, must.Sprint("a node pin's record is trusted"))
+	must.Eq(t, rec.Nodes, trusted.Nodes)
+	// the GPU Nomad takes: the lowest-indexed with room
+	must.Eq(t, []string{gpuUUIDs(t, nodes[0])[0]}, rec.GPUs)
+	first := rec.Nodes[0]
+	f.runningAt("web", "alloc-1", first, rec.Shares)
+	before := destructive(f.jobs["web"])
+
+	f.scaled(t, "web", 3)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	st := stageOf(s, "web")
+	must.Eq(t, lifecycle.Scaling, st.State, must.Sprint(st.Why))
+	must.StrContains(t, st.Why, "stay")
+	grown, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok)
+	must.Eq(t, 3, grown.Count)
+	must.SliceContains(t, grown.Nodes, first, must.Sprint("the running allocation's node stays in the pin"))
+	for _, sh := range rec.Shares {
+		must.SliceContains(t, grown.Shares, sh, must.Sprint("the running allocation's shares are named as they run"))
+	}
+	must.Eq(t, before, destructive(f.jobs["web"]), must.Sprint("the re-pin changed what Nomad treats as destructive"))
+	must.Eq(t, 0.0, restartsCounted(t, s))
+
+	// the control: share pins, the same scale
+	cfgOff := false
+	s2nodes := []*api.Node{perGPUNode(t, "node-1"), perGPUNode(t, "node-2")}
+	f2 := &fakeNomad{nodes: s2nodes, jobs: map[string]*api.Job{}}
+	f2.put(gated("web", 25))
+	s2 := loadedService(t, f2)
+	s2.loop.cfg.InPlacePins = &cfgOff
+	s2.loop.reconcile(t.Context())
+	rec2, ok := pin.ParseRecord(f2.jobs["web"], "g")
+	must.True(t, ok)
+	must.Eq(t, "", rec2.Contract)
+	f2.runningAt("web", "alloc-1", rec2.Nodes[0], rec2.Shares)
+	before2 := destructive(f2.jobs["web"])
+	f2.scaled(t, "web", 3)
+	must.NoError(t, s2.watcher.resync(t.Context()))
+	s2.loop.reconcile(t.Context())
+	must.NotEq(t, before2, destructive(f2.jobs["web"]))
+	must.Eq(t, 1.0, counterValue(t, s2, `gpushare_restarts_total{reason="scale"}`))
+}
+
+// A node of a node-pinned group of two is drained: the group is pinned
+// again on the node that was not touched and another; the allocation on
+// the untouched node stays (its node in the new pin, nothing destructive
+// changed), and only the drained one is counted as moved.
+func TestANodePinnedGroupKeepsTheUntouchedNodeThroughADrain(t *testing.T) {
+	j := gated("pair", 60)
+	j.TaskGroups[0].Count = ptr(2)
+	nodes := []*api.Node{perGPUNode(t, "node-1"), perGPUNode(t, "node-2"), perGPUNode(t, "node-3")}
+	f, s, rec := placedFirst(t, j, nodes...)
+	must.Eq(t, pin.ContractNode, rec.Contract)
+	must.SliceLen(t, 2, rec.Nodes, must.Sprint("spread over two nodes"))
+	drained, kept := rec.Nodes[0], rec.Nodes[1]
+	f.runningAt("pair", "alloc-d", drained, sharesOn(t, f, rec, drained))
+	f.runningAt("pair", "alloc-k", kept, sharesOn(t, f, rec, kept))
+	before := destructive(f.jobs["pair"])
+	f.mu.Lock()
+	for _, n := range f.nodes {
+		if n.ID == drained {
+			n.Drain, n.SchedulingEligibility = true, api.NodeSchedulingIneligible
+			n.ModifyIndex++
+		}
+	}
+	// Nomad's drainer stops the allocation there
+	f.index++
+	f.allocs[0].DesiredStatus, f.allocs[0].ModifyIndex = "stop", f.index
+	f.mu.Unlock()
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+
+	next, ok := s.state.Record(f.jobs["pair"], "g")
+	must.True(t, ok, must.Sprint(stageOf(s, "pair").Why))
+	must.SliceContains(t, next.Nodes, kept)
+	must.SliceNotContains(t, next.Nodes, drained)
+	must.Eq(t, 2, next.Count)
+	must.SliceLen(t, 120, next.Shares)
+	must.Eq(t, before, destructive(f.jobs["pair"]))
+	must.Eq(t, 0.0, restartsCounted(t, s))
+	for _, sh := range sharesOn(t, f, rec, kept) {
+		must.SliceContains(t, next.Shares, sh, must.Sprint("the kept allocation's shares are named as they run"))
+	}
+}
