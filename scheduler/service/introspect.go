@@ -2,8 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"maps"
 	"math"
 	"slices"
@@ -381,74 +379,6 @@ func (s *loop) unpair(ctx context.Context, a decide.Action, pending map[decide.K
 	pending[a.Group] = "unpaired: " + a.Reason
 	log.Warn("unpaired a job from a GPU where a production job ran slower than its bound; its group waits at the gate again and is placed elsewhere",
 		"allocations", a.Allocs, "reason", a.Reason)
-	return nil
-}
-
-// errNotManaged is wrapped by the refusal to stop or gate an allocation
-// of a namespace the scheduler does not manage.
-var errNotManaged = errors.New("namespace not managed by this scheduler")
-
-// gateAgain stops allocations by gating their groups again: Nomad stops
-// them, and their replacements wait at the gate to be placed again. done,
-// when set, hears of each group gated again with its allocations stopped.
-// Namespaces are walls: it acts on none of them when one belongs to a
-// namespace the scheduler does not manage.
-func (s *loop) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
-	targets := map[decide.Key][]string{}
-	s.mu.Lock()
-	for _, id := range allocIDs {
-		if a, ok := s.state.Allocs[id]; ok {
-			if !s.state.Manages(a.Namespace) {
-				s.mu.Unlock()
-				return fmt.Errorf("%w: allocation %s is of namespace %s; it manages %s", errNotManaged, id, model.AllocKey(a).Namespace, s.namespaces())
-			}
-			targets[model.AllocKey(a)] = append(targets[model.AllocKey(a)], id)
-		}
-	}
-	s.mu.Unlock()
-	// each request has its own timeout: a slow one does not use up the
-	// time of those after it
-	for _, t := range slices.SortedFunc(maps.Keys(targets), decide.Key.Compare) {
-		rctx, cancel := s.request(ctx)
-		job, err := s.nomad.Job(rctx, t.Namespace, t.Job)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("reading job %s: %w", t.Job, err)
-		}
-		index := *job.JobModifyIndex
-		pin.Unpin(job, t.Group)
-		if err := s.lease.mayWrite(); err != nil {
-			return err
-		}
-		rctx, cancel = s.request(ctx)
-		registered, err := s.nomad.Register(rctx, job, index)
-		cancel()
-		if err != nil {
-			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
-		}
-		s.mu.Lock()
-		s.records.keepSubmit(job, index, registered) // it keeps its place in the queue
-		s.mu.Unlock()
-		for _, id := range targets[t] {
-			if err := s.lease.mayWrite(); err != nil {
-				return err
-			}
-			rctx, cancel := s.request(ctx)
-			err := s.nomad.StopAlloc(rctx, id)
-			cancel()
-			if err != nil && !isNotFound(err) {
-				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
-			}
-		}
-		s.mu.Lock()
-		for _, id := range targets[t] {
-			s.preempted[id] = s.now() // its capacity is free for this pass on
-		}
-		s.mu.Unlock()
-		if done != nil {
-			done(t, targets[t])
-		}
-	}
 	return nil
 }
 
