@@ -105,6 +105,13 @@ func (e *env) startScheduler(name, extra string) *scheduler {
 // test logs less, so that its CPU figure is the scheduler's work).
 func (e *env) startSchedulerLevel(name, level, extra string) *scheduler {
 	e.t.Helper()
+	return e.startSchedulerBin(name, cliBin, level, extra)
+}
+
+// startSchedulerBin is startSchedulerLevel with another gpushare binary
+// (an earlier release, to upgrade from).
+func (e *env) startSchedulerBin(name, bin, level, extra string) *scheduler {
+	e.t.Helper()
 	port := freePort(e.t)
 	addr := e.c.Address()
 	if e.nomadAddr != "" {
@@ -114,7 +121,7 @@ func (e *env) startSchedulerLevel(name, level, extra string) *scheduler {
 		addr, e.nomadHCL, port, level, extra)
 	path := filepath.Join(e.dir, name+".hcl")
 	must.NoError(e.t, os.WriteFile(path, []byte(cfg), 0o644))
-	p, err := devcluster.StartProcess(filepath.Join(e.dir, name+".log"), cliBin, "scheduler", "-config", path)
+	p, err := devcluster.StartProcess(filepath.Join(e.dir, name+".log"), bin, "scheduler", "-config", path)
 	must.NoError(e.t, err)
 	s := &scheduler{proc: p, http: fmt.Sprintf("http://127.0.0.1:%d", port)}
 	e.scheds = append(e.scheds, s)

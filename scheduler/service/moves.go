@@ -92,6 +92,13 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 	if len(gone) > 0 && (!pin.Batch(job) || short) {
 		return true, gone
 	}
+	if rec.Contract == pin.ContractNode && !short {
+		// Nomad takes any healthy GPU with room on a pinned node (an
+		// unhealthy one offers nothing); it says when it cannot
+		// (NomadFailed). Pinned again meanwhile, a replacement Nomad has
+		// just placed on such a GPU could be left out of the new pin
+		return false, nil
+	}
 	// a batch group's pin still holds its missing allocations on the
 	// nodes that remain (what the gone ones held completed, or was spare):
 	// Nomad places them there. Pinned again, it would run again what
