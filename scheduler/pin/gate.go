@@ -301,6 +301,10 @@ type Record struct {
 // why: gpushare job status).
 func (r *Record) Summary() string {
 	out := fmt.Sprintf("pinned to %d node(s), %d GPU(s), %d share(s)", len(r.Nodes), len(r.GPUs), len(r.Shares))
+	if r.Contract == ContractNode {
+		out = fmt.Sprintf("pinned to %d node(s), checked in place (Nomad takes the lowest-indexed GPU with room: %d GPU(s), %d share(s) expected)",
+			len(r.Nodes), len(r.GPUs), len(r.Shares))
+	}
 	if r.Cell != "" {
 		out += " in " + r.Cell
 	}

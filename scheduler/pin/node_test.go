@@ -29,6 +29,7 @@ func TestANodePinNamesOnlyItsNodes(t *testing.T) {
 	rec, err := Pin(j, "g", inPlace("n1", "n2"))
 	must.NoError(t, err)
 	must.Eq(t, ContractNode, rec.Contract)
+	must.StrContains(t, rec.Summary(), "checked in place")
 	tg := Group(j, "g")
 
 	// the device block names no shares: the GPU is Nomad's, ranked by the
