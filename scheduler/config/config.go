@@ -52,6 +52,9 @@ type Config struct {
 	// ObserveInterval is how often the device stats of allocations running
 	// alone are sampled to learn interference profiles.
 	ObserveInterval string `hcl:"observe_interval,optional"`
+	// ElasticInterval is how often one elastic group (gpushare.elastic)
+	// may be grown: at most one resize per interval, so none flaps.
+	ElasticInterval string `hcl:"elastic_interval,optional"`
 	// DefaultExpectedRuntime is the run time assumed for a job that
 	// declares no gpushare.expected_runtime when the waiting groups are
 	// ordered by response ratio.
@@ -204,6 +207,7 @@ func Default() *Config {
 		LogLevel:               "info",
 		ResyncInterval:         "5m",
 		ObserveInterval:        "30s",
+		ElasticInterval:        "1m",
 		DefaultExpectedRuntime: "1h",
 		Leader:                 Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
 		Opportunistic:          &Opportunistic{MPSClientPriority: &defaultMPSClientPriority},
@@ -351,6 +355,7 @@ func (c *Config) Merge(o *Config) {
 	str(&c.MemoryLimit, o.MemoryLimit)
 	str(&c.ResyncInterval, o.ResyncInterval)
 	str(&c.ObserveInterval, o.ObserveInterval)
+	str(&c.ElasticInterval, o.ElasticInterval)
 	str(&c.DefaultExpectedRuntime, o.DefaultExpectedRuntime)
 	if o.Reservations != nil {
 		c.Reservations = o.Reservations
@@ -422,7 +427,7 @@ func (c *Config) Validate() error {
 	if !(c.ProductionMaxSlowdown > 0 && c.ProductionMaxSlowdown < 1) {
 		bad("production_max_slowdown = %v: must be between 0 and 1 (0.1 = at most 10%% slower)", c.ProductionMaxSlowdown)
 	}
-	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "default_expected_runtime": c.DefaultExpectedRuntime, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay, "nomad.request_timeout": c.Nomad.RequestTimeout} {
+	for name, v := range map[string]string{"resync_interval": c.ResyncInterval, "observe_interval": c.ObserveInterval, "elastic_interval": c.ElasticInterval, "default_expected_runtime": c.DefaultExpectedRuntime, "leader.ttl": c.Leader.TTL, "leader.lock_delay": c.Leader.LockDelay, "nomad.request_timeout": c.Nomad.RequestTimeout} {
 		if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 			bad("%s = %q: not a positive duration (for example \"15s\")", name, v)
 		}

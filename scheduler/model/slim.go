@@ -31,7 +31,7 @@ func (s *State) slimAlloc(a *api.Allocation, res *api.AllocatedResources) *api.A
 		res = slimResources(a.AllocatedResources, s.pinnedShares(a))
 	}
 	c := &api.Allocation{
-		ID: a.ID, Namespace: a.Namespace, NodeID: a.NodeID, NodeName: a.NodeName, JobID: a.JobID, TaskGroup: a.TaskGroup,
+		ID: a.ID, Name: a.Name, Namespace: a.Namespace, NodeID: a.NodeID, NodeName: a.NodeName, JobID: a.JobID, TaskGroup: a.TaskGroup,
 		DesiredStatus: status(a.DesiredStatus), ClientStatus: status(a.ClientStatus),
 		AllocatedResources: res, DeploymentStatus: a.DeploymentStatus, TaskStates: startedOnly(a.TaskStates),
 		CreateIndex: a.CreateIndex, ModifyIndex: a.ModifyIndex, AllocModifyIndex: a.AllocModifyIndex,

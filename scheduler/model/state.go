@@ -245,7 +245,7 @@ func (s *State) DeleteJob(namespace, id string) {
 func FromStub(s *api.AllocationListStub) *api.Allocation {
 	version := s.JobVersion
 	a := &api.Allocation{
-		ID: s.ID, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
+		ID: s.ID, Name: s.Name, Namespace: s.Namespace, NodeID: s.NodeID, NodeName: s.NodeName, JobID: s.JobID,
 		TaskGroup: s.TaskGroup, DesiredStatus: s.DesiredStatus, ClientStatus: s.ClientStatus,
 		AllocatedResources: s.AllocatedResources, DeploymentStatus: s.DeploymentStatus,
 		Job:         &api.Job{Version: &version}, // the version it runs (Current)

@@ -184,6 +184,10 @@ type GroupStatus struct {
 	Profile *interference.Profile `json:"profile,omitempty"`
 	// Unpaired says why the group was last moved off a GPU it shared.
 	Unpaired *Unpaired `json:"unpaired,omitempty"`
+	// Elastic, for a group that opted in (gpushare.elastic), says whether
+	// gpushare grows and shrinks it, why it last did, and why it does
+	// or does not now.
+	Elastic *ElasticStatus `json:"elastic,omitempty"`
 }
 
 func (s *httpAPI) handleJob(w http.ResponseWriter, r *http.Request) {

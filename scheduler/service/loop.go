@@ -107,6 +107,8 @@ type loop struct {
 
 	// history is what the GPUs and the jobs did (gpustats.go).
 	history *gpuhistory.Store
+	// elastic grows and shrinks the groups that opted in (elastic.go).
+	elastic *elastic
 
 	// dirty asks for a pass (markDirty).
 	dirty chan struct{}

@@ -138,6 +138,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
+	s.resizeElastic(ctx, r, actions)
 	s.readPriors(ctx)
 	promoting := s.promoter().promote(ctx, r.promotions)
 	s.mu.Lock()
@@ -181,6 +182,9 @@ type passRead struct {
 	// promotions are the deployments of the scheduler's own pins that
 	// wait for a promote (promotable)
 	promotions []promotion
+	// elastic are the groups that opted in to elastic resizing
+	// (readElastic)
+	elastic []elasticGroup
 }
 
 // readModel is the pass's read of the model, begun by the caller
@@ -217,6 +221,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	s.holdRules(snap, r.groups)
 	// a group waiting for its holds keeps its decision and its shares
 	s.keepStaged(&r)
+	r.elastic = s.readElastic(r.built)
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}

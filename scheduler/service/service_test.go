@@ -94,6 +94,12 @@ type fakeNomad struct {
 	namespaces []string
 	nsIndex    uint64
 	nsErr      error
+	// scaleEvents are the groups' scaling events by job, newest first;
+	// scales lists every Scale call and scaleNow stamps their events
+	// (elastic_test.go).
+	scaleEvents map[string]map[string][]*api.ScalingEvent
+	scales      []string
+	scaleNow    func() time.Time
 }
 
 // fakeStream is one subscription to the fake's event stream.

@@ -77,6 +77,7 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 			gs.Profile = displayProfile(r.Profile)
 		}
 		gs.Unpaired = s.unpairedOf(key)
+		gs.Elastic = s.elastic.statusOf(key)
 		if st, ok := s.stages[key]; ok {
 			gs.Lifecycle, gs.LifecycleWhy = string(st.State), st.Why
 		}
