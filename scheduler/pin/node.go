@@ -60,6 +60,12 @@ func indexAffinities() []*api.Affinity {
 	return out
 }
 
+// isIndexAffinity reports whether a is one of the fixed affinities a node
+// pin writes.
+func isIndexAffinity(a *api.Affinity) bool {
+	return slices.ContainsFunc(indexAffinities(), func(b *api.Affinity) bool { return sameAffinity(a, b) })
+}
+
 func sameAffinity(a, b *api.Affinity) bool {
 	return a != nil && b != nil && a.LTarget == b.LTarget && a.Operand == b.Operand && a.RTarget == b.RTarget &&
 		(a.Weight == nil) == (b.Weight == nil) && (a.Weight == nil || *a.Weight == *b.Weight)

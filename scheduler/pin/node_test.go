@@ -92,6 +92,11 @@ func TestANodeRepinChangesOnlyWhatNomadChecksInPlace(t *testing.T) {
 	must.Eq(t, first.Meta, next.Meta)
 	must.NotEq(t, a.Constraints, b.Constraints)
 
+	// the user's file again (gated, no affinities): the same Spec as the
+	// pinned version, whose device block the pin wrote
+	user := job(25)
+	user.TaskGroups[0].Meta[MetaClass] = "opportunistic"
+	must.Eq(t, Spec(first, "g"), Spec(user, "g"))
 	// pinned again as it is: byte for byte
 	again := Writable(next)
 	p, sig := Carried(Group(next, "g"))

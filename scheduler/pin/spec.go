@@ -16,7 +16,8 @@ import (
 // services and meta, the job's meta), leaving out what it updates in
 // place (count, update, restart, reschedule and migrate policies, group
 // constraints, affinities, spreads, scaling) and what a pin writes (the
-// gate, the pin's constraints, meta and environment). Two versions with
+// gate, the pin's constraints, a node pin's index affinities, meta and
+// environment). Two versions with
 // the same Spec and the same pin are updated in place; a different Spec
 // makes Nomad replace the allocations — beside them, when the group
 // deploys with canaries. "" when the group is missing or does not encode.
@@ -56,6 +57,10 @@ func Spec(job *api.Job, group string) string {
 			})
 			if len(d.Constraints) == 0 {
 				d.Constraints = nil // a version written without any is the same
+			}
+			d.Affinities = slices.DeleteFunc(d.Affinities, isIndexAffinity) // a node pin's, written once
+			if len(d.Affinities) == 0 {
+				d.Affinities = nil
 			}
 		}
 	}

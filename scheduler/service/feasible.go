@@ -43,8 +43,8 @@ func skipFor(job *api.Job, group string) feasible.Skip {
 	var mine *api.Constraint // read once, when the rules are compiled (the cache skips it)
 	read, skipped := false, false
 	return func(level feasible.Level, c *api.Constraint) bool {
-		if pin.IsGate(c) {
-			return true
+		if pin.IsGate(c) || pin.IsCarrier(c) {
+			return true // a node pin's record says nothing of where it may run
 		}
 		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute || c.Operand != pin.OpSetContains || skipped {
 			return false
