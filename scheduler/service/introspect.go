@@ -155,12 +155,12 @@ func (in *introspection) sampled(probes []probe, got map[string]float64, now tim
 }
 
 // probesOf lists the running allocations on GPUs of state and who they
-// share them with, but those being stopped (preempted). The caller holds
-// the model's lock.
-func probesOf(state *model.State, preempted map[string]time.Time) []probe {
+// share them with, but those being stopped. The caller holds the model's
+// lock.
+func probesOf(state *model.State, stopped stopping) []probe {
 	on := map[string][]string{} // GPU UUID -> live allocations
 	for id, a := range state.Allocs {
-		if _, gone := preempted[id]; gone || !model.Live(a) {
+		if stopped.has(id) || !model.Live(a) {
 			continue
 		}
 		for u := range gpusOf(a) {
@@ -169,7 +169,7 @@ func probesOf(state *model.State, preempted map[string]time.Time) []probe {
 	}
 	var out []probe
 	for id, a := range state.Allocs {
-		if _, gone := preempted[id]; gone || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
+		if stopped.has(id) || !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
 			continue
 		}
 		if !state.Manages(a.Namespace) {

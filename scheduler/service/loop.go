@@ -81,12 +81,11 @@ type loop struct {
 	// runs during every pass's read of the model, without s.mu.
 	onStep func([]decide.Action)
 	onRead func()
-	// preempted allocations Nomad is stopping: their capacity is already
-	// given to the guaranteed job that preempted them
-	preempted map[string]time.Time
-	// preemptions are the groups last preempted, newest last (kept in
-	// memory only: a new leader starts with none)
-	preemptions []Preemption
+	// preempted are the allocations Nomad is stopping, whose capacity is
+	// already given away, and preemptions the groups last preempted
+	// (preemptions.go)
+	preempted   stopping
+	preemptions preemptionLog
 	// positions are the queue places the last pass gave the groups it
 	// left waiting
 	positions map[decide.Key]queuePos
@@ -165,7 +164,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{},
 		nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
-		preempted: map[string]time.Time{}, observations: map[string][]interference.Observation{},
+		preempted: stopping{}, observations: map[string][]interference.Observation{},
 		dirty: make(chan struct{}, 1), intro: intro,
 		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
@@ -230,14 +229,7 @@ func (s *loop) preemptedAllocs() map[string]time.Time { return s.preempted }
 
 // readPreempted takes the leader's preemptions; those this replica made
 // keep their own time.
-func (s *loop) readPreempted(read map[string]time.Time) {
-	for id := range read {
-		if at, ok := s.preempted[id]; ok {
-			read[id] = at
-		}
-	}
-	s.preempted = read
-}
+func (s *loop) readPreempted(read map[string]time.Time) { s.preempted = s.preempted.merge(read) }
 
 func (s *loop) forgetGone(wanted map[string]bool) {
 	for id := range s.observations {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
@@ -34,10 +35,90 @@ type Preemption struct {
 	forNamespace string
 }
 
-// notePreempted records a preemption. The caller holds s.mu.
-func (s *loop) notePreempted(k decide.Key, ids []string, forKey decide.Key) {
-	s.preemptions = last(append(s.preemptions, Preemption{Namespace: k.Namespace, Job: k.Job, Group: k.Group,
-		Allocations: slices.Clone(ids), At: s.now(), For: forKey.String(), forNamespace: forKey.Namespace}), maxPreemptions)
+// What the loop keeps of the allocations it stops by gating their group
+// again (gateAgain: a preemption, or an unpairing):
+//
+//   - stopping (loop.preempted): the allocations Nomad is stopping, and
+//     since when; their capacity is already given away (the pass's
+//     snapshot leaves them out) until they are gone or stoppingFor has
+//     passed. Saved in the records; a follower takes the leader's.
+//     Guarded by the model's lock (cluster.mu);
+//   - preemptionLog (loop.preemptions): the groups last preempted, for
+//     /v1/preemptions and the page, in memory only (a new leader starts
+//     with none). It locks itself.
+
+// stoppingFor is how long an allocation gated away counts as stopping at
+// most: one Nomad has not stopped by then holds its capacity again.
+const stoppingFor = 10 * time.Minute
+
+// stopping are allocations being stopped, by ID, and since when.
+type stopping map[string]time.Time
+
+// has reports whether allocation id is being stopped.
+func (st stopping) has(id string) bool {
+	_, ok := st[id]
+	return ok
+}
+
+// stop notes allocations stopped at at.
+func (st stopping) stop(ids []string, at time.Time) {
+	for _, id := range ids {
+		st[id] = at
+	}
+}
+
+// expire forgets the allocations state no longer has live, and those
+// stopped more than stoppingFor before now.
+func (st stopping) expire(state *model.State, now time.Time) {
+	for id, at := range st {
+		if a, ok := state.Allocs[id]; !ok || !model.Live(a) || now.Sub(at) > stoppingFor {
+			delete(st, id)
+		}
+	}
+}
+
+// merge is the leader's (read), with the times of those this replica
+// stopped itself.
+func (st stopping) merge(read stopping) stopping {
+	for id := range read {
+		if at, ok := st[id]; ok {
+			read[id] = at
+		}
+	}
+	return read
+}
+
+// preemptionLog is the groups last preempted, newest last.
+type preemptionLog struct {
+	mu   sync.Mutex
+	last []Preemption
+}
+
+// note logs group k's allocations ids preempted at at for group forKey.
+func (l *preemptionLog) note(k decide.Key, ids []string, forKey decide.Key, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = last(append(l.last, Preemption{Namespace: k.Namespace, Job: k.Job, Group: k.Group,
+		Allocations: slices.Clone(ids), At: at, For: forKey.String(), forNamespace: forKey.Namespace}), maxPreemptions)
+}
+
+// recent lists the groups last preempted, oldest first.
+func (l *preemptionLog) recent() []Preemption {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.last)
+}
+
+// preempt stops opportunistic allocations by gating their groups again:
+// Nomad replaces the allocations, and the replacements wait at the gate
+// until capacity frees.
+func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
+	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
+		s.metrics.preemptions.Add(float64(len(ids)))
+		s.preemptions.note(t, ids, forKey, s.now())
+		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
+			"job_id", t.Job, "group", t.Group, "allocations", ids, "for", forKey.String())
+	})
 }
 
 // errNotManaged is wrapped by the refusal to stop or gate an allocation
@@ -97,9 +178,7 @@ func (s *loop) gateAgain(ctx context.Context, allocIDs []string, done func(t dec
 			}
 		}
 		s.mu.Lock()
-		for _, id := range targets[t] {
-			s.preempted[id] = s.now() // its capacity is free for this pass on
-		}
+		s.preempted.stop(targets[t], s.now()) // its capacity is free for this pass on
 		s.mu.Unlock()
 		if done != nil {
 			done(t, targets[t])

@@ -65,11 +65,7 @@ func (s *loop) reconcile(ctx context.Context) {
 		return
 	}
 	now := s.now()
-	for id, at := range s.preempted {
-		if a, ok := s.state.Allocs[id]; !ok || !model.Live(a) || now.Sub(at) > 10*time.Minute {
-			delete(s.preempted, id)
-		}
-	}
+	s.preempted.expire(s.state, now)
 	read := s.state.Index
 	s.beginRead()
 	s.mu.Unlock()
@@ -203,7 +199,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 		*held += time.Since(relocked)
 		s.mu.Unlock()
 	}()
-	r.built = s.state.Snapshot(s.profile, func(id string) bool { _, ok := s.preempted[id]; return ok })
+	r.built = s.state.Snapshot(s.profile, s.preempted.has)
 	snap := r.built.Snapshot
 	snap.SetStaging(s.canStage)
 	r.shape = s.shapeOf(snap)
@@ -507,20 +503,6 @@ func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Ke
 		}
 	}
 	return ends
-}
-
-// preempt stops opportunistic allocations by gating their groups again:
-// Nomad replaces the allocations, and the replacements wait at the gate
-// until capacity frees.
-func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
-	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
-		s.metrics.preemptions.Add(float64(len(ids)))
-		s.mu.Lock()
-		s.notePreempted(t, ids, forKey)
-		s.mu.Unlock()
-		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
-			"job_id", t.Job, "group", t.Group, "allocations", ids, "for", forKey.String())
-	})
 }
 
 // confirm checks pinned groups against the allocations Nomad made, during

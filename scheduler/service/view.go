@@ -186,8 +186,4 @@ func (s *loop) unpairedOf(k decide.Key) *Unpaired { return s.intro.lastUnpaired(
 func (s *loop) unpaired() []Unpaired { return s.intro.allUnpaired() }
 
 // preempted lists the groups last preempted, oldest first.
-func (s *loop) preemptionsLog() []Preemption {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.preemptions)
-}
+func (s *loop) preemptionsLog() []Preemption { return s.preemptions.recent() }
