@@ -37,6 +37,11 @@
 //   - httpAPI (http.go, ui.go, auth.go): the HTTP API and the page; it
 //     shows what view gives and checks tokens through authorizer;
 //   - lease (leader.go): whether this replica leads and may write.
+//   - elastic (elastic.go, elastic_policy.go, elastic_read.go): grows
+//     the groups that opt in (gpushare.elastic, a scaling block without a
+//     policy) into idle shares and shrinks them for waiting work through
+//     Nomad's scale API; the loop reads the groups during its read of the
+//     model and hands them over once the pass's pins are sent.
 //
 // Nomad and the records in Variables are the truth: lifecycle.Reconcile
 // derives each group's stage from them every pass. What the loop keeps
@@ -74,6 +79,13 @@
 //   - observations, and introspection's samples: stats of groups running
 //     alone or sharing, from which profiles are learned (the learned
 //     profiles and unpair reasons are saved);
+//   - nothing for elastic groups but what Nomad says back: the count a
+//     group's user registered, its last resize, why and when, are read
+//     from Nomad's scaling events (whose meta the scheduler writes), once
+//     per job version; the loop keeps only the last resize it sent of
+//     each group (so that one job version is resized once, and one Nomad
+//     refused is not tried again before elastic_interval) and what the
+//     last pass said, for the API;
 //   - nothing for promotions (promote.go): whether a deployment of the
 //     scheduler's own pin waits for a promote, and whether the pin is its
 //     only change, is read from Nomad every pass (the job's latest

@@ -290,6 +290,10 @@ func TestElasticShrinksNewestFirstForAWaitingGroup(t *testing.T) {
 	must.Eq(t, "shrink", st.Last.Direction)
 	must.Eq(t, 1, st.Registered)
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_elastic_resizes_total{direction="shrink"}`))
+	page := uiServe(s, "GET", "/ui/jobs/el?namespace=default", "", nil)
+	must.Eq(t, 200, page.Code)
+	must.StrContains(t, page.Body.String(), "<dt>Last resize</dt>")
+	must.StrContains(t, page.Body.String(), "shrunk from 4 to 2: default/w/g waits for the shares its newest allocation(s) hold")
 
 	pass(t, s) // the scheduler sees count 2 before Nomad stopped the two: not shrunk again
 	must.SliceLen(t, 4, f.scaleCalls())

@@ -194,6 +194,12 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		if u := g.Unpaired; u != nil {
 			jg.Unpaired = &webui.Event{Namespace: u.Namespace, Job: u.Job, Group: u.Group, Reason: u.Reason, At: u.At}
 		}
+		if e := g.Elastic; e != nil {
+			jg.Elastic = &webui.Elastic{Managed: e.Managed, Min: e.Min, Max: e.Max, Registered: e.Registered, Count: e.Count, Why: e.Why}
+			if l := e.Last; l != nil {
+				jg.Elastic.Last = &webui.Event{Namespace: ns, Job: id, Group: g.Name, Reason: l.Reason, At: l.At}
+			}
+		}
 		if p, ok := positions[g.Name]; ok && g.State == "pending" {
 			jg.Position, jg.Of = p.Position, p.Of
 		}

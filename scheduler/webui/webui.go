@@ -153,6 +153,20 @@ type JobGroup struct {
 	Profile             string
 	Unpaired            *Event
 	Position, Of        int
+	// Elastic, for a group that opted in to elastic resizing
+	// (gpushare.elastic): whether the scheduler resizes it, why it does or
+	// does not now, and its last resize.
+	Elastic *Elastic
+}
+
+// Elastic is what the page says of an elastic group.
+type Elastic struct {
+	Managed                     bool
+	Min, Max, Registered, Count int
+	Why                         string
+	// Last is the last resize (its Reason says from what to what, and
+	// why); nil when there was none.
+	Last *Event
 }
 
 // jobPage is what the job template reads.
