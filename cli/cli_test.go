@@ -20,10 +20,10 @@ func run(args ...string) (code int, out, errOut string) {
 
 func TestUsage(t *testing.T) {
 	code, _, errOut := run()
-	must.Eq(t, 2, code)
+	must.Eq(t, 127, code)
 	must.StrContains(t, errOut, "Commands:")
 	code, _, errOut = run("frobnicate")
-	must.Eq(t, 2, code)
+	must.Eq(t, 127, code)
 	must.StrContains(t, errOut, `unknown command "frobnicate"`)
 	code, out, _ := run("version")
 	must.Eq(t, 0, code)
@@ -92,6 +92,10 @@ func TestJobLintChecksVC(t *testing.T) {
 	must.NoError(t, os.WriteFile(file, []byte(`job "j" {
   meta = { "gpushare.vc" = "reserch" }
   group "g" {
+    constraint {
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
+    }
     task "t" {
       driver = "raw_exec"
       config { command = "/bin/true" }
@@ -176,7 +180,7 @@ func TestJobLintKnowsTheSchedulersProfiles(t *testing.T) {
   }
 }
 `), 0o644))
-	m := schedulerProfiles(srv.URL)
+	m := schedulerProfiles(scheduler{addr: srv.URL})
 	must.NotNil(t, m)
 	_, known := m.Lookup("bert-large")
 	must.True(t, known)

@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"golang.org/x/sys/unix"
 	"io/fs"
@@ -34,21 +32,18 @@ func runDemo(args []string, io IO) int {
 	stopIt := fs.Bool("stop", false, "stop the demo -detach started")
 	state := fs.String("state", defaultDemoState(), "where -detach keeps the demo's pid (demo.pid) and output (demo.log), and -stop finds them")
 	timeout := fs.Duration("timeout", 3*time.Minute, "how long to wait for the example jobs to run (a busy machine may want more)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(io.Err, "gpushare demo: unexpected argument %q\n", fs.Arg(0))
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	switch {
 	case *detach && *stopIt:
 		fmt.Fprintln(io.Err, "gpushare demo: -detach starts a demo, -stop stops one: give one of them")
-		return 2
+		return exitUsage
 	case *stopIt:
 		if err := stopDetached(*state, 2*time.Minute, io); err != nil {
 			fmt.Fprintf(io.Err, "gpushare demo: %v\n", err)
@@ -202,7 +197,7 @@ func demo(nomadBin, pluginBin string, keep bool, timeout time.Duration, io IO) (
 			}
 		}
 	}
-	m, err := FetchMap(c.Address())
+	m, err := fetchMap(c.API())
 	if err != nil {
 		return err
 	}

@@ -20,10 +20,10 @@ func TestDemoDetachFlags(t *testing.T) {
 	must.StrContains(t, errOut, "-state")
 
 	code, _, errOut = run("demo", "-detach", "-stop")
-	must.EqOp(t, 2, code)
+	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, "give one of them")
 	code, _, errOut = run("demo", "-keep", "extra")
-	must.EqOp(t, 2, code)
+	must.EqOp(t, 1, code)
 	must.StrContains(t, errOut, `unexpected argument "extra"`)
 
 	state := t.TempDir()

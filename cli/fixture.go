@@ -15,7 +15,10 @@ func runFixture(args []string, io IO) int {
   from-topo [flags] FILE   write a fixture from the output of 'nvidia-smi topo -m'
   check FILE...            check fixture files; errors give file, line and column
 `)
-		return 2
+		if len(args) > 0 && isHelp(args[0]) {
+			return 0
+		}
+		return exitUsage
 	}
 	if args[0] == "check" {
 		return fixtureCheck(args[1:], io)
@@ -28,12 +31,12 @@ func runFixture(args []string, io IO) int {
 	fs.StringVar(&spec.DriverVersion, "driver-version", "550.54.15", "driver version to report")
 	fs.StringVar(&spec.CUDAVersion, "cuda-version", "12.4", "CUDA version to report")
 	fs.StringVar(&spec.UUIDPrefix, "uuid-prefix", "f1000000", "8 hex digits that make this fixture's GPU UUIDs unique in a cluster")
-	if err := fs.Parse(args[1:]); err != nil {
-		return 2
+	if code, ok := parse(fs, args[1:]); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	spec.MemoryMiB = *memory
 	spec.Source = fs.Arg(0)
@@ -53,9 +56,12 @@ func runFixture(args []string, io IO) int {
 }
 
 func fixtureCheck(files []string, io IO) int {
-	if len(files) == 0 {
+	if len(files) == 0 || isHelp(files[0]) {
 		fmt.Fprintln(io.Err, "Usage: gpushare fixture check FILE...")
-		return 2
+		if len(files) > 0 {
+			return 0
+		}
+		return exitUsage
 	}
 	code := 0
 	for _, name := range files {

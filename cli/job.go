@@ -24,14 +24,21 @@ type varFlags []string
 func (v *varFlags) String() string     { return strings.Join(*v, ",") }
 func (v *varFlags) Set(s string) error { *v = append(*v, s); return nil }
 
-func runJob(args []string, io IO) int {
-	if len(args) == 0 || (args[0] != "lint" && args[0] != "run" && args[0] != "status") {
-		fmt.Fprint(io.Err, `Usage: gpushare job <subcommand>
+const jobUsage = `Usage: gpushare job <subcommand>
 
   lint   [flags] FILE...   check how jobspecs ask for gpushare devices
   run    [flags] FILE      add the gate, check the request against the cluster, register
   status [flags] JOB       where each gpushare group of a job is pinned, or why it waits
-`)
+
+Run 'gpushare job <subcommand> -h' for its flags.
+`
+
+func runJob(args []string, io IO) int {
+	if len(args) == 0 || (args[0] != "lint" && args[0] != "run" && args[0] != "status") {
+		fmt.Fprint(io.Err, jobUsage)
+		if len(args) > 0 && isHelp(args[0]) {
+			return 0
+		}
 		return exitUsage
 	}
 	switch args[0] {
@@ -43,38 +50,88 @@ func runJob(args []string, io IO) int {
 	return jobRun(args[1:], io)
 }
 
+// lintResult is what job lint found in one file (its -json).
+type lintResult struct {
+	File     string             `json:"file"`
+	OK       bool               `json:"ok"`
+	Error    string             `json:"error,omitempty"` // the jobspec did not parse
+	Findings []jobspecs.Finding `json:"findings"`
+}
+
 func jobLint(args []string, io IO) int {
-	fs := newFlags("job lint", "job lint [-var name=value]... [-shares-per-gpu N] [-scheduler URL] FILE...", io)
+	fs := newFlags("job lint", "job lint [-json | -t TEMPLATE] [-for-job-run] [-var name=value]... [-shares-per-gpu N] [-scheduler URL] [Nomad flags: -address, -token, -ca-cert, ...] FILE...", io)
 	var vars varFlags
 	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
 	spg := fs.Int("shares-per-gpu", 100, "the plugin's shares_per_gpu")
+	forRun := fs.Bool("for-job-run", false, "check each file as `gpushare job run` registers it: with the gpushare gate added where a group lacks it (without this flag a group with no gate is an error: `nomad job run` would let Nomad place it)")
 	schedFlag := addSchedulerFlag(fs, "to check gpushare.vc and profiles against its configuration and GPU requests against its largest node")
+	nf := addNomadFlags(fs, "whose agent parses the jobspec (else the nomad binary on PATH)")
+	out := addFormatFlags(fs, "the findings of each file")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
 	if fs.NArg() == 0 {
+		fmt.Fprintln(io.Err, "gpushare job lint: takes one or more jobspec files")
 		fs.Usage()
 		return exitUsage
 	}
-	sched := schedFlag.resolve("")
-	nodes := clusterNodes(sched.addr)
+	if code, ok := out.check(io, "gpushare job lint"); !ok {
+		return code
+	}
+	parser := jobspecs.Parser{}
+	if c, err := nf.client(0); err == nil {
+		parser.Nomad = c
+	}
+	sched := schedFlag.resolve(nf)
+	nodes := clusterNodes(sched)
+	profiles := schedulerProfiles(sched)
 	code := 0
+	var results []lintResult
 	for _, file := range fs.Args() {
-		job, err := parseFile(jobspecs.DefaultParser(), file, vars)
+		res := lintResult{File: file, Findings: []jobspecs.Finding{}}
+		src, err := os.ReadFile(file)
+		var job *api.Job
+		if err == nil {
+			job, err = parser.Parse(file, src, vars)
+		}
 		if err != nil {
-			fmt.Fprintln(io.Err, err)
+			res.Error = err.Error()
+			results = append(results, res)
+			if !out.set() {
+				fmt.Fprintln(io.Err, err)
+			}
 			code = 1
 			continue
 		}
-		findings := append(jobspecs.LintWith(job, *spg, schedulerProfiles(sched.addr)), checkVC(job, sched)...)
-		findings = append(findings, jobspecs.CheckSize(job, *spg, nodes)...)
-		for _, f := range findings {
-			fmt.Fprintf(io.Out, "%s: %s\n", file, f)
+		var added []string
+		if *forRun {
+			added = pin.AddGate(job)
 		}
-		if jobspecs.HasErrors(findings) {
+		findings := append(jobspecs.LintWith(job, *spg, profiles), checkVC(job, sched)...)
+		findings = append(findings, jobspecs.CheckSize(job, *spg, nodes)...)
+		jobspecs.Locate(findings, jobspecs.IndexLines(file, src))
+		res.Findings = append(res.Findings, findings...)
+		res.OK = !jobspecs.HasErrors(findings)
+		results = append(results, res)
+		if !res.OK {
 			code = 1
-		} else if len(findings) == 0 {
+		}
+		if out.set() {
+			continue
+		}
+		if len(added) > 0 {
+			fmt.Fprintf(io.Out, "%s: `gpushare job run` adds the gpushare gate to %s\n", file, strings.Join(added, ", "))
+		}
+		for _, f := range findings {
+			fmt.Fprintln(io.Out, f.In(file))
+		}
+		if len(findings) == 0 {
 			fmt.Fprintf(io.Out, "%s: ok\n", file)
+		}
+	}
+	if out.set() {
+		if c := out.write(io, "gpushare job lint", results); c != 0 {
+			return c
 		}
 	}
 	return code
@@ -82,12 +139,12 @@ func jobLint(args []string, io IO) int {
 
 // clusterNodes lists the nodes of the scheduler's GPU map (/v1/gpus) and
 // their GPUs, or nil when the scheduler does not answer.
-func clusterNodes(addr string) []jobspecs.NodeGPUs {
-	if addr == "" {
+func clusterNodes(sched scheduler) []jobspecs.NodeGPUs {
+	if sched.addr == "" {
 		return nil
 	}
 	var m gpumap.Map
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/gpus", &m); err != nil {
+	if err := sched.get("/v1/gpus", &m); err != nil {
 		return nil
 	}
 	out := []jobspecs.NodeGPUs{}
@@ -112,8 +169,8 @@ func parseFile(p jobspecs.Parser, file string, vars []string) (*api.Job, error) 
 }
 
 func jobRun(args []string, io IO) int {
-	fs := newFlags("job run", "job run [-address URL] [-var name=value]... [-detach] FILE", io)
-	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646)")
+	fs := newFlags("job run", "job run [-var name=value]... [-detach] [-check] [-timeout D] [-scheduler URL] [Nomad flags: -address, -namespace, -token, -region, -ca-cert, ...] FILE", io)
+	nf := addNomadFlags(fs, "")
 	var vars varFlags
 	fs.Var(&vars, "var", "HCL2 variable name=value (repeatable)")
 	detach := fs.Bool("detach", false, "register and return without waiting for the placement")
@@ -124,14 +181,11 @@ func jobRun(args []string, io IO) int {
 		return code
 	}
 	if fs.NArg() != 1 {
+		fmt.Fprintln(io.Err, "gpushare job run: takes one argument, the jobspec file")
 		fs.Usage()
 		return exitUsage
 	}
-	cfg := api.DefaultConfig()
-	if *addr != "" {
-		cfg.Address = *addr
-	}
-	client, err := api.NewClient(cfg)
+	client, err := nf.client(0)
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
 		return 1
@@ -142,8 +196,8 @@ func jobRun(args []string, io IO) int {
 		return 1
 	}
 	added := pin.AddGate(job)
-	sched := schedFlag.resolve(*addr)
-	profiles := schedulerProfiles(sched.addr)
+	sched := schedFlag.resolve(nf)
+	profiles := schedulerProfiles(sched)
 	findings := append(jobspecs.LintWith(job, 0, profiles), checkVC(job, sched)...)
 	for _, f := range findings {
 		fmt.Fprintln(io.Err, f)
@@ -404,8 +458,8 @@ func checkVC(job *api.Job, sched scheduler) []jobspecs.Finding {
 		return nil
 	}
 	var vcs []jobspecs.VC
-	if err := getJSON(strings.TrimSuffix(sched.addr, "/")+"/v1/vcs", &vcs); err != nil {
-		return []jobspecs.Finding{{Severity: jobspecs.Warning, Message: fmt.Sprintf("%s not checked: %s: %v", pin.MetaVC, sched.hint(), err)}}
+	if err := sched.get("/v1/vcs", &vcs); err != nil {
+		return []jobspecs.Finding{{Severity: jobspecs.Warning, Meta: pin.MetaVC, Message: fmt.Sprintf("%s not checked: %s", pin.MetaVC, sched.why(err))}}
 	}
 	return jobspecs.CheckVC(job, vcs)
 }
@@ -431,12 +485,12 @@ func finishedBatch(client *api.Client, job *api.Job) string {
 
 // schedulerProfiles returns the built-in interference profiles and those
 // the scheduler at addr defines, or nil when it does not answer.
-func schedulerProfiles(addr string) *interference.Model {
-	if addr == "" {
+func schedulerProfiles(sched scheduler) *interference.Model {
+	if sched.addr == "" {
 		return nil
 	}
 	var ps []interference.Profile
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/profiles", &ps); err != nil {
+	if err := sched.get("/v1/profiles", &ps); err != nil {
 		return nil
 	}
 	m := interference.Default()

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -17,30 +18,42 @@ import (
 
 // jobStatus prints what the scheduler says of a job's gpushare groups.
 func jobStatus(args []string, io IO) int {
-	fs := newFlags("job status", "job status [-scheduler URL] [-address URL] [-namespace NS] JOB", io)
+	fs := newFlags("job status", "job status [-json | -t TEMPLATE] [-scheduler URL] [Nomad flags: -namespace, -address, -token, -region, -ca-cert, ...] JOB", io)
 	schedFlag := addSchedulerFlag(fs, "which this command reads")
-	addr := fs.String("address", "", "Nomad HTTP address, to find the scheduler's service and whether the job is periodic or parameterized (default: $NOMAD_ADDR or http://127.0.0.1:4646)")
-	ns := fs.String("namespace", "", "the job's namespace (default: default)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	nf := addNomadFlags(fs, "to find the scheduler's service and whether the job is periodic or parameterized")
+	out := addFormatFlags(fs, "the scheduler's status of the job (its /v1/jobs/<id>)")
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() != 1 {
+		fmt.Fprintf(io.Err, "gpushare job status: takes one argument, the job's ID\n")
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
-	sched := schedFlag.resolve(*addr)
+	if code, ok := out.check(io, "gpushare job status"); !ok {
+		return code
+	}
+	sched := schedFlag.resolve(nf)
 	if sched.addr == "" {
 		fmt.Fprintln(io.Err, "gpushare job status: reads the scheduler: -scheduler must not be empty")
-		return 2
+		return exitUsage
 	}
-	u := strings.TrimSuffix(sched.addr, "/") + "/v1/jobs/" + url.PathEscape(fs.Arg(0))
-	if *ns != "" {
-		u += "?namespace=" + url.QueryEscape(*ns)
-	}
+	id, ns := fs.Arg(0), nf.ns()
 	var st service.JobStatus
-	if err := getJSON(u, &st); err != nil {
-		fmt.Fprintf(io.Err, "gpushare job status: %v (%s)\n", err, sched.hint())
+	if err := sched.get("/v1/jobs/"+url.PathEscape(id)+"?namespace="+url.QueryEscape(ns), &st); err != nil {
+		var se *statusError
+		if errors.As(err, &se) && se.code == http.StatusNotFound {
+			// the scheduler's own words say which: no such job, or a
+			// namespace it does not manage
+			fmt.Fprintf(io.Err, "gpushare job status: job %q not found in namespace %q (the scheduler at %s, %s, answered %s): check the job ID, and the namespace (-namespace or NOMAD_NAMESPACE)\n",
+				id, ns, sched.addr, sched.how, se.detail())
+			return 1
+		}
+		fmt.Fprintf(io.Err, "gpushare job status: %s\n", sched.why(err))
 		return 1
+	}
+	if out.set() {
+		return out.write(io, "gpushare job status", st)
 	}
 	fmt.Fprintf(io.Out, "job %s (namespace %s)\n", st.ID, st.Namespace)
 	switch {
@@ -51,11 +64,11 @@ func jobStatus(args []string, io IO) int {
 	case st.Status != "":
 		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
 	}
-	kind := templateKindOf(*addr, *ns, st)
+	kind := templateKindOf(nf, ns, st)
 	where := gpuWhere{}
 	for _, g := range st.Groups {
 		if g.Placement != nil || len(g.Allocs) > 0 {
-			where = fetchWhere(sched.addr)
+			where = fetchWhere(sched)
 			break
 		}
 	}
@@ -94,12 +107,12 @@ const (
 	kindParameterized = "parameterized"
 )
 
-// templateKindOf asks Nomad (at nomadAddr) whether the job is periodic or
+// templateKindOf asks Nomad (as nf say) whether the job is periodic or
 // parameterized, when a group of st is a template or waits ("": neither,
 // or Nomad did not say). A scheduler that says a parent waits "for the
 // next decision" (one older than template states) is then not believed:
 // Nomad never places such a parent and gpushare never decides it.
-func templateKindOf(nomadAddr, ns string, st service.JobStatus) string {
+func templateKindOf(nf *nomadFlags, ns string, st service.JobStatus) string {
 	ask := false
 	for _, g := range st.Groups {
 		ask = ask || g.State == "template" || g.State == "pending"
@@ -107,12 +120,7 @@ func templateKindOf(nomadAddr, ns string, st service.JobStatus) string {
 	if !ask {
 		return ""
 	}
-	cfg := api.DefaultConfig()
-	if nomadAddr != "" {
-		cfg.Address = nomadAddr
-	}
-	cfg.HttpClient = &http.Client{Timeout: 10 * time.Second}
-	client, err := api.NewClient(cfg)
+	client, err := nf.client(10 * time.Second)
 	if err != nil {
 		return ""
 	}
@@ -174,10 +182,10 @@ type held struct {
 	shares int
 }
 
-func fetchWhere(schedAddr string) gpuWhere {
+func fetchWhere(sched scheduler) gpuWhere {
 	w := gpuWhere{nodeName: map[string]string{}, gpu: map[string]gpuAt{}, alloc: map[string][]held{}}
 	var m gpumap.Map
-	if err := getJSON(strings.TrimSuffix(schedAddr, "/")+"/v1/gpus", &m); err != nil {
+	if err := sched.get("/v1/gpus", &m); err != nil {
 		return w
 	}
 	for _, n := range m.Nodes {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -100,16 +99,13 @@ func parseLimit(args []string, io IO) (o limitOpts, code int) {
 	fs.StringVar(&o.library, "library", "", "path to "+libraryName+" (default: next to gpushare, then ./bin/)")
 	fs.BoolVar(&o.fake, "fake", false, "run over the fake CUDA driver (no GPU needed): bin/fakecuda/libcuda.so.1, built by 'make fake-driver' (see above)")
 	fs.BoolVar(&o.quiet, "q", false, "do not print the limits line on stderr before PROGRAM starts")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, 0
-		}
-		return o, 2
+	if code, ok := parse(fs, args); !ok {
+		return o, code
 	}
 	bad := func(format string, a ...any) (limitOpts, int) {
 		fmt.Fprintf(io.Err, "gpushare limit: "+format+"\n", a...)
 		fmt.Fprintf(io.Err, "Run 'gpushare limit -h' for the flags and an example.\n")
-		return o, 2
+		return o, exitUsage
 	}
 	var err error
 	if o.memory, err = parseSize(*memory); err != nil {

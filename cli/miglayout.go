@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/miglayout"
 	"github.com/gpushare/gpushare/scheduler/service"
@@ -12,9 +11,9 @@ import (
 // scheduler recommends from the demand it sees, and how to apply it. A
 // scheduler that cannot be reached, or that does not let the token read
 // nodes, shows nothing here (renderWaiting said so already).
-func renderMIGLayouts(io IO, addr string) {
+func renderMIGLayouts(io IO, sched scheduler) {
 	var body service.GPUs
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/gpus", &body); err != nil || len(body.MIGLayouts) == 0 {
+	if err := sched.get("/v1/gpus", &body); err != nil || len(body.MIGLayouts) == 0 {
 		return
 	}
 	writeMIGLayouts(io, body.MIGLayouts)

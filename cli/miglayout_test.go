@@ -37,7 +37,7 @@ func TestStatusShowsMIGLayouts(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out strings.Builder
-	renderMIGLayouts(IO{Out: &out, Err: &out}, srv.URL)
+	renderMIGLayouts(IO{Out: &out, Err: &out}, scheduler{addr: srv.URL})
 	got := out.String()
 	must.StrContains(t, got, "  a100  MIG layout for NVIDIA A100-SXM4-40GB: now 3g.20gb+2g.10gb+1g.5gb+1g.5gb, recommended 1g.5gb ×7: saves 42 shares of expected fragmentation (44 → 2)\n")
 	must.StrContains(t, got, "    demand: 6 x 14 shares\n")
@@ -49,6 +49,6 @@ func TestStatusShowsMIGLayouts(t *testing.T) {
 
 	// a scheduler without MIG layouts, or that cannot be reached, adds nothing
 	out.Reset()
-	renderMIGLayouts(IO{Out: &out, Err: &out}, "http://127.0.0.1:1")
+	renderMIGLayouts(IO{Out: &out, Err: &out}, scheduler{addr: "http://127.0.0.1:1"})
 	must.EqOp(t, "", out.String())
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -54,28 +55,82 @@ func addSchedulerFlag(fs *flag.FlagSet, purpose string) *schedulerFlag {
 
 // scheduler is where the CLI reaches the scheduler, and how it found it.
 type scheduler struct {
-	addr string // "" when skipped
-	how  string // "-scheduler", "$GPUSHARE_ADDR", "Nomad service ...", "the default"
+	addr  string // "" when skipped
+	how   string // "-scheduler", "$GPUSHARE_ADDR", "Nomad service ...", "the default"
+	token string // sent as X-Nomad-Token: $GPUSHARE_TOKEN, else Nomad's token
+	// lookup is why finding the service through Nomad failed, when the
+	// default address is used for want of it
+	lookup error
 }
 
-// hint says how to point a command at the scheduler, for error messages.
+// hint says that the scheduler did not answer and how to point a command
+// at it, for error messages: first what went wrong looking it up in
+// Nomad, when that is why the default address was tried.
 func (s scheduler) hint() string {
+	var ue api.UnexpectedResponseError
+	switch {
+	case s.lookup == nil || errors.Is(s.lookup, errNoService):
+	case errors.As(s.lookup, &ue) && (ue.StatusCode() == http.StatusForbidden || ue.StatusCode() == http.StatusUnauthorized):
+		return fmt.Sprintf("Nomad refused the token when asked for the service %s (%d %s), so the scheduler was looked for at the default address %s, and it did not answer: "+
+			"set NOMAD_TOKEN (or -token) to a token that may read the scheduler's namespace (read-job), or set %s or pass -scheduler <its http_address>",
+			SchedulerService, ue.StatusCode(), nomadError(ue), s.addr, EnvSchedulerAddr)
+	case errors.As(s.lookup, &ue):
+		return fmt.Sprintf("Nomad answered %d %s when asked for the service %s, so the scheduler was looked for at the default address %s, and it did not answer: set %s or pass -scheduler <its http_address>",
+			ue.StatusCode(), nomadError(ue), SchedulerService, s.addr, EnvSchedulerAddr)
+	default:
+		return fmt.Sprintf("Nomad did not answer when asked for the service %s (%v), so the scheduler was looked for at the default address %s, and it did not answer: "+
+			"set NOMAD_ADDR (or -address) to reach Nomad, or set %s or pass -scheduler <its http_address>",
+			SchedulerService, s.lookup, s.addr, EnvSchedulerAddr)
+	}
 	return fmt.Sprintf("the scheduler at %s (%s) did not answer; set %s or pass -scheduler <its http_address>", s.addr, s.how, EnvSchedulerAddr)
 }
 
-// resolve finds the scheduler. nomadAddr is the command's -address ("":
-// $NOMAD_ADDR or Nomad's default), used only to look up the service.
-func (f *schedulerFlag) resolve(nomadAddr string) scheduler {
+// nomadError is the text of Nomad's error answer, on one line.
+func nomadError(ue api.UnexpectedResponseError) string {
+	body := strings.Join(strings.Fields(ue.Body()), " ")
+	if body == "" {
+		return http.StatusText(ue.StatusCode())
+	}
+	return body
+}
+
+// why says what went wrong asking the scheduler (err from get): it did
+// not answer (hint), it refused the token, or it answered an error.
+func (s scheduler) why(err error) string {
+	var se *statusError
+	if !errors.As(err, &se) {
+		return fmt.Sprintf("%s (%v)", s.hint(), err)
+	}
+	switch se.code {
+	case http.StatusUnauthorized, http.StatusForbidden:
+		tok := "no token was sent: set " + EnvSchedulerToken + " or NOMAD_TOKEN (or -token)"
+		if s.token != "" {
+			tok = "set " + EnvSchedulerToken + " or NOMAD_TOKEN (or -token) to a token that may read the job's namespace (read-job)"
+		}
+		return fmt.Sprintf("the scheduler at %s (%s) refused the token: %s: %s", s.addr, s.how, se.detail(), tok)
+	}
+	return fmt.Sprintf("the scheduler at %s (%s) answered %s", s.addr, s.how, se.detail())
+}
+
+// resolve finds the scheduler. nf are the command's Nomad flags (nil: the
+// NOMAD_* environment), used to look up the service and for the token.
+func (f *schedulerFlag) resolve(nf *nomadFlags) scheduler {
+	tok := os.Getenv(EnvSchedulerToken)
+	if tok == "" {
+		tok = nf.config().SecretID
+	}
 	if f.set {
-		return scheduler{addr: f.value, how: "-scheduler"}
+		return scheduler{addr: f.value, how: "-scheduler", token: tok}
 	}
 	if v := os.Getenv(EnvSchedulerAddr); v != "" {
-		return scheduler{addr: v, how: "$" + EnvSchedulerAddr}
+		return scheduler{addr: v, how: "$" + EnvSchedulerAddr, token: tok}
 	}
-	if addr, how, err := discover(nomadAddr); err == nil {
-		return scheduler{addr: addr, how: how}
+	addr, how, err := discover(nf, tok)
+	if err == nil {
+		return scheduler{addr: addr, how: how, token: tok}
 	}
-	return scheduler{addr: defaultSchedulerAddr, how: "the default; no " + EnvSchedulerAddr + " and no Nomad service " + SchedulerService + " found"}
+	how = "the default; no " + EnvSchedulerAddr + " and no Nomad service " + SchedulerService + " found"
+	return scheduler{addr: defaultSchedulerAddr, how: how, token: tok, lookup: err}
 }
 
 // errNoService: Nomad answered, and has no instance of the service.
@@ -84,13 +139,8 @@ var errNoService = errors.New("no " + SchedulerService + " service registered in
 // discover looks the scheduler's service up in Nomad's service catalogue
 // (every namespace the token may read) and returns the leader's address,
 // else the first instance that answers, else the first instance.
-func discover(nomadAddr string) (string, string, error) {
-	cfg := api.DefaultConfig()
-	if nomadAddr != "" {
-		cfg.Address = nomadAddr
-	}
-	cfg.HttpClient = &http.Client{Timeout: 30 * time.Second} // against a hang, not a slow machine
-	client, err := api.NewClient(cfg)
+func discover(nf *nomadFlags, token string) (string, string, error) {
+	client, err := nf.client(30 * time.Second) // against a hang, not a slow machine
 	if err != nil {
 		return "", "", err
 	}
@@ -126,7 +176,7 @@ func discover(nomadAddr string) (string, string, error) {
 		var h struct {
 			Leader bool `json:"leader"`
 		}
-		if err := getJSON(addr+"/v1/health", &h); err != nil {
+		if err := getJSON(addr+"/v1/health", token, &h); err != nil {
 			continue
 		}
 		if h.Leader {
@@ -143,22 +193,36 @@ func discover(nomadAddr string) (string, string, error) {
 	return addrOf(r), how(r, "not answering"), nil
 }
 
-// schedulerToken is what getJSON sends the scheduler.
-func schedulerToken() string {
-	if t := os.Getenv(EnvSchedulerToken); t != "" {
-		return t
-	}
-	return os.Getenv("NOMAD_TOKEN")
+// statusError is an answer of the scheduler other than 200 OK.
+type statusError struct {
+	url, status, msg string
+	code             int
 }
 
-// getJSON reads a scheduler endpoint, with the token when there is one.
-func getJSON(url string, out any) error {
+func (e *statusError) Error() string { return e.url + ": " + e.detail() }
+
+// detail is the status and the scheduler's error message.
+func (e *statusError) detail() string {
+	if e.msg != "" {
+		return e.status + ": " + e.msg
+	}
+	return e.status
+}
+
+// get reads the scheduler's endpoint path ("/v1/..."), with its token.
+func (s scheduler) get(path string, out any) error {
+	return getJSON(strings.TrimSuffix(s.addr, "/")+path, s.token, out)
+}
+
+// getJSON reads a scheduler endpoint, with the token when there is one;
+// an answer other than 200 OK is a *statusError.
+func getJSON(url, token string, out any) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	if t := schedulerToken(); t != "" {
-		req.Header.Set("X-Nomad-Token", t)
+	if token != "" {
+		req.Header.Set("X-Nomad-Token", token)
 	}
 	c := &http.Client{Timeout: 30 * time.Second} // against a hang, not a slow machine
 	resp, err := c.Do(req)
@@ -171,10 +235,7 @@ func getJSON(url string, out any) error {
 			Error string `json:"error"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&e)
-		if e.Error != "" {
-			return fmt.Errorf("%s: %s: %s", url, resp.Status, e.Error)
-		}
-		return fmt.Errorf("%s: %s", url, resp.Status)
+		return &statusError{url: url, status: resp.Status, msg: e.Error, code: resp.StatusCode}
 	}
 	return json.NewDecoder(resp.Body).Decode(out)
 }

@@ -107,12 +107,19 @@ func TestSchedulerFoundThroughNomad(t *testing.T) {
 	must.StrContains(t, out, "from true") // the leader answered
 	must.SliceLen(t, 2, asked)
 
-	s := (&schedulerFlag{}).resolve(nomad.URL)
+	s := (&schedulerFlag{}).resolve(&nomadFlags{address: nomad.URL})
 	must.EqOp(t, leader.URL, s.addr)
 	must.StrContains(t, s.how, "Nomad service gpushare-scheduler in namespace gpushare, the leader, allocation bbbbbbbb")
 
-	// no such service: the default address, and the message says how it was chosen
-	s = (&schedulerFlag{}).resolve("http://127.0.0.1:1")
+	// no Nomad: the default address, and the message says how it was chosen
+	s = (&schedulerFlag{}).resolve(&nomadFlags{address: "http://127.0.0.1:1"})
+	must.EqOp(t, defaultSchedulerAddr, s.addr)
+	must.StrContains(t, s.hint(), "Nomad did not answer when asked for the service gpushare-scheduler")
+	must.StrContains(t, s.hint(), "so the scheduler was looked for at the default address "+defaultSchedulerAddr)
+
+	// no such service
+	empty := serveJSON(t, map[string]any{"/v1/services": []any{}})
+	s = (&schedulerFlag{}).resolve(&nomadFlags{address: empty})
 	must.EqOp(t, defaultSchedulerAddr, s.addr)
 	must.StrContains(t, s.hint(), "no GPUSHARE_ADDR and no Nomad service gpushare-scheduler found")
 }
@@ -148,7 +155,7 @@ func TestStatusSaysWhenNomadRefusesTheToken(t *testing.T) {
 	defer nomad.Close()
 	code, _, errOut := run("status", "-address", nomad.URL, "-scheduler", "")
 	must.EqOp(t, 1, code)
-	must.StrContains(t, errOut, `Nomad refused the token: set NOMAD_TOKEN to a token with node { policy = "read" }`)
+	must.StrContains(t, errOut, `Nomad refused the token (403 Permission denied): set NOMAD_TOKEN or -token to a token with node { policy = "read" }`)
 	must.StrNotContains(t, errOut, "is Nomad running")
 }
 

@@ -26,8 +26,8 @@ func runScheduler(args []string, io IO) int {
 	addr := fs.String("nomad-address", "", "Nomad HTTP address; overrides the file")
 	httpAddr := fs.String("http-address", "", "address of the HTTP API and /metrics; overrides the file")
 	check := fs.Bool("check", false, "validate the configuration and exit")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	cfg := config.Default()
 	if *file != "" {

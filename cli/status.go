@@ -1,11 +1,9 @@
 package cli
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/gpumap"
@@ -15,38 +13,46 @@ import (
 )
 
 func runStatus(args []string, io IO) int {
-	fs := newFlags("status", "status [-address URL] [-scheduler URL] [-json]", io)
-	addr := fs.String("address", "", "Nomad HTTP address (default: $NOMAD_ADDR or http://127.0.0.1:4646); the token comes from $NOMAD_TOKEN")
+	fs := newFlags("status", "status [-json | -t TEMPLATE] [-scheduler URL] [Nomad flags: -address, -token, -region, -ca-cert, ...]", io)
+	nf := addNomadFlags(fs, "")
 	schedFlag := addSchedulerFlag(fs, "for the groups that wait and why and the MIG layouts it recommends")
-	asJSON := fs.Bool("json", false, "print the map as JSON")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	out := addFormatFlags(fs, "the GPU map")
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
-	m, err := FetchMap(*addr)
+	if fs.NArg() > 0 {
+		fmt.Fprintf(io.Err, "gpushare status: takes no arguments, got %q\n", fs.Arg(0))
+		fs.Usage()
+		return exitUsage
+	}
+	if code, ok := out.check(io, "gpushare status"); !ok {
+		return code
+	}
+	client, err := nf.client(0)
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare status: %v\n", err)
 		return 1
 	}
-	if *asJSON {
-		enc := json.NewEncoder(io.Out)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(m); err != nil {
-			return 1
-		}
-		return 0
+	m, err := fetchMap(client)
+	if err != nil {
+		fmt.Fprintf(io.Err, "gpushare status: %v\n", err)
+		return 1
+	}
+	if out.set() {
+		return out.write(io, "gpushare status", m)
 	}
 	if err := gpumap.Render(io.Out, m); err != nil {
 		return 1
 	}
-	sched := schedFlag.resolve(*addr)
+	sched := schedFlag.resolve(nf)
 	if sched.addr == "" {
 		return 0
 	}
 	if !renderWaiting(io, sched) {
 		return 1
 	}
-	renderUnpairs(io, sched.addr)
-	renderMIGLayouts(io, sched.addr)
+	renderUnpairs(io, sched)
+	renderMIGLayouts(io, sched)
 	return 0
 }
 
@@ -56,8 +62,8 @@ func runStatus(args []string, io IO) int {
 // command fails (-scheduler "" skips the scheduler).
 func renderWaiting(io IO, sched scheduler) bool {
 	var groups []service.Waiting
-	if err := getJSON(strings.TrimSuffix(sched.addr, "/")+"/v1/groups", &groups); err != nil {
-		fmt.Fprintf(io.Err, "gpushare status: waiting groups not shown: %s: %v (-scheduler \"\" skips them)\n", sched.hint(), err)
+	if err := sched.get("/v1/groups", &groups); err != nil {
+		fmt.Fprintf(io.Err, "gpushare status: waiting groups not shown: %s (-scheduler \"\" skips them)\n", sched.why(err))
 		return false
 	}
 	if len(groups) == 0 {
@@ -71,19 +77,7 @@ func renderWaiting(io IO, sched scheduler) bool {
 	return true
 }
 
-// FetchMap reads nodes and allocations from Nomad and builds the GPU map.
-func FetchMap(addr string) (*gpumap.Map, error) {
-	cfg := api.DefaultConfig()
-	if addr != "" {
-		cfg.Address = addr
-	}
-	client, err := api.NewClient(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return fetchMap(client)
-}
-
+// fetchMap reads nodes and allocations from Nomad and builds the GPU map.
 func fetchMap(client *api.Client) (*gpumap.Map, error) {
 	nodes, allocs, err := listCluster(client)
 	if err != nil {
@@ -120,9 +114,9 @@ func listCluster(client *api.Client) ([]*api.Node, []*api.Allocation, error) {
 
 // renderUnpairs prints the groups the scheduler last moved off a GPU they
 // shared because a pairing ran slower than a production job's bound.
-func renderUnpairs(io IO, addr string) {
+func renderUnpairs(io IO, sched scheduler) {
 	var list []service.Unpaired
-	if err := getJSON(strings.TrimSuffix(addr, "/")+"/v1/unpairs", &list); err != nil || len(list) == 0 {
+	if err := sched.get("/v1/unpairs", &list); err != nil || len(list) == 0 {
 		return // a scheduler that cannot be reached was noted above
 	}
 	fmt.Fprintf(io.Out, "\n%d group(s) unpaired (moved off a shared GPU, newest first):\n", len(list))
@@ -139,7 +133,7 @@ func nomadHint(err error, need string) string {
 	if errors.As(err, &ue) {
 		switch ue.StatusCode() {
 		case http.StatusForbidden, http.StatusUnauthorized:
-			return "Nomad refused the token: set NOMAD_TOKEN to a token with " + need
+			return fmt.Sprintf("Nomad refused the token (%d %s): set NOMAD_TOKEN or -token to a token with %s", ue.StatusCode(), nomadError(ue), need)
 		}
 		return "Nomad answered with an error"
 	}

@@ -17,9 +17,9 @@ func TestStatusShowsUnpairs(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out strings.Builder
-	renderUnpairs(IO{Out: &out, Err: &out}, srv.URL)
+	renderUnpairs(IO{Out: &out, Err: &out}, scheduler{addr: srv.URL})
 	must.StrContains(t, out.String(), "1 group(s) unpaired (moved off a shared GPU, newest first):\n  default/b/g  2026-11-23T18:00:00Z: default/a/g runs at 0.40x of alone")
 	out.Reset()
-	renderUnpairs(IO{Out: &out, Err: &out}, "http://127.0.0.1:1")
+	renderUnpairs(IO{Out: &out, Err: &out}, scheduler{addr: "http://127.0.0.1:1"})
 	must.EqOp(t, "", out.String())
 }

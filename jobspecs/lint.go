@@ -23,9 +23,31 @@ const (
 
 // Finding is one problem in a jobspec.
 type Finding struct {
-	Severity Severity
-	Group    string
-	Message  string
+	Severity Severity `json:"severity"`
+	Group    string   `json:"group,omitempty"`
+	Message  string   `json:"message"`
+	// Meta and Device name the meta key or the device block the finding
+	// is about, when it is about one (Lines finds its line).
+	Meta   string `json:"meta,omitempty"`
+	Device string `json:"device,omitempty"`
+	// Line is the line of the jobspec it is about (0: unknown), set by
+	// Locate.
+	Line int `json:"line,omitempty"`
+}
+
+// Locate sets each finding's Line from the jobspec's source.
+func Locate(fs []Finding, l *Lines) {
+	for i := range fs {
+		fs[i].Line = l.Line(fs[i])
+	}
+}
+
+// In is the finding as a line of output about file: "file:line: ...".
+func (f Finding) In(file string) string {
+	if f.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", file, f.Line, f)
+	}
+	return fmt.Sprintf("%s: %s", file, f)
 }
 
 func (f Finding) String() string {
@@ -55,12 +77,14 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 	if slices.ContainsFunc(job.Constraints, pin.IsLegacyGate) {
 		add(Warning, "", "%s", LegacyGate)
 	}
+	out = append(out, lintMeta(job.Meta, "")...)
 	any := false
 	for _, tg := range job.TaskGroups {
 		name := *tg.Name
 		if slices.ContainsFunc(tg.Constraints, pin.IsLegacyGate) {
 			add(Warning, name, "%s", LegacyGate)
 		}
+		out = append(out, lintMeta(tg.Meta, name)...)
 		var devs []*api.RequestedDevice
 		for _, t := range tg.Tasks {
 			if t.Resources == nil {
@@ -69,8 +93,14 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 			for _, d := range t.Resources.Devices {
 				if d.Name == pin.DeviceName || strings.HasPrefix(d.Name, pin.DeviceName+"/") {
 					devs = append(devs, d)
+				} else if f, ok := lintDeviceName(d.Name, name); ok {
+					out = append(out, f)
 				}
 			}
+		}
+		// findings about the device block name its line
+		addDev := func(sev Severity, format string, a ...interface{}) {
+			out = append(out, Finding{Severity: sev, Group: name, Device: devs[0].Name, Message: fmt.Sprintf(format, a...)})
 		}
 		if len(devs) == 0 {
 			if slices.Contains(gated, name) {
@@ -89,15 +119,15 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 		}
 		switch {
 		case count == 0:
-			add(Error, name, "device count is 0: ask for at least 1 share")
+			addDev(Error, "device count is 0: ask for at least 1 share")
 		case count > sharesPerGPU && count%sharesPerGPU != 0:
-			add(Error, name, "count = %d shares is more than one GPU (%d shares) but not whole GPUs, so it can never be placed: "+
+			addDev(Error, "count = %d shares is more than one GPU (%d shares) but not whole GPUs, so it can never be placed: "+
 				"a request of more than shares_per_gpu shares must be a multiple of it (whole GPUs; a fraction is never split across GPUs): ask for %d or %d",
 				count, sharesPerGPU, count/sharesPerGPU*sharesPerGPU, (count/sharesPerGPU+1)*sharesPerGPU)
 		}
 		for _, c := range devs[0].Constraints {
 			if c.LTarget == pin.DeviceAttribute {
-				add(Warning, name, "has a ${device.ids} constraint: pins are written by the gpushare scheduler; a hand-written one is replaced when it places the group")
+				addDev(Warning, "has a ${device.ids} constraint: pins are written by the gpushare scheduler; a hand-written one is replaced when it places the group")
 			}
 		}
 		if job.IsParameterized() && slices.Contains(gated, name) {
@@ -105,7 +135,7 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 		}
 		out = append(out, lintRuntimeEnv(job, tg)...)
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
-			add(Warning, name, "has no gpushare gate: Nomad alone takes shares in arbitrary order, so Reserve refuses a fraction spread over GPUs; add the gate (constraint ${meta.gpushare_gate} = pending) or use `gpushare job run`, which adds it")
+			add(Error, name, "%s", NoGate)
 		}
 		if _, err := pin.Request(job, name, profiles); err != nil && !strings.Contains(err.Error(), "no task asks") {
 			if errors.Is(err, pin.ErrUnknownProfile) && profiles == nil {
@@ -121,6 +151,16 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 	}
 	return out
 }
+
+// NoGate is what is wrong with a group that asks for gpushare devices
+// without the gate: registered as it is (nomad job run), Nomad places it
+// by itself before gpushare can, taking shares in arbitrary order; the
+// scheduler adopts it afterwards, at the cost of a failed allocation when
+// Nomad spread a fraction over GPUs.
+const NoGate = "asks for nvidia/gpushare devices but has no gpushare gate: registered as it is (`nomad job run`), Nomad places the group by itself before gpushare can, " +
+	"taking shares in arbitrary order, so a fraction spread over GPUs fails (Reserve refuses it) until the scheduler adopts the group. " +
+	"Add the gate to the group (constraint { attribute = \"${meta.gpushare_gate}\" value = \"pending\" }), or submit the file with `gpushare job run`, " +
+	"which adds it (`gpushare job lint -for-job-run` checks the file as `gpushare job run` registers it)"
 
 // DispatchedGated is what to know of a gated parameterized job: Nomad
 // refuses every registration of a dispatched job, so gpushare pins the
@@ -153,11 +193,11 @@ func lintRuntimeEnv(job *api.Job, tg *api.TaskGroup) []Finding {
 			continue
 		}
 		if v, ok := t.Env[pin.EnvMPSClientPriority]; ok && opportunistic {
-			out = append(out, Finding{Warning, *tg.Name, fmt.Sprintf("task %q sets %s=%s for an opportunistic group: the scheduler keeps your value and writes none "+
+			out = append(out, Finding{Severity: Warning, Group: *tg.Name, Message: fmt.Sprintf("task %q sets %s=%s for an opportunistic group: the scheduler keeps your value and writes none "+
 				"(on MPS GPUs it writes 1, below normal, so that production jobs on the same GPU keep priority); remove it unless you mean it", t.Name, pin.EnvMPSClientPriority, v)})
 		}
 		if v, ok := t.Env[pin.EnvMPSThreads]; ok {
-			out = append(out, Finding{Warning, *tg.Name, fmt.Sprintf("task %q sets %s=%s in its env block, which has no effect: the gpushare plugin sets it for the fraction "+
+			out = append(out, Finding{Severity: Warning, Group: *tg.Name, Message: fmt.Sprintf("task %q sets %s=%s in its env block, which has no effect: the gpushare plugin sets it for the fraction "+
 				"and Nomad lets a device's env override the task's (the scheduler's opportunistic { active_thread_scale } lowers it for opportunistic groups)", t.Name, pin.EnvMPSThreads, v)})
 		}
 	}

@@ -69,7 +69,7 @@ func TestLintFindsProblems(t *testing.T) {
 	text := strings.Join(all, "\n")
 	must.StrContains(t, text, "error: group split: count = 150 shares is more than one GPU (100 shares) but not whole GPUs, so it can never be placed: "+
 		"a request of more than shares_per_gpu shares must be a multiple of it (whole GPUs; a fraction is never split across GPUs): ask for 100 or 200")
-	must.StrContains(t, text, "warning: group split: has no gpushare gate")
+	must.StrContains(t, text, "error: group split: asks for nvidia/gpushare devices but has no gpushare gate")
 	must.StrContains(t, text, "error: group gated-no-device: carries the gpushare gate but asks for no")
 	must.True(t, HasErrors(findings))
 }

@@ -47,10 +47,10 @@ func CheckSize(job *api.Job, sharesPerGPU int, nodes []NodeGPUs) []Finding {
 			if largest.GPUs > 0 {
 				has = fmt.Sprintf("the cluster's largest node, %s, has %d", largest.Name, largest.GPUs)
 			}
-			out = append(out, Finding{Error, *tg.Name, fmt.Sprintf("count = %d shares is %d whole GPUs in one allocation, and an allocation's GPUs are all on one node: "+
+			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: fmt.Sprintf("count = %d shares is %d whole GPUs in one allocation, and an allocation's GPUs are all on one node: "+
 				"%s, so it can never be placed; ask for at most %d shares per allocation (more allocations, count in the group, for more GPUs)", count, gpus, has, largest.GPUs*sharesPerGPU)})
 		case nodes == nil && gpus > usualMaxGPUs:
-			out = append(out, Finding{Warning, *tg.Name, fmt.Sprintf("count = %d shares is %d whole GPUs in one allocation, and an allocation's GPUs are all on one node: "+
+			out = append(out, Finding{Severity: Warning, Group: *tg.Name, Message: fmt.Sprintf("count = %d shares is %d whole GPUs in one allocation, and an allocation's GPUs are all on one node: "+
 				"few nodes have more than %d GPUs; pass -scheduler to check against the cluster's largest node", count, gpus, usualMaxGPUs)})
 		}
 	}

@@ -40,10 +40,10 @@ func CheckVC(job *api.Job, vcs []VC) []Finding {
 			if len(names) == 0 {
 				names = []string{"none"}
 			}
-			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: pin.MetaVC + " = " + quote(vc) +
+			out = append(out, Finding{Severity: Error, Group: *tg.Name, Meta: pin.MetaVC, Message: pin.MetaVC + " = " + quote(vc) +
 				" names no virtual cluster of the scheduler (it has: " + strings.Join(names, ", ") + "): the group would wait forever"})
 		case len(vcs[i].Namespaces) > 0 && !slices.Contains(vcs[i].Namespaces, ns):
-			out = append(out, Finding{Severity: Error, Group: *tg.Name, Message: "virtual cluster " + quote(vc) + " admits only namespaces " +
+			out = append(out, Finding{Severity: Error, Group: *tg.Name, Meta: pin.MetaVC, Message: "virtual cluster " + quote(vc) + " admits only namespaces " +
 				strings.Join(vcs[i].Namespaces, ", ") + "; this job is in " + ns})
 		}
 	}

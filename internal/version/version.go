@@ -5,5 +5,8 @@
 //	go build -ldflags "-X github.com/gpushare/gpushare/internal/version.Version=v1.2.3" ./cmd/...
 package version
 
+// Unstamped is Version in a build the GNUmakefile did not stamp.
+const Unstamped = "v0.1.0-dev"
+
 // Version is the gpushare version, set at build time.
-var Version = "v0.1.0-dev"
+var Version = Unstamped
