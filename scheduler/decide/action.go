@@ -74,8 +74,10 @@ const (
 	// Wait leaves the group waiting, with its reason and queue position.
 	Wait
 	// Unpair moves a group off the GPU it shares: a job there runs slower
-	// than its bound. The executor stops Allocs (the group waits again,
-	// to be placed elsewhere) and remembers Pair as incompatible.
+	// than its bound, or the pair was seen to lose by sharing (slower,
+	// summed over both, than one after the other). The executor stops
+	// Allocs (the group waits again, to be placed elsewhere) and
+	// remembers Pair as incompatible.
 	Unpair
 )
 
@@ -127,7 +129,8 @@ type Action struct {
 	Pair *Pair
 }
 
-// Pair is two jobs seen to break a bound together on a GPU of one model.
+// Pair is two jobs seen to break a bound, or to lose by sharing, together
+// on a GPU of one model.
 type Pair struct {
 	GPUModel string
 	// Slow ran slower than its bound while sharing with With; the

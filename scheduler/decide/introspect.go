@@ -3,10 +3,12 @@ package decide
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // Running is what the executor observed of an allocation that shares its
@@ -76,6 +78,68 @@ func (st *step) introspect() []Action {
 		reason := fmt.Sprintf("%s runs at %.2fx of alone sharing GPU %s (%s) with %s, below its bound of %.2fx: moving %s (%s, %s)",
 			st.label(id), obs.Norm, uuid, model, st.label(with), 1-bound, st.label(moved), classOf(ma), why(moved, id, movable))
 		out = append(out, Action{Kind: Unpair, Group: st.in.Running[moved].Group, Allocs: []string{moved}, Reason: reason, Pair: pair})
+		done[uuid] = true
+		released := st.release([]string{moved})
+		st.done = append(st.done, func() { st.restore(released) })
+	}
+	return append(out, st.unpairLosing(ids, done)...)
+}
+
+// unpairLosing unpairs every GPU shared by two observed allocations that
+// declare their run times where observation says sharing loses: by
+// SJF-BSBF's rule (queue.PairGain) at the observed throughputs plus their
+// errors, the summed completion times of the two are longer shared than
+// one after the other, even with the job to move waiting for the other to
+// end and counting the work it loses by moving (its work since it
+// started). Pairing weighed the predictions; this weighs what was seen,
+// so a pair the prediction was wrong about ends as soon as it is seen.
+// ids are the observed allocations, sorted; done the GPUs already
+// unpaired in this step.
+func (st *step) unpairLosing(ids []string, done map[string]bool) []Action {
+	var out []Action
+	for _, id := range ids {
+		uuid, model, ok := st.snap.SoleGPU(id)
+		if !ok || done[uuid] {
+			continue
+		}
+		on := st.snap.OnGPU(uuid)
+		if len(on) != 2 {
+			continue
+		}
+		other := on[0]
+		if other == id {
+			other = on[1]
+		}
+		oo, seen := st.in.Running[other]
+		if !seen || oo.Norm <= 0 || !st.declared(id) || !st.declared(other) {
+			continue
+		}
+		moved, movable := st.toMove([]string{id, other})
+		if movable == 0 {
+			continue
+		}
+		stay := id
+		if moved == id {
+			stay = other
+		}
+		ms, ss := st.in.Running[moved], st.in.Running[stay]
+		nm, ns := min(ms.Norm+ms.Err, 1), min(ss.Norm+ss.Err, 1)
+		tm, ts := st.left(moved).Seconds()*nm, st.left(stay).Seconds()*ns // alone
+		lost := max(st.in.Now.Sub(ms.Started).Seconds(), 0) * nm
+		if queue.PairGain(ts, tm, ns, nm, math.Inf(1))+lost >= 0 {
+			continue
+		}
+		slow, with := moved, stay
+		if ss.Norm < ms.Norm {
+			slow, with = stay, moved
+		}
+		sa, _ := st.snap.Alloc(slow)
+		wa, _ := st.snap.Alloc(with)
+		ma, _ := st.snap.Alloc(moved)
+		pair := &Pair{GPUModel: model, Slow: sa.Profile, With: wa.Profile, Norm: st.in.Running[slow].Norm, Bound: st.bound(sa.MaxSlowdown)}
+		reason := fmt.Sprintf("%s runs at %.2fx and %s at %.2fx of alone sharing GPU %s (%s): slower, summed over both, than one after the other: moving %s (%s, %s)",
+			st.label(stay), ss.Norm, st.label(moved), ms.Norm, uuid, model, st.label(moved), classOf(ma), why(moved, moved, movable))
+		out = append(out, Action{Kind: Unpair, Group: ms.Group, Allocs: []string{moved}, Reason: reason, Pair: pair})
 		done[uuid] = true
 		released := st.release([]string{moved})
 		st.done = append(st.done, func() { st.restore(released) })

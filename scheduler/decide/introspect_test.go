@@ -112,3 +112,27 @@ func TestUnpairNeverMovesAnUnlistedNeighbour(t *testing.T) {
 	must.Eq(t, []string{"unpair a"}, kinds(as))
 	must.StrContains(t, as[0].Reason, "the only one of them this scheduler may move")
 }
+
+// A pair within its bound is unpaired when observation says it loses:
+// a (2 h left) and b (5 h left, started later) both at 0.45x of alone,
+// within the bound of 0.6, take longer shared, summed over both, than b
+// waiting for a to end, even counting the hour of work b loses by moving.
+// At 0.75x they gain; without declared run times there is nothing to weigh.
+func TestUnpairWhenObservedLosing(t *testing.T) {
+	s := snapshot(t, "dgx1-v100.hcl")
+	pair(t, s, placement.ClassProduction, placement.ClassProduction)
+	c := cfg()
+	c.MaxSlowdown = 0.6
+	ends := map[string]time.Time{"a": now.Add(2 * time.Hour), "b": now.Add(5 * time.Hour)}
+	in := Input{Snapshot: s, Now: now, Running: running(0.45, 0.45), Ends: ends}
+	as := Step(policy(t), in, c)
+	must.Eq(t, []string{"unpair b"}, kinds(as))
+	must.StrContains(t, as[0].Reason, "than one after the other")
+	must.Eq(t, "job-b", as[0].Pair.Slow.Name) // as slow as a: the one that moves
+	must.Eq(t, "job-a", as[0].Pair.With.Name)
+
+	in.Running = running(0.75, 0.75)
+	must.Eq(t, 0, len(Step(policy(t), in, c)))
+	in.Running, in.Ends = running(0.45, 0.45), nil
+	must.Eq(t, 0, len(Step(policy(t), in, c)))
+}

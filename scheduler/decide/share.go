@@ -18,6 +18,18 @@ import (
 // a GPU would free for this group behind those waiting ahead of it.
 // Otherwise the group waits, with the reason. The rule needs run times:
 // when the group or a job on the GPU declares none, the decision stands.
+//
+// The decision must stay right when the prediction is wrong. The gain is
+// weighed at the predictions, which are the expected throughputs (the
+// model corrected by what was observed on this GPU model, see
+// interference.Knowledge): a pairing the prediction was wrong about costs
+// no more than the time until introspection sees it and unpairs it (see
+// unpairLosing). But the group itself must not end later sharing than
+// waiting for a GPU of its own and running alone, even at the throughputs
+// one uncertainty below the predictions (the placement's PredictedErr and
+// PredictedMateErr: the model's error learned on this GPU model, which
+// shrinks as the pair or its jobs are observed there): no job is paired
+// whose pessimistic tail exceeds not sharing.
 func (st *step) worthSharing(req placement.Request, d *placement.Decision) *placement.Decision {
 	if !d.Placed() || req.Count != 1 || len(d.Placements[0].GPUs) != 1 {
 		return d
@@ -40,12 +52,25 @@ func (st *step) worthSharing(req placement.Request, d *placement.Decision) *plac
 	w := st.waitFor()
 	nj, nr := known(p.Predicted), known(p.PredictedMate)
 	tj := st.expected(req).Seconds()
-	if gain := queue.PairGain(tr, tj, nr, nj, w); gain > 0 {
+	gain := queue.PairGain(tr, tj, nr, nj, w)
+	lj, lr := pessimistic(p.Predicted, p.PredictedErr), pessimistic(p.PredictedMate, p.PredictedMateErr)
+	worst, alone := queue.SharedFinish(tr, tj, lr, lj), min(w, tr)+tj
+	if gain > 0 && worst <= alone {
 		return d
 	}
+	why := fmt.Sprintf("take longer, summed over both jobs, than waiting about %s for a GPU of its own", queue.Seconds(min(w, tr)).Round(time.Second))
+	if gain > 0 {
+		why = fmt.Sprintf("end it in about %s at worst (%.2fx of alone within the prediction's uncertainty), later than waiting about %s for a GPU of its own and running alone",
+			queue.Seconds(worst).Round(time.Second), lj, queue.Seconds(min(w, tr)).Round(time.Second))
+	}
 	return &placement.Decision{Request: d.Request, Policy: d.Policy, Refusal: &placement.Refusal{Code: placement.RefusedInterference,
-		Message: fmt.Sprintf("sharing GPU %s (predicted %.2fx of alone, %.2fx for the job there) would take longer, summed over both jobs, than waiting about %s for a GPU of its own",
-			p.GPUs[0], nj, nr, queue.Seconds(min(w, tr)).Round(time.Second))}}
+		Message: fmt.Sprintf("sharing GPU %s (predicted %.2fx of alone, %.2fx for the job there) would %s", p.GPUs[0], nj, nr, why)}}
+}
+
+// pessimistic is a predicted throughput one uncertainty lower (1 when the
+// policy predicted none), never below a hundredth.
+func pessimistic(v, err float64) float64 {
+	return max(known(v)-max(err, 0), 0.01)
 }
 
 // known is a predicted throughput, 1 when the policy predicted none.

@@ -44,14 +44,24 @@ func (m *Model) Version() uint64 { return 0 }
 //
 // A prediction starts as the model's, with uncertainty Prior (the model's
 // own cross-validated error: what it says about itself, not a constant
-// tuned to a cluster). Each observed co-located run then moves it, as a
-// normal prior meets normal observations of the same spread:
+// tuned to a cluster). What is observed on a GPU model then moves it, as a
+// normal prior meets normal observations:
+//   - of any pair on the GPU model: how wrong the model is there. The
+//     first observation of each pair, set against the model's prediction
+//     for it, is one sample of the model's error on that GPU model; the
+//     mean error shifts every prediction there (shrunk towards none, the
+//     prior counting as PriorWeight samples), and the root mean square
+//     error, with the prior's Prior counting as PriorWeight samples, is
+//     the uncertainty of a combination nothing was observed of (see
+//     Belief). A GPU type the model was not fitted on is learned as it
+//     runs: pairs there are predicted as wrong as they were seen to be;
 //   - of the same pair on the same GPU model: the estimate is the average
-//     of the model's prediction and the n observations, weighted 1 : n,
-//     and its uncertainty is Prior/sqrt(n+1);
+//     of the prediction above and the n observations, weighted 1 : n,
+//     and its uncertainty the GPU model's divided by sqrt(n+1);
 //   - of the job with other partners on the same GPU model: the model's
-//     prediction is shifted by the job's mean error there, weighted the
-//     same way, with the same shrinking uncertainty.
+//     prediction is shifted by the job's mean error there (shrunk towards
+//     the GPU model's, weighted the same way), with the same shrinking
+//     uncertainty.
 //
 // Nothing observed on one GPU model changes a prediction on another: a
 // GPU type nobody has run on keeps the model's prediction and its full
@@ -67,9 +77,16 @@ type Knowledge struct {
 	mu    sync.Mutex
 	pairs map[pairKey]*tally // observed throughput of job with partner
 	jobs  map[jobKey]*tally  // observed minus predicted throughput of job
+	gpus  map[string]*tally  // the model's error on each pair's first observation, per GPU model
 	bad   map[pairKey]bool   // unordered pairs (job <= with)
 	ver   uint64
 }
+
+// PriorWeight is how many observed pairs the model's own uncertainty
+// weighs as, against what is observed on a GPU model (see Belief): a few,
+// so that a GPU type the model is wrong on overturns it after a handful of
+// pairs, and one lucky pair does not.
+const PriorWeight = 4
 
 type pairKey struct{ gpu, job, with string }
 
@@ -78,6 +95,7 @@ type jobKey struct{ gpu, job string }
 type tally struct {
 	n   float64
 	sum float64
+	sq  float64 // sum of squares (the GPU models' tallies)
 }
 
 func (t *tally) mean() float64 { return t.sum / t.n }
@@ -85,7 +103,7 @@ func (t *tally) mean() float64 { return t.sum / t.n }
 // NewKnowledge starts from base's predictions with uncertainty prior.
 func NewKnowledge(base Base, prior float64) *Knowledge {
 	return &Knowledge{base: base, prior: max(prior, 0),
-		pairs: map[pairKey]*tally{}, jobs: map[jobKey]*tally{}, bad: map[pairKey]bool{}}
+		pairs: map[pairKey]*tally{}, jobs: map[jobKey]*tally{}, gpus: map[string]*tally{}, bad: map[pairKey]bool{}}
 }
 
 // Prior is the uncertainty of a prediction nothing was observed for.
@@ -116,9 +134,36 @@ func (k *Knowledge) Observe(gpu string, job, partner Profile, norm float64) {
 	k.base.PredictInto(pred[:], []Profile{job, partner})
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	add(k.pairs, pairKey{gpu, job.Key(), partner.Key()}, norm)
+	pk := pairKey{gpu, job.Key(), partner.Key()}
+	if k.pairs[pk] == nil && job.Known() && partner.Known() {
+		// a pair seen for the first time: how wrong the model was of a
+		// combination nothing was known of on this GPU model
+		add(k.gpus, gpu, norm-pred[0])
+	}
+	add(k.pairs, pk, norm)
 	add(k.jobs, jobKey{gpu, job.Key()}, norm-pred[0])
 	k.ver++
+}
+
+// Belief is what was learned of the model on GPU model gpu: its mean
+// error there (observed minus predicted normalised throughput, shrunk
+// towards 0 as if PriorWeight pairs had shown none), the uncertainty of a
+// pair nothing was observed of (the root mean square error of the pairs
+// seen, with Prior counting as PriorWeight of them), and how many pairs
+// were seen. With none, it is (0, Prior, 0).
+func (k *Knowledge) Belief(gpu string) (bias, sd float64, n int) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.belief(gpu)
+}
+
+func (k *Knowledge) belief(gpu string) (bias, sd float64, n int) {
+	t := k.gpus[gpu]
+	if t == nil {
+		return 0, k.prior, 0
+	}
+	w := float64(PriorWeight)
+	return t.sum / (t.n + w), math.Sqrt((w*k.prior*k.prior + t.sq) / (t.n + w)), int(t.n)
 }
 
 func add[K comparable](m map[K]*tally, key K, v float64) {
@@ -129,6 +174,7 @@ func add[K comparable](m map[K]*tally, key K, v float64) {
 	}
 	t.n++
 	t.sum += v
+	t.sq += v * v
 }
 
 // MarkIncompatible remembers that a and b must not share a GPU of model
@@ -177,14 +223,21 @@ func (k *Knowledge) PredictOn(gpu string, jobs []Profile, out, unc []float64) {
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	bias, sd, _ := k.belief(gpu)
 	for i := range 2 {
 		job, partner := jobs[i], jobs[1-i]
+		base, prior, shift := out[i], out[i], 0.0
+		if job.Known() && partner.Known() {
+			shift = bias
+			prior = clamp01(base + bias)
+			out[i], unc[i] = prior, sd
+		}
 		if t := k.pairs[pairKey{gpu, job.Key(), partner.Key()}]; t != nil {
-			out[i] = (out[i] + t.sum) / (t.n + 1)
-			unc[i] = k.prior / math.Sqrt(t.n+1)
+			out[i] = (prior + t.sum) / (t.n + 1)
+			unc[i] = sd / math.Sqrt(t.n+1)
 		} else if t := k.jobs[jobKey{gpu, job.Key()}]; t != nil {
-			out[i] = min(max(out[i]+t.sum/(t.n+1), 0), 1)
-			unc[i] = k.prior / math.Sqrt(t.n+1)
+			out[i] = clamp01(base + (shift+t.sum)/(t.n+1))
+			unc[i] = sd / math.Sqrt(t.n+1)
 		}
 	}
 }

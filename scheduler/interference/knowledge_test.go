@@ -35,19 +35,27 @@ func TestKnowledgeLearnsPerGPUModel(t *testing.T) {
 	must.Greater(t, v, k.Version())
 	out, unc = predictOn(k, "V100", a, b)
 	must.Between(t, 0.3, out[0], model[0])
-	must.Eq(t, (model[0]+0.9)/4, out[0])
-	must.Eq(t, k.Prior()/2, unc[0])
+	// the pair's first observation is one sample of the model's error on
+	// V100: it shifts the prior, and the rest weigh 1 : n against it
+	bias, sd, seen := k.Belief("V100")
+	must.Eq(t, 1, seen)
+	must.InDelta(t, (0.3-model[0])/(1+PriorWeight), bias, 1e-12)
+	must.InDelta(t, math.Sqrt((PriorWeight*k.Prior()*k.Prior()+(0.3-model[0])*(0.3-model[0]))/(1+PriorWeight)), sd, 1e-12)
+	must.InDelta(t, (model[0]+bias+0.9)/4, out[0], 1e-12)
+	must.InDelta(t, sd/2, unc[0], 1e-12)
 	mean, n := k.Observed("V100", a, b)
 	must.Eq(t, 3, n)
 	must.Eq(t, 0.3, mean)
 
-	// b was not observed with a: b's own estimate is unchanged.
-	must.Eq(t, model[1], out[1])
+	// b was not observed with a: b's own estimate moves only by what was
+	// learned of the model on V100.
+	must.InDelta(t, model[1]+bias, out[1], 1e-12)
+	must.Eq(t, sd, unc[1])
 	// The job-level error carries to a's other partners on V100 ...
 	withC := m.Predict([]Profile{a, c})
 	out, unc = predictOn(k, "V100", a, c)
 	must.Less(t, withC[0], out[0])
-	must.Eq(t, k.Prior()/2, unc[0])
+	must.InDelta(t, sd/2, unc[0], 1e-12)
 	// ... and nothing carries to another GPU model.
 	out, unc = predictOn(k, "H100", a, b)
 	must.Eq(t, model, out)
@@ -107,4 +115,46 @@ func TestKnowledgeForgetsGoneJobs(t *testing.T) {
 	must.Eq(t, 1, n)
 	must.Eq(t, 3, k.Forget(func(job string) bool { return job == "c" }))
 	must.Eq(t, 1, k.Len()) // b's own error, observed next to c
+}
+
+// The belief of the model on a GPU model is learned from the first
+// observation of each pair there: where the model is 0.3 too optimistic,
+// its mean error follows and an unobserved pair is predicted lower and
+// less surely; where it is right, the uncertainty narrows below the
+// prior. Repeated observations of one pair count once.
+func TestKnowledgeBeliefPerGPUModel(t *testing.T) {
+	m := Default()
+	k := NewKnowledge(m, m.Uncertainty)
+	names := m.Names()
+	a, _ := m.Lookup(names[0])
+	b, _ := m.Lookup(names[1])
+	for i := 2; i < 14; i++ {
+		p, _ := m.Lookup(names[i])
+		pred := m.Predict([]Profile{a, p})
+		for range 3 {
+			k.Observe("K80", a, p, pred[0]-0.3)
+			k.Observe("V100", a, p, pred[0])
+		}
+	}
+	bias, sd, n := k.Belief("K80")
+	must.Eq(t, 12, n)
+	must.InDelta(t, -0.3*12/(12+PriorWeight), bias, 1e-9)
+	must.Greater(t, m.Uncertainty, sd)
+	vb, vsd, vn := k.Belief("V100")
+	must.Eq(t, 12, vn)
+	must.InDelta(t, 0, vb, 1e-9)
+	must.InDelta(t, m.Uncertainty*math.Sqrt(PriorWeight/(12.0+PriorWeight)), vsd, 1e-9)
+	// b never ran on either: its pairs move with the GPU model's belief.
+	c, _ := m.Lookup(names[20])
+	model := m.Predict([]Profile{b, c})
+	out, unc := predictOn(k, "K80", b, c)
+	must.InDelta(t, max(model[0]+bias, 0), out[0], 1e-9)
+	must.Eq(t, sd, unc[0])
+	out, unc = predictOn(k, "V100", b, c)
+	must.InDelta(t, model[0], out[0], 1e-9)
+	must.Eq(t, vsd, unc[0])
+	// a GPU model nothing ran on: the model's prediction and the prior
+	_, psd, pn := k.Belief("A100")
+	must.Eq(t, 0, pn)
+	must.Eq(t, k.Prior(), psd)
 }

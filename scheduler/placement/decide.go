@@ -306,7 +306,8 @@ func (e *engine) chooseRack(s *Snapshot, r *Request) *string {
 // materialize turns a node's candidate into a placement with share IDs,
 // cell and reason.
 func (e *engine) materialize(s *Snapshot, n *Node, c cand, r *Request, i int) Placement {
-	p := Placement{AllocID: r.ID + "[" + strconv.Itoa(i) + "]", Node: n.ID, Score: c.score(), Predicted: c.pred, PredictedMate: c.mate, req: r, res: n.need(r)}
+	p := Placement{AllocID: r.ID + "[" + strconv.Itoa(i) + "]", Node: n.ID, Score: c.score(), Predicted: c.pred, PredictedMate: c.mate,
+		PredictedErr: c.predUnc, PredictedMateErr: c.mateUnc, req: r, res: n.need(r)}
 	if c.group < 0 {
 		p.Cell = "none"
 		p.Reason = fmt.Sprintf("cpu-only on node %s (%s)", n.label(), e.name)

@@ -33,8 +33,10 @@ type cand struct {
 	take  int    // shares per GPU taken (fraction) or 0 for whole GPUs
 	pred  float64
 	mate  float64 // lowest predicted throughput of the jobs already on the GPU
-	dfrag float64
-	worst devicefn.Link
+	// predUnc and mateUnc are the uncertainties of pred and mate
+	predUnc, mateUnc float64
+	dfrag            float64
+	worst            devicefn.Link
 }
 
 func less(a, b *[3]float64) bool {
@@ -180,7 +182,8 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 				}
 				continue
 			}
-			c.pred, c.mate = pred, mate
+			c.pred, c.mate = pred.v, mate.v
+			c.predUnc, c.mateUnc = pred.unc, mate.unc
 			c.dfrag = e.f.delta(n, []change{{i, g.free, g.free - frac}}, r.Res) / float64(g.Shares)
 			// equal scores: a node already in use before an idle one, which
 			// stays whole for larger requests; then node order, as in FGD
@@ -209,15 +212,18 @@ func neutralGPU(g *GPU) bool {
 	return true
 }
 
+// estimate is a predicted normalised throughput and its uncertainty.
+type estimate struct{ v, unc float64 }
+
 // interfere predicts the new job's normalised throughput on g, the lowest
-// of the jobs already there with it (mate), and the loss of total
-// normalised throughput the pairing causes; ok is false when a
-// production job's predicted slowdown plus the prediction's uncertainty
-// would exceed its bound, or when the new job was seen to break a bound
-// with a job on g on this GPU model.
-func (e *engine) interfere(g *GPU, r *Request) (pred, mate, loss float64, ok bool) {
+// of the jobs already there with it (mate), each with its uncertainty, and
+// the loss of total normalised throughput the pairing causes; ok is false
+// when a production job's predicted slowdown plus the prediction's
+// uncertainty would exceed its bound, or when the new job was seen to
+// break a bound with a job on g on this GPU model.
+func (e *engine) interfere(g *GPU, r *Request) (pred, mate estimate, loss float64, ok bool) {
 	if len(g.allocs) == 0 {
-		return 1, 1, 0, true
+		return estimate{v: 1}, estimate{v: 1}, 0, true
 	}
 	k := len(g.allocs)
 	profs, out, unc := e.pair.profs[:], e.pair.out[:], e.pair.unc[:]
@@ -228,7 +234,7 @@ func (e *engine) interfere(g *GPU, r *Request) (pred, mate, loss float64, ok boo
 	for j, a := range g.allocs {
 		profs[j] = a.Profile
 		if p.Incompatible(g.Model, r.Profile, a.Profile) {
-			return 0, 0, 0, false
+			return estimate{}, estimate{}, 0, false
 		}
 	}
 	p.PredictOn(g.Model, profs[:k], out[:k], unc[:k])
@@ -242,19 +248,22 @@ func (e *engine) interfere(g *GPU, r *Request) (pred, mate, loss float64, ok boo
 	for _, v := range out[:k+1] {
 		after += v
 	}
+	pred = estimate{out[k], unc[k]}
 	if r.Class == ClassProduction && 1-out[k]+unc[k] > e.bound(r.MaxSlowdown)+1e-9 {
-		return out[k], 0, 0, false
+		return pred, estimate{}, 0, false
 	}
-	mate = 1.0
+	mate = estimate{v: 1}
 	for j, a := range g.allocs {
-		mate = min(mate, out[j])
+		if out[j] < mate.v {
+			mate = estimate{out[j], unc[j]}
+		}
 		if a.Class == ClassProduction {
 			if 1-out[j]+unc[j] > e.bound(a.MaxSlowdown)+1e-9 {
-				return out[k], 0, 0, false
+				return pred, estimate{}, 0, false
 			}
 		}
 	}
-	return out[k], mate, 1 - (after - before), true
+	return pred, mate, 1 - (after - before), true
 }
 
 // bestFit is FGD's BestFit cost: the node's free CPU and GPU left after the

@@ -209,6 +209,11 @@ type Placement struct {
 	// allocations already on the GPU once this one joins them (1 when it
 	// has the GPU to itself or the policy does not predict).
 	PredictedMate float64 `json:"predicted_mate,omitempty"`
+	// PredictedErr and PredictedMateErr are the uncertainties (one
+	// standard error) of Predicted and PredictedMate: 0 when alone,
+	// unprofiled, or the policy does not predict.
+	PredictedErr     float64 `json:"predicted_err,omitempty"`
+	PredictedMateErr float64 `json:"predicted_mate_err,omitempty"`
 
 	req *Request
 	res Resources

@@ -1,5 +1,7 @@
 package queue
 
+import "math"
+
 // PairGain is SJF-BSBF's rule for sharing a GPU (Yu et al.): the saving in
 // the summed completion times, from now, of job j (tj seconds alone) and
 // the running job r it would share with (tr seconds alone left), at
@@ -20,4 +22,17 @@ func PairGain(tr, tj, nr, nj, w float64) float64 {
 		pair = b + b + (tr - b*nr)
 	}
 	return wait - pair
+}
+
+// SharedFinish is when, from now, job j (tj seconds alone) ends if it
+// shares a GPU with running job r (tr seconds alone left) at normalised
+// throughputs nj and nr: shared until the first of them ends, then alone.
+func SharedFinish(tr, tj, nr, nj float64) float64 {
+	if !(nr > 0 && nj > 0) {
+		return math.Inf(1)
+	}
+	if a := tr / nr; a < tj/nj {
+		return a + (tj - a*nj) // r ends first; j finishes alone
+	}
+	return tj / nj
 }

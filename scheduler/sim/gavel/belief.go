@@ -30,16 +30,23 @@ type Robustness struct {
 	NoRuntimes bool `json:"no_runtimes,omitempty"`
 	// Seed drives the noise and the run-time errors.
 	Seed uint64 `json:"seed,omitempty"`
+	// FitFolds, when not zero, fits gpushare's model on fold FitFold
+	// (0-based) of FitFolds of the measured pairs only: a GPU type the
+	// model was not fitted on (see heldout.go).
+	FitFolds uint32 `json:"fit_folds,omitempty"`
+	FitFold  uint32 `json:"fit_fold,omitempty"`
 }
 
 // Exact reports whether nothing is perturbed.
 func (r Robustness) Exact() bool {
-	return r.Bias == 0 && r.Noise == 0 && r.RuntimeSigma == 0 && !r.NoRuntimes
+	return r.Bias == 0 && r.Noise == 0 && r.RuntimeSigma == 0 && !r.NoRuntimes && r.FitFolds == 0
 }
 
 // RuntimesOnly reports whether only run times are perturbed (the policies
 // without an interference model are affected too).
-func (r Robustness) RuntimesOnly() bool { return r.Bias == 0 && r.Noise == 0 && !r.Exact() }
+func (r Robustness) RuntimesOnly() bool {
+	return r.Bias == 0 && r.Noise == 0 && r.FitFolds == 0 && !r.Exact()
+}
 
 // normal draws a standard normal value fixed by the seed and the names.
 func normal(seed uint64, names ...string) float64 {

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpushare/gpushare/scheduler/interference"
 )
 
 //go:embed data/*.csv data/msr_seed0/*.trace
@@ -134,6 +136,9 @@ type pairKey struct {
 type Throughputs struct {
 	iso  map[isoKey]float64
 	pair map[pairKey][2]float64 // normalised throughputs of a and b (single-GPU jobs)
+	// rows are the single-GPU pairs as measured, in file order: what the
+	// interference model is fitted on (see heldout.go).
+	rows []interference.Pair
 }
 
 func readCSV(r io.Reader, need ...string) ([]map[string]string, error) {
@@ -196,6 +201,7 @@ func ReadThroughputs(isolated, pairs io.Reader) (*Throughputs, error) {
 		if err1 != nil || err2 != nil {
 			return nil, fmt.Errorf("%w: pairs line %d: %v", ErrFormat, i+2, m)
 		}
+		t.rows = append(t.rows, interference.Pair{A: m["job_a"], B: m["job_b"], NormA: na, NormB: nb})
 		t.pair[pairKey{m["job_a"], m["job_b"]}] = [2]float64{na, nb}
 		t.pair[pairKey{m["job_b"], m["job_a"]}] = [2]float64{nb, na}
 	}

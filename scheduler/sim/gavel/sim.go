@@ -134,8 +134,14 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	if opts.MaxSlowdown == 0 {
 		opts.MaxSlowdown = DefaultMaxSlowdown
 	}
+	if err := opts.Robustness.checkFit(); err != nil {
+		return nil, 0, err
+	}
 	if opts.Model == nil {
 		opts.Model = interference.Default()
+	}
+	if rb := opts.Robustness; rb.FitFolds > 0 && spec.share == shareModel {
+		opts.Model = heldOutModel(thr, rb.FitFolds, rb.FitFold)
 	}
 	snap, err := c.snapshot()
 	if err != nil {
