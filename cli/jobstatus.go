@@ -97,6 +97,7 @@ func jobStatus(args []string, io IO) int {
 			}
 			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", name, g.Profile.SM, g.Profile.MemBW)
 		}
+		printElastic(io, g.Elastic)
 	}
 	return 0
 }
