@@ -192,7 +192,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 	case lifecycle.Pool:
 		if why, ok := s.backingOff(key); ok {
 			pending[key] = why
-		} else if act, why := s.pool(built, job, key, facts.PoolFull, out); why != "" {
+		} else if act, why := s.pools().pin(built, job, key, facts.PoolFull, out); why != "" {
 			pending[key] = why
 		} else {
 			out.inPlace, out.jobs[key] = append(out.inPlace, act), job

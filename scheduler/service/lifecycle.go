@@ -38,7 +38,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 		if rec, ok := s.state.Record(job, name); ok {
 			g.Pinned = true
 			g.PinLost = poolGone(rec, built.Snapshot)
-			g.PoolFull = !g.PinLost && !g.Stopped && g.Count > 0 && s.poolFull(built, job, key, rec, out)
+			g.PoolFull = !g.PinLost && !g.Stopped && g.Count > 0 && s.pools().full(built, job, key, rec, out)
 		}
 	}
 	if g.Template || g.Stopped || g.Count == 0 {

@@ -6,13 +6,31 @@ import (
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
 
-// pool is the pin of a parameterized parent (lifecycle.Pool): a pool of
+// pools pins parameterized parents (pin, full, below). It keeps nothing
+// of its own: the loop builds it from what it holds (loop.pools). Its
+// caller holds the model's lock, or reads the model in a pass (reading.go).
+type pools struct {
+	state   *model.State
+	profile *interference.Model
+	policy  string // the placement policy's name
+	// allowed are the nodes a group's own rules allow
+	// (loop.feasibleNodes).
+	allowed func(snap *placement.Snapshot, job *api.Job, group string, out *collected) (nodeSet, error)
+}
+
+// pools is the loop's pools.
+func (s *loop) pools() pools {
+	return pools{state: s.state, profile: s.profile, policy: s.policy.Name(), allowed: s.feasibleNodes}
+}
+
+// pin is the pin of a parameterized parent (lifecycle.Pool): a pool of
 // GPUs on the nodes its job's rules allow (placement.Snapshot.Pool), into
 // which Nomad places each child dispatched from it, since Nomad refuses
 // every registration of a dispatched job. It is written like any pin
@@ -20,48 +38,46 @@ import (
 // capacity, so there is nothing for the step to weigh it against. grow:
 // the parent is pinned and its pool is full (lifecycle.Group.PoolFull);
 // the new pool keeps what the pinned one names where it still has room
-// (grown). It returns why the parent is not pinned when it is not. The
-// caller holds s.mu.
-func (s *loop) pool(built *model.Built, job *api.Job, key decide.Key, grow bool, out *collected) (decide.Action, string) {
-	req, d, why := s.freshPool(built, job, key, out)
+// (grown). It returns why the parent is not pinned when it is not.
+func (p pools) pin(built *model.Built, job *api.Job, key decide.Key, grow bool, out *collected) (decide.Action, string) {
+	req, d, why := p.fresh(built, job, key, out)
 	if why != "" {
 		return decide.Action{}, why
 	}
-	if rec, ok := s.state.Record(job, key.Group); ok && grow {
+	if rec, ok := p.state.Record(job, key.Group); ok && grow {
 		grown(built.Snapshot, rec, req, d)
 	}
 	return decide.Action{Kind: decide.Pin, Group: key, Decision: d}, ""
 }
 
-// freshPool is the pool the parent would be pinned to now, with the
-// request it is for, or why there is none.
-func (s *loop) freshPool(built *model.Built, job *api.Job, key decide.Key, out *collected) (*placement.Request, *placement.Decision, string) {
-	ns, err := s.feasibleNodes(built.Snapshot, job, key.Group, out)
+// fresh is the pool the parent would be pinned to now, with the request
+// it is for, or why there is none.
+func (p pools) fresh(built *model.Built, job *api.Job, key decide.Key, out *collected) (*placement.Request, *placement.Decision, string) {
+	ns, err := p.allowed(built.Snapshot, job, key.Group, out)
 	if err != nil || ns.none != "" {
 		return nil, nil, cmp.Or(ns.none, fmt.Sprint(err))
 	}
-	req, err := s.state.Request(job, key.Group, s.profile)
+	req, err := p.state.Request(job, key.Group, p.profile)
 	if err != nil {
 		return nil, nil, err.Error()
 	}
 	req.Allowed, req.Models = ns.allowed, ns.narrow(req.Models)
-	d := built.Snapshot.Pool(&req, s.policy.Name())
+	d := built.Snapshot.Pool(&req, p.policy)
 	if d.Refusal != nil {
 		return nil, nil, "no pool of GPUs for its dispatched children: " + d.Refusal.Message
 	}
 	return &req, d, ""
 }
 
-// poolFull reports whether a pinned parent's pool (rec) has no room left
+// full reports whether a pinned parent's pool (rec) has no room left
 // for another child on any of its nodes while the nodes its job's rules
 // allow now have room it does not name: a node added since it was
 // pinned, or another GPU of one of its nodes once its pool GPU is full
 // (lifecycle.Group.PoolFull). Children wait in Nomad for room inside the
 // pool they were dispatched with, and the pool was chosen once, when the
-// parent was pinned: without this it never followed the cluster. The
-// caller holds s.mu.
-func (s *loop) poolFull(built *model.Built, job *api.Job, key decide.Key, rec *pin.Record, out *collected) bool {
-	req, err := s.state.Request(job, key.Group, s.profile)
+// parent was pinned: without this it never followed the cluster.
+func (p pools) full(built *model.Built, job *api.Job, key decide.Key, rec *pin.Record, out *collected) bool {
+	req, err := p.state.Request(job, key.Group, p.profile)
 	if err != nil {
 		return false
 	}
@@ -70,7 +86,7 @@ func (s *loop) poolFull(built *model.Built, job *api.Job, key decide.Key, rec *p
 			return false // Nomad places the next child there
 		}
 	}
-	fresh, d, why := s.freshPool(built, job, key, out)
+	fresh, d, why := p.fresh(built, job, key, out)
 	return why == "" && grown(built.Snapshot, rec, fresh, d)
 }
 
