@@ -109,6 +109,7 @@ func jobLint(args []string, io IO) int {
 		}
 		findings := append(jobspecs.LintWith(job, *spg, profiles), checkVC(job, sched)...)
 		findings = append(findings, jobspecs.CheckSize(job, *spg, nodes)...)
+		findings = append(findings, jobspecs.CheckModels(job, nodes)...)
 		jobspecs.Locate(findings, jobspecs.IndexLines(file, src))
 		res.Findings = append(res.Findings, findings...)
 		res.OK = !jobspecs.HasErrors(findings)
@@ -153,7 +154,7 @@ func clusterNodes(sched scheduler) []jobspecs.NodeGPUs {
 		if name == "" {
 			name = shortID(n.ID)
 		}
-		out = append(out, jobspecs.NodeGPUs{Name: name, GPUs: len(n.GPUs)})
+		out = append(out, jobspecs.NodeGPUs{Name: name, GPUs: len(n.GPUs), Model: n.Model})
 	}
 	return out
 }

@@ -59,3 +59,47 @@ func TestJobLintRequestLargerThanAnyNode(t *testing.T) {
 	must.EqOp(t, 1, code, must.Sprint(out))
 	must.StrContains(t, out, "not whole GPUs")
 }
+
+// A device name whose GPU model no node of the cluster has can never be
+// placed: against a scheduler's map, lint says so on the device's line,
+// with the model the cluster has nearest it.
+func TestJobLintMisspeltModel(t *testing.T) {
+	useNomadBinary(t)
+	sched := serveJSON(t, map[string]any{
+		"/v1/profiles": `[]`,
+		"/v1/gpus": `{"nodes":[{"id":"1111aaaa-2222","name":"dgx","model":"NVIDIA H100 80GB HBM3","gpus":[{"index":0}]},
+			{"id":"3333bbbb-4444","name":"t4","model":"Tesla T4","gpus":[{"index":0}]}]}`,
+	})
+	dir := t.TempDir()
+	file := func(model string) string {
+		f := filepath.Join(dir, "m.nomad.hcl")
+		must.NoError(t, os.WriteFile(f, []byte(`job "j" {
+  group "g" {
+    constraint {
+      attribute = "${meta.gpushare_gate}"
+      value     = "pending"
+    }
+    task "t" {
+      driver = "raw_exec"
+      config { command = "/bin/true" }
+      resources {
+        device "nvidia/gpushare/`+model+`" { count = 25 }
+      }
+    }
+  }
+}
+`), 0o644))
+		return f
+	}
+	f := file("NVIDIA H100 80GB HMB3")
+	code, out, _ := run("job", "lint", "-scheduler", sched, f)
+	must.EqOp(t, 1, code, must.Sprint(out))
+	must.StrContains(t, out, f+`:11: error: group g: device "nvidia/gpushare/NVIDIA H100 80GB HMB3" asks for GPUs of model "NVIDIA H100 80GB HMB3", and no node of the cluster has them, so it can never be placed; did you mean "nvidia/gpushare/NVIDIA H100 80GB HBM3"?`)
+	code, out, _ = run("job", "lint", "-scheduler", sched, file("A100"))
+	must.EqOp(t, 1, code, must.Sprint(out))
+	must.StrContains(t, out, "the cluster has NVIDIA H100 80GB HBM3, Tesla T4")
+	code, out, _ = run("job", "lint", "-scheduler", sched, file("Tesla T4"))
+	must.EqOp(t, 0, code, must.Sprint(out))
+	code, out, _ = run("job", "lint", "-scheduler", "", file("A100")) // no map: not checked
+	must.EqOp(t, 0, code, must.Sprint(out))
+}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
 )
 
 // metaElastic is the scheduler's elastic opt-in (service.MetaElastic; the
@@ -69,6 +70,45 @@ func lintDeviceName(name, group string) (Finding, bool) {
 	}
 	return Finding{Severity: Error, Group: group, Device: name, Message: fmt.Sprintf(
 		"device %q is no gpushare device, so gpushare does not place the group; did you mean %q?", name, near+model)}, true
+}
+
+// CheckModels refuses a device name whose GPU model
+// ("nvidia/gpushare/<model>") no node of the cluster has, with the model
+// of the cluster nearest it; nodes are the cluster's (the scheduler's GPU
+// map), nil when unknown: then nothing is checked.
+func CheckModels(job *api.Job, nodes []NodeGPUs) []Finding {
+	var models []string
+	for _, n := range nodes {
+		if n.Model != "" && !slices.Contains(models, n.Model) {
+			models = append(models, n.Model)
+		}
+	}
+	if len(models) == 0 {
+		return nil
+	}
+	slices.Sort(models)
+	var out []Finding
+	for _, tg := range job.TaskGroups {
+		for _, t := range tg.Tasks {
+			if t.Resources == nil {
+				continue
+			}
+			for _, d := range t.Resources.Devices {
+				model, ok := strings.CutPrefix(d.Name, pin.DeviceName+"/")
+				if !ok || slices.Contains(models, model) {
+					continue
+				}
+				msg := fmt.Sprintf("device %q asks for GPUs of model %q, and no node of the cluster has them, so it can never be placed", d.Name, model)
+				if near := closest(model, models, "", 0); near != "" {
+					msg += fmt.Sprintf("; did you mean %q?", pin.DeviceName+"/"+near)
+				} else {
+					msg += "; the cluster has " + strings.Join(models, ", ")
+				}
+				out = append(out, Finding{Severity: Error, Group: *tg.Name, Device: d.Name, Message: msg})
+			}
+		}
+	}
+	return out
 }
 
 // closest is the candidate nearest s by edit distance (after prefix),

@@ -11,8 +11,9 @@ import (
 
 // NodeGPUs is one node of the cluster and how many GPUs it has.
 type NodeGPUs struct {
-	Name string
-	GPUs int
+	Name  string
+	GPUs  int
+	Model string // its GPUs' model ("" when unknown)
 }
 
 // usualMaxGPUs is the most GPUs most machines hold (a DGX or HGX board):

@@ -18,7 +18,7 @@ func sharesJob(count uint64) *api.Job {
 // placed (an allocation's GPUs are on one node): an error naming that
 // node against the cluster's nodes, a warning past 8 GPUs without them.
 func TestCheckSize(t *testing.T) {
-	cluster := []NodeGPUs{{"pcie", 4}, {"dgx", 8}}
+	cluster := []NodeGPUs{{Name: "pcie", GPUs: 4}, {Name: "dgx", GPUs: 8}}
 	got := CheckSize(sharesJob(900), 100, cluster)
 	must.SliceLen(t, 1, got)
 	must.EqOp(t, Error, got[0].Severity)
