@@ -30,7 +30,12 @@
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records
 //     through recordKeeper and the lease through leadership, and answers
-//     the API's view (view.go);
+//     the API's view (view.go). It composes a type per concern that owns
+//     its state: holdState and nsDrivers (staging, hold_stage.go,
+//     hold_rules.go), introspection (introspect.go, which locks itself),
+//     stopping and preemptionLog (preemptions.go), and, keeping nothing,
+//     the promoter (promote.go) and pools (pool.go), which it builds from
+//     what it holds where it calls them;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes through notes;
@@ -74,9 +79,10 @@
 //   - pinned: when each unconfirmed pin was sent, for the placement
 //     latency metric and the warning of a pin with no allocation;
 //   - preempted (saved in the records) and preemptions (the last ones,
-//     for the API): allocations Nomad is stopping whose capacity is
-//     already given away;
-//   - observations, and introspection's samples: stats of groups running
+//     for the API; preemptions.go): allocations Nomad is stopping whose
+//     capacity is already given away;
+//   - observations, and introspection's samples (introspect.go, behind
+//     its own lock): stats of groups running
 //     alone or sharing, from which profiles are learned (the learned
 //     profiles and unpair reasons are saved);
 //   - nothing for elastic groups but what Nomad says back: the count a
