@@ -19,8 +19,10 @@ var PolicyInfo = map[string]string{
 	"sjf-bsbf":  "shortest job first; a job takes a free GPU, else pairs with the running job whose predicted concurrent completion beats waiting by the most (measured throughputs)",
 	"gpushare": "the scheduler service's own decision step (decide.Step), its actions executed on the simulated cluster: highest response ratio first ((wait + expected run time) / expected run time, run times declared exactly as SJF-BSBF knows them); " +
 		"a multi-GPU job that cannot start holds the servers that free first for it when they free within its own run time, and other jobs use them only if they end before (backfilling); " +
-		"a single-GPU job (half a GPU's shares) takes an idle GPU while one is free (idle_gpu_first), else shares one when SJF-BSBF's rule says sharing beats waiting for the GPU that frees for it behind the jobs waiting ahead, and the placement core (policy gpushare) finds a partner whose predicted slowdown plus the model's uncertainty stays within both jobs' bound; " +
-		"pairs are observed 10 minutes after they form: a job slower than its bound is unpaired (the newer job waits again, losing its work since it started) and the pair is not formed again on that GPU model; observations refine the predictions",
+		"a single-GPU job (half a GPU's shares) takes an idle GPU while one is free (idle_gpu_first), else shares one when SJF-BSBF's rule says sharing beats waiting for the GPU that frees for it behind the jobs waiting ahead, " +
+		"and it would not end later, at the throughput one uncertainty below its prediction, than waiting and running alone; the placement core (policy gpushare) finds a partner whose predicted slowdown plus the uncertainty stays within both jobs' bound; " +
+		"pairs are observed 10 minutes after they form: a pair where a job is slower than its bound, or that is slower summed over both jobs than one after the other, is unpaired (the newer job waits again, losing its work since it started) and not formed again on that GPU model; " +
+		"observations refine the predictions of the pair and its jobs, and of every pair on that GPU model: the model's mean error there shifts them and its spread is their uncertainty",
 	"gpushare-fifo": "ablation: the same step with no run times declared (first come, first served) and reservations off",
 }
 

@@ -152,12 +152,15 @@ gpushare by response ratio, (waited + expected run time) / expected run time,
 with the same run times, and lets a multi-GPU job that cannot start hold
 servers (later jobs use them only if they end before it could start).
 gpushare predicts pairs with its interference model (fitted on these
-measurements, cross-validated RMSE 0.19, used as the uncertainty of a pair not
-yet observed), gives every job a slowdown bound of 0.6, observes each pair 10
-minutes after it forms, and unpairs a job running slower than its bound: the
-newer job of the pair goes back to the queue and loses its work since it last
-started (no checkpoints). Times are in hours; utilisation counts GPUs with at
-least one job.
+measurements, cross-validated RMSE 0.19: the uncertainty of a pair on a GPU
+model nothing was observed on), gives every job a slowdown bound of 0.6,
+observes each pair 10 minutes after it forms, learns from it the model's
+error on that GPU model (its mean shifts the predictions of the pairs not
+observed there yet, its spread is their uncertainty), and unpairs a pair where a job runs slower than
+its bound or that is slower, summed over both jobs, than one after the
+other: the newer job of the pair goes back to the queue and loses its work
+since it last started (no checkpoints). Times are in hours; utilisation
+counts GPUs with at least one job.
 `
 
 // Table lists the metrics.
