@@ -93,7 +93,7 @@ func usage(w io.Writer, cmds map[string]Command) {
 	for _, n := range names {
 		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].Synopsis)
 	}
-	b.WriteString("\nRun 'gpushare <command> -h' for a command's flags.\n")
+	b.WriteString("\nRun 'gpushare <command> -h' for a command's flags; 'gpushare -version' for the version.\n")
 	io.WriteString(w, b.String())
 }
 
