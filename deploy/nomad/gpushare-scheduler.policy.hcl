@@ -20,11 +20,15 @@ namespace "*" {
     # re-register a gated job with its pin, or gate a preempted job again
     # (PUT /v1/jobs with EnforceIndex); register the short-lived hold jobs
     # of a staged placement, and register them again stopped to let go. The fine-grained part of submit-job:
-    # no deregister, purge, revert, dispatch or scale. A gated job that
+    # no deregister, purge, revert or dispatch. A gated job that
     # mounts host or CSI volumes needs the volume capabilities too
     # (host_volume "..." { policy = "write" }, csi-mount-volume), since
     # Nomad checks them on every registration.
     "register-job",
+    # grow and shrink elastic groups (gpushare.elastic) through the scale
+    # API (PUT /v1/job/:id/scale, with the job's modify index); their
+    # scaling events are read with read-job (GET /v1/job/:id/scale)
+    "scale-job",
     # stop the allocations of an opportunistic job preempted for a
     # guaranteed one (POST /v1/allocation/:id/stop)
     "alloc-lifecycle",
@@ -42,7 +46,7 @@ namespace "*" {
 # file: `nomad namespace apply gpushare` parses a file named gpushare if the
 # directory has one, such as the gpushare binary).
 namespace "gpushare" {
-  capabilities = ["list-jobs", "read-job", "register-job", "alloc-lifecycle"]
+  capabilities = ["list-jobs", "read-job", "register-job", "scale-job", "alloc-lifecycle"]
 
   variables {
     # the leader lock (leader.variable_path, default gpushare/leader):

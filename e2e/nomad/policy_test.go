@@ -11,10 +11,11 @@ import (
 
 // The shipped scheduler policy parses with Nomad's own parser and grants
 // exactly what the scheduler calls: jobs, allocations and the event stream
-// of every namespace, re-registering and stopping allocations, nodes and
-// their stats, and its variables (the leader lock and its records under
-// gpushare/ in the gpushare namespace), but not deregistering, purging,
-// reading logs or secrets, or writing other variables.
+// of every namespace, re-registering, scaling (elastic groups) and
+// stopping allocations, nodes and their stats, and its variables (the
+// leader lock and its records under gpushare/ in the gpushare namespace),
+// but not deregistering, purging, reading logs or secrets, or writing
+// other variables.
 func TestSchedulerPolicy(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "nomad", "gpushare-scheduler.policy.hcl"))
 	must.NoError(t, err)
@@ -23,11 +24,12 @@ func TestSchedulerPolicy(t *testing.T) {
 	a, err := acl.NewACL(false, []*acl.Policy{p})
 	must.NoError(t, err)
 	for _, ns := range []string{"default", "team-a", "gpushare"} {
-		for _, op := range []string{acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob, acl.NamespaceCapabilityRegisterJob, acl.NamespaceCapabilityAllocLifecycle} {
+		for _, op := range []string{acl.NamespaceCapabilityListJobs, acl.NamespaceCapabilityReadJob, acl.NamespaceCapabilityRegisterJob, acl.NamespaceCapabilityAllocLifecycle,
+			acl.NamespaceCapabilityScaleJob} { // elastic groups (gpushare.elastic)
 			must.True(t, a.AllowNsOp(ns, op), must.Sprintf("%s in %s", op, ns))
 		}
 		for _, op := range []string{acl.NamespaceCapabilitySubmitJob, acl.NamespaceCapabilityDeregisterJob, acl.NamespaceCapabilityPurgeJob,
-			acl.NamespaceCapabilityReadLogs, acl.NamespaceCapabilityAllocExec, acl.NamespaceCapabilityDispatchJob, acl.NamespaceCapabilityScaleJob} {
+			acl.NamespaceCapabilityReadLogs, acl.NamespaceCapabilityAllocExec, acl.NamespaceCapabilityDispatchJob} {
 			must.False(t, a.AllowNsOp(ns, op), must.Sprintf("%s in %s", op, ns))
 		}
 	}

@@ -9,13 +9,13 @@
 
 # every namespace: the scheduler follows the event stream of all of them
 namespace "*" {
-  capabilities = ["list-jobs", "read-job", "register-job", "alloc-lifecycle"]
+  capabilities = ["list-jobs", "read-job", "register-job", "scale-job", "alloc-lifecycle"]
 }
 
 # its own namespace (a named block replaces "*" for it): the same, and the
 # leader lock and its records under gpushare/ (Nomad Variables)
 namespace [[ var "namespace" . | quote ]] {
-  capabilities = ["list-jobs", "read-job", "register-job", "alloc-lifecycle"]
+  capabilities = ["list-jobs", "read-job", "register-job", "scale-job", "alloc-lifecycle"]
 
   variables {
     path "gpushare/*" {
