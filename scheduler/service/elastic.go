@@ -119,7 +119,10 @@ type sentResize struct {
 type scaleRead struct {
 	index  uint64
 	groups map[string][]*api.ScalingEvent
-	err    error
+	// err is why Nomad did not answer, at: when (read again after
+	// the interval, or once the job changes)
+	err error
+	at  time.Time
 }
 
 func newElastic(log hclog.Logger, n any, lease leadership, interval time.Duration) *elastic {
@@ -268,7 +271,7 @@ func (e *elastic) resize(ctx context.Context, p resizePass) {
 		}
 		jk := g.key.Namespace + "/" + g.key.Job
 		seen[jk] = true
-		m, err := e.read(ctx, g, jk)
+		m, err := e.read(ctx, g, jk, p.now)
 		if err != nil {
 			st.Why = fmt.Sprintf("cannot read its scaling events from Nomad (%v); not resized until they can be read", err)
 			status[g.key] = st
@@ -313,11 +316,11 @@ func (e *elastic) resize(ctx context.Context, p resizePass) {
 
 // read resolves what Nomad's scaling events say of g: the count its user
 // registered and gpushare's last resize.
-func (e *elastic) read(ctx context.Context, g *elasticGroup, jk string) (*managed, error) {
+func (e *elastic) read(ctx context.Context, g *elasticGroup, jk string, now time.Time) (*managed, error) {
 	r, ok := e.events[jk]
-	if !ok || r.index != g.jobIndex || r.err != nil {
+	if !ok || r.index != g.jobIndex || r.err != nil && !now.Before(r.at.Add(e.interval)) {
 		groups, err := e.nomad.ScaleEvents(ctx, g.key.Namespace, g.key.Job)
-		r = scaleRead{index: g.jobIndex, groups: groups, err: err}
+		r = scaleRead{index: g.jobIndex, groups: groups, err: err, at: now}
 		e.events[jk] = r
 	}
 	if r.err != nil {
