@@ -45,6 +45,8 @@ func TestExitCodesFollowNomad(t *testing.T) {
 		{[]string{"job", "frobnicate"}, 1, "", "Usage: gpushare job <subcommand>"},
 		{[]string{"fixture"}, 1, "", "Usage: gpushare fixture <subcommand>"},
 		{[]string{"fixture", "-h"}, 0, "", "Usage: gpushare fixture <subcommand>"},
+		{[]string{"sim"}, 1, "", "gpushare sim"},
+		{[]string{"sim", "-help"}, 0, "", "gpushare sim"},
 		{[]string{"fixture", "check", "-h"}, 0, "", "Usage: gpushare fixture check FILE..."},
 		{[]string{"fixture", "check"}, 1, "", "Usage: gpushare fixture check FILE..."},
 		{[]string{"job", "status"}, 1, "", "takes one argument"},
@@ -57,7 +59,7 @@ func TestExitCodesFollowNomad(t *testing.T) {
 	}
 	// every command with flags: -h and -help exit 0, an unknown flag 1
 	for _, cmd := range [][]string{{"status"}, {"demo"}, {"scheduler"}, {"limit"}, {"version"},
-		{"job", "lint"}, {"job", "run"}, {"job", "status"}, {"fixture", "from-topo"}} {
+		{"job", "lint"}, {"job", "run"}, {"job", "status"}, {"fixture", "from-topo"}, {"sim", "openb"}, {"sim", "gavel"}} {
 		usage := "Usage: gpushare " + strings.Join(cmd, " ")
 		for _, h := range []string{"-h", "-help", "--help"} {
 			cases = append(cases, exitCase{append(append([]string{}, cmd...), h), 0, "", usage})

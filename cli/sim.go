@@ -30,10 +30,10 @@ Run 'gpushare sim openb -h' or 'gpushare sim gavel -h' for flags.
 func runSim(args []string, io IO) int {
 	if len(args) == 0 || (args[0] != "openb" && args[0] != "gavel") {
 		fmt.Fprint(io.Err, simUsage)
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && isHelp(args[0]) {
 			return 0
 		}
-		return 2
+		return exitUsage
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -146,12 +146,12 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	limits := fs.Bool("limits", true, "also pack each seed's pods offline (largest first) and bound what any packer can allocate, at 100% and 130% arrived demand (adds about half to the CPU time)")
 	migrations := fs.Bool("migrations", false, "also replay gpushare allowed to move running fractional pods (up to 1% of pods) to make room; not the FGD method, reported apart")
 	coverage := fs.Float64("gpushare-mix-coverage", openb.DefaultGpushareCoverage, "gpushare's expected mix of requests covers this share of the trace's pods (FGD's typical pods: 0.95; compare with policy fgd-own-mix)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	sd, err := parseSeeds(*seeds)
 	if err == nil {
@@ -159,7 +159,7 @@ func simOpenb(ctx context.Context, args []string, io IO) int {
 	}
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare sim openb: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	data := openb.Embedded()
 	if c.data != "" {
@@ -211,12 +211,12 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	elMax := fs.Int("elastic-max", gavel.DefaultElasticMax, "elastic groups: an elastic job runs on at most this many times the GPUs it asks for")
 	elSeeds := fs.String("elastic-seeds", "1-3", "elastic groups: seeds of the draw of the jobs that opt in, one elastic run each")
 	elCost := fs.Duration("elastic-resize-cost", gavel.DefaultResizeCost*time.Second, "elastic groups: the pause each grow or shrink costs a job")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if code, ok := parse(fs, args); !ok {
+		return code
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return 2
+		return exitUsage
 	}
 	err := c.check()
 	var cl []gavel.Cluster
@@ -241,7 +241,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	rb.Seed = *seed
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare sim gavel: %v\n", err)
-		return 2
+		return exitUsage
 	}
 	data := gavel.Embedded()
 	if c.data != "" {

@@ -18,16 +18,16 @@ func TestSimUsageAndFlags(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{"no trace set", []string{"sim"}, 2, "openb"},
-		{"unknown trace set", []string{"sim", "philly"}, 2, "gavel"},
-		{"bad seeds", []string{"sim", "openb", "-seeds", "x"}, 2, "seed"},
-		{"bad format", []string{"sim", "gavel", "-format", "pdf"}, 2, "svg or png"},
-		{"bad cluster", []string{"sim", "gavel", "-cluster", "tpu"}, 2, "unknown cluster"},
-		{"bad slowdown", []string{"sim", "gavel", "-max-slowdown", "1.5"}, 2, "max-slowdown"},
+		{"no trace set", []string{"sim"}, 1, "openb"},
+		{"unknown trace set", []string{"sim", "philly"}, 1, "gavel"},
+		{"bad seeds", []string{"sim", "openb", "-seeds", "x"}, 1, "seed"},
+		{"bad format", []string{"sim", "gavel", "-format", "pdf"}, 1, "svg or png"},
+		{"bad cluster", []string{"sim", "gavel", "-cluster", "tpu"}, 1, "unknown cluster"},
+		{"bad slowdown", []string{"sim", "gavel", "-max-slowdown", "1.5"}, 1, "max-slowdown"},
 		{"unknown policy", []string{"sim", "gavel", "-traces", "795a4c", "-policies", "magic", "-quiet"}, 1, "unknown gavel policy"},
-		{"bad elastic share", []string{"sim", "gavel", "-elastic-share", "1.5"}, 2, "-elastic-share"},
-		{"bad elastic max", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-max", "1"}, 2, "-elastic-max"},
-		{"bad elastic seeds", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-seeds", "x"}, 2, "-elastic-seeds"},
+		{"bad elastic share", []string{"sim", "gavel", "-elastic-share", "1.5"}, 1, "-elastic-share"},
+		{"bad elastic max", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-max", "1"}, 1, "-elastic-max"},
+		{"bad elastic seeds", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-seeds", "x"}, 1, "-elastic-seeds"},
 		{"unknown trace", []string{"sim", "openb", "-traces", "nope", "-seeds", "42", "-quiet"}, 1, "nope"},
 	}
 	for _, c := range cases {
