@@ -418,3 +418,32 @@ func TestElasticLeaderlessDoesNotScale(t *testing.T) {
 	must.SliceEmpty(t, f.scaleCalls())
 	must.StrContains(t, elasticOf(t, s, "el").Why, "this replica does not lead")
 }
+
+// A group that opts in but cannot be resized says why, and is not:
+// no scaling block, a disabled one, a value of gpushare.elastic gpushare
+// does not know. One that opts out says nothing.
+func TestElasticSaysWhyItDoesNotResize(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	bare := elasticJob("bare", 25, 1, 1, 3, "true")
+	bare.TaskGroups[0].Scaling = nil
+	off := elasticJob("off", 25, 1, 1, 3, "true")
+	off.TaskGroups[0].Scaling.Enabled = ptr(false)
+	odd := elasticJob("odd", 25, 1, 1, 3, "maybe")
+	no := elasticJob("no", 25, 1, 1, 3, "false")
+	for _, j := range []*api.Job{bare, off, odd, no} {
+		f.put(j)
+	}
+	s, clock := clockedService(t, f)
+	f.scaleNow = clock.now
+	s.loop.reconcile(t.Context())
+	for _, id := range []string{"bare", "off", "odd", "no"} {
+		f.placeNew(t, id, 25)
+	}
+	clock.add(time.Minute)
+	pass(t, s)
+	must.SliceEmpty(t, f.scaleCalls())
+	must.StrContains(t, elasticOf(t, s, "bare").Why, "has no scaling block")
+	must.StrContains(t, elasticOf(t, s, "off").Why, "disabled (enabled = false)")
+	must.StrContains(t, elasticOf(t, s, "odd").Why, `gpushare.elastic = "maybe" is not a value gpushare knows`)
+	must.Nil(t, elasticOf(t, s, "no"))
+}
