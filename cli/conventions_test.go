@@ -268,6 +268,12 @@ func TestJobLintFormatsAndGate(t *testing.T) {
 	must.EqOp(t, 1, code)
 	must.EqOp(t, "3 error\n2 error\n", out)
 
+	// job run refuses it for the meta key, on its line, before asking the cluster
+	code, _, errOut := run("job", "run", "-scheduler", "", file)
+	must.EqOp(t, 1, code)
+	must.StrContains(t, errOut, file+`:3: error: group g: unknown meta key "gpushare.clas"`)
+	must.StrNotContains(t, errOut, "no gpushare gate") // it adds the gate
+
 	// as job run registers it: the gate added, only the meta key is wrong
 	code, out, _ = run("job", "lint", "-scheduler", "", "-for-job-run", file)
 	must.EqOp(t, 1, code)

@@ -159,16 +159,6 @@ func clusterNodes(sched scheduler) []jobspecs.NodeGPUs {
 	return out
 }
 
-// parseFile parses a jobspec with Nomad's parser: the agent p names, or
-// the nomad binary (jobspecs.Parser).
-func parseFile(p jobspecs.Parser, file string, vars []string) (*api.Job, error) {
-	src, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	return p.Parse(file, src, vars)
-}
-
 func jobRun(args []string, io IO) int {
 	fs := newFlags("job run", "job run [-var name=value]... [-detach] [-check] [-timeout D] [-scheduler URL] [Nomad flags: -address, -namespace, -token, -region, -ca-cert, ...] FILE", io)
 	nf := addNomadFlags(fs, "")
@@ -191,7 +181,12 @@ func jobRun(args []string, io IO) int {
 		fmt.Fprintf(io.Err, "gpushare job run: %v\n", err)
 		return 1
 	}
-	job, err := parseFile(jobspecs.Parser{Nomad: client}, fs.Arg(0), vars)
+	file := fs.Arg(0)
+	src, err := os.ReadFile(file)
+	var job *api.Job
+	if err == nil {
+		job, err = jobspecs.Parser{Nomad: client}.Parse(file, src, vars)
+	}
 	if err != nil {
 		fmt.Fprintln(io.Err, err)
 		return 1
@@ -200,8 +195,9 @@ func jobRun(args []string, io IO) int {
 	sched := schedFlag.resolve(nf)
 	profiles := schedulerProfiles(sched)
 	findings := append(jobspecs.LintWith(job, 0, profiles), checkVC(job, sched)...)
+	jobspecs.Locate(findings, jobspecs.IndexLines(file, src))
 	for _, f := range findings {
-		fmt.Fprintln(io.Err, f)
+		fmt.Fprintln(io.Err, f.In(file))
 	}
 	if jobspecs.HasErrors(findings) {
 		return 1
