@@ -14,12 +14,21 @@ import (
 	"github.com/gpushare/gpushare/scheduler/pin"
 )
 
+// What the loop keeps of the allocations it stops by gating their group
+// again (gateAgain: a preemption, or an unpairing):
+//
+//   - stopping (loop.preempted): the allocations Nomad is stopping, and
+//     since when; their capacity is already given away (the pass's
+//     snapshot leaves them out) until they are gone or stoppingFor has
+//     passed. Saved in the records; a follower takes the leader's.
+//     Guarded by the model's lock (cluster.mu);
+//   - preemptionLog (loop.preemptions): the groups last preempted, for
+//     /v1/preemptions and the page, in memory only (a new leader starts
+//     with none). It locks itself.
+
 // maxPreemptions bounds the preemptions kept for /v1/preemptions and the
 // page.
 const maxPreemptions = 50
-
-// queuePos is a waiting group's place in the queue.
-type queuePos struct{ Position, Of int }
 
 // Preemption is one group's allocations stopped, and the group gated
 // again, so that a guaranteed group could have their capacity.
@@ -34,18 +43,6 @@ type Preemption struct {
 	For          string `json:"for,omitempty"`
 	forNamespace string
 }
-
-// What the loop keeps of the allocations it stops by gating their group
-// again (gateAgain: a preemption, or an unpairing):
-//
-//   - stopping (loop.preempted): the allocations Nomad is stopping, and
-//     since when; their capacity is already given away (the pass's
-//     snapshot leaves them out) until they are gone or stoppingFor has
-//     passed. Saved in the records; a follower takes the leader's.
-//     Guarded by the model's lock (cluster.mu);
-//   - preemptionLog (loop.preemptions): the groups last preempted, for
-//     /v1/preemptions and the page, in memory only (a new leader starts
-//     with none). It locks itself.
 
 // stoppingFor is how long an allocation gated away counts as stopping at
 // most: one Nomad has not stopped by then holds its capacity again.
@@ -186,3 +183,6 @@ func (s *loop) gateAgain(ctx context.Context, allocIDs []string, done func(t dec
 	}
 	return nil
 }
+
+// queuePos is a waiting group's place in the queue.
+type queuePos struct{ Position, Of int }
