@@ -287,7 +287,7 @@ func checkFingerprint(t *testing.T, e *env, perGPU bool) {
 	t.Helper()
 	e.eventually(liveness, "every client's gpushare groups", func() bool {
 		stubs, _, err := e.nomad.Nodes().List(nil)
-		if err != nil || len(stubs) != 3 {
+		if err != nil || len(stubs) != len(e.fixtures) {
 			return false
 		}
 		for _, st := range stubs {

@@ -146,8 +146,10 @@ func (st *step) decide() []Action {
 		req := g.Req
 		if len(g.Stay) > 0 {
 			req.Count = max(req.Count-len(g.Stay), 0)
-			if req.DistinctNodes {
-				for _, h := range g.Stay {
+			req.Already = map[string]int{} // the others spread around them
+			for _, h := range g.Stay {
+				req.Already[h.Node]++
+				if req.DistinctNodes {
 					req.Avoid = append(slices.Clip(req.Avoid), h.Node)
 				}
 			}

@@ -144,11 +144,28 @@ func Sign(tg *api.TaskGroup, signature string) {
 	tg.Meta[MetaSignature] = signature
 }
 
+// nodeSpread is the spread a node pin writes, once, into a group whose
+// replicas spread (gpushare.replicas not "pack"): a node constraint names
+// nodes, not how many allocations go to each, and Nomad alone would pack
+// the group's new allocations onto one of them (binpack, and the index
+// affinities that rank nodes too).
+func nodeSpread() *api.Spread {
+	return &api.Spread{Attribute: NodeAttribute, Weight: ref(int8(IndexAffinityWeight))}
+}
+
+func isNodeSpread(sp *api.Spread) bool {
+	return sp != nil && sp.Attribute == NodeAttribute && len(sp.SpreadTarget) == 0 && sp.Weight != nil && *sp.Weight == IndexAffinityWeight
+}
+
 // writeNode puts a node pin into tg: its node constraint and the carriers
 // of placement and signature (the caller signs a new placement), the
-// fixed index affinities in dev (once) and rec.Env in the GPU task. A
-// share pin's meta goes.
-func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placement, signature string) {
+// fixed index affinities in dev and, when the group's replicas spread,
+// the node spread (each once), and rec.Env in the GPU task. A share pin's
+// meta goes.
+func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placement, signature string, spread bool) {
+	if spread && !slices.ContainsFunc(tg.Spreads, isNodeSpread) {
+		tg.Spreads = append(tg.Spreads, nodeSpread())
+	}
 	tg.Constraints = append(tg.Constraints, NodeConstraint(rec), carrier(CarryPlacement, placement))
 	if signature != "" {
 		tg.Constraints = append(tg.Constraints, carrier(CarrySignature, signature))

@@ -40,6 +40,8 @@ func TestANodePinNamesOnlyItsNodes(t *testing.T) {
 	}
 	must.Len(t, IndexAffinities, dev.Affinities)
 	must.True(t, HasIndexAffinities(tg))
+	// replicas spread over the pin's nodes, as the decision spread them
+	must.SliceContainsFunc(t, tg.Spreads, nodeSpread(), func(a, b *api.Spread) bool { return isNodeSpread(a) && isNodeSpread(b) })
 	// the group's node constraint, and the record carried in constraints
 	// that always hold, not in the meta
 	must.SliceContainsFunc(t, tg.Constraints, NodeConstraint(rec), sameConstraint)

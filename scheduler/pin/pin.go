@@ -140,7 +140,7 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	old, _ := ParseRecord(job, group)
 	unpin(tg, old)
 	if rec.Contract == ContractNode {
-		writeNode(tg, dev, rec, placement, signature)
+		writeNode(tg, dev, rec, placement, signature, Meta(job, tg)[MetaReplicas] != "pack")
 		return nil
 	}
 	tg.Constraints = append(tg.Constraints, NodeConstraint(rec))

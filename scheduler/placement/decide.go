@@ -27,7 +27,7 @@ func (e *engine) Decide(s *Snapshot, req Request) *Decision {
 		d.Refusal = ref
 		return d
 	}
-	if r.Count == 1 && !e.randomNode() {
+	if r.Count == 1 && !e.randomNode() && len(r.Already) == 0 {
 		n, c, ok := e.best(s, r)
 		if ok {
 			d.Placements = []Placement{e.materialize(s, n, c, r, 0)}

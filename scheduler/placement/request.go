@@ -47,6 +47,11 @@ type Request struct {
 	// (Nomad's distinct_hosts); otherwise fractions of a group may stack
 	// on one GPU of one node.
 	DistinctNodes bool `json:"distinct_nodes,omitempty"`
+	// Already counts, by node ID, allocations of the request's group that
+	// run there and stay (a group pinned again around what it runs): the
+	// request's allocations spread over nodes counting them too, as
+	// Nomad's job anti-affinity would.
+	Already map[string]int `json:"already,omitempty"`
 	// Limits cap how many of the request's allocations may go to nodes
 	// that share a value (Nomad's distinct_property): checked per
 	// allocation, so a group of count > 1 never puts more on one value

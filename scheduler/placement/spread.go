@@ -39,12 +39,13 @@ func (sp *spread) allows(n *Node) bool {
 }
 
 // on is how many of the group's allocations node n holds, as far as
-// spreading goes: 0 for every node of a request that packs.
+// spreading goes (those placed so far and those already there,
+// Request.Already): 0 for every node of a request that packs.
 func (sp *spread) on(n *Node) int {
 	if sp == nil || sp.r.Pack {
 		return 0
 	}
-	return sp.node[n.idx]
+	return sp.node[n.idx] + sp.r.Already[n.ID]
 }
 
 // take counts one more allocation on node n.

@@ -163,3 +163,22 @@ func TestANodePinnedGroupKeepsTheUntouchedNodeThroughADrain(t *testing.T) {
 		must.SliceContains(t, next.Shares, sh, must.Sprint("the kept allocation's shares are named as they run"))
 	}
 }
+
+// Scaled 1 -> 2, a node-pinned group's new allocation goes to another
+// node, as the group's replicas spread (Nomad's job anti-affinity): the
+// one that stays counts. Decided as if it were alone, a fraction packs
+// onto the GPU of the one that runs.
+func TestANodePinnedGroupGrowsAroundWhatRuns(t *testing.T) {
+	nodes := []*api.Node{perGPUNode(t, "node-1"), perGPUNode(t, "node-2")}
+	f, s, rec := placedFirst(t, gated("web", 25), nodes...)
+	must.SliceLen(t, 1, rec.Nodes)
+	f.runningAt("web", "alloc-1", rec.Nodes[0], rec.Shares)
+	f.scaled(t, "web", 2)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	grown, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok, must.Sprint(stageOf(s, "web").Why))
+	must.Eq(t, 2, grown.Count)
+	must.SliceLen(t, 2, grown.Nodes, must.Sprint("the new allocation spread to the other node"))
+	must.True(t, pin.Group(f.jobs["web"], "g").Spreads != nil, must.Sprint("Nomad is told to spread them too"))
+}
