@@ -21,11 +21,11 @@ import (
 // with the meta gpushare.elastic = "true" and declares a scaling block
 // (min, max) without a policy is grown by one allocation at a time into
 // idle shares through Nomad's scale API, the path the Nomad Autoscaler
-// takes, up to max, while no group waits; and shrunk back, newest
-// allocations first (Nomad stops the highest-indexed ones when a count goes
-// down), when a waiting group would fit on the shares its grown
-// allocations hold, never below min nor below the count its user
-// registered. A group whose scaling block has a policy is the Autoscaler's
+// takes, up to max, while no group that could use those shares waits;
+// and shrunk back, newest allocations first (Nomad stops the
+// highest-indexed ones when a count goes down), when a waiting group would
+// fit on the shares its grown allocations hold, never below min nor below
+// the count its user registered. A group whose scaling block has a policy is the Autoscaler's
 // and never touched.
 //
 // What it needs beyond the pass's read is read back from Nomad, so that a

@@ -163,7 +163,8 @@ func (e *elastic) shrinkBack(p resizePass, ms []*managed, done []resizeTo) []res
 // for which the placement core finds room for one more allocation on
 // idle shares (the group decided again for its count plus one, its own
 // allocations taken out, preempting nothing). Nothing grows while a group
-// waits, nor in a pass that placed something the snapshot does not show,
+// that could use those shares waits (waitsFor), nor in a pass that placed
+// something the snapshot does not show,
 // nor in one that shrinks a group (allow false). It says in why why each
 // other group does not grow.
 func (e *elastic) growOne(p resizePass, ms []*managed, allow bool, why map[decide.Key]string) []resizeTo {
@@ -178,8 +179,6 @@ func (e *elastic) growOne(p resizePass, ms []*managed, allow bool, why map[decid
 			why[m.key] = "a resize was sent; waiting for Nomad's new version of the job"
 		case !m.running:
 			why[m.key] = "grows only while every allocation of its count runs"
-		case len(p.waits) > 0:
-			why[m.key] = fmt.Sprintf("does not grow while a group waits for room (%s, %d in all): waiting work comes first", p.waits[0].Key, len(p.waits))
 		case p.placing:
 			why[m.key] = "does not grow in a pass that placed other work; looked at again in the next"
 		case p.now.Before(m.at.Add(e.interval)):
@@ -196,23 +195,29 @@ func (e *elastic) growOne(p resizePass, ms []*managed, allow bool, why map[decid
 		return cmp.Or(cmp.Compare(a.count-a.base, b.count-b.base), decide.Key.Compare(a.key, b.key))
 	})
 	for i, m := range cands {
-		if !fitsOneMore(p, m) {
+		d := fitsOneMore(p, m)
+		if d == nil {
 			why[m.key] = "no idle shares hold one more of its allocations (it takes nothing that runs)"
+			continue
+		}
+		if w, node, ok := waitsFor(p, m, d); ok {
+			why[m.key] = fmt.Sprintf("does not grow while a group that could use the shares it would take waits for room (%s, on node %s): waiting work comes first", w, node)
 			continue
 		}
 		for _, o := range cands[i+1:] {
 			why[o.key] = "another group grows first; one grows per pass"
 		}
-		reason := fmt.Sprintf("grown from %d to %d: idle shares hold one more of its allocations and no group waits", m.count, m.count+1)
+		reason := fmt.Sprintf("grown from %d to %d: idle shares hold one more of its allocations and no group that could use them waits", m.count, m.count+1)
 		return []resizeTo{{g: m.elasticGroup, to: m.count + 1, base: m.base, reason: reason}}
 	}
 	return nil
 }
 
-// fitsOneMore asks the placement core whether m fits with one allocation
+// fitsOneMore asks the placement core where m fits with one allocation
 // more, its own allocations taken out of the snapshot (as the scheduler
-// decides a group scaled past its pin), without preempting anything.
-func fitsOneMore(p resizePass, m *managed) bool {
+// decides a group scaled past its pin), without preempting anything (nil:
+// nowhere).
+func fitsOneMore(p resizePass, m *managed) *placement.Decision {
 	l := &lender{snap: p.snap}
 	defer l.undo()
 	for _, a := range m.allocs {
@@ -220,8 +225,44 @@ func fitsOneMore(p resizePass, m *managed) bool {
 	}
 	req := m.req
 	req.Count = m.count + 1
-	d := p.pol.Decide(p.snap, req)
-	return d.Placed() && len(d.Preempt) == 0
+	if d := p.pol.Decide(p.snap, req); d.Placed() && len(d.Preempt) == 0 {
+		return d
+	}
+	return nil
+}
+
+// waitsFor names a group the step left waiting that could use the shares
+// m's growth would take (d): one whose own rules allow a node of d and the
+// model of its GPUs there. A group that waits for other nodes or another
+// model does not hold m back.
+func waitsFor(p resizePass, m *managed, d *placement.Decision) (decide.Key, string, bool) {
+	for _, w := range p.waits {
+		if w.Key == m.key {
+			continue
+		}
+		r := w.Req
+		for _, pl := range d.Placements {
+			if r.Allowed != nil && !slices.Contains(r.Allowed, pl.Node) || slices.Contains(r.Avoid, pl.Node) {
+				continue
+			}
+			if len(r.Models) == 0 || slices.ContainsFunc(pl.GPUs, func(u string) bool { return slices.Contains(r.Models, gpuModel(p.snap, pl.Node, u)) }) {
+				return w.Key, pl.Node, true
+			}
+		}
+	}
+	return decide.Key{}, "", false
+}
+
+// gpuModel is the model of GPU uuid of a node of the snapshot.
+func gpuModel(snap *placement.Snapshot, node, uuid string) string {
+	if n, ok := snap.Node(node); ok {
+		for i := range n.GPUs {
+			if n.GPUs[i].UUID == uuid {
+				return n.GPUs[i].Model
+			}
+		}
+	}
+	return ""
 }
 
 // lender takes allocations out of a snapshot and puts them back.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -248,21 +250,53 @@ func TestElasticGrowsIntoIdleSharesUpToMax(t *testing.T) {
 	must.Eq(t, 0.0, counterValue(t, s, `gpushare_elastic_resizes_total{direction="shrink"}`))
 }
 
-// While a group waits for room, no elastic group grows, even into shares
-// the waiting group could not use; once none waits, it grows.
+// While a group that could use the shares it would take waits for room,
+// no elastic group grows (even where the waiting group does not fit yet);
+// once none waits, it grows.
 func TestElasticDoesNotGrowWhileAGroupWaits(t *testing.T) {
 	f, s, _ := elasticCluster(t, 1, 1, 3)
 	f.put(gated("big", 200)) // two whole GPUs: none is free
 	pass(t, s)
 	must.MapContainsKey(t, s.loop.pending, key("big"))
 	must.SliceEmpty(t, f.scaleCalls())
-	must.StrContains(t, elasticOf(t, s, "el").Why, "does not grow while a group waits for room (default/big/g")
+	must.StrContains(t, elasticOf(t, s, "el").Why, "does not grow while a group that could use the shares it would take waits for room (default/big/g, on node node-1)")
 
 	f.mu.Lock()
 	delete(f.jobs, "big")
 	f.mu.Unlock()
 	pass(t, s)
 	must.Eq(t, []string{"el/g 1->2"}, f.scaleCalls())
+}
+
+// A group that waits for room where an elastic group's growth would not
+// take any (another node, which its rules alone allow) does not hold the
+// elastic group back.
+func TestElasticGrowsBesideAGroupThatWaitsElsewhere(t *testing.T) {
+	f := &fakeNomad{nodes: twoDGX1(t), jobs: map[string]*api.Job{}}
+	busy := gated("b2", 800)
+	busy.TaskGroups[0].Constraints = nil
+	f.put(busy)
+	n2, err := model.NodeOf(f.nodes[1])
+	must.NoError(t, err)
+	var all []string
+	for _, g := range n2.GPUs {
+		for k := range g.Shares {
+			all = append(all, devicefn.ShareID{UUID: g.UUID, Index: k}.String())
+		}
+	}
+	f.setAlloc("b2", "alloc-b2", "node-2", all, "running", "run")
+	f.put(elasticJob("el", 25, 1, 1, 3, "true"))
+	s, clock := clockedService(t, f)
+	f.scaleNow = clock.now
+	s.loop.reconcile(t.Context())
+	f.placeNew(t, "el", 25)
+	there := gated("there", 25) // only node-2, which is full
+	there.TaskGroups[0].Constraints = append(there.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.id}", RTarget: "node-2", Operand: "="})
+	f.put(there)
+	pass(t, s)
+	must.StrContains(t, s.loop.pending[key("there")], "position 1 of 1 in the queue") // the step left it waiting
+	must.Eq(t, []string{"el/g 1->2"}, f.scaleCalls())
+	must.StrContains(t, f.scaleEvents["el"]["g"][0].Message, "no group that could use them waits")
 }
 
 // A waiting group that fits on the shares an elastic group grew into
