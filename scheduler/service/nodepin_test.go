@@ -182,3 +182,49 @@ func TestANodePinnedGroupGrowsAroundWhatRuns(t *testing.T) {
 	must.SliceLen(t, 2, grown.Nodes, must.Sprint("the new allocation spread to the other node"))
 	must.True(t, pin.Group(f.jobs["web"], "g").Spreads != nil, must.Sprint("Nomad is told to spread them too"))
 }
+
+// The same file registered again (a pipeline) is pinned byte for byte as
+// before under a node pin too: the group's constraints, device block,
+// spread and env are those Nomad runs, so it updates in place.
+func TestANodePinnedGroupRegisteredAgainIsPinnedAsBefore(t *testing.T) {
+	nodes := []*api.Node{perGPUNode(t, "node-1"), perGPUNode(t, "node-2")}
+	f, s, rec := placedFirst(t, gated("q", 25), nodes...)
+	must.Eq(t, pin.ContractNode, rec.Contract)
+	f.runningAt("q", "alloc-q", rec.Nodes[0], rec.Shares)
+	first, err := json.Marshal(pin.Group(f.jobs["q"], "g"))
+	must.NoError(t, err)
+
+	f.put(gated("q", 25)) // the same file again
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	again, err := json.Marshal(pin.Group(f.jobs["q"], "g"))
+	must.NoError(t, err)
+	must.Eq(t, string(first), string(again))
+}
+
+// Carriers written by hand, or copied from another group, count for
+// nothing: the record's signature is checked as a share pin's meta is.
+func TestANodePinsCarriersWrittenByHandAreNotTrusted(t *testing.T) {
+	nodes := []*api.Node{perGPUNode(t, "node-1")}
+	f, s, _ := placedFirst(t, gated("a", 25), nodes...)
+	j, err := copyJob(f.jobs["a"])
+	must.NoError(t, err)
+	j.ID, j.Name = ptr("b"), ptr("b") // another job, the same carriers
+	f.put(j)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	_, ok := s.state.Record(f.jobs["b"], "g")
+	must.False(t, ok, must.Sprint("a record copied into another job is trusted"))
+
+	forged, err := copyJob(f.jobs["a"])
+	must.NoError(t, err)
+	for _, c := range pin.Group(forged, "g").Constraints {
+		if pin.IsCarrier(c) && c.LTarget == pin.CarryPlacement {
+			must.StrContains(t, c.RTarget, `"count":1`)
+			c.RTarget = strings.Replace(c.RTarget, `"count":1`, `"count":9`, 1)
+		}
+	}
+	f.put(forged)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	_, ok = s.state.Record(f.jobs["a"], "g")
+	must.False(t, ok, must.Sprint("a record changed by hand is trusted"))
+}
