@@ -109,7 +109,9 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	w, known := s.staging.waiting[a.Group]
 	s.mu.Unlock()
 	var specs []holdSpec
-	if !w.kept { // a kept decision's holds are registered already: w.holds
+	if !w.kept && !a.Decision.InPlace { // a kept decision's holds are registered already: w.holds
+		// (a node pin needs none: Nomad takes each allocation's shares from
+		// one GPU's group)
 		specs = stagesOf(a.Decision.Placements, live)
 	}
 	digest := ""

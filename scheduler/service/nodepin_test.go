@@ -228,3 +228,18 @@ func TestANodePinsCarriersWrittenByHandAreNotTrusted(t *testing.T) {
 	_, ok = s.state.Record(f.jobs["a"], "g")
 	must.False(t, ok, must.Sprint("a record changed by hand is trusted"))
 }
+
+// Several allocations of a node-pinned group on one node are not staged
+// behind hold jobs: Nomad takes each allocation's shares from one GPU's
+// group by itself.
+func TestANodePinIsNotStaged(t *testing.T) {
+	j := gated("thirds", 60)
+	j.TaskGroups[0].Count = ptr(3)
+	f, s, rec := placedFirst(t, j, perGPUNode(t, "node-1"))
+	must.Eq(t, pin.ContractNode, rec.Contract)
+	must.SliceLen(t, 3, rec.GPUs, must.Sprint("three GPUs of one node"))
+	must.MapEmpty(t, s.loop.staging.waiting, must.Sprint("a node pin waits for no hold"))
+	for id := range f.jobs {
+		must.False(t, isHold(id), must.Sprintf("hold %s registered for a node pin", id))
+	}
+}
