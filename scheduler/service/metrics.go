@@ -27,6 +27,9 @@ type metrics struct {
 	restarts         *prometheus.CounterVec
 	promotions       prometheus.Counter
 	gateOpen         prometheus.Gauge
+	// figures are the gauges computed on scrape (figures.go); nil until
+	// the service adds them (addFigures).
+	figures *figures
 }
 
 func newMetrics() *metrics {
@@ -68,8 +71,23 @@ func newMetrics() *metrics {
 	for _, o := range []string{"placed", "refused", "never"} {
 		m.decisions.WithLabelValues(o) // every outcome is a series from the start, at 0
 	}
+	for _, r := range restartReasons {
+		m.restarts.WithLabelValues(r) // every reason too
+	}
 	m.reg.MustRegister(m.pending, m.refused, m.oldestPending, m.leader, m.decisions, m.pins, m.conflicts, m.preemptions, m.confirmations,
 		m.reconnects, m.resyncs, m.events, m.pinLatency, m.placementLatency, m.stepSeconds, m.lockHold, m.longestHold, m.pinRequests, m.restarts,
 		m.promotions, m.gateOpen)
 	return m
+}
+
+// restartReasons are gpushare_restarts_total's reasons (moves.go), each a
+// series from the start.
+var restartReasons = []string{"repin", "scale", "adopt", "moved"}
+
+// addFigures registers the gauges computed on scrape from the loop's model
+// and what its passes publish (figures.go); follows says whether this
+// replica follows another.
+func (m *metrics) addFigures(l *loop, follows func() bool) {
+	m.figures = newFigures(l, follows)
+	m.reg.MustRegister(m.figures)
 }

@@ -160,6 +160,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	// group refused for good: what /v1/groups lists
 	s.metrics.pending.Set(float64(waiting))
 	s.metrics.refused.Set(float64(refused))
+	s.publishFigures(pending) // per namespace and state (figures.go)
 	s.records.saveState(ctx)
 	s.lastLongestHold = s.mu.longest()
 	s.metrics.longestHold.Set(s.lastLongestHold.Seconds())

@@ -87,6 +87,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.loop.lease = s.lease
 	s.loop.elastic = newElastic(log, n, s.lease, config.Duration(cfg.ElasticInterval))
 	s.metrics.reg.MustRegister(s.loop.elastic.resizes)
+	s.metrics.addFigures(s.loop, s.lease.follows)
 	s.records = newRecords(c, log, n, s.lease, s.loop, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
 	s.watcher = &watcher{cluster: c, log: log, nomad: n, metrics: s.metrics, ns: managed,
