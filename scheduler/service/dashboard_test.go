@@ -50,25 +50,7 @@ func TestGrafanaDashboardQueriesServedMetrics(t *testing.T) {
 	must.NoError(t, json.Unmarshal(b, &dash))
 	must.NotEq(t, "", dash.UID)
 
-	// a cluster with a group running, one waiting and GPU stats read
-	f := &gpuStatsNomad{fakeNomad: &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}, proc: map[string]int64{}}
-	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(100000, 0) })
-	must.NoError(t, err)
-	f.put(gated("quarter", 25))
-	f.put(gated("toolarge", 900))
-	must.NoError(t, s.watcher.resync(t.Context()))
-	s.loop.reconcile(t.Context())
-	f.util = 30
-	s.loop.sampleGPUs(t.Context())
-	labels := map[string]map[string]bool{} // metric -> its labels
-	for _, m := range scrapeSamples(t, s) {
-		if labels[m.name] == nil {
-			labels[m.name] = map[string]bool{}
-		}
-		for k := range m.labels {
-			labels[m.name][k] = true
-		}
-	}
+	labels := servedMetrics(t)
 
 	var walk func(ps []dashboardPanel) int
 	walk = func(ps []dashboardPanel) int {
@@ -119,5 +101,61 @@ func TestGrafanaDashboardQueriesServedMetrics(t *testing.T) {
 	for _, want := range []string{"shares in use per node and model", "utilisation", "waiting groups per namespace", "lifecycle state",
 		"decisions", "restarts", "pin latency", "elastic resizes", "unhealthy gpus"} {
 		must.StrContains(t, all, want)
+	}
+}
+
+// servedMetrics are the series of /metrics, with their labels, on a
+// service that decided (a group pinned, one refused) and sampled its
+// GPUs' stats: every metric it serves.
+func servedMetrics(t *testing.T) map[string]map[string]bool {
+	t.Helper()
+	f := &gpuStatsNomad{fakeNomad: &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}, proc: map[string]int64{}}
+	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(100000, 0) })
+	must.NoError(t, err)
+	f.put(gated("quarter", 25))
+	f.put(gated("toolarge", 900))
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	f.util = 30
+	s.loop.sampleGPUs(t.Context())
+	labels := map[string]map[string]bool{} // metric -> its labels
+	for _, m := range scrapeSamples(t, s) {
+		if labels[m.name] == nil {
+			labels[m.name] = map[string]bool{}
+		}
+		for k := range m.labels {
+			labels[m.name][k] = true
+		}
+	}
+	return labels
+}
+
+// The reference's Metrics section names every gpushare metric /metrics
+// serves (a histogram by its name, without _bucket, _sum or _count).
+func TestReferenceDocumentsEveryMetric(t *testing.T) {
+	b, err := os.ReadFile("../../docs/reference.md")
+	must.NoError(t, err)
+	doc := string(b)
+	start := strings.Index(doc, "\n## Metrics\n")
+	must.Positive(t, start, must.Sprint("docs/reference.md has no Metrics section"))
+	section := doc[start+1:]
+	if end := strings.Index(section[1:], "\n## "); end > 0 {
+		section = section[:end+1]
+	}
+	documented := map[string]bool{}
+	for _, n := range metricName.FindAllString(section, -1) {
+		documented[n] = true
+	}
+	for name := range servedMetrics(t) {
+		if !strings.HasPrefix(name, "gpushare_") {
+			continue
+		}
+		base := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if b, ok := strings.CutSuffix(name, suffix); ok && documented[b] {
+				base = b
+			}
+		}
+		must.MapContainsKey(t, documented, base, must.Sprintf("docs/reference.md#metrics does not name %s", name))
 	}
 }
