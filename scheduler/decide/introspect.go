@@ -86,15 +86,19 @@ func (st *step) introspect() []Action {
 }
 
 // unpairLosing unpairs every GPU shared by two observed allocations that
-// declare their run times where observation says sharing loses: by
-// SJF-BSBF's rule (queue.PairGain) at the observed throughputs plus their
-// errors, the summed completion times of the two are longer shared than
-// one after the other, even with the job to move waiting for the other to
-// end and counting the work it loses by moving (its work since it
-// started). Pairing weighed the predictions; this weighs what was seen,
-// so a pair the prediction was wrong about ends as soon as it is seen.
-// ids are the observed allocations, sorted; done the GPUs already
-// unpaired in this step.
+// declare their run times where observation says sharing loses: the two
+// together, at their observed throughputs plus their errors, get less done
+// than one of them alone (the GPU is worth less shared than not, to the
+// whole queue), and by SJF-BSBF's rule (queue.PairGain) their summed
+// completion times are longer shared than one after the other, even with
+// the job to move waiting only for the other to end and counting the work
+// it loses by moving (its work since it started). Pairing weighed the
+// predictions; this weighs what was seen, so a pair the prediction was
+// wrong about ends as soon as it is seen. A pair that still gets more
+// done than one job alone is kept: the job moved would wait in the queue,
+// longer than for its partner when the cluster is busy. ids are the
+// observed allocations, sorted; done the GPUs already unpaired in this
+// step.
 func (st *step) unpairLosing(ids []string, done map[string]bool) []Action {
 	var out []Action
 	for _, id := range ids {
@@ -126,7 +130,7 @@ func (st *step) unpairLosing(ids []string, done map[string]bool) []Action {
 		nm, ns := min(ms.Norm+ms.Err, 1), min(ss.Norm+ss.Err, 1)
 		tm, ts := st.left(moved).Seconds()*nm, st.left(stay).Seconds()*ns // alone
 		lost := max(st.in.Now.Sub(ms.Started).Seconds(), 0) * nm
-		if queue.PairGain(ts, tm, ns, nm, math.Inf(1))+lost >= 0 {
+		if nm+ns >= 1 || queue.PairGain(ts, tm, ns, nm, math.Inf(1))+lost >= 0 {
 			continue
 		}
 		slow, with := moved, stay
@@ -137,7 +141,7 @@ func (st *step) unpairLosing(ids []string, done map[string]bool) []Action {
 		wa, _ := st.snap.Alloc(with)
 		ma, _ := st.snap.Alloc(moved)
 		pair := &Pair{GPUModel: model, Slow: sa.Profile, With: wa.Profile, Norm: st.in.Running[slow].Norm, Bound: st.bound(sa.MaxSlowdown)}
-		reason := fmt.Sprintf("%s runs at %.2fx and %s at %.2fx of alone sharing GPU %s (%s): slower, summed over both, than one after the other: moving %s (%s, %s)",
+		reason := fmt.Sprintf("%s runs at %.2fx and %s at %.2fx of alone sharing GPU %s (%s): less done together than one alone, and slower, summed over both, than one after the other: moving %s (%s, %s)",
 			st.label(stay), ss.Norm, st.label(moved), ms.Norm, uuid, model, st.label(moved), classOf(ma), why(moved, moved, movable))
 		out = append(out, Action{Kind: Unpair, Group: ms.Group, Allocs: []string{moved}, Reason: reason, Pair: pair})
 		done[uuid] = true

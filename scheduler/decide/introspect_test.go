@@ -115,9 +115,12 @@ func TestUnpairNeverMovesAnUnlistedNeighbour(t *testing.T) {
 
 // A pair within its bound is unpaired when observation says it loses:
 // a (2 h left) and b (5 h left, started later) both at 0.45x of alone,
-// within the bound of 0.6, take longer shared, summed over both, than b
-// waiting for a to end, even counting the hour of work b loses by moving.
-// At 0.75x they gain; without declared run times there is nothing to weigh.
+// within the bound of 0.6, get less done together than one alone, and
+// take longer shared, summed over both, than b waiting for a to end, even
+// counting the hour of work b loses by moving. At 0.75x they gain; at
+// 0.5x and 0.55x they still lose by the sum, but get more done than one
+// alone, so b is not sent to wait in the queue; without declared run
+// times there is nothing to weigh.
 func TestUnpairWhenObservedLosing(t *testing.T) {
 	s := snapshot(t, "dgx1-v100.hcl")
 	pair(t, s, placement.ClassProduction, placement.ClassProduction)
@@ -132,6 +135,8 @@ func TestUnpairWhenObservedLosing(t *testing.T) {
 	must.Eq(t, "job-a", as[0].Pair.With.Name)
 
 	in.Running = running(0.75, 0.75)
+	must.Eq(t, 0, len(Step(policy(t), in, c)))
+	in.Running = running(0.5, 0.55)
 	must.Eq(t, 0, len(Step(policy(t), in, c)))
 	in.Running, in.Ends = running(0.45, 0.45), nil
 	must.Eq(t, 0, len(Step(policy(t), in, c)))
