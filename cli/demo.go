@@ -25,7 +25,7 @@ import (
 
 func runDemo(args []string, io IO) int {
 	fs := newFlags("demo", "demo [-nomad PATH] [-plugin PATH] [-keep | -detach | -stop] [-state DIR] [-timeout D]", io)
-	nomadBin := fs.String("nomad", "", "Nomad binary (default: $GPUSHARE_NOMAD; in a checkout bin/nomad, built from the Go module proxy; else nomad on PATH)")
+	nomadBin := fs.String("nomad", "", "Nomad binary (default: $GPUSHARE_NOMAD; in a checkout bin/nomad or nomad on PATH if Nomad "+devcluster.NomadVersion+", else built into bin/nomad from the Go module proxy, saying so first; else nomad on PATH)")
 	pluginBin := fs.String("plugin", "", "nomad-device-gpushare binary (default: the one beside gpushare; in a checkout, built)")
 	keep := fs.Bool("keep", isTerminal(os.Stdin), "keep the cluster running until Ctrl-C (default when run from a terminal)")
 	detach := fs.Bool("detach", false, "start the demo in the background, with no terminal, and return once the cluster is up; it runs until gpushare demo -stop (make demo-up / demo-down)")
@@ -108,7 +108,7 @@ func demo(nomadBin, pluginBin string, keep bool, timeout time.Duration, io IO) (
 		fmt.Fprintf(io.Err, "gpushare demo: logs kept in %s (remove it when done)\n", dir)
 	}()
 	if nomadBin == "" { // in a checkout
-		if nomadBin, err = devcluster.NomadBinary(ctx, host.root, func(s string) { say("%s", s) }); err != nil {
+		if nomadBin, err = checkoutNomad(ctx, host, demoCores(), goBuildNomad, 30*time.Second, say); err != nil {
 			return err
 		}
 	}
@@ -206,9 +206,9 @@ func demo(nomadBin, pluginBin string, keep bool, timeout time.Duration, io IO) (
 		return err
 	}
 	if keep {
-		say("cluster is up: Nomad at %s, scheduler API at http://%s, its page at http://%s/ui; press Ctrl-C to stop", c.Address(), httpAddr, httpAddr)
 		wd, _ := os.Getwd()
 		cmd := host.commandName(wd)
+		say("cluster is up: Nomad at %s, scheduler API at http://%s, its page at http://%s/ui; %s", c.Address(), httpAddr, httpAddr, demoStopHint(cmd))
 		try := fmt.Sprintf("try, in another terminal:\n\n  export NOMAD_ADDR=%s %s=http://%s\n  %s status\n  %s job status train-pair\n", c.Address(), EnvSchedulerAddr, httpAddr, cmd, cmd)
 		say("%s", try)
 		markReady(try) // gpushare demo -detach returns now
