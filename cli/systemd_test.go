@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/shoenig/test/must"
 )
 
@@ -84,4 +85,31 @@ func TestSystemdUnit(t *testing.T) {
 	code, out, errOut := run(args...)
 	must.EqOp(t, 0, code, must.Sprintf("gpushare %s: %s", strings.Join(args, " "), errOut))
 	must.StrContains(t, out, "configuration is valid")
+}
+
+// The configuration the unit runs with ships beside it: the operators'
+// guide installs deploy/systemd/scheduler.hcl as /etc/gpushare/scheduler.hcl.
+// It parses with the scheduler's loader, is valid, and `gpushare scheduler
+// -check` with the unit's own arguments accepts it.
+func TestSystemdSchedulerConfig(t *testing.T) {
+	const shipped = "../deploy/systemd/scheduler.hcl"
+	c, err := config.Load(shipped)
+	must.NoError(t, err)
+	must.NoError(t, c.Validate())
+	must.EqOp(t, "gpushare", c.Policy)
+	must.Eq(t, []string{"*"}, c.Nomad.Namespaces)
+	must.EqOp(t, "", c.Nomad.Namespace, must.Sprint("the unit's NOMAD_NAMESPACE names the scheduler's namespace"))
+
+	exec := strings.Fields(parseUnit(t, schedulerUnit)["Service"]["ExecStart"][0])
+	args := append(append([]string{}, exec[1:]...), "-check")
+	must.EqOp(t, "/etc/gpushare/scheduler.hcl", args[2])
+	args[2] = shipped
+	code, out, errOut := run(args...)
+	must.EqOp(t, 0, code, must.Sprintf("gpushare %s: %s", strings.Join(args, " "), errOut))
+	must.StrContains(t, out, "configuration is valid")
+
+	// the guide's install step takes this file, not one the reader must write
+	guide, err := os.ReadFile("../docs/operators.md")
+	must.NoError(t, err)
+	must.StrContains(t, string(guide), "install -m 0644 deploy/systemd/scheduler.hcl /etc/gpushare/")
 }
