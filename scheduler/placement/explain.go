@@ -26,6 +26,7 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 
 func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	var tally [whyCPU + 1]int
+	fits := 0
 	var mostFree, mostFrac, largestCell int
 	var mostFreeNode, mostFracNode, cellNode, cellName string
 	var modelSeen []string
@@ -35,6 +36,9 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	for _, n := range s.nodes {
 		c := e.eval(n, r, -1)
 		tally[c.why]++
+		if c.ok {
+			fits++ // one allocation fits here
+		}
 		if c.why == whyRules {
 			continue // not the job's: its GPUs are no measure
 		}
@@ -113,6 +117,10 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	case tally[whyInterference] > 0 && tally[whyGPU] == 0 && tally[whyCPU] == 0:
 		return &Refusal{RefusedInterference, fmt.Sprintf("%d nodes have room, but sharing a GPU there would slow a production job by more than its bound (%.0f%% for this job); give the job a profile, a larger bound, or whole GPUs",
 			tally[whyInterference], 100*e.bound(r.MaxSlowdown))}
+	case r.Count > 1 && fits > 0:
+		// one allocation fits somewhere: what is short is room for all
+		return &Refusal{RefusedNoCapacity, fmt.Sprintf("needs %d allocations of %d shares of %s; the %d node(s) that can take one hold about %d of them now",
+			r.Count, r.Shares, models, fits, e.roomFor(s, r, frac, whole))}
 	case r.Shares > 0 && tally[whyGPU] > 0 && whole > 0:
 		msg := fmt.Sprintf("needs %d free GPUs of %s on one node; the most on any node is %d", whole, models, mostFree)
 		if mostFreeNode != "" {
@@ -149,6 +157,58 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	}
 	return &Refusal{RefusedNoCapacity, fmt.Sprintf("no node can hold %d allocations of %d shares of %s with cpu %d and memory %d MiB", r.Count, r.Shares, models, r.Res.CPU, r.Res.MemoryMiB)}
 }
+
+// roomFor is about how many allocations of r (frac shares of a GPU, or
+// whole GPUs) the nodes that can take one hold now: their free GPUs under
+// the rules that keep a group's allocations apart (pergpu.go), their CPU
+// and memory, one per node for distinct_hosts.
+func (e *engine) roomFor(s *Snapshot, r *Request, frac, whole int) int {
+	total := 0
+	for _, n := range s.nodes {
+		if !e.eval(n, r, -1).ok {
+			continue
+		}
+		k := 0
+		for gi := range n.groups {
+			grp := &n.groups[gi]
+			if !r.modelOK(grp.model) || grp.mig && whole > 0 {
+				continue
+			}
+			fit := 0
+			for _, i := range grp.gpus {
+				g := &n.GPUs[i]
+				switch {
+				case g.Down:
+				case frac > 0:
+					fit += g.free / frac
+				case g.Whole():
+					fit++
+				}
+			}
+			if whole > 0 {
+				fit = min(fit/whole, grp.wholeSlots(whole, n.staged(r)))
+			} else if frac > 0 {
+				fit = min(fit, grp.fracSlots(g0Shares(n, grp), frac, n.staged(r)))
+			}
+			k += fit
+		}
+		f := n.Free()
+		if r.Res.CPU > 0 {
+			k = min(k, int(f.CPU/r.Res.CPU))
+		}
+		if r.Res.MemoryMiB > 0 {
+			k = min(k, int(f.MemoryMiB/r.Res.MemoryMiB))
+		}
+		if r.DistinctNodes {
+			k = min(k, 1)
+		}
+		total += k
+	}
+	return total
+}
+
+// g0Shares is shares_per_gpu of a group's GPUs.
+func g0Shares(n *Node, grp *gpuGroup) int { return n.GPUs[grp.gpus[0]].Shares }
 
 func appendUnique(list []string, s string) []string {
 	for _, x := range list {

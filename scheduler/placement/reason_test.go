@@ -37,3 +37,17 @@ func TestAPairedPlacementSaysWhomItSharesWith(t *testing.T) {
 	must.StrHasSuffix(t, "; "+want, pl.Reason)
 	must.StrHasPrefix(t, "25 shares of GPU 0 on node n1; fragmentation ", pl.Reason)
 }
+
+// A group of more allocations than the cluster has room for, each of
+// which would fit, says so with how many fit: before, it was refused as
+// if one allocation needed more GPUs than any node had free ("needs 1
+// free GPUs ... the most on any node is 1").
+func TestAGroupLargerThanTheRoomSaysHowManyFit(t *testing.T) {
+	s := cluster(t, NodeSpec{ID: "n1", GPUs: 4, Model: "Tesla V100-SXM2-16GB"}, NodeSpec{ID: "n2", GPUs: 4, Model: "Tesla V100-SXM2-16GB"})
+	p := policy(t, PolicyGpushare, Options{})
+	place(t, s, p, Request{ID: "busy", Count: 1, Shares: 300})
+	d := p.Decide(s, Request{ID: "wide", Count: 6, Shares: 100})
+	must.False(t, d.Placed())
+	must.StrContains(t, d.Refusal.Message, "needs 6 allocations of 100 shares")
+	must.StrContains(t, d.Refusal.Message, "hold about 2 of them now", must.Sprint("one whole GPU per node for a group on per-model nodes that are not staged: n1 has 1 free, n2 holds 1 (OnePerNode)"))
+}
