@@ -66,7 +66,8 @@ func TestStatusShowsWaitingGroups(t *testing.T) {
 	defer srv.Close()
 	var out strings.Builder
 	must.True(t, renderWaiting(IO{Out: &out, Err: &out}, scheduler{addr: srv.URL, how: "-scheduler"}))
-	must.StrContains(t, out.String(), "1 group(s) wait for gpushare:\n  default/huge/g  refused: larger than any node: needs 16 GPUs")
+	must.StrContains(t, out.String(), "1 group(s) refused for good (they never run as they are: change them):\n  default/huge/g  refused: larger than any node: needs 16 GPUs")
+	must.StrNotContains(t, out.String(), "wait for gpushare")
 	out.Reset()
 	must.False(t, renderWaiting(IO{Out: &out, Err: &out}, scheduler{addr: "http://127.0.0.1:1", how: "-scheduler"}))
 	must.StrContains(t, out.String(), "waiting groups not shown: the scheduler at http://127.0.0.1:1 (-scheduler) did not answer")

@@ -7,9 +7,9 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/internal/usertext"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/service"
@@ -64,7 +64,8 @@ func jobStatus(args []string, io IO) int {
 	case st.Status != "":
 		fmt.Fprintf(io.Out, "  status %s\n", st.Status)
 	}
-	kind := templateKindOf(nf, ns, st)
+	fam := familyOf(nf, ns, st)
+	kind := fam.kind
 	where := gpuWhere{}
 	for _, g := range st.Groups {
 		if g.Placement != nil || len(g.Allocs) > 0 {
@@ -75,10 +76,12 @@ func jobStatus(args []string, io IO) int {
 	for _, g := range st.Groups {
 		if kind != "" && (g.State == "template" || g.State == "pending") || g.State == "template" {
 			printTemplate(io, st.ID, kind, g, where)
+		} else if fam.dispatched && g.Placement != nil {
+			printDispatchedChild(io, fam.parent, g, where)
 		} else {
 			fmt.Fprintf(io.Out, "  group %s: %s\n", g.Name, g.State)
 			if g.Lifecycle != "" && g.Lifecycle != g.State {
-				fmt.Fprintf(io.Out, "    lifecycle: %s: %s\n", g.Lifecycle, g.LifecycleWhy)
+				fmt.Fprintf(io.Out, "    lifecycle: %s: %s\n", g.Lifecycle, usertext.Reason(g.LifecycleWhy))
 			}
 			switch {
 			case g.Placement != nil:
@@ -86,7 +89,7 @@ func jobStatus(args []string, io IO) int {
 				fmt.Fprintf(io.Out, "    pinned to %d node(s), %d GPU(s), %d share(s):\n", len(p.Nodes), len(p.GPUs), len(p.Shares))
 				printPlacement(io, p, where)
 			case g.Reason != "":
-				fmt.Fprintf(io.Out, "    why: %s\n", g.Reason)
+				fmt.Fprintf(io.Out, "    why: %s\n", usertext.Reason(g.Reason))
 			}
 		}
 		printAllocs(io, g.Allocs, where)
@@ -99,6 +102,7 @@ func jobStatus(args []string, io IO) int {
 		}
 		printElastic(io, g.Elastic)
 	}
+	printChildren(io, fam)
 	return 0
 }
 
@@ -107,35 +111,6 @@ const (
 	kindPeriodic      = "periodic"
 	kindParameterized = "parameterized"
 )
-
-// templateKindOf asks Nomad (as nf say) whether the job is periodic or
-// parameterized, when a group of st is a template or waits ("": neither,
-// or Nomad did not say). A scheduler that says a parent waits "for the
-// next decision" (one older than template states) is then not believed:
-// Nomad never places such a parent and gpushare never decides it.
-func templateKindOf(nf *nomadFlags, ns string, st service.JobStatus) string {
-	ask := false
-	for _, g := range st.Groups {
-		ask = ask || g.State == "template" || g.State == "pending"
-	}
-	if !ask {
-		return ""
-	}
-	client, err := nf.client(10 * time.Second)
-	if err != nil {
-		return ""
-	}
-	job, _, err := client.Jobs().Info(st.ID, &api.QueryOptions{Namespace: ns})
-	switch {
-	case err != nil:
-		return ""
-	case job.IsPeriodic():
-		return kindPeriodic
-	case job.IsParameterized():
-		return kindParameterized
-	}
-	return ""
-}
 
 // printTemplate says in plain words what a group of a periodic or
 // parameterized job is: never placed itself, never decided; a
@@ -152,7 +127,7 @@ func printTemplate(io IO, job, kind string, g service.GroupStatus, where gpuWher
 	case kind == kindParameterized:
 		fmt.Fprintf(io.Out, "  group %s: the template of a parameterized job, not pinned to a pool of GPUs yet: do not dispatch yet (a child dispatched now waits for good)\n", g.Name)
 		if g.State == "pending" && g.Reason != "" && g.Reason != "waiting for the next decision" {
-			fmt.Fprintf(io.Out, "    why: %s\n", g.Reason)
+			fmt.Fprintf(io.Out, "    why: %s\n", usertext.Reason(g.Reason))
 		}
 	default:
 		fmt.Fprintf(io.Out, "  group %s: the template of a periodic or parameterized job: never placed itself; its children are jobs of their own, each placed by gpushare as it comes "+
@@ -264,7 +239,7 @@ func printPlacement(io IO, rec *pin.Record, w gpuWhere) {
 		fmt.Fprintf(io.Out, "      on GPUs the scheduler's map does not show: %s\n", strings.Join(unknown, ", "))
 	}
 	for _, why := range splitReasons(rec.Reason) {
-		fmt.Fprintf(io.Out, "    why: %s\n", why)
+		fmt.Fprintf(io.Out, "    why: %s\n", usertext.Reason(why))
 	}
 }
 
@@ -296,7 +271,7 @@ func printAllocs(io IO, allocs []string, w gpuWhere) {
 	for _, a := range allocs {
 		hs := w.alloc[a]
 		if len(hs) == 0 {
-			fmt.Fprintf(io.Out, "    allocation %s: holds no shares the scheduler's map shows (not started, finished, or the map was not read)\n", a)
+			fmt.Fprintf(io.Out, "    allocation %s: holds no shares the scheduler's map shows (not started, finished, or the map was not read)\n", shortID(a))
 			continue
 		}
 		var parts []string
@@ -308,7 +283,7 @@ func printAllocs(io IO, allocs []string, w gpuWhere) {
 			}
 			parts = append(parts, p)
 		}
-		fmt.Fprintf(io.Out, "    allocation %s: node %s, %s\n", a, w.node(node), strings.Join(parts, ", "))
+		fmt.Fprintf(io.Out, "    allocation %s: node %s, %s\n", shortID(a), w.node(node), strings.Join(parts, ", "))
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/gpushare/gpushare/internal/usertext"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/service"
@@ -70,9 +71,30 @@ func renderWaiting(io IO, sched scheduler) bool {
 		fmt.Fprintln(io.Out, "\nno group waits for gpushare")
 		return true
 	}
-	fmt.Fprintf(io.Out, "\n%d group(s) wait for gpushare:\n", len(groups))
+	// waiting and refused are told apart: a refused group never runs as
+	// it is, a waiting one runs once there is room
+	var waiting, refused []service.Waiting
 	for _, g := range groups {
-		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", g.Namespace, g.Job, g.Group, g.State, g.Reason)
+		if g.State == "refused" {
+			refused = append(refused, g)
+		} else {
+			waiting = append(waiting, g)
+		}
+	}
+	for _, part := range []struct {
+		groups []service.Waiting
+		head   string
+	}{
+		{waiting, "%d group(s) wait for gpushare:"},
+		{refused, "%d group(s) refused for good (they never run as they are: change them):"},
+	} {
+		if len(part.groups) == 0 {
+			continue
+		}
+		fmt.Fprintf(io.Out, "\n"+part.head+"\n", len(part.groups))
+		for _, g := range part.groups {
+			fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", g.Namespace, g.Job, g.Group, g.State, usertext.Reason(g.Reason))
+		}
 	}
 	return true
 }
@@ -121,7 +143,7 @@ func renderUnpairs(io IO, sched scheduler) {
 	}
 	fmt.Fprintf(io.Out, "\n%d group(s) unpaired (moved off a shared GPU, newest first):\n", len(list))
 	for _, u := range list {
-		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", u.Namespace, u.Job, u.Group, u.At.UTC().Format(time.RFC3339), u.Reason)
+		fmt.Fprintf(io.Out, "  %s/%s/%s  %s: %s\n", u.Namespace, u.Job, u.Group, u.At.UTC().Format(time.RFC3339), usertext.Reason(u.Reason))
 	}
 }
 
