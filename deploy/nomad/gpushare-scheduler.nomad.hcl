@@ -8,7 +8,7 @@
 #
 #   # first the namespace and the policy: docs/operators.md, "ACLs and TLS"
 #   nomad var put -out none -namespace gpushare nomad/jobs/gpushare-scheduler \
-#     token="$(nomad acl token create -name gpushare -policy gpushare-scheduler -json | jq -r .SecretID)"
+#     token="$(nomad acl token create -name gpushare-scheduler-job -policy gpushare-scheduler -json | jq -r .SecretID)"
 #   nomad job run -var nomad_addr=http://10.0.0.1:4646 deploy/nomad/gpushare-scheduler.nomad.hcl
 #
 # Without ACLs, skip the variable: the token file is then empty and the

@@ -3,7 +3,10 @@
 #
 #   nomad acl policy apply -description "gpushare scheduler" \
 #     gpushare-scheduler deploy/nomad/gpushare-scheduler.policy.hcl
-#   nomad acl token create -name gpushare -policy gpushare-scheduler
+#   nomad acl token create -name gpushare-scheduler-host -policy gpushare-scheduler
+#
+# (that token for a scheduler run outside Nomad; the Nomad job stores its
+# own, gpushare-scheduler-job, in its variable: gpushare-scheduler.nomad.hcl)
 #
 # Every namespace, even with nomad.namespaces set to a few: the scheduler
 # subscribes to the event stream of all namespaces ("*"), which Nomad allows
