@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpushare/gpushare/internal/usertext"
 	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/miglayout"
@@ -25,6 +26,9 @@ var pages = template.Must(template.New("").Funcs(template.FuncMap{
 	"short": short,
 	"pct":   pct,
 	"words": stateWords,
+	// reasons as users read them: job IDs unescaped, 8-character
+	// allocation IDs, no internal names (the API keeps them as composed)
+	"reason": usertext.Reason,
 	"head": func(title string, refresh int, script bool) headData {
 		return headData{Title: title, Refresh: refresh, Script: script}
 	},
