@@ -4,10 +4,12 @@
 # automatically, once the canary is healthy):
 #
 #   gpushare job run jobspecs/examples/workflows/service-canary.nomad.hcl
-#   nomad job run -detach -var release=2 jobspecs/examples/workflows/service-canary.nomad.hcl
+#   gpushare job run -detach -var release=2 jobspecs/examples/workflows/service-canary.nomad.hcl
 #
-# (not gpushare job run for the new release: it would carry the running
-# pin over, leaving the canary no room; docs/users.md, "Canaries")
+# (gpushare job run carries a running pin over to a new version only for
+# groups deployed without canaries: this group stays gated, and the
+# scheduler pins the canary to capacity of its own; docs/users.md,
+# "Canaries")
 #
 # Without auto_promote: nomad deployment promote <deployment id>.
 variable "release" {
