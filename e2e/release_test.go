@@ -30,7 +30,7 @@ var releaseMustHold = []string{
 	"gpushare", "nomad-device-gpushare", "libgpushare-cuda.so", "README.md", "LICENSE",
 	"deploy/nomad/client.hcl", "deploy/nomad/dev.hcl",
 	"deploy/nomad/gpushare-scheduler.nomad.hcl", "deploy/nomad/gpushare-scheduler.policy.hcl",
-	"deploy/systemd/gpushare-scheduler.service",
+	"deploy/systemd/gpushare-scheduler.service", "deploy/systemd/scheduler.hcl", "deploy/grafana/gpushare.json",
 	"deploy/pack/gpushare_scheduler/README.md", "deploy/pack/gpushare_scheduler/metadata.hcl",
 	"deploy/pack/gpushare_scheduler/variables.hcl", "deploy/pack/gpushare_scheduler/templates/gpushare_scheduler.nomad.tpl",
 	"docs/gate-and-pin.md", "fixtures/topo/PROVENANCE.md", "plugin/interposer/README.md",
@@ -55,23 +55,28 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make release needs make")
 	}
+	other := otherArch(t)
 	dist := t.TempDir()
 	ctx, cancel := context.WithTimeout(t.Context(), 3*liveness) // liveness only: the whole test, make release included
 	defer cancel()
-	mk := exec.CommandContext(ctx, "make", "release", "RELEASE_ARCHES="+runtime.GOARCH, "DIST="+dist)
-	mk.Dir = root
-	// a make of its own, not a sub-make of make test's
-	mk.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		return strings.HasPrefix(kv, "MAKEFLAGS=") || strings.HasPrefix(kv, "MFLAGS=") || strings.HasPrefix(kv, "MAKELEVEL=")
-	})
+	// make release as an operator types it, on a host without the other
+	// architecture's cross compiler: the host's archive is built, the
+	// other skipped with a message saying why and what to install
+	mk := releaseMake(ctx, root, "CC_"+other+"=gpushare-no-such-cc", "DIST="+dist)
 	start := time.Now()
 	out, err := mk.CombinedOutput()
 	must.NoError(t, err, must.Sprintf("make release:\n%s", out))
 	t.Logf("make release for linux/%s in %s", runtime.GOARCH, time.Since(start).Round(time.Millisecond))
+	must.StrContains(t, string(out), "SKIPPING linux/"+other)
+	must.StrContains(t, string(out), "NOT BUILT, no C compiler: "+other)
+	must.StrContains(t, string(out), "apt-get install -y")
+	all, _ := filepath.Glob(filepath.Join(dist, "*.tar.gz"))
 	archives, _ := filepath.Glob(filepath.Join(dist, "gpushare_*_linux_"+runtime.GOARCH+".tar.gz"))
 	must.SliceLen(t, 1, archives, must.Sprintf("make release:\n%s", out))
+	must.Eq(t, archives, all, must.Sprint("only the host's archive"))
 	sums, err := os.ReadFile(filepath.Join(dist, "SHA256SUMS"))
 	must.NoError(t, err)
+	must.EqOp(t, 1, strings.Count(string(sums), "\n"))
 	must.StrContains(t, string(sums), filepath.Base(archives[0]))
 
 	unpacked := t.TempDir()
@@ -375,4 +380,50 @@ func stopProcess(cmd *exec.Cmd) {
 		_ = cmd.Process.Kill()
 		<-done
 	}
+}
+
+// otherArch is the release architecture that is not the host's (the
+// release builds linux amd64 and arm64).
+func otherArch(t *testing.T) string {
+	t.Helper()
+	switch runtime.GOARCH {
+	case "amd64":
+		return "arm64"
+	case "arm64":
+		return "amd64"
+	}
+	t.Skipf("make release builds linux/amd64 and linux/arm64, not this host's %s", runtime.GOARCH)
+	return ""
+}
+
+// releaseMake is `make release` with args, in the repository, a make of
+// its own (not a sub-make of make test's).
+func releaseMake(ctx context.Context, root string, args ...string) *exec.Cmd {
+	mk := exec.CommandContext(ctx, "make", append([]string{"release"}, args...)...)
+	mk.Dir = root
+	mk.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "MAKEFLAGS=") || strings.HasPrefix(kv, "MFLAGS=") ||
+			strings.HasPrefix(kv, "MAKELEVEL=") || strings.HasPrefix(kv, "RELEASE_ARCHES=")
+	})
+	return mk
+}
+
+// An architecture named in RELEASE_ARCHES whose C compiler is missing
+// fails make release before anything is built, and says which compiler
+// and package: asked for by name, it is not skipped.
+func TestReleaseNamedArchWithoutCompilerFails(t *testing.T) {
+	root, err := devcluster.RepoRoot()
+	must.NoError(t, err)
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make release needs make")
+	}
+	other := otherArch(t)
+	dist := filepath.Join(t.TempDir(), "dist")
+	out, err := releaseMake(t.Context(), root, "RELEASE_ARCHES="+other, "CC_"+other+"=gpushare-no-such-cc", "DIST="+dist).CombinedOutput()
+	must.Error(t, err, must.Sprintf("make release:\n%s", out))
+	must.StrContains(t, string(out), "a working C compiler for linux/"+other+": gpushare-no-such-cc")
+	must.StrContains(t, string(out), "apt-get install -y")
+	must.StrContains(t, string(out), "was asked for")
+	_, err = os.Stat(dist)
+	must.True(t, os.IsNotExist(err), must.Sprint("nothing is built"))
 }
