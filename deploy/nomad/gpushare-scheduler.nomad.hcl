@@ -48,8 +48,8 @@ variable "count" {
 
 variable "distinct_hosts" {
   type        = bool
-  default     = true
-  description = "Run the replicas on different clients (false on a one-client cluster)."
+  default     = false
+  description = "Require the replicas on different clients (a replica then waits while fewer clients than count can run one). By default they are spread over the clients and share one when there is only one."
 }
 
 variable "policy" {
@@ -110,6 +110,13 @@ job "gpushare-scheduler" {
 
   group "scheduler" {
     count = var.count
+
+    # spread over the clients (a leader and a replica ready to take over
+    # on another machine), both on the one client of a one-client cluster
+    spread {
+      attribute = "${node.unique.id}"
+      weight    = 100
+    }
 
     constraint {
       operator = "distinct_hosts"

@@ -38,9 +38,9 @@ variable "count" {
 }
 
 variable "distinct_hosts" {
-  description = "Run the replicas on different clients (false on a one-client cluster)."
+  description = "Require the replicas on different clients (a replica then waits while fewer clients than count can run one); by default they are spread over the clients and share one when there is only one."
   type        = bool
-  default     = true
+  default     = false
 }
 
 variable "driver" {

@@ -13,6 +13,11 @@ job [[ template "job_name" . ]] {
   group "scheduler" {
     count = [[ var "count" . ]]
 
+    spread {
+      attribute = "${node.unique.id}"
+      weight    = 100
+    }
+
     constraint {
       operator = "distinct_hosts"
       value    = "[[ var "distinct_hosts" . ]]"
