@@ -34,6 +34,23 @@ type Node struct {
 	// PerGPU: the plugin offers each GPU as a device group of its own
 	// (device_groups = "gpu"), merged here by model.
 	PerGPU bool `json:"per_gpu,omitempty"`
+	// MPSDaemon is what the plugin says of its MPS control daemon with
+	// Sharing "mps" (the device group attribute mps_daemon,
+	// plugin.AttrMPSDaemon): "running", or what is wrong (then tasks run
+	// time-sliced, without MPS); "" when the plugin does not say.
+	MPSDaemon string `json:"mps_daemon,omitempty"`
+}
+
+// attrMPSDaemon is the device group attribute plugin.AttrMPSDaemon.
+const attrMPSDaemon = "mps_daemon"
+
+// mpsRunning is its value when the daemon answers.
+const mpsRunning = "running"
+
+// MPSMissing reports whether the node shares its GPUs with MPS but the
+// plugin says its MPS daemon is not there: tasks are time-sliced.
+func (n Node) MPSMissing() bool {
+	return n.Sharing == devicefn.SharingMPS && n.MPSDaemon != "" && n.MPSDaemon != mpsRunning
 }
 
 // GPU is one GPU and the allocations using its shares.
@@ -124,9 +141,13 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 		}
 		shared := sharedMIG{node: n}
 		health := map[string]*api.NodeDevice{}
+		mpsDaemon := "" // the plugin's MPS daemon: one per node
 		for _, d := range n.NodeResources.Devices {
 			if d != nil && d.Vendor == devicefn.Vendor && d.Type == devicefn.DeviceType {
 				maps.Copy(health, shareHealth(d))
+				if a := d.Attributes[attrMPSDaemon]; a != nil && a.StringVal != nil && (mpsDaemon == "" || mpsDaemon == mpsRunning) {
+					mpsDaemon = *a.StringVal // what is wrong, if any group says so
+				}
 			}
 		}
 		// per-GPU groups (device_groups = "gpu") merged back by model
@@ -141,6 +162,9 @@ func Build(nodes []*api.Node, allocs []*api.Allocation) *Map {
 				continue
 			}
 			node := Node{ID: n.ID, Name: n.Name, Status: n.Status, Model: g.Model, Sharing: g.Sharing, SharesPerGPU: g.SharesPerGPU, PerGPU: g.PerGPU}
+			if g.Sharing == devicefn.SharingMPS {
+				node.MPSDaemon = mpsDaemon
+			}
 			for i, gpu := range g.GPUs {
 				out := GPU{Index: i, UUID: gpu.UUID, NUMANode: gpu.NUMANode, Links: devicefn.EncodeRow(gpu.Links), Shares: g.SharesPerGPU, Healthy: true}
 				if inst := health[gpu.UUID]; inst != nil {

@@ -155,3 +155,36 @@ func TestBuildMIG(t *testing.T) {
 	must.StrContains(t, out, "cluster: 0/800 shares used (0.0%)")
 	must.StrContains(t, out, "cluster: 4/14 MIG slices used (28.6%)")
 }
+
+// A node whose plugin shares with MPS but reports its MPS daemon missing
+// (mps_daemon not "running") carries that state: its tasks are
+// time-sliced, and the map says so rather than "sharing mps".
+func TestMPSDaemonMissingIsCarried(t *testing.T) {
+	sick := node(t, "pcie", fixtures.PCIe4GPU, "")
+	for _, d := range sick.NodeResources.Devices {
+		if d.Type == "gpushare" {
+			v := "not answering at /tmp/nvidia-mps"
+			d.Attributes[attrMPSDaemon] = &api.Attribute{StringVal: &v}
+		}
+	}
+	well := node(t, "dgx1", fixtures.DGX1V100, "")
+	for _, d := range well.NodeResources.Devices {
+		if d.Type == "gpushare" {
+			v := "running"
+			d.Attributes[attrMPSDaemon] = &api.Attribute{StringVal: &v}
+		}
+	}
+	m := Build([]*api.Node{sick, well, node(t, "old", fixtures.PCIe4GPU, "")}, nil)
+	must.SliceLen(t, 3, m.Nodes)
+	must.Eq(t, "dgx1", m.Nodes[0].Name)
+	must.False(t, m.Nodes[0].MPSMissing())
+	must.Eq(t, "running", m.Nodes[0].MPSDaemon)
+	must.Eq(t, "old", m.Nodes[1].Name) // a plugin that does not say: not flagged
+	must.False(t, m.Nodes[1].MPSMissing())
+	must.Eq(t, "pcie", m.Nodes[2].Name)
+	must.True(t, m.Nodes[2].MPSMissing())
+	must.Eq(t, "not answering at /tmp/nvidia-mps", m.Nodes[2].MPSDaemon)
+	var b strings.Builder
+	must.NoError(t, Render(&b, m))
+	must.StrContains(t, b.String(), "sharing=mps  (MPS daemon not answering at /tmp/nvidia-mps: tasks time-sliced)")
+}

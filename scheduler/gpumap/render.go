@@ -38,6 +38,9 @@ func Render(w io.Writer, m *Map) error {
 		if n.MIG == devicefn.MIGShared {
 			mig = "  mig=shared"
 		}
+		if n.MPSMissing() {
+			mig += "  (MPS daemon " + n.MPSDaemon + ": tasks time-sliced)"
+		}
 		fmt.Fprintf(&b, "%s  %s  %d x %s  sharing=%s%s  %d/%d %s used (%.0f%%)\n",
 			n.Name, short(n.ID), len(n.GPUs), n.Model, n.Sharing, mig, used, shares, unit, pct(used, shares))
 		for _, g := range n.GPUs {

@@ -134,3 +134,20 @@ func TestOverviewShowsMIGInstances(t *testing.T) {
 	must.SliceLen(t, 2, nv[0].GPUs[0].Instances)
 	must.SliceLen(t, 2, nv[0].GPUs[0].Instances[0].Segments)
 }
+
+// A node sharing with MPS whose plugin reports its MPS daemon missing is
+// not shown "sharing mps": the page says the daemon is missing and tasks
+// are time-sliced, on the node and on each of its GPUs.
+func TestPageSaysMPSDaemonMissing(t *testing.T) {
+	m := &gpumap.Map{Nodes: []gpumap.Node{
+		{ID: "n1", Name: "gpu-a", Status: "ready", Model: "H100", Sharing: "mps", MPSDaemon: "not found at /tmp/nvidia-mps",
+			GPUs: []gpumap.GPU{{Shares: 100, Healthy: true}}},
+		{ID: "n2", Name: "gpu-b", Status: "ready", Model: "H100", Sharing: "mps", MPSDaemon: "running",
+			GPUs: []gpumap.GPU{{Shares: 100, Healthy: true}}},
+	}}
+	body := render(t, Overview{Map: m, Now: time.Unix(0, 0)})
+	must.StrContains(t, body, "sharing: MPS daemon missing (not found at /tmp/nvidia-mps), tasks time-sliced")
+	must.StrContains(t, body, "time-sliced, no MPS")
+	must.EqOp(t, 1, strings.Count(body, "sharing mps")) // gpu-b only
+	must.EqOp(t, 1, strings.Count(body, "time-sliced, no MPS"))
+}
