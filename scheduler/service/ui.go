@@ -211,7 +211,7 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 // uiHistory is the history of the map's GPUs and of the visible jobs.
 func (s *httpAPI) uiHistory(m *gpumap.Map, visible func(ns string) bool) webui.History {
 	st, now := s.historyStore(), s.now()
-	h := webui.History{Span: st.Span(), GPUs: map[string][]gpuhistory.Point{}, Jobs: map[gpuhistory.JobKey][]gpuhistory.Point{}}
+	h := webui.History{Span: st.Span(), Interval: st.Interval(), GPUs: map[string][]gpuhistory.Point{}, Jobs: map[gpuhistory.JobKey][]gpuhistory.Point{}}
 	if m == nil {
 		return h
 	}

@@ -33,8 +33,11 @@ type nodeView struct {
 type gpuView struct {
 	gpumap.GPU
 	// Live says its latest stats; Spark draws its utilisation.
-	Live      string
-	Spark     template.HTML
+	Live  string
+	Spark template.HTML
+	// Pending, before the GPU's first sample, says when utilisation
+	// appears.
+	Pending   string
 	Segments  []segment
 	Users     []userView
 	Instances []instanceView
@@ -103,6 +106,9 @@ func nodeViews(m *gpumap.Map, links Links, h History, now time.Time) []nodeView 
 			nv.Shares += g.Shares
 			gv := gpuView{GPU: g, Segments: segments(g, links), Users: users(g, links, h, now),
 				Live: statsLine(g.Stats), Spark: sparkline(h.GPUs[g.UUID], now, h.Span, "GPU utilisation")}
+			if gv.Live == "" && gv.Spark == "" {
+				gv.Pending = firstSampleHint(h.Interval)
+			}
 			for _, inst := range g.MIG {
 				as := gpumap.GPU{Shares: inst.Shares, Used: inst.Used, Users: inst.Users}
 				gv.Instances = append(gv.Instances, instanceView{Instance: inst, Segments: segments(as, links), Users: users(as, links, h, now)})

@@ -15,6 +15,9 @@ import (
 // (percent of one GPU).
 type History struct {
 	Span time.Duration
+	// Interval is how often the GPUs are sampled (observe_interval); 0
+	// when unknown.
+	Interval time.Duration
 	GPUs map[string][]gpuhistory.Point
 	Jobs map[gpuhistory.JobKey][]gpuhistory.Point
 }
@@ -70,6 +73,15 @@ func spanWords(d time.Duration) string {
 		return fmt.Sprintf("%ds", int(d.Seconds()))
 	}
 	return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+}
+
+// firstSampleHint is what a GPU shows before its first utilisation
+// sample, instead of nothing.
+func firstSampleHint(interval time.Duration) string {
+	if interval <= 0 {
+		return "utilisation appears after the first sample"
+	}
+	return "utilisation appears after the first sample, every " + interval.String()
 }
 
 // statsLine says a GPU's latest stats in words.

@@ -62,3 +62,17 @@ func TestJobPageSaysStatesInWords(t *testing.T) {
 	must.StrContains(t, body, "<dt>Why gpushare does not follow it</dt><dd class=\"reason\">it asks for no nvidia/gpushare device</dd>")
 	must.StrContains(t, body, "Refused: no state of this cluster could hold it.")
 }
+
+// Before a GPU's first utilisation sample the page says when it appears,
+// instead of nothing; once sampled, the hint goes.
+func TestPageHintsBeforeTheFirstSample(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	m := &gpumap.Map{Nodes: []gpumap.Node{{ID: "n1", Name: "gpu-a", Status: "ready", Model: "H100", Sharing: "mps",
+		GPUs: []gpumap.GPU{{UUID: "GPU-1", Shares: 100, Healthy: true}}}}}
+	body := render(t, Overview{Map: m, Now: now, History: History{Span: time.Hour, Interval: 30 * time.Second}})
+	must.StrContains(t, body, "utilisation appears after the first sample, every 30s")
+	m.Nodes[0].GPUs[0].Stats = &gpumap.Stats{At: now, UtilizationPct: 40}
+	body = render(t, Overview{Map: m, Now: now, History: History{Span: time.Hour, Interval: 30 * time.Second,
+		GPUs: map[string][]gpuhistory.Point{"GPU-1": {{At: now, Value: 40}}}}})
+	must.StrNotContains(t, body, "utilisation appears after the first sample")
+}
