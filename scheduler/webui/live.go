@@ -59,10 +59,21 @@ func sparkline(points []gpuhistory.Point, now time.Time, span time.Duration, wha
 	}
 	last := points[len(points)-1].Value
 	label := fmt.Sprintf("%s over the last %s: %d samples, now %.0f%%", what, spanWords(span), len(points), last)
-	return template.HTML(fmt.Sprintf(`<svg class="spark" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s" data-points="%d"><title>%s</title>`+
-		`<line class="axis" x1="0" y1="%d" x2="%d" y2="%d"/><polyline points="%s"/><circle cx="%.1f" cy="%.1f" r="2"/></svg>`,
+	// visible: the scale (the top of the y axis, the bottom is 0) and what
+	// is drawn, with its unit
+	caption := fmt.Sprintf("%s %%, last %d sample%s, over the last %s", what, len(points), plural(len(points)), spanWords(span))
+	return template.HTML(fmt.Sprintf(`<span class="sparkline"><svg class="spark" viewBox="0 0 %d %d" width="%d" height="%d" role="img" aria-label="%s" data-points="%d"><title>%s</title>`+
+		`<line class="axis" x1="0" y1="%d" x2="%d" y2="%d"/><line class="axis top" x1="0" y1="1" x2="%d" y2="1"/><polyline points="%s"/><circle cx="%.1f" cy="%.1f" r="2"/></svg>`+
+		`<span class="spark-scale" title="y axis: 0 to %.0f%%">0–%.0f%%</span> <span class="spark-label">%s</span></span>`,
 		sparkW, sparkH, sparkW, sparkH, template.HTMLEscapeString(label), len(points), template.HTMLEscapeString(label),
-		sparkH-1, sparkW, sparkH-1, b.String(), lx, ly))
+		sparkH-1, sparkW, sparkH-1, sparkW, b.String(), lx, ly, top, top, template.HTMLEscapeString(caption)))
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
 }
 
 func spanWords(d time.Duration) string {

@@ -35,12 +35,28 @@ func TestOverviewShowsLiveStatsAndSparklines(t *testing.T) {
 	must.StrContains(t, body, `aria-label="job&#39;s GPU utilisation over the last 1m00s: 2 samples, now 40%"`)
 }
 
+// A sparkline is read without hovering: it carries its scale (0 to the
+// top of its y axis) and says what it draws, in what unit, over how many
+// samples.
+func TestSparklineHasScaleAndLabel(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	m := &gpumap.Map{Nodes: []gpumap.Node{{ID: "n1", Name: "dgx", Status: "ready", Model: "V100", GPUs: []gpumap.GPU{
+		{UUID: "GPU-a", Shares: 100, Healthy: true, Stats: &gpumap.Stats{At: now, UtilizationPct: 62}}}}}}
+	h := History{Span: time.Hour, GPUs: map[string][]gpuhistory.Point{"GPU-a": {{At: now.Add(-time.Hour), Value: 0}, {At: now.Add(-30 * time.Minute), Value: 50}, {At: now, Value: 62}}}}
+	body := render(t, Overview{Map: m, History: h, Now: now})
+	must.StrContains(t, body, `<span class="spark-scale" title="y axis: 0 to 100%">0–100%</span>`)
+	must.StrContains(t, body, `<span class="spark-label">GPU utilisation %, last 3 samples, over the last hour</span>`)
+	must.StrContains(t, body, `<line class="axis top"`)
+}
+
 // A job's page draws its utilisation.
 func TestJobPageSparkline(t *testing.T) {
 	now := time.Unix(1_000_000, 0)
 	body := render(t, Job{Namespace: "ml", ID: "train", Now: now, Span: time.Hour,
 		Utilization: []gpuhistory.Point{{At: now.Add(-time.Minute), Value: 150}, {At: now, Value: 75}}})
-	must.StrContains(t, body, `GPU utilisation, last hour: <svg class="spark"`)
+	must.StrContains(t, body, `<p class="live"><span class="sparkline"><svg class="spark"`)
+	// its scale: over 100%, the top is the largest value
+	must.StrContains(t, body, `<span class="spark-scale" title="y axis: 0 to 150%">0–150%</span>`)
 	must.StrContains(t, body, `now 75%`)
 	// over 100% (several GPUs): the top is the largest value
 	must.StrContains(t, body, `<polyline points="0.0,1.0 120.0,12.0"/>`)
