@@ -18,8 +18,8 @@ type History struct {
 	// Interval is how often the GPUs are sampled (observe_interval); 0
 	// when unknown.
 	Interval time.Duration
-	GPUs map[string][]gpuhistory.Point
-	Jobs map[gpuhistory.JobKey][]gpuhistory.Point
+	GPUs     map[string][]gpuhistory.Point
+	Jobs     map[gpuhistory.JobKey][]gpuhistory.Point
 }
 
 // Sparkline sizes, in SVG user units.
