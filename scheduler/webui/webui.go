@@ -136,6 +136,40 @@ type Job struct {
 	Utilization []gpuhistory.Point
 	Span        time.Duration
 	Now         time.Time
+	// GPUNames names the GPUs of the map by UUID ("GPU 2 on node-a",
+	// GPUNamesOf): the page shows them by name, the UUID in a title. Nil
+	// when the token may not read nodes: the UUIDs are shown, shortened.
+	GPUNames map[string]string
+}
+
+// GPUName is the name the page gives the GPU uuid: its index on its
+// node, or its UUID shortened when the map does not have it.
+func (j Job) GPUName(uuid string) string {
+	if n, ok := j.GPUNames[uuid]; ok {
+		return n
+	}
+	if strings.HasPrefix(uuid, "GPU-") || strings.HasPrefix(uuid, "MIG-") {
+		return uuid[:4] + short(uuid[4:])
+	}
+	return short(uuid)
+}
+
+// GPUNamesOf names each GPU (and MIG instance) of m by its UUID: "GPU 2
+// on node-a", "GPU 2 MIG 3g.40gb on node-a".
+func GPUNamesOf(m *gpumap.Map) map[string]string {
+	out := map[string]string{}
+	if m == nil {
+		return out
+	}
+	for _, n := range m.Nodes {
+		for _, g := range n.GPUs {
+			out[g.UUID] = fmt.Sprintf("GPU %d on %s", g.Index, n.Name)
+			for _, inst := range g.MIG {
+				out[inst.UUID] = fmt.Sprintf("GPU %d MIG %s on %s", g.Index, inst.Profile, n.Name)
+			}
+		}
+	}
+	return out
 }
 
 // JobGroup is one group of a job: where it is pinned, or why it waits.

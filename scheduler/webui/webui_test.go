@@ -151,3 +151,29 @@ func TestPageSaysMPSDaemonMissing(t *testing.T) {
 	must.EqOp(t, 1, strings.Count(body, "sharing mps")) // gpu-b only
 	must.EqOp(t, 1, strings.Count(body, "time-sliced, no MPS"))
 }
+
+// Names where names would do: the node's name (its ID in a title), "GPU
+// 2" (its UUID in a title), 8-character allocation IDs beside their
+// job/group; on a job's page its GPUs by index and node, not UUID.
+func TestPageShowsNamesNotIDs(t *testing.T) {
+	const node = "5f0c1e2d-aaaa-bbbb-cccc-000000000001"
+	const uuid = "GPU-d1000000-0000-4000-8000-000000000002"
+	const alloc = "0123456789abcdef-0000-1111-2222"
+	m := &gpumap.Map{Nodes: []gpumap.Node{{ID: node, Name: "gpu-a", Status: "ready", Model: "H100", Sharing: "mps",
+		GPUs: []gpumap.GPU{{Index: 2, UUID: uuid, Shares: 100, Used: 50, Healthy: true,
+			Users: []gpumap.Usage{{AllocID: alloc, Namespace: "ml", Job: "train", Group: "workers", Shares: 50}}}}}}}
+	body := render(t, Overview{Map: m, Now: time.Unix(0, 0)})
+	must.StrContains(t, body, `<h3 title="node `+node+`">gpu-a`)
+	must.StrContains(t, body, `<span class="name" title="`+uuid+`">GPU 2</span>`)
+	must.StrContains(t, body, `/workers <span class="quiet">ml</span> · 50 shares · <span class="quiet">01234567</span>`)
+	must.EqOp(t, 1, strings.Count(body, uuid)) // in the title only
+	must.EqOp(t, 1, strings.Count(body, node)) // in the title only
+	must.StrNotContains(t, body, alloc)
+
+	job := Job{Namespace: "ml", ID: "train", Now: time.Unix(0, 0), GPUNames: GPUNamesOf(m), Groups: []JobGroup{
+		{Name: "workers", State: "pinned", Nodes: []string{"gpu-a"}, GPUs: []string{uuid, "GPU-ffffffff-0000-4000-8000-000000000009"}, Shares: 50, Allocs: []string{alloc}}}}
+	body = render(t, job)
+	must.StrContains(t, body, `<span class="gpu-name" title="`+uuid+`">GPU 2 on gpu-a</span>`)
+	must.StrContains(t, body, `title="GPU-ffffffff-0000-4000-8000-000000000009">GPU-ffffffff</span>`) // not in the map: shortened
+	must.StrContains(t, body, `<span title="allocation `+alloc+`">01234567</span>`)
+}
