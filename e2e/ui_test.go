@@ -161,7 +161,8 @@ func TestWebUIInABrowser(t *testing.T) {
 	must.StrContains(t, job, `<span class="badge pinned">pinned</span>`)
 	must.StrContains(t, job, "25 shares")
 	must.StrContains(t, job, "Running where gpushare placed it.")
-	must.StrContains(t, job, `GPU utilisation, last hour: <svg class="spark"`)
+	must.StrContains(t, job, `<p class="live"><span class="sparkline"><svg class="spark"`)
+	must.StrContains(t, job, `<span class="spark-label">job's GPU utilisation %, last `)
 
 	shot := filepath.Join(t.TempDir(), "ui.png")
 	if keep := os.Getenv("GPUSHARE_UI_SCREENSHOT"); keep != "" {
@@ -298,5 +299,6 @@ func TestWebUIDemoExamplesShowWork(t *testing.T) {
 	job := browse(t, bin, sched.http+"/ui/jobs/notebook?namespace=default", "--dump-dom")
 	must.StrContains(t, job, "<dt>Interference profile</dt><dd>learned (SM 0.")
 	must.StrNotContains(t, job, "learned (SM 0.00")
-	must.StrContains(t, job, `GPU utilisation, last hour: <svg class="spark"`)
+	must.StrContains(t, job, `<p class="live"><span class="sparkline"><svg class="spark"`)
+	must.StrContains(t, job, `<span class="spark-label">job's GPU utilisation %, last `)
 }
