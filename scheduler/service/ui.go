@@ -175,6 +175,7 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 	page := webui.Job{Session: s.session(r), Links: s.links(), Namespace: ns, ID: id, Now: s.now()}
 	if hist := s.historyStore(); s.authorize(r, authScope{Nodes: true}) == nil { // GPU use is read like the map
 		page.Utilization, page.Span = hist.Job(gpuhistory.JobKey{Namespace: ns, Job: id}, page.Now), hist.Span()
+		page.Interval = hist.Interval()
 		page.GPUNames = webui.GPUNamesOf(s.view.gpuMap(func(string) bool { return false }))
 	}
 	positions := map[string]queuePos{}

@@ -92,3 +92,17 @@ func TestPageHintsBeforeTheFirstSample(t *testing.T) {
 		GPUs: map[string][]gpuhistory.Point{"GPU-1": {{At: now, Value: 40}}}}})
 	must.StrNotContains(t, body, "utilisation appears after the first sample")
 }
+
+// A pinned job's page says when its utilisation appears before its first
+// sample; a job that waits says nothing of it.
+func TestJobPageHintsBeforeTheFirstSample(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	pinned := []JobGroup{{Name: "g", State: "pinned"}}
+	body := render(t, Job{Namespace: "ml", ID: "train", Now: now, Span: time.Hour, Interval: 30 * time.Second, Groups: pinned})
+	must.StrContains(t, body, "utilisation appears after the first sample, every 30s")
+	body = render(t, Job{Namespace: "ml", ID: "train", Now: now, Span: time.Hour, Interval: 30 * time.Second, Groups: pinned,
+		Utilization: []gpuhistory.Point{{At: now, Value: 10}}})
+	must.StrNotContains(t, body, "utilisation appears after the first sample")
+	body = render(t, Job{Namespace: "ml", ID: "big", Now: now, Span: time.Hour, Groups: []JobGroup{{Name: "g", State: "pending"}}})
+	must.StrNotContains(t, body, "utilisation appears after the first sample")
+}

@@ -135,11 +135,28 @@ type Job struct {
 	// GPU, summed over its GPUs).
 	Utilization []gpuhistory.Point
 	Span        time.Duration
-	Now         time.Time
+	// Interval is how often the GPUs are sampled (observe_interval): a
+	// pinned job without a sample yet says when its utilisation appears.
+	Interval time.Duration
+	Now      time.Time
 	// GPUNames names the GPUs of the map by UUID ("GPU 2 on node-a",
 	// GPUNamesOf): the page shows them by name, the UUID in a title. Nil
 	// when the token may not read nodes: the UUIDs are shown, shortened.
 	GPUNames map[string]string
+}
+
+// Pending is the hint a job's page shows before its first utilisation
+// sample: "" once it has one, or when it has no group pinned.
+func (j Job) Pending() string {
+	if len(j.Utilization) > 0 || j.Span <= 0 {
+		return ""
+	}
+	for _, g := range j.Groups {
+		if g.State == "pinned" {
+			return firstSampleHint(j.Interval)
+		}
+	}
+	return ""
 }
 
 // GPUName is the name the page gives the GPU uuid: its index on its
