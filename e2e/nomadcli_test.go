@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -58,6 +59,11 @@ func TestNomadCLIOnGatedJobs(t *testing.T) {
 		t.Logf("nomad job periodic force nightly: exit %d\n%s", code, out)
 		must.EqOp(t, 2, code, must.Sprint("nomad job periodic force of a gated job"))
 		must.StrContains(t, out, "failed to place")
+		// a forced child is named by its launch's second: a second force
+		// within the same second would register the first child again
+		for forced := time.Now().Unix(); time.Now().Unix() == forced; {
+			time.Sleep(50 * time.Millisecond)
+		}
 		code, out = e.nomadCLI("job", "periodic", "force", "-detach", "nightly")
 		must.EqOp(t, 0, code, must.Sprint(out))
 		e.eventually(liveness, "both children of nightly to be pinned and to run or complete", func() bool {
