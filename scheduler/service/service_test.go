@@ -9,7 +9,6 @@ import (
 	"maps"
 	"net/http/httptest"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -524,22 +523,6 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, 2.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
-}
-
-// counterValue reads one series of the service's /metrics.
-func counterValue(t *testing.T, s *Service, series string) float64 {
-	t.Helper()
-	rr := httptest.NewRecorder()
-	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
-	for _, line := range strings.Split(rr.Body.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			must.NoError(t, err)
-			return f
-		}
-	}
-	t.Fatalf("no series %s in /metrics", series)
-	return 0
 }
 
 func TestStaleStateAfterPinIsNotRepinned(t *testing.T) {
