@@ -28,7 +28,13 @@ const (
 	// MetaReplicas is how a group's allocations share nodes: "spread"
 	// (the default: over nodes, as Nomad's job anti-affinity spreads
 	// them) or "pack" (on as few nodes and GPUs as fit them).
-	MetaReplicas  = "gpushare.replicas"
+	MetaReplicas = "gpushare.replicas"
+	// MetaTimeslice = "true" opts a group into time-slicing (Gandiva's
+	// suspend/resume, issue 46 part 2): its shares count its GPU memory,
+	// and its compute is the whole GPU in turns, quantum by quantum, with
+	// the other time-sliced tasks of its GPU, rather than a cap of its
+	// shares.
+	MetaTimeslice = "gpushare.timeslice"
 	MetaPlacement = "gpushare.placement"
 	// MetaSignature signs gpushare.placement: the scheduler's HMAC of the
 	// group and the placement, so that a placement written by hand counts
