@@ -92,6 +92,8 @@ type Config struct {
 	// Opportunistic is how opportunistic jobs yield to production ones on
 	// a shared GPU at run time.
 	Opportunistic *Opportunistic `hcl:"opportunistic,block"`
+	// Timeslice is how time-sliced groups share a GPU (timeslice.go).
+	Timeslice *Timeslice `hcl:"timeslice,block"`
 }
 
 // Opportunistic is what the pin writes into the GPU task of an
@@ -212,6 +214,7 @@ func Default() *Config {
 		Leader:                 Leader{VariablePath: "gpushare/leader", TTL: "15s", LockDelay: "5s"},
 		Opportunistic:          &Opportunistic{MPSClientPriority: &defaultMPSClientPriority},
 		Introspection:          &Introspection{Window: DefaultIntrospectionWindow, Samples: DefaultIntrospectionSamples},
+		Timeslice:              &Timeslice{Quantum: DefaultTimesliceQuantum, MaxPerGPU: DefaultTimesliceMaxPerGPU},
 	}
 }
 
@@ -392,6 +395,10 @@ func (c *Config) Merge(o *Config) {
 		c.Introspection = &Introspection{}
 	}
 	c.Introspection.merge(o.Introspection)
+	if c.Timeslice == nil {
+		c.Timeslice = &Timeslice{}
+	}
+	c.Timeslice.merge(o.Timeslice)
 }
 
 // MaxVCGPUs bounds the GPUs a virtual cluster guarantees (its cells'
@@ -484,6 +491,10 @@ func (c *Config) Validate() error {
 		c.Introspection = Default().Introspection
 	}
 	c.Introspection.validate(bad)
+	if c.Timeslice == nil {
+		c.Timeslice = Default().Timeslice
+	}
+	c.Timeslice.validate(bad)
 	if err := memlimit.Validate(c.MemoryLimit); err != nil {
 		bad("%v", err)
 	}

@@ -1,0 +1,30 @@
+package config
+
+import (
+	"testing"
+	"time"
+
+	"github.com/shoenig/test/must"
+)
+
+func TestTimesliceDefaultsAndOverrides(t *testing.T) {
+	c := Default()
+	must.Eq(t, 2*time.Second, c.TimesliceQuantum())
+	must.Eq(t, 4, c.TimesliceMaxPerGPU())
+
+	c, err := Parse("t.hcl", []byte(`timeslice {
+  quantum     = "500ms"
+  max_per_gpu = 3
+}
+`))
+	must.NoError(t, err)
+	must.Eq(t, 500*time.Millisecond, c.TimesliceQuantum())
+	must.Eq(t, 3, c.TimesliceMaxPerGPU())
+}
+
+func TestTimesliceBadValuesAreNamed(t *testing.T) {
+	_, err := Parse("t.hcl", []byte(`timeslice { quantum = "1ns" }`))
+	must.ErrorContains(t, err, "timeslice.quantum")
+	_, err = Parse("t.hcl", []byte(`timeslice { max_per_gpu = 1 }`))
+	must.ErrorContains(t, err, "timeslice.max_per_gpu")
+}
