@@ -23,8 +23,12 @@ func TestTimesliceDefaultsAndOverrides(t *testing.T) {
 }
 
 func TestTimesliceBadValuesAreNamed(t *testing.T) {
-	_, err := Parse("t.hcl", []byte(`timeslice { quantum = "1ns" }`))
-	must.ErrorContains(t, err, "timeslice.quantum")
-	_, err = Parse("t.hcl", []byte(`timeslice { max_per_gpu = 1 }`))
-	must.ErrorContains(t, err, "timeslice.max_per_gpu")
+	for src, want := range map[string]string{
+		`timeslice { quantum = "1ns" }`: "timeslice.quantum",
+		`timeslice { max_per_gpu = 1 }`: "timeslice.max_per_gpu",
+	} {
+		c, err := Parse("t.hcl", []byte(src))
+		must.NoError(t, err)
+		must.ErrorContains(t, c.Validate(), want)
+	}
 }
