@@ -44,8 +44,8 @@ func (st *step) introspect() []Action {
 	for _, id := range ids {
 		obs := st.in.Running[id]
 		a, ok := st.snap.Alloc(id)
-		if !ok || a.Class != placement.ClassProduction {
-			continue
+		if !ok || a.Class != placement.ClassProduction || a.Timeslice {
+			continue // a time-sliced job is slower by its turns, not a pairing
 		}
 		bound := st.bound(a.MaxSlowdown)
 		if 1-(obs.Norm+obs.Err) <= bound {
@@ -103,8 +103,8 @@ func (st *step) unpairLosing(ids []string, done map[string]bool) []Action {
 	var out []Action
 	for _, id := range ids {
 		uuid, model, ok := st.snap.SoleGPU(id)
-		if !ok || done[uuid] {
-			continue
+		if a, _ := st.snap.Alloc(id); !ok || done[uuid] || a.Timeslice {
+			continue // time-sliced jobs take turns: together they get a GPU's work done
 		}
 		on := st.snap.OnGPU(uuid)
 		if len(on) != 2 {

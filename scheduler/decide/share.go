@@ -30,8 +30,12 @@ import (
 // PredictedMateErr: the model's error learned on this GPU model, which
 // shrinks as the pair or its jobs are observed there): no job is paired
 // whose pessimistic tail exceeds not sharing.
+//
+// A time-sliced group (placement.Request.Timeslice) is not weighed: it
+// takes turns with the GPU's time-sliced jobs rather than run beside
+// them, and opted in to share rather than wait.
 func (st *step) worthSharing(req placement.Request, d *placement.Decision) *placement.Decision {
-	if !d.Placed() || req.Count != 1 || len(d.Placements[0].GPUs) != 1 {
+	if !d.Placed() || req.Count != 1 || len(d.Placements[0].GPUs) != 1 || req.Timeslice {
 		return d
 	}
 	p := d.Placements[0]

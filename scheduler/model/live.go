@@ -196,7 +196,7 @@ func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) placeme
 		return pa
 	}
 	if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
-		pa.Profile, pa.MaxSlowdown = r.Profile, r.MaxSlowdown
+		pa.Profile, pa.MaxSlowdown, pa.Timeslice = r.Profile, r.MaxSlowdown, r.Timeslice
 		pa.VC, pa.Class = s.Attribution(job, a.TaskGroup)
 	}
 	return pa
@@ -206,7 +206,7 @@ func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) placeme
 // shares and resources come from the same Nomad object when the pointer
 // is equal).
 func sameGroupFacts(a, b placement.Alloc) bool {
-	return a.VC == b.VC && a.Class == b.Class && a.Profile == b.Profile && a.MaxSlowdown == b.MaxSlowdown
+	return a.VC == b.VC && a.Class == b.Class && a.Profile == b.Profile && a.MaxSlowdown == b.MaxSlowdown && a.Timeslice == b.Timeslice
 }
 
 // jobOf returns an allocation's job (nil when the model has none).

@@ -303,7 +303,7 @@ func holds(key decide.Key, rec *pin.Record, inUse func(share string) bool, r pla
 		out = append(out, placement.Alloc{
 			ID: PendingPrefix + key.String() + "@" + nodeID, Node: nodeID, Shares: shares,
 			Res:     placement.Resources{CPU: r.Res.CPU * int64(fresh), MemoryMiB: r.Res.MemoryMiB * int64(fresh)},
-			Profile: r.Profile, MaxSlowdown: r.MaxSlowdown,
+			Profile: r.Profile, MaxSlowdown: r.MaxSlowdown, Timeslice: r.Timeslice,
 		})
 	}
 	return out

@@ -46,7 +46,8 @@ const (
 // model does not name: the scheduler's configuration may (profile blocks).
 var ErrUnknownProfile = errors.New("unknown interference profile")
 
-// ApplyMeta fills r's VC, class and profile from job or group meta. Named
+// ApplyMeta fills r's VC, class, profile, replicas and time-slicing from
+// job or group meta. Named
 // profiles are looked up in model; declared sm_util / mem_bw are used as
 // given (a missing one counts as 0). Errors wrap placement.ErrBadRequest.
 func ApplyMeta(r *placement.Request, meta map[string]string, model *interference.Model) error {
@@ -58,6 +59,13 @@ func ApplyMeta(r *placement.Request, meta map[string]string, model *interference
 		r.Pack = true
 	default:
 		return fmt.Errorf("%w: %s %q must be \"spread\" (the default: over nodes, as Nomad spreads a group's allocations) or \"pack\"", placement.ErrBadRequest, MetaReplicas, v)
+	}
+	switch v := meta[MetaTimeslice]; v {
+	case "", "false":
+	case "true":
+		r.Timeslice = true
+	default:
+		return fmt.Errorf("%w: %s %q must be \"true\" (time-sliced: its shares count its GPU memory, its compute is the whole GPU in turns) or \"false\"", placement.ErrBadRequest, MetaTimeslice, v)
 	}
 	if name := meta[MetaProfile]; name != "" {
 		p, ok := model.Lookup(name)

@@ -390,14 +390,31 @@ func appendFixed2(b []byte, v float64, plus bool) []byte {
 // appendPairingNote appends what sharing g means for r: who it shares the
 // GPU with and r's predicted throughput there.
 func (e *engine) appendPairingNote(b []byte, g *GPU, r *Request, pred float64) []byte {
+	if r.Timeslice {
+		b = append(b, "time-sliced, "...)
+	}
 	if len(g.allocs) == 0 {
 		return append(b, "alone on its GPU"...)
 	}
 	names := make([]string, 0, len(g.allocs))
 	for _, a := range g.allocs {
-		names = append(names, a.ID+" ("+a.Profile.String()+")")
+		if r.Timeslice {
+			names = append(names, a.ID)
+		} else {
+			names = append(names, a.ID+" ("+a.Profile.String()+")")
+		}
 	}
 	slices.Sort(names) // the order of g.allocs is not part of the state
+	if r.Timeslice {
+		b = append(b, "takes turns on its GPU with "...)
+		for i, name := range names {
+			if i > 0 {
+				b = append(b, ", "...)
+			}
+			b = append(b, name...)
+		}
+		return append(b, " (one quantum each)"...)
+	}
 	b = append(b, "shares its GPU with "...)
 	for i, name := range names {
 		if i > 0 {

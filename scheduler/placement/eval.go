@@ -17,6 +17,7 @@ const (
 	whyModel
 	whySize
 	whyGPU
+	whyTimeslice // shares free, but on GPUs time-slicing keeps it off
 	whyInterference
 	whyCPU // the GPUs fit; the CPU or memory does not
 )
@@ -136,6 +137,12 @@ func (e *engine) evalFraction(n *Node, r *Request, gi, frac, pin int) cand {
 		if g.free < frac || g.Down || (pin >= 0 && i != pin) {
 			continue
 		}
+		if !e.timesliceRoom(g, r) {
+			if best.why < whyTimeslice {
+				best.why = whyTimeslice
+			}
+			continue
+		}
 		if (e.kind == kFGD || e.kind == kGpushare) && neutralGPU(g) {
 			dup := false
 			for _, f := range neutral[:nNeutral] {
@@ -222,7 +229,8 @@ type estimate struct{ v, unc float64 }
 // uncertainty would exceed its bound, or when the new job was seen to
 // break a bound with a job on g on this GPU model.
 func (e *engine) interfere(g *GPU, r *Request) (pred, mate estimate, loss float64, ok bool) {
-	if len(g.allocs) == 0 {
+	if len(g.allocs) == 0 || r.Timeslice {
+		// time-sliced jobs take turns: none runs beside another
 		return estimate{v: 1}, estimate{v: 1}, 0, true
 	}
 	k := len(g.allocs)

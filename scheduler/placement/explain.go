@@ -25,7 +25,7 @@ func (e *engine) explain(s *Snapshot, r *Request) *Refusal {
 }
 
 func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
-	var tally [whyCPU + 1]int
+	var tally [whyCPU + 1]int // by why
 	fits := 0
 	var mostFree, mostFrac, largestCell int
 	var mostFreeNode, mostFracNode, cellNode, cellName string
@@ -130,6 +130,8 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 			msg += fmt.Sprintf(", and the largest free cell is %d GPUs (%s on node %s)", largestCell, cellName, cellNode)
 		}
 		return &Refusal{RefusedTopology, msg}
+	case r.Shares > 0 && whole == 0 && tally[whyTimeslice] > 0:
+		return &Refusal{RefusedNoCapacity, e.timesliceNote(r, frac, tally[whyTimeslice])}
 	case r.Shares > 0 && tally[whyGPU] > 0:
 		msg := fmt.Sprintf("needs %d shares on one GPU of %s; the most free on any GPU is %d", frac, models, mostFrac)
 		if mostFracNode != "" {

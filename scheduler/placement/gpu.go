@@ -18,6 +18,7 @@ type GPU struct {
 	free int // next to Shares, Cap and Down: the fields eval reads
 	// Down is set for an unhealthy GPU: nothing new is placed on it.
 	Down bool
+	ts   int  // time-sliced allocations on it (timeslice.go)
 	inst bool // a shared MIG instance (mig != nil)
 	// mig is what is known of a shared MIG instance; nil for a whole GPU
 	// (kept out of line: the eval loop reads GPUs by the thousand).

@@ -95,6 +95,9 @@ func (e *engine) indexKey(r *Request) string {
 		b = append(b, '|')
 		b = append(b, m...)
 	}
+	if r.Timeslice {
+		b = append(b, "|timeslice"...)
+	}
 	if r.Allowed != nil {
 		b = append(b, "|allowed:"...)
 		b = strconv.AppendUint(b, e.allowKey, 16)

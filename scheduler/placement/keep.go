@@ -124,6 +124,8 @@ func (s *Snapshot) Prefer(r *Request, policy string, held []Held) (*Decision, er
 			return nil, fmt.Errorf("%d shares are not a fraction or whole GPUs of %s", r.Shares, uuid)
 		case whole > 0 && g.MIG():
 			return nil, fmt.Errorf("GPU %s is a shared MIG instance, which never holds a whole GPU", uuid)
+		case frac > 0 && !timesliceKind(g, r):
+			return nil, fmt.Errorf("GPU %s holds time-sliced allocations and others: a GPU holds one kind", uuid)
 		case frac > 0:
 			shares = freeShares(s, g, byGPU[uuid], frac)
 			if len(shares) < frac {

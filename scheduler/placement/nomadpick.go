@@ -60,15 +60,17 @@ func (s *Snapshot) nomadPicks(d *Decision, pick func(fits []int) int) {
 // allocations on one GPU when the pin names only their nodes: every
 // placement holds at most one GPU, a whole GPU its plugin offers as a
 // device group of its own (device_groups = "gpu"), not a shared MIG
-// instance (whose group holds several). Such a decision may be pinned by
+// instance (whose group holds several), and no time-sliced allocation
+// (Nomad's pick would not keep it off GPUs of other kinds). Such a
+// decision may be pinned by
 // node alone (pin.ContractNode), a pin Nomad checks in place.
 func (s *Snapshot) NomadChoosesGPU(d *Decision) bool {
 	if !d.Placed() {
 		return false
 	}
 	for _, p := range d.Placements {
-		if len(p.GPUs) > 1 {
-			return false
+		if len(p.GPUs) > 1 || (p.req != nil && p.req.Timeslice) {
+			return false // Nomad's pick would not keep time-sliced jobs apart
 		}
 		for _, u := range p.GPUs {
 			ref, ok := s.byUUID[u]

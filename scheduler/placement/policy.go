@@ -78,6 +78,9 @@ type Options struct {
 	// MaxSlowdown is the default slowdown bound of production jobs
 	// (gpushare); 0 means the snapshot's DefaultMaxSlowdown (10%).
 	MaxSlowdown float64
+	// TimesliceMaxPerGPU is the most time-sliced allocations one GPU
+	// takes (Request.Timeslice); 0 means DefaultTimesliceMaxPerGPU.
+	TimesliceMaxPerGPU int
 }
 
 // New returns the policy with the given name.
@@ -100,6 +103,12 @@ func New(name string, opts Options) (Policy, error) {
 	}
 	if opts.Predictor == nil {
 		opts.Predictor = opts.Model
+	}
+	switch {
+	case opts.TimesliceMaxPerGPU == 0:
+		opts.TimesliceMaxPerGPU = DefaultTimesliceMaxPerGPU
+	case opts.TimesliceMaxPerGPU < 1:
+		return nil, fmt.Errorf("time-sliced allocations per GPU %d must be at least 1", opts.TimesliceMaxPerGPU)
 	}
 	e := &engine{name: name, kind: k, opts: opts, buddy: map[buddyKey]buddyRes{}, vcs: map[string]*VirtualCluster{}}
 	e.f.mix = opts.Mix

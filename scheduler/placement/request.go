@@ -86,6 +86,13 @@ type Request struct {
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
 	Expected time.Duration `json:"expected_runtime,omitempty"`
+	// Timeslice: the request's allocations are time-sliced (Gandiva's
+	// suspend/resume; package pin sets it from gpushare.timeslice). Its
+	// Shares count its GPU memory, not a cap on its compute: it goes only
+	// on GPUs that hold no other kind of allocation, at most
+	// Options.TimesliceMaxPerGPU of them per GPU, and the interference
+	// model does not apply (they never run at once). See timeslice.go.
+	Timeslice bool `json:"timeslice,omitempty"`
 }
 
 // Limit is one distinct_property rule of a request: Of gives each node's
@@ -229,6 +236,7 @@ func (p *Placement) alloc() Alloc {
 	a := Alloc{ID: p.AllocID, Node: p.Node, Shares: p.Shares, Res: p.res}
 	if p.req != nil {
 		a.VC, a.Class, a.Profile, a.MaxSlowdown = p.req.VC, p.req.Class, p.req.Profile, p.req.MaxSlowdown
+		a.Timeslice = p.req.Timeslice
 	}
 	return a
 }

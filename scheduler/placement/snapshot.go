@@ -104,6 +104,9 @@ type Alloc struct {
 	Profile interference.Profile `json:"profile"`
 	// MaxSlowdown is the production bound; 0 means the snapshot's default.
 	MaxSlowdown float64 `json:"max_slowdown,omitempty"`
+	// Timeslice marks a time-sliced allocation (Request.Timeslice): a GPU
+	// that holds one holds no other kind.
+	Timeslice bool `json:"timeslice,omitempty"`
 }
 
 type allocRec struct {
@@ -402,6 +405,9 @@ func (s *Snapshot) commit(rec *allocRec) {
 			g.setUsed(idx, true)
 		}
 		g.free -= len(rec.shares[k])
+		if rec.Timeslice {
+			g.ts++
+		}
 		g.allocs = insertRec(g.allocs, rec)
 		rec.milli += len(rec.shares[k]) * 1000 / g.Shares
 		rec.model = g.Model
@@ -445,6 +451,9 @@ func (s *Snapshot) remove(id string) (Alloc, error) {
 			g.setUsed(idx, false)
 		}
 		g.free += len(rec.shares[k])
+		if rec.Timeslice {
+			g.ts--
+		}
 		g.allocs = deleteRec(g.allocs, rec)
 	}
 	n.used.CPU -= rec.Res.CPU
