@@ -35,6 +35,7 @@ struct gs_limits {
     int unified;                  /* unified_memory=1: see unified.c */
     uint64_t unified_extra_bytes; /* what an opportunistic task may hold beyond the cap */
     uint64_t context_bytes; /* charged to each process that uses the driver: its context */
+    uint64_t timeslice_id;  /* the reservation in its GPU's time-slice rotation (slice.c) */
 };
 
 /* Parses the key=value limits file at path. Returns 0 on success, -1 when the
@@ -142,6 +143,44 @@ extern int gs_graph_mem;
 int gs_graph_launch_begin(void *exec, uint64_t ahead[GS_GRAPH_DEVS]);
 void gs_graph_launch_end(void *exec, const uint64_t ahead[GS_GRAPH_DEVS], CUresult r);
 CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
+
+/* Time-slicing (slice.c; README, "Time-slicing"): the GPU's rotation, the
+ * file "slice" the plugin makes per GPU (plugin/slice.go reads it: keep
+ * the layout in step). Members are reservations. */
+#define GS_SLICE_MAGIC 0x67737473u /* "gsts" */
+#define GS_SLICE_VERSION 1
+#define GS_SLICE_FILE_SIZE 4096
+#define GS_SLICE_MEMBERS 48
+struct gs_slice_member { /* 64 bytes */
+    uint64_t id;            /* the reservation's timeslice_id; 0: free */
+    uint32_t share, pad;    /* its compute cap, permille */
+    uint64_t quantum_ns;    /* the quantum its task was given */
+    uint64_t seen_ns;       /* its latest launch or ask: present while recent */
+    uint64_t want_since_ns; /* when its present wait for a turn began; 0: none */
+    uint64_t suspended_ns;  /* time its launches waited for their turn, in all */
+    uint64_t turns;         /* turns it was given */
+    uint64_t active_ns;     /* its latest launch in its turn: idle holders lose it */
+};
+struct gs_slice {
+    uint32_t magic, version;
+    uint32_t init, holder; /* init: 2 once the mutex is made; holder: member + 1, 0 none */
+    uint64_t turn_end_ns, turns;
+    union {
+        pthread_mutex_t mu; /* robust, process-shared */
+        char pad[64];
+    } lock;
+    struct gs_slice_member m[GS_SLICE_MEMBERS]; /* at offset 96 */
+};
+/* From GPUSHARE_TIMESLICE_QUANTUM_MS at load (hooks.c), clamped; 0: the
+ * task is not time-sliced. */
+extern uint64_t gs_slice_quantum_ns;
+void gs_slice_env(const char *value); /* sets it from the variable's value */
+/* Maps <gs_dir>/slice: 0, or -1 with a line on stderr. */
+int gs_slice_open(void);
+/* At a launch: 0 when it is the task's turn (*pool: the pool's share,
+ * permille; *resumed: 1 at this process's first launch of a new turn),
+ * else how long to wait before asking again. */
+uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed);
 
 /* ---- the hook table (hooks.c) ----------------------------------------
  * Each intercepted driver symbol, with our hook and the real function. A

@@ -93,6 +93,7 @@ static void load_limits(void)
     snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
     snprintf(gs_dir, sizeof gs_dir, "%s", dir);
     gs_lim.klass_id = class_of(gs_lim.klass);
+    gs_slice_env(getenv("GPUSHARE_TIMESLICE_QUANTUM_MS"));
 }
 
 /* At the first driver call: the real driver and the usage region. */
@@ -116,7 +117,7 @@ static void load_region_once(void)
     pthread_once(&load_once, load_limits);
     /* the region also holds the task's compute pacer: opened for a
      * compute limit too (without one, only memory needs it) */
-    int paced = gs_lim.compute_pct < 100 || gs_lim.klass_id == GS_CLASS_OPPORTUNISTIC;
+    int paced = gs_lim.compute_pct < 100 || gs_lim.klass_id == GS_CLASS_OPPORTUNISTIC || gs_slice_quantum_ns;
     if ((gs_lim.have_memory || paced) && usage_path[0] && gs_region_open(usage_path) != 0) {
         if (gs_lim.have_memory)
             fprintf(stderr, "gpushare: cannot open the reservation's usage region (in %s): refusing GPU memory\n", gs_dir);

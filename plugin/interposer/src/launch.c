@@ -128,6 +128,7 @@ static struct {
     struct gs_tgs tgs;
     uint32_t base;  /* the share without production present: compute_pct */
     int tgs_on;     /* opportunistic with a channel */
+    int sliced;     /* time-sliced: launches wait for the task's turn (slice.c) */
     struct pool {
         int made;      /* the events exist, in ctx */
         CUcontext ctx;
@@ -293,6 +294,8 @@ static void setup_mode(void)
         default:
             m = share < GS_SHARE_FULL ? M_PACE : M_PASS;
         }
+        if (gs_slice_quantum_ns && gs_lim.klass_id != GS_CLASS_PRODUCTION && gs_slice_open() == 0)
+            m = M_PACE, pace.sliced = 1;
     }
     if (m == M_PACE) {
         /* the pacers first: the first pool's device picks its own */
@@ -453,14 +456,22 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
         /* one take of the task's pacer per launch (plock: the region's
          * mutex), none while sleeping */
         now = now_ns();
+        /* time-sliced: out of its turn, wait; in it, the pool's share */
+        uint32_t base = pace.base;
+        int resumed = 0;
+        uint64_t d = pace.sliced ? gs_slice_turn(now, &base, &resumed) : 0;
+        if (d)
+            goto sleep;
         plock();
         harvest();
+        if (resumed)
+            gs_pacer_resume(pc, now);
         /* the share from the read-only limits (or the TGS loop), never the
          * region's copy, which the task can write (README, who can reach
          * a reservation's state) */
         uint32_t t = pace.tgs_on ? gs_tgs_share(&pace.tgs, chan, now) : GS_SHARE_FULL;
-        gs_pacer_set_share(pc, t < GS_SHARE_FULL ? t : pace.base, now);
-        uint64_t d = gs_pacer_delay(pc, now);
+        gs_pacer_set_share(pc, t < GS_SHARE_FULL ? t : base, now);
+        d = gs_pacer_delay(pc, now);
         if (!d) {
             *charged = *est_of(graph, pc);
             gs_pacer_charge(pc, now, *charged);
@@ -468,6 +479,7 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
             break;
         }
         punlock();
+    sleep:
         if (d > MAX_SLEEP_NS)
             d = MAX_SLEEP_NS;
         pthread_mutex_unlock(&pace.mu);

@@ -93,6 +93,12 @@ int gs_limits_read(const char *path, struct gs_limits *out)
                 break;
             }
             out->context_bytes = n;
+        } else if (strcmp(k, "timeslice_id") == 0) {
+            if (gs_parse_u64(v, &n) < 0) {
+                rc = -1;
+                break;
+            }
+            out->timeslice_id = n;
         } else if (strcmp(k, "class") == 0) {
             snprintf(out->klass, sizeof out->klass, "%s", v);
         }

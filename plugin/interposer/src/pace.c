@@ -63,6 +63,14 @@ void gs_pacer_set_share(struct gs_pacer *p, uint32_t share, uint64_t now)
     p->share = share;
 }
 
+void gs_pacer_resume(struct gs_pacer *p, uint64_t now)
+{
+    if (p->debt_ns < 0)
+        p->debt_ns = 0;
+    p->rem = 0;
+    p->last_ns = now;
+}
+
 uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now)
 {
     if (p->share >= GS_SHARE_FULL)

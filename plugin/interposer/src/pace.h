@@ -33,6 +33,9 @@ struct gs_pacer {
 void gs_pacer_init(struct gs_pacer *p, uint32_t share, uint64_t window_ns, uint64_t now);
 /* Changes the share (the TGS loop does, each window). */
 void gs_pacer_set_share(struct gs_pacer *p, uint32_t share, uint64_t now);
+/* The task resumes after a suspension (time-slicing, slice.c): the time
+ * it was suspended earns no credit (it did not hold the GPU); a debt stays. */
+void gs_pacer_resume(struct gs_pacer *p, uint64_t now);
 /* How long to wait before the next launch (0: launch now). */
 uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now);
 /* A launch: returns what it was charged, to hand back to gs_pacer_done. */

@@ -26,6 +26,9 @@
  * calls a paced launch makes, and fakecuda_ptds_records() its event
  * records on CU_STREAM_PER_THREAD, for tests (not driver calls).
  * FAKECUDA_NO_EVENTS set: cuEventCreate fails (CUDA_ERROR_UNKNOWN).
+ * FAKECUDA_LOG names a file each kernel's submission is appended to, as
+ * "<pid>\n" (O_APPEND: the order of submissions by every process), for the
+ * time-slicing tests (slice_test.go).
  *
  * Streams that capture or wait, graphs and contexts are
  * testdata/fakecapture.c's: a launch or an event record asks it first
@@ -36,6 +39,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -62,6 +66,7 @@ static uint64_t last_end;      /* this process's last kernel ends (all its strea
 static uint64_t events;        /* event calls made by this process */
 static uint64_t ptds;          /* of which records on CU_STREAM_PER_THREAD */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int logfd = -1;         /* FAKECUDA_LOG */
 
 static void open_gpu(void)
 {
@@ -78,6 +83,9 @@ static void open_gpu(void)
         if (fd >= 0)
             close(fd);
     }
+    const char *log = getenv("FAKECUDA_LOG");
+    if (log && *log)
+        logfd = open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0666);
     int32_t pid = getpid();
     for (int i = 0; i < SLOTS && me < 0; i++) {
         int32_t zero = 0;
@@ -119,6 +127,12 @@ static CUresult submit(void *f)
     do
         end = (free > now ? free : now) + run;
     while (!__atomic_compare_exchange_n(tl, &free, end, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    if (logfd >= 0) {
+        char line[16];
+        int n = snprintf(line, sizeof line, "%d\n", (int)getpid());
+        if (write(logfd, line, (size_t)n) != n)
+            logfd = -1;
+    }
     if (me >= 0) {
         __atomic_fetch_add(&gpu->slot[me].busy_ns, run, __ATOMIC_RELAXED);
         __atomic_fetch_add(&gpu->slot[me].kernels, 1, __ATOMIC_RELAXED);
