@@ -64,6 +64,8 @@ type view interface {
 	preemptionsLog() []Preemption
 	// nodeNames names nodes by their name, else their ID.
 	nodeNames(ids []string) []string
+	// family is a job's parent and children, for its page (ui_family.go).
+	family(ns, id string) jobFamily
 }
 
 // handler serves the HTTP API:

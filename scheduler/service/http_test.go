@@ -87,6 +87,7 @@ func (v fakeView) waiting() []Waiting                      { return v.groups }
 func (v fakeView) unpaired() []Unpaired                    { return nil }
 func (v fakeView) preemptionsLog() []Preemption            { return nil }
 func (v fakeView) nodeNames(ids []string) []string         { return ids }
+func (v fakeView) family(string, string) jobFamily         { return jobFamily{} }
 func (v fakeView) jobStatus(ns, id, _ string) (JobStatus, bool) {
 	st, ok := v.jobs[model.JobKey(ns, id)]
 	return st, ok

@@ -207,6 +207,7 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 		}
 		page.Groups = append(page.Groups, jg)
 	}
+	s.uiFamily(&page) // a dispatched child's own allocations; a parent's children
 	s.render(w, http.StatusOK, page)
 }
 

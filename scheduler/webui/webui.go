@@ -131,6 +131,8 @@ type Job struct {
 	Links
 	Namespace, ID string
 	Groups        []JobGroup
+	// Family: its parent, or its children (family.go).
+	Family
 	// Utilization is the job's utilisation over Span (percent of one
 	// GPU, summed over its GPUs).
 	Utilization []gpuhistory.Point
@@ -212,6 +214,9 @@ type JobGroup struct {
 	// (gpushare.elastic): whether the scheduler resizes it, why it does or
 	// does not now, and its last resize.
 	Elastic *Elastic
+	// Own, for a child dispatched into its parent's pool (Family.Dispatched):
+	// where each of its live allocations runs; Nodes and GPUs are the pool's.
+	Own []AllocPlace
 }
 
 // Elastic is what the page says of an elastic group.
