@@ -137,6 +137,9 @@ type interposerLimits struct {
 	// mpsThreadPct is the MPS active thread percentage the reservation's
 	// processes run under (0: not MPS); computePct is then 100
 	mpsThreadPct int
+	// timesliceID names the reservation in its GPU's time-slice rotation
+	// (slice.go; 0: not written)
+	timesliceID uint64
 }
 
 func (l interposerLimits) file() []byte {
@@ -152,6 +155,9 @@ func (l interposerLimits) file() []byte {
 	}
 	if l.contextBytes > 0 {
 		b = fmt.Appendf(b, "context_bytes=%d\n", l.contextBytes)
+	}
+	if l.timesliceID > 0 {
+		b = fmt.Appendf(b, "timeslice_id=%d\n", l.timesliceID)
 	}
 	return b
 }
@@ -196,6 +202,7 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
+	lim.timesliceID = timesliceID(filepath.Base(dir))
 	if err := writeFileAtomic(filepath.Join(dir, limitsFile), lim.file(), 0o444); err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
@@ -237,6 +244,14 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 	if err := linkOnce(channel, tgs); err != nil {
 		return fmt.Errorf("interposer: %w", err)
 	}
+	rotation, err := sliceRotation(ic.StateDir, key, gpu)
+	if err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
+	slice := filepath.Join(dir, sliceFile)
+	if err := linkOnce(rotation, slice); err != nil {
+		return fmt.Errorf("interposer: %w", err)
+	}
 	now := time.Now()
 	_ = os.Chtimes(dir, now, now) // the garbage collector's clock
 	res.Envs[EnvLimits] = dir
@@ -246,6 +261,7 @@ func (p *Plugin) reserveInterposer(ic InterposerConfig, name string, ids []strin
 		&device.Mount{TaskPath: LimitsTaskDir, HostPath: dir, ReadOnly: true},
 		&device.Mount{TaskPath: LimitsTaskDir + "/" + regionDir, HostPath: region, ReadOnly: false},
 		&device.Mount{TaskPath: LimitsTaskDir + "/" + tgsFile, HostPath: tgs, ReadOnly: false},
+		&device.Mount{TaskPath: LimitsTaskDir + "/" + sliceFile, HostPath: slice, ReadOnly: false},
 		&device.Mount{TaskPath: ic.Library, HostPath: ic.Library, ReadOnly: true},
 		&device.Mount{TaskPath: PreloadTaskPath, HostPath: preload, ReadOnly: true},
 	)
@@ -271,10 +287,24 @@ func tgsChannelName(key []byte, gpu string) string {
 // never replaced, so every process that maps it, in any reservation,
 // shares the same counters.
 func tgsChannel(stateDir string, key []byte, gpu string) (string, error) {
+	header := make([]byte, 8)
+	binary.LittleEndian.PutUint32(header, tgsMagic)
+	binary.LittleEndian.PutUint32(header[4:], tgsVersion)
+	return perGPUFile(stateDir, tgsDir, gpu, tgsChannelName(key, gpu), "TGS channel", header, tgsSize)
+}
+
+// perGPUFile returns the path of one of gpu's shared files (the TGS
+// channel, the time-slice rotation), <state_dir>/<dir>/<name>, creating it
+// if absent: header, then zeros to size bytes, 0666 (every task's
+// processes on the GPU map it, whatever user they run as), in a directory
+// no one but root lists (0711), created once and never replaced, so every
+// process that maps it, in any reservation, shares it. what names it in
+// errors.
+func perGPUFile(stateDir, dir, gpu, name, what string, header []byte, size int) (string, error) {
 	if gpu == "" || strings.ContainsAny(gpu, "/\x00") || gpu == "." || gpu == ".." {
-		return "", fmt.Errorf("GPU UUID %q cannot name a TGS channel file", gpu)
+		return "", fmt.Errorf("GPU UUID %q cannot name a %s file", gpu, what)
 	}
-	d := filepath.Join(stateDir, tgsDir)
+	d := filepath.Join(stateDir, dir)
 	err := os.Mkdir(d, 0o711)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		return "", fmt.Errorf("cannot create %s: %w", d, err)
@@ -282,19 +312,17 @@ func tgsChannel(stateDir string, key []byte, gpu string) (string, error) {
 	if err := os.Chmod(d, 0o711); err != nil {
 		return "", err
 	}
-	name := tgsChannelName(key, gpu)
 	path := filepath.Join(d, name)
 	if st, err := os.Stat(path); err == nil {
-		if st.Size() != tgsSize {
-			return "", fmt.Errorf("%s is %d bytes, not a TGS channel of this version (%d); remove it when no task uses the GPU", path, st.Size(), tgsSize)
+		if st.Size() != int64(size) {
+			return "", fmt.Errorf("%s is %d bytes, not a %s of this version (%d); remove it when no task uses the GPU", path, st.Size(), what, size)
 		}
 		return path, nil
 	}
 	// written aside, then linked into place: a process never maps a
-	// half-written channel, and a concurrent creator's stays (Link fails)
-	data := make([]byte, tgsSize)
-	binary.LittleEndian.PutUint32(data, tgsMagic)
-	binary.LittleEndian.PutUint32(data[4:], tgsVersion)
+	// half-written file, and a concurrent creator's stays (Link fails)
+	data := make([]byte, size)
+	copy(data, header)
 	f, err := os.CreateTemp(d, "."+name+".tmp-*")
 	if err != nil {
 		return "", fmt.Errorf("cannot create %s: %w", path, err)
@@ -332,7 +360,7 @@ func linkOnce(src, dst string) error {
 		}
 	}
 	if err := os.Link(src, dst); err != nil {
-		return fmt.Errorf("cannot link the TGS channel into the reservation: %w", err)
+		return fmt.Errorf("cannot link %s into the reservation: %w", filepath.Base(dst), err)
 	}
 	return nil
 }

@@ -102,7 +102,7 @@ func TestReserveInterposer(t *testing.T) {
 	// the usage region is the task's to create, 0600 (issue 29, part 4):
 	// a directory anyone may create in, nobody list; no file the plugin
 	// leaves in the reservation's directory is world-writable but the
-	// GPU's TGS channel, shared by design
+	// GPU's TGS channel and time-slice rotation, shared by design
 	// in region/ (root's, 0711: issue 44) a directory named by a random
 	// key that only the task's environment holds, 1733, empty
 	must.Eq(t, os.ModeDir|0o711, mode(t, filepath.Join(dir, "region")))
@@ -115,7 +115,7 @@ func TestReserveInterposer(t *testing.T) {
 	must.NoError(t, err)
 	for _, e := range entries {
 		m := mode(t, filepath.Join(dir, e.Name()))
-		if m.IsRegular() && e.Name() != "tgs" {
+		if m.IsRegular() && e.Name() != "tgs" && e.Name() != "slice" {
 			must.Zero(t, m&0o002, must.Sprintf("%s is world-writable: %v", e.Name(), m))
 		}
 	}
@@ -140,6 +140,7 @@ func TestReserveInterposer(t *testing.T) {
 		{TaskPath: "/run/gpushare", HostPath: dir, ReadOnly: true},
 		{TaskPath: "/run/gpushare/region", HostPath: filepath.Join(dir, "region")},
 		{TaskPath: "/run/gpushare/tgs", HostPath: filepath.Join(dir, "tgs")},
+		{TaskPath: "/run/gpushare/slice", HostPath: filepath.Join(dir, "slice")},
 		{TaskPath: lib, HostPath: lib, ReadOnly: true},
 		{TaskPath: "/etc/ld.so.preload", HostPath: filepath.Join(state, "ld.so.preload"), ReadOnly: true},
 	}, res.Mounts[2:])

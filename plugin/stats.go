@@ -63,10 +63,13 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 	p.mu.Lock()
 	groups, migGroups, shared := p.groups, p.migGroups, p.migShares
 	index := map[string]int{} // NVML index by UUID, for per-GPU group names
+	uuids := make([]string, 0, len(p.gpus))
 	for uuid, st := range p.gpus {
 		index[uuid] = st.gpu.Index
+		uuids = append(uuids, uuid)
 	}
 	p.mu.Unlock()
+	sliced := sliceStats(cfg.Interposer, uuids) // by share ID
 	perGPU := cfg.DeviceGroups == devicefn.DeviceGroupsGPU
 
 	resp := &device.StatsResponse{}
@@ -95,7 +98,7 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 					Name: devicefn.GPUGroupName(g.Model, index[gpu.UUID]), InstanceStats: map[string]*device.DeviceStats{}}
 				resp.Groups = append(resp.Groups, into)
 			}
-			gpuStats(into, s, gpu.UUID, cfg.SharesPerGPU)
+			gpuStats(into, s, gpu.UUID, cfg.SharesPerGPU, sliced)
 		}
 		if !perGPU || g.MIG != nil {
 			resp.Groups = append(resp.Groups, gs)
@@ -115,8 +118,9 @@ func (p *Plugin) statsOnce(ctx context.Context) *device.StatsResponse {
 }
 
 // gpuStats adds the stats of every share of a whole GPU to gs: the GPU's,
-// and for the shares a task's process holds, that process's too.
-func gpuStats(gs *device.DeviceGroupStats, s devicefn.Stats, uuid string, sharesPerGPU int) {
+// for the shares a task's process holds, that process's too, and for those
+// of a time-sliced task, its time-slicing (sliced, by share ID).
+func gpuStats(gs *device.DeviceGroupStats, s devicefn.Stats, uuid string, sharesPerGPU int, sliced map[string]sliceMember) {
 	ds := deviceStats(s)
 	for _, id := range devicefn.ShareIDs(uuid, sharesPerGPU) {
 		gs.InstanceStats[id] = ds
@@ -127,6 +131,11 @@ func gpuStats(gs *device.DeviceGroupStats, s devicefn.Stats, uuid string, shares
 			if _, ok := gs.InstanceStats[id]; ok {
 				gs.InstanceStats[id] = held
 			}
+		}
+	}
+	for _, id := range devicefn.ShareIDs(uuid, sharesPerGPU) {
+		if m, ok := sliced[id]; ok {
+			gs.InstanceStats[id] = withSlice(gs.InstanceStats[id], m)
 		}
 	}
 }
