@@ -79,6 +79,7 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 			}
 		}
 		rec.Env, rec.Priority = rt.runtimeEnv(meta[MetaClass], n, user)
+		rec.Env, rec.Priority = rt.timesliceEnv(meta, user, rec.Env, rec.Priority)
 		if rec.Contract == ContractNode && old != nil && old.Contract == ContractNode {
 			// a node pin never changes the task's environment (a destructive
 			// change): the group keeps what its first node pin wrote

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -28,6 +29,13 @@ const (
 	EnvMPSThreads = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	// ThreadsTemplate is the destination of that template.
 	ThreadsTemplate = "local/gpushare-mps.env"
+	// EnvTimesliceQuantum is the quantum, in whole milliseconds, the pin
+	// writes into the GPU task of a time-sliced group (MetaTimeslice): the
+	// interposer time-slices the task's launches with the other
+	// time-sliced tasks of its GPU, one quantum each
+	// (plugin/interposer/README.md, "Time-slicing"). Absent, the task is
+	// not time-sliced.
+	EnvTimesliceQuantum = "GPUSHARE_TIMESLICE_QUANTUM_MS"
 )
 
 // Runtime is what the pin writes into a group's GPU task besides the
@@ -46,6 +54,34 @@ type Runtime struct {
 	// the plugin gives an opportunistic fraction on an MPS GPU (0.5: half
 	// the fraction's percentage); 0 leaves the plugin's.
 	ThreadScale float64
+	// TimesliceQuantum is the quantum written into a time-sliced group's
+	// GPU task (EnvTimesliceQuantum, whole milliseconds, at least 1); 0
+	// writes none.
+	TimesliceQuantum time.Duration
+}
+
+// timesliceEnv adds to env the quantum of a time-sliced group (meta
+// MetaTimeslice "true") and says so in note; a quantum the task sets
+// itself (user) is left as the task sets it.
+func (rt Runtime) timesliceEnv(meta, user, env map[string]string, note string) (map[string]string, string) {
+	if meta[MetaTimeslice] != "true" || rt.TimesliceQuantum <= 0 {
+		return env, note
+	}
+	line := ""
+	if v, ok := user[EnvTimesliceQuantum]; ok {
+		line = fmt.Sprintf("time-sliced: the task sets %s=%s itself: left as is", EnvTimesliceQuantum, v)
+	} else {
+		ms := strconv.FormatInt(max(1, rt.TimesliceQuantum.Milliseconds()), 10)
+		if env == nil {
+			env = map[string]string{}
+		}
+		env[EnvTimesliceQuantum] = ms
+		line = "time-sliced: " + EnvTimesliceQuantum + "=" + ms
+	}
+	if note != "" {
+		note += "; "
+	}
+	return env, note + line
 }
 
 // runtimeEnv decides the environment an opportunistic group's GPU task

@@ -11,12 +11,14 @@ import (
 )
 
 // runtime is what the pin of d writes besides the pins: the configured
-// run-time priority of opportunistic groups (config opportunistic block)
+// run-time priority of opportunistic groups (config opportunistic block),
+// the quantum of time-sliced ones (config timeslice block)
 // and the sharing mode of the GPUs d chose, read from their nodes' device
 // attributes. Sharing is "" when the GPUs differ or one is not found.
 func (s *loop) runtime(d *placement.Decision) pin.Runtime {
 	rt := pin.Runtime{}
 	rt.ClientPriority, rt.ThreadScale = s.cfg.OpportunisticPriority()
+	rt.TimesliceQuantum = s.cfg.TimesliceQuantum()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	first := true
