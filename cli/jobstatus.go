@@ -93,6 +93,7 @@ func jobStatus(args []string, io IO) int {
 			}
 		}
 		printAllocs(io, g.Allocs, where)
+		printTimeslice(io, g.Timeslice)
 		if g.Profile != nil {
 			name := g.Profile.Name
 			if name == "" {

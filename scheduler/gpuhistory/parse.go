@@ -23,6 +23,8 @@ type Share struct {
 	// when the plugin saw them (HasProcess).
 	ProcessSM  float64
 	HasProcess bool
+	// Timeslice is its task's time-slicing, when it is time-sliced.
+	Timeslice *Timeslice
 }
 
 // Round is what a round of reading nodes' device stats found.
@@ -56,6 +58,7 @@ func (r *Round) Add(groups []*api.DeviceGroupStats) {
 			r.PerGPU[sid.UUID]++
 			sh := Share{GPU: sid.UUID}
 			sh.ProcessSM, sh.HasProcess = num(a[statProcessSM])
+			sh.Timeslice, _ = timesliceOf(a)
 			r.Shares[id] = sh
 			if _, ok := r.GPUs[sid.UUID]; ok {
 				continue

@@ -25,6 +25,9 @@ type Store struct {
 	size     int
 	gpus     map[string]*gpuSeries
 	jobs     map[JobKey]*ring
+	// timeslices are the time-sliced allocations' latest figures, by
+	// allocation ID (timeslice.go)
+	timeslices []AllocTimeslice
 }
 
 type gpuSeries struct {

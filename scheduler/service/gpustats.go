@@ -22,8 +22,9 @@ func (s *loop) sampleGPUs(ctx context.Context) {
 		}
 	}
 	type held struct {
-		key    gpuhistory.JobKey
-		shares []string
+		key       gpuhistory.JobKey
+		id, group string
+		shares    []string
 	}
 	var allocs []held
 	for _, a := range s.state.Allocs {
@@ -31,7 +32,7 @@ func (s *loop) sampleGPUs(ctx context.Context) {
 			continue
 		}
 		if sh := model.Shares(a); len(sh) > 0 {
-			allocs = append(allocs, held{gpuhistory.JobKey{Namespace: allocNamespace(a.Namespace), Job: a.JobID}, sh})
+			allocs = append(allocs, held{gpuhistory.JobKey{Namespace: allocNamespace(a.Namespace), Job: a.JobID}, a.ID, a.TaskGroup, sh})
 		}
 	}
 	s.mu.Unlock()
@@ -46,12 +47,17 @@ func (s *loop) sampleGPUs(ctx context.Context) {
 		round.Add(stats)
 	}
 	jobs := map[gpuhistory.JobKey]float64{}
+	var sliced []gpuhistory.AllocTimeslice
 	for _, a := range allocs {
 		if v, ok := round.Use(a.shares); ok {
 			jobs[a.key] += v
 		}
+		if ts, ok := round.Timeslice(a.shares); ok {
+			sliced = append(sliced, gpuhistory.AllocTimeslice{Alloc: a.id, Namespace: a.key.Namespace, Job: a.key.Job, Group: a.group, Timeslice: ts})
+		}
 	}
 	s.history.Record(s.now(), round.GPUs, jobs)
+	s.history.SetTimeslices(sliced)
 }
 
 // hasGPUShare reports whether a node offers gpushare devices.

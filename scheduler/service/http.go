@@ -190,6 +190,9 @@ type GroupStatus struct {
 	// gpushare grows and shrinks it, why it last did, and why it does
 	// or does not now.
 	Elastic *ElasticStatus `json:"elastic,omitempty"`
+	// Timeslice, for a time-sliced group's allocations (gpushare.timeslice),
+	// is each one's quantum, suspended time and turns (timeslice.go).
+	Timeslice []AllocTimeslice `json:"timeslice,omitempty"`
 }
 
 func (s *httpAPI) handleJob(w http.ResponseWriter, r *http.Request) {

@@ -202,6 +202,11 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 				jg.Elastic.Last = &webui.Event{Namespace: ns, Job: id, Group: g.Name, Reason: l.Reason, At: l.At}
 			}
 		}
+		for _, t := range g.Timeslice {
+			jg.Timeslice = append(jg.Timeslice, webui.Timeslice{Alloc: t.Alloc, Turns: t.Turns,
+				Quantum:   time.Duration(t.QuantumSeconds * float64(time.Second)).Round(time.Millisecond),
+				Suspended: time.Duration(t.SuspendedSeconds * float64(time.Second)).Round(time.Millisecond)})
+		}
 		if p, ok := positions[g.Name]; ok && g.State == "pending" {
 			jg.Position, jg.Of = p.Position, p.Of
 		}

@@ -83,6 +83,9 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 		}
 		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
 			gs.Allocs = append(gs.Allocs, a.ID)
+			if t, ok := s.history.TimesliceOf(a.ID); ok {
+				gs.Timeslice = append(gs.Timeslice, allocTimeslice(t))
+			}
 		}
 		switch rec, ok := s.state.Record(job, *tg.Name); {
 		case model.Template(job) && ok && job.IsParameterized() && !slices.Contains(gated, *tg.Name):

@@ -217,6 +217,18 @@ type JobGroup struct {
 	// Own, for a child dispatched into its parent's pool (Family.Dispatched):
 	// where each of its live allocations runs; Nodes and GPUs are the pool's.
 	Own []AllocPlace
+	// Timeslice, for a time-sliced group (gpushare.timeslice), is each
+	// allocation's quantum, suspended time and turns.
+	Timeslice []Timeslice
+}
+
+// Timeslice is what the page says of a time-sliced allocation: the
+// quantum it runs per turn, the time its launches waited for their turn
+// in all, and its turns.
+type Timeslice struct {
+	Alloc              string
+	Quantum, Suspended time.Duration
+	Turns              uint64
 }
 
 // Elastic is what the page says of an elastic group.
