@@ -53,7 +53,19 @@ func (s *loop) family(ns, id string) jobFamily {
 		f.Parent, f.Dispatched = parent, true
 		f.own = map[string][]webui.AllocPlace{}
 		for _, tg := range job.TaskGroups {
-			for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
+			// every allocation, ended or not: a child's run is short, and
+			// where an ended one ran is still worth seeing; live ones first
+			allocs := slices.Clone(s.state.AllAllocs(ns, id, *tg.Name))
+			slices.SortStableFunc(allocs, func(a, b *api.Allocation) int {
+				switch la, lb := model.Live(a), model.Live(b); {
+				case la && !lb:
+					return -1
+				case lb && !la:
+					return 1
+				}
+				return cmp.Compare(b.CreateIndex, a.CreateIndex)
+			})
+			for _, a := range allocs {
 				f.own[*tg.Name] = append(f.own[*tg.Name], s.placeOf(a))
 			}
 		}
@@ -70,10 +82,10 @@ func (s *loop) family(ns, id string) jobFamily {
 	return f
 }
 
-// placeOf is where allocation a runs: its node's name and the shares it
-// holds on each GPU. The caller holds s.mu.
+// placeOf is where allocation a runs, or ran: its node's name and the
+// shares it holds on each GPU. The caller holds s.mu.
 func (s *loop) placeOf(a *api.Allocation) webui.AllocPlace {
-	p := webui.AllocPlace{ID: a.ID, Node: a.NodeID}
+	p := webui.AllocPlace{ID: a.ID, Node: a.NodeID, Status: a.ClientStatus}
 	if n := s.state.Nodes[a.NodeID]; n != nil && n.Name != "" {
 		p.Node = n.Name
 	} else if len(p.Node) > 8 {

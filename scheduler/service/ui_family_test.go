@@ -73,6 +73,21 @@ func TestUIJobPageOfADispatchedChild(t *testing.T) {
 	must.Greater(t, first, second, must.Sprint("newest first"))
 	must.StrContains(t, body[second:], "<td>1 running</td>")
 	must.StrNotContains(t, body, "A child dispatched from")
+
+	// its run ends: its page still says where it ran, not that it waits
+	f.mu.Lock()
+	f.index++
+	for _, a := range f.allocs {
+		if a.JobID == running {
+			a.ClientStatus, a.ModifyIndex = "complete", f.index
+		}
+	}
+	f.mu.Unlock()
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	body = uiServe(s, "GET", "/ui/jobs/infer%2Fdispatch-1764000000-00000001?namespace=default", "", nil).Body.String()
+	must.StrContains(t, body, fmt.Sprintf(`<span class="gpu-name" title="%s">GPU %d</span> (25 shares) <span class="quiet">(complete)</span>`, rec.GPUs[0], index))
+	must.StrNotContains(t, body, "no allocation yet")
 }
 
 // A periodic parent's page lists the children Nomad launched from it,

@@ -52,12 +52,13 @@ func (c Child) Allocs() string {
 	return strings.Join(parts, ", ")
 }
 
-// AllocPlace is where one allocation of a dispatched child runs: its node
-// and the shares it holds on each GPU.
+// AllocPlace is where one allocation of a dispatched child runs (or ran):
+// its node and the shares it holds on each GPU, and its client status.
 type AllocPlace struct {
-	ID   string
-	Node string
-	GPUs []GPUShares
+	ID     string
+	Node   string
+	GPUs   []GPUShares
+	Status string
 }
 
 // GPUShares is how many shares of one GPU (or MIG instance) an allocation

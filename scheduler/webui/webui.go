@@ -215,7 +215,8 @@ type JobGroup struct {
 	// does not now, and its last resize.
 	Elastic *Elastic
 	// Own, for a child dispatched into its parent's pool (Family.Dispatched):
-	// where each of its live allocations runs; Nodes and GPUs are the pool's.
+	// where each of its allocations runs or ran, the live ones first;
+	// Nodes and GPUs are the pool's.
 	Own []AllocPlace
 	// Timeslice, for a time-sliced group (gpushare.timeslice), is each
 	// allocation's quantum, suspended time and turns.
