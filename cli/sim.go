@@ -211,6 +211,12 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	elMax := fs.Int("elastic-max", gavel.DefaultElasticMax, "elastic groups: an elastic job runs on at most this many times the GPUs it asks for")
 	elSeeds := fs.String("elastic-seeds", "1-3", "elastic groups: seeds of the draw of the jobs that opt in, one elastic run each")
 	elCost := fs.Duration("elastic-resize-cost", gavel.DefaultResizeCost*time.Second, "elastic groups: the pause each grow or shrink costs a job")
+	var ts gavel.Timeslice
+	fs.BoolVar(&ts.On, "timeslice", false, "time-slicing: also run exclusive with single-GPU jobs that would wait time-sliced on a GPU whose memory fits, reported beside its queueing")
+	quantum := fs.Duration("timeslice-quantum", time.Duration(gavel.DefaultQuantum*float64(time.Second)), "time-slicing: each job's turn on its GPU")
+	switchCost := fs.Duration("timeslice-switch-cost", time.Duration(gavel.DefaultSwitchCost*float64(time.Second)), "time-slicing: the GPU time each switch of turns loses")
+	fs.BoolVar(&ts.Greedy, "timeslice-greedy", false, "time-slicing: time-slice a job even while a multi-GPU job waits ahead of it (default: only an idle GPU then, so that GPUs free whole)")
+	fs.IntVar(&ts.MaxPerGPU, "timeslice-max-per-gpu", gavel.DefaultMaxPerGPU, "time-slicing: the most time-sliced jobs on one GPU")
 	if code, ok := parse(fs, args); !ok {
 		return code
 	}
@@ -238,6 +244,10 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	if err == nil && *elShare != 0 {
 		elastic, err = elasticRuns(*elShare, *elMax, *elSeeds, *elCost)
 	}
+	ts.Quantum, ts.SwitchCost = quantum.Seconds(), switchCost.Seconds()
+	if err == nil && ts.On {
+		err = checkTimeslice(ts)
+	}
 	rb.Seed = *seed
 	if err != nil {
 		fmt.Fprintf(io.Err, "gpushare sim gavel: %v\n", err)
@@ -262,7 +272,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	}
 	rep, err := gavel.Run(ctx, gavel.Config{Data: data, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
 		Options: gavel.Options{MaxSlowdown: *slowdown, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
-			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds, Elastic: elastic})
+			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds, Elastic: elastic, Timeslice: ts})
 	if err != nil {
 		return simFail(io, err)
 	}
@@ -276,6 +286,9 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 		}
 		if len(j.Elastic) > 0 {
 			fmt.Fprintf(io.Out, "Elastic groups (means over %d seeds) beside the run without:\n\n%s\n", len(j.Elastic), rep.ElasticTable().Text())
+		}
+		if len(j.Timesliced) > 0 {
+			fmt.Fprintf(io.Out, "Time-slicing beside queueing: %s\n\n%s\n", gavel.TimesliceNotes(ts), rep.TimesliceTable().Text())
 		}
 		fmt.Fprintf(io.Out, "All policies:\n\n%s", rep.Table().Text())
 		if c.out != "" {
@@ -300,6 +313,19 @@ func checkRobustness(rb gavel.Robustness, observe, checkpoint time.Duration, unc
 		return fmt.Errorf("-checkpoint %v: want 0 (none) or a positive interval", checkpoint)
 	case !(unc > 0 && unc <= 10):
 		return fmt.Errorf("-uncertainty-scale %v: want a value within (0, 10]", unc)
+	}
+	return nil
+}
+
+// checkTimeslice checks the time-slicing flags.
+func checkTimeslice(ts gavel.Timeslice) error {
+	switch {
+	case ts.Quantum < 0.01 || ts.Quantum > 3600:
+		return fmt.Errorf("-timeslice-quantum %vs: want a duration within 10ms..1h", ts.Quantum)
+	case ts.SwitchCost <= 0 || ts.SwitchCost >= ts.Quantum:
+		return fmt.Errorf("-timeslice-switch-cost %vs: want a positive duration shorter than the quantum (%vs)", ts.SwitchCost, ts.Quantum)
+	case ts.MaxPerGPU < 2 || ts.MaxPerGPU > 16:
+		return fmt.Errorf("-timeslice-max-per-gpu %d: want 2..16 jobs per GPU", ts.MaxPerGPU)
 	}
 	return nil
 }

@@ -14,11 +14,12 @@ type JSON struct {
 	Goals      []Goal       `json:"goals,omitempty"`
 	Conditions []Condition  `json:"conditions,omitempty"`
 	Elastic    []ElasticRun `json:"elastic,omitempty"`
+	Timesliced []Metrics    `json:"timesliced,omitempty"`
 }
 
 // JSON returns the result for --json.
 func (r *Report) JSON() JSON {
-	return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions, Elastic: r.Elastic}
+	return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions, Elastic: r.Elastic, Timesliced: r.Timesliced}
 }
 
 // Goal checks gpushare against its goal on one trace and cluster: the

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -31,6 +32,9 @@ type Config struct {
 	// Elastic are elastic runs reported beside the exact one (one per
 	// seed, say): each runs again only the gpushare policies.
 	Elastic []Elastic
+	// Timeslice, when on, runs exclusive again with time-slicing, reported
+	// beside exclusive's queueing (timeslice.go).
+	Timeslice Timeslice
 }
 
 // Report holds the metrics of every trace x cluster x policy, and of the
@@ -39,6 +43,10 @@ type Report struct {
 	Metrics    []Metrics
 	Conditions []Condition
 	Elastic    []ElasticRun
+	// Timesliced are exclusive's runs with time-slicing under Timeslice
+	// (Config.Timeslice).
+	Timesliced []Metrics
+	Timeslice  Timeslice
 }
 
 // Run simulates every combination, Workers at a time.
@@ -63,6 +71,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cluster       Cluster
 		cond          int // -1: exact; else an index into cfg.Conditions
 		el            int // -1: not elastic; else an index into cfg.Elastic
+		ts            bool
 	}
 	var jobs []job
 	for cond := -1; cond < len(cfg.Conditions); cond++ {
@@ -70,7 +79,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			for _, c := range cfg.Clusters {
 				for _, p := range cfg.Policies {
 					if cond < 0 || affects(cfg.Conditions[cond], p) {
-						jobs = append(jobs, job{tr, p, c, cond, -1})
+						jobs = append(jobs, job{tr, p, c, cond, -1, false})
 					}
 				}
 			}
@@ -81,9 +90,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			for _, c := range cfg.Clusters {
 				for _, p := range cfg.Policies {
 					if specs[p].share == shareModel {
-						jobs = append(jobs, job{tr, p, c, -1, el})
+						jobs = append(jobs, job{tr, p, c, -1, el, false})
 					}
 				}
+			}
+		}
+	}
+	if cfg.Timeslice.On {
+		if !slices.Contains(cfg.Policies, "exclusive") {
+			return nil, fmt.Errorf("time-slicing is reported beside exclusive's queueing: run the policy exclusive")
+		}
+		if err := cfg.Timeslice.check("exclusive"); err != nil {
+			return nil, err
+		}
+		for _, tr := range cfg.Traces {
+			for _, c := range cfg.Clusters {
+				jobs = append(jobs, job{tr, "exclusive", c, -1, -1, true})
 			}
 		}
 	}
@@ -96,6 +118,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if j.el >= 0 {
 			opts.Elastic = cfg.Elastic[j.el]
+		}
+		if j.ts {
+			opts.Timeslice = cfg.Timeslice
 		}
 		res, util, err := Simulate(j.policy, traces[j.trace], j.cluster, thr, opts)
 		if err != nil {
@@ -113,19 +138,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			if j.el >= 0 {
 				cond = fmt.Sprintf(" [elastic, seed %d]", cfg.Elastic[j.el].Seed)
 			}
+			if j.ts {
+				cond = " [time-sliced]"
+			}
 			cfg.Progress(fmt.Sprintf("gavel %d/%d: %s %s %s%s: avg JCT %.1f h, p99 %.1f h", done, len(jobs), j.trace, j.cluster.Name, j.policy, cond, m.AvgJCT, m.P99JCT))
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{}
+	rep := &Report{Timeslice: cfg.Timeslice}
 	conds := make([][]Metrics, len(cfg.Conditions))
 	for _, e := range cfg.Elastic {
 		rep.Elastic = append(rep.Elastic, ElasticRun{Elastic: e})
 	}
 	for i, j := range jobs {
 		switch {
+		case j.ts:
+			rep.Timesliced = append(rep.Timesliced, out[i])
 		case j.el >= 0:
 			rep.Elastic[j.el].Metrics = append(rep.Elastic[j.el].Metrics, out[i])
 		case j.cond < 0:
@@ -217,6 +247,12 @@ func (r *Report) WriteDir(dir, format string) error {
 			return err
 		}
 		md.WriteString(r.elasticMarkdown())
+	}
+	if len(r.Timesliced) > 0 {
+		if err := r.TimesliceTable().WriteCSV(filepath.Join(dir, "gavel_timeslice.csv")); err != nil {
+			return err
+		}
+		md.WriteString(r.timesliceMarkdown())
 	}
 	if bars := r.relativeBars(); len(bars) > 0 {
 		md.WriteString("\n## Average JCT relative to exclusive\n\n")

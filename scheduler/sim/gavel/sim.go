@@ -42,6 +42,12 @@ type Options struct {
 	// Elastic lets a share of the jobs grow into idle GPUs and shrink back
 	// (the gpushare policies only; off when zero; see elastic.go).
 	Elastic Elastic
+	// Timeslice places single-GPU jobs that would wait time-sliced
+	// (the exclusive policy only; see timeslice.go).
+	Timeslice Timeslice
+	// afterStep, when set (tests), sees the simulation after each
+	// scheduling round.
+	afterStep func(s *sim)
 }
 
 // DefaultObserveAfter is how long a pair runs before its progress is seen:
@@ -99,6 +105,9 @@ type running struct {
 	elastic bool
 	max     int
 	grown   []replica
+	// ts: it runs time-sliced, taking turns with the time-sliced jobs of
+	// its GPU (timeslice.go).
+	ts bool
 }
 
 type sim struct {
@@ -123,6 +132,10 @@ type sim struct {
 	left map[int]float64
 	// replicas numbers the grown replicas, in the order they grew.
 	replicas int
+	// wholeWaits: a multi-GPU job waits ahead of the job being placed in
+	// this round (time-slicing then takes no GPU a job holds; see
+	// Timeslice.Greedy).
+	wholeWaits bool
 }
 
 // Simulate runs one policy over a trace on a cluster.
@@ -135,6 +148,9 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 		opts.MaxSlowdown = DefaultMaxSlowdown
 	}
 	if err := opts.Robustness.checkFit(); err != nil {
+		return nil, 0, err
+	}
+	if err := opts.Timeslice.check(policy); err != nil {
 		return nil, 0, err
 	}
 	if opts.Model == nil {
@@ -150,7 +166,7 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	if opts.ObserveAfter <= 0 {
 		opts.ObserveAfter = DefaultObserveAfter
 	}
-	popts := placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown}
+	popts := placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown, TimesliceMaxPerGPU: opts.Timeslice.maxPerGPU()}
 	var know *interference.Knowledge
 	if spec.share == shareModel {
 		rb := opts.Robustness
@@ -191,6 +207,9 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 		if _, err := thr.Isolated(jobs[i].Type, jobs[i].Scale, true); err != nil {
 			return nil, 0, fmt.Errorf("job %d: %w", jobs[i].ID, err)
 		}
+		if _, err := opts.Timeslice.shares(jobs[i].Type); opts.Timeslice.On && jobs[i].Scale == 1 && err != nil {
+			return nil, 0, fmt.Errorf("job %d: %w", jobs[i].ID, err)
+		}
 	}
 	var queue []int // indices into jobs
 	next := 0
@@ -213,6 +232,9 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 			next++
 		}
 		queue = s.schedule(queue)
+		if opts.afterStep != nil {
+			opts.afterStep(s)
+		}
 	}
 	// Utilisation over the makespan, from the first arrival to the last
 	// completion (no GPU is busy before the first arrival).
@@ -260,7 +282,9 @@ func (s *sim) rates() {
 	for _, r := range s.run {
 		r.rate = s.elasticRate(r, r.grown)
 		partner := -1
-		if len(r.gpus) == 1 {
+		if r.ts {
+			r.rate *= s.opts.Timeslice.slice(len(s.onGPU[r.gpus[0]]))
+		} else if len(r.gpus) == 1 {
 			if others := s.onGPU[r.gpus[0]]; len(others) == 2 {
 				p := others[0]
 				if p == r.job.ID {
@@ -294,13 +318,17 @@ func (s *sim) schedule(queue []int) []int {
 		return queue
 	}
 	s.order(queue)
+	s.wholeWaits = false
 	failed := map[string]bool{} // shapes that did not fit since the last placement
 	left := queue[:0:0]
 	placed := false
 	for _, i := range queue {
 		j := s.out[i].Job
 		key := strconv.Itoa(j.Scale)
-		if s.spec.share != shareNever && j.Scale == 1 {
+		switch {
+		case s.opts.Timeslice.On && j.Scale == 1:
+			key = timesliceKey(j)
+		case s.spec.share != shareNever && j.Scale == 1:
 			key = j.Type
 		}
 		if j.Scale > s.cluster.GPUs() {
@@ -309,6 +337,7 @@ func (s *sim) schedule(queue []int) []int {
 		if failed[key] || !s.place(j) {
 			failed[key] = true
 			left = append(left, i)
+			s.wholeWaits = s.wholeWaits || j.Scale > 1
 			continue
 		}
 		placed = true
@@ -327,6 +356,9 @@ func (s *sim) reqFor(j Job, shares int) placement.Request {
 // place tries to start job j now.
 func (s *sim) place(j Job) bool {
 	const spg = devicefn.DefaultSharesPerGPU
+	if s.opts.Timeslice.On && j.Scale == 1 {
+		return s.placeTimesliced(j)
+	}
 	if j.Scale > 1 || s.spec.share == shareNever {
 		per := min(j.Scale, s.cluster.GPUsPerNode)
 		r := s.reqFor(j, per*spg)
