@@ -134,10 +134,13 @@ func LintWith(job *api.Job, sharesPerGPU int, profiles *interference.Model) []Fi
 			add(Warning, name, "%s", DispatchedGated)
 		}
 		out = append(out, lintRuntimeEnv(job, tg)...)
+		ts := lintTimeslice(job, tg, count, sharesPerGPU)
+		out = append(out, ts...)
 		if !slices.Contains(gated, name) && !pin.Pinned(job, name) {
 			add(Error, name, "%s", NoGate)
 		}
-		if _, err := pin.Request(job, name, profiles); err != nil && !strings.Contains(err.Error(), "no task asks") {
+		if _, err := pin.Request(job, name, profiles); err != nil && !strings.Contains(err.Error(), "no task asks") &&
+			!(HasErrors(ts) && strings.Contains(err.Error(), pin.MetaTimeslice)) { // said above, with its line
 			if errors.Is(err, pin.ErrUnknownProfile) && profiles == nil {
 				// the scheduler's configuration may define it: say so, not an error
 				add(Warning, name, "%v; the scheduler must define it in a profile block (pass -scheduler to check against a running one)", err)

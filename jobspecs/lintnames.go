@@ -20,7 +20,7 @@ const metaElastic = "gpushare.elastic"
 func KnownMeta() []string {
 	keys := []string{
 		pin.MetaVC, pin.MetaClass, pin.MetaProfile, pin.MetaSMUtil, pin.MetaMemBW, pin.MetaMaxSlowdown,
-		pin.MetaExpected, pin.MetaReplicas, metaElastic,
+		pin.MetaExpected, pin.MetaReplicas, pin.MetaTimeslice, metaElastic,
 		pin.MetaPlacement, pin.MetaSignature,
 	}
 	slices.Sort(keys)

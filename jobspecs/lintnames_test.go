@@ -86,7 +86,7 @@ func TestLintMisspeltNamesAndLines(t *testing.T) {
 // elastic opt-in (cli's tests check it against service.MetaElastic).
 func TestKnownMetaAreTheSchedulers(t *testing.T) {
 	for _, k := range []string{pin.MetaVC, pin.MetaClass, pin.MetaProfile, pin.MetaSMUtil, pin.MetaMemBW, pin.MetaMaxSlowdown,
-		pin.MetaExpected, pin.MetaReplicas, pin.MetaPlacement, pin.MetaSignature, "gpushare.elastic"} {
+		pin.MetaExpected, pin.MetaReplicas, pin.MetaTimeslice, pin.MetaPlacement, pin.MetaSignature, "gpushare.elastic"} {
 		must.SliceContains(t, KnownMeta(), k)
 		must.SliceEmpty(t, lintMeta(map[string]string{k: "x"}, ""))
 	}
