@@ -20,6 +20,7 @@ const (
 // quantum, the time its launches waited for their turn in all, and the
 // turns it was given.
 type Timeslice struct {
+	GPU       string // the UUID of the GPU whose rotation these are
 	Quantum   time.Duration
 	Suspended time.Duration
 	Turns     uint64
@@ -47,6 +48,7 @@ func (r *Round) Timeslice(shares []string) (Timeslice, bool) {
 	for _, id := range shares {
 		if t := r.Shares[id].Timeslice; t != nil && (!found || t.Suspended > out.Suspended) {
 			out, found = *t, true
+			out.GPU = r.Shares[id].GPU
 		}
 	}
 	return out, found

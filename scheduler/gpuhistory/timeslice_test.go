@@ -29,7 +29,7 @@ func TestTimesliceFromShares(t *testing.T) {
 	}}})
 	ts, ok := r.Timeslice([]string{"GPU-a:0", "GPU-b:0"})
 	must.True(t, ok)
-	must.Eq(t, Timeslice{Quantum: 2 * time.Second, Suspended: 4 * time.Second, Turns: 5}, ts)
+	must.Eq(t, Timeslice{GPU: "GPU-b", Quantum: 2 * time.Second, Suspended: 4 * time.Second, Turns: 5}, ts)
 	_, ok = r.Timeslice([]string{"GPU-c:0", "GPU-d:0"})
 	must.False(t, ok)
 

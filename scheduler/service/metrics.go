@@ -89,5 +89,5 @@ var restartReasons = []string{"repin", "scale", "adopt", "moved"}
 // replica follows another.
 func (m *metrics) addFigures(l *loop, follows func() bool) {
 	m.figures = newFigures(l, follows)
-	m.reg.MustRegister(m.figures, newTimesliceFigures(l.history)) // timeslice.go
+	m.reg.MustRegister(m.figures, newTimesliceFigures(l)) // timeslice.go
 }

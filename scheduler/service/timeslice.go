@@ -1,7 +1,11 @@
 package service
 
 import (
+	"cmp"
+	"strconv"
+
 	"github.com/gpushare/gpushare/scheduler/gpuhistory"
+	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -21,42 +25,74 @@ func allocTimeslice(t gpuhistory.AllocTimeslice) AllocTimeslice {
 	return AllocTimeslice{Alloc: t.Alloc, QuantumSeconds: t.Quantum.Seconds(), SuspendedSeconds: t.Suspended.Seconds(), Turns: t.Turns}
 }
 
-// timesliceFigures are the time-sliced allocations' series, computed when
+// timesliceFigures are the time-sliced GPUs' series, computed when
 // Prometheus scrapes /metrics from what the service last sampled
-// (gpustats.go): one series each per live time-sliced allocation, labelled
-// by namespace, job, group and allocation ID (bounded by the allocations
-// that run time-sliced, at most timeslice.max_per_gpu per GPU).
+// (gpustats.go), one series each per GPU that runs time-sliced
+// allocations, labelled as the GPU series are (node, gpu, index, model):
+// /metrics is open without a token and names no job; the figures of each
+// allocation are in /v1/jobs/<id> and on the job's page.
 type timesliceFigures struct {
-	history                   *gpuhistory.Store
-	suspended, quantum, turns *prometheus.Desc
+	loop                              *loop
+	allocs, suspended, quantum, turns *prometheus.Desc
 }
 
-var timesliceLabels = []string{"namespace", "job", "group", "alloc"}
-
-func newTimesliceFigures(h *gpuhistory.Store) *timesliceFigures {
-	return &timesliceFigures{history: h,
-		suspended: prometheus.NewDesc("gpushare_timeslice_suspended_seconds_total",
-			"Time a time-sliced allocation's kernel launches waited for its turn on its GPU (suspended, its memory kept), in all, as its device plugin last reported.", timesliceLabels, nil),
+func newTimesliceFigures(l *loop) *timesliceFigures {
+	return &timesliceFigures{loop: l,
+		allocs: prometheus.NewDesc("gpushare_timeslice_allocations",
+			"Time-sliced allocations (gpushare.timeslice) on the GPU whose device plugin reports their time-slicing, as last sampled (observe_interval).", gpuLabels, nil),
+		suspended: prometheus.NewDesc("gpushare_timeslice_suspended_seconds",
+			"Time the GPU's live time-sliced allocations' kernel launches waited for their turn (suspended, memory kept), summed over them, each since it began: falls when one ends.", gpuLabels, nil),
 		quantum: prometheus.NewDesc("gpushare_timeslice_quantum_seconds",
-			"The quantum a time-sliced allocation runs per turn (the scheduler's timeslice.quantum when it was pinned).", timesliceLabels, nil),
-		turns: prometheus.NewDesc("gpushare_timeslice_turns_total",
-			"Turns on its GPU a time-sliced allocation was given.", timesliceLabels, nil),
+			"The quantum of the GPU's time-sliced allocations: a turn on the GPU (the least of theirs).", gpuLabels, nil),
+		turns: prometheus.NewDesc("gpushare_timeslice_turns",
+			"Turns the GPU's live time-sliced allocations were given, summed over them.", gpuLabels, nil),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (f *timesliceFigures) Describe(ch chan<- *prometheus.Desc) {
-	ch <- f.suspended
-	ch <- f.quantum
-	ch <- f.turns
+	for _, d := range []*prometheus.Desc{f.allocs, f.suspended, f.quantum, f.turns} {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
 func (f *timesliceFigures) Collect(ch chan<- prometheus.Metric) {
-	for _, t := range f.history.Timeslices() {
-		labels := []string{t.Namespace, t.Job, t.Group, t.Alloc}
-		ch <- prometheus.MustNewConstMetric(f.suspended, prometheus.CounterValue, t.Suspended.Seconds(), labels...)
-		ch <- prometheus.MustNewConstMetric(f.quantum, prometheus.GaugeValue, t.Quantum.Seconds(), labels...)
-		ch <- prometheus.MustNewConstMetric(f.turns, prometheus.CounterValue, float64(t.Turns), labels...)
+	type sum struct {
+		n                  int
+		suspended, quantum float64
+		turns              uint64
+	}
+	by := map[string]*sum{}
+	for _, t := range f.loop.history.Timeslices() {
+		s := by[t.GPU]
+		if s == nil {
+			s = &sum{quantum: t.Quantum.Seconds()}
+			by[t.GPU] = s
+		}
+		s.n++
+		s.suspended += t.Suspended.Seconds()
+		s.quantum = min(s.quantum, t.Quantum.Seconds())
+		s.turns += t.Turns
+	}
+	if len(by) == 0 {
+		return
+	}
+	l := f.loop
+	l.mu.Lock()
+	nodes, allocs := l.nodesNow(), l.liveAllocsNow()
+	l.mu.Unlock()
+	for _, n := range gpumap.Build(nodes, allocs).Nodes {
+		for _, g := range n.GPUs {
+			s := by[g.UUID]
+			if s == nil {
+				continue
+			}
+			labels := []string{cmp.Or(n.Name, n.ID), g.UUID, strconv.Itoa(g.Index), n.Model}
+			ch <- prometheus.MustNewConstMetric(f.allocs, prometheus.GaugeValue, float64(s.n), labels...)
+			ch <- prometheus.MustNewConstMetric(f.suspended, prometheus.GaugeValue, s.suspended, labels...)
+			ch <- prometheus.MustNewConstMetric(f.quantum, prometheus.GaugeValue, s.quantum, labels...)
+			ch <- prometheus.MustNewConstMetric(f.turns, prometheus.GaugeValue, float64(s.turns), labels...)
+		}
 	}
 }

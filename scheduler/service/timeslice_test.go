@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,8 +38,9 @@ func (f *timesliceNomad) DeviceStats(ctx context.Context, node string) ([]*api.D
 
 // A time-sliced allocation's quantum, suspended time and turns, as its
 // shares' stats report them, are in /v1/jobs/<id> (what `gpushare job
-// status` prints), on the job's page and in /metrics, each labelled by
-// the allocation; an allocation whose shares report none has none.
+// status` prints) and on the job's page, per allocation, and in /metrics
+// per GPU (the endpoint is open: no job named); an allocation whose shares
+// report none has none.
 func TestTimesliceFiguresShown(t *testing.T) {
 	f := &timesliceNomad{gpuStatsNomad: &gpuStatsNomad{fakeNomad: &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}, proc: map[string]int64{}},
 		ts: map[string][3]int64{}}
@@ -64,7 +66,7 @@ func TestTimesliceFiguresShown(t *testing.T) {
 	var st JobStatus
 	getJSON(t, s, "/v1/jobs/train?namespace=default", &st)
 	must.SliceEmpty(t, st.Groups[0].Timeslice) // not time-sliced: nothing reported
-	must.StrNotContains(t, metricsText(t, s), "gpushare_timeslice_suspended_seconds_total{")
+	must.StrNotContains(t, metricsText(t, s), "gpushare_timeslice_suspended_seconds{")
 
 	for _, sh := range rec.Shares {
 		f.ts[sh] = [3]int64{2000, 12500, 7}
@@ -73,10 +75,20 @@ func TestTimesliceFiguresShown(t *testing.T) {
 	getJSON(t, s, "/v1/jobs/train?namespace=default", &st)
 	must.Eq(t, []AllocTimeslice{{Alloc: "a1b2c3d4-0000-4000-8000-000000000001", QuantumSeconds: 2, SuspendedSeconds: 12.5, Turns: 7}}, st.Groups[0].Timeslice)
 
-	labels := `{alloc="a1b2c3d4-0000-4000-8000-000000000001",group="g",job="train",namespace="default"}`
-	must.EqOp(t, 12.5, counterValue(t, s, "gpushare_timeslice_suspended_seconds_total"+labels))
+	// /metrics names no job: the GPU's series, labelled as its others
+	gpu := rec.GPUs[0]
+	var labels string
+	for _, line := range strings.Split(metricsText(t, s), "\n") {
+		if strings.HasPrefix(line, "gpushare_gpu_shares{") && strings.Contains(line, gpu) {
+			labels = line[len("gpushare_gpu_shares"):strings.LastIndex(line, " ")]
+		}
+	}
+	must.StrContains(t, labels, `gpu="`+gpu+`"`)
+	must.EqOp(t, 1.0, counterValue(t, s, "gpushare_timeslice_allocations"+labels))
+	must.EqOp(t, 12.5, counterValue(t, s, "gpushare_timeslice_suspended_seconds"+labels))
 	must.EqOp(t, 2.0, counterValue(t, s, "gpushare_timeslice_quantum_seconds"+labels))
-	must.EqOp(t, 7.0, counterValue(t, s, "gpushare_timeslice_turns_total"+labels))
+	must.EqOp(t, 7.0, counterValue(t, s, "gpushare_timeslice_turns"+labels))
+	must.StrNotContains(t, metricsText(t, s), "train")
 
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, apiRequest("GET", "/ui/jobs/train", nil))
@@ -86,7 +98,7 @@ func TestTimesliceFiguresShown(t *testing.T) {
 	// the allocation gone from the stats: its series go with it
 	clear(f.ts)
 	s.loop.sampleGPUs(t.Context())
-	must.StrNotContains(t, metricsText(t, s), "gpushare_timeslice_suspended_seconds_total{")
+	must.StrNotContains(t, metricsText(t, s), "gpushare_timeslice_suspended_seconds{")
 }
 
 func metricsText(t *testing.T, s *Service) string {

@@ -59,7 +59,8 @@ static uint64_t member_id(void)
 }
 
 /* GPUSHARE_TIMESLICE_QUANTUM_MS (the scheduler's pin writes it for a
- * time-sliced group): whole milliseconds, clamped to [10 ms, 60 s]; absent,
+ * time-sliced group): whole milliseconds, clamped to [10 ms, 1 h] (the
+ * scheduler's timeslice.quantum range); absent,
  * not time-sliced; malformed, not time-sliced, with a line on stderr. */
 void gs_slice_env(const char *v)
 {
@@ -73,8 +74,8 @@ void gs_slice_env(const char *v)
     }
     if (ms < 10)
         ms = 10;
-    if (ms > 60000)
-        ms = 60000;
+    if (ms > 3600000)
+        ms = 3600000;
     gs_slice_quantum_ns = ms * MS;
 }
 
