@@ -67,8 +67,12 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	}
 	mine := ""  // the pin's node constraint, as Nomad's metric names it
 	pinned := 0 // the pinned nodes Nomad can place on
+	full := 0   // the pinned nodes at the pin's limit of allocations per node
 	if rec, ok := s.Record(job, group); ok {
 		mine = fmt.Sprintf("%s %s %s", pin.NodeAttribute, pin.OpSetContains, strings.Join(rec.Nodes, ","))
+		if rec.PerNode > 0 {
+			full = atLimit(u.Metric)
+		}
 		for _, n := range rec.Nodes {
 			if node, ok := s.Nodes[n]; ok && Usable(node) {
 				pinned++
@@ -76,6 +80,13 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 		}
 	}
 	m := u.Metric
+	// A pinned node at the pin's own limit per node (pin.PerNodeConstraint)
+	// holds every allocation the pin was decided for: what Nomad could not
+	// place there is beyond the pin (a scale), for the scheduler to decide,
+	// keeping what runs there, never a node Nomad refused.
+	if full > 0 && m.NodesFiltered-m.ConstraintFiltered[mine]-full <= 0 && (m.NodesExhausted == 0 || modelled(m.DimensionExhausted)) {
+		return "", false
+	}
 	if m == nil || m.NodesExhausted == 0 || !modelled(m.DimensionExhausted) {
 		return u.Reason, true
 	}
@@ -83,10 +94,26 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	// cluster, nodes without the job's driver or failing its constraints
 	// are counted under those rules, not the pin's. They are not pinned
 	// nodes; what tells is whether every pinned node was found exhausted.
-	if m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 || (pinned > 0 && m.NodesExhausted >= pinned) {
+	if m.NodesFiltered-m.ConstraintFiltered[mine]-full <= 0 || (pinned > 0 && m.NodesExhausted+full >= pinned) {
 		return "", false
 	}
 	return u.Reason, true
+}
+
+// atLimit counts the nodes Nomad filtered for a distinct_property limit on
+// ${node.unique.id} (its reason names each node: "distinct_property:
+// ${node.unique.id}=<node> used by <n> allocs").
+func atLimit(m *api.AllocationMetric) int {
+	if m == nil {
+		return 0
+	}
+	n := 0
+	for reason, count := range m.ConstraintFiltered {
+		if strings.HasPrefix(reason, "distinct_property: "+pin.NodeAttribute+"=") {
+			n += count
+		}
+	}
+	return n
 }
 
 // modelled reports whether every dimension Nomad found exhausted is one

@@ -283,6 +283,13 @@ type Record struct {
 	// scale, the Autoscaler) keeps a pin made for another count: it is the
 	// same request, with more or fewer allocations (see ForRequest).
 	Count int `json:"count,omitempty"`
+	// PerNode, in a node pin of a group whose replicas spread, is the most
+	// allocations the decision put on one node: the pin limits each node
+	// to as many (perNodeConstraint), so that Nomad places a scale past
+	// the pin nowhere rather than stacking it on the pinned nodes; the
+	// scheduler then decides it, keeping what runs. 0: no limit (a pin
+	// written before it, a packed group, a group that deploys canaries).
+	PerNode int `json:"per_node,omitempty"`
 	// Incarnation is the job's create index when it was pinned: a job
 	// purged and registered again is another incarnation, and an old
 	// placement copied into it counts for nothing.

@@ -166,7 +166,11 @@ func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placeme
 	if spread && !slices.ContainsFunc(tg.Spreads, isNodeSpread) {
 		tg.Spreads = append(tg.Spreads, nodeSpread())
 	}
-	tg.Constraints = append(tg.Constraints, NodeConstraint(rec), carrier(CarryPlacement, placement))
+	tg.Constraints = append(tg.Constraints, NodeConstraint(rec))
+	if rec.PerNode > 0 {
+		tg.Constraints = append(tg.Constraints, PerNodeConstraint(rec))
+	}
+	tg.Constraints = append(tg.Constraints, carrier(CarryPlacement, placement))
 	if signature != "" {
 		tg.Constraints = append(tg.Constraints, carrier(CarrySignature, signature))
 	}
@@ -178,6 +182,47 @@ func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placeme
 	}
 	delete(tg.Meta, MetaPlacement)
 	delete(tg.Meta, MetaSignature)
+}
+
+// PerNodeConstraint is the limit a node pin writes when rec.PerNode is
+// set: `${node.unique.id} distinct_property <PerNode>`, a group
+// constraint, checked in place like the node constraint. Nomad discounts
+// the allocation it updates in place and those it stops in the same plan
+// (a rolling update, a drain), so the limit holds back only allocations
+// beyond the decision: a scale past the pin, a replacement Nomad would
+// stack beside one that runs. Those wait, and the scheduler pins them
+// where it decides (decide.Group.Stay keeps what runs); Nomad alone
+// would have spread them over nodes too.
+func PerNodeConstraint(rec *Record) *api.Constraint {
+	return &api.Constraint{LTarget: NodeAttribute, Operand: OpDistinctProperty, RTarget: strconv.Itoa(rec.PerNode)}
+}
+
+// OpDistinctProperty is Nomad's distinct_property operator.
+const OpDistinctProperty = "distinct_property"
+
+// perNode is the most placements d puts on one node.
+func perNode(nodes []string) int {
+	most, on := 0, map[string]int{}
+	for _, n := range nodes {
+		on[n]++
+		most = max(most, on[n])
+	}
+	return most
+}
+
+// limitsPerNode reports whether a node pin of tg limits the allocations
+// per node: its replicas spread (not gpushare.replicas = "pack") and it
+// deploys no canaries, which run beside the allocations they replace.
+func limitsPerNode(job *api.Job, tg *api.TaskGroup) bool {
+	if Meta(job, tg)[MetaReplicas] == "pack" {
+		return false
+	}
+	for _, u := range []*api.UpdateStrategy{job.Update, tg.Update} {
+		if u != nil && u.Canary != nil && *u.Canary > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // dropCarriers removes a node pin's carriers from cs.

@@ -59,6 +59,9 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		reasons = appendNew(reasons, p.Reason)
 		cells = appendNew(cells, p.Cell)
 	}
+	if rec.Contract == ContractNode && limitsPerNode(job, tg) {
+		rec.PerNode = perNode(nodes)
+	}
 	slices.Sort(nodes)
 	slices.Sort(gpus)
 	rec.Nodes, rec.GPUs = slices.Compact(nodes), slices.Compact(gpus)
@@ -181,6 +184,9 @@ func unpin(tg *api.TaskGroup, old *Record) {
 	tg.Constraints = dropCarriers(tg.Constraints)
 	if old != nil {
 		tg.Constraints = dropLast(tg.Constraints, NodeConstraint(old))
+		if old.PerNode > 0 {
+			tg.Constraints = dropLast(tg.Constraints, PerNodeConstraint(old))
+		}
 		if dev := device(tg); dev != nil {
 			dev.Constraints = dropLast(dev.Constraints, shareConstraint(old))
 		}

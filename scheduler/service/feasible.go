@@ -36,27 +36,41 @@ type nodeSet struct {
 
 // skipFor leaves out of a group's rules what the pin protocol writes: the
 // gate (no node meets it, by design) and, in a pinned group, the pin's own
-// node constraint (the next pin replaces it; pin.PinWith) — once: a user's
-// own `${node.unique.id} set_contains_any` constraint, even one that says
+// node constraint and per-node limit (the next pin replaces them;
+// pin.PinWith) — once each: a user's own `${node.unique.id}
+// set_contains_any` or `distinct_property` constraint, even one that says
 // the same, is a rule of the job and is checked like any other.
 func skipFor(job *api.Job, group string) feasible.Skip {
-	var mine *api.Constraint // read once, when the rules are compiled (the cache skips it)
-	read, skipped := false, false
+	var mine []*api.Constraint // read once, when the rules are compiled (the cache skips it)
+	read := false
+	chosen := map[*api.Constraint]bool{} // asked again by each rule that reads it
 	return func(level feasible.Level, c *api.Constraint) bool {
+		if chosen[c] {
+			return true
+		}
 		if pin.IsGate(c) || pin.IsCarrier(c) {
 			return true // a node pin's record says nothing of where it may run
 		}
-		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute || c.Operand != pin.OpSetContains || skipped {
+		if level != feasible.LevelGroup || c.LTarget != pin.NodeAttribute {
 			return false
 		}
 		if !read {
 			read = true
 			if rec, ok := pin.ParseRecord(job, group); ok {
-				mine = pin.NodeConstraint(rec)
+				mine = append(mine, pin.NodeConstraint(rec))
+				if rec.PerNode > 0 {
+					mine = append(mine, pin.PerNodeConstraint(rec))
+				}
 			}
 		}
-		skipped = mine != nil && c.RTarget == mine.RTarget
-		return skipped
+		for i, m := range mine {
+			if m.Operand == c.Operand && m.RTarget == c.RTarget {
+				mine = slices.Delete(mine, i, i+1)
+				chosen[c] = true
+				return true
+			}
+		}
+		return false
 	}
 }
 

@@ -243,3 +243,44 @@ func TestANodePinIsNotStaged(t *testing.T) {
 		must.False(t, isHold(id), must.Sprintf("hold %s registered for a node pin", id))
 	}
 }
+
+// A scale past a node pin that limits each node (pin.PerNodeConstraint):
+// Nomad, held by the limit, places nothing and says why (its pinned node
+// filtered by distinct_property). That is no refusal of the node: the
+// group is pinned again for its new count around the allocation that
+// runs, which stays, and no pinned node is left out. Nomad's account of
+// a node filtered by another rule is still a refusal (the control).
+func TestAScaleHeldByTheNodeLimitIsNoRefusal(t *testing.T) {
+	nodes := []*api.Node{perGPUNode(t, "node-1"), perGPUNode(t, "node-2"), perGPUNode(t, "node-3")}
+	f, s, rec := placedFirst(t, gated("web", 25), nodes...)
+	must.Eq(t, 1, rec.PerNode, must.Sprint("one allocation, on one node: the limit is 1"))
+	first := rec.Nodes[0]
+	f.runningAt("web", "alloc-1", first, rec.Shares)
+	before := destructive(f.jobs["web"])
+	heldBy := func(reason string) *api.Evaluation {
+		ev := failedEval(f, "web")
+		ev.FailedTGAllocs["g"] = &api.AllocationMetric{NodesEvaluated: 3, NodesFiltered: 3, ConstraintFiltered: map[string]int{
+			pin.NodeAttribute + " " + pin.OpSetContains + " " + first: 2, reason: 1}}
+		return ev
+	}
+
+	f.scaled(t, "web", 3)
+	s.state.PutEval(heldBy("distinct_property: " + pin.NodeAttribute + "=" + first + " used by 1 allocs"))
+	_, failed := s.state.NomadFailed(f.jobs["web"], "g")
+	must.False(t, failed, must.Sprint("a pinned node at the pin's own limit is no refusal"))
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	grown, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok)
+	must.Eq(t, 3, grown.Count)
+	must.SliceContains(t, grown.Nodes, first, must.Sprint("the running allocation's node stays"))
+	must.SliceLen(t, 3, grown.Nodes, must.Sprint("the scale is spread over the nodes, as Nomad alone spreads it"))
+	must.Eq(t, 1, grown.PerNode)
+	must.Eq(t, before, destructive(f.jobs["web"]))
+	must.Eq(t, 0.0, restartsCounted(t, s))
+
+	// the control: the pinned node filtered by a rule of the job
+	s.state.PutEval(heldBy("${attr.kernel.name} = plan9"))
+	_, failed = s.state.NomadFailed(f.jobs["web"], "g")
+	must.True(t, failed)
+}
