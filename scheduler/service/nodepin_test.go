@@ -284,3 +284,32 @@ func TestAScaleHeldByTheNodeLimitIsNoRefusal(t *testing.T) {
 	_, failed = s.state.NomadFailed(f.jobs["web"], "g")
 	must.True(t, failed)
 }
+
+// The pin's own limit per node is no rule of the job: pinned again for a
+// scale on a cluster of one node, the group stacks there (the limit
+// follows) rather than being refused for its own old limit; a user's
+// identical rule still counts.
+func TestANodePinsOwnLimitIsNotAJobRule(t *testing.T) {
+	f, s, rec := placedFirst(t, gated("web", 25), perGPUNode(t, "node-1"))
+	must.Eq(t, 1, rec.PerNode)
+	f.runningAt("web", "alloc-1", rec.Nodes[0], rec.Shares)
+	f.scaled(t, "web", 3)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	grown, ok := s.state.Record(f.jobs["web"], "g")
+	must.True(t, ok, must.Sprint(s.loop.pending[key("web")]))
+	must.Eq(t, 3, grown.Count)
+	must.Eq(t, 3, grown.PerNode, must.Sprint("three on the one node: the limit follows the decision"))
+
+	// the user's own limit of one per node is a rule: two more cannot run
+	own := gated("own", 25)
+	own.TaskGroups[0].Count = ptr(3)
+	own.TaskGroups[0].Constraints = append(own.TaskGroups[0].Constraints,
+		&api.Constraint{LTarget: pin.NodeAttribute, Operand: pin.OpDistinctProperty, RTarget: "1"})
+	f.put(own)
+	must.NoError(t, s.watcher.resync(t.Context()))
+	s.loop.reconcile(t.Context())
+	_, ok = pin.ParseRecord(f.jobs["own"], "g")
+	must.False(t, ok)
+	must.StrContains(t, s.loop.pending[key("own")], "distinct_property")
+}
