@@ -207,6 +207,8 @@ uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed)
         return 0;
     }
     struct gs_slice_member *m = &S->m[i];
+    if (!present(m, now))
+        m->want_since_ns = 0; /* back after an absence: that was no wait for a turn */
     m->seen_ns = now;
     m->quantum_ns = gs_slice_quantum_ns;
     m->share = (uint32_t)gs_lim.compute_pct * 10; /* from the read-only limits */
