@@ -25,7 +25,9 @@ import (
 // group was re-registered unchanged in everything the decision depends on
 // (the same pin.Digest): the step then places it there again, and the pin
 // writes that pin back byte for byte, so that Nomad updates the
-// allocations in place instead of replacing them. The caller holds s.mu.
+// allocations in place instead of replacing them. Under a node pin each
+// allocation need only run on a pinned node: Nomad chose its GPU and
+// shares there. The caller holds s.mu.
 func (s *loop) keep(job *api.Job, key decide.Key, held []placement.Held) []placement.Held {
 	prior, ok := s.state.Prior(key)
 	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) ||
@@ -35,6 +37,9 @@ func (s *loop) keep(job *api.Job, key decide.Key, held []placement.Held) []place
 	for _, h := range held {
 		if !slices.Contains(prior.Record.Nodes, h.Node) {
 			return nil
+		}
+		if prior.Record.Contract == pin.ContractNode {
+			continue // a node pin names no share: Nomad took them, and the GPU, on the node
 		}
 		for _, sh := range h.Shares {
 			if !slices.Contains(prior.Record.Shares, sh) {
