@@ -103,11 +103,19 @@ func TestUIJobPageListsPeriodicChildren(t *testing.T) {
 		shares uint64
 	}{{"nightly/periodic-1700000000", 100}, {"nightly/periodic-1700086400", 1600}} { // the second never fits
 		child := gated(c.id, c.shares)
-		child.Type, child.ParentID, child.Status, child.SubmitTime = ptr("batch"), ptr("nightly"), ptr("pending"), ptr(int64(i+1))
+		child.Type, child.Status, child.SubmitTime = ptr("batch"), ptr("pending"), ptr(int64(i+1))
+		if i == 1 {
+			// Nomad's HTTP API drops ParentID when a job is registered
+			// again, as gpushare registers each child it pins: the first
+			// child has none, and is known by its ID
+			child.ParentID = ptr("nightly")
+		}
 		f.put(child)
 	}
-	other := gated("nightly/other", 25) // a prefix only, not a child
-	f.put(other)
+	f.put(gated("nightly/other", 25))         // a prefix only, not a child
+	f.put(gated("nightly/periodic-soon", 25)) // nor is this
+	f.put(gated("daily", 25))
+	f.put(gated("daily/periodic-1700000000", 25)) // daily is no periodic job
 	s := withConfig(t, f, nil)
 	rec, ok := pin.ParseRecord(f.jobs["nightly/periodic-1700000000"], "g")
 	must.True(t, ok)
@@ -126,6 +134,7 @@ func TestUIJobPageListsPeriodicChildren(t *testing.T) {
 	must.StrContains(t, body[older:], "<td>1 running</td>")
 	must.StrContains(t, body[newer:older], "<td>none<br><span class=\"reason\">waits: ")
 	must.StrNotContains(t, body, "nightly/other")
+	must.StrNotContains(t, body, "nightly/periodic-soon")
 	// the reason reads as users write jobs: no escaped IDs
 	must.StrNotContains(t, body, "%2Fperiodic-1700086400/g")
 
@@ -133,6 +142,9 @@ func TestUIJobPageListsPeriodicChildren(t *testing.T) {
 	must.EqOp(t, http.StatusOK, rr.Code)
 	must.StrContains(t, rr.Body.String(), `A child launched by <a href="/ui/jobs/nightly?namespace=default">nightly</a>.`)
 	must.StrNotContains(t, rr.Body.String(), "<h2>Children</h2>")
+	rr = uiServe(s, "GET", "/ui/jobs/daily%2Fperiodic-1700000000?namespace=default", "", nil)
+	must.EqOp(t, http.StatusOK, rr.Code)
+	must.StrNotContains(t, rr.Body.String(), "A child launched by")
 
 	lonely := gated("weekly", 100)
 	lonely.Type, lonely.Periodic = ptr("batch"), &api.PeriodicConfig{Enabled: ptr(true), Spec: ptr("@weekly")}
