@@ -120,6 +120,10 @@ func (e *env) restartOps(who, prefix string, s *scheduler) []restartRow {
 	left := e.settled(id, 1)
 	stayed := slices.ContainsFunc(three, func(a *api.Allocation) bool { return a.ID == left[0].ID }) && e.keptRunning(left[0].ID)
 	add("scale 3 -> 1", e.createdSince(id, seen), stayed, "1 runs on "+left[0].NodeName)
+	seen = e.allocIDs(id)
+	e.scale(id, 3)
+	three = e.settled(id, 3)
+	add("scale 1 -> 3 again, within the pin's room", e.createdSince(id, seen)-2, e.keptRunning(left[0].ID), "3 run on "+strings.Join(nodesOf(three), ","))
 	e.stopJobs(id)
 
 	// drain one node of a group of two
@@ -161,6 +165,10 @@ func (e *env) restartOps(who, prefix string, s *scheduler) []restartRow {
 	add("a GPU lost under one of 2", e.createdSince(id, seen)-1, e.keptRunning(keep.ID), fmt.Sprintf("GPU %s of %s lost", uuid, sick.NodeName))
 	restore()
 	e.stopJobs(id)
+
+	// the operations of restarts_more_test.go: before a node is lost, as
+	// its re-pin after a refusal needs three nodes up
+	e.restartMoreOps(who, prefix, s, add)
 
 	// a node lost under one allocation of a group of two
 	id = prefix + "lost"
