@@ -32,6 +32,10 @@ import (
 //     the other node stays;
 //   - a GPU lost (marked unhealthy in its client's fixture; its allocation
 //     stopped, as its task would die with it): the other allocation stays;
+//   - the operations of restartMoreOps (restarts_more_test.go): the same
+//     jobspec registered again, scale within the pin's room, revert, stop
+//     or purge and run again, dispatched and periodic children, batch
+//     groups, and a re-pin after Nomad refused a pin (restartRefusal);
 //   - a node lost (its agent killed): the other allocation stays;
 //   - an upgrade from the scheduler before node pins (built from
 //     upgradeFrom, the last commit before them): its share-pinned group
