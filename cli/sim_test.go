@@ -28,6 +28,10 @@ func TestSimUsageAndFlags(t *testing.T) {
 		{"bad elastic share", []string{"sim", "gavel", "-elastic-share", "1.5"}, 1, "-elastic-share"},
 		{"bad elastic max", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-max", "1"}, 1, "-elastic-max"},
 		{"bad elastic seeds", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-seeds", "x"}, 1, "-elastic-seeds"},
+		{"bad timeslice max", []string{"sim", "gavel", "-timeslice", "-timeslice-max-per-gpu", "1"}, 1, "-timeslice-max-per-gpu"},
+		{"bad timeslice switch", []string{"sim", "gavel", "-timeslice", "-timeslice-switch-cost", "3s"}, 1, "-timeslice-switch-cost"},
+		{"bad timeslice quantum", []string{"sim", "gavel", "-timeslice", "-timeslice-quantum", "1ms"}, 1, "-timeslice-quantum"},
+		{"timeslice without exclusive", []string{"sim", "gavel", "-timeslice", "-traces", "925e2b", "-policies", "packing", "-quiet"}, 1, "run the policy exclusive"},
 		{"unknown trace", []string{"sim", "openb", "-traces", "nope", "-seeds", "42", "-quiet"}, 1, "nope"},
 	}
 	for _, c := range cases {
@@ -101,6 +105,31 @@ func TestSimGavelElastic(t *testing.T) {
 	must.NoError(t, err)
 	must.StrContains(t, string(md), "## Elastic groups")
 	_, err = os.Stat(filepath.Join(dir, "gavel_elastic.csv"))
+	must.NoError(t, err)
+}
+
+// TestSimGavelTimeslice: -timeslice runs exclusive again with
+// time-slicing, reported beside its queueing.
+func TestSimGavelTimeslice(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := run("sim", "gavel", "-traces", "925e2b", "-cluster", "pcie:1", "-policies", "exclusive,packing",
+		"-timeslice", "-timeslice-greedy", "-json", "-out", dir)
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	var j struct {
+		Metrics    []gavel.Metrics
+		Timesliced []gavel.Metrics
+	}
+	must.NoError(t, json.Unmarshal([]byte(out), &j))
+	must.SliceLen(t, 2, j.Metrics)
+	must.SliceLen(t, 1, j.Timesliced) // exclusive only
+	must.EqOp(t, "exclusive", j.Timesliced[0].Policy)
+	must.EqOp(t, j.Metrics[0].Jobs, j.Timesliced[0].Jobs)
+	must.StrContains(t, errOut, "[time-sliced]")
+	md, err := os.ReadFile(filepath.Join(dir, "gavel.md"))
+	must.NoError(t, err)
+	must.StrContains(t, string(md), "## Time-slicing")
+	must.StrContains(t, string(md), "greedy: a job is time-sliced even while")
+	_, err = os.Stat(filepath.Join(dir, "gavel_timeslice.csv"))
 	must.NoError(t, err)
 }
 
