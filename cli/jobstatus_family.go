@@ -65,7 +65,7 @@ func familyOf(nf *nomadFlags, ns string, st service.JobStatus) jobFamily {
 		stubs, _, err := client.Jobs().PrefixList(st.ID + "/")
 		if err == nil {
 			for _, s := range stubs {
-				if s.ParentID == st.ID {
+				if s.ParentID == st.ID || f.kind == kindPeriodic && s.ParentID == "" && periodicLaunch(st.ID, s.ID) {
 					f.children = append(f.children, s)
 				}
 			}
@@ -78,6 +78,15 @@ func familyOf(nf *nomadFlags, ns string, st service.JobStatus) jobFamily {
 		}
 	}
 	return f
+}
+
+// periodicLaunch reports whether id is the name Nomad gives a child of
+// the periodic job parent, "<parent>/periodic-<unix time>". Nomad's HTTP
+// API drops a job's ParentID when it is registered again, and gpushare
+// registers each periodic child it pins: a placed child has no ParentID.
+func periodicLaunch(parent, id string) bool {
+	at, ok := strings.CutPrefix(id, parent+"/periodic-")
+	return ok && at != "" && strings.Trim(at, "0123456789") == ""
 }
 
 // printChildren lists a parent's children with their states, newest

@@ -14,11 +14,13 @@ func TestJobStatusListsPeriodicChildren(t *testing.T) {
 	children := []*api.JobListStub{
 		{ID: "nightly/periodic-1700000000", ParentID: "nightly", Status: "dead", SubmitTime: 1,
 			JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Complete: 1}}}},
-		{ID: "nightly/periodic-1700086400", ParentID: "nightly", Status: "running", SubmitTime: 2,
+		// pinned: Nomad's API dropped its ParentID when gpushare registered it
+		{ID: "nightly/periodic-1700086400", ParentID: "", Status: "running", SubmitTime: 2,
 			JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Running: 1}}}},
 		{ID: "nightly/periodic-1700172800", ParentID: "nightly", Status: "pending", SubmitTime: 3,
 			JobSummary: &api.JobSummary{Summary: map[string]api.TaskGroupSummary{"g": {Queued: 1}}}},
-		{ID: "nightly/other", ParentID: "", Status: "running", SubmitTime: 4}, // not a child: a prefix only
+		{ID: "nightly/other", ParentID: "", Status: "running", SubmitTime: 4},         // not a child: a prefix only
+		{ID: "nightly/periodic-soon", ParentID: "", Status: "running", SubmitTime: 5}, // nor this
 	}
 	nomad := serveJSON(t, map[string]any{"/v1/job/nightly": periodic, "/v1/jobs": children})
 	sched := serveJSON(t, map[string]any{"/v1/jobs/nightly": `{"namespace":"default","id":"nightly","type":"batch","status":"running",
@@ -31,6 +33,7 @@ func TestJobStatusListsPeriodicChildren(t *testing.T) {
     nightly/periodic-1700000000: dead (allocations: 1 complete)
 `)
 	must.StrNotContains(t, out, "nightly/other")
+	must.StrNotContains(t, out, "nightly/periodic-soon")
 
 	// none yet
 	nomad = serveJSON(t, map[string]any{"/v1/job/nightly": periodic, "/v1/jobs": []*api.JobListStub{}})
