@@ -67,3 +67,12 @@ func TestCheckFitHonoursTheJobsRules(t *testing.T) {
 	must.StrContains(t, got, "3g.20gb")
 	must.StrContains(t, check(job("dc2")), "group g does not fit now and will wait at the gate: no node its own rules allow")
 }
+
+// The preview names the allocations a fraction would share a GPU with as
+// Nomad's CLI does (8 characters), not by their whole UUIDs (issue 47
+// point 8).
+func TestFitsNowNamesAllocationsShort(t *testing.T) {
+	got := fitsNow("g", "node-1", "shares its GPU with 74b56330-77a2-4c1e-9d3f-0123456789ab (compute): predicted 0.91x of alone for web (memory)")
+	must.StrContains(t, got, "shares its GPU with 74b56330 (compute)")
+	must.StrNotContains(t, got, "77a2")
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpushare/gpushare/internal/usertext"
 	"os"
 	"strings"
 	"time"
@@ -323,9 +324,9 @@ func checkFit(ctx context.Context, client *api.Client, job *api.Job, profiles *i
 			// a preview with the core's default policy on Nomad's view:
 			// the scheduler decides with its own configuration and state
 			p := d.Placements[0]
-			fmt.Fprintf(io.Out, "group %s fits now, for example on node %s (%s); the scheduler decides when it places the job\n", group, names[p.Node], p.Reason)
+			fmt.Fprint(io.Out, fitsNow(group, names[p.Node], p.Reason))
 		} else {
-			fmt.Fprintf(io.Out, "group %s does not fit now and will wait at the gate: %s\n", group, d.Refusal)
+			fmt.Fprintf(io.Out, "group %s does not fit now and will wait at the gate: %s\n", group, usertext.Reason(fmt.Sprint(d.Refusal)))
 		}
 	}
 	return nil
@@ -495,4 +496,11 @@ func schedulerProfiles(sched scheduler) *interference.Model {
 		m.Profiles[strings.ToLower(p.Name)] = p
 	}
 	return m
+}
+
+// fitsNow is the preview's line for a group that fits: the placement's
+// reason as users read it (allocations by the 8 characters Nomad's CLI
+// shows, as gpushare job status names them).
+func fitsNow(group, node, reason string) string {
+	return fmt.Sprintf("group %s fits now, for example on node %s (%s); the scheduler decides when it places the job\n", group, node, usertext.Reason(reason))
 }
