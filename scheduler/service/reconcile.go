@@ -130,6 +130,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	// holds done or stale go first: a new pin's hold may need their shares
 	<-restored
 	s.releaseHolds(ctx, snap)
+	s.stopOverlaps(ctx)
 	s.sendPins(ctx, pins, r.jobs, pending, failed, start)
 	if ctx.Err() != nil {
 		return
@@ -346,6 +347,17 @@ func dropGone[V any](s *loop, m map[decide.Key]V) {
 			}
 		})
 	}
+}
+
+// mayNotRun says why a group is not decided although its job asks: it is
+// a periodic child Nomad would not have launched (overlapWhy), or it
+// claims a virtual cluster it may not (vcRefusal). "" when neither. The
+// caller holds s.mu.
+func (s *loop) mayNotRun(k decide.Key, job *api.Job, vc string) string {
+	if why := s.overlapWhy(job); why != "" {
+		return why
+	}
+	return s.vcRefusal(k, vc)
 }
 
 // vcRefusal says why a group may not claim the virtual cluster it names
