@@ -100,3 +100,24 @@ func dumpLogs(t testing.TB, dir string) {
 		t.Logf("==== %s (tail) ====\n%s", l, b)
 	}
 }
+
+// nomadDir is a directory whose nomad is nomadBin, for the PATH of commands
+// run as a user runs them (gpushare job lint parses with the nomad on PATH):
+// nomadBin's own directory when it is named nomad, else a directory with a
+// link of that name (with $GPUSHARE_NOMAD=bin/nomad-2.0.5 its directory's
+// nomad is bin/nomad, another release).
+func nomadDir(t testing.TB) string {
+	t.Helper()
+	if filepath.Base(nomadBin) == "nomad" {
+		return filepath.Dir(nomadBin)
+	}
+	abs, err := filepath.Abs(nomadBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(abs, filepath.Join(dir, "nomad")); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

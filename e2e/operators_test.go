@@ -57,7 +57,7 @@ func TestOperatorsGuideACLSetup(t *testing.T) {
 	cmd := exec.Command("bash", "-c", script)
 	cmd.Dir = dir
 	cmd.Env = []string{
-		"PATH=" + filepath.Dir(nomadBin) + ":/usr/bin:/bin",
+		"PATH=" + nomadDir(t) + ":/usr/bin:/bin",
 		"HOME=" + t.TempDir(),
 		"NOMAD_ADDR=" + e.c.Address(),
 		"NOMAD_TOKEN=" + e.c.ManagementToken(),

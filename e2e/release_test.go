@@ -152,7 +152,13 @@ func TestReleaseArchiveStandsAlone(t *testing.T) {
 		must.SliceLen(t, len(jobspecs.ExampleNames()), examples)
 		// gpushare links no jobspec parser: lint parses with Nomad, here
 		// the nomad binary on PATH, as on a machine Nomad is installed on
-		withNomad := append([]string{"PATH=" + filepath.Dir(nomadBin) + ":/usr/bin:/bin"}, bare[1:]...)
+		withNomad := append([]string{"PATH=" + nomadDir(t) + ":/usr/bin:/bin"}, bare[1:]...)
+		// the Nomad under test ($GPUSHARE_NOMAD), whatever its file's name
+		onPath, err := exec.Command("env", append(withNomad, "nomad", "version")...).CombinedOutput()
+		must.NoError(t, err, must.Sprint(string(onPath)))
+		want, err := exec.Command(nomadBin, "version").CombinedOutput()
+		must.NoError(t, err, must.Sprint(string(want)))
+		must.Eq(t, string(want), string(onPath))
 		out, err := run(t, withNomad, append([]string{"job", "lint", "-scheduler", ""}, examples...)...)
 		must.NoError(t, err, must.Sprint(out))
 		// and without one it says what it needs
