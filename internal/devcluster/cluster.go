@@ -206,7 +206,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 			}
 		}
 	}
-	opts.Log(fmt.Sprintf("nomad %s at %s with %d client(s); logs in %s", NomadVersion, c.addr, len(opts.Clients), opts.Dir))
+	opts.Log(fmt.Sprintf("nomad (%s) at %s with %d client(s); logs in %s", opts.NomadBin, c.addr, len(opts.Clients), opts.Dir))
 	if err := c.waitReady(ctx); err != nil {
 		c.Stop()
 		return nil, err
