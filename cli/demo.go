@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -116,8 +115,8 @@ func demo(nomadBin, pluginBin string, keep bool, timeout time.Duration, io IO) (
 	if err != nil {
 		return err
 	}
-	if !strings.HasPrefix(version, "Nomad "+devcluster.NomadVersion) {
-		say("%s is %s; the demo is tested with Nomad %s", nomadBin, version, devcluster.NomadVersion)
+	if !devcluster.SupportedNomad(version) {
+		say("%s is %s; the demo is tested with Nomad %s and v2.0.5 (1.11.x and 2.0.x are supported)", nomadBin, version, devcluster.NomadVersion)
 	}
 	if pluginBin == "" { // in a checkout
 		say("building the device plugin")

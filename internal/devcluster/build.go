@@ -12,6 +12,14 @@ import (
 // NomadVersion is the Nomad release the project is pinned to.
 const NomadVersion = "v1.11.3"
 
+// SupportedNomad reports whether versionLine, the first line `nomad
+// version` prints, names a supported release: 1.11.x (NomadVersion, the
+// release the tests build) or 2.0.x (the e2e suite passes on v2.0.5: make
+// e2e-nomad2).
+func SupportedNomad(versionLine string) bool {
+	return strings.HasPrefix(versionLine, "Nomad v1.11.") || strings.HasPrefix(versionLine, "Nomad v2.0.")
+}
+
 // RepoRoot finds the repository root from the working directory.
 func RepoRoot() (string, error) {
 	dir, err := os.Getwd()

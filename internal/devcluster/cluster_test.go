@@ -51,3 +51,21 @@ func TestUnmountUnder(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestSupportedNomad(t *testing.T) {
+	for line, want := range map[string]bool{
+		"Nomad " + NomadVersion: true,
+		"Nomad v1.11.0":         true,
+		"Nomad v2.0.5":          true,
+		"Nomad v2.0.0-rc.1":     true,
+		"Nomad v1.10.5":         false,
+		"Nomad v1.1.0":          false,
+		"Nomad v2.1.0":          false,
+		"Nomad v20.0.1":         false,
+		"":                      false,
+	} {
+		if got := SupportedNomad(line); got != want {
+			t.Errorf("SupportedNomad(%q) = %v, want %v", line, got, want)
+		}
+	}
+}
