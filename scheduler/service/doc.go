@@ -74,8 +74,9 @@
 //     carries the placement it stages, signed through its digest);
 //   - nomadRefused: every node Nomad refused a group's pins on while it
 //     misses allocations; the model holds only Nomad's verdict on the
-//     current pin, and a pin decided again without all of them never
-//     swings between two;
+//     current pin, and a pin decided again without those refused in the
+//     last 5 minutes (refusedFor) never swings between two, nor waits
+//     for ever on a refusal that has gone;
 //   - pinned: when each unconfirmed pin was sent, for the placement
 //     latency metric and the warning of a pin with no allocation;
 //   - preempted (saved in the records) and preemptions (the last ones,

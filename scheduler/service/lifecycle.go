@@ -3,6 +3,7 @@ package service
 import (
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
@@ -70,13 +71,17 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 				// (model.Snapshot)
 				on := maps.Clone(s.nomadRefused[key])
 				if on == nil {
-					on = map[string]bool{}
+					on = map[string]refusedNode{}
 				}
+				version := *job.JobModifyIndex // NomadFailed: set
+				now := s.now()
 				for _, n := range rec.Nodes {
-					on[n] = true
+					if r, ok := on[n]; !ok || r.version != version {
+						on[n] = refusedNode{at: now, version: version}
+					}
 				}
 				out.shared(func() { s.nomadRefused[key] = on })
-				refusedOn = slices.Sorted(maps.Keys(on))
+				refusedOn = avoidedFor(on, now)
 				g.NomadRefused = true
 				out.said[key] = why
 			}
@@ -208,4 +213,33 @@ func poolGone(rec *pin.Record, snap *placement.Snapshot) bool {
 		}
 	}
 	return true
+}
+
+// refusedFor is how long a node Nomad refused a group's pin on is left
+// out of the group's decisions: long enough that a pin decided again
+// never swings between two nodes Nomad refuses, short enough that a
+// refusal for what the scheduler does not model (a port, a disk) that
+// has gone since does not keep the group waiting for ever. Nomad itself
+// tries a blocked evaluation again when the cluster changes.
+const refusedFor = 5 * time.Minute
+
+// refusedNode is when Nomad refused a group's pin on a node, at which
+// version of the job.
+type refusedNode struct {
+	at      time.Time
+	version uint64
+}
+
+// avoidedFor lists the nodes refused less than refusedFor before now. A
+// node refused longer ago stays noted for the version it was refused at,
+// so that the same refusal does not start its time again.
+func avoidedFor(on map[string]refusedNode, now time.Time) []string {
+	var out []string
+	for n, r := range on {
+		if now.Sub(r.at) < refusedFor {
+			out = append(out, n)
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -51,8 +51,9 @@ type loop struct {
 	nomadSaid map[decide.Key]string
 	// nomadRefused are the nodes Nomad could not place each group's pins
 	// on, while the group misses allocations: a pin that fails is decided
-	// again without all of them, never back and forth between two
-	nomadRefused map[decide.Key]map[string]bool
+	// again without those refused in the last refusedFor, never back and
+	// forth between two, and never waiting for ever on a refusal gone
+	nomadRefused map[decide.Key]map[string]refusedNode
 	// priorRead: allocations whose version's pin was asked for (false)
 	// or read (true); see prior.go
 	priorRead map[string]bool
@@ -163,7 +164,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 	return &loop{
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
 		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{},
-		nomadRefused: map[decide.Key]map[string]bool{}, retries: map[decide.Key]retry{},
+		nomadRefused: map[decide.Key]map[string]refusedNode{}, retries: map[decide.Key]retry{},
 		preempted: stopping{}, observations: map[string][]interference.Observation{},
 		dirty: make(chan struct{}, 1), intro: intro,
 		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},

@@ -544,6 +544,14 @@ func (s *loop) confirm() {
 			continue
 		}
 		for _, a := range allocs {
+			if rec.Contract == pin.ContractNode {
+				// a node pin names nodes; Nomad picks the shares
+				if !slices.Contains(rec.Nodes, a.NodeID) {
+					s.log.Warn("allocation runs on a node outside its pin (placed before the pin, or a pin written by hand)",
+						"group", key.String(), "alloc_id", a.ID, "node", a.NodeID)
+				}
+				continue
+			}
 			// one line per allocation, not per share (a GPU is 100 shares)
 			var outside []string
 			for _, sh := range model.Shares(a) {

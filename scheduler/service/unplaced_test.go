@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
@@ -194,6 +195,17 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 	}
 	must.MapLen(t, 2, seen)
 	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+
+	// what Nomad refused (a port, a disk: what the scheduler does not
+	// model) may have gone: refusedFor later the group is pinned again
+	// rather than waiting for ever
+	version := *f.jobs["x"].Version
+	s.loop.now = func() time.Time { return time.Unix(1000, 0).Add(refusedFor - time.Second) }
+	s.loop.reconcile(t.Context())
+	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint("within refusedFor: still waits"))
+	s.loop.now = func() time.Time { return time.Unix(1000, 0).Add(refusedFor) }
+	s.loop.reconcile(t.Context())
+	must.Greater(t, version, *f.jobs["x"].Version, must.Sprint(s.loop.pending[model.KeyOf(f.jobs["x"], "g")]))
 }
 
 // A pin Nomad could not place because its node's ports (which the
