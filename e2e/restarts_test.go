@@ -119,10 +119,11 @@ func (e *env) restartOps(who, prefix string, s *scheduler) []restartRow {
 	e.scale(id, 3)
 	three := e.settled(id, 3)
 	add("scale 1 -> 3 (25 shares)", e.createdSince(id, seen)-2, e.keptRunning(one[0].ID), "3 run on "+strings.Join(nodesOf(three), ","))
-	if who != "share pins" {
-		// spread over nodes, as Nomad alone spreads them: under a node
-		// pin its limit per node keeps Nomad from stacking the new ones
-		// on the pinned node before the scheduler decides them
+	if who == "gpushare" {
+		// spread over nodes, as Nomad alone spreads them (it scores only a
+		// sample of the nodes, so not asserted there): under a node pin
+		// its limit per node keeps Nomad from stacking the new ones on the
+		// pinned node before the scheduler decides them
 		must.SliceLen(t, 3, slices.Compact(nodesOf(three)), must.Sprintf("%s: scale 1 -> 3 stacked replicas", who))
 	}
 	seen = e.allocIDs(id)
