@@ -26,7 +26,7 @@ type decideEntry struct {
 	none string
 	ns   nodeSet
 	// reqErr is why the group cannot be turned into a request, vcWhy why
-	// it may not run (mayNotRun: a periodic child Nomad would not have
+	// it may not run (overlapWhy: a periodic child Nomad would not have
 	// launched, or a virtual cluster it may not claim; "" when it may).
 	reqErr, vcWhy string
 	// g is the group to decide, but for Submit.
@@ -50,7 +50,7 @@ func (s *loop) prepare(job *api.Job, tg *api.TaskGroup, stage lifecycle.Result, 
 		e.reqErr = err.Error()
 		return e
 	}
-	if why := s.mayNotRun(e.key, job, req.VC); why != "" {
+	if why := cmp.Or(overlapWhy(s.state.Jobs, job), s.vcRefusal(e.key, req.VC)); why != "" {
 		e.vcWhy = why
 		return e
 	}

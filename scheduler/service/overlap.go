@@ -26,31 +26,27 @@ import (
 
 // overlapWhy says why a gated child of a periodic job must not run
 // ("" when it may): its parent prohibits overlap, it was launched on the
-// parent's schedule, and an earlier child of the parent is not dead. The
-// caller holds s.mu.
-func (s *loop) overlapWhy(job *api.Job) string {
+// parent's schedule, and an earlier child of the parent is not dead.
+// jobs are the model's (model.State.Jobs).
+func overlapWhy(jobs map[string]*api.Job, job *api.Job) string {
 	if job == nil || job.ID == nil || job.ParentID == nil || *job.ParentID == "" || (job.Stop != nil && *job.Stop) || len(pin.Gated(job)) == 0 {
 		return ""
 	}
-	ns := "default"
-	if job.Namespace != nil && *job.Namespace != "" {
-		ns = *job.Namespace
-	}
-	parent := s.state.Jobs[model.JobKey(ns, *job.ParentID)]
+	ns := model.KeyOf(job, "").Namespace
+	parent := jobs[model.JobKey(ns, *job.ParentID)]
 	if parent == nil || parent.Periodic == nil || parent.Periodic.ProhibitOverlap == nil || !*parent.Periodic.ProhibitOverlap {
 		return ""
 	}
-	prefix := *job.ParentID + periodicInfix
-	launched, ok := launchTime(*job.ID, prefix)
+	launched, ok := launchTime(*job.ID, *job.ParentID)
 	if !ok || !onSchedule(parent.Periodic, launched) {
 		return ""
 	}
-	for _, other := range s.state.Jobs {
-		if other == nil || other.ID == nil || *other.ID == *job.ID || !strings.HasPrefix(*other.ID, prefix) ||
-			other.Namespace == nil || *other.Namespace != ns || (other.Status != nil && *other.Status == "dead") {
+	for _, other := range jobs {
+		if other == nil || other.ID == nil || *other.ID == *job.ID || model.KeyOf(other, "").Namespace != ns ||
+			(other.Status != nil && *other.Status == "dead") || parentOf(jobs, other) != *job.ParentID {
 			continue
 		}
-		if t, ok := launchTime(*other.ID, prefix); !ok || !t.Before(launched) {
+		if t, ok := launchTime(*other.ID, *job.ParentID); !ok || !t.Before(launched) {
 			continue
 		}
 		return fmt.Sprintf("its parent %s prohibits overlap and its earlier child %s still runs: Nomad, which no longer sees a child gpushare pinned as its parent's (a registration drops ParentID), launched this one, which Nomad alone would have skipped; gpushare stops it", *job.ParentID, *other.ID)
@@ -58,17 +54,48 @@ func (s *loop) overlapWhy(job *api.Job) string {
 	return ""
 }
 
-// periodicInfix joins a periodic parent's ID and a child's launch time
-// (Unix seconds), as Nomad names the child.
-const periodicInfix = "/periodic-"
+// periodicLaunch is what Nomad puts between a periodic job's ID and its
+// launch's Unix time to name a child it launches.
+const periodicLaunch = "/periodic-"
 
-// launchTime is a periodic child's launch time, from its ID.
-func launchTime(id, prefix string) (time.Time, bool) {
-	sec, err := strconv.ParseInt(strings.TrimPrefix(id, prefix), 10, 64)
-	if err != nil || !strings.HasPrefix(id, prefix) {
+// launchTime is the launch time a periodic child of parent carries in its
+// ID ("<parent>/periodic-<unix time>").
+func launchTime(id, parent string) (time.Time, bool) {
+	at, ok := strings.CutPrefix(id, parent+periodicLaunch)
+	if !ok || at == "" || strings.Trim(at, "0123456789") != "" {
+		return time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(at, 10, 64)
+	if err != nil {
 		return time.Time{}, false
 	}
 	return time.Unix(sec, 0), true
+}
+
+// parentOf is the job that launched or dispatched job, "" for none: its
+// ParentID, else, for a child of a periodic job, the parent its ID names
+// ("<parent>/periodic-<unix time>") when that job is periodic. Nomad's
+// HTTP API drops ParentID when a job is registered again, and gpushare
+// registers each periodic child it pins, so a placed child has none.
+// (Dispatched children are never registered again: theirs stays.) jobs
+// are the model's.
+func parentOf(jobs map[string]*api.Job, job *api.Job) string {
+	if p := deref(job.ParentID); p != "" {
+		return p
+	}
+	id := deref(job.ID)
+	i := strings.LastIndex(id, periodicLaunch)
+	if i <= 0 || job.Periodic != nil {
+		return ""
+	}
+	if _, ok := launchTime(id, id[:i]); !ok {
+		return ""
+	}
+	parent := jobs[model.JobKey(model.KeyOf(job, "").Namespace, id[:i])]
+	if parent == nil || !parent.IsPeriodic() {
+		return ""
+	}
+	return id[:i]
 }
 
 // onSchedule reports whether t is a launch time of the periodic config
@@ -96,7 +123,7 @@ func (s *loop) stopOverlaps(ctx context.Context) {
 	var stops []stop
 	s.mu.Lock()
 	for _, j := range s.state.Jobs {
-		if why := s.overlapWhy(j); why != "" {
+		if why := overlapWhy(s.state.Jobs, j); why != "" {
 			stops = append(stops, stop{*j.Namespace, *j.ID, why})
 		}
 	}

@@ -349,17 +349,6 @@ func dropGone[V any](s *loop, m map[decide.Key]V) {
 	}
 }
 
-// mayNotRun says why a group is not decided although its job asks: it is
-// a periodic child Nomad would not have launched (overlapWhy), or it
-// claims a virtual cluster it may not (vcRefusal). "" when neither. The
-// caller holds s.mu.
-func (s *loop) mayNotRun(k decide.Key, job *api.Job, vc string) string {
-	if why := s.overlapWhy(job); why != "" {
-		return why
-	}
-	return s.vcRefusal(k, vc)
-}
-
 // vcRefusal says why a group may not claim the virtual cluster it names
 // in gpushare.vc ("" when it may, or names none): the VC must be one this
 // scheduler has, and admit the group's namespace.

@@ -46,7 +46,7 @@ func (s *loop) family(ns, id string) jobFamily {
 	if job == nil {
 		return f
 	}
-	f.Parent = s.parentOf(job)
+	f.Parent = parentOf(s.state.Jobs, job)
 	if parent, ok := model.DispatchedFrom(job); ok {
 		f.Parent, f.Dispatched = parent, true
 		f.own = map[string][]webui.AllocPlace{}
@@ -110,7 +110,7 @@ func (s *loop) placeOf(a *api.Allocation) webui.AllocPlace {
 func (s *loop) childrenOf(ns, parent string) ([]webui.Child, int) {
 	var kids []*api.Job
 	for _, j := range s.state.Jobs {
-		if j.ID != nil && model.KeyOf(j, "").Namespace == ns && s.parentOf(j) == parent {
+		if j.ID != nil && model.KeyOf(j, "").Namespace == ns && parentOf(s.state.Jobs, j) == parent {
 			kids = append(kids, j)
 		}
 	}
@@ -145,36 +145,6 @@ func (s *loop) childrenOf(ns, parent string) ([]webui.Child, int) {
 		out = append(out, c)
 	}
 	return out, total
-}
-
-// periodicLaunch is what Nomad puts between a periodic job's ID and its
-// launch's Unix time to name a child it launches.
-const periodicLaunch = "/periodic-"
-
-// parentOf is the job that launched or dispatched job, "" for none: its
-// ParentID, else, for a child of a periodic job, the parent its ID names
-// ("<parent>/periodic-<unix time>") when that job is periodic. Nomad's
-// HTTP API drops ParentID when a job is registered again, and gpushare
-// registers each periodic child it pins, so a placed child has none.
-// (Dispatched children are never registered again: theirs stays.) The
-// caller holds s.mu.
-func (s *loop) parentOf(job *api.Job) string {
-	if p := deref(job.ParentID); p != "" {
-		return p
-	}
-	id := deref(job.ID)
-	i := strings.LastIndex(id, periodicLaunch)
-	if i <= 0 || job.Periodic != nil {
-		return ""
-	}
-	if at := id[i+len(periodicLaunch):]; at == "" || strings.Trim(at, "0123456789") != "" {
-		return ""
-	}
-	parent := s.state.Jobs[model.JobKey(model.KeyOf(job, "").Namespace, id[:i])]
-	if parent == nil || !parent.IsPeriodic() {
-		return ""
-	}
-	return id[:i]
 }
 
 // deref is *p, or the zero value for nil.
