@@ -94,7 +94,7 @@ func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
 	// cluster, nodes without the job's driver or failing its constraints
 	// are counted under those rules, not the pin's. They are not pinned
 	// nodes; what tells is whether every pinned node was found exhausted.
-	if m.NodesFiltered-m.ConstraintFiltered[mine]-full <= 0 || (pinned > 0 && m.NodesExhausted+full >= pinned) {
+	if m.NodesFiltered-m.ConstraintFiltered[mine] <= 0 || (pinned > 0 && m.NodesExhausted+full >= pinned) {
 		return "", false
 	}
 	return u.Reason, true
