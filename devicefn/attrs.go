@@ -67,6 +67,11 @@ type Group struct {
 	// (MergeGPUGroups): Nomad offers each of its GPUs as a device group of
 	// its own, so it takes one request's shares from one GPU. Not encoded.
 	PerGPU bool
+	// MultiGPU marks a PerGPU group every one of whose per-GPU groups
+	// says one task may hold several of them (GPUGroup.MultiGPU): an
+	// allocation of several whole GPUs is asked as one device block per
+	// GPU. Not encoded.
+	MultiGPU bool
 }
 
 // GroupGPU is one GPU of a group.

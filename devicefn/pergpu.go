@@ -46,6 +46,19 @@ const (
 	// AttrNodeLinks is the GPU's row of the node's whole link matrix,
 	// indexed by NVML index (EncodeRow).
 	AttrNodeLinks = "node_links"
+	// AttrMultiGPU says how one task may hold several of the node's
+	// per-GPU groups, asked as one device block per GPU: Nomad merges the
+	// blocks' reservations' environment by overwriting, so the last
+	// block's CUDA_VISIBLE_DEVICES would win, and something must put the
+	// GPUs back together. Its one value, MultiGPUInterposer: the plugin's
+	// CUDA interposer does, in every process it is loaded into, from the
+	// GPUSHARE_GPU_<index> variable each reservation adds. Absent (an
+	// older plugin, or the interposer disabled): an allocation holds at
+	// most one of the node's GPUs.
+	AttrMultiGPU = "multi_gpu"
+	// MultiGPUInterposer is AttrMultiGPU's value when the interposer
+	// composes a task's per-GPU reservations.
+	MultiGPUInterposer = "interposer"
 )
 
 // GPUGroup is one GPU offered as a device group of its own.
@@ -58,6 +71,9 @@ type GPUGroup struct {
 	// NodeLinks is the GPU's row of the node's link matrix (every GPU of
 	// the inventory, by NVML index).
 	NodeLinks []Link
+	// MultiGPU: one task may hold several of the node's per-GPU groups
+	// (AttrMultiGPU); the plugin sets it when its interposer composes them.
+	MultiGPU bool
 }
 
 // Name is the group's device name (GPUGroupName).
@@ -92,6 +108,9 @@ func (g *GPUGroup) Attributes() map[string]Attr {
 	attrs[AttrModel] = StringAttr(g.Model)
 	attrs[AttrGPUIndex] = IntAttr(int64(g.Index), "")
 	attrs[AttrNodeLinks] = StringAttr(EncodeRow(g.NodeLinks))
+	if g.MultiGPU {
+		attrs[AttrMultiGPU] = StringAttr(MultiGPUInterposer)
+	}
 	return attrs
 }
 
@@ -127,7 +146,15 @@ func DecodeGPUGroup(name string, attrs map[string]Attr) (*GPUGroup, error) {
 	if len(g.GPUs) != 1 || g.MIG != nil {
 		return nil, fmt.Errorf("%w: device %q: a per-GPU group holds one whole GPU, not %d", ErrBadAttributes, name, len(g.GPUs))
 	}
-	return &GPUGroup{Group: *g, Index: int(index), NodeLinks: row}, nil
+	multi := false
+	if a, ok := attrs[AttrMultiGPU]; ok {
+		v, _ := a.GetString()
+		if v != MultiGPUInterposer {
+			return nil, fmt.Errorf("%w: device %q: attribute %q is %q, want %q or none", ErrBadAttributes, name, AttrMultiGPU, a.GoString(), MultiGPUInterposer)
+		}
+		multi = true
+	}
+	return &GPUGroup{Group: *g, Index: int(index), NodeLinks: row, MultiGPU: multi}, nil
 }
 
 // MergeGPUGroups rebuilds, from a node's per-GPU groups, the per-model
@@ -150,6 +177,7 @@ func MergeGPUGroups(gs []GPUGroup) ([]Group, error) {
 			Model: model, SharesPerGPU: first.SharesPerGPU, Sharing: first.Sharing,
 			DriverVersion: first.DriverVersion, CUDAVersion: first.CUDAVersion,
 			ComputeCapability: first.ComputeCapability, MemoryMiB: first.MemoryMiB, PerGPU: true,
+			MultiGPU: true,
 		}
 		for a, m := range members {
 			name := m.Name()
@@ -170,6 +198,7 @@ func MergeGPUGroups(gs []GPUGroup) ([]Group, error) {
 				gpu.Links[b] = m.NodeLinks[o.Index]
 			}
 			g.MemoryMiB = min(g.MemoryMiB, m.MemoryMiB)
+			g.MultiGPU = g.MultiGPU && m.MultiGPU
 			g.GPUs = append(g.GPUs, gpu)
 		}
 		if err := g.Links().Validate(); err != nil {

@@ -125,3 +125,44 @@ func FuzzDecodeGPUGroup(f *testing.F) {
 		must.NoError(t, err)
 	})
 }
+
+// TestMultiGPURoundTripsAndMergesOnlyWhenEveryGPUSaysSo: a per-GPU group
+// whose plugin composes several of them in one task says so (multi_gpu =
+// "interposer"), decodes back, and the merged group is MultiGPU only when
+// every GPU of its model is; any other value is refused, and an older
+// plugin's group (no attribute) is not MultiGPU.
+func TestMultiGPURoundTripsAndMergesOnlyWhenEveryGPUSaysSo(t *testing.T) {
+	inv := randomInventory(rand.New(rand.NewPCG(5, 6)), 4)
+	for i := range inv.GPUs {
+		inv.GPUs[i].Model = "A100"
+	}
+	per := GPUGroups(inv, 100, SharingMPS, nil)
+	var decoded []GPUGroup
+	for _, g := range per {
+		g.MultiGPU = true
+		attrs := g.Attributes()
+		must.Eq(t, MultiGPUInterposer, *attrs[AttrMultiGPU].String)
+		got, err := DecodeGPUGroup(g.Name(), attrs)
+		must.NoError(t, err)
+		must.True(t, got.MultiGPU)
+		decoded = append(decoded, *got)
+	}
+	merged, err := MergeGPUGroups(decoded)
+	must.NoError(t, err)
+	must.True(t, merged[0].MultiGPU)
+
+	decoded[2].MultiGPU = false
+	merged, err = MergeGPUGroups(decoded)
+	must.NoError(t, err)
+	must.False(t, merged[0].MultiGPU, must.Sprint("one GPU of the model cannot be composed"))
+
+	attrs := per[0].Attributes()
+	_, present := attrs[AttrMultiGPU]
+	must.False(t, present)
+	got, err := DecodeGPUGroup(per[0].Name(), attrs)
+	must.NoError(t, err)
+	must.False(t, got.MultiGPU)
+	attrs[AttrMultiGPU] = StringAttr("yes")
+	_, err = DecodeGPUGroup(per[0].Name(), attrs)
+	must.ErrorIs(t, err, ErrBadAttributes)
+}
