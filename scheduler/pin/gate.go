@@ -193,22 +193,24 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 			if d.Name == migDeviceName || strings.HasPrefix(d.Name, migDeviceName+"/") {
 				mig = d.Name
 			}
-			if !isOurs(d.Name) {
-				continue
-			}
-			devices++
-			if d.Count != nil {
-				r.Shares = int(*d.Count)
-			} else {
-				r.Shares = 1
-			}
-			if model, ok := strings.CutPrefix(d.Name, DeviceName+"/"); ok {
-				r.Models = []string{model}
-			}
-			for _, c := range d.Constraints {
-				if c.LTarget == "${device.model}" && isEquality(c.Operand) {
-					r.Models = []string{c.RTarget}
-				}
+		}
+		// copies of one block (a pin's split, blocks.go) are one request
+		d, shares, copies, ok := requestBlocks(t)
+		switch {
+		case !ok:
+			devices += copies
+			continue
+		case d == nil:
+			continue
+		}
+		devices++
+		r.Shares = int(shares)
+		if model, ok := strings.CutPrefix(d.Name, DeviceName+"/"); ok {
+			r.Models = []string{model}
+		}
+		for _, c := range d.Constraints {
+			if c.LTarget == "${device.model}" && isEquality(c.Operand) {
+				r.Models = []string{c.RTarget}
 			}
 		}
 	}
@@ -290,6 +292,11 @@ type Record struct {
 	// scheduler then decides it, keeping what runs. 0: no limit (a pin
 	// written before it, a packed group, a group that deploys canaries).
 	PerNode int `json:"per_node,omitempty"`
+	// Blocks, in a node pin of allocations of several GPUs each, is how
+	// many device blocks of one GPU's shares the group's GPU request was
+	// split into (setBlocks; blocks.go): one per GPU, each a device group
+	// of its own on the nodes it names. 0: one block.
+	Blocks int `json:"blocks,omitempty"`
 	// Incarnation is the job's create index when it was pinned: a job
 	// purged and registered again is another incarnation, and an old
 	// placement copied into it counts for nothing.
@@ -375,6 +382,10 @@ func digestAt(job *api.Job, tg *api.TaskGroup, group, policy string, count int) 
 			mem = *t.Resources.MemoryMB
 		}
 		fmt.Fprintf(h, "task=%q cpu=%d mem=%d\x00", t.Name, cpu, mem)
+		if _, _, copies, ok := requestBlocks(t); ok && copies > 1 {
+			t = cloneTask(t) // a pin's split reads as the block it was split from
+			joinBlocks(t)
+		}
 		for _, d := range t.Resources.Devices {
 			if !isOurs(d.Name) {
 				continue

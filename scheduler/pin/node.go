@@ -159,10 +159,10 @@ func isNodeSpread(sp *api.Spread) bool {
 
 // writeNode puts a node pin into tg: its node constraint and the carriers
 // of placement and signature (the caller signs a new placement), the
-// fixed index affinities in dev and, when the group's replicas spread,
+// fixed index affinities in each of devs (the group's gpushare blocks) and, when the group's replicas spread,
 // the node spread (each once), and rec.Env in the GPU task. A share pin's
 // meta goes.
-func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placement, signature string, spread bool) {
+func writeNode(tg *api.TaskGroup, devs []*api.RequestedDevice, rec *Record, placement, signature string, spread bool) {
 	if spread && !slices.ContainsFunc(tg.Spreads, isNodeSpread) {
 		tg.Spreads = append(tg.Spreads, nodeSpread())
 	}
@@ -174,7 +174,7 @@ func writeNode(tg *api.TaskGroup, dev *api.RequestedDevice, rec *Record, placeme
 	if signature != "" {
 		tg.Constraints = append(tg.Constraints, carrier(CarrySignature, signature))
 	}
-	if dev != nil {
+	for _, dev := range devs {
 		addIndexAffinities(dev)
 	}
 	if t := gpuTask(tg); t != nil {

@@ -59,8 +59,15 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		reasons = appendNew(reasons, p.Reason)
 		cells = appendNew(cells, p.Cell)
 	}
-	if rec.Contract == ContractNode && limitsPerNode(job, tg) {
-		rec.PerNode = perNode(nodes)
+	if rec.Contract == ContractNode {
+		if limitsPerNode(job, tg) {
+			rec.PerNode = perNode(nodes)
+		}
+		most := 0
+		for _, p := range d.Placements {
+			most = max(most, len(p.GPUs))
+		}
+		rec.Blocks = blocksOf(most)
 	}
 	slices.Sort(nodes)
 	slices.Sort(gpus)
@@ -69,8 +76,8 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	rec.Cell = strings.Join(cells, ",")
 	if t := gpuTask(tg); t != nil {
 		n := 1
-		if dev := device(tg); dev != nil && dev.Count != nil {
-			n = int(*dev.Count)
+		if dev, shares, _, ok := requestBlocks(t); ok && dev != nil {
+			n = int(shares)
 		}
 		old, _ := ParseRecord(job, group)
 		user := maps.Clone(t.Env)
@@ -143,10 +150,14 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	}
 	old, _ := ParseRecord(job, group)
 	unpin(tg, old)
+	if err := setBlocks(tg, rec.Blocks); err != nil {
+		return fmt.Errorf("group %q: %w", group, err)
+	}
 	if rec.Contract == ContractNode {
-		writeNode(tg, dev, rec, placement, signature, Meta(job, tg)[MetaReplicas] != "pack")
+		writeNode(tg, gpuBlocks(tg), rec, placement, signature, Meta(job, tg)[MetaReplicas] != "pack")
 		return nil
 	}
+	dev = device(tg) // the one block setBlocks left
 	tg.Constraints = append(tg.Constraints, NodeConstraint(rec))
 	if len(rec.Shares) > 0 {
 		dev.Constraints = append(dev.Constraints, shareConstraint(rec))
@@ -187,7 +198,7 @@ func unpin(tg *api.TaskGroup, old *Record) {
 		if old.PerNode > 0 {
 			tg.Constraints = dropLast(tg.Constraints, PerNodeConstraint(old))
 		}
-		if dev := device(tg); dev != nil {
+		for _, dev := range gpuBlocks(tg) {
 			dev.Constraints = dropLast(dev.Constraints, shareConstraint(old))
 		}
 	}

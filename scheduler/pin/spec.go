@@ -51,6 +51,7 @@ func Spec(job *api.Job, group string) string {
 		if t.Resources == nil {
 			continue
 		}
+		joinBlocks(t) // a pin's split is the block it was split from
 		for _, d := range t.Resources.Devices {
 			d.Constraints = slices.DeleteFunc(d.Constraints, func(k *api.Constraint) bool {
 				return k.LTarget == DeviceAttribute && k.Operand == OpSetContains // a pin's share list
