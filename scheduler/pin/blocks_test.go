@@ -132,3 +132,29 @@ func TestASplitThatDoesNotDivideIsAnError(t *testing.T) {
 	_, err := Pin(j, "g", multiGPU(3, "n1"))
 	must.ErrorContains(t, err, "do not split into 3 device blocks")
 }
+
+// TestAParameterizedJobsSplitPinNamesItsSharesInEveryBlock: a dispatch
+// pool keeps a share pin (its children must stay on its GPUs); on nodes
+// where each GPU is a device group, its allocation of two GPUs is two
+// blocks, each naming the shares of both, so each takes one of them.
+func TestAParameterizedJobsSplitPinNamesItsSharesInEveryBlock(t *testing.T) {
+	j := job(200)
+	j.ParameterizedJob = &api.ParameterizedJobConfig{}
+	rec, err := Pin(j, "g", multiGPU(2, "n1"))
+	must.NoError(t, err)
+	must.Eq(t, "", rec.Contract)
+	must.Eq(t, 2, rec.Blocks)
+	devs := blocksOfJob(j)
+	must.Len(t, 2, devs)
+	for _, d := range devs {
+		must.SliceContainsFunc(t, d.Constraints, shareConstraint(rec), sameConstraint)
+		must.Eq(t, uint64(100), *d.Count)
+	}
+	r, err := Request(j, "g", nil)
+	must.NoError(t, err)
+	must.Eq(t, 200, r.Shares)
+	user := job(200)
+	user.ParameterizedJob = &api.ParameterizedJobConfig{}
+	must.Eq(t, Spec(user, "g"), Spec(j, "g"))
+	must.Eq(t, Digest(user, "g", "gpushare"), Digest(j, "g", "gpushare"))
+}

@@ -292,10 +292,12 @@ type Record struct {
 	// scheduler then decides it, keeping what runs. 0: no limit (a pin
 	// written before it, a packed group, a group that deploys canaries).
 	PerNode int `json:"per_node,omitempty"`
-	// Blocks, in a node pin of allocations of several GPUs each, is how
-	// many device blocks of one GPU's shares the group's GPU request was
-	// split into (setBlocks; blocks.go): one per GPU, each a device group
-	// of its own on the nodes it names. 0: one block.
+	// Blocks, in a pin of allocations of several GPUs each on nodes whose
+	// GPUs are each a device group of their own (placement.Decision.InPlace),
+	// is how many device blocks of one GPU's shares the group's GPU
+	// request was split into (setBlocks; blocks.go): one per GPU. With a
+	// share pin (a parameterized job's) each block carries the share
+	// list, and takes one of the GPUs it names. 0: one block.
 	Blocks int `json:"blocks,omitempty"`
 	// Incarnation is the job's create index when it was pinned: a job
 	// purged and registered again is another incarnation, and an old

@@ -59,10 +59,10 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		reasons = appendNew(reasons, p.Reason)
 		cells = appendNew(cells, p.Cell)
 	}
-	if rec.Contract == ContractNode {
-		if limitsPerNode(job, tg) {
-			rec.PerNode = perNode(nodes)
-		}
+	if rec.Contract == ContractNode && limitsPerNode(job, tg) {
+		rec.PerNode = perNode(nodes)
+	}
+	if d.InPlace { // each GPU a device group: one block per GPU (blocks.go)
 		most := 0
 		for _, p := range d.Placements {
 			most = max(most, len(p.GPUs))
@@ -157,10 +157,12 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 		writeNode(tg, gpuBlocks(tg), rec, placement, signature, Meta(job, tg)[MetaReplicas] != "pack")
 		return nil
 	}
-	dev = device(tg) // the one block setBlocks left
 	tg.Constraints = append(tg.Constraints, NodeConstraint(rec))
 	if len(rec.Shares) > 0 {
-		dev.Constraints = append(dev.Constraints, shareConstraint(rec))
+		// each block of a split takes one of the GPUs whose shares it names
+		for _, dev := range gpuBlocks(tg) {
+			dev.Constraints = append(dev.Constraints, shareConstraint(rec))
+		}
 	}
 	if t := gpuTask(tg); t != nil {
 		writeEnv(t, rec.Env)
