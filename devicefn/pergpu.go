@@ -3,6 +3,7 @@ package devicefn
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 )
@@ -29,6 +30,15 @@ const (
 // GPUGroupInfix joins a model and a GPU's NVML index into the device name
 // of a per-GPU group.
 const GPUGroupInfix = " GPU "
+
+// ModelPattern is a regexp that a gpushare device group's name matches
+// when its GPUs are whole GPUs of model: the model's group (one group per
+// model) or any of its per-GPU groups (GPUGroupName), never a group of
+// shared MIG instances. A scheduler's pin of a request by model writes it
+// as a ${device.model} regexp, which holds under both contracts.
+func ModelPattern(model string) string {
+	return "^" + regexp.QuoteMeta(model) + "(" + regexp.QuoteMeta(GPUGroupInfix) + "[0-9]+)?$"
+}
 
 // GPUGroupName is the device name of the per-GPU group of the GPU of NVML
 // index index: "NVIDIA A100-SXM4-40GB GPU 3". Unique on a node.

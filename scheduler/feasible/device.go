@@ -42,13 +42,30 @@ func compileDevice(d *api.RequestedDevice) *deviceReq {
 	default:
 		r.vendor, r.typ, r.name = parts[0], parts[1], parts[2]
 	}
+	if r.ours && r.name != "" {
+		// the pin writes the model as a regexp that per-GPU groups match
+		// too (pin.ModelConstraint): the request is checked as pinned
+		r.cons = append(r.cons, modelConstraint(r.name))
+		r.name = ""
+	}
 	for _, c := range d.Constraints {
 		if c == nil || (r.ours && (c.LTarget == DeviceIDs || c.RTarget == DeviceIDs)) {
+			continue
+		}
+		if r.ours && c.LTarget == modelTarget && (c.Operand == "" || c.Operand == "=" || c.Operand == "==") {
+			r.cons = append(r.cons, modelConstraint(c.RTarget))
 			continue
 		}
 		r.cons = append(r.cons, compileDevConstraint(c))
 	}
 	return r
+}
+
+const modelTarget = "${device.model}"
+
+// modelConstraint is a gpushare request's model as its pin writes it.
+func modelConstraint(model string) *devConstraint {
+	return compileDevConstraint(&api.Constraint{LTarget: modelTarget, Operand: OpRegexp, RTarget: devicefn.ModelPattern(model)})
 }
 
 // matchesID mirrors DeviceIdTuple.Matches: every part the request names

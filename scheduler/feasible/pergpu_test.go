@@ -12,10 +12,12 @@ import (
 )
 
 // On a node whose plugin offers each GPU as a group of its own
-// ("<model> GPU <index>"), a device block matches as Nomad's would: any
-// gpushare device, or the model by its attribute; the model in the device
-// name or ${device.model} no longer names it. The groups it may use are
-// named by model, matching when every GPU of the model matches.
+// ("<model> GPU <index>"), a device block matches as Nomad's would once
+// pinned: any gpushare device, or the model by its attribute; the model in
+// the device name or a ${device.model} equality, which the pin writes as
+// the regexp that matches the model's per-GPU groups too
+// (pin.ModelConstraint). The groups it may use are named by model,
+// matching when every GPU of the model matches.
 func TestPerGPUGroupsMatchAsNomadWould(t *testing.T) {
 	const model = "Tesla V100-SXM2-16GB"
 	st, err := fixture.ParseShipped(fixtures.DGX1V100)
@@ -31,8 +33,10 @@ func TestPerGPUGroupsMatchAsNomadWould(t *testing.T) {
 	}{
 		{"any model", "nvidia/gpushare", nil, "", []string{model}, nil},
 		{"the model attribute", "nvidia/gpushare", []*api.Constraint{{LTarget: "${device.attr.model}", RTarget: model}}, "", []string{model}, nil},
-		{"the model in the device name", "nvidia/gpushare/" + model, nil, FilterDevices, nil, []string{model}},
-		{"device.model is the group's name", "nvidia/gpushare", []*api.Constraint{{LTarget: "${device.model}", RTarget: model}}, FilterDevices, nil, []string{model}},
+		{"the model in the device name", "nvidia/gpushare/" + model, nil, "", []string{model}, nil},
+		{"device.model equal to the model", "nvidia/gpushare", []*api.Constraint{{LTarget: "${device.model}", RTarget: model}}, "", []string{model}, nil},
+		{"device.model is the group's name for other operators", "nvidia/gpushare", []*api.Constraint{{LTarget: "${device.model}", Operand: "set_contains_any", RTarget: model}}, FilterDevices, nil, []string{model}},
+		{"another model in the device name", "nvidia/gpushare/Tesla P100-PCIE-16GB", nil, FilterDevices, nil, []string{model}},
 		{"one GPU's group by name", "nvidia/gpushare/" + model + " GPU 3", nil, "", nil, []string{model}},
 		{"some GPUs by index", "nvidia/gpushare", []*api.Constraint{{LTarget: "${device.attr.index}", Operand: "<", RTarget: "4"}}, "", nil, []string{model}},
 	} {

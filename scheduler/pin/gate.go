@@ -177,12 +177,14 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	}
 	r := placement.Request{ID: GroupKey(job, group), Count: Count(tg)}
 	r.Batch = Batch(job) // its allocations end by themselves: never staged
+	rec, _ := ParseRecord(job, group)
 	var devices int
 	mig := ""
 	for _, t := range tg.Tasks {
 		if t.Resources == nil {
 			continue
 		}
+		t = userTask(t, rec) // what a pin wrote read as the user's block
 		if t.Resources.CPU != nil {
 			r.Res.CPU += int64(*t.Resources.CPU)
 		}
@@ -299,6 +301,14 @@ type Record struct {
 	// share pin (a parameterized job's) each block carries the share
 	// list, and takes one of the GPUs it names. 0: one block.
 	Blocks int `json:"blocks,omitempty"`
+	// Model, when the group asks for a GPU model, is that model, which the
+	// pin wrote as ModelConstraint (models.go: it matches the model's
+	// GPUs whether the plugin offers one device group per model or per
+	// GPU); ModelAs says where the user named it (ModelFromName,
+	// ModelFromConstraint) and ModelOp the operator of that constraint.
+	Model   string `json:"model,omitempty"`
+	ModelAs string `json:"model_as,omitempty"`
+	ModelOp string `json:"model_op,omitempty"`
 	// Incarnation is the job's create index when it was pinned: a job
 	// purged and registered again is another incarnation, and an old
 	// placement copied into it counts for nothing.
@@ -367,7 +377,8 @@ func (r *Record) ForRequest(job *api.Job, group string) bool {
 // digestAt is Digest for the group at count allocations.
 func digestAt(job *api.Job, tg *api.TaskGroup, group, policy string, count int) string {
 	var mine *api.Constraint // a pin's share list, when the version carries one
-	if rec, ok := ParseRecord(job, group); ok {
+	rec, ok := ParseRecord(job, group)
+	if ok {
 		mine = shareConstraint(rec)
 	}
 	h := sha256.New()
@@ -384,10 +395,7 @@ func digestAt(job *api.Job, tg *api.TaskGroup, group, policy string, count int) 
 			mem = *t.Resources.MemoryMB
 		}
 		fmt.Fprintf(h, "task=%q cpu=%d mem=%d\x00", t.Name, cpu, mem)
-		if _, _, copies, ok := requestBlocks(t); ok && copies > 1 {
-			t = cloneTask(t) // a pin's split reads as the block it was split from
-			joinBlocks(t)
-		}
+		t = userTask(t, rec) // a pin's split and model read as the user's block
 		for _, d := range t.Resources.Devices {
 			if !isOurs(d.Name) {
 				continue

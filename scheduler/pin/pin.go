@@ -62,6 +62,15 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 	if rec.Contract == ContractNode && limitsPerNode(job, tg) {
 		rec.PerNode = perNode(nodes)
 	}
+	old, _ := ParseRecord(job, group)
+	if t := userTask(gpuTask(tg), old); t != nil {
+		// a model, written so that it matches per-GPU groups too (models.go)
+		var first *api.RequestedDevice
+		if t.Resources != nil {
+			first, _, _, _ = requestBlocks(t)
+		}
+		rec.Model, rec.ModelAs, rec.ModelOp = modelNamed(first)
+	}
 	if d.InPlace { // each GPU a device group: one block per GPU (blocks.go)
 		most := 0
 		for _, p := range d.Placements {
@@ -79,7 +88,6 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		if dev, shares, _, ok := requestBlocks(t); ok && dev != nil {
 			n = int(shares)
 		}
-		old, _ := ParseRecord(job, group)
 		user := maps.Clone(t.Env)
 		if old != nil {
 			for k, v := range old.Env { // what an earlier pin wrote is not the user's
@@ -153,6 +161,11 @@ func write(job *api.Job, group string, rec *Record, placement, signature string)
 	if err := setBlocks(tg, rec.Blocks); err != nil {
 		return fmt.Errorf("group %q: %w", group, err)
 	}
+	if rec.ModelAs != "" {
+		for _, d := range gpuBlocks(tg) {
+			nameModel(d, rec)
+		}
+	}
 	if rec.Contract == ContractNode {
 		writeNode(tg, gpuBlocks(tg), rec, placement, signature, Meta(job, tg)[MetaReplicas] != "pack")
 		return nil
@@ -202,6 +215,9 @@ func unpin(tg *api.TaskGroup, old *Record) {
 		}
 		for _, dev := range gpuBlocks(tg) {
 			dev.Constraints = dropLast(dev.Constraints, shareConstraint(old))
+			if old.ModelAs != "" {
+				unnameModel(dev, old)
+			}
 		}
 	}
 	stripEnv(tg, old)

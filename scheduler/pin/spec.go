@@ -44,14 +44,15 @@ func Spec(job *api.Job, group string) string {
 		c.Meta = nil
 	}
 	stripEnv(&c, rec)
-	for _, t := range c.Tasks {
+	for i, t := range c.Tasks {
 		if len(t.Templates) == 0 {
 			t.Templates = nil
 		}
 		if t.Resources == nil {
 			continue
 		}
-		joinBlocks(t) // a pin's split is the block it was split from
+		t = userTask(t, rec) // a pin's split and model are the user's block
+		c.Tasks[i] = t
 		for _, d := range t.Resources.Devices {
 			d.Constraints = slices.DeleteFunc(d.Constraints, func(k *api.Constraint) bool {
 				return k.LTarget == DeviceAttribute && k.Operand == OpSetContains // a pin's share list
