@@ -36,7 +36,18 @@ struct gs_limits {
     uint64_t unified_extra_bytes; /* what an opportunistic task may hold beyond the cap */
     uint64_t context_bytes; /* charged to each process that uses the driver: its context */
     uint64_t timeslice_id;  /* the reservation in its GPU's time-slice rotation (slice.c) */
+    int whole_gpus;         /* whole GPUs the reservation holds (0: a fraction; compose.c) */
 };
+
+/* A task's GPUs put back together from its merged reservations (compose.c):
+ * the plugin's Reserve sets GS_ENV_GPU_PREFIX<NVML index>=<UUID> and
+ * GS_ENV_GPU_PREFIX<index>GS_ENV_GPU_SHARES_SUFFIX=<shares> (plugin/reserve.go,
+ * EnvGPUPrefix and EnvGPUSharesSuffix). gs_compose runs once, at load, before
+ * any driver call; gs_composed is the number of GPUs it composed (0: none). */
+#define GS_ENV_GPU_PREFIX "GPUSHARE_GPU_"
+#define GS_ENV_GPU_SHARES_SUFFIX "_SHARES"
+void gs_compose(void);
+extern int gs_composed;
 
 /* Parses the key=value limits file at path. Returns 0 on success, -1 when the
  * file cannot be read or a line is malformed (the caller then fails closed). */

@@ -69,6 +69,7 @@ static enum gs_class class_of(char *klass)
  * process of the task loads the library, most never touch the GPU. */
 static void load_limits(void)
 {
+    gs_compose(); /* the task's GPUs first: nothing below may read them stale */
     const char *lib = getenv("GPUSHARE_REAL_LIBCUDA");
     if (lib && *lib)
         snprintf(real_path, sizeof real_path, "%s", lib);
@@ -89,6 +90,13 @@ static void load_limits(void)
         gs_lim.have_memory = 1;
         gs_lim.memory_bytes = 0;
         return;
+    }
+    if (gs_composed > gs_lim.whole_gpus && gs_lim.whole_gpus > 0) {
+        /* whole GPUs of several reservations (compose.c): the file is the
+         * last one's, its cap that reservation's GPUs alone; the task holds
+         * every GPU it sees whole, so no cap but the GPUs' own */
+        gs_lim.have_memory = 0;
+        gs_lim.context_bytes = 0;
     }
     snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
     snprintf(gs_dir, sizeof gs_dir, "%s", dir);

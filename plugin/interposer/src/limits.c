@@ -99,6 +99,12 @@ int gs_limits_read(const char *path, struct gs_limits *out)
                 break;
             }
             out->timeslice_id = n;
+        } else if (strcmp(k, "whole_gpus") == 0) {
+            if (gs_parse_u64(v, &n) < 0 || n > 1024) {
+                rc = -1;
+                break;
+            }
+            out->whole_gpus = (int)n;
         } else if (strcmp(k, "class") == 0) {
             snprintf(out->klass, sizeof out->klass, "%s", v);
         }

@@ -268,6 +268,14 @@ int main(int argc, char **argv)
             uint64_t (*used)(void) = need(dlsym(lib, "fakecuda_used"), "fakecuda_used");
             printf("fake 0 %llu\n", (unsigned long long)used());
             continue;
+        } else if (strcmp(c, "visible") == 0) {
+            const char *(*seen)(void) = need(dlsym(lib, "fakecuda_visible"), "fakecuda_visible");
+            printf("visible 0 %s\n", seen());
+            continue;
+        } else if (strncmp(c, "getenv:", 7) == 0) {
+            const char *v = getenv(c + 7);
+            printf("getenv 0 %s\n", v ? v : "-");
+            continue;
         } else if (strcmp(c, "umem") == 0) {
             uint64_t (*managed)(uint64_t *) = need(dlsym(lib, "fakecuda_managed"), "fakecuda_managed");
             uint64_t pref = 0, m = managed(&pref);

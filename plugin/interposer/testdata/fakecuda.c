@@ -92,7 +92,19 @@ uint64_t fakecuda_peak(void) { return peak; }
 /* not a driver call: the end of the RTLD_NEXT chain of testdata/nextlib.c */
 int gs_probe(void) { return 1; }
 
-CUresult cuInit(unsigned f) { (void)f; init_total(); return 0; }
+/* CUDA_VISIBLE_DEVICES as the driver read it at cuInit (not a driver
+ * call: cuprog's "visible"), to show what the library composed before. */
+static char visible[1024] = "-";
+const char *fakecuda_visible(void) { return visible; }
+CUresult cuInit(unsigned f)
+{
+    (void)f;
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (v && strcmp(visible, "-") == 0)
+        snprintf(visible, sizeof visible, "%s", v);
+    init_total();
+    return 0;
+}
 
 /* FAKECUDA_DEVICES devices (default 1), ordinals 0..n-1; their memory is
  * one pool (the fake's `total`), their GPU timelines testdata/fakegpu.c's. */
