@@ -93,7 +93,7 @@ func (e *engine) eval(n *Node, r *Request, pin int) cand {
 		}
 		spg := n.GPUs[grp.gpus[0]].Shares
 		frac, whole, ok := shareSize(r.Shares, spg)
-		if !ok || whole > grp.maxWhole() {
+		if !ok || whole > n.maxWhole(gi, r) {
 			continue
 		}
 		if frac > 0 && e.rounds() {

@@ -31,6 +31,7 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 	var mostFreeNode, mostFracNode, cellNode, cellName string
 	var modelSeen []string
 	maxGPUs, spg, capped := 0, 0, 0 // capped: shares per GPU of a per-GPU group (pergpu.go)
+	var capWhy uint8                // why capped (capNoMux, capMixed)
 	var mig []string                // models of shared MIG instances
 	largest := 0
 	for _, n := range s.nodes {
@@ -52,9 +53,10 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 			if grp.mig {
 				mig, largest = appendUnique(mig, grp.model), max(largest, grp.cap)
 			} else {
-				maxGPUs = max(maxGPUs, grp.maxWhole())
-				if grp.maxWhole() < len(grp.gpus) {
-					capped = spg
+				k, why := n.wholeCap(gi, r)
+				maxGPUs = max(maxGPUs, k)
+				if k < len(grp.gpus) {
+					capped, capWhy = spg, capWhy|why
 				}
 			}
 			var freeMask uint64
@@ -72,7 +74,7 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 					mostFrac, mostFracNode = g.free, n.label()
 				}
 			}
-			if whole = min(whole, grp.maxWhole()); whole > mostFree {
+			if whole = min(whole, n.maxWhole(gi, r)); whole > mostFree {
 				mostFree, mostFreeNode = whole, n.label()
 			}
 			for ci := range grp.tree.Cells {
@@ -109,7 +111,7 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 			msg += fmt.Sprintf(" (%s takes whole GPUs for a fraction)", e.name)
 		}
 		if capped > 0 {
-			msg += "; " + perGPUNote(whole, capped)
+			msg += "; " + perGPUNote(whole, capped, capWhy)
 		}
 		return &Refusal{RefusedTooLarge, msg}
 	case onlyInstancesTooSmall(frac, maxGPUs, largest, models, mig) != "":

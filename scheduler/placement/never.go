@@ -83,9 +83,10 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 	room, seen, maxGPUs, need := 0, false, 0, 0
 	var mig []string // models of shared MIG instances seen
 	largest, migFrac, migWhole := 0, 0, 0
-	stacked := 0  // room if one node could hold several whole-GPU allocations
-	capped := 0   // shares per GPU of a per-GPU group that limited an allocation to one GPU
-	var big sizes // the nodes with the model, whatever their CPU and memory
+	stacked := 0     // room if one node could hold several whole-GPU allocations
+	capped := 0      // shares per GPU of a per-GPU group that limited an allocation to one GPU
+	var capWhy uint8 // why capped (capNoMux, capMixed)
+	var big sizes    // the nodes with the model, whatever their CPU and memory
 	for _, n := range s.nodes {
 		if allowed != nil && !allowed[n.ID] {
 			continue
@@ -122,9 +123,10 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 				mig, largest = appendUnique(mig, grp.model), max(largest, grp.cap)
 				migFrac, migWhole = max(migFrac, frac), max(migWhole, whole)
 			} else {
-				maxGPUs = max(maxGPUs, grp.maxWhole())
-				if grp.maxWhole() < len(grp.gpus) {
-					capped = spg
+				k, why := n.wholeCap(gi, &r)
+				maxGPUs = max(maxGPUs, k)
+				if k < len(grp.gpus) {
+					capped, capWhy = spg, capWhy|why
 				}
 			}
 			need = max(need, whole)
@@ -135,7 +137,7 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 			case grp.mig:
 				best = max(best, min(byRes, grp.cap/frac))
 				most = max(most, best)
-			case whole > 0 && whole <= grp.maxWhole():
+			case whole > 0 && whole <= n.maxWhole(gi, &r):
 				best = max(best, min(byRes, grp.wholeSlots(whole, n.staged(&r)))) // one allocation of the group per node, or per GPU
 				most = max(most, min(byRes, len(grp.gpus)/whole))
 			case frac > 0:
@@ -164,7 +166,7 @@ func impossible(s *Snapshot, r Request, allowed map[string]bool) *Refusal {
 	if need > maxGPUs {
 		msg := tooManyGPUs(need, maxGPUs, largest, models, mig)
 		if capped > 0 {
-			msg += "; " + perGPUNote(need, capped)
+			msg += "; " + perGPUNote(need, capped, capWhy)
 		}
 		return &Refusal{Code: RefusedTooLarge, Message: msg}
 	}
@@ -305,7 +307,7 @@ func OnePerNode(s *Snapshot, r Request) string {
 			if !r.modelOK(grp.model) {
 				continue
 			}
-			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= grp.maxWhole() && !grp.mig {
+			if _, whole, ok := shareSize(r.Shares, n.GPUs[grp.gpus[0]].Shares); ok && whole > 0 && whole <= n.maxWhole(gi, &r) && !grp.mig {
 				nodes += grp.wholeSlots(whole, n.staged(&r)) // a node whose GPUs are groups, or staged, holds one per GPU
 				break
 			}

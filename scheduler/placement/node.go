@@ -39,7 +39,7 @@ func NodeFromGroups(id, name string, capacity Resources, meta map[string]string,
 		if err != nil {
 			return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
 		}
-		gg := gpuGroup{model: grp.Model, links: links, tree: tree, cap: grp.SharesPerGPU, perGPU: grp.PerGPU}
+		gg := gpuGroup{model: grp.Model, links: links, tree: tree, cap: grp.SharesPerGPU, perGPU: grp.PerGPU, multiGPU: grp.PerGPU && grp.MultiGPU}
 		if grp.MIG != nil {
 			if err := checkMIGGroup(&grp); err != nil {
 				return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
@@ -103,6 +103,10 @@ type NodeSpec struct {
 	// PerGPU: the plugin offers each GPU as a device group of its own
 	// (device_groups = "gpu"; pergpu.go).
 	PerGPU bool `json:"per_gpu,omitempty"`
+	// MultiGPU: with PerGPU, the plugin composes several of the node's
+	// GPUs in one task (its interposer; devicefn.Group.MultiGPU), so one
+	// allocation may hold several.
+	MultiGPU bool `json:"multi_gpu,omitempty"`
 }
 
 // NodeFromSpec builds a node from a plain description. GPU UUIDs are
@@ -151,7 +155,7 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 	}
 	var groups []devicefn.Group
 	if spec.GPUs > 0 {
-		g := devicefn.Group{Model: model, SharesPerGPU: spg, Sharing: devicefn.SharingMPS, PerGPU: spec.PerGPU}
+		g := devicefn.Group{Model: model, SharesPerGPU: spg, Sharing: devicefn.SharingMPS, PerGPU: spec.PerGPU, MultiGPU: spec.MultiGPU}
 		for i := range spec.GPUs {
 			g.GPUs = append(g.GPUs, devicefn.GroupGPU{UUID: "GPU-" + spec.ID + "-" + strconv.Itoa(i), NUMANode: numa[i], Links: links[i]})
 		}

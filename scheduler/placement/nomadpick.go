@@ -1,32 +1,43 @@
 package placement
 
 import (
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
+
+	"github.com/gpushare/gpushare/scheduler/cells"
 )
 
-// NomadPicksGPU re-chooses the GPU of a decision of one allocation on one
-// GPU (a fraction, or one whole GPU) as Nomad's device allocator would if
-// each GPU were a device group of its own and the pin named only the node
-// (docs/device-contract.md, "One group per GPU"): uniformly among the
+// NomadPicksGPU re-chooses the GPUs of a decision of one allocation as
+// Nomad's device allocator would if each GPU were a device group of its
+// own and the pin named only the node (docs/device-contract.md, "One
+// group per GPU"). A fraction or one whole GPU: uniformly among the
 // node's healthy GPUs of the same model with room for it (Nomad walks its
-// device groups in Go's map order), taking their lowest free shares. A
-// decision of several allocations or GPUs, or on a shared MIG instance, is
-// left as it is. The simulator uses it to measure what leaving the GPU
-// to Nomad costs; the service never does.
+// device groups in Go's map order), taking their lowest free shares.
+// Several whole GPUs on a node whose plugin composes them (MultiGPU; one
+// device block of one GPU's shares per GPU): each block in turn uniformly
+// among the group's wholly free GPUs not yet taken. A decision of several
+// allocations, on a shared MIG instance, or of several GPUs elsewhere is
+// left as it is. The simulator uses it to measure what leaving the GPU to
+// Nomad costs; the service never does.
 func (s *Snapshot) NomadPicksGPU(d *Decision, rng *rand.Rand) {
-	s.nomadPicks(d, func(fits []int) int { return fits[rng.IntN(len(fits))] })
+	s.nomadPicks(d, "a wholly free GPU at random", func(fits []int) int { return fits[rng.IntN(len(fits))] })
 }
 
 // NomadPicksFirstGPU is NomadPicksGPU where every request carries the
-// same fixed device affinity that ranks a node's GPUs by index: Nomad then
-// takes the lowest-indexed GPU with room, deterministically.
+// same fixed device affinities that rank a node's GPUs by index: Nomad
+// then takes the lowest-indexed GPU with room, deterministically, and for
+// an allocation of k whole GPUs (k device blocks) the k lowest-indexed
+// wholly free GPUs of the node.
 func (s *Snapshot) NomadPicksFirstGPU(d *Decision) {
-	s.nomadPicks(d, func(fits []int) int { return fits[0] })
+	s.nomadPicks(d, "the lowest-indexed wholly free GPU", func(fits []int) int { return fits[0] })
 }
 
-func (s *Snapshot) nomadPicks(d *Decision, pick func(fits []int) int) {
-	if !d.Placed() || len(d.Placements) != 1 || len(d.Placements[0].GPUs) != 1 {
+// nomadPicks re-chooses d's GPUs, pick choosing one of the GPUs that fit
+// a device block (each), how saying how for several.
+func (s *Snapshot) nomadPicks(d *Decision, how string, pick func(fits []int) int) {
+	if !d.Placed() || len(d.Placements) != 1 || len(d.Placements[0].GPUs) == 0 {
 		return
 	}
 	p := &d.Placements[0]
@@ -36,6 +47,10 @@ func (s *Snapshot) nomadPicks(d *Decision, pick func(fits []int) int) {
 	}
 	n, chosen := ref.node, &ref.node.GPUs[ref.gpu]
 	if chosen.inst {
+		return
+	}
+	if len(p.GPUs) > 1 {
+		nomadPicksWhole(p, n, chosen.group, how, pick)
 		return
 	}
 	take := len(p.Shares)
@@ -56,31 +71,79 @@ func (s *Snapshot) nomadPicks(d *Decision, pick func(fits []int) int) {
 	p.Reason += "; GPU " + g.UUID + " chosen by Nomad among " + strconv.Itoa(len(fits))
 }
 
+// nomadPicksWhole re-chooses the whole GPUs of placement p on n, all of
+// group gi, when the group's plugin composes them (multiGPU): the
+// allocation is asked as one device block of one GPU's shares per GPU,
+// and Nomad places the blocks one after the other, each on a wholly free
+// GPU of the node not yet taken (the core allows several only where the
+// request may take GPUs of one model there: pergpu.go).
+func nomadPicksWhole(p *Placement, n *Node, gi int, how string, pick func(fits []int) int) {
+	grp := &n.groups[gi]
+	if !grp.perGPU || !grp.multiGPU || (p.req != nil && n.modelsFor(p.req) > 1) {
+		return
+	}
+	var fits []int // group-local indices, in NVML index order
+	for li, i := range grp.gpus {
+		if g := &n.GPUs[i]; !g.Down && g.Whole() {
+			fits = append(fits, li)
+		}
+	}
+	k := len(p.GPUs)
+	if len(fits) < k {
+		return
+	}
+	local := make([]int, 0, k)
+	for range k {
+		li := pick(fits)
+		local = append(local, li)
+		fits = slices.DeleteFunc(fits, func(x int) bool { return x == li })
+	}
+	slices.Sort(local)
+	p.GPUs, p.Shares = make([]string, 0, k), make([]string, 0, len(p.Shares))
+	for _, li := range local {
+		g := &n.GPUs[grp.gpus[li]]
+		p.GPUs = append(p.GPUs, g.UUID)
+		p.Shares = append(p.Shares, shareIDs(g.UUID, g.lowestFree(g.Shares))...)
+	}
+	p.Cell = grp.tree.Name(grp.tree.Smallest(local))
+	p.Reason += fmt.Sprintf("; GPUs %s chosen by Nomad (one device block per GPU, each on %s), in %s, worst link %s",
+		cells.FormatGPUs(local), how, p.Cell, cells.Worst(grp.links, local))
+}
+
 // NomadChoosesGPU reports whether Nomad alone keeps each of d's
-// allocations on one GPU when the pin names only their nodes: every
-// placement holds at most one GPU, a whole GPU its plugin offers as a
+// allocations on the GPUs the scheduler models when the pin names only
+// their nodes: every placement holds GPUs its plugin offers each as a
 // device group of its own (device_groups = "gpu"), not a shared MIG
 // instance (whose group holds several), and no time-sliced allocation
-// (Nomad's pick would not keep it off GPUs of other kinds). Such a
-// decision may be pinned by
-// node alone (pin.ContractNode), a pin Nomad checks in place.
+// (Nomad's pick would not keep it off GPUs of other kinds); one GPU, or
+// several whole GPUs of a group whose plugin composes them (MultiGPU)
+// where the request may take GPUs of one model only (Nomad takes the
+// lowest-indexed wholly free ones: NomadPicksFirstGPU). Such a decision
+// may be pinned by node alone (pin.ContractNode), a pin Nomad checks in
+// place.
 func (s *Snapshot) NomadChoosesGPU(d *Decision) bool {
 	if !d.Placed() {
 		return false
 	}
 	for _, p := range d.Placements {
-		if len(p.GPUs) > 1 || (p.req != nil && p.req.Timeslice) {
+		if p.req != nil && p.req.Timeslice {
 			return false // Nomad's pick would not keep time-sliced jobs apart
 		}
+		group := -1
 		for _, u := range p.GPUs {
 			ref, ok := s.byUUID[u]
 			if !ok {
 				return false
 			}
 			g := &ref.node.GPUs[ref.gpu]
-			if g.inst || !ref.node.groups[g.group].perGPU {
+			grp := &ref.node.groups[g.group]
+			if g.inst || !grp.perGPU {
 				return false
 			}
+			if len(p.GPUs) > 1 && (!grp.multiGPU || (group >= 0 && g.group != group) || (p.req != nil && ref.node.modelsFor(p.req) > 1)) {
+				return false // Nomad would not compose them, or could mix models
+			}
+			group = g.group
 		}
 	}
 	return true

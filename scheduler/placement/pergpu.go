@@ -1,20 +1,64 @@
 package placement
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Nodes whose plugin offers each GPU as a device group of its own
 // (device_groups = "gpu"; devicefn.Group.PerGPU): Nomad takes each
 // allocation's shares from one GPU's group, so the allocations of a group
 // never need the rules that keep them apart on a node with one group per
-// model (OnePerNode, fractions stacked on one GPU), but one allocation
-// never gets more than one GPU there.
+// model (OnePerNode, fractions stacked on one GPU). One allocation gets
+// one GPU there, unless the node's plugin runs the interposer, which
+// composes the GPUs of one task (devicefn.Group.MultiGPU): an allocation
+// of k whole GPUs is then asked as k device blocks of one GPU's shares
+// each, and Nomad gives each block in turn the lowest-indexed wholly free
+// GPU it may take (NomadPicksFirstGPU). A node where the request may take
+// GPUs of more than one model (the blocks name no model) could mix models
+// in one allocation, so it holds one GPU per allocation of that request.
 
-// maxWhole is the most whole GPUs one allocation may hold of the group.
-func (g *gpuGroup) maxWhole() int {
-	if g.perGPU {
-		return min(1, len(g.gpus))
+// Why an allocation is held to one GPU of a per-GPU group (capKind).
+const (
+	capNone  uint8 = 0
+	capNoMux uint8 = 1 << iota // the plugin does not compose GPUs (MultiGPU off)
+	capMixed                   // the request may take GPUs of several models on the node
+)
+
+// wholeCap is the most whole GPUs one allocation of r may hold of n's
+// group gi, and why it is fewer than the group's GPUs (capNone when not).
+func (n *Node) wholeCap(gi int, r *Request) (int, uint8) {
+	g := &n.groups[gi]
+	switch {
+	case !g.perGPU || len(g.gpus) < 2:
+		return len(g.gpus), capNone
+	case !g.multiGPU:
+		return 1, capNoMux
+	case n.modelsFor(r) > 1:
+		return 1, capMixed
 	}
-	return len(g.gpus)
+	return len(g.gpus), capNone
+}
+
+// maxWhole is wholeCap's count.
+func (n *Node) maxWhole(gi int, r *Request) int {
+	k, _ := n.wholeCap(gi, r)
+	return k
+}
+
+// modelsFor is how many models of whole GPUs on n r may take: the
+// device blocks of a multi-GPU allocation carry r's model constraints
+// only, so Nomad takes any of them. Shared MIG instances are not counted:
+// they carry no GPU index, so the index affinities rank them below every
+// GPU, and the core never places whole GPUs on them.
+func (n *Node) modelsFor(r *Request) int {
+	k := 0
+	for gi := range n.groups {
+		if g := &n.groups[gi]; !g.mig && r.modelOK(g.model) {
+			k++
+		}
+	}
+	return k
 }
 
 // wholeSlots is how many allocations of whole GPUs each the group may
@@ -40,11 +84,20 @@ func (g *gpuGroup) fracSlots(spg, frac int, staged bool) int {
 }
 
 // perGPUNote says why an allocation of need GPUs cannot have GPUs of
-// per-GPU groups.
-func perGPUNote(need, spg int) string {
-	return fmt.Sprintf("on nodes whose plugin offers each GPU as its own device group (device_groups = \"gpu\") one allocation holds at most one GPU "+
-		"(Nomad takes a request's shares from one device group, and one device block per GPU would overwrite each other's NVIDIA_VISIBLE_DEVICES): "+
-		"ask for at most %d shares per allocation and count the %d GPUs in the group's count, or use nodes with device_groups = \"model\"", spg, need)
+// per-GPU groups, for the reasons why (capNoMux, capMixed) met.
+func perGPUNote(need, spg int, why uint8) string {
+	var parts []string
+	if why&capNoMux != 0 {
+		parts = append(parts, fmt.Sprintf("on nodes whose plugin offers each GPU as its own device group (device_groups = \"gpu\") and does not run the interposer, "+
+			"one allocation holds at most one GPU (Nomad takes a request's shares from one device group, and one device block per GPU would overwrite each other's NVIDIA_VISIBLE_DEVICES): "+
+			"run the plugin's interposer there (its GPU groups then say multi_gpu = \"interposer\"), ask for at most %d shares per allocation and count the %d GPUs in the group's count, "+
+			"or use nodes with device_groups = \"model\"", spg, need))
+	}
+	if why&capMixed != 0 {
+		parts = append(parts, fmt.Sprintf("on nodes with device_groups = \"gpu\" and GPUs of several models the job may take, one allocation holds at most one GPU "+
+			"(Nomad would take each of its %d GPUs from any of the models): constrain the device to one model (${device.attr.model})", need))
+	}
+	return strings.Join(parts, "; ")
 }
 
 // staged reports whether the service stages r's allocations on n:

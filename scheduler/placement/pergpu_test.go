@@ -67,7 +67,8 @@ func TestPerGPUGroupsSpreadFractions(t *testing.T) {
 }
 
 // One allocation of two GPUs cannot be had of a node whose GPUs are
-// groups (Nomad takes a request from one group): refused for good, saying
+// groups and whose plugin does not compose them (Nomad takes a request
+// from one group; multigpu_test.go has the nodes that do): refused for good, saying
 // so, where no other node could hold it; placed on a node with a group per
 // model beside it.
 func TestPerGPUGroupsRefuseMultiGPUAllocations(t *testing.T) {

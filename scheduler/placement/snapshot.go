@@ -29,11 +29,14 @@ type gpuGroup struct {
 	// perGPU: Nomad offers each GPU as a device group of its own
 	// (pergpu.go).
 	perGPU bool
-	gpus   []int // node GPU indices, in group order
-	links  devicefn.Matrix
-	tree   *cells.Tree
-	masks  []uint64 // per cell: bit i set for group-local GPU i
-	topoID int      // equal for groups with identical matrices and NUMA
+	// multiGPU: a perGPU group whose plugin composes several of its GPUs
+	// in one task (devicefn.Group.MultiGPU; pergpu.go).
+	multiGPU bool
+	gpus     []int // node GPU indices, in group order
+	links    devicefn.Matrix
+	tree     *cells.Tree
+	masks    []uint64 // per cell: bit i set for group-local GPU i
+	topoID   int      // equal for groups with identical matrices and NUMA
 }
 
 // Node is one node of the snapshot. Its fields are read-only: change the

@@ -26,6 +26,11 @@ type NodeSpec struct {
 	Topology string `json:"topology,omitempty"`
 	// SharesPerGPU defaults to devicefn.DefaultSharesPerGPU.
 	SharesPerGPU int `json:"shares_per_gpu,omitempty"`
+	// PerGPU and MultiGPU are placement.NodeSpec's: each GPU a device
+	// group of its own (device_groups = "gpu"), and a plugin that
+	// composes several of them in one task.
+	PerGPU   bool `json:"per_gpu,omitempty"`
+	MultiGPU bool `json:"multi_gpu,omitempty"`
 }
 
 // NodeFromSpec builds the node with placement.NodeFromSpec, giving it the
@@ -33,7 +38,7 @@ type NodeSpec struct {
 // "GPU-<node ID>-<i>".
 func NodeFromSpec(spec NodeSpec) (*placement.Node, error) {
 	ps := placement.NodeSpec{ID: spec.ID, Rack: spec.Rack, CPU: spec.CPU, MemoryMiB: spec.MemoryMiB, Meta: spec.Meta,
-		GPUs: spec.GPUs, Model: spec.Model, SharesPerGPU: spec.SharesPerGPU}
+		GPUs: spec.GPUs, Model: spec.Model, SharesPerGPU: spec.SharesPerGPU, PerGPU: spec.PerGPU, MultiGPU: spec.MultiGPU}
 	if spec.Topology != "" {
 		t, err := cachedTopology(spec.Topology)
 		if err != nil {

@@ -3,13 +3,15 @@ package openb
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/placement"
 )
 
 // Device contracts a replay can model (docs/device-contract.md): how the
 // plugin offers GPUs to Nomad and how much of the scheduler's choice a pin
-// carries. The placement policy is the same in all three.
+// carries. The placement policy is the same in all.
 const (
 	// ContractModel is the default: one device group per GPU model on a
 	// node; the pin names the shares, so Nomad takes exactly the
@@ -30,10 +32,17 @@ const (
 	// on the GPU's index in every request: Nomad takes the lowest-indexed
 	// GPU with room on the pinned node (placement.Snapshot.NomadPicksFirstGPU).
 	ContractGPUNodeFirst = "gpu-node-first"
+	// ContractGPUNodeMulti is ContractGPUNodeFirst on nodes whose plugin
+	// runs the interposer, which composes several GPUs in one task
+	// (devicefn.Group.MultiGPU): a pod of k GPUs is asked as k device
+	// blocks of one GPU's shares, and Nomad takes the node's k
+	// lowest-indexed wholly free GPUs (placement.Snapshot.NomadPicksFirstGPU);
+	// the nodes are built per GPU (placement.NodeSpec.PerGPU, MultiGPU).
+	ContractGPUNodeMulti = "gpu-node-multi"
 )
 
 // Contracts lists them in the order reports show them.
-var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst}
+var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst, ContractGPUNodeMulti}
 
 // offer applies a contract to the policy's decisions.
 type offer struct {
@@ -49,7 +58,7 @@ func newOffer(contract string, seed int64) *offer {
 // carry it out.
 func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *placement.Decision {
 	r := Request(p)
-	if o.contract != ContractModel && o.contract != "" && p.NumGPU > 1 {
+	if o.contract != ContractModel && o.contract != ContractGPUNodeMulti && o.contract != "" && p.NumGPU > 1 {
 		return &placement.Decision{Request: r.ID, Policy: pol.Name(), Refusal: &placement.Refusal{Code: placement.RefusedTooLarge,
 			Message: fmt.Sprintf("%d GPUs in one request: with one device group per GPU Nomad takes a request's instances from one group", p.NumGPU)}}
 	}
@@ -57,7 +66,7 @@ func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *plac
 	switch o.contract {
 	case ContractGPUNode:
 		s.NomadPicksGPU(d, o.rng)
-	case ContractGPUNodeFirst:
+	case ContractGPUNodeFirst, ContractGPUNodeMulti:
 		s.NomadPicksFirstGPU(d)
 	}
 	return d
@@ -65,10 +74,8 @@ func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *plac
 
 // ReplayContract is Replay of one policy under a device contract.
 func ReplayContract(trace, policy, contract string, seed int64, nodes []Node, w Workload, mix placement.Mix) (*Result, error) {
-	switch contract {
-	case ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst:
-	default:
-		return nil, fmt.Errorf("device contract %q: want %q, %q or %q", contract, ContractModel, ContractGPU, ContractGPUNode)
+	if !slices.Contains(Contracts, contract) {
+		return nil, fmt.Errorf("device contract %q: want one of %s", contract, strings.Join(Contracts, ", "))
 	}
 	return replay(trace, policy, seed, nodes, w, mix, nil, 0, contract)
 }

@@ -7,10 +7,14 @@ import (
 	"github.com/shoenig/test/must"
 )
 
-// TestDeviceContracts replays gpushare under the three device contracts
+// TestDeviceContracts replays gpushare under the device contracts
 // (docs/device-contract.md) on the openb traces with most multi-GPU pods
 // and least: the default contract decides exactly as Replay; one group per
-// GPU places no multi-GPU pod; leaving the GPU to Nomad changes GPUs the
+// GPU places no multi-GPU pod unless the plugin composes GPUs
+// (gpu-node-multi), which places as many multi-GPU pods as the model
+// contract give or take a few, each on its node's lowest-indexed wholly
+// free GPUs, and packs the multi-GPU trace within half a point of it;
+// leaving the GPU to Nomad changes GPUs the
 // scheduler chose for fractions, at random or, under a fixed affinity on
 // the GPU's index, the lowest-indexed with room. The figures (placed pods, allocation ratio at 100% and
 // 130% of arrived demand) are logged for the docs.
@@ -36,7 +40,7 @@ func TestDeviceContracts(t *testing.T) {
 			r, err := ReplayContract(trace, placement.PolicyGpushare, c, 42, nodes, w, mix)
 			must.NoError(t, err)
 			res[c] = r
-			t.Logf("%s, contract %-8s: %d of %d pods placed (%d of %d multi-GPU), allocation %.2f%% at 100%% and %.2f%% at 130%% of demand",
+			t.Logf("%s, contract %-14s: %d of %d pods placed (%d of %d multi-GPU), allocation %.2f%% at 100%% and %.2f%% at 130%% of demand",
 				trace, c, r.Placed, r.Pods, r.MultiGPU, multi, r.Alloc[100], r.Alloc[130])
 		}
 		must.Eq(t, base.Placed, res[ContractModel].Placed)
@@ -46,6 +50,11 @@ func TestDeviceContracts(t *testing.T) {
 		must.Zero(t, res[ContractGPU].MultiGPU)
 		must.Zero(t, res[ContractGPUNode].MultiGPU)
 		must.Zero(t, res[ContractGPUNodeFirst].MultiGPU)
+		multiRes := res[ContractGPUNodeMulti]
+		must.Positive(t, multiRes.MultiGPU)
+		must.Greater(t, res[ContractModel].MultiGPU*9/10, multiRes.MultiGPU, must.Sprint("multi-GPU pods placed on per-GPU nodes whose plugin composes GPUs"))
+		must.Greater(t, res[ContractModel].Alloc[130]-0.3, multiRes.Alloc[130], must.Sprint("within 0.3 points of the model contract at 130% asked"))
+		must.Greater(t, res[ContractGPUNodeFirst].Alloc[130], multiRes.Alloc[130], must.Sprint("the multi-GPU pods give back what per-GPU nodes lost"))
 		if trace == "default" { // multigpu50 asks for whole GPUs only: any idle GPU is as good
 			must.NotEq(t, res[ContractGPU].Alloc, res[ContractGPUNode].Alloc, must.Sprint("Nomad's choice of GPU changed nothing"))
 		}

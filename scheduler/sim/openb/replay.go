@@ -93,11 +93,17 @@ func Mix(pods []Pod, coverage float64) placement.Mix {
 // Snapshot builds the cluster with nodes added in the given order (the
 // order in which equal scores are broken).
 func Snapshot(nodes []Node, order []int) (*placement.Snapshot, error) {
+	return snapshotOf(nodes, order, false)
+}
+
+// snapshotOf is Snapshot, its nodes with one device group per GPU whose
+// plugin composes several in one task when multi (ContractGPUNodeMulti).
+func snapshotOf(nodes []Node, order []int, multi bool) (*placement.Snapshot, error) {
 	s := placement.NewSnapshot()
 	for _, i := range order {
 		n := nodes[i]
 		nd, err := sim.NodeFromSpec(sim.NodeSpec{ID: n.Name, CPU: n.CPU, MemoryMiB: n.MemoryMiB,
-			GPUs: n.GPUs, Model: n.Model, Topology: TopologyFor(n.GPUs), SharesPerGPU: SharesPerGPU})
+			GPUs: n.GPUs, Model: n.Model, Topology: TopologyFor(n.GPUs), SharesPerGPU: SharesPerGPU, PerGPU: multi, MultiGPU: multi})
 		if err != nil {
 			return nil, err
 		}
@@ -123,7 +129,7 @@ func ReplayMigrate(trace, policy string, seed int64, nodes []Node, w Workload, m
 }
 
 func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int), budget int, contract string) (*Result, error) {
-	s, err := Snapshot(nodes, w.NodeOrder)
+	s, err := snapshotOf(nodes, w.NodeOrder, contract == ContractGPUNodeMulti)
 	if err != nil {
 		return nil, err
 	}

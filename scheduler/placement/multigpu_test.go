@@ -1,0 +1,151 @@
+package placement
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/topologies"
+	"github.com/shoenig/test/must"
+)
+
+// multiNode is an 8-GPU DGX-1 node with one device group per GPU whose
+// plugin composes several in one task (MultiGPU), GPU 0 full and GPU 1
+// holding a fraction: GPUs 2-7 are wholly free.
+func multiNode(t *testing.T, multi bool) *Snapshot {
+	t.Helper()
+	tp := topologies.DGX1V100
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 8, Links: links(tp), NUMA: numa(tp), PerGPU: true, MultiGPU: multi})
+	ff := policy(t, PolicyFirstFit, Options{})
+	place(t, s, ff, Request{ID: "full", Shares: 100})
+	place(t, s, ff, Request{ID: "part", Shares: 30})
+	return s
+}
+
+// On a per-GPU node whose plugin runs the interposer (MultiGPU) every
+// policy places an allocation of three whole GPUs; Nomad, given one
+// device block per GPU with the fixed index affinities, takes the three
+// lowest-indexed wholly free GPUs (2, 3, 4: GPU 0 is full, GPU 1 holds a
+// fraction), all the shares of each, and the decision is one Nomad keeps
+// (NomadChoosesGPU), its reason saying Nomad chose them. Under map order
+// each block takes a wholly free GPU at random, never the same twice.
+func TestMultiGPUOnPerGPUNodeTakesLowestFreeGPUs(t *testing.T) {
+	for _, name := range PolicyNames() {
+		t.Run(name, func(t *testing.T) {
+			s := multiNode(t, true)
+			r := Request{ID: "w", Count: 1, Shares: 300}
+			must.Nil(t, Impossible(s, r))
+			d := policy(t, name, Options{}).Decide(s, r)
+			must.True(t, d.Placed(), must.Sprintf("refused: %s", d.Refusal))
+			must.True(t, s.NomadChoosesGPU(d))
+			s.NomadPicksFirstGPU(d)
+			p := d.Placements[0]
+			must.Eq(t, []int{2, 3, 4}, gpuIdx(p))
+			must.Len(t, 300, p.Shares)
+			for _, u := range p.GPUs {
+				for k := range 100 {
+					must.SliceContains(t, p.Shares, u+":"+strconv.Itoa(k))
+				}
+			}
+			must.StrContains(t, p.Reason, "GPUs {2-4} chosen by Nomad")
+			must.NotEq(t, "", p.Cell)
+			must.True(t, s.NomadChoosesGPU(d))
+			must.NoError(t, s.Apply(d))
+			must.NoError(t, s.Check())
+		})
+	}
+	t.Run("map order", func(t *testing.T) {
+		s := multiNode(t, true)
+		rng := rand.New(rand.NewPCG(3, 4))
+		seen := map[int]bool{}
+		for range 100 {
+			d := policy(t, PolicyGpushare, Options{}).Decide(s, Request{ID: "w", Count: 1, Shares: 200})
+			must.True(t, d.Placed())
+			s.NomadPicksGPU(d, rng)
+			idx := gpuIdx(d.Placements[0])
+			must.SliceLen(t, 2, idx)
+			must.NotEq(t, idx[0], idx[1])
+			for _, i := range idx {
+				must.True(t, i >= 2, must.Sprintf("GPU %d is not wholly free", i))
+				seen[i] = true
+			}
+			must.Len(t, 200, d.Placements[0].Shares)
+		}
+		must.MapLen(t, 6, seen, must.Sprintf("every wholly free GPU taken some time: %v", seen))
+	})
+}
+
+// A per-GPU node whose plugin does not compose GPUs keeps one GPU per
+// allocation: the multi-GPU request is refused, saying to run the
+// interposer there; a fraction on the MultiGPU node is placed and re-chosen
+// as before (one GPU, the lowest-indexed with room).
+func TestMultiGPURefusedWithoutInterposer(t *testing.T) {
+	s := multiNode(t, false)
+	r := Request{ID: "w", Count: 1, Shares: 200}
+	ref := Impossible(s, r)
+	must.NotNil(t, ref)
+	must.EqOp(t, RefusedTooLarge, ref.Code)
+	must.StrContains(t, ref.Message, "run the plugin's interposer there")
+	for _, name := range PolicyNames() {
+		d := policy(t, name, Options{}).Decide(s, r)
+		must.False(t, d.Placed(), must.Sprint(name))
+		must.StrContains(t, d.Refusal.Message, "does not run the interposer", must.Sprint(name))
+	}
+
+	multi := multiNode(t, true)
+	d := policy(t, PolicyGpushare, Options{}).Decide(multi, Request{ID: "f", Count: 1, Shares: 80})
+	must.True(t, d.Placed())
+	must.True(t, multi.NomadChoosesGPU(d))
+	multi.NomadPicksFirstGPU(d)
+	must.Eq(t, []int{2}, gpuIdx(d.Placements[0]), must.Sprint("GPU 1 has 70 shares free: the lowest with room for 80 is GPU 2"))
+	must.Len(t, 80, d.Placements[0].Shares)
+}
+
+// mixedNode has two models of GPUs, each GPU a device group of its own,
+// whose plugin composes them.
+func mixedNode(t *testing.T) *Snapshot {
+	t.Helper()
+	var groups []devicefn.Group
+	for _, m := range []string{"A", "B"} {
+		g := devicefn.Group{Model: m, SharesPerGPU: 100, Sharing: devicefn.SharingMPS, PerGPU: true, MultiGPU: true}
+		for i := range 2 {
+			g.GPUs = append(g.GPUs, devicefn.GroupGPU{UUID: "GPU-" + m + "-" + strconv.Itoa(i), Links: []devicefn.Link{{Kind: devicefn.LinkNVLink, NVLinks: 1}, {Kind: devicefn.LinkNVLink, NVLinks: 1}}})
+			g.GPUs[i].Links[i] = devicefn.Link{Kind: devicefn.LinkSelf}
+		}
+		groups = append(groups, g)
+	}
+	n, err := NodeFromGroups("m", "m", Resources{CPU: 64000, MemoryMiB: 512 * 1024}, nil, groups)
+	must.NoError(t, err)
+	s := NewSnapshot()
+	must.NoError(t, s.AddNode(n))
+	return s
+}
+
+// A multi-GPU request that may take either model of a node with two
+// could be given GPUs of both by Nomad (its device blocks name no
+// model): refused there, saying to constrain the model; constrained to
+// one model it is placed on that model's GPUs and left to Nomad.
+func TestMultiGPURefusedWhereNomadCouldMixModels(t *testing.T) {
+	s := mixedNode(t)
+	r := Request{ID: "w", Count: 1, Shares: 200}
+	ref := Impossible(s, r)
+	must.NotNil(t, ref)
+	must.StrContains(t, ref.Message, "constrain the device to one model")
+	for _, name := range PolicyNames() {
+		d := policy(t, name, Options{}).Decide(s, r)
+		must.False(t, d.Placed(), must.Sprint(name))
+		must.StrContains(t, d.Refusal.Message, "GPUs of several models", must.Sprint(name))
+	}
+	r.Models = []string{"B"}
+	d := policy(t, PolicyGpushare, Options{}).Decide(s, r)
+	must.True(t, d.Placed(), must.Sprintf("refused: %s", d.Refusal))
+	must.True(t, s.NomadChoosesGPU(d))
+	s.NomadPicksFirstGPU(d)
+	gpus := slices.Clone(d.Placements[0].GPUs)
+	must.Eq(t, []string{"GPU-B-0", "GPU-B-1"}, gpus)
+	// the same decision, asked as any model, is not one Nomad keeps
+	d.Placements[0].req.Models = nil
+	must.False(t, s.NomadChoosesGPU(d))
+}
