@@ -74,10 +74,11 @@ type Config struct {
 	// none (0: the snapshot's default), which introspection checks.
 	MaxSlowdown float64
 	// InPlacePins pins by node alone every decision Nomad itself keeps on
-	// one GPU per allocation (placement.Snapshot.NomadChoosesGPU: nodes
-	// whose plugin offers each GPU as a device group), with the GPU
-	// Nomad takes there, the lowest-indexed with room under the pin's
-	// fixed index affinities (placement.Snapshot.NomadPicksFirstGPU): the
+	// one GPU per allocation, or on several whole GPUs where the plugin
+	// composes them (placement.Snapshot.NomadChoosesGPU: nodes whose
+	// plugin offers each GPU as a device group), with the GPUs Nomad
+	// takes there, the lowest-indexed with room under the pin's fixed
+	// index affinities (placement.Snapshot.NomadPicksFirstGPU): the
 	// step decides what Nomad will do, and marks the decision InPlace.
 	InPlacePins bool
 }

@@ -18,7 +18,7 @@ import (
 // GPUs of more than one model (the blocks name no model) could mix models
 // in one allocation, so it holds one GPU per allocation of that request.
 
-// Why an allocation is held to one GPU of a per-GPU group (capKind).
+// Why an allocation is held to one GPU of a per-GPU group (wholeCap).
 const (
 	capNone  uint8 = 0
 	capNoMux uint8 = 1 << iota // the plugin does not compose GPUs (MultiGPU off)
