@@ -10,7 +10,6 @@ import (
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
-	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -100,8 +99,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	// back-offs every pass (few, and the records save the refusals); the
 	// placements' reasons and the allowed nodes, one entry per pinned
 	// group, only when a job went
-	dropGone(s, s.refused)
-	dropGone(s, s.retries)
+	s.refusals.sweep(s.state)
 	if anyGone {
 		dropGone(s, s.why)
 		s.forgetFeasible()
@@ -112,14 +110,6 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 		s.note(func() { s.stages = out.stages })
 	} else {
 		c.unpublished = true // publishStages, once the lock is let go
-	}
-	for k := range s.nomadRefused {
-		job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]
-		if job == nil {
-			delete(s.nomadRefused, k)
-		} else if tg := pin.Group(job, k.Group); tg == nil || len(s.state.GroupAllocs(k.Namespace, k.Job, k.Group)) >= pin.Count(tg) {
-			delete(s.nomadRefused, k) // placed: what Nomad refused before no longer matters
-		}
 	}
 	for id := range s.priorRead {
 		if _, ok := s.state.Allocs[id]; !ok {
@@ -153,7 +143,7 @@ func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache
 			reusable = false
 		}
 		if _, ok := out.said[key]; ok {
-			reusable = false // it noted the nodes Nomad refused (s.nomadRefused): done every pass
+			reusable = false // it noted the nodes Nomad refused (s.refusals): done every pass
 		}
 	}
 	var nodes []string
@@ -190,7 +180,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 	g := decide.Group{Key: key}
 	switch stage.Do {
 	case lifecycle.Pool:
-		if why, ok := s.backingOff(key); ok {
+		if why, ok := s.refusals.backingOff(key, s.now()); ok {
 			pending[key] = why
 		} else if act, why := s.pools().pin(built, job, key, facts.PoolFull, out); why != "" {
 			pending[key] = why
@@ -225,7 +215,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 			return facts, stage, false, &e
 		}
 	}
-	if why, ok := s.backingOff(key); ok {
+	if why, ok := s.refusals.backingOff(key, s.now()); ok {
 		pending[key] = why
 		return facts, stage, false, nil
 	}
@@ -236,19 +226,19 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		return facts, stage, false, nil
 	}
 	out.shared(func() { s.noteFeasible(key, ns) })
-	if r, ok := s.refused[key]; ok {
+	if r, ok := s.refusals.refusedForGood(key); ok {
 		if r.holds(job, shape, ns.hash) {
 			pending[key] = r.reason
 			return facts, stage, false, nil
 		}
-		out.note(s, func() { delete(s.refused, key) })
+		out.note(s, func() { s.refusals.forgive(key) })
 	}
 	req, err := s.state.Request(job, name, s.profile)
 	if err != nil {
 		// only a new version of the job can change a bad request:
 		// refused, like a group no node can ever hold
 		pending[key] = err.Error()
-		out.note(s, func() { s.refused[key] = newRefusal(job, err.Error(), shape, ns.hash) })
+		out.note(s, func() { s.refusals.refuse(key, newRefusal(job, err.Error(), shape, ns.hash)) })
 		return facts, stage, false, nil
 	}
 	if why := cmp.Or(overlapWhy(s.state.Jobs, job), s.vcRefusal(key, req.VC)); why != "" {

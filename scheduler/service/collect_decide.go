@@ -79,7 +79,7 @@ func (s *loop) prepare(job *api.Job, tg *api.TaskGroup, stage lifecycle.Result, 
 // handed to the step. The caller holds s.mu.
 func (s *loop) replay(e decideEntry, out *collected) {
 	key, pending := e.key, out.pending
-	if why, ok := s.backingOff(key); ok {
+	if why, ok := s.refusals.backingOff(key, s.now()); ok {
 		pending[key] = why
 		return
 	}
@@ -88,19 +88,19 @@ func (s *loop) replay(e decideEntry, out *collected) {
 		return
 	}
 	out.shared(func() { s.noteFeasible(key, e.ns) })
-	if r, ok := s.refused[key]; ok {
+	if r, ok := s.refusals.refusedForGood(key); ok {
 		if r.holds(e.job, out.shape, e.ns.hash) {
 			pending[key] = r.reason
 			return
 		}
-		out.note(s, func() { delete(s.refused, key) })
+		out.note(s, func() { s.refusals.forgive(key) })
 	}
 	if e.reqErr != "" {
 		// only a new version of the job can change a bad request:
 		// refused, like a group no node can ever hold
 		pending[key] = e.reqErr
 		shape := out.shape
-		out.note(s, func() { s.refused[key] = newRefusal(e.job, e.reqErr, shape, e.ns.hash) })
+		out.note(s, func() { s.refusals.refuse(key, newRefusal(e.job, e.reqErr, shape, e.ns.hash)) })
 		return
 	}
 	if e.vcWhy != "" {

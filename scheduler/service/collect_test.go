@@ -204,9 +204,9 @@ func (c *collectChurn) step() {
 			return
 		}
 		if rng.IntN(3) == 0 {
-			delete(l.retries, keyOf(id))
+			delete(l.refusals.retries, keyOf(id))
 		} else {
-			l.retries[keyOf(id)] = retry{at: c.now.Add(time.Duration(rng.IntN(20)) * time.Second), delay: time.Second, reason: "pin failed"}
+			l.refusals.retries[keyOf(id)] = retry{at: c.now.Add(time.Duration(rng.IntN(20)) * time.Second), delay: time.Second, reason: "pin failed"}
 		}
 	case 9: // time passes
 		*c.now = c.now.Add(time.Duration(rng.IntN(15)) * time.Second)
@@ -234,7 +234,7 @@ func (c *collectChurn) step() {
 			*c.distrust = !*c.distrust
 			s.ForgetParsed() // as the service does when its key changes
 		} else if id := jobID(); id != "" {
-			l.refused[keyOf(id)] = newRefusal(s.Jobs[model.JobKey("default", id)], "no room", 0, 0)
+			l.refusals.forGood[keyOf(id)] = newRefusal(s.Jobs[model.JobKey("default", id)], "no room", 0, 0)
 		}
 	case 13: // a preemption in flight, or over
 		if id := pick(rng, s.Allocs); id != "" {

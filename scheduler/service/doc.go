@@ -33,9 +33,10 @@
 //     the API's view (view.go). It composes a type per concern that owns
 //     its state: holdState and nsDrivers (staging, hold_stage.go,
 //     hold_rules.go), introspection (introspect.go, which locks itself),
-//     stopping and preemptionLog (preemptions.go), and, keeping nothing,
-//     the promoter (promote.go) and pools (pool.go), which it builds from
-//     what it holds where it calls them;
+//     stopping and preemptionLog (preemptions.go), refusals (refusals.go,
+//     retry.go), and, keeping nothing, the promoter (promote.go) and
+//     pools (pool.go), which it builds from what it holds where it calls
+//     them;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes through notes;
@@ -56,11 +57,18 @@
 //     are) are the last pass's answers, kept for the API until the next
 //     pass and saved in the records for followers: the reasons depend on
 //     the whole cluster and are never in a job's signed meta;
-//   - refused: the job version, cluster shape and allowed nodes a group
-//     was refused for good with, so that it is not decided again until one
-//     changes (its reason is saved; the rest is rebuilt by deciding again);
-//   - retries: when a group whose pin request failed is tried again — a
-//     failed request leaves nothing in Nomad;
+//   - refusals (refusals.go, retry.go; one record of the three maps
+//     below, written under the model's lock but for nomad, the pass's
+//     own): forGood, the job version, cluster shape and allowed nodes a
+//     group was refused for good with, so that it is not decided again
+//     until one changes (its reason is saved; the rest is rebuilt by
+//     deciding again); retries, when a group whose pin request failed is
+//     tried again — a failed request leaves nothing in Nomad; and nomad,
+//     every node Nomad refused a group's pins on while it misses
+//     allocations: the model holds only Nomad's verdict on the current
+//     pin, and a pin decided again without those refused in the last 5
+//     minutes (refusedFor) never swings between two, nor waits for ever
+//     on a refusal that has gone;
 //   - staging (hold_stage.go, hold_keep.go, hold_rules.go): the pins
 //     whose holds Nomad has not placed yet (their placement, its digest
 //     and when the holds were registered: a later pass pins them, and
@@ -72,11 +80,6 @@
 //     5 minutes, or learned from Nomad's refusal); a restarted scheduler
 //     reads the waiting pins back from the holds Nomad lists (each
 //     carries the placement it stages, signed through its digest);
-//   - nomadRefused: every node Nomad refused a group's pins on while it
-//     misses allocations; the model holds only Nomad's verdict on the
-//     current pin, and a pin decided again without those refused in the
-//     last 5 minutes (refusedFor) never swings between two, nor waits
-//     for ever on a refusal that has gone;
 //   - pinned: when each unconfirmed pin was sent, for the placement
 //     latency metric and the warning of a pin with no allocation;
 //   - preempted (saved in the records) and preemptions (the last ones,

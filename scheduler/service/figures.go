@@ -179,7 +179,7 @@ func (s *loop) publishFigures(pending map[decide.Key]string) {
 			continue
 		}
 		seen(ns)
-		if _, never := s.refused[k]; never {
+		if _, never := s.refusals.refusedForGood(k); never {
 			g.waiting[ns]["refused"]++
 		} else {
 			g.waiting[ns]["pending"]++

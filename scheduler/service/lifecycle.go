@@ -3,7 +3,6 @@ package service
 import (
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
@@ -17,7 +16,7 @@ import (
 // its job, its allocations of every version, its pin and what Nomad said
 // of it. It also returns the nodes a new decision avoids: those whose
 // capacity the pin lost, and those Nomad refused the pin on (every one so
-// far, noted in s.nomadRefused, with what Nomad said in out.said). The
+// far, noted in s.refusals, with what Nomad said in out.said). The
 // caller holds s.mu.
 func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *collected) (lifecycle.Group, []string, []string) {
 	built := out.built
@@ -69,18 +68,9 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 				// Nomad evaluated this pin and could not place it: decided
 				// again without those nodes; it holds nothing meanwhile
 				// (model.Snapshot)
-				on := maps.Clone(s.nomadRefused[key])
-				if on == nil {
-					on = map[string]refusedNode{}
-				}
-				version := *job.JobModifyIndex // NomadFailed: set
 				now := s.now()
-				for _, n := range rec.Nodes {
-					if r, ok := on[n]; !ok || r.version != version {
-						on[n] = refusedNode{at: now, version: version}
-					}
-				}
-				out.shared(func() { s.nomadRefused[key] = on })
+				on := s.refusals.byNomad(key, rec.Nodes, *job.JobModifyIndex, now) // NomadFailed: set
+				out.shared(func() { s.refusals.keepByNomad(key, on) })
 				refusedOn = avoidedFor(on, now)
 				g.NomadRefused = true
 				out.said[key] = why
@@ -213,33 +203,4 @@ func poolGone(rec *pin.Record, snap *placement.Snapshot) bool {
 		}
 	}
 	return true
-}
-
-// refusedFor is how long a node Nomad refused a group's pin on is left
-// out of the group's decisions: long enough that a pin decided again
-// never swings between two nodes Nomad refuses, short enough that a
-// refusal for what the scheduler does not model (a port, a disk) that
-// has gone since does not keep the group waiting for ever. Nomad itself
-// tries a blocked evaluation again when the cluster changes.
-const refusedFor = 5 * time.Minute
-
-// refusedNode is when Nomad refused a group's pin on a node, at which
-// version of the job.
-type refusedNode struct {
-	at      time.Time
-	version uint64
-}
-
-// avoidedFor lists the nodes refused less than refusedFor before now. A
-// node refused longer ago stays noted for the version it was refused at,
-// so that the same refusal does not start its time again.
-func avoidedFor(on map[string]refusedNode, now time.Time) []string {
-	var out []string
-	for n, r := range on {
-		if now.Sub(r.at) < refusedFor {
-			out = append(out, n)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -360,14 +360,14 @@ func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
 	f.put(gated("huge", 900)) // nine GPUs: no node of this cluster has them
 	leader := loadedService(t, f)
 	leader.loop.reconcile(t.Context())
-	must.MapContainsKey(t, leader.loop.refused, key("huge"))
+	must.MapContainsKey(t, leader.loop.refusals.forGood, key("huge"))
 	follower := loadedService(t, f)
 	st, ok := follower.loop.jobStatus("default", "huge", "default")
 	must.True(t, ok)
 	must.Eq(t, "refused", st.Groups[0].State, must.Sprint(st.Groups[0].Reason))
 
 	leader.mu.Lock()
-	delete(leader.loop.refused, key("huge"))
+	delete(leader.loop.refusals.forGood, key("huge"))
 	leader.records.reasonsSaved = time.Time{}
 	leader.mu.Unlock()
 	leader.records.saveState(t.Context())

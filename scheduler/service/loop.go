@@ -20,9 +20,11 @@ import (
 // asks lifecycle.Reconcile where each group stands and decide.Step what
 // to do, and acts on Nomad (pins.go, moves.go, introspect.go). It also
 // learns profiles (observe.go) and answers the API's view (view.go).
-// Its fields but dirty are guarded by the model's lock (cluster.mu). What
-// it keeps per group beyond what lifecycle.Reconcile reads and returns is
-// listed, with why, in doc.go.
+// Its fields but dirty are guarded by the model's lock (cluster.mu); the
+// types it composes for a concern (refusals, staging, introspection,
+// preemptions) own their per-group maps and say in their comment which
+// lock guards each. What it keeps per group beyond what
+// lifecycle.Reconcile reads and returns is listed, with why, in doc.go.
 type loop struct {
 	*cluster
 	cfg     *config.Config
@@ -37,7 +39,6 @@ type loop struct {
 
 	pending map[decide.Key]string    // why each group waits
 	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
-	refused map[decide.Key]refusal   // groups refused for good
 	// why each pinned group was placed where it is: the placement core's
 	// reason, kept out of the signed meta (it depends on the cluster's
 	// state, and the meta must not change when the decision does not)
@@ -49,15 +50,13 @@ type loop struct {
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string
-	// nomadRefused are the nodes Nomad could not place each group's pins
-	// on, while the group misses allocations: a pin that fails is decided
-	// again without those refused in the last refusedFor, never back and
-	// forth between two, and never waiting for ever on a refusal gone
-	nomadRefused map[decide.Key]map[string]refusedNode
 	// priorRead: allocations whose version's pin was asked for (false)
 	// or read (true); see prior.go
 	priorRead map[string]bool
-	retries   map[decide.Key]retry // groups whose pin failed, until their retry
+	// refusals are the groups refused for good, the nodes Nomad refused
+	// groups' pins on, and the failed pins until their retry
+	// (refusals.go, retry.go)
+	refusals refusals
 	// staging is what the loop knows of holds beyond their jobs: the pins
 	// waiting for Nomad to place theirs, the nodes where Nomad did not,
 	// what each namespace allows them to run with (hold_stage.go)
@@ -163,8 +162,8 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 	m *metrics, now func() time.Time, intro *introspection) *loop {
 	return &loop{
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, refused: map[decide.Key]refusal{}, why: map[decide.Key]string{},
-		nomadRefused: map[decide.Key]map[string]refusedNode{}, retries: map[decide.Key]retry{},
+		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, why: map[decide.Key]string{},
+		refusals:  newRefusals(&c.mu),
 		preempted: stopping{}, observations: map[string][]interference.Observation{},
 		dirty: make(chan struct{}, 1), intro: intro,
 		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
@@ -201,29 +200,13 @@ func (s *loop) markDirty() {
 // caller holds s.mu.
 
 func (s *loop) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {
-	refused = map[decide.Key]bool{}
-	for k := range s.refused {
-		refused[k] = true
-	}
-	return s.pending, refused, s.why
+	return s.pending, s.refusals.refusedGroups(), s.why
 }
 
 func (s *loop) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
 	s.pending = pending
 	maps.Copy(s.why, placed)
-	// what the leader refused for good shows as refused here too; a
-	// refusal read so holds nothing (the leader's own are decided with
-	// the job and cluster they were made for)
-	for k, r := range s.refused {
-		if r.read && !refused[k] {
-			delete(s.refused, k)
-		}
-	}
-	for k, never := range refused {
-		if _, ok := s.refused[k]; never && !ok {
-			s.refused[k] = refusal{reason: pending[k], read: true}
-		}
-	}
+	s.refusals.readFrom(pending, refused)
 }
 
 func (s *loop) preemptedAllocs() map[string]time.Time { return s.preempted }

@@ -73,7 +73,7 @@ func (s *loop) migDemand(managed namespaces) []miglayout.Demand {
 			if !managed.has(key.Namespace) || pin.Count(tg) == 0 {
 				continue
 			}
-			if _, never := s.refused[key]; never {
+			if _, never := s.refusals.refusedForGood(key); never {
 				continue
 			}
 			live, missing := s.state.Missing(job, tg)

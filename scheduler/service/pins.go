@@ -101,7 +101,7 @@ func (s *loop) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, 
 		err := errs[a.Group]
 		switch {
 		case err == nil:
-			s.succeeded(a.Group)
+			s.refusals.succeeded(a.Group)
 			s.metrics.pinLatency.Observe(s.now().Sub(start).Seconds())
 		case errors.Is(err, ErrConflict):
 			if !conflict {
@@ -128,7 +128,7 @@ func (s *loop) sendJob(ctx context.Context, acts []decide.Action, job *api.Job, 
 			log.Info("the job is gone since it was decided (purged); nothing to pin", "error", err)
 			out[a.Group] = err.Error()
 		default:
-			why := s.failed(a.Group, "pin", err)
+			why := s.refusals.failed(a.Group, "pin", err, s.now())
 			log.Error("cannot pin the placement", "error", err, "reason", why)
 			out[a.Group] = why
 		}

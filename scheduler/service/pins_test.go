@@ -150,8 +150,8 @@ func TestFailedConcurrentPinBacksOffItsGroupOnly(t *testing.T) {
 
 	must.Eq(t, []string{"g"}, pin.Gated(b.jobs["job-02"]))
 	must.StrContains(t, s.loop.pending[key("job-02")], "retrying in 2s")
-	must.MapLen(t, 1, s.loop.retries)
-	must.MapContainsKey(t, s.loop.retries, key("job-02"))
+	must.MapLen(t, 1, s.loop.refusals.retries)
+	must.MapContainsKey(t, s.loop.refusals.retries, key("job-02"))
 	for i := range n {
 		if id := fmt.Sprintf("job-%02d", i); id != "job-02" {
 			must.SliceEmpty(t, pin.Gated(b.jobs[id]), must.Sprintf("job %s pinned", id))
@@ -181,7 +181,7 @@ func TestLostLeaseStopsTheRemainingPins(t *testing.T) {
 		must.StrContains(t, s.loop.pending[key(id)], ErrNotLeader.Error())
 	}
 	must.Eq(t, n-pinsInFlight, notSent)
-	must.MapEmpty(t, s.loop.retries, must.Sprint("a pin not sent is no failure to back off from"))
+	must.MapEmpty(t, s.loop.refusals.retries, must.Sprint("a pin not sent is no failure to back off from"))
 }
 
 // The pins of two groups of one job in one pass go in one registration:

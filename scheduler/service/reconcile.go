@@ -18,33 +18,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// refusal is a group refused for good: it is not decided again until its
-// job or the cluster's nodes change.
-type refusal struct {
-	reason   string
-	jobIndex uint64
-	nodes    uint64 // clusterShape when refused
-	feasible uint64 // the nodes the job's own rules allowed (nodeSet.hash)
-	// read: a refusal this replica read from the leader's records, to
-	// show; it holds for no version of the job (holds)
-	read bool
-}
-
-// newRefusal is a refusal of the version of job the pass read.
-func newRefusal(job *api.Job, reason string, shape, feasible uint64) refusal {
-	var idx uint64
-	if job != nil && job.JobModifyIndex != nil {
-		idx = *job.JobModifyIndex
-	}
-	return refusal{reason: reason, jobIndex: idx, nodes: shape, feasible: feasible}
-}
-
-// holds: the refusal still stands for this version of job, these nodes
-// and these allowed nodes; anything else changed decides the group again.
-func (r refusal) holds(job *api.Job, shape, feasible uint64) bool {
-	return job.JobModifyIndex != nil && *job.JobModifyIndex == r.jobIndex && r.nodes == shape && r.feasible == feasible
-}
-
 // reconcile is one pass of the decision loop: build the step's input from
 // the model, let decide.Step choose the actions, execute them against
 // Nomad.
@@ -150,7 +123,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.decided = read
 	waiting, refused := 0, 0
 	for k := range pending {
-		if _, ok := s.refused[k]; ok {
+		if _, ok := s.refusals.refusedForGood(k); ok {
 			refused++
 		} else {
 			waiting++
@@ -276,12 +249,12 @@ func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape
 		s.metrics.decisions.WithLabelValues("never").Inc()
 		pending[a.Group] = a.Reason
 		s.mu.Lock()
-		s.refused[a.Group] = newRefusal(job, a.Reason, shape, s.feasibleOf[a.Group])
+		s.refusals.refuse(a.Group, newRefusal(job, a.Reason, shape, s.feasibleOf[a.Group]))
 		s.mu.Unlock()
 		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
 	case decide.Preempt:
 		if err := s.preempt(ctx, a.Allocs, a.Group); err != nil {
-			pending[a.Group] = s.failed(a.Group, "preemption", err)
+			pending[a.Group] = s.refusals.failed(a.Group, "preemption", err, s.now())
 			log.Warn("preemption failed; will retry", "error", err, "reason", pending[a.Group])
 			failed[a.Group] = true
 			return err
@@ -334,13 +307,7 @@ func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key
 // state no longer has: found during the pass's read, deleted under s.mu
 // (the HTTP API reads the loop's maps). The caller does not hold s.mu.
 func dropGone[V any](s *loop, m map[decide.Key]V) {
-	var gone []decide.Key
-	for k := range m {
-		if s.state.Jobs[model.JobKey(k.Namespace, k.Job)] == nil {
-			gone = append(gone, k)
-		}
-	}
-	if len(gone) > 0 {
+	if gone := goneKeys(s.state, m); len(gone) > 0 {
 		s.note(func() {
 			for _, k := range gone {
 				delete(m, k)

@@ -28,14 +28,15 @@ type retry struct {
 	reason string
 }
 
-// failed records a failed pin or preemption of group k and returns the
-// reason to show. The caller does not hold s.mu.
-func (s *loop) failed(k decide.Key, what string, err error) string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.retries[k]
+// failed records a failed pin, preemption or unpairing of group k at
+// now and returns the reason to show. It takes the model's lock; the
+// caller does not hold it.
+func (f *refusals) failed(k decide.Key, what string, err error, now time.Time) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r := f.retries[k]
 	r.delay = min(max(2*r.delay, firstRetry), lastRetry)
-	r.at = s.now().Add(r.delay)
+	r.at = now.Add(r.delay)
 	why := err.Error()
 	if isForbidden(err) {
 		need := "register-job (or submit-job)"
@@ -45,22 +46,22 @@ func (s *loop) failed(k decide.Key, what string, err error) string {
 		why = fmt.Sprintf("permission denied: the scheduler's token needs %s in namespace %s (see deploy/nomad/gpushare-scheduler.policy.hcl): %v", need, k.Namespace, err)
 	}
 	r.reason = fmt.Sprintf("%s failed: %s; retrying in %s", what, why, r.delay)
-	s.retries[k] = r
+	f.retries[k] = r
 	return r.reason
 }
 
-// succeeded forgets a group's failures.
-func (s *loop) succeeded(k decide.Key) {
-	s.mu.Lock()
-	delete(s.retries, k)
-	s.mu.Unlock()
+// succeeded forgets a group's failures. It takes the model's lock.
+func (f *refusals) succeeded(k decide.Key) {
+	f.mu.Lock()
+	delete(f.retries, k)
+	f.mu.Unlock()
 }
 
-// waiting returns why group k is not decided before its retry time. The
-// caller holds s.mu.
-func (s *loop) backingOff(k decide.Key) (string, bool) {
-	r, ok := s.retries[k]
-	if !ok || !s.now().Before(r.at) {
+// backingOff returns why group k is not decided before its retry time,
+// at now. The caller holds the model's lock or is the loop's goroutine.
+func (f *refusals) backingOff(k decide.Key, now time.Time) (string, bool) {
+	r, ok := f.retries[k]
+	if !ok || !now.Before(r.at) {
 		return "", false
 	}
 	return r.reason, true

@@ -50,7 +50,7 @@ func TestRefusedPinBacksOff(t *testing.T) {
 	pass(2 * time.Second)
 	must.Eq(t, 3, attempts())
 	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
-	must.MapEmpty(t, s.loop.retries)
+	must.MapEmpty(t, s.loop.refusals.retries)
 }
 
 // A hung Nomad request does not stall scheduling: the pass gives up after
@@ -168,7 +168,7 @@ func TestAJobPurgedBeforeItsPinIsNotAnError(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
 	must.StrContains(t, s.loop.pending[key("gone")], "the job is gone")
-	must.MapEmpty(t, s.loop.retries)
+	must.MapEmpty(t, s.loop.refusals.retries)
 	must.StrNotContains(t, logs.String(), "[ERROR]")
 	must.StrContains(t, logs.String(), "the job is gone since it was decided")
 }

@@ -497,7 +497,7 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.StrContains(t, s.loop.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
 	must.StrContains(t, s.loop.pending[key("huge")], "can never hold it")
-	must.MapContainsKey(t, s.loop.refused, key("huge"))
+	must.MapContainsKey(t, s.loop.refusals.forGood, key("huge"))
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/groups", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "refused"`)

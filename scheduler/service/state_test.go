@@ -163,9 +163,9 @@ func TestRecordsOfPurgedJobsGo(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	s.mu.Lock()
 	s.state.Learn("default/x/g", interference.Profile{Name: "learned", SM: 0.3, MemBW: 0.2})
-	s.loop.retries[key("x")] = retry{at: time.Unix(2000, 0)}
+	s.loop.refusals.retries[key("x")] = retry{at: time.Unix(2000, 0)}
 	s.mu.Unlock()
-	must.MapLen(t, 1, s.loop.refused)
+	must.MapLen(t, 1, s.loop.refusals.forGood)
 	for _, id := range []string{"huge", "x"} {
 		delete(f.jobs, id)
 		s.mu.Lock()
@@ -173,8 +173,8 @@ func TestRecordsOfPurgedJobsGo(t *testing.T) {
 		s.mu.Unlock()
 	}
 	s.loop.reconcile(t.Context())
-	must.MapEmpty(t, s.loop.refused)
-	must.MapEmpty(t, s.loop.retries)
+	must.MapEmpty(t, s.loop.refusals.forGood)
+	must.MapEmpty(t, s.loop.refusals.retries)
 	must.MapEmpty(t, s.state.Learned)
 	must.MapEmpty(t, s.loop.pending)
 }

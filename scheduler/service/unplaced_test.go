@@ -141,7 +141,7 @@ func TestTwoWholeGPUsOnOneNodeWaitWithTheRule(t *testing.T) {
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
 	key := model.KeyOf(f.jobs["two"], "g")
-	must.MapNotContainsKey(t, s.loop.refused, key)
+	must.MapNotContainsKey(t, s.loop.refusals.forGood, key)
 	must.StrContains(t, s.loop.pending[key], "at most one whole-GPU allocation of a group per node")
 	must.StrContains(t, s.loop.pending[key], "split it into groups of count 1")
 }

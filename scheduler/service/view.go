@@ -103,7 +103,7 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
 			gs.State = "pending"
 			gs.Reason = s.pending[key]
-			if _, never := s.refused[key]; never {
+			if _, never := s.refusals.refusedForGood(key); never {
 				gs.State = "refused"
 			}
 			if gs.Reason == "" {
@@ -150,7 +150,7 @@ func (s *loop) waiting() []Waiting {
 			continue
 		}
 		w := Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: "pending", Reason: s.pending[k]}
-		if _, never := s.refused[k]; never {
+		if _, never := s.refusals.refusedForGood(k); never {
 			w.State = "refused"
 		} else if p, ok := s.positions[k]; ok {
 			w.Position, w.Of = p.Position, p.Of

@@ -244,7 +244,7 @@ func TestQuotaShortageWaitsUntilTheQuotaFrees(t *testing.T) {
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
 	must.StrContains(t, s.loop.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
 	must.StrContains(t, s.loop.pending[key("second")], "uses 1.00 GPUs of its 1.00 GPUs")
-	must.MapNotContainsKey(t, s.loop.refused, key("second"))
+	must.MapNotContainsKey(t, s.loop.refusals.forGood, key("second"))
 
 	f.index++
 	alloc.ClientStatus, alloc.ModifyIndex = "complete", f.index
