@@ -137,6 +137,18 @@ type Config struct {
 	DeviceGroups string `cty:"device_groups"`
 }
 
+// multiGPU reports whether one task may hold several of the node's
+// per-GPU groups (devicefn.AttrMultiGPU): one group per GPU, and the
+// interposer on, which puts a task's GPUs back together from the
+// GPUSHARE_GPU_<index> variables Reserve adds (plugin/interposer/src/compose.c).
+// Not with per-reservation MPS daemons: a task's processes reach one MPS
+// daemon (the last block's CUDA_MPS_PIPE_DIRECTORY), and each daemon serves
+// its own reservation's GPU only.
+func (c *Config) multiGPU() bool {
+	mpsPerReservation := c.Sharing == devicefn.SharingMPS && c.MPS.Daemons == MPSDaemonsReservation
+	return c.DeviceGroups == devicefn.DeviceGroupsGPU && c.Interposer.Enabled && !mpsPerReservation
+}
+
 // MPSConfig is the mps block. With daemons = "reservation" (the default)
 // the plugin starts one MPS control daemon per reservation with control,
 // under daemon_dir, whose defaults are the reservation's limits (mpsd.go);

@@ -140,6 +140,11 @@ type interposerLimits struct {
 	// timesliceID names the reservation in its GPU's time-slice rotation
 	// (slice.go; 0: not written)
 	timesliceID uint64
+	// wholeGPUs is the number of whole GPUs the reservation holds (0: not
+	// written, a fraction): when the library composes more GPUs than that
+	// from a task's merged reservations, all of them whole, it lifts the
+	// memory cap, which was one reservation's (src/compose.c)
+	wholeGPUs int
 }
 
 func (l interposerLimits) file() []byte {
@@ -158,6 +163,9 @@ func (l interposerLimits) file() []byte {
 	}
 	if l.timesliceID > 0 {
 		b = fmt.Appendf(b, "timeslice_id=%d\n", l.timesliceID)
+	}
+	if l.wholeGPUs > 0 {
+		b = fmt.Appendf(b, "whole_gpus=%d\n", l.wholeGPUs)
 	}
 	return b
 }

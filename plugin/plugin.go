@@ -329,6 +329,7 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 	}
 	if cfg.DeviceGroups == devicefn.DeviceGroupsGPU {
 		for _, g := range devicefn.GPUGroups(inv, cfg.SharesPerGPU, cfg.Sharing, skip) {
+			g.MultiGPU = cfg.multiGPU()
 			resp.Devices = append(resp.Devices, p.deviceGroup(g.Name(), g.Attributes(), &g.Group, mps, mpsBlocks))
 		}
 	}

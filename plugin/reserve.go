@@ -38,6 +38,17 @@ const (
 	EnvMPSLog          = "CUDA_MPS_LOG_DIRECTORY"
 	EnvMPSThreads      = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	EnvMPSPinnedMemory = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+
+	// EnvGPUPrefix: a reservation of shares of whole (not MIG) GPUs sets
+	// EnvGPUPrefix+<NVML index> to each GPU's UUID, and
+	// EnvGPUPrefix+<NVML index>+EnvGPUSharesSuffix to the number of its
+	// shares it holds. The names are unique per GPU of a node, so when
+	// Nomad merges a task's several reservations (one device block per
+	// GPU of per-GPU groups) by overwriting, every GPU's survive, and the
+	// interposer puts the task's GPUs back together from them
+	// (plugin/interposer/src/compose.c, which mirrors both names).
+	EnvGPUPrefix       = "GPUSHARE_GPU_"
+	EnvGPUSharesSuffix = "_SHARES"
 )
 
 // controlDevices are the device nodes every CUDA task needs besides its
@@ -137,9 +148,16 @@ func (p *Plugin) Reserve(ids []string) (*device.ContainerReservation, error) {
 
 	// GPUs in NVML index order
 	sort.Slice(uuids, func(i, j int) bool { return gpus[uuids[i]].gpu.Index < gpus[uuids[j]].gpu.Index })
-	g := grant{visible: uuids, byDevice: byGPU, n: n, perGPU: perGPU, computePct: ceilPct(n, perGPU)}
+	g := grant{visible: uuids, byDevice: byGPU, n: n, perGPU: perGPU, computePct: ceilPct(n, perGPU),
+		envs: map[string]string{}}
+	if n >= perGPU { // the rules above: whole GPUs
+		g.wholeGPUs = len(uuids)
+	}
 	for _, u := range uuids {
 		st := gpus[u]
+		index := EnvGPUPrefix + strconv.Itoa(st.gpu.Index)
+		g.envs[index] = u
+		g.envs[index+EnvGPUSharesSuffix] = strconv.Itoa(len(byGPU[u]))
 		mem := st.gpu.MemoryMiB
 		if len(uuids) == 1 {
 			mem = mem * uint64(n) / uint64(perGPU)
@@ -168,6 +186,9 @@ type grant struct {
 	nodes []string
 	// envs are set besides the common ones.
 	envs map[string]string
+	// wholeGPUs is the number of whole GPUs granted (0: a fraction, or
+	// a MIG instance's shares).
+	wholeGPUs int
 }
 
 // ceilPct is n of of in percent, rounded up, at most 100 (in integers: a
@@ -228,7 +249,7 @@ func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerRes
 			memMiB += m
 		}
 		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct,
-			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20}
+			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20, wholeGPUs: g.wholeGPUs}
 		if cfg.Sharing == devicefn.SharingMPS {
 			// the MPS daemon already holds the task to its SMs (its active
 			// thread percentage): pacing its time too would leave it

@@ -41,6 +41,9 @@ func TestReserveFraction(t *testing.T) {
 		EnvMPSLog:          "/var/log/nvidia-mps",
 		EnvMPSThreads:      "25",
 		EnvMPSPinnedMemory: "0=4096M",
+		// unique per GPU: kept when Nomad merges a task's reservations
+		"GPUSHARE_GPU_3":        v100 + "3",
+		"GPUSHARE_GPU_3_SHARES": "25",
 	}, res.Envs)
 	must.SliceLen(t, 2, res.Mounts)
 	must.Eq(t, "/tmp/nvidia-mps", res.Mounts[0].HostPath)
@@ -59,6 +62,11 @@ func TestReserveWholeGPUs(t *testing.T) {
 	must.Eq(t, "2", res.Envs[EnvFraction])
 	must.Eq(t, "100", res.Envs[EnvMPSThreads])
 	must.Eq(t, "0=16384M,1=16384M", res.Envs[EnvMPSPinnedMemory])
+	for _, i := range []string{"0", "4"} {
+		must.Eq(t, v100+i, res.Envs[EnvGPUPrefix+i])
+		must.Eq(t, "100", res.Envs[EnvGPUPrefix+i+EnvGPUSharesSuffix])
+	}
+	must.MapNotContainsKey(t, res.Envs, EnvGPUPrefix+"1")
 }
 
 func TestReserveTimesliceHasNoMPS(t *testing.T) {
