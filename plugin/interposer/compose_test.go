@@ -55,6 +55,12 @@ func TestComposeWholeGPUs(t *testing.T) {
 		t.Errorf("stderr: %q", stderr)
 	}
 
+	// an opportunistic task under unified memory: its room was counted
+	// from the lifted cap, so its allocations stay device memory
+	got, _ = composeRun(t, wholeLimits+"class=opportunistic\nunified_memory=1\nunified_extra_bytes=1048576\n",
+		mergedEnv("0=GPU-a=100", "1=GPU-b=100"), "alloc:16777216", "umem")
+	check(t, got, "alloc 0", "umem 0 0 0")
+
 	// three blocks, in any order
 	got, _ = composeRun(t, wholeLimits, mergedEnv("1=GPU-b=100", "0=GPU-a=100", "3=GPU-d=100"), "visible")
 	check(t, got, "visible 0 GPU-a,GPU-b,GPU-d")

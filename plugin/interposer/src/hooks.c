@@ -94,9 +94,11 @@ static void load_limits(void)
     if (gs_composed > gs_lim.whole_gpus && gs_lim.whole_gpus > 0) {
         /* whole GPUs of several reservations (compose.c): the file is the
          * last one's, its cap that reservation's GPUs alone; the task holds
-         * every GPU it sees whole, so no cap but the GPUs' own */
+         * every GPU it sees whole, so no cap but the GPUs' own (and no
+         * unified memory, whose room is counted from the cap) */
         gs_lim.have_memory = 0;
         gs_lim.context_bytes = 0;
+        gs_lim.unified = 0;
     }
     snprintf(usage_path, sizeof usage_path, "%s/usage", dir);
     snprintf(gs_dir, sizeof gs_dir, "%s", dir);
