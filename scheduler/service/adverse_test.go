@@ -40,7 +40,7 @@ func TestCanaryWithNoRoomWaitsAndMovesNothing(t *testing.T) {
 	must.SliceNotEmpty(t, pin.Gated(f.jobs["api"]), must.Sprint("the new version still waits at the gate"))
 	st := stageOf(s, "api")
 	must.Eq(t, lifecycle.Canarying, st.State, must.Sprint(st.Why))
-	why := s.loop.pending[key("api")]
+	why := s.loop.answers.pending[key("api")]
 	must.StrContains(t, why, "canaries, which need room beside the running allocations", must.Sprint(why))
 	must.StrContains(t, why, "needs 8 free GPUs")
 	must.Zero(t, restarts(t, s))
@@ -60,7 +60,7 @@ func TestScaleWithTheRunningGPUUnhealthy(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	grown, ok := s.state.Record(f.jobs["web"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("web")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("web")]))
 	must.Eq(t, 3, grown.Count)
 	for _, sh := range grown.Shares {
 		must.False(t, strings.HasPrefix(sh, bad+":"), must.Sprintf("share %s of the unhealthy GPU pinned", sh))
@@ -167,7 +167,7 @@ func TestAPinsOwnAllocationIsNotARestart(t *testing.T) {
 			must.NoError(t, s.watcher.resync(t.Context()))
 			s.loop.reconcile(t.Context())
 			_, pinned := pin.ParseRecord(f.jobs["quarter"], "g")
-			must.True(t, pinned, must.Sprint(s.loop.pending[key("quarter")]))
+			must.True(t, pinned, must.Sprint(s.loop.answers.pending[key("quarter")]))
 			must.Eq(t, tc.restarts, restarts(t, s))
 		})
 	}

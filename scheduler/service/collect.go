@@ -101,13 +101,13 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	// group, only when a job went
 	s.refusals.sweep(s.state)
 	if anyGone {
-		dropGone(s, s.why)
+		s.answers.sweep(s.state)
 		s.forgetFeasible()
 	} else {
 		s.rules.Sweep()
 	}
 	if c.full {
-		s.note(func() { s.stages = out.stages })
+		s.note(func() { s.answers.setStages(out.stages) })
 	} else {
 		c.unpublished = true // publishStages, once the lock is let go
 	}

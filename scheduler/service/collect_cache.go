@@ -81,7 +81,7 @@ func (c *collectCache) noteCanaries(k string, canary bool) {
 }
 
 // publishStages makes the stages the last collect found what the API
-// shows (s.stages): a copy, for the pass's later steps rewrite what the
+// shows (s.answers): a copy, for the pass's later steps rewrite what the
 // API shows (hold_release.go, promote.go), which the next pass must not
 // see. The copy is made without s.mu (the cache is the loop's own; with
 // a group an entry, it is the largest thing a pass copies), and only its
@@ -95,7 +95,7 @@ func (s *loop) publishStages() {
 	c.unpublished = false
 	stages := maps.Clone(c.stages)
 	s.mu.Lock()
-	s.stages = stages
+	s.answers.setStages(stages)
 	s.mu.Unlock()
 }
 

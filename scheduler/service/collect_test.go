@@ -287,7 +287,7 @@ func collectOnce(l *loop, built *model.Built, shape uint64, full bool) collectOu
 	l.mu.Lock()
 	slices.SortFunc(g, func(a, b decide.Group) int { return cmp.Compare(a.Key.String(), b.Key.String()) })
 	slices.SortFunc(in, func(a, b decide.Action) int { return cmp.Compare(a.Group.String(), b.Group.String()) })
-	return collectOut{Groups: g, Jobs: j, Pending: p, InPlace: in, Stages: maps.Clone(l.stages)}
+	return collectOut{Groups: g, Jobs: j, Pending: p, InPlace: in, Stages: maps.Clone(l.answers.stages)}
 }
 
 // What collect returns with reuse (looking again only at the jobs whose

@@ -34,9 +34,9 @@
 //     its state: holdState and nsDrivers (staging, hold_stage.go,
 //     hold_rules.go), introspection (introspect.go, which locks itself),
 //     stopping and preemptionLog (preemptions.go), refusals (refusals.go,
-//     retry.go), and, keeping nothing, the promoter (promote.go) and
-//     pools (pool.go), which it builds from what it holds where it calls
-//     them;
+//     retry.go), answers (answers.go), and, keeping nothing, the promoter
+//     (promote.go) and pools (pool.go), which it builds from what it
+//     holds where it calls them;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes through notes;
@@ -53,10 +53,13 @@
 // derives each group's stage from them every pass. What the loop keeps
 // per group beyond that, and why it is not in Nomad or the Variables:
 //
-//   - pending and why (why groups wait, why pinned ones are where they
-//     are) are the last pass's answers, kept for the API until the next
-//     pass and saved in the records for followers: the reasons depend on
-//     the whole cluster and are never in a job's signed meta;
+//   - answers (answers.go; under the model's lock), the last pass's
+//     answers per group, kept for the API until the next pass: pending
+//     and placed (why groups wait, why pinned ones are where they are),
+//     saved in the records for followers: the reasons depend on the whole
+//     cluster and are never in a job's signed meta; and, rebuilt by every
+//     pass, positions (the queue places of the groups left waiting) and
+//     stages (lifecycle.Reconcile's, as collect found them);
 //   - refusals (refusals.go, retry.go; one record of the three maps
 //     below, written under the model's lock but for nomad, the pass's
 //     own): forGood, the job version, cluster shape and allowed nodes a
@@ -101,10 +104,10 @@
 //     only change, is read from Nomad every pass (the job's latest
 //     deployment, the version an older allocation runs), and a promote
 //     Nomad refused is tried again by the next pass;
-//   - caches of what Nomad or the job says, rebuilt when lost: stages,
-//     positions and nomadSaid (the pass under way), priorRead (the pins of
-//     running allocations' versions) and feasibleOf (the nodes a group's
-//     rules allowed when last decided); nodeSets (feasible.go): the node
+//   - caches of what Nomad or the job says, rebuilt when lost: nomadSaid
+//     (the pass under way), priorRead (the pins of running allocations'
+//     versions) and feasibleOf (the nodes a group's rules allowed when
+//     last decided); nodeSets (feasible.go): the node
 //     sets groups' rules allowed in the last pass, kept while the
 //     snapshot's nodes are the same; and collected (collect_cache.go):
 //     what collect derived for each job in the passes before, reused until

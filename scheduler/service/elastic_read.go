@@ -53,7 +53,7 @@ func (s *loop) passStages() map[decide.Key]lifecycle.Result {
 	if c := s.collectCache(); !c.full {
 		return c.stages
 	}
-	return s.stages
+	return s.answers.allStages()
 }
 
 // elasticGroupOf reads one group that opted in.

@@ -257,7 +257,7 @@ func TestElasticDoesNotGrowWhileAGroupWaits(t *testing.T) {
 	f, s, _ := elasticCluster(t, 1, 1, 3)
 	f.put(gated("big", 200)) // two whole GPUs: none is free
 	pass(t, s)
-	must.MapContainsKey(t, s.loop.pending, key("big"))
+	must.MapContainsKey(t, s.loop.answers.pending, key("big"))
 	must.SliceEmpty(t, f.scaleCalls())
 	must.StrContains(t, elasticOf(t, s, "el").Why, "does not grow while a group that could use the shares it would take waits for room (default/big/g, on node node-1)")
 
@@ -294,7 +294,7 @@ func TestElasticGrowsBesideAGroupThatWaitsElsewhere(t *testing.T) {
 	there.TaskGroups[0].Constraints = append(there.TaskGroups[0].Constraints, &api.Constraint{LTarget: "${node.unique.id}", RTarget: "node-2", Operand: "="})
 	f.put(there)
 	pass(t, s)
-	must.StrContains(t, s.loop.pending[key("there")], "position 1 of 1 in the queue") // the step left it waiting
+	must.StrContains(t, s.loop.answers.pending[key("there")], "position 1 of 1 in the queue") // the step left it waiting
 	must.Eq(t, []string{"el/g 1->2"}, f.scaleCalls())
 	must.StrContains(t, f.scaleEvents["el"]["g"][0].Message, "no group that could use them waits")
 }
@@ -334,7 +334,7 @@ func TestElasticShrinksNewestFirstForAWaitingGroup(t *testing.T) {
 	f.stopAbove("el", 2)
 	pass(t, s)
 	_, pinned := pin.ParseRecord(f.jobs["w"], "g")
-	must.True(t, pinned, must.Sprint(s.loop.pending[key("w")]))
+	must.True(t, pinned, must.Sprint(s.loop.answers.pending[key("w")]))
 	for _, a := range f.allocs {
 		if a.JobID == "el" && a.DesiredStatus == "run" {
 			must.True(t, allocIndex(a.Name) < 2, must.Sprint("the oldest two run on: ", a.Name))
@@ -360,7 +360,7 @@ func TestElasticNeverShrinksBelowTheRegisteredCount(t *testing.T) {
 	f.put(gated("w", 75)) // would fit were el shrunk to 1; it was registered at 2
 	pass(t, s)
 	must.SliceLen(t, 2, f.scaleCalls())
-	must.MapContainsKey(t, s.loop.pending, key("w"))
+	must.MapContainsKey(t, s.loop.answers.pending, key("w"))
 
 	f.mu.Lock()
 	delete(f.jobs, "w")

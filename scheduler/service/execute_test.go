@@ -81,7 +81,7 @@ func TestTimedOutPinReadsTheJobAgain(t *testing.T) {
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
-	must.StrContains(t, s.loop.pending[key("x")], "deadline exceeded")
+	must.StrContains(t, s.loop.answers.pending[key("x")], "deadline exceeded")
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	got := s.state.Jobs[model.JobKey("default", "x")]
@@ -129,7 +129,7 @@ func TestFailedUnpairHandsNoSharesOn(t *testing.T) {
 	must.Eq(t, decide.Unpair, last[0].Kind)
 	must.True(t, slices.ContainsFunc(last, func(a decide.Action) bool { return a.Kind == decide.Pin && a.Group == key("w") }))
 	must.Eq(t, []string{"g"}, pin.Gated(sc.f.jobs["w"]))
-	must.StrContains(t, sc.s.loop.pending[key("w")], "stopping that allocation failed")
+	must.StrContains(t, sc.s.loop.answers.pending[key("w")], "stopping that allocation failed")
 
 	sc.f.stopErr = nil
 	sc.sample(t, 20)

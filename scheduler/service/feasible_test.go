@@ -112,7 +112,7 @@ func TestAGroupNoNodeAllowsHoldsNothing(t *testing.T) {
 	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["hog"]))
-	why := s.loop.pending[key("hog")]
+	why := s.loop.answers.pending[key("hog")]
 	must.StrContains(t, why, "no node the job's own rules allow")
 	must.StrContains(t, why, "1 node filtered: constraint ${attr.kernel.name} = plan9 (1)")
 	must.Eq(t, []string{"node-1"}, pinnedNodes(t, f, "later"))
@@ -162,7 +162,7 @@ func TestRulesChangeReleasesAPinnedGroup(t *testing.T) {
 				must.Eq(t, map[string]int{"node-2": 25}, held(s))
 				return
 			}
-			must.StrContains(t, s.loop.pending[key("x")], "constraint ${node.datacenter} = dc2 (1)")
+			must.StrContains(t, s.loop.answers.pending[key("x")], "constraint ${node.datacenter} = dc2 (1)")
 			must.MapEmpty(t, held(s))
 		})
 	}
@@ -192,8 +192,8 @@ func TestRefusalDecidedAgainWhenTheAllowedNodesChange(t *testing.T) {
 	f.put(j)
 	s := newTestService(t, f)
 	s.loop.reconcile(t.Context())
-	must.StrContains(t, s.loop.pending[key("pair")], "can never hold it")
-	must.StrContains(t, s.loop.pending[key("pair")], "on the 1 of 2 nodes the job's own rules allow")
+	must.StrContains(t, s.loop.answers.pending[key("pair")], "can never hold it")
+	must.StrContains(t, s.loop.answers.pending[key("pair")], "on the 1 of 2 nodes the job's own rules allow")
 	s.loop.reconcile(t.Context())
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`))
 
@@ -250,7 +250,7 @@ func TestRunningGroupIsNeverTouched(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, version, *f.jobs["x"].Version)
-	must.MapNotContainsKey(t, s.loop.pending, key("x"))
+	must.MapNotContainsKey(t, s.loop.answers.pending, key("x"))
 }
 
 // A re-pin checks the user's own `${node.unique.id} set_contains_any`

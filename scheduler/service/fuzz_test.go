@@ -199,7 +199,7 @@ func handlerService(t *testing.T) *Service {
 	if handlerSvc == nil {
 		handlerSvc, _ = fuzzCluster(t)
 		// a refused group and one whose job has gone shows in /v1/groups too
-		handlerSvc.loop.pending[key("ghost")] = "no job"
+		handlerSvc.loop.answers.pending[key("ghost")] = "no job"
 		handlerSvc.mu.Lock()
 		j := gated("meta", 10)
 		j.Meta[pin.MetaClass] = "vip"

@@ -23,7 +23,7 @@ func stagedWaiting(t *testing.T) (*fakeNomad, *Service, *fakeClock, *api.Job, *p
 	s.loop.reconcile(t.Context())
 	holds := f.liveHolds()
 	must.SliceLen(t, 1, holds)
-	must.StrContains(t, s.loop.pending[key("two")], "waiting for Nomad to place the holds")
+	must.StrContains(t, s.loop.answers.pending[key("two")], "waiting for Nomad to place the holds")
 	rec := &pin.Record{}
 	must.NoError(t, json.Unmarshal([]byte(holds[0].Meta[metaHoldPlacement]), rec))
 	must.MapLen(t, 2, byGPU(rec.Shares))
@@ -55,7 +55,7 @@ func disjoint(t *testing.T, f *fakeNomad, shares []string) {
 func pinnedAsStaged(t *testing.T, f *fakeNomad, s *Service, hold *api.Job) {
 	t.Helper()
 	_, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("two")]))
 	must.Eq(t, hold.Meta[metaHoldPin], pinDigest(f.jobs["two"], "g"), must.Sprint("pinned as its hold was registered for"))
 	must.Eq(t, hold.Meta[metaHoldPlacement], pin.Group(f.jobs["two"], "g").Meta[pin.MetaPlacement])
 	must.Eq(t, 1, f.holdsRegistered, must.Sprint("each hold registered once"))
@@ -87,13 +87,13 @@ func TestAStagedGroupKeepsItsSharesWhileItsHoldsWait(t *testing.T) {
 			must.NoError(t, s.watcher.resync(t.Context()))
 			s.loop.reconcile(t.Context())
 			bRec, ok := pin.ParseRecord(f.jobs["b"], "g")
-			must.True(t, ok, must.Sprint("b takes the six GPUs two's decision leaves: ", s.loop.pending[key("b")]))
+			must.True(t, ok, must.Sprint("b takes the six GPUs two's decision leaves: ", s.loop.answers.pending[key("b")]))
 			must.MapLen(t, 6, byGPU(bRec.Shares))
 			disjoint(t, f, rec.Shares)
 			if !placed {
 				_, ok := pin.ParseRecord(f.jobs["two"], "g")
 				must.False(t, ok)
-				must.StrContains(t, s.loop.pending[key("two")], "waiting for Nomad to place the holds")
+				must.StrContains(t, s.loop.answers.pending[key("two")], "waiting for Nomad to place the holds")
 				must.Eq(t, 1, f.holdsRegistered)
 				f.placeHolds()
 				clock.add(5 * time.Second)
@@ -119,7 +119,7 @@ func TestARestartedSchedulerKeepsAStagedDecision(t *testing.T) {
 	next.loop.reconcile(t.Context())
 	disjoint(t, f, rec.Shares)
 	_, ok := pin.ParseRecord(f.jobs["b"], "g")
-	must.True(t, ok, must.Sprint(next.loop.pending[key("b")]))
+	must.True(t, ok, must.Sprint(next.loop.answers.pending[key("b")]))
 	must.SliceEmpty(t, f.holdsStopped, must.Sprint("the hold is kept"))
 	must.Eq(t, 1, f.holdsRegistered)
 

@@ -94,11 +94,9 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 	}) {
 		holds := staged[k]
 		slices.SortFunc(holds, func(a, b *api.Job) int { return strings.Compare(*a.ID, *b.ID) })
-		if st, ok := s.stages[k.key]; ok { // what /v1/groups and the page say
-			st.Why = fmt.Sprintf("staged on node %s: %d allocation(s) wait for GPUs held for them by %s, each let go once Nomad has placed the one before (Nomad could otherwise give one allocation shares of two GPUs)",
-				k.node, len(holds), *holds[0].ID)
-			s.stages[k.key] = st
-		}
+		// what /v1/groups and the page say
+		s.answers.sayStage(k.key, fmt.Sprintf("staged on node %s: %d allocation(s) wait for GPUs held for them by %s, each let go once Nomad has placed the one before (Nomad could otherwise give one allocation shares of two GPUs)",
+			k.node, len(holds), *holds[0].ID))
 		if s.placedBefore(k.key, k.node, holds, snap) {
 			out = append(out, release{namespace: nsOf(holds[0]), id: *holds[0].ID, key: k.key,
 				why: "the group's allocations hold every pinned GPU on the node not held: Nomad places the next one on the GPUs this hold frees"})

@@ -137,7 +137,7 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	}
 	if !registered {
 		placement, _ := pin.Carried(pin.Group(pinned, a.Group.Group))
-		w = holdWait{digest: digest, since: now, placement: placement, why: s.why[a.Group]}
+		w = holdWait{digest: digest, since: now, placement: placement, why: s.answers.placedWhy(a.Group)}
 	}
 	var jobs []*api.Job
 	if registered {

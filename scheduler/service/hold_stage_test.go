@@ -87,7 +87,7 @@ func TestAnUnplacedHoldDoesNotHoldThePassUp(t *testing.T) {
 	must.False(t, ok, must.Sprint("not pinned before its hold is placed"))
 	must.SliceLen(t, 1, f.liveHolds(), must.Sprint("the hold is kept while Nomad places it"))
 	must.SliceEmpty(t, f.holdsStopped)
-	must.StrContains(t, s.loop.pending[key("two")], "waiting for Nomad to place the holds of its GPUs")
+	must.StrContains(t, s.loop.answers.pending[key("two")], "waiting for Nomad to place the holds of its GPUs")
 	must.Eq(t, 1, f.holdsRegistered)
 
 	// 10 s on, not placed yet: the same hold is kept, not registered again
@@ -96,7 +96,7 @@ func TestAnUnplacedHoldDoesNotHoldThePassUp(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.SliceLen(t, 1, f.liveHolds())
 	must.Eq(t, 1, f.holdsRegistered)
-	must.StrContains(t, s.loop.pending[key("two")], "registered 10s ago")
+	must.StrContains(t, s.loop.answers.pending[key("two")], "registered 10s ago")
 
 	// placed: pinned, the hold kept until the first allocation runs
 	f.placeHolds()
@@ -104,7 +104,7 @@ func TestAnUnplacedHoldDoesNotHoldThePassUp(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("two")]))
 	must.MapLen(t, 2, byGPU(rec.Shares))
 	holds := f.liveHolds()
 	must.SliceLen(t, 1, holds)
@@ -128,7 +128,7 @@ func TestAHoldNomadDoesNotPlaceIsDecidedDifferently(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, f.liveHolds(), must.Sprint("let go after 30 s"))
-	must.StrContains(t, s.loop.pending[key("two")], "Nomad did not place hold")
+	must.StrContains(t, s.loop.answers.pending[key("two")], "Nomad did not place hold")
 
 	for range 3 {
 		clock.add(5 * time.Second)
@@ -138,7 +138,7 @@ func TestAHoldNomadDoesNotPlaceIsDecidedDifferently(t *testing.T) {
 	must.Eq(t, 1, f.holdsRegistered, must.Sprint("not staged there again"))
 	_, ok := pin.ParseRecord(f.jobs["two"], "g")
 	must.False(t, ok)
-	why := s.loop.pending[key("two")]
+	why := s.loop.answers.pending[key("two")]
 	must.StrContains(t, why, "at most one whole-GPU allocation of a group per node")
 	must.StrContains(t, why, "Nomad did not place a hold of its GPUs on node node-1 within 30s")
 
@@ -204,11 +204,11 @@ func TestAHoldTheNamespaceRefusesLeavesOnlyItsGroupOut(t *testing.T) {
 			hKey := key("two")
 			hKey.Group = "h"
 			_, ok := pin.ParseRecord(f.jobs["two"], "h")
-			must.True(t, ok, must.Sprint("the other group is pinned: ", s.loop.pending[hKey]))
+			must.True(t, ok, must.Sprint("the other group is pinned: ", s.loop.answers.pending[hKey]))
 			_, ok = pin.ParseRecord(f.jobs["two"], "g")
 			must.False(t, ok)
 			must.SliceEmpty(t, f.liveHolds())
-			must.StrContains(t, s.loop.pending[key("two")], "the namespace default does not allow the driver a hold")
+			must.StrContains(t, s.loop.answers.pending[key("two")], "the namespace default does not allow the driver a hold")
 
 			must.NoError(t, s.watcher.resync(t.Context()))
 			s.loop.reconcile(t.Context())
@@ -217,7 +217,7 @@ func TestAHoldTheNamespaceRefusesLeavesOnlyItsGroupOut(t *testing.T) {
 			_, ok = pin.ParseRecord(f.jobs["two"], "g")
 			must.False(t, ok)
 			must.SliceEmpty(t, f.liveHolds())
-			why := s.loop.pending[key("two")]
+			why := s.loop.answers.pending[key("two")]
 			must.StrContains(t, why, "at most one whole-GPU allocation of a group per node")
 			must.StrContains(t, why, "the namespace default does not allow the driver a hold of its GPUs would run with (its capabilities refuse exec and raw_exec")
 			must.StrContains(t, why, "allow raw_exec or exec in the namespace's capabilities")
@@ -237,7 +237,7 @@ func TestAHoldRunsWithADriverItsNamespaceAllows(t *testing.T) {
 	s, _ := clockedService(t, n)
 	s.loop.reconcile(t.Context())
 	_, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("two")]))
 	holds := f.liveHolds()
 	must.SliceLen(t, 1, holds)
 	must.Eq(t, "exec", holds[0].TaskGroups[0].Tasks[0].Driver)

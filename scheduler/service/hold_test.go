@@ -104,7 +104,7 @@ func staged(t *testing.T, id string, shares uint64, count int) (*fakeNomad, *Ser
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs[id], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key(id)]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key(id)]))
 	return f, s, rec, notHeld(f, rec)
 }
 
@@ -184,13 +184,13 @@ func TestABatchGroupIsNeverStaged(t *testing.T) {
 		must.SliceEmpty(t, f.liveHolds(), must.Sprintf("%d x %d: no hold for a batch group", c.count, c.shares))
 		rec, ok := pin.ParseRecord(f.jobs["b"], "g")
 		if c.shares == 25 {
-			must.True(t, ok, must.Sprint(s.loop.pending[key("b")]))
+			must.True(t, ok, must.Sprint(s.loop.answers.pending[key("b")]))
 			must.MapLen(t, 1, byGPU(rec.Shares), must.Sprint("fractions stacked on one GPU"))
 			continue
 		}
 		must.False(t, ok, must.Sprintf("%d x %d: not pinned on one node", c.count, c.shares))
 		if c.shares == 100 {
-			must.StrContains(t, s.loop.pending[key("b")], "one whole-GPU allocation of a batch group per node")
+			must.StrContains(t, s.loop.answers.pending[key("b")], "one whole-GPU allocation of a batch group per node")
 		}
 	}
 }
@@ -229,8 +229,8 @@ func TestAHoldNotPlacedFailsThePin(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	_, ok := pin.ParseRecord(f.jobs["two"], "g")
 	must.False(t, ok)
-	must.StrContains(t, s.loop.pending[key("two")], "hold GPUs on node node-1")
-	must.StrContains(t, s.loop.pending[key("two")], "permission denied")
+	must.StrContains(t, s.loop.answers.pending[key("two")], "hold GPUs on node node-1")
+	must.StrContains(t, s.loop.answers.pending[key("two")], "permission denied")
 
 	// registered, then its group is deregistered: let go
 	f2 := &fakeNomad{nodes: []*api.Node{rawExec(t)}, jobs: map[string]*api.Job{}}
@@ -312,7 +312,7 @@ func stagedTwo(t *testing.T, j *api.Job) (*fakeNomad, *Service, [2][]string) {
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs[*j.ID], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key(*j.ID)]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key(*j.ID)]))
 	h := f.liveHolds()
 	must.SliceLen(t, 1, h)
 	out := [2][]string{notHeld(f, rec), heldShares(h[0])}
@@ -348,7 +348,7 @@ func TestAStagedGroupReplacedTwoAtATimeIsPlacedBeside(t *testing.T) {
 			must.NoError(t, s.watcher.resync(t.Context()))
 			s.loop.reconcile(t.Context())
 			next, ok := pin.ParseRecord(f.jobs["two"], "g")
-			must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+			must.True(t, ok, must.Sprint(s.loop.answers.pending[key("two")]))
 			oldShares := append(slices.Clone(old[0]), old[1]...)
 			if parallel == 1 {
 				must.SliceContainsAll(t, oldShares, next.Shares, must.Sprint("replaced one at a time: on the shares it frees"))
@@ -395,7 +395,7 @@ func TestAStaleHoldIsLetGoAndTheNewKept(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	_, ok := pin.ParseRecord(f.jobs["two"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("two")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("two")]))
 	must.Eq(t, []string{*old[0].ID}, f.holdsStopped, must.Sprint("the older pin's hold let go"))
 	must.SliceLen(t, 1, f.liveHolds(), must.Sprint("the newer pin's hold (the same ID when it holds the same shares)"))
 	must.NoError(t, s.watcher.resync(t.Context()))

@@ -68,7 +68,7 @@ func TestSlowHTTPClientDoesNotBlockScheduling(t *testing.T) {
 			close(w.release)
 			<-served
 			<-passed
-			must.MapContainsKey(t, s.loop.pending, key("big"))
+			must.MapContainsKey(t, s.loop.answers.pending, key("big"))
 		})
 	}
 }

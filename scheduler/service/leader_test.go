@@ -124,7 +124,7 @@ func TestLostLockStopsLeading(t *testing.T) {
 	s.loop.reconcile(t.Context()) // a pass of the old loop that was still running
 	must.Eq(t, registers, f.registers)
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
-	must.StrContains(t, s.loop.pending[key("second")], ErrNotLeader.Error())
+	must.StrContains(t, s.loop.answers.pending[key("second")], ErrNotLeader.Error())
 }
 
 // A renewal that hangs (Nomad unreachable) does not keep the replica

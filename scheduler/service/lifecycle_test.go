@@ -39,7 +39,7 @@ func placedFirst(t *testing.T, j *api.Job, nodes ...*api.Node) (*fakeNomad, *Ser
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
 	rec, ok := pin.ParseRecord(f.jobs[*j.ID], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key(*j.ID)]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key(*j.ID)]))
 	return f, s, rec
 }
 
@@ -53,7 +53,7 @@ func twoDGX1(t *testing.T) []*api.Node {
 func stageOf(s *Service, id string) lifecycle.Result {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.loop.stages[key(id)]
+	return s.loop.answers.stages[key(id)]
 }
 
 // Scaled past its pin (nomad job scale, the Autoscaler), a group is pinned
@@ -204,7 +204,7 @@ func TestParameterizedParentIsPinnedToAPool(t *testing.T) {
 	must.Eq(t, registers, f.registers, must.Sprint("no child is ever registered"))
 	for _, c := range children {
 		must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, c).State, must.Sprint(stageOf(s, c).Why))
-		must.StrContains(t, s.loop.pending[key(c)], "inside its parent's pool")
+		must.StrContains(t, s.loop.answers.pending[key(c)], "inside its parent's pool")
 	}
 	must.Eq(t, 0, len(s.state.Snapshot(nil, nil).HeldFor), must.Sprint("children hold nothing"))
 	for i, c := range children[:4] {
@@ -213,7 +213,7 @@ func TestParameterizedParentIsPinnedToAPool(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, lifecycle.Running, stageOf(s, children[0]).State, must.Sprint(stageOf(s, children[0]).Why))
-	must.MapNotContainsKey(t, s.loop.pending, key(children[0]))
+	must.MapNotContainsKey(t, s.loop.answers.pending, key(children[0]))
 	must.Eq(t, lifecycle.PinnedUnplaced, stageOf(s, children[4]).State)
 	must.Eq(t, registers, f.registers)
 
@@ -247,7 +247,7 @@ func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
 	registers := f.registers
 	s.loop.reconcile(t.Context())
 	must.Eq(t, registers, f.registers, must.Sprint("no pin attempted"))
-	must.StrContains(t, s.loop.pending[key(*child.ID)], "dispatch it again")
+	must.StrContains(t, s.loop.answers.pending[key(*child.ID)], "dispatch it again")
 	must.Eq(t, lifecycle.Waiting, stageOf(s, *child.ID).State)
 	st, ok := s.loop.jobStatus("default", *child.ID, "default")
 	must.True(t, ok)
@@ -323,7 +323,7 @@ func TestNewVersionsSharesAreHeldUntilReplaced(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	other, ok := pin.ParseRecord(f.jobs["other"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("other")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("other")]))
 	for _, sh := range other.Shares {
 		must.SliceNotContains(t, grown.Shares, sh, must.Sprint("given a share q's new version is pinned to"))
 	}
@@ -347,7 +347,7 @@ func TestUnchangedOnAnIneligibleNodeKeepsItsPin(t *testing.T) {
 	f.put(gated("q", 25))
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.loop.pending[key("q")]))
+	must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.loop.answers.pending[key("q")]))
 	must.Eq(t, first, pinOf(t, f.jobs["q"]))
 	must.EqOp(t, 0.0, restartsCounted(t, s)) // every reason a series, at 0
 }
@@ -412,7 +412,7 @@ func TestJobDistinctHostsKeepsGroupsApart(t *testing.T) {
 		}
 		g, okG := pin.ParseRecord(f.jobs["pair"], "g")
 		h, okH := pin.ParseRecord(f.jobs["pair"], "h")
-		must.True(t, okG && okH, must.Sprintf("together=%v: %v", together, s.loop.pending))
+		must.True(t, okG && okH, must.Sprintf("together=%v: %v", together, s.loop.answers.pending))
 		must.NotEq(t, g.Nodes, h.Nodes, must.Sprintf("together=%v", together))
 	}
 }
@@ -429,7 +429,7 @@ func TestParameterizedParentWithoutAPoolSaysWhy(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.Eq(t, registers, f.registers, must.Sprint("nothing registered"))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["huge"]))
-	must.StrContains(t, s.loop.pending[key("huge")], "no pool of GPUs for its dispatched children")
+	must.StrContains(t, s.loop.answers.pending[key("huge")], "no pool of GPUs for its dispatched children")
 	st, ok := s.loop.jobStatus("default", "huge", "default")
 	must.True(t, ok)
 	must.Eq(t, "pending", st.Groups[0].State)

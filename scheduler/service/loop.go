@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"maps"
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
@@ -10,7 +9,6 @@ import (
 	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/interference"
-	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -21,9 +19,9 @@ import (
 // to do, and acts on Nomad (pins.go, moves.go, introspect.go). It also
 // learns profiles (observe.go) and answers the API's view (view.go).
 // Its fields but dirty are guarded by the model's lock (cluster.mu); the
-// types it composes for a concern (refusals, staging, introspection,
-// preemptions) own their per-group maps and say in their comment which
-// lock guards each. What it keeps per group beyond what
+// types it composes for a concern (refusals, answers, staging,
+// introspection, preemptions) own their per-group maps and say in their
+// comment which lock guards each. What it keeps per group beyond what
 // lifecycle.Reconcile reads and returns is listed, with why, in doc.go.
 type loop struct {
 	*cluster
@@ -37,16 +35,11 @@ type loop struct {
 	metrics *metrics
 	now     func() time.Time
 
-	pending map[decide.Key]string    // why each group waits
-	pinned  map[decide.Key]time.Time // when each group was pinned (unconfirmed)
-	// why each pinned group was placed where it is: the placement core's
-	// reason, kept out of the signed meta (it depends on the cluster's
-	// state, and the meta must not change when the decision does not)
-	why map[decide.Key]string
-	// stages are where the last pass found each group in its job's life
-	// (lifecycle.Reconcile), for the API and the restart counts: read
-	// from Nomad every pass, never kept across passes
-	stages map[decide.Key]lifecycle.Result
+	pinned map[decide.Key]time.Time // when each group was pinned (unconfirmed)
+	// answers are the last pass's answers per group for the API: why
+	// groups wait and their places in the queue, why pinned ones are
+	// where they are, their stages (answers.go)
+	answers answers
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string
@@ -86,9 +79,6 @@ type loop struct {
 	// (preemptions.go)
 	preempted   stopping
 	preemptions preemptionLog
-	// positions are the queue places the last pass gave the groups it
-	// left waiting
-	positions map[decide.Key]queuePos
 	// decided is the model index the last finished pass read (Health)
 	decided uint64
 	// observations of groups running alone, by group key
@@ -162,7 +152,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 	m *metrics, now func() time.Time, intro *introspection) *loop {
 	return &loop{
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
-		pending: map[decide.Key]string{}, pinned: map[decide.Key]time.Time{}, why: map[decide.Key]string{},
+		pinned: map[decide.Key]time.Time{}, answers: newAnswers(&c.mu),
 		refusals:  newRefusals(&c.mu),
 		preempted: stopping{}, observations: map[string][]interference.Observation{},
 		dirty: make(chan struct{}, 1), intro: intro,
@@ -200,12 +190,12 @@ func (s *loop) markDirty() {
 // caller holds s.mu.
 
 func (s *loop) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {
-	return s.pending, s.refusals.refusedGroups(), s.why
+	pending, placed = s.answers.notes()
+	return pending, s.refusals.refusedGroups(), placed
 }
 
 func (s *loop) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
-	s.pending = pending
-	maps.Copy(s.why, placed)
+	s.answers.readNotes(pending, placed)
 	s.refusals.readFrom(pending, refused)
 }
 

@@ -88,7 +88,7 @@ func TestLostNodeRepinTakesTheSurvivorsShares(t *testing.T) {
 				return
 			}
 			must.SliceNotContains(t, again.Nodes, lost)
-			must.SliceContains(t, again.Nodes, kept, must.Sprintf("not pinned again on the survivor's shares: %s", s.loop.pending[key("pair")]))
+			must.SliceContains(t, again.Nodes, kept, must.Sprintf("not pinned again on the survivor's shares: %s", s.loop.answers.pending[key("pair")]))
 		})
 	}
 }

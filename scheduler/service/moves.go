@@ -160,7 +160,7 @@ func (s *loop) countRestarts(orig *api.Job, a decide.Action, rec *pin.Record, re
 	}
 	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
 	s.mu.Lock()
-	stage := s.stages[a.Group]
+	stage, _ := s.answers.stage(a.Group)
 	s.mu.Unlock()
 	switch {
 	case stage.Do == lifecycle.Grow:

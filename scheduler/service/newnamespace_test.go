@@ -72,7 +72,7 @@ func TestAJobInANewNamespaceIsPlacedWithinAPass(t *testing.T) {
 	f.mu.Lock()
 	_, pinned := pin.ParseRecord(f.jobs["fresh"], "g")
 	f.mu.Unlock()
-	must.True(t, pinned, must.Sprint(w.s.loop.pending[decide.Key{Namespace: "team-new", Job: "fresh", Group: "g"}]))
+	must.True(t, pinned, must.Sprint(w.s.loop.answers.pending[decide.Key{Namespace: "team-new", Job: "fresh", Group: "g"}]))
 }
 
 // A token that may not list namespaces (or a Nomad that fails to) costs
@@ -98,5 +98,5 @@ func TestNamespacesNomadWillNotListCostOnlyTheWatch(t *testing.T) {
 	f.mu.Lock()
 	_, pinned := pin.ParseRecord(f.jobs["here"], "g")
 	f.mu.Unlock()
-	must.True(t, pinned, must.Sprint(w.s.loop.pending[decide.Key{Namespace: "default", Job: "here", Group: "g"}]))
+	must.True(t, pinned, must.Sprint(w.s.loop.answers.pending[decide.Key{Namespace: "default", Job: "here", Group: "g"}]))
 }

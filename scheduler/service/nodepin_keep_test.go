@@ -42,7 +42,7 @@ func TestANodePinnedGroupRegisteredAgainUnchangedKeepsItsPin(t *testing.T) {
 			f.put(gated("q", 25))
 			must.NoError(t, s.watcher.resync(t.Context()))
 			s.loop.reconcile(t.Context())
-			must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.loop.pending[key("q")]))
+			must.SliceEmpty(t, pin.Gated(f.jobs["q"]), must.Sprint(s.loop.answers.pending[key("q")]))
 			must.Eq(t, first, pinOf(t, f.jobs["q"]), must.Sprint("decided anew: Nomad replaces what runs"))
 			must.EqOp(t, 0.0, restartsCounted(t, s))
 		})

@@ -297,7 +297,7 @@ func TestANodePinsOwnLimitIsNotAJobRule(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	grown, ok := s.state.Record(f.jobs["web"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("web")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("web")]))
 	must.Eq(t, 3, grown.Count)
 	must.Eq(t, 3, grown.PerNode, must.Sprint("three on the one node: the limit follows the decision"))
 
@@ -311,5 +311,5 @@ func TestANodePinsOwnLimitIsNotAJobRule(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	_, ok = pin.ParseRecord(f.jobs["own"], "g")
 	must.False(t, ok)
-	must.StrContains(t, s.loop.pending[key("own")], "distinct_property")
+	must.StrContains(t, s.loop.answers.pending[key("own")], "distinct_property")
 }

@@ -75,7 +75,7 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 		f := scenario()
 		s := withConfig(t, f, nil)
 		must.Nil(t, pinned(f, "new"))
-		must.StrContains(t, s.loop.pending[key("new")], "interference bound")
+		must.StrContains(t, s.loop.answers.pending[key("new")], "interference bound")
 		f = scenario()
 		withConfig(t, f, func(c *config.Config) { c.ProductionMaxSlowdown = 0.9 })
 		must.NotNil(t, pinned(f, "new"))
@@ -93,7 +93,7 @@ func TestEveryOptionChangesADecision(t *testing.T) {
 		f := scenario()
 		s := withConfig(t, f, nil)
 		must.Nil(t, pinned(f, "new"))
-		must.StrContains(t, s.loop.pending[key("new")], "tiny-inference")
+		must.StrContains(t, s.loop.answers.pending[key("new")], "tiny-inference")
 		f = scenario()
 		withConfig(t, f, func(c *config.Config) {
 			c.Profiles = []config.Profile{{Name: "tiny-inference", SMUtil: 0.05, MemBW: 0.05}}

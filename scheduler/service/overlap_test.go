@@ -60,7 +60,7 @@ func TestAPeriodicChildNomadWouldNotHaveLaunchedIsStopped(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	_, pinned = pin.ParseRecord(f.jobs[*next.ID], "g")
-	must.True(t, pinned, must.Sprint(s.loop.pending[key(*next.ID)]))
+	must.True(t, pinned, must.Sprint(s.loop.answers.pending[key(*next.ID)]))
 	must.Eq(t, []string{*onTime.ID}, f.holdsStopped)
 
 	// a parent that allows overlap: its children run side by side

@@ -312,7 +312,7 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 			pin.Sign(tg, sig)
 		}
 	}
-	s.why[a.Group] = rec.Reason
+	s.answers.place(a.Group, rec.Reason)
 	s.mu.Unlock()
 	return rec, c, nil
 }

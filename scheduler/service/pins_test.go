@@ -130,7 +130,7 @@ func TestPinsOfAPassAreSentConcurrently(t *testing.T) {
 			must.False(t, twice, must.Sprintf("share %s pinned to %s and %s", sh, other, id))
 			pinned[sh] = id
 		}
-		must.MapNotContainsKey(t, s.loop.pending, key(id))
+		must.MapNotContainsKey(t, s.loop.answers.pending, key(id))
 	}
 	// the model holds the pinned versions without reading them back (one
 	// read per pin, before it): the next pass pins nothing again
@@ -149,13 +149,13 @@ func TestFailedConcurrentPinBacksOffItsGroupOnly(t *testing.T) {
 	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(b.jobs["job-02"]))
-	must.StrContains(t, s.loop.pending[key("job-02")], "retrying in 2s")
+	must.StrContains(t, s.loop.answers.pending[key("job-02")], "retrying in 2s")
 	must.MapLen(t, 1, s.loop.refusals.retries)
 	must.MapContainsKey(t, s.loop.refusals.retries, key("job-02"))
 	for i := range n {
 		if id := fmt.Sprintf("job-%02d", i); id != "job-02" {
 			must.SliceEmpty(t, pin.Gated(b.jobs[id]), must.Sprintf("job %s pinned", id))
-			must.MapNotContainsKey(t, s.loop.pending, key(id))
+			must.MapNotContainsKey(t, s.loop.answers.pending, key(id))
 		}
 	}
 }
@@ -178,7 +178,7 @@ func TestLostLeaseStopsTheRemainingPins(t *testing.T) {
 			continue
 		}
 		notSent++
-		must.StrContains(t, s.loop.pending[key(id)], ErrNotLeader.Error())
+		must.StrContains(t, s.loop.answers.pending[key(id)], ErrNotLeader.Error())
 	}
 	must.Eq(t, n-pinsInFlight, notSent)
 	must.MapEmpty(t, s.loop.refusals.retries, must.Sprint("a pin not sent is no failure to back off from"))

@@ -144,7 +144,7 @@ func TestUsersChangedVersionIsNeverPromoted(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	next, ok := pin.ParseRecord(f.jobs["mine"], "g")
-	must.True(t, ok, must.Sprint(s.loop.pending[key("mine")]))
+	must.True(t, ok, must.Sprint(s.loop.answers.pending[key("mine")]))
 	sc := &promoteScene{f: f, s: s, d: canaryDeployed(t, f, "mine", next)}
 	sc.healthy()
 	for range 3 {

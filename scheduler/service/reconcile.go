@@ -113,13 +113,9 @@ func (s *loop) reconcile(ctx context.Context) {
 	promoting := s.promoter().promote(ctx, r.promotions)
 	s.mu.Lock()
 	for k, why := range promoting { // said in the groups' lifecycle reason
-		if st, ok := s.stages[k]; ok {
-			st.Why = why
-			s.stages[k] = st
-		}
+		s.answers.sayStage(k, why)
 	}
-	s.pending = pending
-	s.positions = positions
+	s.answers.publish(pending, positions)
 	s.decided = read
 	waiting, refused := 0, 0
 	for k := range pending {
@@ -236,7 +232,7 @@ func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape
 	case decide.Wait:
 		s.metrics.decisions.WithLabelValues("refused").Inc()
 		pending[a.Group] = a.Reason
-		if st, ok := s.stages[a.Group]; ok && st.Beside {
+		if st, ok := s.answers.stage(a.Group); ok && st.Beside {
 			pending[a.Group] = "its new version is deployed with canaries, which need room beside the running allocations (Nomad keeps those until the deployment is promoted); " + a.Reason
 		}
 		if why := s.nomadSaid[a.Group]; why != "" {

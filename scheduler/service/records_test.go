@@ -91,7 +91,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 		job, k := longGroup(i)
 		s.state.PutJob(job)
 		keys = append(keys, k)
-		s.loop.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
+		s.loop.answers.pending[k] = strings.Repeat("waits ", 100) // cut at maxReason
 		s.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.123456789, MemBW: 0.987654321})
 		s.loop.preempted[fmt.Sprintf("%08d-1111-2222-3333-444444444444", i)] = now
 		s.records.submitted[model.JobKey(k.Namespace, k.Job)] = submitted{index: *job.JobModifyIndex, at: now.UnixNano()}
@@ -105,7 +105,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	huge.ModifyIndex = ptr(uint64(groups + 1))
 	s.state.PutJob(huge)
 	hugeKey := model.KeyOf(huge, "g")
-	s.loop.pending[hugeKey] = "waits"
+	s.loop.answers.pending[hugeKey] = "waits"
 	s.mu.Unlock()
 	s.records.saveState(t.Context())
 
@@ -128,8 +128,8 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.Greater(t, 1, shards["submitted"])
 
 	next := clocked(t, f, &now)
-	must.MapLen(t, groups, next.loop.pending)
-	must.MapNotContainsKey(t, next.loop.pending, hugeKey)
+	must.MapLen(t, groups, next.loop.answers.pending)
+	must.MapNotContainsKey(t, next.loop.answers.pending, hugeKey)
 	must.MapLen(t, groups, next.state.Learned)
 	must.MapLen(t, groups, next.loop.preempted)
 	must.MapLen(t, groups, next.records.submitted)
@@ -137,7 +137,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.SliceLen(t, maxPairObs, next.loop.intro.rec.obs)
 	must.SliceLen(t, maxBadPairs, next.loop.intro.rec.bad)
 	for _, k := range keys[groups-3:] {
-		must.StrContains(t, next.loop.pending[k], "waits waits")
+		must.StrContains(t, next.loop.answers.pending[k], "waits waits")
 		must.True(t, next.loop.intro.know.Incompatible("Tesla V100-SXM2-16GB", learned(k), learned(keys[slices.Index(keys, k)-1])))
 	}
 
@@ -145,10 +145,10 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	s.mu.Lock()
 	for _, k := range keys[1:] {
 		s.state.DeleteJob(k.Namespace, k.Job)
-		delete(s.loop.pending, k)
+		delete(s.loop.answers.pending, k)
 	}
 	s.state.DeleteJob(hugeKey.Namespace, hugeKey.Job)
-	delete(s.loop.pending, hugeKey)
+	delete(s.loop.answers.pending, hugeKey)
 	clear(s.loop.preempted)
 	s.mu.Unlock()
 	now = now.Add(reasonsEvery)
@@ -159,7 +159,7 @@ func TestRecordsStayWithinNomadsLimit(t *testing.T) {
 	must.MapContainsKeys(t, f.vars, []string{reasonsKind.path(0), learnedKind.path(0), submittedKind.path(0)})
 	must.MapLen(t, 4, f.vars) // and the signing key: nothing else is left
 	again := clocked(t, f, &now)
-	must.MapLen(t, 1, again.loop.pending)
+	must.MapLen(t, 1, again.loop.answers.pending)
 	must.MapLen(t, 1, again.state.Learned)
 }
 
@@ -212,8 +212,8 @@ func TestOldRecordsAreRead(t *testing.T) {
 	}
 	now := time.Unix(1000, 0)
 	s := clocked(t, f, &now)
-	must.Eq(t, "old reason of the child", s.loop.pending[k])
-	must.Eq(t, "old reason of other", s.loop.pending[other])
+	must.Eq(t, "old reason of the child", s.loop.answers.pending[k])
+	must.Eq(t, "old reason of other", s.loop.answers.pending[other])
 	must.MapLen(t, 1, s.state.Learned)
 
 	s.loop.reconcile(t.Context()) // saves the records in the new layout
@@ -222,7 +222,7 @@ func TestOldRecordsAreRead(t *testing.T) {
 	must.MapContainsKey(t, f.vars, statePrefix+"reasons-00")
 	must.Eq(t, map[string]interference.Profile{k.String(): {Name: "learned", SM: 0.3, MemBW: 0.2}}, s.state.Learned)
 	next := clocked(t, f, &now)
-	must.MapContainsKey(t, next.loop.pending, k)
+	must.MapContainsKey(t, next.loop.answers.pending, k)
 	must.MapContainsKey(t, next.state.Learned, k.String())
 }
 

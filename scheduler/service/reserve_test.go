@@ -69,9 +69,9 @@ func TestReservationWithBackfilling(t *testing.T) {
 	s.loop.reconcile(t.Context())
 
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrContains(t, s.loop.pending[key("big")], "holds 1 node(s) expected to free within 2h0m0s")
+	must.StrContains(t, s.loop.answers.pending[key("big")], "holds 1 node(s) expected to free within 2h0m0s")
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["long"]))
-	must.StrContains(t, s.loop.pending[key("long")], "1 node(s) are held for default/big/g")
+	must.StrContains(t, s.loop.answers.pending[key("long")], "1 node(s) are held for default/big/g")
 	must.SliceEmpty(t, pin.Gated(f.jobs["short"]))
 	rec, ok := pin.ParseRecord(f.jobs["short"], "g")
 	must.True(t, ok)
@@ -88,7 +88,7 @@ func TestReservationsOff(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrNotContains(t, s.loop.pending[key("big")], "holds")
+	must.StrNotContains(t, s.loop.answers.pending[key("big")], "holds")
 	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
 
@@ -103,7 +103,7 @@ func TestNoReservationLongerThanTheJob(t *testing.T) {
 	s := newTestService(t, f)
 	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrNotContains(t, s.loop.pending[key("big")], "holds")
+	must.StrNotContains(t, s.loop.answers.pending[key("big")], "holds")
 	must.SliceEmpty(t, pin.Gated(f.jobs["long"]))
 }
 

@@ -34,16 +34,16 @@ func TestRefusedPinBacksOff(t *testing.T) {
 	}
 	pass(0)
 	must.Eq(t, 1, attempts())
-	must.StrContains(t, s.loop.pending[key("x")], "permission denied: the scheduler's token needs register-job (or submit-job) in namespace default")
-	must.StrContains(t, s.loop.pending[key("x")], "deploy/nomad/gpushare-scheduler.policy.hcl")
-	must.StrContains(t, s.loop.pending[key("x")], "retrying in 2s")
+	must.StrContains(t, s.loop.answers.pending[key("x")], "permission denied: the scheduler's token needs register-job (or submit-job) in namespace default")
+	must.StrContains(t, s.loop.answers.pending[key("x")], "deploy/nomad/gpushare-scheduler.policy.hcl")
+	must.StrContains(t, s.loop.answers.pending[key("x")], "retrying in 2s")
 	for range 5 { // passes every 300 ms within the 2 s
 		pass(300 * time.Millisecond)
 	}
 	must.Eq(t, 1, attempts())
 	pass(600 * time.Millisecond) // 2.1 s after the failure
 	must.Eq(t, 2, attempts())
-	must.StrContains(t, s.loop.pending[key("x")], "retrying in 4s")
+	must.StrContains(t, s.loop.answers.pending[key("x")], "retrying in 4s")
 	pass(3 * time.Second)
 	must.Eq(t, 2, attempts())
 	f.registerErr = nil // the operator fixed the token's policy
@@ -66,7 +66,7 @@ func TestHungRequestTimesOut(t *testing.T) {
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
 	returns(t, "the pass", func() { s.loop.reconcile(t.Context()) })
-	must.StrContains(t, s.loop.pending[key("x")], "context deadline exceeded; retrying in 2s")
+	must.StrContains(t, s.loop.answers.pending[key("x")], "context deadline exceeded; retrying in 2s")
 }
 
 // returns runs f and fails the test if it has not returned within a few
@@ -102,7 +102,7 @@ func TestBlockedPinDoesNotStopOthers(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["free"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["stuck"]))
-	must.StrContains(t, s.loop.pending[key("stuck")], "deadline exceeded")
+	must.StrContains(t, s.loop.answers.pending[key("stuck")], "deadline exceeded")
 }
 
 func TestRetriedReads(t *testing.T) {
@@ -167,7 +167,7 @@ func TestAJobPurgedBeforeItsPinIsNotAnError(t *testing.T) {
 	f.mu.Unlock()
 	s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, pin.Gated(f.jobs["x"]))
-	must.StrContains(t, s.loop.pending[key("gone")], "the job is gone")
+	must.StrContains(t, s.loop.answers.pending[key("gone")], "the job is gone")
 	must.MapEmpty(t, s.loop.refusals.retries)
 	must.StrNotContains(t, logs.String(), "[ERROR]")
 	must.StrContains(t, logs.String(), "the job is gone since it was decided")

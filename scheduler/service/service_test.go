@@ -428,7 +428,7 @@ func TestReconcilePinsGatedGroups(t *testing.T) {
 	must.True(t, ok)
 	must.SliceLen(t, 200, rec.Shares)
 	must.Eq(t, "", rec.Reason) // why lives in the scheduler's records, not the meta
-	must.StrContains(t, s.loop.why[decide.Key{Namespace: "default", Job: "pair", Group: "g"}], "NV2 pair")
+	must.StrContains(t, s.loop.answers.placed[decide.Key{Namespace: "default", Job: "pair", Group: "g"}], "NV2 pair")
 	q, _ := pin.ParseRecord(f.jobs["quarter"], "g")
 	must.SliceLen(t, 25, q.Shares)
 	// no share is pinned twice
@@ -458,7 +458,7 @@ func TestReconcileKeepsAConcurrentEdit(t *testing.T) {
 	must.Eq(t, 1, f.registers)
 	must.Eq(t, "alice", f.jobs["edited"].TaskGroups[0].Meta["owner"])
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["edited"])) // not pinned over the edit
-	must.MapContainsKey(t, s.loop.pending, key("edited"))
+	must.MapContainsKey(t, s.loop.answers.pending, key("edited"))
 
 	s.loop.reconcile(t.Context()) // the next pass decides on the new version
 	must.SliceEmpty(t, pin.Gated(f.jobs["edited"]))
@@ -476,13 +476,13 @@ func TestReconcileExplainsWhyAGroupWaits(t *testing.T) {
 	s := newTestService(t, f)
 	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["big"]))
-	must.StrContains(t, s.loop.pending[key("big")], "needs 8 free GPUs")
+	must.StrContains(t, s.loop.answers.pending[key("big")], "needs 8 free GPUs")
 	// where it stands: 2 minutes waited of the 1h default run time
-	must.StrContains(t, s.loop.pending[key("big")], "; position 1 of 2 in the queue (response ratio 1.03)")
+	must.StrContains(t, s.loop.answers.pending[key("big")], "; position 1 of 2 in the queue (response ratio 1.03)")
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/jobs/big", nil))
 	must.StrContains(t, rr.Body.String(), `"state": "pending"`)
-	must.NotEq(t, "", s.loop.pending[key("bad")])
+	must.NotEq(t, "", s.loop.answers.pending[key("bad")])
 	rr = httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, apiRequest("GET", "/metrics", nil))
 	must.StrContains(t, rr.Body.String(), "gpushare_oldest_pending_seconds 120")
@@ -495,8 +495,8 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	f.put(gated("huge", 1600))
 	s := newTestService(t, f)
 	s.loop.reconcile(t.Context())
-	must.StrContains(t, s.loop.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
-	must.StrContains(t, s.loop.pending[key("huge")], "can never hold it")
+	must.StrContains(t, s.loop.answers.pending[key("huge")], "needs 16 GPUs of any model on one node; the largest node has 8")
+	must.StrContains(t, s.loop.answers.pending[key("huge")], "can never hold it")
 	must.MapContainsKey(t, s.loop.refusals.forGood, key("huge"))
 	rr := httptest.NewRecorder()
 	s.Handler().ServeHTTP(rr, apiRequest("GET", "/v1/groups", nil))
@@ -507,7 +507,7 @@ func TestRefusedForGoodUntilTheClusterChanges(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	s.loop.reconcile(t.Context())
 	must.Eq(t, 1.0, counterValue(t, s, `gpushare_decisions_total{outcome="never"}`)) // decided once
-	must.StrContains(t, s.loop.pending[key("huge")], "can never hold it")
+	must.StrContains(t, s.loop.answers.pending[key("huge")], "can never hold it")
 
 	// a second DGX-1 joins: still too large for one node, decided again
 	n2 := dgx1(t)

@@ -55,7 +55,7 @@ func TestDistinctPropertyKeepsEveryAllocationApart(t *testing.T) {
 		s.loop.reconcile(t.Context())
 		_, ok := pin.ParseRecord(f.jobs["web"], "g")
 		must.False(t, ok)
-		must.StrContains(t, s.loop.pending[key("web")], "distinct_property ${meta.rack} allows 1 allocation(s) per value")
+		must.StrContains(t, s.loop.answers.pending[key("web")], "distinct_property ${meta.rack} allows 1 allocation(s) per value")
 	})
 }
 

@@ -86,7 +86,7 @@ func TestRecordsSurviveAFailover(t *testing.T) {
 	must.MapContainsKey(t, f.vars, "gpushare/state/learned")
 
 	next := loadedService(t, f)
-	must.StrContains(t, next.loop.pending[key("big")], "position")
+	must.StrContains(t, next.loop.answers.pending[key("big")], "position")
 	must.Eq(t, interference.Profile{Name: "learned", SM: 0.42, MemBW: 0.17}, next.state.Learned["default/x/g"])
 	_, trusted := next.state.Record(f.jobs["x"], "g")
 	must.True(t, trusted)
@@ -142,8 +142,8 @@ func TestVirtualClusterClaims(t *testing.T) {
 	s := withConfig(t, f, func(c *config.Config) {
 		c.VCs = []config.VirtualCluster{{Name: "research", Namespaces: []string{"team-a"}, Cells: []config.Cell{{GPUs: 2, Count: 1}}}}
 	})
-	must.StrContains(t, s.loop.pending[decide.Key{Namespace: "default", Job: "unknown", Group: "g"}], `gpushare.vc = "nobody" names no virtual cluster of this scheduler (it has: research)`)
-	must.StrContains(t, s.loop.pending[decide.Key{Namespace: "team-b", Job: "outsider", Group: "g"}], `virtual cluster "research" is bound to namespaces team-a; a job of namespace team-b cannot claim it`)
+	must.StrContains(t, s.loop.answers.pending[decide.Key{Namespace: "default", Job: "unknown", Group: "g"}], `gpushare.vc = "nobody" names no virtual cluster of this scheduler (it has: research)`)
+	must.StrContains(t, s.loop.answers.pending[decide.Key{Namespace: "team-b", Job: "outsider", Group: "g"}], `virtual cluster "research" is bound to namespaces team-a; a job of namespace team-b cannot claim it`)
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["unknown"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["outsider"]))
 	must.SliceEmpty(t, pin.Gated(f.jobs["member"]))
@@ -176,5 +176,5 @@ func TestRecordsOfPurgedJobsGo(t *testing.T) {
 	must.MapEmpty(t, s.loop.refusals.forGood)
 	must.MapEmpty(t, s.loop.refusals.retries)
 	must.MapEmpty(t, s.state.Learned)
-	must.MapEmpty(t, s.loop.pending)
+	must.MapEmpty(t, s.loop.answers.pending)
 }

@@ -179,7 +179,7 @@ func TestRestartedSchedulerKeepsAReRegisteredGroup(t *testing.T) {
 
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
-	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["q"], "g")], "reading the pin")
+	must.StrContains(t, s.loop.answers.pending[model.KeyOf(f.jobs["q"], "g")], "reading the pin")
 	s.loop.reconcile(t.Context())
 	must.Eq(t, want, pinOf(t, f.jobs["q"]))
 }
@@ -192,12 +192,12 @@ func TestPlacementReasonSurvivesAFailover(t *testing.T) {
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
 	key := model.KeyOf(f.jobs["pair"], "g")
-	must.StrContains(t, s.loop.why[key], "NV2 pair")
+	must.StrContains(t, s.loop.answers.placed[key], "NV2 pair")
 	next := loadedService(t, f)
 	st, ok := next.loop.jobStatus("default", "pair", "default")
 	must.True(t, ok)
 	must.Eq(t, "pinned", st.Groups[0].State)
-	must.Eq(t, s.loop.why[key], st.Groups[0].Placement.Reason)
+	must.Eq(t, s.loop.answers.placed[key], st.Groups[0].Placement.Reason)
 }
 
 // A signed pin counts only for the request it was made for: a pinned

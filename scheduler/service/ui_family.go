@@ -138,7 +138,7 @@ func (s *loop) childrenOf(ns, parent string) ([]webui.Child, int) {
 					c.Failed++
 				}
 			}
-			if why := s.pending[model.KeyOf(j, *tg.Name)]; why != "" && c.Waits == "" {
+			if why := s.answers.waits(model.KeyOf(j, *tg.Name)); why != "" && c.Waits == "" {
 				c.Waits = why
 			}
 		}

@@ -87,7 +87,7 @@ func TestUIShowsTheMapAndTheQueue(t *testing.T) {
 	must.StrNotContains(t, body, "<script>alert")
 	must.StrContains(t, body, "<td class=\"pos\">1 of 2</td>")
 	must.StrContains(t, body, `<a href="/ui/jobs/big?namespace=default">big</a>/g`)
-	must.StrContains(t, body, s.loop.pending[key("big")])
+	must.StrContains(t, body, s.loop.answers.pending[key("big")])
 	must.StrContains(t, body, "position 1 of 2") // the queue this pass decided: big, then quarter (placed)
 
 	// /v1/groups says the place too

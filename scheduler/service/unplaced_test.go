@@ -90,7 +90,7 @@ func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
 	must.True(t, s.state.Pinned(f.jobs["x"], "g"))
 	s.state.PutEval(failedEval(f, "x"))
 	s.loop.reconcile(t.Context())
-	why := s.loop.pending[model.KeyOf(f.jobs["x"], "g")]
+	why := s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")]
 	must.StrContains(t, why, "${attr.kernel.name} = plan9")
 	must.StrContains(t, why, "could not be placed")
 	st, found := s.loop.jobStatus("default", "x", "default")
@@ -142,8 +142,8 @@ func TestTwoWholeGPUsOnOneNodeWaitWithTheRule(t *testing.T) {
 	s.loop.reconcile(t.Context())
 	key := model.KeyOf(f.jobs["two"], "g")
 	must.MapNotContainsKey(t, s.loop.refusals.forGood, key)
-	must.StrContains(t, s.loop.pending[key], "at most one whole-GPU allocation of a group per node")
-	must.StrContains(t, s.loop.pending[key], "split it into groups of count 1")
+	must.StrContains(t, s.loop.answers.pending[key], "at most one whole-GPU allocation of a group per node")
+	must.StrContains(t, s.loop.answers.pending[key], "split it into groups of count 1")
 }
 
 // A pin Nomad could not place only because its shares were still held (an
@@ -194,7 +194,7 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 		}
 	}
 	must.MapLen(t, 2, seen)
-	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+	must.StrContains(t, s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
 
 	// what Nomad refused (a port, a disk: what the scheduler does not
 	// model) may have gone: refusedFor later the group is pinned again
@@ -205,7 +205,7 @@ func TestRefusedPinsAvoidEveryRefusedNode(t *testing.T) {
 	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint("within refusedFor: still waits"))
 	s.loop.now = func() time.Time { return time.Unix(1000, 0).Add(refusedFor) }
 	s.loop.reconcile(t.Context())
-	must.Greater(t, version, *f.jobs["x"].Version, must.Sprint(s.loop.pending[model.KeyOf(f.jobs["x"], "g")]))
+	must.Greater(t, version, *f.jobs["x"].Version, must.Sprint(s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")]))
 }
 
 // A pin Nomad could not place because its node's ports (which the
@@ -217,7 +217,7 @@ func TestAPinOnATakenPortIsDecidedAgain(t *testing.T) {
 		DimensionExhausted: map[string]int{"network: port collision": 1}}
 	s.state.PutEval(ev)
 	s.loop.reconcile(t.Context())
-	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "port collision")
+	must.StrContains(t, s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")], "port collision")
 }
 
 // A scheduler that starts after Nomad failed to place a pin lists Nomad's
@@ -230,7 +230,7 @@ func TestFailedEvaluationsAreListedOnStart(t *testing.T) {
 	f.evals = append(f.evals, failedEval(f, "x"))
 	s := loadedService(t, f)
 	s.loop.reconcile(t.Context())
-	must.StrContains(t, s.loop.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
+	must.StrContains(t, s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")], "could not be placed")
 }
 
 // On a mixed cluster Nomad counts the nodes that lack the job's driver or
@@ -249,7 +249,7 @@ func TestAPinWaitingForItsSharesOnAMixedClusterKeepsThem(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.state.PutEval(ev)
 	s.loop.reconcile(t.Context())
-	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint(s.loop.pending[model.KeyOf(f.jobs["x"], "g")]))
+	must.Eq(t, version, *f.jobs["x"].Version, must.Sprint(s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")]))
 	_, failed := s.state.NomadFailed(f.jobs["x"], "g")
 	must.False(t, failed)
 }

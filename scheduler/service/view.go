@@ -1,7 +1,6 @@
 package service
 
 import (
-	"maps"
 	"slices"
 	"strings"
 
@@ -78,7 +77,7 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 		}
 		gs.Unpaired = s.unpairedOf(key)
 		gs.Elastic = s.elastic.statusOf(key)
-		if st, ok := s.stages[key]; ok {
+		if st, ok := s.answers.stage(key); ok {
 			gs.Lifecycle, gs.LifecycleWhy = string(st.State), st.Why
 		}
 		for _, a := range s.state.GroupAllocs(ns, id, *tg.Name) {
@@ -90,19 +89,19 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 		switch rec, ok := s.state.Record(job, *tg.Name); {
 		case model.Template(job) && ok && job.IsParameterized() && !slices.Contains(gated, *tg.Name):
 			shown := *rec
-			shown.Reason = s.why[key]
+			shown.Reason = s.answers.placedWhy(key)
 			gs.State, gs.Placement = "template", &shown
 			gs.Reason = "a parameterized job pinned to a pool of GPUs (one allocation's worth per node): Nomad places each child dispatched from it inside the pool"
-		case model.Template(job) && job.IsParameterized() && s.pending[key] != "":
-			gs.State, gs.Reason = "pending", s.pending[key]
+		case model.Template(job) && job.IsParameterized() && s.answers.waits(key) != "":
+			gs.State, gs.Reason = "pending", s.answers.waits(key)
 		case model.Template(job):
 			gs.State, gs.Reason = "template", "a periodic or parameterized job: Nomad never places it, and gpushare never decides it; each child it launches or dispatches is a job of its own, decided as it comes"
 			if job.IsParameterized() {
 				gs.Reason = "a parameterized job: gpushare pins it to a pool of GPUs inside which Nomad places each dispatched child"
 			}
-		case slices.Contains(gated, *tg.Name) || s.pending[key] != "": // a pin Nomad could not place, or whose capacity is gone, waits too
+		case slices.Contains(gated, *tg.Name) || s.answers.waits(key) != "": // a pin Nomad could not place, or whose capacity is gone, waits too
 			gs.State = "pending"
-			gs.Reason = s.pending[key]
+			gs.Reason = s.answers.waits(key)
 			if _, never := s.refusals.refusedForGood(key); never {
 				gs.State = "refused"
 			}
@@ -111,7 +110,7 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 			}
 		case ok:
 			shown := *rec
-			shown.Reason = s.why[key] // the meta says where, the records why
+			shown.Reason = s.answers.placedWhy(key) // the meta says where, the records why
 			gs.State, gs.Placement = "pinned", &shown
 		default:
 			gs.Reason = s.unmanagedWhy(tg, gs.Lifecycle, gs.LifecycleWhy)
@@ -144,15 +143,16 @@ func (s *loop) waiting() []Waiting {
 	managed := s.namespaces()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]Waiting, 0, len(s.pending))
-	for _, k := range slices.SortedFunc(maps.Keys(s.pending), decide.Key.Compare) {
+	groups := s.answers.waitingGroups()
+	out := make([]Waiting, 0, len(groups))
+	for _, k := range groups {
 		if !managed.has(k.Namespace) {
 			continue
 		}
-		w := Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: "pending", Reason: s.pending[k]}
+		w := Waiting{Namespace: k.Namespace, Job: k.Job, Group: k.Group, State: "pending", Reason: s.answers.waits(k)}
 		if _, never := s.refusals.refusedForGood(k); never {
 			w.State = "refused"
-		} else if p, ok := s.positions[k]; ok {
+		} else if p, ok := s.answers.position(k); ok {
 			w.Position, w.Of = p.Position, p.Of
 		}
 		out = append(out, w)

@@ -109,7 +109,7 @@ func TestNoPreemptionAcrossNamespaces(t *testing.T) {
 	must.Eq(t, registers, f.registers)
 	must.SliceEmpty(t, pin.Gated(f.jobs["scavenger"]))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["urgent"]))
-	must.StrContains(t, s.loop.pending[key("urgent")], "position 1 of 1")
+	must.StrContains(t, s.loop.answers.pending[key("urgent")], "position 1 of 1")
 }
 
 // A virtual cluster counts only the allocations of the namespaces it
@@ -151,7 +151,7 @@ func TestVirtualClusterCountsOnlyWhatItAdmitsAndSigned(t *testing.T) {
 			must.MapEmpty(t, snap.VCUsage("research"))
 
 			s.loop.reconcile(t.Context())
-			must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.loop.pending[decide.Key{Namespace: "research", Job: "tenant", Group: "g"}]))
+			must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.loop.answers.pending[decide.Key{Namespace: "research", Job: "tenant", Group: "g"}]))
 		})
 	}
 }
@@ -188,7 +188,7 @@ func TestVirtualClusterIgnoresAVCEditedAfterThePin(t *testing.T) {
 	must.MapEmpty(t, snap.VCUsage("research"))
 
 	s.loop.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.loop.pending[key("tenant")]))
+	must.SliceEmpty(t, pin.Gated(f.jobs["tenant"]), must.Sprint(s.loop.answers.pending[key("tenant")]))
 	placed, _ := pin.ParseRecord(f.jobs["tenant"], "g")
 	must.Eq(t, "research", placed.VC)
 	// and the tenant's allocation, once it runs, counts for research
@@ -242,13 +242,13 @@ func TestQuotaShortageWaitsUntilTheQuotaFrees(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["second"]))
-	must.StrContains(t, s.loop.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
-	must.StrContains(t, s.loop.pending[key("second")], "uses 1.00 GPUs of its 1.00 GPUs")
+	must.StrContains(t, s.loop.answers.pending[key("second")], `the guaranteed capacity of virtual cluster "research" is in use`)
+	must.StrContains(t, s.loop.answers.pending[key("second")], "uses 1.00 GPUs of its 1.00 GPUs")
 	must.MapNotContainsKey(t, s.loop.refusals.forGood, key("second"))
 
 	f.index++
 	alloc.ClientStatus, alloc.ModifyIndex = "complete", f.index
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
-	must.SliceEmpty(t, pin.Gated(f.jobs["second"]), must.Sprint(s.loop.pending[key("second")]))
+	must.SliceEmpty(t, pin.Gated(f.jobs["second"]), must.Sprint(s.loop.answers.pending[key("second")]))
 }
