@@ -53,11 +53,14 @@ func TestInPlacePinsTakeNomadsGPUsForMultiGPU(t *testing.T) {
 	as := Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now}, c)
 	must.Eq(t, []string{"pin w"}, kinds(as))
 	must.True(t, as[0].Decision.InPlace)
+	must.True(t, as[0].Decision.PerGPU)
 	must.Eq(t, []int{1, 2, 3, 4}, idx(as[0].Decision))
 	must.Len(t, 400, as[0].Decision.Placements[0].Shares)
 	must.StrContains(t, as[0].Decision.Placements[0].Reason, "chosen by Nomad")
 
 	as = Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now}, cfg())
 	must.False(t, as[0].Decision.InPlace)
+	// a share pin, still one block per GPU (each names the policy's shares)
+	must.True(t, as[0].Decision.PerGPU)
 	must.NotEq(t, []int{1, 2, 3, 4}, idx(as[0].Decision))
 }

@@ -243,7 +243,8 @@ func (st *step) decide() []Action {
 		if len(g.Stay) > 0 { // in the snapshot already: named, not applied again
 			d.Placements = append(stayPlacements(g.Stay), d.Placements...)
 		}
-		d.InPlace = st.cfg.InPlacePins && st.snap.NomadChoosesGPU(d)
+		d.PerGPU = st.snap.NomadChoosesGPU(d)
+		d.InPlace = st.cfg.InPlacePins && d.PerGPU
 		if g.Apart != "" {
 			for _, p := range d.Placements {
 				apart[g.Apart] = append(apart[g.Apart], p.Node)

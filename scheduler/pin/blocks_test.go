@@ -158,3 +158,25 @@ func TestAParameterizedJobsSplitPinNamesItsSharesInEveryBlock(t *testing.T) {
 	must.Eq(t, Spec(user, "g"), Spec(j, "g"))
 	must.Eq(t, Digest(user, "g", "gpushare"), Digest(j, "g", "gpushare"))
 }
+
+// TestASharePinOnPerGPUNodesIsSplitToo: with node pins turned off
+// (in_place_pins = false) a decision of two GPUs per allocation on nodes
+// whose GPUs are each a device group is a share pin of two blocks, each
+// naming the shares; on other nodes one block.
+func TestASharePinOnPerGPUNodesIsSplitToo(t *testing.T) {
+	d := multiGPU(2, "n1")
+	d.InPlace, d.PerGPU = false, true
+	j := job(200)
+	rec, err := Pin(j, "g", d)
+	must.NoError(t, err)
+	must.Eq(t, "", rec.Contract)
+	must.Eq(t, 2, rec.Blocks)
+	must.Len(t, 2, blocksOfJob(j))
+
+	d.PerGPU = false
+	j = job(200)
+	rec, err = Pin(j, "g", d)
+	must.NoError(t, err)
+	must.Eq(t, 0, rec.Blocks)
+	must.Len(t, 1, blocksOfJob(j))
+}

@@ -71,7 +71,7 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		}
 		rec.Model, rec.ModelAs, rec.ModelOp = modelNamed(first)
 	}
-	if d.InPlace { // each GPU a device group: one block per GPU (blocks.go)
+	if d.InPlace || d.PerGPU { // each GPU a device group: one block per GPU (blocks.go)
 		most := 0
 		for _, p := range d.Placements {
 			most = max(most, len(p.GPUs))

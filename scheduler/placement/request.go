@@ -281,6 +281,12 @@ type Decision struct {
 	// checks in place. The decision step sets it when its configuration
 	// asks for such pins (decide.Config.InPlacePins).
 	InPlace bool `json:"in_place,omitempty"`
+	// PerGPU says Nomad keeps each allocation on the GPUs decided when
+	// asked one device block per GPU (Snapshot.NomadChoosesGPU: nodes whose
+	// plugin offers each GPU as a device group), whichever the pin: a pin
+	// of allocations of several GPUs then asks one block per GPU. The
+	// decision step sets it.
+	PerGPU bool `json:"per_gpu,omitempty"`
 
 	// on and gen: the snapshot and its version the decision was made on
 	// (placed.go)
