@@ -196,11 +196,22 @@ func runContract(t *testing.T, contract string) []contractResult {
 		add("one allocation of 2 GPUs", 0, map[bool]int{true: 0, false: 1}[ok], map[bool]string{true: "runs", false: "refused: " + why}[ok])
 
 		// the model named in the device block: per GPU no group is named
-		// after the model, and ${device.model} is the group's name
+		// after the model, and ${device.model} is the group's name; the
+		// pin writes it as a regexp both match (pin.ModelConstraint), once
 		e.register("named", map[string]any{"shares": 25, "model": "Tesla P100-PCIE-16GB"})
-		_, ok, why = e.settledOr(s, "named", 1, "no node the job's own rules allow")
-		add(`${device.model} = "<model>"`, 0, map[bool]int{true: 0, false: 1}[ok], map[bool]string{true: "runs", false: "waits: " + why}[ok])
-		must.Eq(t, !perGPU, ok)
+		before, ok, why := e.settledOr(s, "named", 1, "no node the job's own rules allow")
+		must.True(t, ok, must.Sprint(why))
+		restarts, note := 0, "runs"
+		if perGPU {
+			// and it scales in place, as any node pin
+			e.scale("named", 2)
+			after, ok2, why2 := e.settledOr(s, "named", 2, "")
+			must.True(t, ok2, must.Sprint(why2))
+			restarts = e.restarts("named", before, 1)
+			must.Eq(t, 0, restarts)
+			note = "runs; scale 1 -> 2 on " + strings.Join(nodesOf(after), ",") + ", the first kept"
+		}
+		add(`${device.model} = "<model>"`, restarts, 0, note)
 
 		// the workaround: the model attribute every per-GPU group has
 		if perGPU {

@@ -1,0 +1,98 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
+	"github.com/shoenig/test/must"
+)
+
+// TestMultiGPUOnPerGPUNodes: an allocation of two whole GPUs on nodes
+// whose plugin offers each GPU as a device group of its own and runs the
+// interposer (multi_gpu = "interposer"), through the real Nomad, plugin
+// and scheduler (issue 45). The scheduler pins it by node alone, asking
+// one device block per GPU; Nomad gives each block a GPU of its own; the
+// interposer puts the task's two GPUs back together (the fake driver sees
+// both UUIDs at cuInit, in index order), and a scale 1 -> 2 keeps the
+// first allocation running, as Nomad alone would. A request naming the
+// model scales in place too.
+func TestMultiGPUOnPerGPUNodes(t *testing.T) {
+	bin := buildInterposer(t)
+	cfg := fmt.Sprintf("device_groups = %q\nsharing = %q\ninterposer {\n  enabled = true\n  library = %q\n  state_dir = %q\n}\n",
+		devicefn.DeviceGroupsGPU, devicefn.SharingTimeslice, filepath.Join(bin, "libgpushare-cuda.so"), filepath.Join(bin, "reservations"))
+	e := newPCIeEnvWith(t, "gpushare-multigpu-", 70, cfg, "dc1", "dc1")
+	s := e.startScheduler("s1", "")
+	_ = s
+
+	j := e.parse("wide", map[string]any{"shares": 200, "model": "Tesla P100-PCIE-16GB"})
+	task := j.TaskGroups[0].Tasks[0]
+	task.Config["args"] = []string{"-c", bin + "/cuprog dlsym visible getenv:GPUSHARE_SHARES; exec sleep 3600"}
+	task.Env = map[string]string{"LD_LIBRARY_PATH": bin, "GPUSHARE_REAL_LIBCUDA": bin + "/libcuda.so.1"}
+	e.registerJob(j)
+	t.Cleanup(func() { e.stopJobs("wide") })
+	first := e.settled("wide", 1)
+
+	// pinned by node, one block of 100 shares per GPU
+	pinned, _, err := e.nomad.Jobs().Info("wide", nil)
+	must.NoError(t, err)
+	rec, ok := pin.ParseRecord(pinned, "g")
+	must.True(t, ok)
+	must.Eq(t, pin.ContractNode, rec.Contract)
+	must.Eq(t, 2, rec.Blocks)
+	devs := pinned.TaskGroups[0].Tasks[0].Resources.Devices
+	must.Len(t, 2, devs)
+	for _, d := range devs {
+		must.Eq(t, uint64(100), *d.Count)
+		must.Eq(t, "nvidia/gpushare", d.Name)
+	}
+
+	// two device groups, a whole GPU each; the task sees both
+	a, _, err := e.nomad.Allocations().Info(first[0].ID, nil)
+	must.NoError(t, err)
+	var gpus []string
+	for _, tr := range a.AllocatedResources.Tasks {
+		for _, d := range tr.Devices {
+			must.Len(t, 100, d.DeviceIDs, must.Sprintf("device group %s", d.Name))
+			id, err := devicefn.ParseShareID(d.DeviceIDs[0])
+			must.NoError(t, err)
+			gpus = append(gpus, id.UUID)
+		}
+	}
+	slices.Sort(gpus)
+	must.Len(t, 2, slices.Compact(gpus))
+	want := "visible 0 " + strings.Join(gpus, ",")
+	logOf := func(name string) string {
+		r, err := e.nomad.AllocFS().Cat(a, "alloc/logs/"+name, nil)
+		if err != nil {
+			return ""
+		}
+		defer r.Close()
+		out, _ := io.ReadAll(r)
+		return string(out)
+	}
+	var out string
+	e.eventually(liveness, "the task to print what the driver saw", func() bool {
+		time.Sleep(500 * time.Millisecond)
+		out = logOf("work.stdout.0")
+		return strings.Contains(out, "getenv 0")
+	})
+	t.Logf("task stdout:\n%s\nstderr:\n%s", out, logOf("work.stderr.0"))
+	must.StrContains(t, out, want)
+	must.StrContains(t, out, "getenv 0 200")
+
+	// a scale past the pin keeps what runs
+	e.scale("wide", 2)
+	after, ok, why := e.settledOr(s, "wide", 2, "")
+	must.True(t, ok, must.Sprint(why))
+	must.Eq(t, 0, e.restarts("wide", first, 1))
+	must.SliceContainsFunc(t, after, first[0], func(a, b *api.Allocation) bool { return a.ID == b.ID })
+	t.Logf("RESULT multi-GPU scale 1 -> 2: 0 restarts, on %s", strings.Join(nodesOf(after), ","))
+}
