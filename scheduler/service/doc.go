@@ -26,7 +26,7 @@
 //     other job, whatever its name, is modelled (hold_watch.go). It
 //     watches Nomad's namespaces too: the stream covers those of when it
 //     opened, and a new one opens it again (watch_namespaces.go);
-//   - loop (loop.go, reconcile.go, pins.go, hold_stage.go, hold_keep.go, moves.go, lifecycle.go,
+//   - loop (loop.go, reconcile.go, confirm.go, pins.go, hold_stage.go, hold_keep.go, moves.go, lifecycle.go,
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records
 //     through recordKeeper and the lease through leadership, and answers
@@ -34,9 +34,9 @@
 //     its state: holdState and nsDrivers (staging, hold_stage.go,
 //     hold_rules.go), introspection (introspect.go, which locks itself),
 //     stopping and preemptionLog (preemptions.go), refusals (refusals.go,
-//     retry.go), answers (answers.go), and, keeping nothing, the promoter
-//     (promote.go) and pools (pool.go), which it builds from what it
-//     holds where it calls them;
+//     retry.go), answers (answers.go), unconfirmed (confirm.go), and,
+//     keeping nothing, the promoter (promote.go) and pools (pool.go),
+//     which it builds from what it holds where it calls them;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes through notes;
@@ -83,7 +83,8 @@
 //     5 minutes, or learned from Nomad's refusal); a restarted scheduler
 //     reads the waiting pins back from the holds Nomad lists (each
 //     carries the placement it stages, signed through its digest);
-//   - pinned: when each unconfirmed pin was sent, for the placement
+//   - unconfirmed (confirm.go; the pass's own): when each pin whose
+//     allocations Nomad has not made yet was sent, for the placement
 //     latency metric and the warning of a pin with no allocation;
 //   - preempted (saved in the records) and preemptions (the last ones,
 //     for the API; preemptions.go): allocations Nomad is stopping whose

@@ -35,7 +35,9 @@ type loop struct {
 	metrics *metrics
 	now     func() time.Time
 
-	pinned map[decide.Key]time.Time // when each group was pinned (unconfirmed)
+	// unconfirmed are the pins sent whose allocations Nomad has not
+	// made yet (confirm.go)
+	unconfirmed unconfirmed
 	// answers are the last pass's answers per group for the API: why
 	// groups wait and their places in the queue, why pinned ones are
 	// where they are, their stages (answers.go)
@@ -152,7 +154,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 	m *metrics, now func() time.Time, intro *introspection) *loop {
 	return &loop{
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
-		pinned: map[decide.Key]time.Time{}, answers: newAnswers(&c.mu),
+		answers:   newAnswers(&c.mu),
 		refusals:  newRefusals(&c.mu),
 		preempted: stopping{}, observations: map[string][]interference.Observation{},
 		dirty: make(chan struct{}, 1), intro: intro,

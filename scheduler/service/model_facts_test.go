@@ -93,7 +93,7 @@ func TestChildrenArePlacedTemplatesNever(t *testing.T) {
 		must.True(t, ok)
 	}
 	// the HTTP API and the confirmation keep the child's ID whole
-	must.MapContainsKey(t, s.loop.pinned, key("render/dispatch-1700000000-abcd1234"))
+	must.MapContainsKey(t, s.loop.unconfirmed.sent, key("render/dispatch-1700000000-abcd1234"))
 }
 
 // A finished batch group frees its pinned shares only in its own

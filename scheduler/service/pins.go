@@ -238,7 +238,7 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 	}
 	s.mu.Lock()
 	for _, a := range done {
-		s.pinned[a.Group] = s.now()
+		s.unconfirmed.pinned(a.Group, s.now())
 	}
 	s.mu.Unlock()
 	for _, a := range done {

@@ -178,10 +178,11 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 		s.warnedShape = r.shape
 		s.checkGuarantees(snap)
 	}
-	// confirm reads the model and writes only s.pinned, which collect
-	// does not read: the two run side by side, on the second processor
+	// confirm reads the model and writes only s.unconfirmed, which
+	// collect does not read: the two run side by side, on the second
+	// processor
 	confirmed := make(chan struct{})
-	go func() { defer close(confirmed); s.confirm() }()
+	go func() { defer close(confirmed); s.unconfirmed.confirm(s.state, s.now, s.log, s.metrics) }()
 	defer func() { <-confirmed }() // before the read ends, also if collect fails
 	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
 	// what a hold takes, and where none of a group's may run
@@ -468,58 +469,6 @@ func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Ke
 		}
 	}
 	return ends
-}
-
-// confirm checks pinned groups against the allocations Nomad made, during
-// the pass's read of the model, beside collect (readModel): only the loop
-// writes s.pinned, here and once the pins are sent (sendPins).
-func (s *loop) confirm() {
-	for key, at := range s.pinned {
-		job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
-		rec, ok := pin.Record{}, false
-		if job != nil {
-			var r *pin.Record
-			if r, ok = s.state.Record(job, key.Group); ok {
-				rec = *r
-			}
-		}
-		if !ok || model.Template(job) { // a parameterized parent's pool: Nomad places nothing for it
-			delete(s.pinned, key)
-			continue
-		}
-		allocs := s.state.GroupAllocs(key.Namespace, key.Job, key.Group)
-		if len(allocs) == 0 {
-			if s.now().Sub(at) > 5*time.Minute {
-				s.log.Warn("pinned group has no allocation after 5m", "group", key.String())
-				delete(s.pinned, key)
-			}
-			continue
-		}
-		for _, a := range allocs {
-			if rec.Contract == pin.ContractNode {
-				// a node pin names nodes; Nomad picks the shares
-				if !slices.Contains(rec.Nodes, a.NodeID) {
-					s.log.Warn("allocation runs on a node outside its pin (placed before the pin, or a pin written by hand)",
-						"group", key.String(), "alloc_id", a.ID, "node", a.NodeID)
-				}
-				continue
-			}
-			// one line per allocation, not per share (a GPU is 100 shares)
-			var outside []string
-			for _, sh := range model.Shares(a) {
-				if !slices.Contains(rec.Shares, sh) {
-					outside = append(outside, sh)
-				}
-			}
-			if len(outside) > 0 {
-				s.log.Warn("allocation holds shares outside its pin (placed before the pin, or a pin written by hand)",
-					"group", key.String(), "alloc_id", a.ID, "shares_outside", len(outside), "first", outside[0])
-			}
-		}
-		s.metrics.confirmations.Inc()
-		s.metrics.placementLatency.Observe(s.now().Sub(at).Seconds())
-		delete(s.pinned, key)
-	}
 }
 
 func nsOf(job *api.Job) string {
