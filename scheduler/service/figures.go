@@ -114,7 +114,7 @@ func (f *figures) Collect(ch chan<- prometheus.Metric) {
 func (f *figures) collectGPUs(ch chan<- prometheus.Metric) {
 	l := f.loop
 	l.mu.Lock()
-	nodes, allocs := l.nodesNow(), l.liveAllocsNow()
+	nodes, allocs := nodesNow(l.state), liveAllocsNow(l.state)
 	l.mu.Unlock()
 	m := gpumap.Build(nodes, allocs)
 	m.WithStats(l.history.Latest)

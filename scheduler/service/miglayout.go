@@ -28,12 +28,12 @@ type GPUs struct {
 func (s *loop) migLayouts() []miglayout.Recommendation {
 	managed := s.namespaces()
 	s.mu.Lock()
-	nodes := s.nodesNow()
+	nodes := nodesNow(s.state)
 	var allocs []*api.Allocation
 	var demand []miglayout.Demand
 	mig := slices.ContainsFunc(nodes, mayHaveMIG)
 	if mig {
-		allocs, demand = s.liveAllocsNow(), s.migDemand(managed)
+		allocs, demand = liveAllocsNow(s.state), s.migDemand(managed)
 	}
 	s.mu.Unlock()
 	if !mig {

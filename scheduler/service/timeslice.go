@@ -80,7 +80,7 @@ func (f *timesliceFigures) Collect(ch chan<- prometheus.Metric) {
 	}
 	l := f.loop
 	l.mu.Lock()
-	nodes, allocs := l.nodesNow(), l.liveAllocsNow()
+	nodes, allocs := nodesNow(l.state), liveAllocsNow(l.state)
 	l.mu.Unlock()
 	for _, n := range gpumap.Build(nodes, allocs).Nodes {
 		for _, g := range n.GPUs {

@@ -64,7 +64,7 @@ func (s *loop) family(ns, id string) jobFamily {
 				return cmp.Compare(b.CreateIndex, a.CreateIndex)
 			})
 			for _, a := range allocs {
-				f.own[*tg.Name] = append(f.own[*tg.Name], s.placeOf(a))
+				f.own[*tg.Name] = append(f.own[*tg.Name], placeOf(s.state, a))
 			}
 		}
 	}
@@ -75,16 +75,16 @@ func (s *loop) family(ns, id string) jobFamily {
 		f.Kind = "parameterized"
 	}
 	if f.Kind != "" {
-		f.Children, f.ChildCount = s.childrenOf(model.KeyOf(job, "").Namespace, id)
+		f.Children, f.ChildCount = childrenOf(s.state, &s.answers, model.KeyOf(job, "").Namespace, id)
 	}
 	return f
 }
 
-// placeOf is where allocation a runs, or ran: its node's name and the
-// shares it holds on each GPU. The caller holds s.mu.
-func (s *loop) placeOf(a *api.Allocation) webui.AllocPlace {
+// placeOf is where allocation a runs, or ran: its node's name (from st)
+// and the shares it holds on each GPU. The caller holds the model's lock.
+func placeOf(st *model.State, a *api.Allocation) webui.AllocPlace {
 	p := webui.AllocPlace{ID: a.ID, Node: a.NodeID, Status: a.ClientStatus}
-	if n := s.state.Nodes[a.NodeID]; n != nil && n.Name != "" {
+	if n := st.Nodes[a.NodeID]; n != nil && n.Name != "" {
 		p.Node = n.Name
 	} else if len(p.Node) > 8 {
 		p.Node = p.Node[:8]
@@ -104,13 +104,13 @@ func (s *loop) placeOf(a *api.Allocation) webui.AllocPlace {
 	return p
 }
 
-// childrenOf lists the children of job ns/parent the model holds, newest
-// first, at most maxUIChildren, and how many there are. The caller holds
-// s.mu.
-func (s *loop) childrenOf(ns, parent string) ([]webui.Child, int) {
+// childrenOf lists the children of job ns/parent st holds, newest first,
+// at most maxUIChildren, and how many there are, each with why it waits
+// (the last pass's answers). The caller holds the model's lock.
+func childrenOf(st *model.State, last *answers, ns, parent string) ([]webui.Child, int) {
 	var kids []*api.Job
-	for _, j := range s.state.Jobs {
-		if j.ID != nil && model.KeyOf(j, "").Namespace == ns && parentOf(s.state.Jobs, j) == parent {
+	for _, j := range st.Jobs {
+		if j.ID != nil && model.KeyOf(j, "").Namespace == ns && parentOf(st.Jobs, j) == parent {
 			kids = append(kids, j)
 		}
 	}
@@ -126,7 +126,7 @@ func (s *loop) childrenOf(ns, parent string) ([]webui.Child, int) {
 	for _, j := range kids {
 		c := webui.Child{ID: *j.ID, Status: deref(j.Status)}
 		for _, tg := range j.TaskGroups {
-			for _, a := range s.state.AllAllocs(ns, *j.ID, *tg.Name) {
+			for _, a := range st.AllAllocs(ns, *j.ID, *tg.Name) {
 				switch a.ClientStatus {
 				case api.AllocClientStatusRunning:
 					c.Running++
@@ -138,7 +138,7 @@ func (s *loop) childrenOf(ns, parent string) ([]webui.Child, int) {
 					c.Failed++
 				}
 			}
-			if why := s.answers.waits(model.KeyOf(j, *tg.Name)); why != "" && c.Waits == "" {
+			if why := last.waits(model.KeyOf(j, *tg.Name)); why != "" && c.Waits == "" {
 				c.Waits = why
 			}
 		}

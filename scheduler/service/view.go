@@ -21,7 +21,7 @@ import (
 // visible (which may ask Nomad) after it.
 func (s *loop) gpuMap(visible func(ns string) bool) *gpumap.Map {
 	s.mu.Lock()
-	nodes, allocs := s.nodesNow(), s.liveAllocsNow()
+	nodes, allocs := nodesNow(s.state), liveAllocsNow(s.state)
 	s.mu.Unlock()
 	m := gpumap.Build(nodes, allocs)
 	m.WithStats(s.history.Latest)
@@ -33,20 +33,20 @@ func (s *loop) gpuMap(visible func(ns string) bool) *gpumap.Map {
 func (s *loop) gpuHistory() *gpuhistory.Store { return s.history }
 
 // nodesNow lists the model's nodes, for work done after the lock is
-// released. The caller holds s.mu.
-func (s *loop) nodesNow() []*api.Node {
-	nodes := make([]*api.Node, 0, len(s.state.Nodes))
-	for _, n := range s.state.Nodes {
+// released. The caller holds the model's lock.
+func nodesNow(st *model.State) []*api.Node {
+	nodes := make([]*api.Node, 0, len(st.Nodes))
+	for _, n := range st.Nodes {
 		nodes = append(nodes, n)
 	}
 	return nodes
 }
 
 // liveAllocsNow lists the model's live allocations (model.Live), for work
-// done after the lock is released. The caller holds s.mu.
-func (s *loop) liveAllocsNow() []*api.Allocation {
-	allocs := make([]*api.Allocation, 0, len(s.state.Allocs))
-	for _, a := range s.state.Allocs {
+// done after the lock is released. The caller holds the model's lock.
+func liveAllocsNow(st *model.State) []*api.Allocation {
+	allocs := make([]*api.Allocation, 0, len(st.Allocs))
+	for _, a := range st.Allocs {
 		if model.Live(a) {
 			allocs = append(allocs, a)
 		}
