@@ -130,6 +130,57 @@ func (e *env) createdList(id string, seen map[string]bool) []string {
 	return out
 }
 
+// rowCompletedBatchAgain: a batch group of 3 whose allocation of index 0
+// completed while the two others run, then the same file registered
+// again: under Nomad alone nothing is created (an unchanged job makes no
+// new version) and the completed one is not run again; the two running
+// stay. Under gpushare the pin written again is a new version, whose
+// evaluation ignores the completed allocation of the older version: the
+// same defect as rowFailedBatch's, measured, not asserted.
+func (e *env) rowCompletedBatchAgain(prefix string, s *scheduler, measure func(string, int, bool, string)) {
+	id := prefix + "part"
+	done := filepath.Join(e.dir, id+".done")
+	spec := func() *api.Job {
+		return e.rowJob(id, 25, 3, s != nil, func(j *api.Job) {
+			j.Type = ptr("batch")
+			j.Update, j.TaskGroups[0].Update, j.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
+			j.TaskGroups[0].Tasks[0].Config["args"] = []string{"-c",
+				fmt.Sprintf(`[ "$NOMAD_ALLOC_INDEX" = 0 ] && exit 0; while [ ! -e %q ]; do sleep 1; done`, done)}
+		})
+	}
+	e.registerJob(spec())
+	var running []string
+	e.eventually(liveness, id+": index 0 complete, two running", func() bool {
+		stubs, _, err := e.nomad.Jobs().Allocations(id, true, nil)
+		if err != nil {
+			return false
+		}
+		complete := 0
+		running = nil
+		for _, a := range stubs {
+			switch {
+			case a.ClientStatus == api.AllocClientStatusComplete:
+				complete++
+			case a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun:
+				running = append(running, a.ID)
+			}
+		}
+		return complete == 1 && len(running) == 2
+	})
+	e.quiet(id, s)
+	seen, v := e.allocIDs(id), e.version(id)
+	e.registerJob(spec())
+	e.quiet(id, s)
+	measure("a batch group of 3, one completed: the same jobspec registered again while two run", e.createdSince(id, seen),
+		e.keptRunning(running[0]) && e.keptRunning(running[1]), fmt.Sprintf("job version %d -> %d; created: %v", v, e.version(id), e.createdList(id, seen)))
+	must.NoError(e.t, os.WriteFile(done, nil, 0o644))
+	e.eventually(liveness, id+"'s running allocations to complete", func() bool {
+		_, r := e.byStatus(id)
+		return len(r) == 0
+	})
+	e.stopJobs(id)
+}
+
 // onNode constrains j's group to the node named name.
 func onNode(j *api.Job, name string) {
 	tg := j.TaskGroups[0]

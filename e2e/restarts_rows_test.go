@@ -37,7 +37,8 @@ import (
 //   - a group of 3 with no rule: registered again, one node drained;
 //   - a batch group of 3 one allocation of which fails (rescheduled once
 //     by its policy, then failed for good), then the same file registered
-//     again while the two others run;
+//     again while the two others run; and one whose allocation of index 0
+//     completed, registered again while the two others run;
 //   - a rolling update (max_parallel = 1) on a node with room for the
 //     group alone, while another group waits for that room;
 //   - a pin that waits only for its shares: scaled within its room while
@@ -149,6 +150,7 @@ func (e *env) rowOps(who, prefix string, s *scheduler) []restartRow {
 	step("job distinct_hosts", func() { e.rowJobDistinctHosts(prefix, gated, add) })
 	step("no rule", func() { e.rowNoRule(prefix, gated, add) })
 	step("failed batch", func() { e.rowFailedBatch(prefix, s, add, measure) })
+	step("completed batch registered again", func() { e.rowCompletedBatchAgain(prefix, s, measure) })
 	step("new version waiting", func() { e.rowNewVersionWaits(prefix, gated, add) })
 	step("mixed cluster", func() { e.rowMixedCluster(prefix, s, add) })
 	step("staging", func() { e.rowStaged(prefix, s, add) })
