@@ -408,8 +408,11 @@ func stayPlacements(stay []placement.Held) []placement.Placement {
 }
 
 // core asks the placement core; under InPlacePins a decision Nomad
-// keeps on one GPU per allocation takes the GPU Nomad will take.
+// keeps on one GPU per allocation takes the GPU Nomad will take, and the
+// core ranks the nodes for several whole GPUs by the GPUs Nomad will
+// take there (placement.Request.NomadPicksFirst).
 func (st *step) core(req placement.Request) *placement.Decision {
+	req.NomadPicksFirst = st.cfg.InPlacePins
 	d := st.pol.Decide(st.snap, req)
 	if st.cfg.InPlacePins && len(d.Placements) == 1 && st.snap.NomadChoosesGPU(d) {
 		st.snap.NomadPicksFirstGPU(d)

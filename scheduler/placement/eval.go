@@ -319,7 +319,12 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 		return c
 	}
 	if e.buddyCells() {
-		b := e.chooseBuddy(grp, freeMask, k)
+		var b buddyRes
+		if nomadsPick(grp, r, k) {
+			b = nomadsCell(grp, freeMask, k)
+		} else {
+			b = e.chooseBuddy(grp, freeMask, k)
+		}
 		if !b.ok {
 			return c
 		}

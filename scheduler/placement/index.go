@@ -98,6 +98,9 @@ func (e *engine) indexKey(r *Request) string {
 	if r.Timeslice {
 		b = append(b, "|timeslice"...)
 	}
+	if r.NomadPicksFirst {
+		b = append(b, "|nomadfirst"...)
+	}
 	if r.Allowed != nil {
 		b = append(b, "|allowed:"...)
 		b = strconv.AppendUint(b, e.allowKey, 16)

@@ -149,3 +149,52 @@ func TestMultiGPURefusedWhereNomadCouldMixModels(t *testing.T) {
 	d.Placements[0].req.Models = nil
 	must.False(t, s.NomadChoosesGPU(d))
 }
+
+// Request.NomadPicksFirst: of two DGX-1 nodes whose plugin composes
+// per-GPU groups, a (a fraction on GPU 0: Nomad would take 1-4, across
+// the NVLink quads, while 4-7 are a free quad) and b (a fraction on GPU
+// 4: Nomad takes 0-3, a quad), four whole GPUs go, with the flag, to b on
+// the GPUs Nomad takes (re-choosing them changes nothing), and without it
+// to a's free quad, the first node's; the policies that rank by cells
+// (gpushare, hived) do so, one policy value deciding both ways (the flag
+// keys its node index). A fraction is decided alike either way.
+func TestNomadPicksFirstRanksNodesByNomadsCell(t *testing.T) {
+	tp := topologies.DGX1V100
+	for _, name := range []string{PolicyGpushare, PolicyHived} {
+		t.Run(name, func(t *testing.T) {
+			s := cluster(t, NodeSpec{ID: "a", GPUs: 8, Links: links(tp), NUMA: numa(tp), PerGPU: true, MultiGPU: true},
+				NodeSpec{ID: "b", GPUs: 8, Links: links(tp), NUMA: numa(tp), PerGPU: true, MultiGPU: true})
+			for node, gpu := range map[string]int{"a": 0, "b": 4} {
+				var shares []string
+				for k := range 30 {
+					shares = append(shares, devicefn.ShareID{UUID: "GPU-" + node + "-" + strconv.Itoa(gpu), Index: k}.String())
+				}
+				must.NoError(t, s.AddAlloc(Alloc{ID: "frac-" + node, Node: node, Shares: shares}))
+			}
+			pol := policy(t, name, Options{})
+			for range 2 { // the index of each kind of request is reused
+				r := Request{ID: "w", Count: 1, Shares: 400, NomadPicksFirst: true}
+				d := pol.Decide(s, r)
+				must.True(t, d.Placed(), must.Sprintf("refused: %s", d.Refusal))
+				must.Eq(t, "b", d.Placements[0].Node)
+				must.Eq(t, []int{0, 1, 2, 3}, gpuIdx(d.Placements[0]))
+				must.True(t, s.NomadChoosesGPU(d))
+				s.NomadPicksFirstGPU(d)
+				must.Eq(t, []int{0, 1, 2, 3}, gpuIdx(d.Placements[0]))
+
+				r.NomadPicksFirst = false
+				d = pol.Decide(s, r)
+				must.True(t, d.Placed())
+				must.Eq(t, "a", d.Placements[0].Node)
+				must.Eq(t, []int{4, 5, 6, 7}, gpuIdx(d.Placements[0]))
+
+				f := Request{ID: "f", Count: 1, Shares: 40}
+				want := pol.Decide(s, f)
+				f.NomadPicksFirst = true
+				got := pol.Decide(s, f)
+				must.Eq(t, want.Placements[0].GPUs, got.Placements[0].GPUs)
+				must.Eq(t, want.Placements[0].Shares, got.Placements[0].Shares)
+			}
+		})
+	}
+}

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -147,4 +148,31 @@ func (s *Snapshot) NomadChoosesGPU(d *Decision) bool {
 		}
 	}
 	return true
+}
+
+// nomadsPick reports whether k whole GPUs of group grp for r are scored
+// as Nomad will take them (Request.NomadPicksFirst): several whole GPUs
+// of a group whose plugin composes them, not time-sliced (whose
+// decisions Nomad does not keep: NomadChoosesGPU). Such a group holds k
+// > 1 GPUs of one allocation only where r may take GPUs of one model on
+// the node (wholeCap), where NomadChoosesGPU keeps the decision.
+func nomadsPick(grp *gpuGroup, r *Request, k int) bool {
+	return r.NomadPicksFirst && k > 1 && grp.multiGPU && !r.Timeslice
+}
+
+// nomadsCell is chooseBuddy's answer when Nomad picks the GPUs: the k
+// lowest-indexed of the group's wholly free GPUs (free, group-local), as
+// NomadPicksFirstGPU re-chooses them, with their worst link and the free
+// GPUs they cut off from whole free cells, so the node is ranked by the
+// cell Nomad's pick forms.
+func nomadsCell(grp *gpuGroup, free uint64, k int) buddyRes {
+	if bits.OnesCount64(free) < k {
+		return buddyRes{}
+	}
+	mask := lowestBits(free, k)
+	pick := make([]int, 0, k)
+	for m := mask; m != 0; m &= m - 1 {
+		pick = append(pick, bits.TrailingZeros64(m))
+	}
+	return buddyRes{ok: true, mask: mask, worst: cells.Worst(grp.links, pick), waste: buddyWaste(grp, free, mask, k)}
 }

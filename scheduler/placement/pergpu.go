@@ -14,7 +14,8 @@ import (
 // composes the GPUs of one task (devicefn.Group.MultiGPU): an allocation
 // of k whole GPUs is then asked as k device blocks of one GPU's shares
 // each, and Nomad gives each block in turn the lowest-indexed wholly free
-// GPU it may take (NomadPicksFirstGPU). A node where the request may take
+// GPU it may take (NomadPicksFirstGPU); a request decided for such a pin
+// is scored by those GPUs (Request.NomadPicksFirst). A node where the request may take
 // GPUs of more than one model (the blocks name no model) could mix models
 // in one allocation, so it holds one GPU per allocation of that request.
 

@@ -93,6 +93,16 @@ type Request struct {
 	// Options.TimesliceMaxPerGPU of them per GPU, and the interference
 	// model does not apply (they never run at once). See timeslice.go.
 	Timeslice bool `json:"timeslice,omitempty"`
+	// NomadPicksFirst: the request is decided for a pin that names only
+	// the node where Nomad keeps it on the GPUs it picks itself
+	// (decide.Config.InPlacePins; Snapshot.NomadChoosesGPU). An
+	// allocation of several whole GPUs of a group whose plugin composes
+	// them is then scored with the GPUs Nomad will take there, the
+	// group's lowest-indexed wholly free ones (NomadPicksFirstGPU), and
+	// the cell they form, not the best cell the node has free: the
+	// request goes to the node where Nomad's pick is the best cell.
+	// Fractions and single GPUs are scored as without it.
+	NomadPicksFirst bool `json:"nomad_picks_first,omitempty"`
 }
 
 // Limit is one distinct_property rule of a request: Of gives each node's

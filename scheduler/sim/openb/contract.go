@@ -39,10 +39,21 @@ const (
 	// lowest-indexed wholly free GPUs (placement.Snapshot.NomadPicksFirstGPU);
 	// the nodes are built per GPU (placement.NodeSpec.PerGPU, MultiGPU).
 	ContractGPUNodeMulti = "gpu-node-multi"
+	// ContractGPUNodeMultiPick is ContractGPUNodeMulti where the policy
+	// decides what Nomad will do, as the service's decision step does
+	// under node pins (decide.Config.InPlacePins): a pod of several GPUs
+	// is scored on each node by the GPUs Nomad will take there and the
+	// cell they form (placement.Request.NomadPicksFirst), so it goes where
+	// Nomad's pick is the best cell.
+	ContractGPUNodeMultiPick = "gpu-node-multi-pick"
 )
 
 // Contracts lists them in the order reports show them.
-var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst, ContractGPUNodeMulti}
+var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst, ContractGPUNodeMulti, ContractGPUNodeMultiPick}
+
+// composes reports whether contract c's nodes are per GPU with a plugin
+// that composes several GPUs in one task.
+func composes(c string) bool { return c == ContractGPUNodeMulti || c == ContractGPUNodeMultiPick }
 
 // offer applies a contract to the policy's decisions.
 type offer struct {
@@ -58,15 +69,16 @@ func newOffer(contract string, seed int64) *offer {
 // carry it out.
 func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *placement.Decision {
 	r := Request(p)
-	if o.contract != ContractModel && o.contract != ContractGPUNodeMulti && o.contract != "" && p.NumGPU > 1 {
+	if o.contract != ContractModel && !composes(o.contract) && o.contract != "" && p.NumGPU > 1 {
 		return &placement.Decision{Request: r.ID, Policy: pol.Name(), Refusal: &placement.Refusal{Code: placement.RefusedTooLarge,
 			Message: fmt.Sprintf("%d GPUs in one request: with one device group per GPU Nomad takes a request's instances from one group", p.NumGPU)}}
 	}
+	r.NomadPicksFirst = o.contract == ContractGPUNodeMultiPick
 	d := pol.Decide(s, r)
 	switch o.contract {
 	case ContractGPUNode:
 		s.NomadPicksGPU(d, o.rng)
-	case ContractGPUNodeFirst, ContractGPUNodeMulti:
+	case ContractGPUNodeFirst, ContractGPUNodeMulti, ContractGPUNodeMultiPick:
 		s.NomadPicksFirstGPU(d)
 	}
 	return d

@@ -16,11 +16,12 @@ import (
 // (gpu-node-multi), which places as many multi-GPU pods as the model
 // contract but a tenth, each on its node's lowest-indexed wholly free
 // GPUs, and packs within 0.3 points of it at 130% asked, above
-// gpu-node-first;
-// leaving the GPU to Nomad changes GPUs the
+// gpu-node-first; where the policy decides Nomad's pick
+// (gpu-node-multi-pick) too, and a larger share of them is on a best
+// cell; leaving the GPU to Nomad changes GPUs the
 // scheduler chose for fractions, at random or, under a fixed affinity on
-// the GPU's index, the lowest-indexed with room. The figures (placed pods, allocation ratio at 100% and
-// 130% of arrived demand) are logged for the docs.
+// the GPU's index, the lowest-indexed with room. The figures (placed pods, multi-GPU pods on a
+// best cell, allocation ratio at 100% and 130% of arrived demand) are logged for the docs.
 func TestDeviceContracts(t *testing.T) {
 	d := Embedded()
 	nodes, err := d.Nodes()
@@ -43,8 +44,8 @@ func TestDeviceContracts(t *testing.T) {
 			r, err := ReplayContract(trace, placement.PolicyGpushare, c, 42, nodes, w, mix)
 			must.NoError(t, err)
 			res[c] = r
-			t.Logf("%s, contract %-14s: %d of %d pods placed (%d of %d multi-GPU), allocation %.2f%% at 100%% and %.2f%% at 130%% of demand",
-				trace, c, r.Placed, r.Pods, r.MultiGPU, multi, r.Alloc[100], r.Alloc[130])
+			t.Logf("%s, contract %-19s: %d of %d pods placed (%d of %d multi-GPU, %d on a best cell), allocation %.2f%% at 100%% and %.2f%% at 130%% of demand",
+				trace, c, r.Placed, r.Pods, r.MultiGPU, multi, r.BestCell, r.Alloc[100], r.Alloc[130])
 		}
 		must.Eq(t, base.Placed, res[ContractModel].Placed)
 		must.Eq(t, base.Alloc, res[ContractModel].Alloc)
@@ -58,6 +59,10 @@ func TestDeviceContracts(t *testing.T) {
 		must.Greater(t, res[ContractModel].MultiGPU*9/10, multiRes.MultiGPU, must.Sprint("multi-GPU pods placed on per-GPU nodes whose plugin composes GPUs"))
 		must.Greater(t, res[ContractModel].Alloc[130]-0.3, multiRes.Alloc[130], must.Sprint("within 0.3 points of the model contract at 130% asked"))
 		must.Greater(t, res[ContractGPUNodeFirst].Alloc[130], multiRes.Alloc[130], must.Sprint("the multi-GPU pods give back what per-GPU nodes lost"))
+		pick := res[ContractGPUNodeMultiPick]
+		must.Greater(t, res[ContractModel].MultiGPU*9/10, pick.MultiGPU, must.Sprint("multi-GPU pods placed where the policy decides Nomad's pick"))
+		must.Greater(t, res[ContractModel].Alloc[130]-0.3, pick.Alloc[130], must.Sprint("deciding Nomad's pick: within 0.3 points of the model contract at 130% asked"))
+		must.Greater(t, multiRes.BestCell*pick.MultiGPU, pick.BestCell*multiRes.MultiGPU, must.Sprint("deciding Nomad's pick puts a larger share of multi-GPU pods on a best cell"))
 		if trace == "default" { // multigpu50 asks for whole GPUs only: any idle GPU is as good
 			must.NotEq(t, res[ContractGPU].Alloc, res[ContractGPUNode].Alloc, must.Sprint("Nomad's choice of GPU changed nothing"))
 		}

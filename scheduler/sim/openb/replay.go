@@ -97,7 +97,8 @@ func Snapshot(nodes []Node, order []int) (*placement.Snapshot, error) {
 }
 
 // snapshotOf is Snapshot, its nodes with one device group per GPU whose
-// plugin composes several in one task when multi (ContractGPUNodeMulti).
+// plugin composes several in one task when multi (ContractGPUNodeMulti,
+// ContractGPUNodeMultiPick).
 func snapshotOf(nodes []Node, order []int, multi bool) (*placement.Snapshot, error) {
 	s := placement.NewSnapshot()
 	for _, i := range order {
@@ -129,7 +130,7 @@ func ReplayMigrate(trace, policy string, seed int64, nodes []Node, w Workload, m
 }
 
 func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int), budget int, contract string) (*Result, error) {
-	s, err := snapshotOf(nodes, w.NodeOrder, contract == ContractGPUNodeMulti)
+	s, err := snapshotOf(nodes, w.NodeOrder, composes(contract))
 	if err != nil {
 		return nil, err
 	}
