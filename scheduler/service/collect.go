@@ -111,11 +111,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	} else {
 		c.unpublished = true // publishStages, once the lock is let go
 	}
-	for id := range s.priorRead {
-		if _, ok := s.state.Allocs[id]; !ok {
-			delete(s.priorRead, id)
-		}
-	}
+	s.priors.sweep(s.state)
 	c.sized = len(out.jobs)
 	return out.groups, out.jobs, out.pending, out.inPlace
 }
@@ -157,7 +153,7 @@ func (s *loop) deriveJob(k string, job *api.Job, out *collected, c *collectCache
 // job, its allocations and the nodes they name are unchanged: only a
 // group lifecycle.Reconcile leaves alone. A parameterized parent's pool
 // reads the whole snapshot, and a gated batch group whether its last run's
-// pin is read (s.priorRead, which readPriors changes outside the model):
+// pin is read (s.priors, which readPriors changes outside the model):
 // both are looked at every pass.
 func stageReusable(f lifecycle.Group, st lifecycle.Result) bool {
 	return st.Do == lifecycle.Nothing && !f.Template && !(f.Gated && f.Batch)
@@ -277,7 +273,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 			return facts, stage, false, nil
 		}
 		g.Keep = ns.keepable(keep)
-		if g.Keep == nil && len(live) > 0 && facts.Gated && s.priorUnread(key, live[0].ID, out) {
+		if g.Keep == nil && len(live) > 0 && facts.Gated && s.priors.unread(s.state, key, live[0].ID, out) {
 			// its running allocations' pin is read before it is
 			// decided, so that an unchanged group keeps its place
 			pending[key] = "reading the pin its running allocations were placed with"

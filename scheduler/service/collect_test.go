@@ -260,8 +260,8 @@ func (c *collectChurn) step() {
 		i, g := rng.IntN(churnNodeCount), rng.IntN(8)
 		s.PutAlloc(c.alloc(id, fmt.Sprintf("node-%04d", i), shares(i, g, 50, 25)))
 	case 16: // the version a running allocation was placed with is read (readPriors), its pin not learned
-		if id := pick(rng, l.priorRead); id != "" {
-			l.priorRead[id] = true
+		if id := pick(rng, l.priors.asked); id != "" {
+			l.priors.asked[id] = true
 		}
 	}
 }

@@ -106,14 +106,14 @@
 //     deployment, the version an older allocation runs), and a promote
 //     Nomad refused is tried again by the next pass;
 //   - caches of what Nomad or the job says, rebuilt when lost: nomadSaid
-//     (the pass under way), priorRead (the pins of running allocations'
-//     versions) and feasibleOf (the nodes a group's rules allowed when
-//     last decided); nodeSets (feasible.go): the node
-//     sets groups' rules allowed in the last pass, kept while the
-//     snapshot's nodes are the same; and collected (collect_cache.go):
-//     what collect derived for each job in the passes before, reused until
-//     the model marks the job, a node it read, or its pinned shares'
-//     shortage changed, so that a pass looks again only at what changed
-//     (thousands of jobs at once are looked at on every processor:
+//     (the pass under way), priors (prior.go: the pins of running
+//     allocations' versions) and feasibleOf (the nodes a group's rules
+//     allowed when last decided); nodeSets (feasible.go): the node sets
+//     groups' rules allowed in the last pass, kept while the snapshot's
+//     nodes are the same; and collected (collect_cache.go): what collect
+//     derived for each job in the passes before, reused until the model
+//     marks the job, a node it read, or its pinned shares' shortage
+//     changed, so that a pass looks again only at what changed (thousands
+//     of jobs at once are looked at on every processor:
 //     collect_workers.go).
 package service

@@ -158,7 +158,7 @@ func (s *loop) ranUnchanged(job *api.Job, key decide.Key, out *collected) (ran, 
 	}
 	prior, ok := s.state.Prior(key)
 	if !ok {
-		return false, s.priorUnread(key, last.ID, out)
+		return false, s.priors.unread(s.state, key, last.ID, out)
 	}
 	return prior.Spec != "" && prior.Spec == pin.Spec(job, key.Group) && prior.Record.Request == pin.Digest(job, key.Group, s.policy.Name()), false
 }

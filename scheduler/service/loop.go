@@ -45,9 +45,9 @@ type loop struct {
 	// nomadSaid is, for the pass under way, what Nomad said of the pins it
 	// could not place (collect fills it)
 	nomadSaid map[decide.Key]string
-	// priorRead: allocations whose version's pin was asked for (false)
-	// or read (true); see prior.go
-	priorRead map[string]bool
+	// priors: allocations whose version's pin was asked for or read
+	// (prior.go)
+	priors priors
 	// refusals are the groups refused for good, the nodes Nomad refused
 	// groups' pins on, and the failed pins until their retry
 	// (refusals.go, retry.go)
@@ -215,4 +215,4 @@ func (s *loop) forgetGone(wanted map[string]bool) {
 	}
 }
 
-func (s *loop) keyChanged() { clear(s.priorRead) }
+func (s *loop) keyChanged() { s.priors.forget() }
