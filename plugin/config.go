@@ -141,12 +141,21 @@ type Config struct {
 // per-GPU groups (devicefn.AttrMultiGPU): one group per GPU, and the
 // interposer on, which puts a task's GPUs back together from the
 // GPUSHARE_GPU_<index> variables Reserve adds (plugin/interposer/src/compose.c).
-// Not with per-reservation MPS daemons: a task's processes reach one MPS
-// daemon (the last block's CUDA_MPS_PIPE_DIRECTORY), and each daemon serves
-// its own reservation's GPU only.
+// With per-reservation MPS daemons a task's processes would reach one
+// daemon (the last block's CUDA_MPS_PIPE_DIRECTORY), which serves its own
+// reservation's GPU only: there a reservation of whole GPUs runs without
+// MPS (wholeWithoutMPS), which limits nothing on a GPU it holds alone.
 func (c *Config) multiGPU() bool {
-	mpsPerReservation := c.Sharing == devicefn.SharingMPS && c.MPS.Daemons == MPSDaemonsReservation
-	return c.DeviceGroups == devicefn.DeviceGroupsGPU && c.Interposer.Enabled && !mpsPerReservation
+	return c.DeviceGroups == devicefn.DeviceGroupsGPU && c.Interposer.Enabled
+}
+
+// wholeWithoutMPS reports whether a reservation of whole GPUs runs without
+// MPS: on nodes whose per-GPU groups one task may hold several of
+// (multiGPU) under per-reservation MPS daemons, so that each block's
+// reservation starts no daemon of its own that would hide the task's
+// other GPUs. A whole GPU has no other tenant for MPS to share it with.
+func (c *Config) wholeWithoutMPS() bool {
+	return c.multiGPU() && c.Sharing == devicefn.SharingMPS && c.MPS.Daemons == MPSDaemonsReservation
 }
 
 // MPSConfig is the mps block. With daemons = "reservation" (the default)

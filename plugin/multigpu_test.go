@@ -1,9 +1,11 @@
 package plugin
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -40,8 +42,9 @@ func mergeReservations(rs ...*device.ContainerReservation) *device.ContainerRese
 
 // A per-GPU group says one task may hold several of the node's GPUs
 // (multi_gpu = "interposer") exactly when the interposer, which puts them
-// back together, is on, and no per-reservation MPS daemon would hold each
-// of them apart; the merged model group says so only then.
+// back together, is on (with per-reservation MPS daemons too: whole GPUs
+// run without MPS there, TestWholeGPUsWithoutMPSPerReservation); the
+// merged model group says so only then.
 func TestFingerprintMultiGPU(t *testing.T) {
 	for _, tc := range []struct {
 		name, config string
@@ -51,7 +54,7 @@ func TestFingerprintMultiGPU(t *testing.T) {
 		{"timeslice", `device_groups = "gpu"` + "\nsharing = \"timeslice\"\n" + interposerBlock(t), true},
 		{"no interposer", `device_groups = "gpu"`, false},
 		{"mps daemons per reservation", `device_groups = "gpu"` + "\n" + interposerBlock(t) +
-			"mps {\n  daemons = \"reservation\"\n  daemon_dir = \"" + t.TempDir() + "\"\n  control = \"/nonexistent/mps-control\"\n}", false},
+			"mps {\n  daemons = \"reservation\"\n  daemon_dir = \"" + t.TempDir() + "\"\n  control = \"/nonexistent/mps-control\"\n}", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, fp := newPlugin(t, fixtures.DGX1V100, tc.config)
@@ -164,4 +167,36 @@ func TestMergedFractionIsTold(t *testing.T) {
 	limits, err := os.ReadFile(filepath.Join(frac.Envs[EnvLimits], "limits"))
 	must.NoError(t, err)
 	must.StrNotContains(t, string(limits), "whole_gpus")
+}
+
+// With per-reservation MPS daemons on nodes whose GPUs one task may hold
+// several of, a reservation of a whole GPU starts no daemon and sets no
+// MPS variable (each block's own daemon would hide the task's other
+// GPUs); a fraction there still gets its daemon, and a whole GPU on a node
+// without the interposer too.
+func TestWholeGPUsWithoutMPSPerReservation(t *testing.T) {
+	dir, err := os.MkdirTemp("", "mps") // a short path: UNIX sockets live there
+	must.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	mps := "mps {\n  daemons = \"reservation\"\n  daemon_dir = \"" + dir + "\"\n  control = \"/nonexistent/mps-control\"\n}\n"
+	p, _, fp := newPlugin(t, fixtures.DGX1V100, `device_groups = "gpu"`+"\n"+interposerBlock(t)+mps)
+	must.NoError(t, fp.Error)
+	gpu := fp.Devices[0].Devices[0].ID
+	uuid, _, _ := strings.Cut(gpu, ":")
+	whole := make([]string, 100)
+	for i := range whole {
+		whole[i] = fmt.Sprintf("%s:%d", uuid, i)
+	}
+	res, err := p.Reserve(whole)
+	must.NoError(t, err, must.Sprint("a whole GPU started no MPS daemon (the control binary does not exist)"))
+	for k := range res.Envs {
+		must.False(t, strings.HasPrefix(k, "CUDA_MPS_"), must.Sprint(k))
+	}
+	_, err = p.Reserve(whole[:25])
+	must.Error(t, err, must.Sprint("a fraction still starts its daemon, which fails here"))
+
+	p, _, fp = newPlugin(t, fixtures.DGX1V100, `device_groups = "gpu"`+"\n"+mps)
+	must.NoError(t, fp.Error)
+	_, err = p.Reserve(whole)
+	must.Error(t, err, must.Sprint("without the interposer a whole GPU keeps its daemon"))
 }

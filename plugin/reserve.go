@@ -226,7 +226,8 @@ func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerRes
 	sortedIDs := append([]string(nil), ids...)
 	sort.Strings(sortedIDs)
 	dir := reservationDirName(g.visible, g.byDevice)
-	if cfg.Sharing == devicefn.SharingMPS {
+	mps := cfg.Sharing == devicefn.SharingMPS && !(g.wholeGPUs > 0 && cfg.wholeWithoutMPS())
+	if mps {
 		lim := mpsLimits{Visible: g.visible, Threads: g.computePct, MemoryMiB: g.memoryMiB}
 		res.Envs[EnvMPSThreads] = strconv.Itoa(lim.Threads)
 		res.Envs[EnvMPSPinnedMemory] = lim.pinned()
@@ -250,7 +251,7 @@ func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerRes
 		}
 		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct,
 			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20, wholeGPUs: g.wholeGPUs}
-		if cfg.Sharing == devicefn.SharingMPS {
+		if mps {
 			// the MPS daemon already holds the task to its SMs (its active
 			// thread percentage): pacing its time too would leave it
 			// computePct of computePct (issue 29, defect 3)
