@@ -237,7 +237,7 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		out.note(s, func() { s.refusals.refuse(key, newRefusal(job, err.Error(), shape, ns.hash)) })
 		return facts, stage, false, nil
 	}
-	if why := cmp.Or(overlapWhy(s.state.Jobs, job), s.vcRefusal(key, req.VC)); why != "" {
+	if why := cmp.Or(overlapWhy(s.state.Jobs, job), vcRefusal(s.cfg, key, req.VC)); why != "" {
 		pending[key] = why
 		return facts, stage, false, nil
 	}

@@ -50,7 +50,7 @@ func (s *loop) prepare(job *api.Job, tg *api.TaskGroup, stage lifecycle.Result, 
 		e.reqErr = err.Error()
 		return e
 	}
-	if why := cmp.Or(overlapWhy(s.state.Jobs, job), s.vcRefusal(e.key, req.VC)); why != "" {
+	if why := cmp.Or(overlapWhy(s.state.Jobs, job), vcRefusal(s.cfg, e.key, req.VC)); why != "" {
 		e.vcWhy = why
 		return e
 	}

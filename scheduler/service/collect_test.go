@@ -391,19 +391,19 @@ func TestTheClusterShapeIsHashedAgainOnlyWhenNodesChange(t *testing.T) {
 	s.mu.Lock()
 	snap := s.state.Snapshot(s.loop.profile, nil).Snapshot
 	s.mu.Unlock()
-	first := s.loop.shapeOf(snap)
+	first := s.loop.shape.hashOf(snap)
 	must.Eq(t, clusterShape(snap), first)
 	n := snap.Nodes()[0]
 	n.Capacity.CPU++ // in place: not seen
-	must.Eq(t, first, s.loop.shapeOf(snap))
+	must.Eq(t, first, s.loop.shape.hashOf(snap))
 	_, err := snap.RemoveNode(n.ID)
 	must.NoError(t, err)
 	must.NoError(t, snap.AddNode(n))
-	again := s.loop.shapeOf(snap)
+	again := s.loop.shape.hashOf(snap)
 	must.NotEq(t, first, again)
 	must.Eq(t, clusterShape(snap), again)
 	other := placement.NewSnapshot() // another snapshot is hashed anew
-	must.Eq(t, clusterShape(other), s.loop.shapeOf(other))
+	must.Eq(t, clusterShape(other), s.loop.shape.hashOf(other))
 }
 
 // A pass looks again only at the jobs that changed: none when nothing

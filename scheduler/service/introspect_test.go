@@ -233,7 +233,7 @@ func TestUnpairRecordsPersist(t *testing.T) {
 	must.True(t, next.loop.intro.know.Incompatible("Tesla V100-SXM2-16GB", profileOf("new"), profileOf("old")))
 	_, n := next.loop.intro.know.cur().Observed("Tesla V100-SXM2-16GB", profileOf("old"), profileOf("new"))
 	must.Eq(t, 1, n)
-	must.NotNil(t, next.loop.unpairedOf(key("new")))
+	must.NotNil(t, next.loop.intro.lastUnpaired(key("new")))
 }
 
 // A pairing is judged on its latest window: one that turns slow is
@@ -269,13 +269,13 @@ func TestUnpairStopFailsRetries(t *testing.T) {
 	sc.s.loop.reconcile(t.Context())
 	must.SliceEmpty(t, sc.f.stopped)
 	must.Eq(t, 0.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
-	must.Nil(t, sc.s.loop.unpairedOf(key("new")))
+	must.Nil(t, sc.s.loop.intro.lastUnpaired(key("new")))
 	sc.f.stopErr = nil
 	sc.sample(t, 20)
 	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)
 	must.Eq(t, 1.0, counterValue(t, sc.s, "gpushare_unpairs_total"))
-	must.NotNil(t, sc.s.loop.unpairedOf(key("new")))
+	must.NotNil(t, sc.s.loop.intro.lastUnpaired(key("new")))
 }
 
 // With introspection off, nothing is judged and the policy predicts with

@@ -57,7 +57,7 @@ type loop struct {
 	// what each namespace allows them to run with (hold_stage.go)
 	staging holdState
 	// warnedShape is the cluster shape checkGuarantees last looked at;
-	// shape the last one hashed (shapeOf).
+	// shape the last one hashed (shapeMemo.hashOf).
 	warnedShape uint64
 	shape       shapeMemo
 	// nodeSets are the node sets the last pass found groups' rules allow

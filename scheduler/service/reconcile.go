@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -66,7 +67,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	start := s.now()
 	// the step's own changes to the snapshot are undone beside what is
 	// done with its actions, which do not read it until releaseHolds
-	actions, restore := decide.StepThenRestore(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, s.stepConfig())
+	actions, restore := decide.StepThenRestore(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, stepConfig(s.cfg))
 	s.lastStep = time.Since(locked) - s.lastLockHold
 	restored := make(chan struct{})
 	go func() { defer close(restored); restore() }()
@@ -173,10 +174,10 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	r.built = s.state.Snapshot(s.profile, s.preempted.has)
 	snap := r.built.Snapshot
 	snap.SetStaging(s.canStage)
-	r.shape = s.shapeOf(snap)
+	r.shape = s.shape.hashOf(snap)
 	if r.shape != s.warnedShape {
 		s.warnedShape = r.shape
-		s.checkGuarantees(snap)
+		checkGuarantees(s.cfg, s.log, snap)
 	}
 	// confirm reads the model and writes only s.unconfirmed, which
 	// collect does not read: the two run side by side, on the second
@@ -212,15 +213,15 @@ func (s *loop) note(fn func()) {
 	fn()
 }
 
-// stepConfig is the configuration as decide.Step reads it.
-func (s *loop) stepConfig() decide.Config {
+// stepConfig is the configuration cfg as decide.Step reads it.
+func stepConfig(cfg *config.Config) decide.Config {
 	return decide.Config{
-		DefaultExpected: config.Duration(s.cfg.DefaultExpectedRuntime),
-		Reservations:    s.cfg.ReservationsOn(),
-		IdleFirst:       s.cfg.IdleGPUFirst,
-		VCs:             s.cfg.VCNames(),
-		MaxSlowdown:     s.cfg.ProductionMaxSlowdown,
-		InPlacePins:     s.cfg.InPlacePinsOn(),
+		DefaultExpected: config.Duration(cfg.DefaultExpectedRuntime),
+		Reservations:    cfg.ReservationsOn(),
+		IdleFirst:       cfg.IdleGPUFirst,
+		VCs:             cfg.VCNames(),
+		MaxSlowdown:     cfg.ProductionMaxSlowdown,
+		InPlacePins:     cfg.InPlacePinsOn(),
 	}
 }
 
@@ -315,14 +316,14 @@ func dropGone[V any](s *loop, m map[decide.Key]V) {
 
 // vcRefusal says why a group may not claim the virtual cluster it names
 // in gpushare.vc ("" when it may, or names none): the VC must be one this
-// scheduler has, and admit the group's namespace.
-func (s *loop) vcRefusal(k decide.Key, name string) string {
+// scheduler has (in cfg), and admit the group's namespace.
+func vcRefusal(cfg *config.Config, k decide.Key, name string) string {
 	if name == "" {
 		return ""
 	}
-	vc, ok := s.cfg.VC(name)
+	vc, ok := cfg.VC(name)
 	if !ok {
-		names := s.cfg.VCNames()
+		names := cfg.VCNames()
 		if len(names) == 0 {
 			names = []string{"none"}
 		}
@@ -353,9 +354,9 @@ func anyMultiGPU(snap *placement.Snapshot, groups []decide.Group) bool {
 	return false
 }
 
-// checkGuarantees warns when the virtual clusters guarantee more GPUs
-// than the cluster has (a guarantee it cannot keep); the caller holds s.mu.
-func (s *loop) checkGuarantees(snap *placement.Snapshot) {
+// checkGuarantees warns on log when the virtual clusters of cfg guarantee
+// more GPUs than the cluster has (a guarantee it cannot keep).
+func checkGuarantees(cfg *config.Config, log hclog.Logger, snap *placement.Snapshot) {
 	have := 0.0
 	for _, n := range snap.Nodes() {
 		for i := range n.GPUs {
@@ -364,24 +365,25 @@ func (s *loop) checkGuarantees(snap *placement.Snapshot) {
 		}
 	}
 	promised := 0
-	for _, vc := range s.cfg.VCs {
+	for _, vc := range cfg.VCs {
 		for _, c := range vc.Cells {
 			promised += c.GPUs * c.Count
 		}
 	}
 	if float64(promised) > have+1e-9 {
-		s.log.Warn("the virtual clusters guarantee more GPUs than the cluster has: guaranteed jobs may wait, and opportunistic ones be preempted, for capacity that does not exist",
+		log.Warn("the virtual clusters guarantee more GPUs than the cluster has: guaranteed jobs may wait, and opportunistic ones be preempted, for capacity that does not exist",
 			"guaranteed_gpus", promised, "cluster_gpus", have)
 	}
 }
 
-// shapeOf is clusterShape, hashed again only when the snapshot's nodes
+// hashOf is clusterShape, hashed again only when the snapshot's nodes
 // changed (placement.Snapshot.Epoch): every GPU of the cluster is hashed.
-func (s *loop) shapeOf(snap *placement.Snapshot) uint64 {
-	if !s.shape.of.is(snap) {
-		s.shape = shapeMemo{of: epochOf(snap), hash: clusterShape(snap)}
+// The caller is the loop's goroutine.
+func (m *shapeMemo) hashOf(snap *placement.Snapshot) uint64 {
+	if !m.of.is(snap) {
+		*m = shapeMemo{of: epochOf(snap), hash: clusterShape(snap)}
 	}
-	return s.shape.hash
+	return m.hash
 }
 
 // shapeMemo is the clusterShape of a snapshot at an epoch.

@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/gpumap"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
@@ -75,7 +74,7 @@ func (s *loop) jobStatus(ns, id, name string) (JobStatus, bool) {
 		if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Profile.Known() {
 			gs.Profile = displayProfile(r.Profile)
 		}
-		gs.Unpaired = s.unpairedOf(key)
+		gs.Unpaired = s.intro.lastUnpaired(key)
 		gs.Elastic = s.elastic.statusOf(key)
 		if st, ok := s.answers.stage(key); ok {
 			gs.Lifecycle, gs.LifecycleWhy = string(st.State), st.Why
@@ -181,9 +180,6 @@ func (s *loop) health() Health {
 	return Health{Status: "ok", Leader: s.lease.isLeader(), Synced: s.synced, Index: s.state.Index, Decided: s.decided, Nodes: len(s.state.Nodes), Jobs: len(s.state.Jobs),
 		GateOpen: s.gateOpenNames()}
 }
-
-// unpairedOf is why a group was last unpaired, if it was.
-func (s *loop) unpairedOf(k decide.Key) *Unpaired { return s.intro.lastUnpaired(k) }
 
 // unpaired lists why each group was last unpaired.
 func (s *loop) unpaired() []Unpaired { return s.intro.allUnpaired() }
