@@ -44,6 +44,7 @@ func TestANodePinOfSeveralGPUsAsksOneBlockPerGPU(t *testing.T) {
 	must.NoError(t, err)
 	must.Eq(t, ContractNode, rec.Contract)
 	must.Eq(t, 2, rec.Blocks)
+	must.StrContains(t, rec.Summary(), "asked as 2 device blocks of one GPU each")
 
 	devs := blocksOfJob(j)
 	must.Len(t, 2, devs)

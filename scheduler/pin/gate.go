@@ -331,6 +331,9 @@ func (r *Record) Summary() string {
 		out = fmt.Sprintf("pinned to %d node(s), checked in place (Nomad takes the lowest-indexed GPU with room: %d GPU(s), %d share(s) expected)",
 			len(r.Nodes), len(r.GPUs), len(r.Shares))
 	}
+	if r.Blocks > 1 {
+		out += fmt.Sprintf(", asked as %d device blocks of one GPU each", r.Blocks)
+	}
 	if r.Cell != "" {
 		out += " in " + r.Cell
 	}
