@@ -89,10 +89,10 @@
 //   - preempted (saved in the records) and preemptions (the last ones,
 //     for the API; preemptions.go): allocations Nomad is stopping whose
 //     capacity is already given away;
-//   - observations, and introspection's samples (introspect.go, behind
-//     its own lock): stats of groups running
-//     alone or sharing, from which profiles are learned (the learned
-//     profiles and unpair reasons are saved);
+//   - observations (observe.go; under the model's lock), and
+//     introspection's samples (introspect.go, behind its own lock): stats
+//     of groups running alone or sharing, from which profiles are learned
+//     (the learned profiles and unpair reasons are saved);
 //   - nothing for elastic groups but what Nomad says back: the count a
 //     group's user registered, its last resize, why and when, are read
 //     from Nomad's scaling events (whose meta the scheduler writes), once

@@ -83,8 +83,8 @@ type loop struct {
 	preemptions preemptionLog
 	// decided is the model index the last finished pass read (Health)
 	decided uint64
-	// observations of groups running alone, by group key
-	observations map[string][]interference.Observation
+	// observations of groups running alone, by group key (observe.go)
+	observations observations
 	// intro watches allocations that share a GPU (introspect.go)
 	intro *introspection
 	// rules caches each group's own feasibility rules (feasible.go), and
@@ -156,7 +156,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
 		answers:   newAnswers(&c.mu),
 		refusals:  newRefusals(&c.mu),
-		preempted: stopping{}, observations: map[string][]interference.Observation{},
+		preempted: stopping{}, observations: observations{},
 		dirty: make(chan struct{}, 1), intro: intro,
 		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
@@ -207,12 +207,6 @@ func (s *loop) preemptedAllocs() map[string]time.Time { return s.preempted }
 // keep their own time.
 func (s *loop) readPreempted(read map[string]time.Time) { s.preempted = s.preempted.merge(read) }
 
-func (s *loop) forgetGone(wanted map[string]bool) {
-	for id := range s.observations {
-		if !wanted[id] {
-			delete(s.observations, id)
-		}
-	}
-}
+func (s *loop) forgetGone(wanted map[string]bool) { s.observations.forget(wanted) }
 
 func (s *loop) keyChanged() { s.priors.forget() }

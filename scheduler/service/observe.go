@@ -20,6 +20,34 @@ const (
 	maxObservations = 60
 )
 
+// observations are the samples of groups running alone, by group key
+// (pin.GroupKey), at most maxObservations each, from which their
+// interference profiles are learned. The model's lock (cluster.mu) guards
+// them: observe adds under it, and the records forget the groups gone
+// under it (forgetGone).
+type observations map[string][]interference.Observation
+
+// add keeps obs of group key, dropping its oldest beyond maxObservations,
+// and returns the group's samples. The caller holds the model's lock.
+func (o observations) add(key string, obs interference.Observation) []interference.Observation {
+	list := append(o[key], obs)
+	if len(list) > maxObservations {
+		list = list[len(list)-maxObservations:]
+	}
+	o[key] = list
+	return list
+}
+
+// forget drops the samples of the groups not wanted. The caller holds the
+// model's lock.
+func (o observations) forget(wanted map[string]bool) {
+	for id := range o {
+		if !wanted[id] {
+			delete(o, id)
+		}
+	}
+}
+
 // observe samples the device stats of allocations that run alone on their
 // GPUs and learns each group's interference profile from them, for groups
 // that declare none. Samples of shared GPUs are skipped: they measure the
@@ -80,11 +108,7 @@ func (s *loop) observe(ctx context.Context) {
 			continue
 		}
 		s.mu.Lock()
-		list := append(s.observations[t.key], obs)
-		if len(list) > maxObservations {
-			list = list[len(list)-maxObservations:]
-		}
-		s.observations[t.key] = list
+		list := s.observations.add(t.key, obs)
 		if p, ok := interference.Learn(list); ok {
 			p.Name = "learned"
 			if _, had := s.state.Learned[t.key]; !had {
