@@ -197,6 +197,7 @@ func (e *env) rowNewVersionWaits(prefix string, gated bool, add func(string, int
 	t := e.t.(*testing.T)
 	holder := e.rowJob(prefix+"holder", 100, 3, false, func(j *api.Job) { onNode(j, "pcie-2") })
 	e.registerJob(holder)
+	t.Cleanup(func() { e.stopJobs(*holder.ID) }) // a failed step leaves no GPU held
 	held := e.running(*holder.ID, 3, liveness)
 	id := prefix + "rolling"
 	spec := func(version string) *api.Job {
@@ -239,15 +240,21 @@ func (e *env) rowMixedCluster(prefix string, s *scheduler, add func(string, int,
 	left := e.settled(id, 1)[0]
 	filler := e.rowJob(prefix+"filler", 100, 11, false, nil)
 	e.registerJob(filler)
+	t.Cleanup(func() { e.stopJobs(*filler.ID) })
 	e.running(*filler.ID, 11, liveness)
 
 	seen := e.allocIDs(id)
-	n := 3
-	resp, _, err := e.nomad.Jobs().Scale(id, "g", &n, "e2e: scaled", false, nil, nil)
-	must.NoError(t, err)
+	n, eval := 3, ""
+	e.eventually(liveness, "nomad job scale "+id+" g 3 to be accepted", func() bool {
+		resp, _, err := e.nomad.Jobs().Scale(id, "g", &n, "e2e: scaled", false, nil, nil)
+		if err == nil {
+			eval = resp.EvalID
+		}
+		return err == nil // refused while the deployment of 3 -> 1 is still marked running
+	})
 	var metric *api.AllocationMetric
 	e.eventually(liveness, "Nomad to fail to place "+id+"'s scale", func() bool {
-		ev, _, err := e.nomad.Evaluations().Info(resp.EvalID, nil)
+		ev, _, err := e.nomad.Evaluations().Info(eval, nil)
 		if err != nil || ev.Status != api.EvalStatusComplete {
 			return false
 		}
