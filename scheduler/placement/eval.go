@@ -333,6 +333,9 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 		if e.kind == kGpushare {
 			c.dfrag = e.f.delta(n, e.wholeChanges(n, grp, c.mask), r.Res) / float64(n.GPUs[grp.gpus[0]].Shares)
 			c.cost = [3]float64{-float64(cells.Score(b.worst)), -fgdScore(c.dfrag)}
+			if nomadsPick(grp, r, k) { // chooseBuddy weighs this inside a node
+				c.cost[2] = float64(b.waste) // free GPUs cut off from whole free cells
+			}
 		} else {
 			c.cost = [3]float64{-float64(cells.Score(b.worst)), float64(b.waste), float64(wholeFree - k)}
 		}

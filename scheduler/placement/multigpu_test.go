@@ -198,3 +198,27 @@ func TestNomadPicksFirstRanksNodesByNomadsCell(t *testing.T) {
 		})
 	}
 }
+
+// Under Request.NomadPicksFirst, gpushare breaks a tie of worst link and
+// fragmentation between Nomad's picks by the free GPUs the pick cuts off
+// from whole free cells (buddy waste, as hived and chooseBuddy do): for
+// three whole GPUs, node a (GPU 4 taken: Nomad takes 0-2 of the free quad
+// {0-3}, leaving GPU 3 alone) and node b (GPU 0 taken: Nomad takes 1-3,
+// the free pair {1,2} and GPU 3, cutting no free cell) both give a
+// worst link NV1 and the same fragmentation; b wins, not a, the first.
+func TestNomadPicksFirstPrefersThePickThatKeepsCellsWhole(t *testing.T) {
+	tp := topologies.DGX1V100
+	s := cluster(t, NodeSpec{ID: "a", GPUs: 8, Links: links(tp), NUMA: numa(tp), PerGPU: true, MultiGPU: true},
+		NodeSpec{ID: "b", GPUs: 8, Links: links(tp), NUMA: numa(tp), PerGPU: true, MultiGPU: true})
+	for node, gpu := range map[string]int{"a": 4, "b": 0} {
+		var shares []string
+		for k := range 100 {
+			shares = append(shares, devicefn.ShareID{UUID: "GPU-" + node + "-" + strconv.Itoa(gpu), Index: k}.String())
+		}
+		must.NoError(t, s.AddAlloc(Alloc{ID: "one-" + node, Node: node, Shares: shares}))
+	}
+	d := policy(t, PolicyGpushare, Options{}).Decide(s, Request{ID: "w", Count: 1, Shares: 300, NomadPicksFirst: true})
+	must.True(t, d.Placed(), must.Sprintf("refused: %s", d.Refusal))
+	must.Eq(t, "b", d.Placements[0].Node)
+	must.Eq(t, []int{1, 2, 3}, gpuIdx(d.Placements[0]))
+}
