@@ -21,9 +21,10 @@ import (
 // and scheduler (issue 45). The scheduler pins it by node alone, asking
 // one device block per GPU; Nomad gives each block a GPU of its own; the
 // interposer puts the task's two GPUs back together (the fake driver sees
-// both UUIDs at cuInit, in index order), and a scale 1 -> 2 keeps the
-// first allocation running, as Nomad alone would. A request naming the
-// model scales in place too.
+// both UUIDs at cuInit, in index order), a scale 1 -> 2 keeps the first
+// allocation running, and so does a drain of the other's node, as Nomad
+// alone would. The request names the model (pinned as the regexp per-GPU
+// groups match).
 func TestMultiGPUOnPerGPUNodes(t *testing.T) {
 	bin := buildInterposer(t)
 	cfg := fmt.Sprintf("device_groups = %q\nsharing = %q\ninterposer {\n  enabled = true\n  library = %q\n  state_dir = %q\n}\n",
@@ -95,4 +96,19 @@ func TestMultiGPUOnPerGPUNodes(t *testing.T) {
 	must.Eq(t, 0, e.restarts("wide", first, 1))
 	must.SliceContainsFunc(t, after, first[0], func(a, b *api.Allocation) bool { return a.ID == b.ID })
 	t.Logf("RESULT multi-GPU scale 1 -> 2: 0 restarts, on %s", strings.Join(nodesOf(after), ","))
+
+	// the other node drained: its allocation moves (to the first's node,
+	// whose two other GPUs are free), the first keeps running
+	var other *api.Allocation
+	for _, a := range after {
+		if a.ID != first[0].ID {
+			other = a
+		}
+	}
+	must.NotNil(t, other)
+	e.drainOne("wide", 2, other)
+	moved := e.settled("wide", 2)
+	must.SliceContainsFunc(t, moved, first[0], func(a, b *api.Allocation) bool { return a.ID == b.ID })
+	must.Eq(t, 0, e.restarts("wide", after, 1))
+	t.Logf("RESULT multi-GPU drain of one node of 2: 0 restarts beyond the moved one, now on %s", strings.Join(nodesOf(moved), ","))
 }
