@@ -83,7 +83,7 @@ func (s *State) Ended(job *api.Job, key decide.Key) (complete, failed int) {
 	if !pin.Batch(job) {
 		return 0, 0
 	}
-	for _, a := range s.groups().all[key] {
+	for _, a := range s.indexes.groups(s.Allocs).all[key] {
 		switch {
 		case !Current(a, job):
 		case a.ClientStatus == api.AllocClientStatusComplete:
@@ -98,7 +98,7 @@ func (s *State) Ended(job *api.Job, key decide.Key) (complete, failed int) {
 // AllAllocs returns every allocation of a job's group the state holds, of
 // every version, live or terminal, by ID.
 func (s *State) AllAllocs(namespace, job, group string) []*api.Allocation {
-	return s.groups().all[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
+	return s.indexes.groups(s.Allocs).all[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
 }
 
 // Missing returns a group's live allocations and how many more it asks

@@ -17,7 +17,7 @@ func (s *State) syncChanged(lv *live, ch changes, gone func(string) bool, proble
 		look[id] = true
 	}
 	for k := range ch.jobs {
-		for id := range s.byJob[k] {
+		for id := range s.indexes.byJob[k] {
 			look[id] = true // its group's facts may have changed
 		}
 	}

@@ -234,9 +234,9 @@ func TestIncrementalSnapshotMatchesAFreshBuild(t *testing.T) {
 			want := fresh.Snapshot(nil, goneFn)
 			at := must.Sprintf("seed %d step %d", seed, step)
 			sameBuilt(t, want, got, at)
-			must.Eq(t, fresh.groups(), c.s.groups(), at) // the allocations by group, kept in step
-			indexed := 0                                 // and by job
-			for k, ids := range c.s.byJob {
+			must.Eq(t, fresh.indexes.groups(fresh.Allocs), c.s.indexes.groups(c.s.Allocs), at) // the allocations by group, kept in step
+			indexed := 0                                                                       // and by job
+			for k, ids := range c.s.indexes.byJob {
 				for id := range ids {
 					must.Eq(t, k, JobKey(c.s.Allocs[id].Namespace, c.s.Allocs[id].JobID), at)
 					indexed++

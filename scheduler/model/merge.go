@@ -133,7 +133,7 @@ func (s *State) DeleteJobAt(namespace, id string, index uint64) {
 		return
 	}
 	s.gone(jobGone(k), index)
-	for _, aid := range s.allocsOfJob(k) {
+	for _, aid := range s.indexes.ofJob(k) {
 		if s.Allocs[aid].ModifyIndex <= index {
 			s.gone(allocGone(aid), index)
 			s.dropAlloc(aid)

@@ -112,7 +112,7 @@ func (s *State) wantHolds(keys []string, profiles *interference.Model) []bool {
 		look(keys, want)
 		return want
 	}
-	s.groups() // built once, before they read it together
+	s.indexes.groups(s.Allocs) // built once, before they read it together
 	var wg sync.WaitGroup
 	per := (len(keys) + workers - 1) / workers
 	for from := 0; from < len(keys); from += per {

@@ -1,9 +1,7 @@
 package model
 
 import (
-	"maps"
 	"reflect"
-	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/pin"
 
@@ -57,10 +55,8 @@ type State struct {
 	// ownJobs are the jobs whose model copy the scheduler put itself
 	// (PutOwnJob), not yet read back from Nomad.
 	ownJobs map[string]bool
-	// byGroup indexes Allocs by group (nil until first asked for, then
-	// kept in step), byJob by job key (index.go).
-	byGroup *groupIndex
-	byJob   map[string]map[string]bool
+	// indexes are Allocs by group and by job, kept in step (index.go).
+	indexes allocIndexes
 	// changed is what changed since the last Snapshot (changes.go).
 	changed changes
 	// Rebuild has Snapshot look at every node, allocation and job each
@@ -235,7 +231,7 @@ func (s *State) DeleteJob(namespace, id string) {
 	}
 	delete(s.Jobs, JobKey(namespace, id))
 	s.changed.job(JobKey(namespace, id))
-	for _, aid := range s.allocsOfJob(JobKey(namespace, id)) {
+	for _, aid := range s.indexes.ofJob(JobKey(namespace, id)) {
 		s.dropAlloc(aid)
 	}
 }
@@ -324,38 +320,13 @@ func Live(a *api.Allocation) bool {
 
 // GroupAllocs returns the live allocations of a job's group.
 func (s *State) GroupAllocs(namespace, job, group string) []*api.Allocation {
-	return s.groups().live[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
-}
-
-// groupIndex is Allocs by group: the live ones, and all of them.
-type groupIndex struct {
-	live map[decide.Key][]*api.Allocation
-	all  map[decide.Key][]*api.Allocation
+	return s.indexes.groups(s.Allocs).live[decide.Key{Namespace: orDefault(namespace), Job: job, Group: group}]
 }
 
 // ForReaders builds what the state builds the first time it is read (the
 // index of allocations by group), so that readers that run together
 // while no one writes only read it; the parse caches lock themselves.
-func (s *State) ForReaders() { s.groups() }
-
-// groups returns the index of allocations by group, built the first time
-// it is asked for and then kept in step with Allocs (index.go).
-func (s *State) groups() *groupIndex {
-	if s.byGroup != nil {
-		return s.byGroup
-	}
-	idx := &groupIndex{live: map[decide.Key][]*api.Allocation{}, all: map[decide.Key][]*api.Allocation{}}
-	for _, id := range slices.Sorted(maps.Keys(s.Allocs)) {
-		a := s.Allocs[id]
-		k := AllocKey(a)
-		if Live(a) {
-			idx.live[k] = append(idx.live[k], a)
-		}
-		idx.all[k] = append(idx.all[k], a)
-	}
-	s.byGroup = idx
-	return idx
-}
+func (s *State) ForReaders() { s.indexes.groups(s.Allocs) }
 
 // Learn records a profile learned for a group (by request ID).
 func (s *State) Learn(key string, p interference.Profile) {
