@@ -72,12 +72,12 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 // too (NomadFailed counts their pinned nodes that are usable).
 func (s *State) syncHoldJobs(lv *live, ch changes, profiles *interference.Model) {
 	look := ch.jobs
-	if len(ch.nodes) > 0 && len(s.unplaced) > 0 {
+	if len(ch.nodes) > 0 && len(s.verdicts.unplaced) > 0 {
 		look = maps.Clone(ch.jobs)
 		if look == nil {
 			look = map[string]bool{}
 		}
-		for k := range s.unplaced {
+		for k := range s.verdicts.unplaced {
 			look[JobKey(k.Namespace, k.Job)] = true
 		}
 	}

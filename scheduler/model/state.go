@@ -91,9 +91,9 @@ type State struct {
 	// prior is the last trusted pin of each group seen in an earlier
 	// version of its job (see Prior).
 	prior map[decide.Key]Prior
-	// unplaced is what Nomad said of groups it could not place, from its
-	// evaluations (see PutEval).
-	unplaced map[decide.Key]Unplaced
+	// verdicts are what Nomad said of groups it could not place, from its
+	// evaluations (unplaced.go).
+	verdicts verdicts
 	// versions are the jobs reduced to a version that stored allocations
 	// share (slim.go).
 	versions map[uint64]*api.Job
@@ -131,7 +131,7 @@ func (s *State) forgetJob(job *api.Job) {
 	for _, tg := range job.TaskGroups {
 		delete(s.prior, KeyOf(job, *tg.Name))
 	}
-	s.forgetUnplaced(namespaceOf(job), *job.ID)
+	s.verdicts.forget(namespaceOf(job), *job.ID)
 }
 
 // LearnPrior remembers the pin group carries in old, an earlier version

@@ -21,6 +21,16 @@ type Unplaced struct {
 	Metric *api.AllocationMetric
 }
 
+// verdicts is what the state keeps of Nomad's evaluations: for each
+// group Nomad could not place, what it said at the latest version it
+// evaluated (Unplaced), until an evaluation of a later version places it
+// or the job is gone. It is the state's, under the same lock (the
+// service's cluster.mu): written by PutEval and the forgetting of jobs,
+// read by NomadFailed and Snapshot.
+type verdicts struct {
+	unplaced map[decide.Key]Unplaced
+}
+
 // PutEval records what an evaluation of a job says about its groups: a
 // group Nomad failed to place at that version, or groups it placed (their
 // earlier failures are forgotten).
@@ -29,24 +39,38 @@ func (s *State) PutEval(e *api.Evaluation) {
 		return
 	}
 	s.changed.job(JobKey(e.Namespace, e.JobID)) // whether its pins hold shares (NomadFailed)
+	s.verdicts.put(e)
+}
+
+// put records what evaluation e says of its job's groups (PutEval).
+func (v *verdicts) put(e *api.Evaluation) {
 	for _, g := range slices.Sorted(maps.Keys(e.FailedTGAllocs)) {
-		if s.unplaced == nil {
-			s.unplaced = map[decide.Key]Unplaced{}
+		if v.unplaced == nil {
+			v.unplaced = map[decide.Key]Unplaced{}
 		}
 		k := decide.Key{Namespace: orDefault(e.Namespace), Job: e.JobID, Group: g}
-		if prev, ok := s.unplaced[k]; ok && prev.JobModifyIndex > e.JobModifyIndex {
+		if prev, ok := v.unplaced[k]; ok && prev.JobModifyIndex > e.JobModifyIndex {
 			continue
 		}
-		s.unplaced[k] = Unplaced{JobModifyIndex: e.JobModifyIndex, Reason: MetricReason(e.FailedTGAllocs[g]), Metric: e.FailedTGAllocs[g]}
+		v.unplaced[k] = Unplaced{JobModifyIndex: e.JobModifyIndex, Reason: MetricReason(e.FailedTGAllocs[g]), Metric: e.FailedTGAllocs[g]}
 	}
 	if e.Status != api.EvalStatusComplete {
 		return
 	}
-	for k, u := range s.unplaced {
+	for k, u := range v.unplaced {
 		if k.Namespace == orDefault(e.Namespace) && k.Job == e.JobID && u.JobModifyIndex < e.JobModifyIndex {
 			if _, failed := e.FailedTGAllocs[k.Group]; !failed {
-				delete(s.unplaced, k)
+				delete(v.unplaced, k)
 			}
+		}
+	}
+}
+
+// forget drops what Nomad said of a job's groups (it is gone).
+func (v *verdicts) forget(namespace, job string) {
+	for k := range v.unplaced {
+		if k.Namespace == orDefault(namespace) && k.Job == job {
+			delete(v.unplaced, k)
 		}
 	}
 }
@@ -61,7 +85,7 @@ func (s *State) PutEval(e *api.Evaluation) {
 // shares stay held for it meanwhile. Exhausted ports, disk or cores are a
 // failure: the scheduler does not model them.
 func (s *State) NomadFailed(job *api.Job, group string) (string, bool) {
-	u, ok := s.unplaced[KeyOf(job, group)]
+	u, ok := s.verdicts.unplaced[KeyOf(job, group)]
 	if !ok || job.JobModifyIndex == nil || u.JobModifyIndex != *job.JobModifyIndex {
 		return "", false
 	}
@@ -128,15 +152,6 @@ func modelled(dims map[string]int) bool {
 		}
 	}
 	return true
-}
-
-// forgetUnplaced drops what Nomad said of a job's groups (it is gone).
-func (s *State) forgetUnplaced(namespace, job string) {
-	for k := range s.unplaced {
-		if k.Namespace == orDefault(namespace) && k.Job == job {
-			delete(s.unplaced, k)
-		}
-	}
 }
 
 // MetricReason puts Nomad's allocation metric of a failed placement into
