@@ -230,7 +230,7 @@ func TestIncrementalSnapshotMatchesAFreshBuild(t *testing.T) {
 			got := c.s.Snapshot(nil, goneFn)
 			fresh := New()
 			fresh.Nodes, fresh.Jobs, fresh.Allocs, fresh.Learned = c.s.Nodes, c.s.Jobs, c.s.Allocs, c.s.Learned
-			fresh.prior, fresh.verdicts = c.s.prior, c.s.verdicts
+			fresh.priors, fresh.verdicts = c.s.priors, c.s.verdicts
 			want := fresh.Snapshot(nil, goneFn)
 			at := must.Sprintf("seed %d step %d", seed, step)
 			sameBuilt(t, want, got, at)

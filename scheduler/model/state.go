@@ -3,8 +3,6 @@ package model
 import (
 	"reflect"
 
-	"github.com/gpushare/gpushare/scheduler/pin"
-
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -88,9 +86,9 @@ type State struct {
 	// jobs of a namespace (Attribution).
 	Managed func(namespace string) bool
 	Admits  func(vc, namespace string) bool
-	// prior is the last trusted pin of each group seen in an earlier
-	// version of its job (see Prior).
-	prior map[decide.Key]Prior
+	// priors are the last trusted pin of each group seen in an earlier
+	// version of its job (prior.go).
+	priors priors
 	// verdicts are what Nomad said of groups it could not place, from its
 	// evaluations (unplaced.go).
 	verdicts verdicts
@@ -99,88 +97,12 @@ type State struct {
 	versions map[uint64]*api.Job
 }
 
-// Prior is the pin of an earlier version of a group, as that version
-// carried it: a group re-registered unchanged is pinned with it again,
-// byte for byte, so that Nomad updates its allocations in place.
-type Prior struct {
-	Placement, Signature string
-	Record               *pin.Record
-	// Spec is pin.Spec of that version: a version with another spec is
-	// replaced by Nomad (destructive), pinned as before or not.
-	Spec string
-}
-
-// Prior returns the last trusted pin a version of the group carried
-// before the current one, if the job is still the same incarnation.
-func (s *State) Prior(k decide.Key) (Prior, bool) {
-	p, ok := s.prior[k]
-	if !ok {
-		return Prior{}, false
-	}
-	job := s.Jobs[JobKey(k.Namespace, k.Job)]
-	if job == nil || (p.Record.Incarnation != 0 && p.Record.Incarnation != pin.Incarnation(job)) {
-		return Prior{}, false
-	}
-	return p, true
-}
-
 // forgetJob drops what the state keeps of a job that is gone: its
 // groups' earlier pins and what Nomad said of them.
 func (s *State) forgetJob(job *api.Job) {
 	s.dropParsedObject(job)
-	for _, tg := range job.TaskGroups {
-		delete(s.prior, KeyOf(job, *tg.Name))
-	}
+	s.priors.forget(job)
 	s.verdicts.forget(namespaceOf(job), *job.ID)
-}
-
-// LearnPrior remembers the pin group carries in old, an earlier version
-// of the job read back from Nomad (the version a running allocation of the
-// group was placed with), when it is trusted and of the current
-// incarnation; it reports whether it did. A scheduler that starts while a
-// group waits at the gate with allocations running learns their pin so.
-func (s *State) LearnPrior(old *api.Job, group string) bool {
-	cur := s.Jobs[jobKey(old)]
-	tg := pin.Group(old, group)
-	if cur == nil || tg == nil || pin.Incarnation(old) != pin.Incarnation(cur) {
-		return false
-	}
-	rec, ok := s.trustedRecord(old, group)
-	if !ok {
-		return false
-	}
-	s.setPrior(old, tg, rec)
-	return true
-}
-
-// setPrior remembers the pin rec that tg carries in job.
-func (s *State) setPrior(job *api.Job, tg *api.TaskGroup, rec *pin.Record) {
-	if s.prior == nil {
-		s.prior = map[decide.Key]Prior{}
-	}
-	s.changed.job(jobKey(job)) // its allocations' attribution may change
-	placement, signature := pin.Carried(tg)
-	s.prior[KeyOf(job, *tg.Name)] = Prior{Placement: placement, Signature: signature, Record: rec,
-		Spec: pin.Spec(job, *tg.Name)}
-}
-
-// keepPriors remembers the trusted pins of prev, the version next
-// replaces; a group pinned in next has its pin in next instead.
-func (s *State) keepPriors(prev, next *api.Job) {
-	if pin.Incarnation(prev) != pin.Incarnation(next) {
-		s.changed.job(jobKey(prev))
-		for _, tg := range prev.TaskGroups {
-			delete(s.prior, KeyOf(prev, *tg.Name))
-		}
-		return
-	}
-	for _, tg := range prev.TaskGroups {
-		rec, ok := s.Record(prev, *tg.Name)
-		if !ok || !s.Pinned(prev, *tg.Name) {
-			continue
-		}
-		s.setPrior(prev, tg, rec)
-	}
 }
 
 // New returns an empty state.
