@@ -26,72 +26,88 @@ type reqOrErr struct {
 	err error
 }
 
-// parseCache guards the parse caches: they are filled as they are read,
-// and the service's HTTP API reads the state (Record, Request) while a
-// pass reads it too (ForReaders). Nothing else of the state is written
-// by a read.
-type parseCache struct{ mu sync.Mutex }
+// jobCache is what was parsed of each job version (parsed), by job key
+// (byKey) and by job object (byJob, found without making its key). It is
+// the state's but locks itself (mu), as the one part of the state a read
+// writes: the cache is filled as it is read, and the service's HTTP API
+// reads the state (Record, Request) while a pass reads it too
+// (ForReaders). Everything else of the state is written under the
+// service's cluster.mu.
+type jobCache struct {
+	mu    sync.Mutex
+	byKey map[string]*parsed
+	byJob map[*api.Job]*parsed
+}
 
-// parsedOf returns the parse cache of a job's current version, or nil
-// when the job carries no modify index to tell versions apart. The
-// caller holds s.cache.mu.
-func (s *State) parsedOf(job *api.Job, profiles *interference.Model) *parsed {
+// of returns the parse cache of a job's current version, or nil when the
+// job carries no modify index to tell versions apart; jobs are the
+// state's (what is kept of jobs no longer there is dropped as it piles
+// up). The caller holds c.mu.
+func (c *jobCache) of(job *api.Job, profiles *interference.Model, jobs map[string]*api.Job) *parsed {
 	if job.ModifyIndex == nil || job.ID == nil {
 		return nil
 	}
-	if p := s.parsedJob[job]; p != nil && p.index == *job.ModifyIndex {
+	if p := c.byJob[job]; p != nil && p.index == *job.ModifyIndex {
 		// the same object as before: found without making its key
 		if profiles != nil && p.profiles != profiles {
 			p.profiles, p.reqs = profiles, map[string]reqOrErr{}
 		}
 		return p
 	}
-	if s.parsed == nil {
-		s.parsed = map[string]*parsed{}
+	if c.byKey == nil {
+		c.byKey = map[string]*parsed{}
 	}
-	if len(s.parsed) > 2*len(s.Jobs)+64 { // drop jobs that are gone
-		for k := range s.parsed {
-			if _, ok := s.Jobs[k]; !ok {
-				delete(s.parsed, k)
+	if len(c.byKey) > 2*len(jobs)+64 { // drop jobs that are gone
+		for k := range c.byKey {
+			if _, ok := jobs[k]; !ok {
+				delete(c.byKey, k)
 			}
 		}
 	}
 	k := jobKey(job)
-	p := s.parsed[k]
+	p := c.byKey[k]
 	if p == nil || p.index != *job.ModifyIndex {
 		p = &parsed{index: *job.ModifyIndex, profiles: profiles, reqs: map[string]reqOrErr{}, recs: map[string]*pin.Record{}}
-		s.parsed[k] = p
+		c.byKey[k] = p
 	}
 	if profiles != nil && p.profiles != profiles { // requests depend on the profiles
 		p.profiles, p.reqs = profiles, map[string]reqOrErr{}
 	}
-	s.byObject(job, p)
+	c.byObject(job, p, jobs)
 	return p
 }
 
 // byObject remembers p as the parse of job's object, dropping those of
-// objects the state no longer holds when they pile up.
-func (s *State) byObject(job *api.Job, p *parsed) {
-	if s.parsedJob == nil {
-		s.parsedJob = map[*api.Job]*parsed{}
+// objects the state (jobs) no longer holds when they pile up. The caller
+// holds c.mu.
+func (c *jobCache) byObject(job *api.Job, p *parsed, jobs map[string]*api.Job) {
+	if c.byJob == nil {
+		c.byJob = map[*api.Job]*parsed{}
 	}
-	if len(s.parsedJob) > 2*len(s.Jobs)+64 {
-		for j := range s.parsedJob {
-			if s.Jobs[jobKey(j)] != j {
-				delete(s.parsedJob, j)
+	if len(c.byJob) > 2*len(jobs)+64 {
+		for j := range c.byJob {
+			if jobs[jobKey(j)] != j {
+				delete(c.byJob, j)
 			}
 		}
 	}
-	s.parsedJob[job] = p
+	c.byJob[job] = p
 }
 
-// dropParsedObject forgets which parse the object job, no longer the
-// state's, was found by (byObject): a job read again each pass would
-// otherwise leave one entry an object until they pile up.
-func (s *State) dropParsedObject(job *api.Job) {
-	s.cache.mu.Lock()
-	delete(s.parsedJob, job)
-	s.cache.mu.Unlock()
+// dropObject forgets which parse the object job, no longer the state's,
+// was found by (byObject): a job read again each pass would otherwise
+// leave one entry an object until they pile up.
+func (c *jobCache) dropObject(job *api.Job) {
+	c.mu.Lock()
+	delete(c.byJob, job)
+	c.mu.Unlock()
+}
+
+// forget drops everything parsed.
+func (c *jobCache) forget() {
+	c.mu.Lock()
+	c.byKey, c.byJob = nil, nil
+	c.mu.Unlock()
 }
 
 // Record is pin.ParseRecord, parsed once per job version, for a
@@ -99,7 +115,7 @@ func (s *State) dropParsedObject(job *api.Job) {
 func (s *State) Record(job *api.Job, group string) (*pin.Record, bool) {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
-	p := s.parsedOf(job, nil)
+	p := s.cache.of(job, nil, s.Jobs)
 	if p == nil {
 		return s.trustedRecord(job, group)
 	}
@@ -126,7 +142,7 @@ func (s *State) Pinned(job *api.Job, group string) bool {
 func (s *State) gated(job *api.Job) []string {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
-	p := s.parsedOf(job, nil)
+	p := s.cache.of(job, nil, s.Jobs)
 	if p == nil {
 		return pin.Gated(job)
 	}
@@ -140,7 +156,7 @@ func (s *State) gated(job *api.Job) []string {
 func (s *State) request(job *api.Job, group string, profiles *interference.Model) (placement.Request, error) {
 	s.cache.mu.Lock()
 	defer s.cache.mu.Unlock()
-	p := s.parsedOf(job, profiles)
+	p := s.cache.of(job, profiles, s.Jobs)
 	if p == nil {
 		return pin.Request(job, group, profiles)
 	}
@@ -182,9 +198,7 @@ func (s *State) trustedRecord(job *api.Job, group string) (*pin.Record, bool) {
 // ForgetParsed drops the parsed requests and records, to be read again
 // (after Trust changed its mind).
 func (s *State) ForgetParsed() {
-	s.cache.mu.Lock()
-	s.parsed, s.parsedJob = nil, nil
-	s.cache.mu.Unlock()
+	s.cache.forget()
 	s.learnedGen++ // the VCs and classes of allocations are read again
 	s.changed.all = true
 }

@@ -20,9 +20,9 @@ func TestParsedObjectsDoNotPileUp(t *testing.T) {
 			_, _ = s.Record(job, "g")
 			must.Eq(t, []string{"g"}, s.Gated(job))
 		}
-		must.MapLen(t, 2, s.parsedJob, must.Sprintf("after %d reads", i+1))
-		must.MapLen(t, 2, s.parsed)
+		must.MapLen(t, 2, s.cache.byJob, must.Sprintf("after %d reads", i+1))
+		must.MapLen(t, 2, s.cache.byKey)
 	}
 	s.DeleteJob("default", "a")
-	must.MapLen(t, 1, s.parsedJob)
+	must.MapLen(t, 1, s.cache.byJob)
 }

@@ -61,11 +61,9 @@ type State struct {
 	// time, as it did before the state kept what changed: benchmarks
 	// compare the two, tests check they agree.
 	Rebuild bool
-	// parsed caches each job version's requests and pin records, by job
-	// key; parsedJob the same by job object (cache.go).
-	parsed    map[string]*parsed
-	parsedJob map[*api.Job]*parsed
-	cache     parseCache
+	// cache is each job version's requests and pin records, parsed once
+	// (cache.go).
+	cache jobCache
 	// live is the placement snapshot kept in step with the state (Snapshot).
 	live *live
 	// learnedGen counts the changes to what an allocation's group facts
@@ -100,7 +98,7 @@ type State struct {
 // forgetJob drops what the state keeps of a job that is gone: its
 // groups' earlier pins and what Nomad said of them.
 func (s *State) forgetJob(job *api.Job) {
-	s.dropParsedObject(job)
+	s.cache.dropObject(job)
 	s.priors.forget(job)
 	s.verdicts.forget(namespaceOf(job), *job.ID)
 }
@@ -139,7 +137,7 @@ func (s *State) PutJob(j *api.Job) {
 	}
 	if ok && prev != j {
 		s.keepPriors(prev, j)
-		s.dropParsedObject(prev)
+		s.cache.dropObject(prev)
 	}
 	s.Jobs[jobKey(j)] = j
 	s.changed.job(jobKey(j))
