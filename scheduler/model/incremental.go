@@ -22,14 +22,14 @@ func (s *State) syncChanged(lv *live, ch changes, gone func(string) bool, proble
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(ch.nodes)) {
-		if _, ok := lv.nodes[id]; ok && !s.nodeHolds(lv, id) {
-			for _, aid := range s.dropNode(lv, id, problems) {
+		if _, ok := lv.nodes[id]; ok && !lv.nodeHolds(s.Nodes, id) {
+			for _, aid := range lv.dropNode(id, problems) {
 				look[aid] = true
 			}
 		}
 	}
 	for _, id := range slices.Sorted(maps.Keys(mergeSets(ch.nodes, lv.badNodes))) {
-		s.addNode(lv, id, problems)
+		lv.addNode(s.Nodes, id, problems)
 	}
 	if gone != nil {
 		for id := range lv.allocs {

@@ -14,7 +14,11 @@ import (
 // live is the placement snapshot kept in step with the state, and what
 // each of its nodes and allocations was made from: a node or allocation
 // Nomad reported anew is a new object, so a pointer that changed means
-// the snapshot's copy must be made again.
+// the snapshot's copy must be made again. It is the state's, written only
+// by Snapshot (a write: the caller holds the service's cluster.mu and is
+// the only one to call it); its nodes are kept by its own methods from
+// the state's Nodes, its allocations by the state's (allocOf reads what
+// their groups add).
 type live struct {
 	snap     *placement.Snapshot
 	profiles *interference.Model
@@ -82,7 +86,7 @@ func (lv *live) forget(id string) {
 
 // dropNode removes node id, and its allocations, from the snapshot, and
 // returns the IDs of those allocations.
-func (s *State) dropNode(lv *live, id string, problems *[]string) []string {
+func (lv *live) dropNode(id string, problems *[]string) []string {
 	if _, err := lv.snap.RemoveNode(id); err != nil {
 		*problems = append(*problems, fmt.Sprintf("node %s: %v", id, err))
 	}
@@ -94,10 +98,10 @@ func (s *State) dropNode(lv *live, id string, problems *[]string) []string {
 	return ids
 }
 
-// addNode adds node id of the state to the snapshot when it is usable
-// and not there yet.
-func (s *State) addNode(lv *live, id string, problems *[]string) {
-	n := s.Nodes[id]
+// addNode adds node id of the state (nodes, its Nodes) to the snapshot
+// when it is usable and not there yet.
+func (lv *live) addNode(nodes map[string]*api.Node, id string, problems *[]string) {
+	n := nodes[id]
 	delete(lv.badNodes, id)
 	if _, ok := lv.nodes[id]; ok || n == nil || !Usable(n) {
 		return
@@ -117,22 +121,24 @@ func (s *State) addNode(lv *live, id string, problems *[]string) {
 	lv.nodes[id] = nodeMark{n, n.ModifyIndex}
 }
 
-// nodeHolds reports whether the snapshot's node id is still the state's.
-func (s *State) nodeHolds(lv *live, id string) bool {
-	n, was := s.Nodes[id], lv.nodes[id]
+// nodeHolds reports whether the snapshot's node id is still the state's
+// (nodes, its Nodes).
+func (lv *live) nodeHolds(nodes map[string]*api.Node, id string) bool {
+	n, was := nodes[id], lv.nodes[id]
 	return n == was.node && n.ModifyIndex == was.index && Usable(n)
 }
 
-// syncNodes removes the nodes that left, changed or became unusable, and
-// adds the usable nodes the snapshot lacks (with their GPUs' health).
-func (s *State) syncNodes(lv *live, problems *[]string) {
+// syncNodes removes the nodes that left the state (nodes, its Nodes),
+// changed or became unusable, and adds the usable nodes the snapshot
+// lacks (with their GPUs' health).
+func (lv *live) syncNodes(nodes map[string]*api.Node, problems *[]string) {
 	for id := range lv.nodes {
-		if !s.nodeHolds(lv, id) {
-			s.dropNode(lv, id, problems)
+		if !lv.nodeHolds(nodes, id) {
+			lv.dropNode(id, problems)
 		}
 	}
-	for _, id := range slices.Sorted(maps.Keys(s.Nodes)) {
-		s.addNode(lv, id, problems)
+	for _, id := range slices.Sorted(maps.Keys(nodes)) {
+		lv.addNode(nodes, id, problems)
 	}
 }
 

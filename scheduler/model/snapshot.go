@@ -45,7 +45,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 	}
 	lv.holds = map[string]decide.Key{}
 	if full {
-		s.syncNodes(lv, &problems)
+		lv.syncNodes(s.Nodes, &problems)
 		s.syncAllocs(lv, gone, &problems)
 		clear(lv.holdJobs)
 		for k, job := range s.Jobs {
