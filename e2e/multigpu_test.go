@@ -3,6 +3,8 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -111,4 +113,60 @@ func TestMultiGPUOnPerGPUNodes(t *testing.T) {
 	must.SliceContainsFunc(t, moved, first[0], func(a, b *api.Allocation) bool { return a.ID == b.ID })
 	must.Eq(t, 0, e.restarts("wide", after, 1))
 	t.Logf("RESULT multi-GPU drain of one node of 2: 0 restarts beyond the moved one, now on %s", strings.Join(nodesOf(moved), ","))
+
+	// the exec driver: a chroot whose mounts of the two reservations stack
+	// at the same paths (the last one's show); the library comes from
+	// /etc/ld.so.preload and composes the GPUs there too
+	t.Run("exec", func(t *testing.T) {
+		e := e.in(t)
+		var node *api.Node
+		e.eventually(liveness, "the exec driver's fingerprint", func() bool {
+			stubs, _, err := e.nomad.Nodes().List(nil)
+			must.NoError(t, err)
+			for _, st := range stubs {
+				if n, _, err := e.nomad.Nodes().Info(st.ID, nil); err == nil {
+					if d := n.Drivers["exec"]; d != nil && d.Detected {
+						node = n
+					}
+				}
+			}
+			return node != nil && node.Drivers["exec"].Healthy
+		})
+		srv := httptest.NewServer(http.FileServer(http.Dir(bin)))
+		t.Cleanup(srv.Close)
+		j := e.parse("wide-exec", map[string]any{"shares": 200})
+		j.Type = ptr("batch")
+		j.Update, j.TaskGroups[0].Update, j.TaskGroups[0].Migrate = nil, nil, nil // not for batch jobs
+		task := j.TaskGroups[0].Tasks[0]
+		task.Driver = "exec"
+		task.Artifacts = []*api.TaskArtifact{
+			{GetterSource: ptr(srv.URL + "/cuprog"), GetterMode: ptr("file"), RelativeDest: ptr("local/cuprog")},
+			{GetterSource: ptr(srv.URL + "/libcuda.so.1"), GetterMode: ptr("file"), RelativeDest: ptr("local/libcuda.so.1")},
+		}
+		task.Config["args"] = []string{"-c", "chmod +x /local/cuprog && exec /local/cuprog dlsym visible getenv:GPUSHARE_SHARES"}
+		task.Env = map[string]string{"LD_LIBRARY_PATH": "/local", "GPUSHARE_REAL_LIBCUDA": "/local/libcuda.so.1"}
+		task.Resources.MemoryMB = ptr(64)
+		e.registerJob(j)
+		t.Cleanup(func() { e.stopJobs("wide-exec") })
+		alloc := waitFinished(t, e.nomad, "wide-exec")
+		must.Eq(t, "complete", alloc.ClientStatus, must.Sprintf("task events: %s", events(alloc)))
+		var gpus []string
+		for _, tr := range alloc.AllocatedResources.Tasks {
+			for _, d := range tr.Devices {
+				id, err := devicefn.ParseShareID(d.DeviceIDs[0])
+				must.NoError(t, err)
+				gpus = append(gpus, id.UUID)
+			}
+		}
+		slices.Sort(gpus)
+		must.Len(t, 2, gpus)
+		r, err := e.nomad.AllocFS().Cat(alloc, "alloc/logs/work.stdout.0", nil)
+		must.NoError(t, err)
+		out, err := io.ReadAll(r)
+		r.Close()
+		must.NoError(t, err)
+		t.Logf("exec task stdout:\n%s", out)
+		must.StrContains(t, string(out), "visible 0 "+strings.Join(gpus, ","))
+		must.StrContains(t, string(out), "getenv 0 200")
+	})
 }
