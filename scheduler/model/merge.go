@@ -54,7 +54,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 			continue
 		}
 		seen[n.ID] = true
-		if s.deletedAfter(nodeGone(n.ID), n.ModifyIndex) || newer(s.Nodes[n.ID] != nil, nodeIndex(s.Nodes[n.ID]), n.ModifyIndex) {
+		if s.Gone.after(nodeGone(n.ID), n.ModifyIndex) || newer(s.Nodes[n.ID] != nil, nodeIndex(s.Nodes[n.ID]), n.ModifyIndex) {
 			st.Kept++
 			continue
 		}
@@ -77,7 +77,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 		k := jobKey(j)
 		seen[k] = true
 		prev := s.Jobs[k]
-		if s.deletedAfter(jobGone(k), jobIndex(j)) || newer(prev != nil, jobIndex(prev), jobIndex(j)) {
+		if s.Gone.after(jobGone(k), jobIndex(j)) || newer(prev != nil, jobIndex(prev), jobIndex(j)) {
 			st.Kept++
 			continue
 		}
@@ -99,7 +99,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 		}
 		seen[a.ID] = true
 		prev := s.Allocs[a.ID]
-		if s.deletedAfter(allocGone(a.ID), a.ModifyIndex) || s.deletedAfter(jobGone(JobKey(a.Namespace, a.JobID)), a.ModifyIndex) ||
+		if s.Gone.after(allocGone(a.ID), a.ModifyIndex) || s.Gone.after(jobGone(JobKey(a.Namespace, a.JobID)), a.ModifyIndex) ||
 			newer(prev != nil, allocIndex(prev), a.ModifyIndex) {
 			st.Kept++
 			continue
@@ -115,11 +115,7 @@ func (s *State) Relist(l *Listing) RelistStats {
 		}
 	}
 
-	for k, at := range s.Gone {
-		if at <= l.Index() {
-			delete(s.Gone, k)
-		}
-	}
+	s.Gone.forgetUpTo(l.Index())
 	s.Index = max(s.Index, l.Index())
 	return st
 }
@@ -132,10 +128,10 @@ func (s *State) DeleteJobAt(namespace, id string, index uint64) {
 	if j := s.Jobs[k]; j != nil && jobIndex(j) > index {
 		return
 	}
-	s.gone(jobGone(k), index)
+	s.Gone.note(jobGone(k), index)
 	for _, aid := range s.indexes.ofJob(k) {
 		if s.Allocs[aid].ModifyIndex <= index {
-			s.gone(allocGone(aid), index)
+			s.Gone.note(allocGone(aid), index)
 			s.dropAlloc(aid)
 		}
 	}
@@ -153,22 +149,41 @@ func (s *State) DeleteNodeAt(id string, index uint64) {
 	if n := s.Nodes[id]; n != nil && n.ModifyIndex > index {
 		return
 	}
-	s.gone(nodeGone(id), index)
+	s.Gone.note(nodeGone(id), index)
 	s.DeleteNode(id)
 }
 
-func (s *State) gone(key string, index uint64) {
-	if s.Gone == nil {
-		s.Gone = map[string]uint64{}
+// deletions are the deletions seen in events (Delete*At), by kind and ID
+// (nodeGone, jobGone, allocGone), at the index each was seen at: a
+// relist listed before that index does not bring the object back, and
+// one at or after it shows the deletion already (forgetUpTo). They are
+// the state's, written and read by the state's writer under the
+// service's cluster.mu.
+type deletions map[string]uint64
+
+// note records that the object key was deleted at index.
+func (d *deletions) note(key string, index uint64) {
+	if *d == nil {
+		*d = map[string]uint64{}
 	}
-	s.Gone[key] = max(s.Gone[key], index)
+	(*d)[key] = max((*d)[key], index)
 }
 
-// deletedAfter reports whether the state saw the object deleted after the
+// after reports whether the object key was seen deleted after the
 // version modified at index.
-func (s *State) deletedAfter(key string, index uint64) bool {
-	at, ok := s.Gone[key]
+func (d deletions) after(key string, index uint64) bool {
+	at, ok := d[key]
 	return ok && at > index
+}
+
+// forgetUpTo forgets the deletions seen at or before index (a listing at
+// index already shows them).
+func (d deletions) forgetUpTo(index uint64) {
+	for k, at := range d {
+		if at <= index {
+			delete(d, k)
+		}
+	}
 }
 
 // newer reports whether the state holds a version newer than index.

@@ -49,7 +49,7 @@ type State struct {
 	// alone on their GPU, by group key; used when a group declares none.
 	Learned map[string]interference.Profile
 	// Gone are deletions seen in events, by kind and ID, at their index (merge.go).
-	Gone map[string]uint64
+	Gone deletions
 	// ownJobs are the jobs whose model copy the scheduler put itself
 	// (PutOwnJob), not yet read back from Nomad.
 	ownJobs map[string]bool
