@@ -69,7 +69,7 @@ func (s *State) BatchDone(job *api.Job, group string) bool {
 		return false
 	}
 	key := KeyOf(job, group)
-	complete, failed := s.Ended(job, key)
+	complete, failed := Ended(s, job, key)
 	done := complete + failed
 	return done > 0 && done >= pin.Count(tg) && len(s.GroupAllocs(key.Namespace, key.Job, key.Group)) == 0
 }
@@ -79,7 +79,7 @@ func (s *State) BatchDone(job *api.Job, group string) bool {
 // Nomad's reconciler counts them: those that completed, and those that
 // failed with no reschedule left (FailedForGood). One Nomad still
 // reschedules, or lost with its node, is not: Nomad replaces it.
-func (s *State) Ended(job *api.Job, key decide.Key) (complete, failed int) {
+func Ended(s *State, job *api.Job, key decide.Key) (complete, failed int) {
 	if !pin.Batch(job) {
 		return 0, 0
 	}
@@ -109,7 +109,7 @@ func (s *State) AllAllocs(namespace, job, group string) []*api.Allocation {
 func (s *State) Missing(job *api.Job, tg *api.TaskGroup) ([]*api.Allocation, int) {
 	key := KeyOf(job, *tg.Name)
 	live := s.GroupAllocs(key.Namespace, key.Job, key.Group)
-	complete, failed := s.Ended(job, key)
+	complete, failed := Ended(s, job, key)
 	return live, max(pin.Count(tg)-len(live)-complete-failed, 0)
 }
 

@@ -203,7 +203,7 @@ func (s *State) allocOf(a *api.Allocation, profiles *interference.Model) placeme
 	}
 	if r, err := s.Request(job, a.TaskGroup, profiles); err == nil {
 		pa.Profile, pa.MaxSlowdown, pa.Timeslice = r.Profile, r.MaxSlowdown, r.Timeslice
-		pa.VC, pa.Class = s.Attribution(job, a.TaskGroup)
+		pa.VC, pa.Class = Attribution(s, job, a.TaskGroup)
 	}
 	return pa
 }

@@ -128,7 +128,7 @@ func TestMissingCountsAFailedAllocationNomadDoesNotReschedule(t *testing.T) {
 			_, n := st.Missing(job, job.TaskGroups[0])
 			must.Eq(t, tc.missing, n)
 			must.Eq(t, tc.done, st.BatchDone(job, "g"))
-			complete, failed := st.Ended(job, KeyOf(job, "g"))
+			complete, failed := Ended(st, job, KeyOf(job, "g"))
 			must.Eq(t, tc.ended, [2]int{complete, failed})
 		})
 	}

@@ -205,7 +205,7 @@ func (s *State) holdJob(job *api.Job, profiles *interference.Model, b *Built, pr
 		rec := s.feasiblePart(job, *tg.Name, h.rec)
 		free := 0 // pinned shares no allocation holds
 		for _, a := range holds(key, rec, snap.InUse, h.req, h.missing, h.replaced, snap) {
-			a.VC, a.Class = s.Attribution(job, *tg.Name) // as its allocations will count
+			a.VC, a.Class = Attribution(s, job, *tg.Name) // as its allocations will count
 			free += len(a.Shares)
 			if err := snap.AddAlloc(a); err != nil {
 				// CPU or memory: Nomad places it once they free

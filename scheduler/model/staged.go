@@ -67,7 +67,7 @@ func (s *State) HoldStaged(b *Built, job *api.Job, group string, rec *pin.Record
 		}
 	}
 	for _, a := range holds(key, rec, snap.InUse, r, missing, replaced, snap) {
-		a.VC, a.Class = s.Attribution(job, group)
+		a.VC, a.Class = Attribution(s, job, group)
 		if err := snap.AddAlloc(a); err != nil {
 			// CPU or memory taken: the shares are held all the same
 			b.Problems = append(b.Problems, fmt.Sprintf("staged hold for %s: %v", r.ID, err))

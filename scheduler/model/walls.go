@@ -23,7 +23,9 @@ func (s *State) Manages(ns string) bool {
 // opportunistic placement may be preempted. A VC counts only when it
 // admits the group's namespace (Admits) and the namespace is managed;
 // otherwise the allocations count for no VC and are of class normal.
-func (s *State) Attribution(job *api.Job, group string) (string, placement.Class) {
+// It reads the state only (its records, earlier pins, Managed and Admits),
+// so it is a function over it, under whatever lock its caller reads it.
+func Attribution(s *State, job *api.Job, group string) (string, placement.Class) {
 	ns := orDefault(namespaceOf(job))
 	if !s.Manages(ns) {
 		return "", placement.ClassNormal
@@ -36,12 +38,13 @@ func (s *State) Attribution(job *api.Job, group string) (string, placement.Class
 		}
 		rec = prior.Record
 	}
-	return s.vcOf(rec, ns), classOf(rec)
+	return vcOf(s.Admits, rec, ns), classOf(rec)
 }
 
-// vcOf is the VC a signed record was made for, when it admits namespace ns.
-func (s *State) vcOf(rec *pin.Record, ns string) string {
-	if rec.VC == "" || (s.Admits != nil && !s.Admits(rec.VC, ns)) {
+// vcOf is the VC a signed record was made for, when it admits namespace
+// ns (admits: State.Admits).
+func vcOf(admits func(vc, namespace string) bool, rec *pin.Record, ns string) string {
+	if rec.VC == "" || (admits != nil && !admits(rec.VC, ns)) {
 		return ""
 	}
 	return rec.VC
