@@ -62,7 +62,14 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 		rec, _ := s.state.Record(job, name)
 		g.NodePin = rec.Contract == pin.ContractNode
 		g.PinRoom = s.room(job, name, rec)
-		g.PinLost, lost = s.lost(job, name, built.Short[key])
+		short := built.Short[key]
+		if short && g.NodePin { // Nomad takes any GPU with room on a pinned node
+			if r, err := s.state.Request(job, name, s.profile); err == nil {
+				_, missing := s.state.Missing(job, tg)
+				short = !nodePinRoom(built, key, rec.Nodes, r.Shares, missing)
+			}
+		}
+		g.PinLost, lost = s.lost(job, name, short)
 		if why, failed := s.state.NomadFailed(job, name); failed {
 			if _, missing := s.state.Missing(job, tg); missing > 0 {
 				// Nomad evaluated this pin and could not place it: decided
