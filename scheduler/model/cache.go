@@ -31,8 +31,8 @@ type reqOrErr struct {
 // the state's but locks itself (mu), as the one part of the state a read
 // writes: the cache is filled as it is read, and the service's HTTP API
 // reads the state (Record, Request) while a pass reads it too
-// (ForReaders). Everything else of the state is written under the
-// service's cluster.mu.
+// (ForReaders). The rest of the state a read leaves alone (but the
+// snapshot, which only the pass that calls Snapshot reads).
 type jobCache struct {
 	mu    sync.Mutex
 	byKey map[string]*parsed

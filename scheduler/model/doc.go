@@ -22,4 +22,30 @@
 // The model's truth is Nomad: a missed event is repaired by the next
 // relist (Relist puts and deletes through the same paths, which record
 // what they change).
+//
+// State keeps Nomad's objects (Nodes, Jobs, Allocs) and one part per
+// concern, each a small type that owns its maps:
+//
+//   - allocIndexes (index.go): Allocs by group and by job, kept in step
+//     by setAlloc and dropAlloc;
+//   - jobCache (cache.go): each job version's requests, gate and pin
+//     records, parsed once (Record, Request, Gated read through it);
+//   - priors (prior.go): the last trusted pin of each group in an earlier
+//     version of its job (Prior, LearnPrior);
+//   - verdicts (unplaced.go): what Nomad's evaluations said of groups it
+//     could not place (PutEval, NomadFailed);
+//   - deletions (merge.go, State.Gone): the deletions seen in events, so
+//     that a relist listed before them brings nothing back;
+//   - changes and touched (changes.go, generation.go): what changed since
+//     the last Snapshot and TakeTouched;
+//   - live (live.go): the placement snapshot kept in step, with what each
+//     node and allocation in it was made from (it keeps its nodes itself).
+//
+// What only reads the state is a function over it (Attribution, Ended,
+// FailedForGood). The service guards the whole state with one lock (its
+// cluster.mu): every part is written under it, but for what a pass
+// writes while it reads the state without the lock and no one else
+// writes it (the service's reading.go): the snapshot (live, changes,
+// touched, through Snapshot and TakeTouched), which only that pass
+// reads, and jobCache, filled as it is read, which locks itself.
 package model

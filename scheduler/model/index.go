@@ -15,9 +15,9 @@ import (
 // each change): by group (groupIndex, what a pass asks of every group;
 // nil until first asked for, then kept in step) and by job (byJob, what a
 // purge and a changed job look at). Every write to Allocs goes through
-// State.setAlloc and State.dropAlloc, which keep it; it is the state's,
-// under the same lock (the service's cluster.mu), and built (groups) by
-// the writer or by ForReaders before readers share it.
+// State.setAlloc and State.dropAlloc, which keep it under the service's
+// cluster.mu; the index by group is built (groups) by the writer or by
+// ForReaders before readers that run together share it.
 type allocIndexes struct {
 	byGroup *groupIndex
 	byJob   map[string]map[string]bool

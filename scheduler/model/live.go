@@ -15,10 +15,10 @@ import (
 // each of its nodes and allocations was made from: a node or allocation
 // Nomad reported anew is a new object, so a pointer that changed means
 // the snapshot's copy must be made again. It is the state's, written only
-// by Snapshot (a write: the caller holds the service's cluster.mu and is
-// the only one to call it); its nodes are kept by its own methods from
-// the state's Nodes, its allocations by the state's (allocOf reads what
-// their groups add).
+// by Snapshot, whose caller is the only one to call it (the service's
+// pass, which reads the state while no one writes it); its nodes are kept
+// by its own methods from the state's Nodes, its allocations by the
+// state's (allocOf reads what their groups add).
 type live struct {
 	snap     *placement.Snapshot
 	profiles *interference.Model

@@ -157,8 +157,8 @@ func (s *State) DeleteNodeAt(id string, index uint64) {
 // (nodeGone, jobGone, allocGone), at the index each was seen at: a
 // relist listed before that index does not bring the object back, and
 // one at or after it shows the deletion already (forgetUpTo). They are
-// the state's, written and read by the state's writer under the
-// service's cluster.mu.
+// the state's, written and read by the state's writer (events, relists)
+// under the service's cluster.mu.
 type deletions map[string]uint64
 
 // note records that the object key was deleted at index.

@@ -10,9 +10,9 @@ import (
 // trusted pin each group carried before its current version (Prior), so
 // that a group re-registered unchanged is pinned with it again and its
 // allocations count for what they were placed as (Attribution). It is the
-// state's, under the same lock (the service's cluster.mu): written as jobs
-// are put (keepPriors), read back (LearnPrior) and forgotten, read by
-// Prior and Attribution.
+// state's: written under the service's cluster.mu as jobs are put
+// (keepPriors), read back (LearnPrior) and forgotten, read by Prior and
+// Attribution under it or while no one writes (a pass's read).
 type priors struct {
 	byGroup map[decide.Key]Prior
 }

@@ -24,9 +24,9 @@ type Unplaced struct {
 // verdicts is what the state keeps of Nomad's evaluations: for each
 // group Nomad could not place, what it said at the latest version it
 // evaluated (Unplaced), until an evaluation of a later version places it
-// or the job is gone. It is the state's, under the same lock (the
-// service's cluster.mu): written by PutEval and the forgetting of jobs,
-// read by NomadFailed and Snapshot.
+// or the job is gone. It is the state's: written under the service's
+// cluster.mu (PutEval, the forgetting of jobs), read by NomadFailed and
+// Snapshot under it or while no one writes (a pass's read).
 type verdicts struct {
 	unplaced map[decide.Key]Unplaced
 }
