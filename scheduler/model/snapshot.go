@@ -49,7 +49,7 @@ func (s *State) Snapshot(profiles *interference.Model, gone func(allocID string)
 		s.syncAllocs(lv, gone, &problems)
 		clear(lv.holdJobs)
 		for k, job := range s.Jobs {
-			if s.wantsHolds(job, profiles) {
+			if wantsHolds(s, job, profiles) {
 				lv.holdJobs[k] = true
 			}
 		}
@@ -104,7 +104,7 @@ func (s *State) wantHolds(keys []string, profiles *interference.Model) []bool {
 	look := func(part []string, out []bool) {
 		for i, k := range part {
 			job := s.Jobs[k]
-			out[i] = job != nil && s.wantsHolds(job, profiles)
+			out[i] = job != nil && wantsHolds(s, job, profiles)
 		}
 	}
 	workers := holdWorkers(len(keys))
@@ -133,12 +133,12 @@ var wantHoldsPerWorker = 512
 
 // wantsHolds reports whether a pinned group of job holds shares for
 // allocations that are missing or are to replace running ones.
-func (s *State) wantsHolds(job *api.Job, profiles *interference.Model) bool {
-	if !s.mayHold(job) {
+func wantsHolds(s *State, job *api.Job, profiles *interference.Model) bool {
+	if !mayHold(job) {
 		return false
 	}
 	for _, tg := range job.TaskGroups {
-		if _, ok := s.toHold(job, tg, profiles); ok {
+		if _, ok := toHold(s, job, tg, profiles); ok {
 			return true
 		}
 	}
@@ -146,7 +146,7 @@ func (s *State) wantsHolds(job *api.Job, profiles *interference.Model) bool {
 }
 
 // mayHold reports whether the pins of a job can hold anything.
-func (s *State) mayHold(job *api.Job) bool {
+func mayHold(job *api.Job) bool {
 	if (job.Stop != nil && *job.Stop) || Template(job) {
 		return false // Nomad never places a template: its pin holds nothing
 	}
@@ -161,8 +161,9 @@ type pinHold struct {
 	missing, replaced int
 }
 
-// toHold is what pinned group tg of job holds shares for, if anything.
-func (s *State) toHold(job *api.Job, tg *api.TaskGroup, profiles *interference.Model) (pinHold, bool) {
+// toHold is what pinned group tg of job holds shares for, if anything,
+// as the state (s) says; it only reads it.
+func toHold(s *State, job *api.Job, tg *api.TaskGroup, profiles *interference.Model) (pinHold, bool) {
 	if !s.Pinned(job, *tg.Name) {
 		return pinHold{}, false
 	}
@@ -192,17 +193,17 @@ func (s *State) toHold(job *api.Job, tg *api.TaskGroup, profiles *interference.M
 
 // holdJob adds to the snapshot the holds of job's pinned groups.
 func (s *State) holdJob(job *api.Job, profiles *interference.Model, b *Built, problems *[]string) {
-	if !s.mayHold(job) {
+	if !mayHold(job) {
 		return
 	}
 	snap := b.Snapshot
 	for _, tg := range job.TaskGroups {
-		h, ok := s.toHold(job, tg, profiles)
+		h, ok := toHold(s, job, tg, profiles)
 		if !ok {
 			continue
 		}
 		key := KeyOf(job, *tg.Name)
-		rec := s.feasiblePart(job, *tg.Name, h.rec)
+		rec := feasiblePart(s.Feasible, job, *tg.Name, h.rec)
 		free := 0 // pinned shares no allocation holds
 		for _, a := range holds(key, rec, snap.InUse, h.req, h.missing, h.replaced, snap) {
 			a.VC, a.Class = Attribution(s, job, *tg.Name) // as its allocations will count
@@ -236,13 +237,13 @@ type Built struct {
 }
 
 // feasiblePart is the record with only the pinned nodes the job's current
-// version still allows (State.Feasible): no hold on nodes where Nomad
-// cannot place the group.
-func (s *State) feasiblePart(job *api.Job, group string, rec *pin.Record) *pin.Record {
-	if s.Feasible == nil {
+// version still allows (feasible: State.Feasible): no hold on nodes where
+// Nomad cannot place the group.
+func feasiblePart(feasible func(job *api.Job, group string) func(node string) bool, job *api.Job, group string, rec *pin.Record) *pin.Record {
+	if feasible == nil {
 		return rec
 	}
-	allows := s.Feasible(job, group)
+	allows := feasible(job, group)
 	if allows == nil {
 		return rec
 	}
