@@ -36,13 +36,15 @@
 //     could not place (PutEval, NomadFailed);
 //   - deletions (merge.go, State.Gone): the deletions seen in events, so
 //     that a relist listed before them brings nothing back;
+//   - versions (slim.go): the jobs reduced to the version stored
+//     allocations run, one object per version;
 //   - changes and touched (changes.go, generation.go): what changed since
 //     the last Snapshot and TakeTouched;
 //   - live (live.go): the placement snapshot kept in step, with what each
 //     node and allocation in it was made from (it keeps its nodes itself).
 //
 // What only reads the state is a function over it (Attribution, Ended,
-// FailedForGood). The service guards the whole state with one lock (its
+// wantsHolds, toHold; FailedForGood reads only an allocation and its job). The service guards the whole state with one lock (its
 // cluster.mu): every part is written under it, but for what a pass
 // writes while it reads the state without the lock and no one else
 // writes it (the service's reading.go): the snapshot (live, changes,

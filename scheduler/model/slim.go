@@ -46,7 +46,7 @@ func (s *State) slimAlloc(a *api.Allocation, res *api.AllocatedResources) *api.A
 		c.DesiredTransition = api.DesiredTransition{Reschedule: a.DesiredTransition.Reschedule, ForceReschedule: a.DesiredTransition.ForceReschedule}
 	}
 	if a.Job != nil {
-		c.Job = s.versionOnly(a.Job.Version)
+		c.Job = s.versions.of(a.Job.Version)
 	}
 	if n := s.Nodes[a.NodeID]; n != nil {
 		c.NodeID = n.ID
@@ -69,26 +69,31 @@ func (s *State) slimAlloc(a *api.Allocation, res *api.AllocatedResources) *api.A
 	return c
 }
 
-// versionOnly returns a job that carries only version v (nil: none), one
-// object per version shared by every allocation that runs it: the stored
+// versions are the jobs reduced to a version (of) that stored allocations
+// share, by version. The state's, filled as allocations are put, under
+// the service's cluster.mu.
+type versions map[uint64]*api.Job
+
+// of returns a job that carries only version v (nil: none), one object
+// per version shared by every allocation that runs it: the stored
 // allocations are read, never changed. The table is cleared when it grows
 // past a bound; objects already handed out stay valid.
-func (s *State) versionOnly(v *uint64) *api.Job {
+func (vs *versions) of(v *uint64) *api.Job {
 	key := ^uint64(0) // no version
 	if v != nil {
 		key = *v
 	}
-	if j, ok := s.versions[key]; ok {
+	if j, ok := (*vs)[key]; ok {
 		return j
 	}
-	if s.versions == nil || len(s.versions) >= 4096 {
-		s.versions = map[uint64]*api.Job{}
+	if *vs == nil || len(*vs) >= 4096 {
+		*vs = map[uint64]*api.Job{}
 	}
 	j := &api.Job{}
 	if v != nil {
 		j.Version = &key
 	}
-	s.versions[key] = j
+	(*vs)[key] = j
 	return j
 }
 

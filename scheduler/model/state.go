@@ -92,7 +92,7 @@ type State struct {
 	verdicts verdicts
 	// versions are the jobs reduced to a version that stored allocations
 	// share (slim.go).
-	versions map[uint64]*api.Job
+	versions versions
 }
 
 // forgetJob drops what the state keeps of a job that is gone: its
