@@ -208,10 +208,8 @@ func (s *State) ForgetParsed() {
 // holds (it depends only on the allocation and its node's GPUs, and the
 // allocation leaves the snapshot when either changes).
 func (s *State) Reservable(snap *placement.Snapshot, a *api.Allocation) bool {
-	if s.live != nil && s.live.snap == snap {
-		if m, ok := s.live.allocs[a.ID]; ok && m.alloc == a && m.index == a.ModifyIndex {
-			return m.reservable
-		}
+	if m, ok := s.live.held(a); ok && s.live.snap == snap {
+		return m.reservable
 	}
 	return snap.Reservable(Shares(a))
 }
@@ -220,10 +218,8 @@ func (s *State) Reservable(snap *placement.Snapshot, a *api.Allocation) bool {
 // one (a pass asks for the shares of every allocation). The caller does
 // not change the list.
 func (s *State) SharesOf(a *api.Allocation) []string {
-	if s.live != nil {
-		if m, ok := s.live.allocs[a.ID]; ok && m.alloc == a && m.index == a.ModifyIndex {
-			return m.as.Shares
-		}
+	if m, ok := s.live.held(a); ok {
+		return m.as.Shares
 	}
 	return Shares(a)
 }

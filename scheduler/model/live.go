@@ -69,6 +69,17 @@ func (lv *live) keep(id string, m allocMark) {
 	lv.onNode[m.as.Node][id] = true
 }
 
+// held returns the mark of allocation a in the snapshot, when the
+// snapshot holds that very object at its modify index (lv may be nil: no
+// snapshot yet): what Reservable and SharesOf read of it.
+func (lv *live) held(a *api.Allocation) (allocMark, bool) {
+	if lv == nil {
+		return allocMark{}, false
+	}
+	m, ok := lv.allocs[a.ID]
+	return m, ok && m.alloc == a && m.index == a.ModifyIndex
+}
+
 // forget records that allocation id is no longer in the snapshot.
 func (lv *live) forget(id string) {
 	m, ok := lv.allocs[id]
