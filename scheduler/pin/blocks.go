@@ -25,9 +25,11 @@ import (
 // same request.
 
 // gpuBlocks returns the gpushare device blocks of the group's GPU task.
-func gpuBlocks(tg *api.TaskGroup) []*api.RequestedDevice {
-	t := gpuTask(tg)
-	if t == nil {
+func gpuBlocks(tg *api.TaskGroup) []*api.RequestedDevice { return taskBlocks(gpuTask(tg)) }
+
+// taskBlocks returns the gpushare device blocks of t (nil: none).
+func taskBlocks(t *api.Task) []*api.RequestedDevice {
+	if t == nil || t.Resources == nil {
 		return nil
 	}
 	var out []*api.RequestedDevice
@@ -71,15 +73,7 @@ func blockCount(d *api.RequestedDevice) uint64 {
 // copies of a split. ok is false when the task holds several blocks that
 // are not copies of one.
 func requestBlocks(t *api.Task) (first *api.RequestedDevice, shares uint64, copies int, ok bool) {
-	if t == nil || t.Resources == nil {
-		return nil, 0, 0, true
-	}
-	var devs []*api.RequestedDevice
-	for _, d := range t.Resources.Devices {
-		if isOurs(d.Name) {
-			devs = append(devs, d)
-		}
-	}
+	devs := taskBlocks(t)
 	if len(devs) == 0 {
 		return nil, 0, 0, true
 	}

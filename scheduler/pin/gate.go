@@ -211,7 +211,7 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 			r.Models = []string{model}
 		}
 		for _, c := range d.Constraints {
-			if c.LTarget == "${device.model}" && isEquality(c.Operand) {
+			if c.LTarget == ModelTarget && isEquality(c.Operand) {
 				r.Models = []string{c.RTarget}
 			}
 		}

@@ -1,6 +1,7 @@
 package pin
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -87,7 +88,7 @@ func unnameModel(d *api.RequestedDevice, rec *Record) {
 	mine := ModelConstraint(rec.Model)
 	switch rec.ModelAs {
 	case ModelFromName:
-		if d.Name == DeviceName && hasConstraint(d.Constraints, mine) {
+		if d.Name == DeviceName && slices.ContainsFunc(d.Constraints, func(c *api.Constraint) bool { return sameConstraint(c, mine) }) {
 			d.Name = DeviceName + "/" + rec.Model
 			d.Constraints = dropLast(d.Constraints, mine)
 			if len(d.Constraints) == 0 {
@@ -102,15 +103,6 @@ func unnameModel(d *api.RequestedDevice, rec *Record) {
 			}
 		}
 	}
-}
-
-func hasConstraint(cs []*api.Constraint, c *api.Constraint) bool {
-	for _, x := range cs {
-		if sameConstraint(x, c) {
-			return true
-		}
-	}
-	return false
 }
 
 // userTask returns t as the user wrote it, for what reads the group's

@@ -63,14 +63,9 @@ func PinWith(job *api.Job, group string, d *placement.Decision, rt Runtime) (*Re
 		rec.PerNode = perNode(nodes)
 	}
 	old, _ := ParseRecord(job, group)
-	if t := userTask(gpuTask(tg), old); t != nil {
-		// a model, written so that it matches per-GPU groups too (models.go)
-		var first *api.RequestedDevice
-		if t.Resources != nil {
-			first, _, _, _ = requestBlocks(t)
-		}
-		rec.Model, rec.ModelAs, rec.ModelOp = modelNamed(first)
-	}
+	// a model, written so that it matches per-GPU groups too (models.go)
+	first, _, _, _ := requestBlocks(userTask(gpuTask(tg), old))
+	rec.Model, rec.ModelAs, rec.ModelOp = modelNamed(first)
 	if d.InPlace || d.PerGPU { // each GPU a device group: one block per GPU (blocks.go)
 		most := 0
 		for _, p := range d.Placements {
