@@ -99,3 +99,28 @@ func TestANodePinnedBatchFailureIsLeftToNomadsReschedule(t *testing.T) {
 	must.NotEq(t, lifecycle.PinnedUnplaced, st.State, must.Sprint(st.Why))
 	must.StrContains(t, st.Why, "capacity its pin names is gone")
 }
+
+// nodePinRoom counts room as Nomad takes it on a pinned node: fractions
+// on one GPU each, an allocation of several GPUs on wholly free GPUs of
+// one node (8 on a DGX-1: four of 2, none of 9), an unhealthy GPU none.
+func TestNodePinRoomCountsAsNomadTakes(t *testing.T) {
+	n := perGPUNode(t, "node-1")
+	f := &fakeNomad{nodes: []*api.Node{n}, jobs: map[string]*api.Job{}}
+	s := loadedService(t, f)
+	built := s.state.Snapshot(nil, nil)
+	k := key("x")
+	nodes := []string{"node-1"}
+	must.True(t, nodePinRoom(built, k, nodes, 25, 32))
+	must.False(t, nodePinRoom(built, k, nodes, 25, 33))
+	must.True(t, nodePinRoom(built, k, nodes, 200, 4))
+	must.False(t, nodePinRoom(built, k, nodes, 200, 5))
+	must.False(t, nodePinRoom(built, k, nodes, 900, 1))
+	must.False(t, nodePinRoom(built, k, []string{"gone"}, 25, 1))
+	must.True(t, nodePinRoom(built, k, nodes, 25, 0))
+
+	u := gpuUUIDs(t, n)[0]
+	must.NoError(t, built.Snapshot.SetHealth(u, false))
+	must.False(t, nodePinRoom(built, k, nodes, 25, 29), must.Sprint("an unhealthy GPU offers nothing"))
+	must.True(t, nodePinRoom(built, k, nodes, 200, 3))
+	must.False(t, nodePinRoom(built, k, nodes, 200, 4))
+}

@@ -41,7 +41,7 @@ func nodePinRoom(built *model.Built, key decide.Key, nodes []string, shares, mis
 		if !ok {
 			continue
 		}
-		whole := 0 // GPUs wholly free for the group
+		whole, per := 0, 0 // GPUs wholly free for the group; their shares each
 		for i := range n.GPUs {
 			g := &n.GPUs[i]
 			if g.Down || g.MIG() {
@@ -49,13 +49,13 @@ func nodePinRoom(built *model.Built, key decide.Key, nodes []string, shares, mis
 			}
 			free := g.Free() + own[g.UUID]
 			if shares <= g.Shares {
-				fit += free / shares
+				fit += free / shares // a fraction or one GPU: on one GPU
 			} else if free >= g.Shares {
-				whole++
+				whole, per = whole+1, g.Shares
 			}
 		}
-		if shares > 0 && len(n.GPUs) > 0 && shares > n.GPUs[0].Shares {
-			fit += whole / ((shares + n.GPUs[0].Shares - 1) / n.GPUs[0].Shares)
+		if whole > 0 { // several whole GPUs of one node each
+			fit += whole / ((shares + per - 1) / per)
 		}
 	}
 	return fit >= missing
