@@ -72,6 +72,11 @@ type Group struct {
 	// allocation of several whole GPUs is asked as one device block per
 	// GPU. Not encoded.
 	MultiGPU bool
+	// CellRanks are the GPUs' ranks in their node's cell order, by GPU
+	// (AttrCellRank), of a PerGPU group whose every per-GPU group
+	// carries one; nil otherwise. Nomad, asked by a node pin to prefer
+	// low ranks, takes the GPUs in this order. Not encoded.
+	CellRanks []int
 }
 
 // GroupGPU is one GPU of a group.

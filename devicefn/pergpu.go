@@ -69,6 +69,17 @@ const (
 	// MultiGPUInterposer is AttrMultiGPU's value when the interposer
 	// composes a task's per-GPU reservations.
 	MultiGPUInterposer = "interposer"
+	// AttrCellRank is the GPU's rank in its node's cell order: its
+	// position when the leaves of the node's cell tree (built from the
+	// whole link matrix and NUMA nodes, as the scheduler builds it:
+	// scheduler/cells.Tree.LeafOrder) are read left to right. GPUs next
+	// to each other in it share the smallest cells (DGX-1 V100: GPUs 0, 3,
+	// 1, 2, 4, 7, 5, 6 have ranks 0..7), so a scheduler's node pin that
+	// asks Nomad to prefer low ranks (${device.attr.cell_rank} <= k) has
+	// Nomad take a node's GPUs best cell first. Rank = index on a node of
+	// one GPU or whose best pairs are index pairs. Absent from plugins
+	// before it.
+	AttrCellRank = "cell_rank"
 )
 
 // GPUGroup is one GPU offered as a device group of its own.
@@ -84,6 +95,10 @@ type GPUGroup struct {
 	// MultiGPU: one task may hold several of the node's per-GPU groups
 	// (AttrMultiGPU); the plugin sets it when its interposer composes them.
 	MultiGPU bool
+	// Ranked says the group carries CellRank (AttrCellRank), the GPU's
+	// rank in its node's cell order; the plugin sets both.
+	Ranked   bool
+	CellRank int
 }
 
 // Name is the group's device name (GPUGroupName).
@@ -120,6 +135,9 @@ func (g *GPUGroup) Attributes() map[string]Attr {
 	attrs[AttrNodeLinks] = StringAttr(EncodeRow(g.NodeLinks))
 	if g.MultiGPU {
 		attrs[AttrMultiGPU] = StringAttr(MultiGPUInterposer)
+	}
+	if g.Ranked {
+		attrs[AttrCellRank] = IntAttr(int64(g.CellRank), "")
 	}
 	return attrs
 }
@@ -164,7 +182,18 @@ func DecodeGPUGroup(name string, attrs map[string]Attr) (*GPUGroup, error) {
 		}
 		multi = true
 	}
-	return &GPUGroup{Group: *g, Index: int(index), NodeLinks: row, MultiGPU: multi}, nil
+	out := &GPUGroup{Group: *g, Index: int(index), NodeLinks: row, MultiGPU: multi}
+	if _, ok := attrs[AttrCellRank]; ok {
+		rank := d.int(AttrCellRank)
+		if d.err != nil {
+			return nil, d.err
+		}
+		if rank < 0 || int(rank) >= len(row) {
+			return nil, fmt.Errorf("%w: device %q: cell_rank %d is outside 0..%d (one rank per GPU of its node_links row)", ErrBadAttributes, name, rank, len(row)-1)
+		}
+		out.Ranked, out.CellRank = true, int(rank)
+	}
+	return out, nil
 }
 
 // MergeGPUGroups rebuilds, from a node's per-GPU groups, the per-model
@@ -172,7 +201,8 @@ func DecodeGPUGroup(name string, attrs map[string]Attr) (*GPUGroup, error) {
 // GPUs in NVML index order, the link matrix of each model cut from the
 // node's), each marked PerGPU. It returns an error when the groups of one
 // model disagree (shares, sharing, versions), two share an index, or
-// their link rows do not form a valid matrix.
+// their link rows do not form a valid matrix. Group.CellRanks holds the
+// GPUs' cell ranks when every one of the model's groups carries one.
 func MergeGPUGroups(gs []GPUGroup) ([]Group, error) {
 	byModel := map[string][]GPUGroup{}
 	for _, g := range gs {
@@ -189,6 +219,7 @@ func MergeGPUGroups(gs []GPUGroup) ([]Group, error) {
 			ComputeCapability: first.ComputeCapability, MemoryMiB: first.MemoryMiB, PerGPU: true,
 			MultiGPU: true,
 		}
+		ranked := true
 		for a, m := range members {
 			name := m.Name()
 			switch {
@@ -209,10 +240,15 @@ func MergeGPUGroups(gs []GPUGroup) ([]Group, error) {
 			}
 			g.MemoryMiB = min(g.MemoryMiB, m.MemoryMiB)
 			g.MultiGPU = g.MultiGPU && m.MultiGPU
+			ranked = ranked && m.Ranked
+			g.CellRanks = append(g.CellRanks, m.CellRank)
 			g.GPUs = append(g.GPUs, gpu)
 		}
 		if err := g.Links().Validate(); err != nil {
 			return nil, fmt.Errorf("%w: per-GPU groups of %q: %v", ErrBadAttributes, model, err)
+		}
+		if !ranked {
+			g.CellRanks = nil // an older plugin's, or mixed: Nomad cannot rank them
 		}
 		out = append(out, g)
 	}

@@ -2,6 +2,7 @@ package devicefn
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/shoenig/test/must"
@@ -21,6 +22,14 @@ func TestGPUGroupsRoundTrip(t *testing.T) {
 			skip = map[string]bool{inv.GPUs[1].UUID: true}
 		}
 		per := GPUGroups(inv, shares, SharingTimeslice, skip)
+		ranked := trial%2 == 0 // a plugin that fingerprints cell ranks, or an older one
+		ranks := r.Perm(len(inv.GPUs))
+		for k := range per {
+			per[k].Ranked, per[k].CellRank = ranked, ranks[per[k].Index]
+			if !ranked {
+				per[k].CellRank = 0
+			}
+		}
 		var decoded []GPUGroup
 		names := map[string]bool{}
 		for _, g := range per {
@@ -32,6 +41,8 @@ func TestGPUGroupsRoundTrip(t *testing.T) {
 			must.Eq(t, g.Model, ModelOfDevice(g.Name(), attrs))
 			must.False(t, names[g.Name()], must.Sprintf("name %q twice on a node", g.Name()))
 			names[g.Name()] = true
+			_, hasRank := attrs[AttrCellRank]
+			must.Eq(t, ranked, hasRank)
 			got, err := DecodeGPUGroup(g.Name(), attrs)
 			must.NoError(t, err, must.Sprintf("trial %d", trial))
 			must.Eq(t, g, *got, must.Sprintf("trial %d", trial))
@@ -40,8 +51,17 @@ func TestGPUGroupsRoundTrip(t *testing.T) {
 		merged, err := MergeGPUGroups(decoded)
 		must.NoError(t, err, must.Sprintf("trial %d", trial))
 		want := Groups(inv, shares, SharingTimeslice, skip)
+		index := map[string]int{}
+		for _, g := range inv.GPUs {
+			index[g.UUID] = g.Index
+		}
 		for i := range want {
 			want[i].PerGPU = true
+			if ranked { // each GPU's rank, in the group's GPU order
+				for _, g := range want[i].GPUs {
+					want[i].CellRanks = append(want[i].CellRanks, ranks[index[g.UUID]])
+				}
+			}
 		}
 		must.Eq(t, want, merged, must.Sprintf("trial %d", trial))
 	}
@@ -84,6 +104,9 @@ func TestDecodeGPUGroupRefuses(t *testing.T) {
 		{"index beyond the row", func(a map[string]Attr) string { a[AttrGPUIndex] = IntAttr(5, ""); return "M GPU 5" }},
 		{"no model", func(a map[string]Attr) string { delete(a, AttrModel); return "M GPU 1" }},
 		{"bad links", func(a map[string]Attr) string { a[AttrNodeLinks] = StringAttr("NV2,Q"); return "M GPU 1" }},
+		{"cell rank beyond the row", func(a map[string]Attr) string { a[AttrCellRank] = IntAttr(2, ""); return "M GPU 1" }},
+		{"negative cell rank", func(a map[string]Attr) string { a[AttrCellRank] = IntAttr(-1, ""); return "M GPU 1" }},
+		{"cell rank not an integer", func(a map[string]Attr) string { a[AttrCellRank] = StringAttr("1"); return "M GPU 1" }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			attrs := gs[1].Attributes()
@@ -92,10 +115,22 @@ func TestDecodeGPUGroupRefuses(t *testing.T) {
 			must.ErrorIs(t, err, ErrBadAttributes)
 		})
 	}
+	// a node whose groups are not all ranked (an older plugin's among
+	// them) merges without ranks: Nomad could not order them
+	ranked := slices.Clone(gs)
+	ranked[0].Ranked, ranked[0].CellRank = true, 1
+	ranked[1].Ranked, ranked[1].CellRank = true, 0
+	merged, err := MergeGPUGroups(ranked)
+	must.NoError(t, err)
+	must.Eq(t, []int{1, 0}, merged[0].CellRanks)
+	ranked[1].Ranked, ranked[1].CellRank = false, 0
+	merged, err = MergeGPUGroups(ranked)
+	must.NoError(t, err)
+	must.Nil(t, merged[0].CellRanks)
 	// two groups of one model that disagree do not merge
 	b := gs[1]
 	b.SharesPerGPU = 50
-	_, err := MergeGPUGroups([]GPUGroup{gs[0], b})
+	_, err = MergeGPUGroups([]GPUGroup{gs[0], b})
 	must.ErrorIs(t, err, ErrBadAttributes)
 	_, err = MergeGPUGroups([]GPUGroup{gs[0], gs[0]})
 	must.ErrorIs(t, err, ErrBadAttributes)

@@ -27,6 +27,9 @@ func TestFingerprintPerGPUGroups(t *testing.T) {
 	must.NoError(t, fp.Error)
 	must.SliceLen(t, 8, fp.Devices)
 	var decoded []devicefn.GPUGroup
+	// the cell order of a DGX-1 V100 (0, 3, 1, 2, 4, 7, 5, 6): each
+	// double-NVLink pair holds consecutive ranks
+	dgx1Ranks := []int64{0, 2, 3, 1, 4, 6, 7, 5}
 	for i, g := range fp.Devices {
 		must.NoError(t, g.Validate())
 		must.Eq(t, "nvidia", g.Vendor)
@@ -38,6 +41,7 @@ func TestFingerprintPerGPUGroups(t *testing.T) {
 		must.Eq(t, uuid+":99", g.Devices[99].ID)
 		must.Eq(t, v100Model, *g.Attributes["model"].String)
 		must.Eq(t, int64(i), *g.Attributes["index"].Int)
+		must.Eq(t, dgx1Ranks[i], *g.Attributes["cell_rank"].Int)
 		must.Eq(t, int64(1), *g.Attributes["gpus"].Int)
 		must.Eq(t, uuid, *g.Attributes["gpu0.uuid"].String)
 		must.Eq(t, "X", *g.Attributes["gpu0.links"].String)
@@ -54,9 +58,27 @@ func TestFingerprintPerGPUGroups(t *testing.T) {
 	want, err := devicefn.DecodeGroup(v100Model, fromSDKAttributes(today.Devices[0].Attributes))
 	must.NoError(t, err)
 	want.PerGPU = true
+	want.CellRanks = []int{0, 2, 3, 1, 4, 6, 7, 5}
 	merged, err := devicefn.MergeGPUGroups(decoded)
 	must.NoError(t, err)
 	must.Eq(t, []devicefn.Group{*want}, merged)
+}
+
+// A server whose best-connected pairs are index pairs ranks its GPUs in
+// index order: a 4-GPU PCIe server of two sockets, and a DGX-1 seen
+// through PCIe alone.
+func TestFingerprintCellRanksInIndexOrder(t *testing.T) {
+	for _, fixture := range []string{fixtures.PCIe4GPU, fixtures.DGX1PCIe} {
+		t.Run(fixture, func(t *testing.T) {
+			_, _, fp := newPlugin(t, fixture, `device_groups = "gpu"`)
+			must.NoError(t, fp.Error)
+			must.Positive(t, len(fp.Devices))
+			for i, g := range fp.Devices {
+				must.Eq(t, int64(i), *g.Attributes["index"].Int)
+				must.Eq(t, int64(i), *g.Attributes["cell_rank"].Int)
+			}
+		})
+	}
 }
 
 // Reserve and health mean the same per GPU: a whole GPU and a fraction of

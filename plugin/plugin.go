@@ -328,7 +328,9 @@ func (p *Plugin) fingerprintOnce(ctx context.Context) *device.FingerprintRespons
 		resp.Devices = append(resp.Devices, p.deviceGroup(g.Model, g.Attributes(), &g, mps, mpsBlocks))
 	}
 	if cfg.DeviceGroups == devicefn.DeviceGroupsGPU {
-		for _, g := range devicefn.GPUGroups(inv, cfg.SharesPerGPU, cfg.Sharing, skip) {
+		gs := devicefn.GPUGroups(inv, cfg.SharesPerGPU, cfg.Sharing, skip)
+		rankGPUGroups(inv, gs)
+		for _, g := range gs {
 			g.MultiGPU = cfg.multiGPU()
 			resp.Devices = append(resp.Devices, p.deviceGroup(g.Name(), g.Attributes(), &g.Group, mps, mpsBlocks))
 		}

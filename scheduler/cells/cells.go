@@ -383,3 +383,43 @@ func Worst(m devicefn.Matrix, gpus []int) devicefn.Link {
 	}
 	return worst
 }
+
+// LeafOrder lists the tree's GPUs as its leaves read left to right: depth
+// first from the root, a cell's children in order of their lowest GPU.
+// GPUs next to each other in it share the smallest cells, so taking GPUs
+// in this order fills a best-connected cell before starting another
+// (DGX-1: 0, 3, 1, 2, 4, 7, 5, 6, where index order would pair 0 with 1
+// over one NVLink). Nil for a tree of no GPUs.
+func (t *Tree) LeafOrder() []int {
+	if t.Root < 0 {
+		return nil
+	}
+	out := make([]int, 0, len(t.Leaf))
+	var walk func(c int)
+	walk = func(c int) {
+		ch := t.Cells[c].Children
+		if len(ch) == 0 {
+			out = append(out, t.Cells[c].GPUs...)
+			return
+		}
+		ch = append([]int(nil), ch...)
+		sort.Slice(ch, func(i, j int) bool { return t.Cells[ch[i]].GPUs[0] < t.Cells[ch[j]].GPUs[0] })
+		for _, x := range ch {
+			walk(x)
+		}
+	}
+	walk(t.Root)
+	return out
+}
+
+// Ranks is each GPU's position in LeafOrder, by GPU: the cell rank a
+// device plugin fingerprints per GPU (devicefn.AttrCellRank) so that
+// Nomad, asked to prefer low ranks, takes GPUs in the tree's order.
+func (t *Tree) Ranks() []int {
+	order := t.LeafOrder()
+	out := make([]int, len(order))
+	for r, g := range order {
+		out[g] = r
+	}
+	return out
+}
