@@ -26,13 +26,15 @@
 //     other job, whatever its name, is modelled (hold_watch.go). It
 //     watches Nomad's namespaces too: the stream covers those of when it
 //     opened, and a new one opens it again (watch_namespaces.go);
-//   - loop (loop.go, reconcile.go, confirm.go, pins.go, hold_stage.go, hold_keep.go, moves.go, lifecycle.go,
+//   - loop (loop.go, reconcile.go, confirm.go, pins.go, moves.go, lifecycle.go,
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records
 //     through recordKeeper and the lease through leadership, and answers
 //     the API's view (view.go). It composes a type per concern that owns
-//     its state: holdState and nsDrivers (staging, hold_stage.go,
-//     hold_rules.go), introspection (introspect.go, which locks itself),
+//     its state: the stager (staging: stager.go, hold.go, hold_stage.go,
+//     hold_keep.go, hold_release.go, hold_rules.go; it reaches Nomad, the
+//     signing key, the lease and the answers through small interfaces),
+//     introspection (introspect.go, which locks itself),
 //     stopping and preemptionLog (preemptions.go), refusals (refusals.go,
 //     retry.go), answers (answers.go), unconfirmed (confirm.go), and,
 //     keeping nothing, the promoter (promote.go) and pools (pool.go),
@@ -72,7 +74,7 @@
 //     pin, and a pin decided again without those refused in the last 5
 //     minutes (refusedFor) never swings between two, nor waits for ever
 //     on a refusal that has gone;
-//   - staging (hold_stage.go, hold_keep.go, hold_rules.go): the pins
+//   - staging (the stager: hold_stage.go, hold_keep.go, hold_rules.go): the pins
 //     whose holds Nomad has not placed yet (their placement, its digest
 //     and when the holds were registered: a later pass pins them, and
 //     their holds are kept meanwhile; each pass holds their shares in

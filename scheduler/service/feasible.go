@@ -253,7 +253,7 @@ func (s *loop) noteFeasible(k decide.Key, ns nodeSet) {
 
 // forgetFeasible drops what concerned groups whose job is gone.
 func (s *loop) forgetFeasible() {
-	dropGone(s, s.feasibleOf)
+	dropGone(s.cluster, s.feasibleOf)
 	s.rules.Sweep()
 }
 

@@ -189,33 +189,26 @@ func holdPayload(j *api.Job) string {
 	return "hold\x00" + *j.ID + "\x00" + j.Meta[metaHoldNode] + "\x00" + j.Meta[metaHoldPin] + "\x00" + strings.Join(heldShares(j), ",")
 }
 
-// holder is the Nomad client's hold calls, nil when it has none (no
-// staging: one whole-GPU allocation of a group per node).
-func (s *loop) holder() holdNomad {
-	h, _ := s.nomad.(holdNomad)
-	return h
-}
-
 // canStage reports whether several whole-GPU allocations of a group may
-// be staged on a node. The caller holds s.mu.
-func (s *loop) canStage(nodeID string) bool {
-	return s.holder() != nil && holdDriver(s.state.Nodes[nodeID]) != ""
+// be staged on a node. The caller holds the model's lock.
+func (st *stager) canStage(nodeID string) bool {
+	return st.nomad != nil && holdDriver(st.c.state.Nodes[nodeID]) != ""
 }
 
 // unstage lets go the holds of a pin that was not registered.
-func (s *loop) unstage(ctx context.Context, pinned *api.Job, ids []string) {
-	h := s.holder()
+func (st *stager) unstage(ctx context.Context, pinned *api.Job, ids []string) {
+	h := st.nomad
 	for _, id := range ids {
-		rctx, cancel := s.request(context.WithoutCancel(ctx))
+		rctx, cancel := st.request(context.WithoutCancel(ctx))
 		err := h.StopJob(rctx, nsOf(pinned), id)
 		cancel()
 		if err != nil && !isNotFound(err) {
-			s.log.Warn("cannot let go a hold of a pin not registered; it ends by itself", "hold", id, "after", holdLife, "error", err)
+			st.log.Warn("cannot let go a hold of a pin not registered; it ends by itself", "hold", id, "after", holdLife, "error", err)
 			continue
 		}
-		s.mu.Lock()
-		delete(s.holds, model.JobKey(nsOf(pinned), id)) // not read back as a group's staging (adoptHolds)
-		s.mu.Unlock()
+		st.c.mu.Lock()
+		delete(st.c.holds, model.JobKey(nsOf(pinned), id)) // not read back as a group's staging (adoptHolds)
+		st.c.mu.Unlock()
 	}
 }
 

@@ -45,56 +45,59 @@ import (
 // the decision back from its holds (adoptHolds) and comes to the same
 // answer.
 
-// keepStaged keeps the staged decisions of r's pass (above): their
-// groups leave r.groups and are pinned (r.inPlace). The caller does not
-// hold s.mu; the model is not written meanwhile (a pass's read).
-func (s *loop) keepStaged(r *passRead) {
-	if s.holder() == nil {
-		return
+// keepStaged keeps the staged decisions of a pass (above) that read
+// built, jobs and groups: it returns the groups left to decide and the
+// pins of those kept, which leave groups. The caller does not hold the
+// model's lock; the model is not written meanwhile (a pass's read).
+func (st *stager) keepStaged(built *model.Built, jobs map[decide.Key]*api.Job, groups []decide.Group) ([]decide.Group, []decide.Action) {
+	if st.nomad == nil {
+		return groups, nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.adoptHolds(r.built.Snapshot)
-	if len(s.staging.waiting) == 0 {
-		return
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
+	st.adoptHolds(built.Snapshot)
+	if len(st.waiting) == 0 {
+		return groups, nil
 	}
-	at := make(map[decide.Key]int, len(r.groups))
-	for i, g := range r.groups {
+	at := make(map[decide.Key]int, len(groups))
+	for i, g := range groups {
 		at[g.Key] = i
 	}
 	kept := map[decide.Key]bool{}
-	for _, key := range slices.SortedFunc(maps.Keys(s.staging.waiting), decide.Key.Compare) {
-		w := s.staging.waiting[key]
+	var pins []decide.Action
+	for _, key := range slices.SortedFunc(maps.Keys(st.waiting), decide.Key.Compare) {
+		w := st.waiting[key]
 		i, ok := at[key]
 		rec, why := &pin.Record{}, "the group is no longer to be placed"
 		if ok {
-			rec, why = s.stagedStands(r, r.groups[i], w)
+			rec, why = st.stagedStands(built, jobs[key], groups[i], w)
 		}
 		if why != "" {
-			delete(s.staging.waiting, key) // its holds are let go (holdStale)
-			log := s.log.Info
+			delete(st.waiting, key) // its holds are let go (holdStale)
+			log := st.log.Info
 			if !ok { // pinned meanwhile (by another replica), backing off, or its job gone
-				log = s.log.Debug
+				log = st.log.Debug
 			}
 			log("a staged decision no longer stands: its holds are let go and the group is decided again",
 				"group", key.String(), "holds", len(w.holds), "reason", why)
 			continue
 		}
 		w.kept = true
-		s.staging.waiting[key] = w
+		st.waiting[key] = w
 		kept[key] = true
-		r.inPlace = append(r.inPlace, stagedAction(r.built.Snapshot, r.groups[i], rec, w.why))
+		pins = append(pins, stagedAction(built.Snapshot, groups[i], rec, w.why))
 	}
 	if len(kept) > 0 {
-		r.groups = slices.DeleteFunc(slices.Clone(r.groups), func(g decide.Group) bool { return kept[g.Key] })
+		groups = slices.DeleteFunc(slices.Clone(groups), func(g decide.Group) bool { return kept[g.Key] })
 	}
+	return groups, pins
 }
 
 // stagedStands checks that the decision w's holds were registered for
-// still stands for group g, and then holds its shares in the pass's
-// snapshot; else it says why not. The caller holds s.mu.
-func (s *loop) stagedStands(r *passRead, g decide.Group, w holdWait) (*pin.Record, string) {
-	job := r.jobs[g.Key]
+// still stands for group g of job, and then holds its shares in the
+// pass's snapshot (built); else it says why not. The caller holds the
+// model's lock.
+func (st *stager) stagedStands(built *model.Built, job *api.Job, g decide.Group, w holdWait) (*pin.Record, string) {
 	rec := &pin.Record{}
 	if job == nil || json.Unmarshal([]byte(w.placement), rec) != nil {
 		return nil, "its placement cannot be read"
@@ -112,7 +115,7 @@ func (s *loop) stagedStands(r *passRead, g decide.Group, w holdWait) (*pin.Recor
 			return nil, fmt.Sprintf("node %s is avoided (Nomad refused or lost the group there)", n)
 		}
 	}
-	if err := s.state.HoldStaged(r.built, job, g.Key.Group, rec, s.profile); err != nil {
+	if err := st.c.state.HoldStaged(built, job, g.Key.Group, rec, st.profile); err != nil {
 		return nil, err.Error()
 	}
 	return rec, ""
@@ -155,23 +158,23 @@ func placementDigest(placement string) string {
 // such group that carry the placement they stage and were registered
 // after the job's current version (nothing registered the job since: not
 // its pin, not a new version), when they hold all but one allocation's
-// worth of it on each of its nodes. The caller holds s.mu.
-func (s *loop) adoptHolds(snap *placement.Snapshot) {
+// worth of it on each of its nodes. The caller holds the model's lock.
+func (st *stager) adoptHolds(snap *placement.Snapshot) {
 	type found struct {
 		holds []*api.Job
 		at    uint64
 	}
 	byKey := map[decide.Key]map[string]*found{}
-	for _, j := range s.holds {
+	for _, j := range st.c.holds {
 		key, ok := decide.ParseKey(j.Meta[metaHoldFor])
-		if !ok || !s.holdSigned(key, j) {
+		if !ok || !st.holdSigned(key, j) {
 			continue
 		}
-		if _, known := s.staging.waiting[key]; known {
+		if _, known := st.waiting[key]; known {
 			continue
 		}
 		digest, p := j.Meta[metaHoldPin], j.Meta[metaHoldPlacement]
-		job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
+		job := st.c.state.Jobs[model.JobKey(key.Namespace, key.Job)]
 		if p == "" || placementDigest(p) != digest || job == nil || ptrUint(j.JobModifyIndex) < ptrUint(job.JobModifyIndex) {
 			// not a decision waiting for its holds: an older scheduler's
 			// hold, or the job was registered since (its pin, or a new
@@ -189,7 +192,7 @@ func (s *loop) adoptHolds(snap *placement.Snapshot) {
 		f.holds = append(f.holds, j)
 		f.at = max(f.at, ptrUint(j.ModifyIndex))
 	}
-	now := s.now()
+	now := st.now()
 	for key, byDigest := range byKey {
 		// the newest decision's; an older one's holds are let go (holdStale)
 		digest := slices.MaxFunc(slices.Collect(maps.Keys(byDigest)), func(a, b string) int {
@@ -212,11 +215,11 @@ func (s *loop) adoptHolds(snap *placement.Snapshot) {
 			w.nodes = append(w.nodes, h.Meta[metaHoldNode])
 		}
 		w.nodes = slices.Compact(slices.Sorted(slices.Values(w.nodes)))
-		if s.staging.waiting == nil {
-			s.staging.waiting = map[decide.Key]holdWait{}
+		if st.waiting == nil {
+			st.waiting = map[decide.Key]holdWait{}
 		}
-		s.staging.waiting[key] = w
-		s.log.Info("read back from Nomad a group waiting for its holds: it is pinned as decided once Nomad places them", "group", key.String(), "holds", len(holds))
+		st.waiting[key] = w
+		st.log.Info("read back from Nomad a group waiting for its holds: it is pinned as decided once Nomad places them", "group", key.String(), "holds", len(holds))
 	}
 }
 

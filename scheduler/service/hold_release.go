@@ -44,45 +44,45 @@ type release struct {
 // share there that no hold holds (Nomad placed the allocation before it),
 // and every hold of a group whose job is gone or stopped, pinned again or
 // unpinned, or that has outlived holdLife. Only the leader releases.
-func (s *loop) releaseHolds(ctx context.Context, snap *placement.Snapshot) {
-	h := s.holder()
-	if h == nil || s.lease.mayWrite() != nil {
+func (st *stager) releaseHolds(ctx context.Context, snap *placement.Snapshot) {
+	h := st.nomad
+	if h == nil || st.lease.mayWrite() != nil {
 		return
 	}
-	s.mu.Lock()
-	drop := s.holdsDone(snap)
-	s.mu.Unlock()
+	st.c.mu.Lock()
+	drop := st.holdsDone(snap)
+	st.c.mu.Unlock()
 	for _, r := range drop {
-		rctx, cancel := s.request(ctx)
+		rctx, cancel := st.request(ctx)
 		err := h.StopJob(rctx, r.namespace, r.id)
 		cancel()
 		if err != nil && !isNotFound(err) {
-			s.log.Warn("cannot release a hold; trying again at the next pass", "hold", r.id, "error", err)
+			st.log.Warn("cannot release a hold; trying again at the next pass", "hold", r.id, "error", err)
 			continue
 		}
-		s.mu.Lock()
-		delete(s.holds, model.JobKey(r.namespace, r.id))
-		s.mu.Unlock()
-		s.log.Info("released a hold", "hold", r.id, "for", r.key.String(), "reason", r.why)
-		s.markDirty()
+		st.c.mu.Lock()
+		delete(st.c.holds, model.JobKey(r.namespace, r.id))
+		st.c.mu.Unlock()
+		st.log.Info("released a hold", "hold", r.id, "for", r.key.String(), "reason", r.why)
+		st.dirty()
 	}
 }
 
 // holdsDone lists the holds to release (releaseHolds). The caller holds
-// s.mu.
-func (s *loop) holdsDone(snap *placement.Snapshot) []release {
+// the model's lock.
+func (st *stager) holdsDone(snap *placement.Snapshot) []release {
 	type at struct {
 		key  decide.Key
 		node string
 	}
 	staged := map[at][]*api.Job{}
 	var out []release
-	for _, j := range s.holds {
+	for _, j := range st.c.holds {
 		key, ok := decide.ParseKey(j.Meta[metaHoldFor])
-		if !ok || !s.holdSigned(key, j) {
+		if !ok || !st.holdSigned(key, j) {
 			continue // not ours to stop: the scheduler signs its holds
 		}
-		if why := s.holdStale(key, j); why != "" { // each on its own: an older pin's beside a newer one's
+		if why := st.holdStale(key, j); why != "" { // each on its own: an older pin's beside a newer one's
 			out = append(out, release{namespace: nsOf(j), id: *j.ID, why: why, key: key})
 			continue
 		}
@@ -95,9 +95,9 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 		holds := staged[k]
 		slices.SortFunc(holds, func(a, b *api.Job) int { return strings.Compare(*a.ID, *b.ID) })
 		// what /v1/groups and the page say
-		s.answers.sayStage(k.key, fmt.Sprintf("staged on node %s: %d allocation(s) wait for GPUs held for them by %s, each let go once Nomad has placed the one before (Nomad could otherwise give one allocation shares of two GPUs)",
+		st.notes.sayStage(k.key, fmt.Sprintf("staged on node %s: %d allocation(s) wait for GPUs held for them by %s, each let go once Nomad has placed the one before (Nomad could otherwise give one allocation shares of two GPUs)",
 			k.node, len(holds), *holds[0].ID))
-		if s.placedBefore(k.key, k.node, holds, snap) {
+		if st.placedBefore(k.key, k.node, holds, snap) {
 			out = append(out, release{namespace: nsOf(holds[0]), id: *holds[0].ID, key: k.key,
 				why: "the group's allocations hold every pinned GPU on the node not held: Nomad places the next one on the GPUs this hold frees"})
 		}
@@ -106,24 +106,24 @@ func (s *loop) holdsDone(snap *placement.Snapshot) []release {
 }
 
 // holdSigned reports whether a hold is the scheduler's own (its
-// signature verifies). The caller holds s.mu.
-func (s *loop) holdSigned(key decide.Key, j *api.Job) bool {
-	sig, ok := s.records.sign(key, holdPayload(j))
+// signature verifies). The caller holds the model's lock.
+func (st *stager) holdSigned(key decide.Key, j *api.Job) bool {
+	sig, ok := st.signer.sign(key, holdPayload(j))
 	return ok && hmac.Equal([]byte(sig), []byte(j.Meta[metaHoldSig]))
 }
 
 // holdStale says why a hold no longer stages its group's pin ("" while it
 // does).
-func (s *loop) holdStale(key decide.Key, hold *api.Job) string {
-	job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
+func (st *stager) holdStale(key decide.Key, hold *api.Job) string {
+	job := st.c.state.Jobs[model.JobKey(key.Namespace, key.Job)]
 	switch {
 	case job == nil:
 		return "its job is gone"
 	case job.Stop != nil && *job.Stop:
 		return "its job is stopped"
-	case pinDigest(job, key.Group) != hold.Meta[metaHoldPin] && !s.awaited(key, hold):
+	case pinDigest(job, key.Group) != hold.Meta[metaHoldPin] && !st.awaited(key, hold):
 		return "its group is no longer pinned as when it was held"
-	case hold.SubmitTime != nil && s.now().Sub(time.Unix(0, *hold.SubmitTime)) > holdLife:
+	case hold.SubmitTime != nil && st.now().Sub(time.Unix(0, *hold.SubmitTime)) > holdLife:
 		return "held longer than " + holdLife.String()
 	}
 	return ""
@@ -131,9 +131,9 @@ func (s *loop) holdStale(key decide.Key, hold *api.Job) string {
 
 // placedBefore reports whether the group's live allocations hold every
 // share its pin names on the node that the holds do not hold.
-func (s *loop) placedBefore(key decide.Key, node string, holds []*api.Job, snap *placement.Snapshot) bool {
-	job := s.state.Jobs[model.JobKey(key.Namespace, key.Job)]
-	rec, ok := s.state.Record(job, key.Group)
+func (st *stager) placedBefore(key decide.Key, node string, holds []*api.Job, snap *placement.Snapshot) bool {
+	job := st.c.state.Jobs[model.JobKey(key.Namespace, key.Job)]
+	rec, ok := st.c.state.Record(job, key.Group)
 	n, known := snap.Node(node)
 	if !ok || !known {
 		return false
@@ -149,7 +149,7 @@ func (s *loop) placedBefore(key decide.Key, node string, holds []*api.Job, snap 
 		}
 	}
 	taken := map[string]bool{}
-	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
+	for _, a := range st.c.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
 		if a.NodeID == node && model.Live(a) {
 			for _, sh := range model.Shares(a) {
 				taken[sh] = true

@@ -64,7 +64,7 @@ func allowsDriver(c *api.NamespaceCapabilities, driver string) bool {
 
 // nsDrivers is what each namespace allows of the holds' drivers, read
 // from Nomad (readDrivers) or learned from its refusal of a hold; it
-// locks itself, so a caller may hold s.mu or not.
+// locks itself, so a caller may hold the model's lock or not.
 type nsDrivers struct {
 	mu    sync.Mutex
 	rules map[string]driverRule
@@ -174,41 +174,41 @@ func (d *nsDrivers) whyNot(ns string, nodes []string) string {
 // what the service knows is older than driverRulesFor. A namespace it
 // cannot read (no reader, no permission) is learned from Nomad's refusal
 // of a hold instead (nsDrivers.learn).
-func (s *loop) readDrivers(ctx context.Context, ns string) {
-	if s.staging.drivers.fresh(ns, s.now()) {
+func (st *stager) readDrivers(ctx context.Context, ns string) {
+	if st.drivers.fresh(ns, st.now()) {
 		return
 	}
 	var info *api.Namespace
 	err := errors.New("the Nomad client reads no namespaces")
-	if r, ok := s.nomad.(namespaceReader); ok {
-		rctx, cancel := s.request(ctx)
-		info, err = r.Namespace(rctx, ns)
+	if st.namespaces != nil {
+		rctx, cancel := st.request(ctx)
+		info, err = st.namespaces.Namespace(rctx, ns)
 		cancel()
 	}
 	if err != nil || info == nil {
 		// what was learned is tried again: Nomad's refusal teaches it anew
-		s.log.Debug("cannot read the namespace's capabilities; a hold Nomad refuses teaches them", "namespace", ns, "error", err)
-		s.staging.drivers.forget(ns)
+		st.log.Debug("cannot read the namespace's capabilities; a hold Nomad refuses teaches them", "namespace", ns, "error", err)
+		st.drivers.forget(ns)
 		return
 	}
-	s.staging.drivers.read(ns, info.Capabilities, s.now())
+	st.drivers.read(ns, info.Capabilities, st.now())
 }
 
 // holdRules tells the step, for each group, what a hold takes of a node
 // and where its allocations cannot be staged: the nodes where its
 // namespace allows none of the holds' drivers the node has, and those
 // where Nomad did not place a hold of it lately (hold_stage.go). The
-// caller does not hold s.mu; the model is not written meanwhile (a
-// pass's read).
-func (s *loop) holdRules(snap *placement.Snapshot, groups []decide.Group) {
-	if s.holder() == nil {
+// caller does not hold the model's lock; the model is not written
+// meanwhile (a pass's read).
+func (st *stager) holdRules(snap *placement.Snapshot, groups []decide.Group) {
+	if st.nomad == nil {
 		return
 	}
-	dropGone(s, s.staging.waiting)
-	dropGone(s, s.staging.refusedOn)
-	now := s.now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	dropGone(st.c, st.waiting)
+	dropGone(st.c, st.refusedOn)
+	now := st.now()
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
 	byNS := map[string]*placement.Unstaged{}
 	for i := range groups {
 		g := &groups[i]
@@ -218,10 +218,10 @@ func (s *loop) holdRules(snap *placement.Snapshot, groups []decide.Group) {
 		}
 		u, done := byNS[g.Key.Namespace]
 		if !done {
-			u = s.namespaceUnstaged(snap, g.Key.Namespace, now)
+			u = st.namespaceUnstaged(snap, g.Key.Namespace, now)
 			byNS[g.Key.Namespace] = u
 		}
-		if refused := s.staging.refusedNodes(g.Key, now); len(refused) > 0 {
+		if refused := st.refusedNodes(g.Key, now); len(refused) > 0 {
 			nodes := map[string]bool{}
 			why := ""
 			if u != nil {
@@ -246,9 +246,9 @@ func (s *loop) holdRules(snap *placement.Snapshot, groups []decide.Group) {
 
 // namespaceUnstaged is where the service stages others' allocations but
 // not those of namespace ns (nil: nowhere), from what was read or learned
-// of it within driverRulesFor. The caller holds s.mu.
-func (s *loop) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.Time) *placement.Unstaged {
-	refused, fresh := s.staging.drivers.refused(ns, now)
+// of it within driverRulesFor. The caller holds the model's lock.
+func (st *stager) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.Time) *placement.Unstaged {
+	refused, fresh := st.drivers.refused(ns, now)
 	if len(refused) == 0 || !fresh {
 		return nil // nothing refused, or it is read (or learned) again by staging
 	}
@@ -260,7 +260,7 @@ func (s *loop) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.T
 	}
 	nodes := map[string]bool{}
 	for _, n := range snap.Nodes() {
-		if s.canStage(n.ID) && s.staging.drivers.driverFor(s.state.Nodes[n.ID], ns) == "" {
+		if st.canStage(n.ID) && st.drivers.driverFor(st.c.state.Nodes[n.ID], ns) == "" {
 			nodes[n.ID] = true
 		}
 	}
@@ -272,16 +272,16 @@ func (s *loop) namespaceUnstaged(snap *placement.Snapshot, ns string, now time.T
 
 // refusedNodes are the nodes where Nomad did not place a hold of group k
 // within holdRefusedFor of now; older ones are forgotten. The caller
-// holds s.mu.
-func (h *holdState) refusedNodes(k decide.Key, now time.Time) map[string]time.Time {
-	on := h.refusedOn[k]
+// holds the model's lock.
+func (st *stager) refusedNodes(k decide.Key, now time.Time) map[string]time.Time {
+	on := st.refusedOn[k]
 	for n, at := range on {
 		if now.Sub(at) >= holdRefusedFor {
 			delete(on, n)
 		}
 	}
 	if len(on) == 0 {
-		delete(h.refusedOn, k)
+		delete(st.refusedOn, k)
 	}
 	return on
 }

@@ -42,21 +42,6 @@ var errHoldsWaiting = errors.New("waiting for Nomad to place the holds of its GP
 // not staged where its hold was refused); no back-off.
 var errDecideAgain = errors.New("decided again")
 
-// holdState is what the loop knows of holds beyond Nomad's jobs (the
-// hold book). Guarded by s.mu.
-type holdState struct {
-	// waiting are the groups whose holds are registered and not all placed
-	// yet: the pin they stage, when the first was registered, the holds
-	// (kept decisions: hold_keep.go)
-	waiting map[decide.Key]holdWait
-	// refusedOn are, by group, the nodes where Nomad did not place a hold
-	// of the group, and when it was given up on
-	refusedOn map[decide.Key]map[string]time.Time
-	// drivers are what each namespace allows of the holds' drivers
-	// (hold_rules.go)
-	drivers nsDrivers
-}
-
 // holdWait is a group's pin waiting for its holds.
 type holdWait struct {
 	digest string
@@ -76,8 +61,8 @@ type holdWait struct {
 // returns the IDs of the holds of the groups that may be pinned now, and
 // for each group that may not, why: errHoldsWaiting while Nomad has not
 // placed its holds yet (kept), else an error (its holds let go).
-func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action) ([]string, map[decide.Key]error) {
-	h := s.holder()
+func (st *stager) stage(ctx context.Context, pinned *api.Job, acts []decide.Action) ([]string, map[decide.Key]error) {
+	h := st.nomad
 	if h == nil {
 		return nil, nil
 	}
@@ -87,7 +72,7 @@ func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action)
 		if a.Decision == nil {
 			continue
 		}
-		got, err := s.stageGroup(ctx, h, pinned, a)
+		got, err := st.stageGroup(ctx, h, pinned, a)
 		if err != nil {
 			out[a.Group] = err
 			continue
@@ -98,16 +83,16 @@ func (s *loop) stage(ctx context.Context, pinned *api.Job, acts []decide.Action)
 }
 
 // stageGroup is stage for one group: the IDs of its holds, all placed.
-func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a decide.Action) ([]string, error) {
+func (st *stager) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a decide.Action) ([]string, error) {
 	live := map[string]bool{}
-	s.mu.Lock()
-	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
+	st.c.mu.Lock()
+	for _, al := range st.c.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
 		for _, sh := range model.Shares(al) {
 			live[sh] = true
 		}
 	}
-	w, known := s.staging.waiting[a.Group]
-	s.mu.Unlock()
+	w, known := st.waiting[a.Group]
+	st.c.mu.Unlock()
 	var specs []holdSpec
 	if !w.kept && !a.Decision.InPlace { // a kept decision's holds are registered already: w.holds
 		// (a node pin needs none: Nomad takes each allocation's shares from
@@ -119,25 +104,25 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 		digest = pinDigest(pinned, a.Group.Group)
 	}
 	if digest == "" { // most pins: nothing staged
-		s.mu.Lock()
-		delete(s.staging.waiting, a.Group) // the holds of an earlier decision are let go (holdStale)
-		s.mu.Unlock()
+		st.c.mu.Lock()
+		delete(st.waiting, a.Group) // the holds of an earlier decision are let go (holdStale)
+		st.c.mu.Unlock()
 		return nil, nil
 	}
-	s.readDrivers(ctx, a.Group.Namespace)
-	now := s.now()
-	s.mu.Lock()
+	st.readDrivers(ctx, a.Group.Namespace)
+	now := st.now()
+	st.c.mu.Lock()
 	// registered by a pass before (or read back from Nomad), else a new
 	// pin's holds are registered now
 	registered := known && w.digest == digest
 	if w.kept && !registered { // never pinned without the holds it waits for
-		delete(s.staging.waiting, a.Group) // its holds are let go (holdStale)
-		s.mu.Unlock()
+		delete(st.waiting, a.Group) // its holds are let go (holdStale)
+		st.c.mu.Unlock()
 		return nil, fmt.Errorf("%w: its pin was not written as its holds stage it", errDecideAgain)
 	}
 	if !registered {
 		placement, _ := pin.Carried(pin.Group(pinned, a.Group.Group))
-		w = holdWait{digest: digest, since: now, placement: placement, why: s.answers.placedWhy(a.Group)}
+		w = holdWait{digest: digest, since: now, placement: placement, why: st.notes.placedWhy(a.Group)}
 	}
 	var jobs []*api.Job
 	if registered {
@@ -145,30 +130,30 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	}
 	var unplaceable []string
 	for i, spec := range specs {
-		driver := s.staging.drivers.driverFor(s.state.Nodes[spec.node], a.Group.Namespace)
+		driver := st.drivers.driverFor(st.c.state.Nodes[spec.node], a.Group.Namespace)
 		if driver == "" {
 			unplaceable = append(unplaceable, spec.node)
 			continue
 		}
 		j := holdJob(a.Group, digest, i, spec, driver, cmp.Or(ptrInt(pinned.Priority), 50))
 		j.Meta[metaHoldPlacement] = w.placement
-		if sig, ok := s.records.sign(a.Group, holdPayload(j)); ok {
+		if sig, ok := st.signer.sign(a.Group, holdPayload(j)); ok {
 			j.Meta[metaHoldSig] = sig
 		}
 		jobs = append(jobs, j)
 	}
-	s.mu.Unlock()
+	st.c.mu.Unlock()
 	if len(unplaceable) > 0 {
 		// the placement staged it where no hold may run (the namespace's
 		// rules were learned since): decided again, one per node there
-		return nil, fmt.Errorf("%w: %s", errDecideAgain, s.staging.drivers.whyNot(a.Group.Namespace, unplaceable))
+		return nil, fmt.Errorf("%w: %s", errDecideAgain, st.drivers.whyNot(a.Group.Namespace, unplaceable))
 	}
 	var ids []string
 	fail := func(err error) ([]string, error) {
-		s.unstage(ctx, pinned, ids)
-		s.mu.Lock()
-		delete(s.staging.waiting, a.Group)
-		s.mu.Unlock()
+		st.unstage(ctx, pinned, ids)
+		st.c.mu.Lock()
+		delete(st.waiting, a.Group)
+		st.c.mu.Unlock()
 		return nil, err
 	}
 	for _, j := range jobs {
@@ -176,27 +161,27 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 			ids = append(ids, *j.ID)
 			continue
 		}
-		if err := s.lease.mayWrite(); err != nil {
+		if err := st.lease.mayWrite(); err != nil {
 			return fail(err)
 		}
-		err := s.registerHold(ctx, h, j)
+		err := st.registerHold(ctx, h, j)
 		if err != nil {
-			if s.staging.drivers.learn(a.Group.Namespace, err, s.now()) {
+			if st.drivers.learn(a.Group.Namespace, err, st.now()) {
 				// Nomad refused the hold's driver in the namespace: the
 				// group is decided again with what was learned
-				return fail(fmt.Errorf("%w: %s (Nomad: %v)", errDecideAgain, s.staging.drivers.whyNot(a.Group.Namespace, []string{j.Meta[metaHoldNode]}), err))
+				return fail(fmt.Errorf("%w: %s (Nomad: %v)", errDecideAgain, st.drivers.whyNot(a.Group.Namespace, []string{j.Meta[metaHoldNode]}), err))
 			}
 			return fail(fmt.Errorf("hold GPUs on node %s for placing the group's allocations one after the other: %w", j.Meta[metaHoldNode], err))
 		}
 		ids = append(ids, *j.ID)
-		s.log.Info("holding GPUs while Nomad places a group's allocations on one node one after the other", "hold", *j.ID,
+		st.log.Info("holding GPUs while Nomad places a group's allocations on one node one after the other", "hold", *j.ID,
 			"for", j.Meta[metaHoldFor], "node", j.Meta[metaHoldNode], "shares", j.Meta[metaHoldShares], "driver", j.TaskGroups[0].Tasks[0].Driver)
 	}
-	unplaced := s.unplaced(ctx, h, jobs)
+	unplaced := st.unplaced(ctx, h, jobs)
 	if len(unplaced) == 0 {
-		s.mu.Lock()
-		delete(s.staging.waiting, a.Group)
-		s.mu.Unlock()
+		st.c.mu.Lock()
+		delete(st.waiting, a.Group)
+		st.c.mu.Unlock()
 		return ids, nil
 	}
 	nodes := make([]string, 0, len(unplaced))
@@ -205,45 +190,45 @@ func (s *loop) stageGroup(ctx context.Context, h holdNomad, pinned *api.Job, a d
 	}
 	nodes = slices.Compact(slices.Sorted(slices.Values(nodes)))
 	if waited := now.Sub(w.since); waited >= holdPlaced {
-		s.mu.Lock()
-		if s.staging.refusedOn == nil {
-			s.staging.refusedOn = map[decide.Key]map[string]time.Time{}
+		st.c.mu.Lock()
+		if st.refusedOn == nil {
+			st.refusedOn = map[decide.Key]map[string]time.Time{}
 		}
-		if s.staging.refusedOn[a.Group] == nil {
-			s.staging.refusedOn[a.Group] = map[string]time.Time{}
+		if st.refusedOn[a.Group] == nil {
+			st.refusedOn[a.Group] = map[string]time.Time{}
 		}
 		for _, n := range nodes {
-			s.staging.refusedOn[a.Group][n] = now
+			st.refusedOn[a.Group][n] = now
 		}
-		s.mu.Unlock()
-		s.markDirty()
+		st.c.mu.Unlock()
+		st.dirty()
 		return fail(fmt.Errorf("%w without holding GPUs on node %s: Nomad did not place hold %s there within %s (its CPU, memory or disk, or the held GPUs, are taken)",
 			errDecideAgain, strings.Join(nodes, ", "), *unplaced[0].ID, holdPlaced))
 	}
 	w.nodes, w.holds = nodes, jobs
-	s.mu.Lock()
-	if s.staging.waiting == nil {
-		s.staging.waiting = map[decide.Key]holdWait{}
+	st.c.mu.Lock()
+	if st.waiting == nil {
+		st.waiting = map[decide.Key]holdWait{}
 	}
-	s.staging.waiting[a.Group] = w
-	s.mu.Unlock()
+	st.waiting[a.Group] = w
+	st.c.mu.Unlock()
 	return nil, fmt.Errorf("%w: %d hold(s) on node %s, registered %s ago; pinned once Nomad has placed them, decided again without them after %s",
 		errHoldsWaiting, len(unplaced), strings.Join(nodes, ", "), now.Sub(w.since).Round(time.Second), holdPlaced)
 }
 
 // registerHold registers one hold, bounded by a request's timeout.
-func (s *loop) registerHold(ctx context.Context, h holdNomad, j *api.Job) error {
-	rctx, cancel := s.request(ctx)
+func (st *stager) registerHold(ctx context.Context, h holdNomad, j *api.Job) error {
+	rctx, cancel := st.request(ctx)
 	defer cancel()
 	return h.RegisterHold(rctx, j)
 }
 
 // unplaced lists the holds Nomad has not placed (no live allocation),
 // each looked at once: nothing here waits for Nomad to place one.
-func (s *loop) unplaced(ctx context.Context, h holdNomad, jobs []*api.Job) []*api.Job {
+func (st *stager) unplaced(ctx context.Context, h holdNomad, jobs []*api.Job) []*api.Job {
 	var out []*api.Job
 	for _, j := range jobs {
-		rctx, cancel := s.request(ctx)
+		rctx, cancel := st.request(ctx)
 		allocs, err := h.JobAllocs(rctx, *j.Namespace, *j.ID)
 		cancel()
 		if err != nil || !slices.ContainsFunc(allocs, func(a *api.AllocationListStub) bool {
@@ -258,8 +243,8 @@ func (s *loop) unplaced(ctx context.Context, h holdNomad, jobs []*api.Job) []*ap
 // awaited reports whether a hold stages a pin that waits for Nomad to
 // place its holds (stage): kept, though its group is not pinned yet,
 // while its decision stands (keepStaged) and, past holdPlaced, until
-// stage lets it go. The caller holds s.mu.
-func (s *loop) awaited(key decide.Key, hold *api.Job) bool {
-	w, ok := s.staging.waiting[key]
+// stage lets it go. The caller holds the model's lock.
+func (st *stager) awaited(key decide.Key, hold *api.Job) bool {
+	w, ok := st.waiting[key]
 	return ok && w.digest == hold.Meta[metaHoldPin]
 }

@@ -52,10 +52,9 @@ type loop struct {
 	// groups' pins on, and the failed pins until their retry
 	// (refusals.go, retry.go)
 	refusals refusals
-	// staging is what the loop knows of holds beyond their jobs: the pins
-	// waiting for Nomad to place theirs, the nodes where Nomad did not,
-	// what each namespace allows them to run with (hold_stage.go)
-	staging holdState
+	// staging registers, keeps and lets go the holds of staged pins, and
+	// owns what is known of them beyond their jobs (stager.go)
+	staging *stager
 	// warnedShape is the cluster shape checkGuarantees last looked at;
 	// shape the last one hashed (shapeMemo.hashOf).
 	warnedShape uint64

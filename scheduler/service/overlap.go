@@ -115,7 +115,7 @@ func onSchedule(p *api.PeriodicConfig, t time.Time) bool {
 // stopOverlaps stops the gated children Nomad would not have launched
 // (overlapWhy). Only the leader stops.
 func (s *loop) stopOverlaps(ctx context.Context) {
-	h := s.holder()
+	h, _ := s.nomad.(holdNomad) // the client that stops holds stops these
 	if h == nil || s.lease.mayWrite() != nil {
 		return
 	}

@@ -188,7 +188,7 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 	// several whole-GPU allocations of a group on one node: all but one
 	// held until Nomad has placed the one before (hold.go); a group whose
 	// holds are not placed (yet) is left out, the others are registered
-	holds, out := s.stage(ctx, job, done)
+	holds, out := s.staging.stage(ctx, job, done)
 	if len(out) > 0 {
 		maps.Copy(errs, out)
 		done = slices.DeleteFunc(done, func(a decide.Action) bool { return out[a.Group] != nil })
@@ -197,7 +197,7 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 		}
 		job, done, recs = s.writePins(read, done, errs) // without the pins left out
 		if len(done) == 0 {
-			s.unstage(ctx, job, holds)
+			s.staging.unstage(ctx, job, holds)
 			return errs
 		}
 	}
@@ -206,7 +206,7 @@ func (s *loop) pinJob(ctx context.Context, orig *api.Job, acts []decide.Action) 
 	registered, err := s.nomad.Register(rctx, job, index)
 	cancel()
 	if err != nil {
-		s.unstage(ctx, job, holds)
+		s.staging.unstage(ctx, job, holds)
 	}
 	if err != nil || registered == 0 {
 		// the model learns at once what Nomad holds now (a conflict: the
@@ -281,7 +281,7 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	var err error
 	s.mu.Lock()
 	prior, kept := s.state.Prior(a.Group)
-	staged, waits := s.staging.waiting[a.Group]
+	staged, waits := s.staging.waitingFor(a.Group)
 	s.mu.Unlock()
 	switch {
 	case waits && staged.kept:

@@ -103,7 +103,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	notGiven(pins, kept, pending, failed)
 	// holds done or stale go first: a new pin's hold may need their shares
 	<-restored
-	s.releaseHolds(ctx, snap)
+	s.staging.releaseHolds(ctx, snap)
 	s.stopOverlaps(ctx)
 	s.sendPins(ctx, pins, r.jobs, pending, failed, start)
 	if ctx.Err() != nil {
@@ -173,7 +173,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	}()
 	r.built = s.state.Snapshot(s.profile, s.preempted.has)
 	snap := r.built.Snapshot
-	snap.SetStaging(s.canStage)
+	snap.SetStaging(s.staging.canStage)
 	r.shape = s.shape.hashOf(snap)
 	if r.shape != s.warnedShape {
 		s.warnedShape = r.shape
@@ -187,9 +187,11 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	defer func() { <-confirmed }() // before the read ends, also if collect fails
 	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
 	// what a hold takes, and where none of a group's may run
-	s.holdRules(snap, r.groups)
+	s.staging.holdRules(snap, r.groups)
 	// a group waiting for its holds keeps its decision and its shares
-	s.keepStaged(&r)
+	var kept []decide.Action
+	r.groups, kept = s.staging.keepStaged(r.built, r.jobs, r.groups)
+	r.inPlace = append(r.inPlace, kept...)
 	r.elastic = s.readElastic(r.built)
 	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
@@ -301,16 +303,17 @@ func notGiven(pins []decide.Action, kept map[string]bool, pending map[decide.Key
 	}
 }
 
-// dropGone deletes from m, a map of the loop's, the groups whose job the
-// state no longer has: found during the pass's read, deleted under s.mu
-// (the HTTP API reads the loop's maps). The caller does not hold s.mu.
-func dropGone[V any](s *loop, m map[decide.Key]V) {
-	if gone := goneKeys(s.state, m); len(gone) > 0 {
-		s.note(func() {
-			for _, k := range gone {
-				delete(m, k)
-			}
-		})
+// dropGone deletes from m, a map of the loop's or of a type it composes,
+// the groups whose job the model (c) no longer has: found during the
+// pass's read, deleted under c.mu (the HTTP API reads those maps). The
+// caller does not hold c.mu.
+func dropGone[V any](c *cluster, m map[decide.Key]V) {
+	if gone := goneKeys(c.state, m); len(gone) > 0 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, k := range gone {
+			delete(m, k)
+		}
 	}
 }
 

@@ -91,6 +91,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.metrics.addFigures(s.loop, s.lease.follows)
 	s.records = newRecords(c, log, n, s.lease, s.loop, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
+	s.loop.staging = newStager(stagerDeps{cluster: c, nomad: n, signer: s.records, lease: s.lease, notes: &s.loop.answers,
+		profile: prof, log: log, now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout), dirty: s.loop.markDirty})
 	s.watcher = &watcher{cluster: c, log: log, nomad: n, metrics: s.metrics, ns: managed,
 		interval: config.Duration(cfg.ResyncInterval), changed: s.loop.markDirty}
 	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.loop, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
