@@ -321,7 +321,7 @@ func (e *engine) evalWhole(n *Node, r *Request, gi, k int) cand {
 	if e.buddyCells() {
 		var b buddyRes
 		if nomadsPick(grp, r, k) {
-			b = nomadsCell(grp, freeMask, k)
+			b = nomadsCell(grp, freeMask, k, r.NomadIndexOrder)
 		} else {
 			b = e.chooseBuddy(grp, freeMask, k)
 		}

@@ -100,6 +100,9 @@ func (e *engine) indexKey(r *Request) string {
 	}
 	if r.NomadPicksFirst {
 		b = append(b, "|nomadfirst"...)
+		if r.NomadIndexOrder {
+			b = append(b, "|byindex"...)
+		}
 	}
 	if r.Allowed != nil {
 		b = append(b, "|allowed:"...)

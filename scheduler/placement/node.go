@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -40,6 +41,17 @@ func NodeFromGroups(id, name string, capacity Resources, meta map[string]string,
 			return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
 		}
 		gg := gpuGroup{model: grp.Model, links: links, tree: tree, cap: grp.SharesPerGPU, perGPU: grp.PerGPU, multiGPU: grp.PerGPU && grp.MultiGPU}
+		if grp.PerGPU && grp.CellRanks != nil {
+			if len(grp.CellRanks) != len(grp.GPUs) {
+				return nil, fmt.Errorf("%w %q: device %q: %d cell ranks for %d GPUs", ErrBadNode, id, grp.Model, len(grp.CellRanks), len(grp.GPUs))
+			}
+			gg.rank = append([]int(nil), grp.CellRanks...)
+			gg.byRank = make([]int, len(gg.rank))
+			for li := range gg.byRank {
+				gg.byRank[li] = li
+			}
+			slices.SortStableFunc(gg.byRank, func(a, b int) int { return gg.rank[a] - gg.rank[b] })
+		}
 		if grp.MIG != nil {
 			if err := checkMIGGroup(&grp); err != nil {
 				return nil, fmt.Errorf("%w %q: device %q: %v", ErrBadNode, id, grp.Model, err)
@@ -107,6 +119,10 @@ type NodeSpec struct {
 	// GPUs in one task (its interposer; devicefn.Group.MultiGPU), so one
 	// allocation may hold several.
 	MultiGPU bool `json:"multi_gpu,omitempty"`
+	// CellRanks: with PerGPU, the plugin fingerprints each GPU's rank in
+	// the node's cell order (devicefn.AttrCellRank), the leaf order of the
+	// cell tree of Links and NUMA.
+	CellRanks bool `json:"cell_ranks,omitempty"`
 }
 
 // NodeFromSpec builds a node from a plain description. GPU UUIDs are
@@ -158,6 +174,13 @@ func NodeFromSpec(spec NodeSpec) (*Node, error) {
 		g := devicefn.Group{Model: model, SharesPerGPU: spg, Sharing: devicefn.SharingMPS, PerGPU: spec.PerGPU, MultiGPU: spec.MultiGPU}
 		for i := range spec.GPUs {
 			g.GPUs = append(g.GPUs, devicefn.GroupGPU{UUID: "GPU-" + spec.ID + "-" + strconv.Itoa(i), NUMANode: numa[i], Links: links[i]})
+		}
+		if spec.PerGPU && spec.CellRanks {
+			tree, err := cells.Build(links, numa)
+			if err != nil {
+				return nil, fmt.Errorf("%w %q: %v", ErrBadNode, spec.ID, err)
+			}
+			g.CellRanks = tree.Ranks() // as the plugin fingerprints them
 		}
 		groups = append(groups, g)
 	}

@@ -23,21 +23,53 @@ import (
 // left as it is. The simulator uses it to measure what leaving the GPU to
 // Nomad costs; the service never does.
 func (s *Snapshot) NomadPicksGPU(d *Decision, rng *rand.Rand) {
-	s.nomadPicks(d, "a wholly free GPU at random", func(fits []int) int { return fits[rng.IntN(len(fits))] })
+	s.nomadPicks(d, "a wholly free GPU at random", func(_ *Node, fits []int) int { return fits[rng.IntN(len(fits))] })
 }
 
-// NomadPicksFirstGPU is NomadPicksGPU where every request carries the
-// same fixed device affinities that rank a node's GPUs by index: Nomad
-// then takes the lowest-indexed GPU with room, deterministically, and for
-// an allocation of k whole GPUs (k device blocks) the k lowest-indexed
-// wholly free GPUs of the node.
+// NomadPicksFirstGPU is NomadPicksGPU where every request carries a node
+// pin's fixed device affinities, which rank a node's GPUs: Nomad then
+// takes the first GPU with room in that order, deterministically, and for
+// an allocation of k whole GPUs (k device blocks) the first k wholly free
+// GPUs of the node. The order (nomadOrder) is the node's cell order where
+// the group carries the cell-rank affinities (the decision's request
+// without NomadIndexOrder) and the node's plugin fingerprints ranks, else
+// index order: under the index affinities of older pins, and on a node
+// of an older plugin, where the rank affinities match no GPU and the
+// index tie-break beside them decides (pin.RankAffinities).
 func (s *Snapshot) NomadPicksFirstGPU(d *Decision) {
-	s.nomadPicks(d, "the lowest-indexed wholly free GPU", func(fits []int) int { return fits[0] })
+	byIndex := len(d.Placements) == 1 && d.Placements[0].req != nil && d.Placements[0].req.NomadIndexOrder
+	how := "the first wholly free GPU in the node's cell order"
+	if byIndex {
+		how = "the lowest-indexed wholly free GPU"
+	}
+	s.nomadPicks(d, how, func(n *Node, fits []int) int {
+		best := fits[0]
+		for _, i := range fits[1:] {
+			if nomadRank(n, i, byIndex) < nomadRank(n, best, byIndex) {
+				best = i
+			}
+		}
+		return best
+	})
 }
 
-// nomadPicks re-chooses d's GPUs, pick choosing one of the GPUs that fit
-// a device block (each), how saying how for several.
-func (s *Snapshot) nomadPicks(d *Decision, how string, pick func(fits []int) int) {
+// nomadRank is where node GPU i comes in the order Nomad takes a node's
+// GPUs under a node pin's affinities (lower first; ties are not possible
+// within a group): its cell rank where its group has ranks and byIndex is
+// off, else its index in the group. A node's per-GPU groups of one model
+// form one placement group, whose GPUs the ranks order as on the node.
+func nomadRank(n *Node, i int, byIndex bool) int {
+	g := &n.GPUs[i]
+	if grp := &n.groups[g.group]; !byIndex && grp.rank != nil {
+		return grp.rank[g.local]
+	}
+	return g.local
+}
+
+// nomadPicks re-chooses d's GPUs, pick choosing one of the node GPUs
+// (indices into n.GPUs) that fit a device block (each), how saying how
+// for several.
+func (s *Snapshot) nomadPicks(d *Decision, how string, pick func(n *Node, fits []int) int) {
 	if !d.Placed() || len(d.Placements) != 1 || len(d.Placements[0].GPUs) == 0 {
 		return
 	}
@@ -65,7 +97,7 @@ func (s *Snapshot) nomadPicks(d *Decision, how string, pick func(fits []int) int
 	if len(fits) < 2 {
 		return
 	}
-	g := &n.GPUs[pick(fits)]
+	g := &n.GPUs[pick(n, fits)]
 	p.GPUs = []string{g.UUID}
 	p.Shares = shareIDs(g.UUID, g.lowestFree(take))
 	p.Cell = ""
@@ -78,15 +110,15 @@ func (s *Snapshot) nomadPicks(d *Decision, how string, pick func(fits []int) int
 // and Nomad places the blocks one after the other, each on a wholly free
 // GPU of the node not yet taken (the core allows several only where the
 // request may take GPUs of one model there: pergpu.go).
-func nomadPicksWhole(p *Placement, n *Node, gi int, how string, pick func(fits []int) int) {
+func nomadPicksWhole(p *Placement, n *Node, gi int, how string, pick func(n *Node, fits []int) int) {
 	grp := &n.groups[gi]
 	if !grp.perGPU || !grp.multiGPU || (p.req != nil && n.modelsFor(p.req) > 1) {
 		return
 	}
-	var fits []int // group-local indices, in NVML index order
-	for li, i := range grp.gpus {
+	var fits []int // node GPU indices, in NVML index order
+	for _, i := range grp.gpus {
 		if g := &n.GPUs[i]; !g.Down && g.Whole() {
-			fits = append(fits, li)
+			fits = append(fits, i)
 		}
 	}
 	k := len(p.GPUs)
@@ -95,9 +127,9 @@ func nomadPicksWhole(p *Placement, n *Node, gi int, how string, pick func(fits [
 	}
 	local := make([]int, 0, k)
 	for range k {
-		li := pick(fits)
-		local = append(local, li)
-		fits = slices.DeleteFunc(fits, func(x int) bool { return x == li })
+		i := pick(n, fits)
+		local = append(local, n.GPUs[i].local)
+		fits = slices.DeleteFunc(fits, func(x int) bool { return x == i })
 	}
 	slices.Sort(local)
 	p.GPUs, p.Shares = make([]string, 0, k), make([]string, 0, len(p.Shares))
@@ -160,16 +192,27 @@ func nomadsPick(grp *gpuGroup, r *Request, k int) bool {
 	return r.NomadPicksFirst && k > 1 && grp.multiGPU && !r.Timeslice
 }
 
-// nomadsCell is chooseBuddy's answer when Nomad picks the GPUs: the k
-// lowest-indexed of the group's wholly free GPUs (free, group-local), as
+// nomadsCell is chooseBuddy's answer when Nomad picks the GPUs: the
+// first k of the group's wholly free GPUs (free, group-local) in the
+// order Nomad takes them (nomadRank: cell order, or index order for a
+// group of index affinities or a group without ranks), as
 // NomadPicksFirstGPU re-chooses them, with their worst link and the free
 // GPUs they cut off from whole free cells, so the node is ranked by the
 // cell Nomad's pick forms.
-func nomadsCell(grp *gpuGroup, free uint64, k int) buddyRes {
+func nomadsCell(grp *gpuGroup, free uint64, k int, byIndex bool) buddyRes {
 	if bits.OnesCount64(free) < k {
 		return buddyRes{}
 	}
 	mask := lowestBits(free, k)
+	if !byIndex && grp.byRank != nil {
+		mask = 0
+		for _, li := range grp.byRank {
+			if bits.OnesCount64(mask) == k {
+				break
+			}
+			mask |= free & (1 << li)
+		}
+	}
 	pick := make([]int, 0, k)
 	for m := mask; m != 0; m &= m - 1 {
 		pick = append(pick, bits.TrailingZeros64(m))

@@ -103,6 +103,15 @@ type Request struct {
 	// request goes to the node where Nomad's pick is the best cell.
 	// Fractions and single GPUs are scored as without it.
 	NomadPicksFirst bool `json:"nomad_picks_first,omitempty"`
+	// NomadIndexOrder: the group's device blocks carry a node pin's
+	// first affinities, on the GPU's index (pin.IndexAffinities, written
+	// before cell ranks and kept for the group's life), so Nomad takes a
+	// node's GPUs lowest index first. Unset, they carry (or its first node
+	// pin will write) the cell-rank affinities (pin.RankAffinities):
+	// Nomad takes the GPUs in the node's cell order where its plugin
+	// fingerprints ranks, lowest index first where it does not
+	// (NomadPicksFirstGPU).
+	NomadIndexOrder bool `json:"nomad_index_order,omitempty"`
 }
 
 // Limit is one distinct_property rule of a request: Of gives each node's

@@ -32,11 +32,16 @@ type gpuGroup struct {
 	// multiGPU: a perGPU group whose plugin composes several of its GPUs
 	// in one task (devicefn.Group.MultiGPU; pergpu.go).
 	multiGPU bool
-	gpus     []int // node GPU indices, in group order
-	links    devicefn.Matrix
-	tree     *cells.Tree
-	masks    []uint64 // per cell: bit i set for group-local GPU i
-	topoID   int      // equal for groups with identical matrices and NUMA
+	// rank is each GPU's rank in its node's cell order, by group-local
+	// GPU (devicefn.Group.CellRanks), where the plugin fingerprints it;
+	// nil otherwise (nomadpick.go).
+	rank   []int
+	byRank []int // group-local GPUs by rank, with rank
+	gpus   []int // node GPU indices, in group order
+	links  devicefn.Matrix
+	tree   *cells.Tree
+	masks  []uint64 // per cell: bit i set for group-local GPU i
+	topoID int      // equal for groups with identical matrices and NUMA
 }
 
 // Node is one node of the snapshot. Its fields are read-only: change the
