@@ -22,6 +22,12 @@ type Group struct {
 	// Submit is when the job was submitted (zero: unknown, counts as just
 	// submitted).
 	Submit time.Time
+	// Bound is the latest start the wait bound allows the group: when it
+	// would have started had the cluster been run exclusively, first come
+	// first served (queue.Shadow; zero: no bound). Under
+	// Config.ShortestFirst a group past its bound goes before every group
+	// that is not.
+	Bound time.Time
 	// Repin marks a pinned group whose pinned capacity is gone or whose
 	// GPU turned unhealthy before its allocation ran.
 	Repin bool
@@ -61,6 +67,14 @@ type Config struct {
 	// group that declares its run time holds nodes: with none declared
 	// the ends are guesses, and holding nodes on guesses idles them.
 	Reservations bool
+	// ShortestFirst orders the queue by expected run time, shortest first
+	// (SJF), in place of the highest response ratio, and bounds every
+	// group's wait by its Group.Bound: groups past it go first, in
+	// submission order. Shortest first wins the average; the bound keeps a
+	// long group from waiting longer than it would have with no sharing and
+	// no reordering at all (where the caller gives no bound, shortest first
+	// may starve it).
+	ShortestFirst bool
 	// IdleFirst gives a fractional group of one allocation a GPU nobody
 	// uses when one is free (its shares are still what it asked for), and
 	// shares a GPU only when none is: Gandiva's packing under contention,
@@ -77,9 +91,11 @@ type Config struct {
 	// one GPU per allocation, or on several whole GPUs where the plugin
 	// composes them (placement.Snapshot.NomadChoosesGPU: nodes whose
 	// plugin offers each GPU as a device group), with the GPUs Nomad
-	// takes there, the lowest-indexed with room under the pin's fixed
-	// index affinities (placement.Snapshot.NomadPicksFirstGPU): the
-	// step decides what Nomad will do, and marks the decision InPlace.
+	// takes there, the first with room in the order the pin's fixed
+	// affinities give (the node's cell order, or index order for a group
+	// an older pin gave index affinities: placement.Request.NomadIndexOrder;
+	// placement.Snapshot.NomadPicksFirstGPU): the step decides what Nomad
+	// will do, and marks the decision InPlace.
 	InPlacePins bool
 }
 

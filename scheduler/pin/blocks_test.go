@@ -33,8 +33,8 @@ func blocksOfJob(j *api.Job) []*api.RequestedDevice { return gpuBlocks(Group(j, 
 
 // TestANodePinOfSeveralGPUsAsksOneBlockPerGPU: on nodes where each GPU is
 // a device group of its own, an allocation of two whole GPUs is asked as
-// two copies of the user's block of 100 shares each, each with the index
-// affinities; the group's request, Digest and Spec are the user's block's.
+// two copies of the user's block of 100 shares each, each with the
+// cell-rank affinities; the group's request, Digest and Spec are the user's block's.
 func TestANodePinOfSeveralGPUsAsksOneBlockPerGPU(t *testing.T) {
 	user := job(200)
 	want, err := Request(user, "g", nil)
@@ -51,11 +51,11 @@ func TestANodePinOfSeveralGPUsAsksOneBlockPerGPU(t *testing.T) {
 	for _, d := range devs {
 		must.Eq(t, uint64(100), *d.Count)
 		must.Eq(t, "nvidia/gpushare", d.Name)
-		must.Len(t, IndexAffinities, d.Affinities)
+		must.Eq(t, RankAffinities(), d.Affinities)
 		must.SliceContainsFunc(t, d.Constraints, &api.Constraint{LTarget: "${device.model}"}, func(a, b *api.Constraint) bool { return a.LTarget == b.LTarget })
 	}
 	must.True(t, devs[0] != devs[1]) // copies, not one block twice
-	must.True(t, HasIndexAffinities(Group(j, "g")))
+	must.True(t, HasRankAffinities(Group(j, "g")))
 
 	got, err := Request(j, "g", nil)
 	must.NoError(t, err)

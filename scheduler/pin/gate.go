@@ -177,6 +177,9 @@ func Request(job *api.Job, group string, model *interference.Model) (placement.R
 	}
 	r := placement.Request{ID: GroupKey(job, group), Count: Count(tg)}
 	r.Batch = Batch(job) // its allocations end by themselves: never staged
+	// an older node pin's index affinities, kept for the group's life:
+	// Nomad takes its GPUs by index, not in the node's cell order
+	r.NomadIndexOrder = HasIndexAffinities(tg)
 	rec, _ := ParseRecord(job, group)
 	var devices int
 	mig := ""

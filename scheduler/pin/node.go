@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/gpushare/gpushare/devicefn"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -16,9 +17,11 @@ import (
 // "<record>"`, `"gpushare.signature" != "<signature>"`: Nomad compares
 // the two literals, which differ). What Nomad treats as a destructive
 // change is written once, at the group's first node pin, and never
-// changes for its life: the device block's fixed affinities on the GPU's
-// index, which make Nomad take the lowest-indexed GPU with room on the
-// node (placement.Snapshot.NomadPicksFirstGPU), and the run-time
+// changes for its life: the device block's fixed affinities, which make
+// Nomad take the GPUs of the node in a fixed order (the node's cell order
+// under RankAffinities, what a group's first node pin writes now; index
+// order under IndexAffinities, what earlier pins wrote and their groups
+// keep: placement.Snapshot.NomadPicksFirstGPU), and the run-time
 // environment. Nomad picks the GPU; the pin names no shares. A re-pin
 // that keeps a node therefore leaves the allocations on it running, as
 // Nomad alone would (a scale past the pin, a drained node, a refusal).
@@ -39,31 +42,62 @@ const (
 	opCarry        = "!="
 )
 
-// IndexAffinityWeight and IndexAffinities: the device affinities a node
-// pin writes, `${device.attr.index} <= k` for k = 0 .. IndexAffinities-1,
-// each of weight IndexAffinityWeight. GPU i matches IndexAffinities - i of
-// them, so Nomad's device allocator, which takes the device group of best
-// affinity score, takes the lowest-indexed GPU with room (nodes of up to
-// IndexAffinities+1 GPUs are ordered fully).
+// IndexAffinityWeight and IndexAffinities: the device affinities node
+// pins wrote before cell ranks, `${device.attr.index} <= k` for k = 0 ..
+// IndexAffinities-1, each of weight IndexAffinityWeight. GPU i matches
+// IndexAffinities - i of them, so Nomad's device allocator, which takes
+// the device group of best affinity score, takes the lowest-indexed GPU
+// with room (nodes of up to IndexAffinities+1 GPUs are ordered fully). A
+// group that carries them keeps them for its life (a change of a device
+// block's affinities restarts its allocations); a group's first node pin
+// writes RankAffinities instead.
 const (
 	IndexAffinityWeight = 50
 	IndexAffinities     = 7
 	IndexAttribute      = "${device.attr.index}"
 )
 
-// indexAffinities is the fixed list a node pin writes.
+// RankAttribute and RankTieBreakWeight: the device affinities a group's
+// first node pin writes (RankAffinities) are IndexAffinities affinities
+// `${device.attr.cell_rank} <= k` of weight IndexAffinityWeight, on the
+// GPU's rank in its node's cell order that the plugin fingerprints
+// (devicefn.AttrCellRank), and the index affinities again at weight
+// RankTieBreakWeight. Nomad scores a GPU of rank r and index i 50·(7−r) +
+// (7−i): rank first (the index list adds at most 7 < 50), so it takes a
+// node's GPUs best cell first (DGX-1: 0, 3, 1, 2, 4, 7, 5, 6), which index
+// order does not; on a node whose plugin predates cell ranks no GPU
+// matches the rank list, and the index list, rather than Go's map order,
+// decides: still the lowest index, deterministic, as the scheduler
+// models it (so such nodes stay usable during a plugin upgrade).
+const (
+	RankAttribute      = "${device.attr." + devicefn.AttrCellRank + "}"
+	RankTieBreakWeight = 1
+)
+
+// indexAffinities is the fixed list node pins wrote before cell ranks.
 func indexAffinities() []*api.Affinity {
+	return fixedAffinities(IndexAttribute, IndexAffinityWeight)
+}
+
+// RankAffinities is the fixed list a group's first node pin writes: the
+// cell-rank affinities, then the index tie-break.
+func RankAffinities() []*api.Affinity {
+	return append(fixedAffinities(RankAttribute, IndexAffinityWeight), fixedAffinities(IndexAttribute, RankTieBreakWeight)...)
+}
+
+func fixedAffinities(target string, weight int8) []*api.Affinity {
 	out := make([]*api.Affinity, IndexAffinities)
 	for k := range out {
-		out[k] = &api.Affinity{LTarget: IndexAttribute, Operand: "<=", RTarget: strconv.Itoa(k), Weight: ref(int8(IndexAffinityWeight))}
+		out[k] = &api.Affinity{LTarget: target, Operand: "<=", RTarget: strconv.Itoa(k), Weight: ref(weight)}
 	}
 	return out
 }
 
-// isIndexAffinity reports whether a is one of the fixed affinities a node
-// pin writes.
-func isIndexAffinity(a *api.Affinity) bool {
-	return slices.ContainsFunc(indexAffinities(), func(b *api.Affinity) bool { return sameAffinity(a, b) })
+// isNodePinAffinity reports whether a is one of the fixed affinities a
+// node pin writes, of either list: the pin's, never the user's.
+func isNodePinAffinity(a *api.Affinity) bool {
+	same := func(b *api.Affinity) bool { return sameAffinity(a, b) }
+	return slices.ContainsFunc(indexAffinities(), same) || slices.ContainsFunc(RankAffinities(), same)
 }
 
 func sameAffinity(a, b *api.Affinity) bool {
@@ -71,29 +105,50 @@ func sameAffinity(a, b *api.Affinity) bool {
 		(a.Weight == nil) == (b.Weight == nil) && (a.Weight == nil || *a.Weight == *b.Weight)
 }
 
-// addIndexAffinities adds to dev those of the fixed affinities it lacks:
-// the same device block, pinned again, is written the same.
-func addIndexAffinities(dev *api.RequestedDevice) {
-	for _, a := range indexAffinities() {
-		if !slices.ContainsFunc(dev.Affinities, func(b *api.Affinity) bool { return sameAffinity(a, b) }) {
-			dev.Affinities = append(dev.Affinities, a)
-		}
-	}
-}
-
-// HasIndexAffinities reports whether a group's gpushare device block
-// carries every fixed affinity of a node pin.
-func HasIndexAffinities(tg *api.TaskGroup) bool {
-	dev := device(tg)
+// hasAll reports whether dev carries every affinity of list.
+func hasAll(dev *api.RequestedDevice, list []*api.Affinity) bool {
 	if dev == nil {
 		return false
 	}
-	for _, a := range indexAffinities() {
+	for _, a := range list {
 		if !slices.ContainsFunc(dev.Affinities, func(b *api.Affinity) bool { return sameAffinity(a, b) }) {
 			return false
 		}
 	}
 	return true
+}
+
+// addNodeAffinities adds to each of devs (a group's gpushare blocks)
+// those of the group's fixed affinities it lacks: the index affinities
+// where a block of the group already carries them (an older pin's, kept
+// for the group's life, byte for byte), else the cell-rank affinities.
+// The same device blocks, pinned again, are written the same.
+func addNodeAffinities(devs []*api.RequestedDevice) {
+	list := RankAffinities()
+	if slices.ContainsFunc(devs, func(d *api.RequestedDevice) bool { return hasAll(d, indexAffinities()) }) {
+		list = indexAffinities()
+	}
+	for _, dev := range devs {
+		for _, a := range list {
+			if !slices.ContainsFunc(dev.Affinities, func(b *api.Affinity) bool { return sameAffinity(a, b) }) {
+				dev.Affinities = append(dev.Affinities, a)
+			}
+		}
+	}
+}
+
+// HasIndexAffinities reports whether a group's gpushare device block
+// carries every index affinity of a node pin written before cell ranks:
+// Nomad takes its GPUs by index (placement.Request.NomadIndexOrder).
+func HasIndexAffinities(tg *api.TaskGroup) bool {
+	return hasAll(device(tg), indexAffinities())
+}
+
+// HasRankAffinities reports whether a group's gpushare device block
+// carries every affinity of RankAffinities: Nomad takes its GPUs in the
+// node's cell order.
+func HasRankAffinities(tg *api.TaskGroup) bool {
+	return hasAll(device(tg), RankAffinities())
 }
 
 func carrier(target, value string) *api.Constraint {
@@ -159,7 +214,8 @@ func isNodeSpread(sp *api.Spread) bool {
 
 // writeNode puts a node pin into tg: its node constraint and the carriers
 // of placement and signature (the caller signs a new placement), the
-// fixed index affinities in each of devs (the group's gpushare blocks) and, when the group's replicas spread,
+// group's fixed affinities in each of devs (its gpushare blocks:
+// addNodeAffinities) and, when the group's replicas spread,
 // the node spread (each once), and rec.Env in the GPU task. A share pin's
 // meta goes.
 func writeNode(tg *api.TaskGroup, devs []*api.RequestedDevice, rec *Record, placement, signature string, spread bool) {
@@ -174,9 +230,7 @@ func writeNode(tg *api.TaskGroup, devs []*api.RequestedDevice, rec *Record, plac
 	if signature != "" {
 		tg.Constraints = append(tg.Constraints, carrier(CarrySignature, signature))
 	}
-	for _, dev := range devs {
-		addIndexAffinities(dev)
-	}
+	addNodeAffinities(devs)
 	if t := gpuTask(tg); t != nil {
 		writeEnv(t, rec.Env)
 	}

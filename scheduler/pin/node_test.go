@@ -33,13 +33,14 @@ func TestANodePinNamesOnlyItsNodes(t *testing.T) {
 	tg := Group(j, "g")
 
 	// the device block names no shares: the GPU is Nomad's, ranked by the
-	// fixed index affinities
+	// fixed cell-rank affinities (and the index, to break ties)
 	dev := devOf(j)
 	for _, c := range dev.Constraints {
 		must.NotEq(t, DeviceAttribute, c.LTarget)
 	}
-	must.Len(t, IndexAffinities, dev.Affinities)
-	must.True(t, HasIndexAffinities(tg))
+	must.Eq(t, RankAffinities(), dev.Affinities)
+	must.True(t, HasRankAffinities(tg))
+	must.False(t, HasIndexAffinities(tg))
 	// replicas spread over the pin's nodes, as the decision spread them
 	must.SliceContainsFunc(t, tg.Spreads, nodeSpread(), func(a, b *api.Spread) bool { return isNodeSpread(a) && isNodeSpread(b) })
 	// the group's node constraint, and the record carried in constraints

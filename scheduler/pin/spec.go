@@ -60,7 +60,7 @@ func Spec(job *api.Job, group string) string {
 			if len(d.Constraints) == 0 {
 				d.Constraints = nil // a version written without any is the same
 			}
-			d.Affinities = slices.DeleteFunc(d.Affinities, isIndexAffinity) // a node pin's, written once
+			d.Affinities = slices.DeleteFunc(d.Affinities, isNodePinAffinity) // a node pin's, written once
 			if len(d.Affinities) == 0 {
 				d.Affinities = nil
 			}

@@ -74,7 +74,7 @@ func TestANodePinnedGroupScaledKeepsWhatRuns(t *testing.T) {
 	f, s, rec := placedFirst(t, gated("web", 25), nodes...)
 	must.Eq(t, pin.ContractNode, rec.Contract)
 	tg := pin.Group(f.jobs["web"], "g")
-	must.True(t, pin.HasIndexAffinities(tg))
+	must.True(t, pin.HasRankAffinities(tg))
 	_, inMeta := tg.Meta[pin.MetaPlacement]
 	must.False(t, inMeta, must.Sprint("the record is carried in constraints"))
 	trusted, ok := s.state.Record(f.jobs["web"], "g")
