@@ -107,17 +107,17 @@ func TestHealthSaysWhatTheLastPassDecidedOn(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 	f.put(gated("web", 25))
 	s := loadedService(t, f)
-	must.Zero(t, s.loop.health().Decided)
+	must.Zero(t, s.view.health().Decided)
 	s.loop.reconcile(t.Context())
-	h := s.loop.health()
+	h := s.view.health()
 	must.Positive(t, h.Decided)
 	must.Eq(t, h.Index, h.Decided)
 	f.put(gated("api", 25))
 	must.NoError(t, s.watcher.resync(t.Context()))
-	h = s.loop.health()
+	h = s.view.health()
 	must.Less(t, h.Index, h.Decided, must.Sprint("the new job is not decided on yet"))
 	s.loop.reconcile(t.Context())
-	must.Eq(t, s.loop.health().Index, s.loop.health().Decided)
+	must.Eq(t, s.view.health().Index, s.view.health().Decided)
 }
 
 // placingNomad is the fake Nomad whose registration is placed at once,

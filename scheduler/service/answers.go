@@ -37,6 +37,8 @@ type answers struct {
 	// (lifecycle.Reconcile), for the API and the restart counts: read
 	// from Nomad every pass, never kept across passes
 	stages map[decide.Key]lifecycle.Result
+	// read is the model index the last finished pass read (Health)
+	read uint64
 }
 
 func newAnswers(mu *timedMutex) answers {
@@ -62,6 +64,12 @@ func (a *answers) position(k decide.Key) (queuePos, bool) {
 func (a *answers) publish(pending map[decide.Key]string, positions map[decide.Key]queuePos) {
 	a.pending, a.positions = pending, positions
 }
+
+// finished notes the model index a pass that ended read; decided is the
+// last. The caller holds the model's lock.
+func (a *answers) finished(index uint64) { a.read = index }
+
+func (a *answers) decided() uint64 { return a.read }
 
 // placedWhy is why pinned group k is where it is.
 func (a *answers) placedWhy(k decide.Key) string { return a.placed[k] }

@@ -29,8 +29,7 @@
 //   - loop (loop.go, reconcile.go, confirm.go, pins.go, moves.go, lifecycle.go,
 //     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
 //     loop; it acts on Nomad through nomadActions, asks the records
-//     through recordKeeper and the lease through leadership, and answers
-//     the API's view (view.go). It composes a type per concern that owns
+//     through recordKeeper and the lease through leadership. It composes a type per concern that owns
 //     its state: the stager (staging: stager.go, hold.go, hold_stage.go,
 //     hold_keep.go, hold_release.go, hold_rules.go; it reaches Nomad, the
 //     signing key, the lease and the answers through small interfaces),
@@ -42,8 +41,13 @@
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes through notes;
+//   - apiView (view.go, miglayout.go, ui_family.go): what the API shows,
+//     read under the model's lock from the model and from what the
+//     loop's parts keep for it (answers, refusals, unpairs, preemptions,
+//     elastic status), each through a small interface; it keeps nothing;
 //   - httpAPI (http.go, ui.go, auth.go): the HTTP API and the page; it
-//     shows what view gives and checks tokens through authorizer;
+//     shows what view (the apiView) gives and checks tokens through
+//     authorizer;
 //   - lease (leader.go): whether this replica leads and may write.
 //   - elastic (elastic.go, elastic_policy.go, elastic_read.go): grows
 //     the groups that opt in (gpushare.elastic, a scaling block without a

@@ -25,7 +25,7 @@ func TestANodeThatOpensTheGateIsReported(t *testing.T) {
 	s, err := newService(config.Default(), hclog.New(&hclog.LoggerOptions{Output: &logs}), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	must.Eq(t, []string{"dgx1-n1"}, s.loop.health().GateOpen)
+	must.Eq(t, []string{"dgx1-n1"}, s.view.health().GateOpen)
 	must.StrContains(t, scrape(t, s), "\ngpushare_gate_open_nodes 1\n")
 	must.StrContains(t, logs.String(), `a node sets the meta key gpushare_gate to "pending"`)
 	must.StrContains(t, logs.String(), "node=dgx1-n1")
@@ -36,14 +36,14 @@ func TestANodeThatOpensTheGateIsReported(t *testing.T) {
 	for _, id := range []string{"n1", "n2"} {
 		must.NoError(t, s.watcher.applyNode(t.Context(), api.Event{Topic: api.TopicNode, Type: "NodeRegistration", Key: id, Index: 100}))
 	}
-	must.Eq(t, []string{"dgx1-n2"}, s.loop.health().GateOpen)
+	must.Eq(t, []string{"dgx1-n2"}, s.view.health().GateOpen)
 	must.StrContains(t, scrape(t, s), "\ngpushare_gate_open_nodes 1\n")
 	must.Eq(t, 2, strings.Count(logs.String(), "[ERROR] scheduler: a node sets the meta key gpushare_gate"))
 
 	// the node deregistered: nothing opens it
 	f.nodes = f.nodes[:1]
 	must.NoError(t, s.watcher.applyNode(t.Context(), api.Event{Topic: api.TopicNode, Type: "NodeDeregistration", Key: "n2", Index: 101}))
-	must.SliceEmpty(t, s.loop.health().GateOpen)
+	must.SliceEmpty(t, s.view.health().GateOpen)
 	must.StrContains(t, scrape(t, s), "\ngpushare_gate_open_nodes 0\n")
 }
 

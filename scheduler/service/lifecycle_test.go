@@ -181,7 +181,7 @@ func TestParameterizedParentIsPinnedToAPool(t *testing.T) {
 	must.Len(t, 200, rec.Shares, must.Sprint("all the shares of one GPU per node: any 25 Nomad takes are on one GPU"))
 	must.Eq(t, lifecycle.Template, stageOf(s, "infer").State)
 	must.Eq(t, lifecycle.Pool, stageOf(s, "infer").Do)
-	st, ok := s.loop.jobStatus("default", "infer", "default")
+	st, ok := s.view.jobStatus("default", "infer", "default")
 	must.True(t, ok)
 	must.Eq(t, "template", st.Groups[0].State)
 	must.NotNil(t, st.Groups[0].Placement)
@@ -249,7 +249,7 @@ func TestDispatchedChildOfAGatedParentSaysWhy(t *testing.T) {
 	must.Eq(t, registers, f.registers, must.Sprint("no pin attempted"))
 	must.StrContains(t, s.loop.answers.pending[key(*child.ID)], "dispatch it again")
 	must.Eq(t, lifecycle.Waiting, stageOf(s, *child.ID).State)
-	st, ok := s.loop.jobStatus("default", *child.ID, "default")
+	st, ok := s.view.jobStatus("default", *child.ID, "default")
 	must.True(t, ok)
 	must.Eq(t, "pending", st.Groups[0].State)
 }
@@ -362,7 +362,7 @@ func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
 	leader.loop.reconcile(t.Context())
 	must.MapContainsKey(t, leader.loop.refusals.forGood, key("huge"))
 	follower := loadedService(t, f)
-	st, ok := follower.loop.jobStatus("default", "huge", "default")
+	st, ok := follower.view.jobStatus("default", "huge", "default")
 	must.True(t, ok)
 	must.Eq(t, "refused", st.Groups[0].State, must.Sprint(st.Groups[0].Reason))
 
@@ -372,7 +372,7 @@ func TestFollowerShowsRefusedGroupsAsRefused(t *testing.T) {
 	leader.mu.Unlock()
 	leader.records.saveState(t.Context())
 	must.NoError(t, follower.records.loadState(t.Context(), true))
-	st, _ = follower.loop.jobStatus("default", "huge", "default")
+	st, _ = follower.view.jobStatus("default", "huge", "default")
 	must.Eq(t, "pending", st.Groups[0].State)
 }
 
@@ -430,7 +430,7 @@ func TestParameterizedParentWithoutAPoolSaysWhy(t *testing.T) {
 	must.Eq(t, registers, f.registers, must.Sprint("nothing registered"))
 	must.Eq(t, []string{"g"}, pin.Gated(f.jobs["huge"]))
 	must.StrContains(t, s.loop.answers.pending[key("huge")], "no pool of GPUs for its dispatched children")
-	st, ok := s.loop.jobStatus("default", "huge", "default")
+	st, ok := s.view.jobStatus("default", "huge", "default")
 	must.True(t, ok)
 	must.Eq(t, "pending", st.Groups[0].State)
 }

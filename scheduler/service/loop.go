@@ -17,7 +17,8 @@ import (
 // loop is the decision loop: each pass (reconcile.go) reads the model,
 // asks lifecycle.Reconcile where each group stands and decide.Step what
 // to do, and acts on Nomad (pins.go, moves.go, introspect.go). It also
-// learns profiles (observe.go) and answers the API's view (view.go).
+// learns profiles (observe.go) and keeps for the API what its view
+// shows (apiView, view.go).
 // Its fields but dirty are guarded by the model's lock (cluster.mu); the
 // types it composes for a concern (refusals, answers, staging,
 // introspection, preemptions) own their per-group maps and say in their
@@ -80,8 +81,6 @@ type loop struct {
 	// (preemptions.go)
 	preempted   stopping
 	preemptions preemptionLog
-	// decided is the model index the last finished pass read (Health)
-	decided uint64
 	// observations of groups running alone, by group key (observe.go)
 	observations observations
 	// intro watches allocations that share a GPU (introspect.go)
@@ -144,7 +143,6 @@ type leadership interface {
 }
 
 var (
-	_ view         = (*loop)(nil)
 	_ notes        = (*loop)(nil)
 	_ nomadActions = nomadClient{}
 )

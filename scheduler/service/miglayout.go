@@ -25,17 +25,17 @@ type GPUs struct {
 // model from the demand the model holds now; nothing when no node has MIG.
 // It reads the model under the lock (the demand only when a node may have
 // MIG GPUs) and decodes and computes after it.
-func (s *loop) migLayouts() []miglayout.Recommendation {
-	managed := s.namespaces()
-	s.mu.Lock()
-	nodes := nodesNow(s.state)
+func (v *apiView) migLayouts() []miglayout.Recommendation {
+	managed := v.namespaces()
+	v.c.mu.Lock()
+	nodes := nodesNow(v.c.state)
 	var allocs []*api.Allocation
 	var demand []miglayout.Demand
 	mig := slices.ContainsFunc(nodes, mayHaveMIG)
 	if mig {
-		allocs, demand = liveAllocsNow(s.state), s.migDemand(managed)
+		allocs, demand = liveAllocsNow(v.c.state), v.migDemand(managed)
 	}
-	s.mu.Unlock()
+	v.c.mu.Unlock()
 	if !mig {
 		return nil
 	}
@@ -61,10 +61,10 @@ func mayHaveMIG(n *api.Node) bool {
 // or run, weighted by their allocations (live and missing): their
 // nvidia/gpushare request (miglayout counts the fractional ones) and their
 // requests of whole MIG instances. Groups refused for good, stopped jobs
-// and templates ask for nothing. The caller holds s.mu.
-func (s *loop) migDemand(managed namespaces) []miglayout.Demand {
+// and templates ask for nothing. The caller holds the model's lock.
+func (v *apiView) migDemand(managed namespaces) []miglayout.Demand {
 	var out []miglayout.Demand
-	for _, job := range s.state.Jobs {
+	for _, job := range v.c.state.Jobs {
 		if (job.Stop != nil && *job.Stop) || model.Template(job) {
 			continue
 		}
@@ -73,16 +73,16 @@ func (s *loop) migDemand(managed namespaces) []miglayout.Demand {
 			if !managed.has(key.Namespace) || pin.Count(tg) == 0 {
 				continue
 			}
-			if _, never := s.refusals.refusedForGood(key); never {
+			if _, never := v.refusals.refusedForGood(key); never {
 				continue
 			}
-			live, missing := s.state.Missing(job, tg)
+			live, missing := v.c.state.Missing(job, tg)
 			n := len(live) + missing
 			if n == 0 {
 				continue
 			}
 			if pin.Wants(tg) {
-				if r, err := s.state.Request(job, *tg.Name, s.profile); err == nil && r.Shares > 0 {
+				if r, err := v.c.state.Request(job, *tg.Name, v.profile); err == nil && r.Shares > 0 {
 					out = append(out, miglayout.Demand{Shares: r.Shares, Models: r.Models, Weight: float64(n)})
 				}
 			}

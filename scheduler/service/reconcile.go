@@ -117,7 +117,7 @@ func (s *loop) reconcile(ctx context.Context) {
 		s.answers.sayStage(k, why)
 	}
 	s.answers.publish(pending, positions)
-	s.decided = read
+	s.answers.finished(read)
 	waiting, refused := 0, 0
 	for k := range pending {
 		if _, ok := s.refusals.refusedForGood(k); ok {

@@ -34,6 +34,7 @@ type Service struct {
 	*cluster
 	watcher *watcher
 	loop    *loop
+	view    *apiView
 	records *records
 	api     *httpAPI
 	lease   *lease
@@ -88,6 +89,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.loop.lease = s.lease
 	s.loop.elastic = newElastic(log, n, s.lease, config.Duration(cfg.ElasticInterval))
 	s.metrics.reg.MustRegister(s.loop.elastic.resizes)
+	s.view = newAPIView(s.loop, s.lease)
 	s.metrics.addFigures(s.loop, s.lease.follows)
 	s.records = newRecords(c, log, n, s.lease, s.loop, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
@@ -95,7 +97,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		profile: prof, log: log, now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout), dirty: s.loop.markDirty})
 	s.watcher = &watcher{cluster: c, log: log, nomad: n, metrics: s.metrics, ns: managed,
 		interval: config.Duration(cfg.ResyncInterval), changed: s.loop.markDirty}
-	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.loop, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
+	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.view, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.records.trusted
 	c.verifyHold = s.records.ownHold

@@ -129,7 +129,7 @@ func TestJobStatusSaysTheJobFinished(t *testing.T) {
 	j.Type, j.Status = ptr("batch"), ptr("dead")
 	f.put(j)
 	s := newTestService(t, f)
-	st, ok := s.loop.jobStatus("default", "done", "default")
+	st, ok := s.view.jobStatus("default", "done", "default")
 	must.True(t, ok)
 	must.EqOp(t, "batch", st.Type)
 	must.EqOp(t, "dead", st.Status)

@@ -194,7 +194,7 @@ func TestPlacementReasonSurvivesAFailover(t *testing.T) {
 	key := model.KeyOf(f.jobs["pair"], "g")
 	must.StrContains(t, s.loop.answers.placed[key], "NV2 pair")
 	next := loadedService(t, f)
-	st, ok := next.loop.jobStatus("default", "pair", "default")
+	st, ok := next.view.jobStatus("default", "pair", "default")
 	must.True(t, ok)
 	must.Eq(t, "pinned", st.Groups[0].State)
 	must.Eq(t, s.loop.answers.placed[key], st.Groups[0].Placement.Reason)

@@ -38,22 +38,22 @@ func (s *httpAPI) uiFamily(page *webui.Job) {
 }
 
 // family is job ns/id's parent and children, from the model.
-func (s *loop) family(ns, id string) jobFamily {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (v *apiView) family(ns, id string) jobFamily {
+	v.c.mu.Lock()
+	defer v.c.mu.Unlock()
 	var f jobFamily
-	job := s.state.Jobs[model.JobKey(ns, id)]
+	job := v.c.state.Jobs[model.JobKey(ns, id)]
 	if job == nil {
 		return f
 	}
-	f.Parent = parentOf(s.state.Jobs, job)
+	f.Parent = parentOf(v.c.state.Jobs, job)
 	if parent, ok := model.DispatchedFrom(job); ok {
 		f.Parent, f.Dispatched = parent, true
 		f.own = map[string][]webui.AllocPlace{}
 		for _, tg := range job.TaskGroups {
 			// every allocation, ended or not: a child's run is short, and
 			// where an ended one ran is still worth seeing; live ones first
-			allocs := slices.Clone(s.state.AllAllocs(ns, id, *tg.Name))
+			allocs := slices.Clone(v.c.state.AllAllocs(ns, id, *tg.Name))
 			slices.SortStableFunc(allocs, func(a, b *api.Allocation) int {
 				switch la, lb := model.Live(a), model.Live(b); {
 				case la && !lb:
@@ -64,7 +64,7 @@ func (s *loop) family(ns, id string) jobFamily {
 				return cmp.Compare(b.CreateIndex, a.CreateIndex)
 			})
 			for _, a := range allocs {
-				f.own[*tg.Name] = append(f.own[*tg.Name], placeOf(s.state, a))
+				f.own[*tg.Name] = append(f.own[*tg.Name], placeOf(v.c.state, a))
 			}
 		}
 	}
@@ -75,7 +75,7 @@ func (s *loop) family(ns, id string) jobFamily {
 		f.Kind = "parameterized"
 	}
 	if f.Kind != "" {
-		f.Children, f.ChildCount = childrenOf(s.state, &s.answers, model.KeyOf(job, "").Namespace, id)
+		f.Children, f.ChildCount = childrenOf(v.c.state, v.answers, model.KeyOf(job, "").Namespace, id)
 	}
 	return f
 }
@@ -107,7 +107,7 @@ func placeOf(st *model.State, a *api.Allocation) webui.AllocPlace {
 // childrenOf lists the children of job ns/parent st holds, newest first,
 // at most maxUIChildren, and how many there are, each with why it waits
 // (the last pass's answers). The caller holds the model's lock.
-func childrenOf(st *model.State, last *answers, ns, parent string) ([]webui.Child, int) {
+func childrenOf(st *model.State, last lastAnswers, ns, parent string) ([]webui.Child, int) {
 	var kids []*api.Job
 	for _, j := range st.Jobs {
 		if j.ID != nil && model.KeyOf(j, "").Namespace == ns && parentOf(st.Jobs, j) == parent {

@@ -14,7 +14,7 @@ import (
 // mapIndexOf is the index of GPU uuid on its node, from the service's map.
 func mapIndexOf(t *testing.T, s *Service, uuid string) (string, int) {
 	t.Helper()
-	m := s.loop.gpuMap(func(string) bool { return true })
+	m := s.view.gpuMap(func(string) bool { return true })
 	for _, n := range m.Nodes {
 		for _, g := range n.GPUs {
 			if g.UUID == uuid {

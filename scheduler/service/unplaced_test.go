@@ -93,7 +93,7 @@ func TestAPinNomadCannotPlaceIsDecidedAgain(t *testing.T) {
 	why := s.loop.answers.pending[model.KeyOf(f.jobs["x"], "g")]
 	must.StrContains(t, why, "${attr.kernel.name} = plan9")
 	must.StrContains(t, why, "could not be placed")
-	st, found := s.loop.jobStatus("default", "x", "default")
+	st, found := s.view.jobStatus("default", "x", "default")
 	must.True(t, found)
 	must.Eq(t, "pending", st.Groups[0].State) // not "pinned": Nomad will not place it there
 	must.StrContains(t, st.Groups[0].Reason, "plan9")
