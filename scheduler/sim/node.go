@@ -28,9 +28,11 @@ type NodeSpec struct {
 	SharesPerGPU int `json:"shares_per_gpu,omitempty"`
 	// PerGPU and MultiGPU are placement.NodeSpec's: each GPU a device
 	// group of its own (device_groups = "gpu"), and a plugin that
-	// composes several of them in one task.
-	PerGPU   bool `json:"per_gpu,omitempty"`
-	MultiGPU bool `json:"multi_gpu,omitempty"`
+	// composes several of them in one task; CellRanks a plugin that
+	// fingerprints each GPU's rank in the node's cell order.
+	PerGPU    bool `json:"per_gpu,omitempty"`
+	MultiGPU  bool `json:"multi_gpu,omitempty"`
+	CellRanks bool `json:"cell_ranks,omitempty"`
 }
 
 // NodeFromSpec builds the node with placement.NodeFromSpec, giving it the
@@ -38,7 +40,7 @@ type NodeSpec struct {
 // "GPU-<node ID>-<i>".
 func NodeFromSpec(spec NodeSpec) (*placement.Node, error) {
 	ps := placement.NodeSpec{ID: spec.ID, Rack: spec.Rack, CPU: spec.CPU, MemoryMiB: spec.MemoryMiB, Meta: spec.Meta,
-		GPUs: spec.GPUs, Model: spec.Model, SharesPerGPU: spec.SharesPerGPU, PerGPU: spec.PerGPU, MultiGPU: spec.MultiGPU}
+		GPUs: spec.GPUs, Model: spec.Model, SharesPerGPU: spec.SharesPerGPU, PerGPU: spec.PerGPU, MultiGPU: spec.MultiGPU, CellRanks: spec.CellRanks}
 	if spec.Topology != "" {
 		t, err := cachedTopology(spec.Topology)
 		if err != nil {

@@ -46,14 +46,25 @@ const (
 	// cell they form (placement.Request.NomadPicksFirst), so it goes where
 	// Nomad's pick is the best cell.
 	ContractGPUNodeMultiPick = "gpu-node-multi-pick"
+	// ContractGPUNodeRank is ContractGPUNodeMultiPick with the affinities
+	// a group's first node pin writes now: on the GPU's rank in its node's
+	// cell order, which the plugin fingerprints (devicefn.AttrCellRank;
+	// the nodes are built with placement.NodeSpec.CellRanks), so Nomad
+	// takes a node's GPUs best cell first (DGX-1: 0, 3, 1, 2, 4, 7, 5, 6)
+	// rather than by index, and the policy decides by that pick. What is
+	// built; ContractGPUNodeMultiPick is a group an older pin gave index
+	// affinities (placement.Request.NomadIndexOrder).
+	ContractGPUNodeRank = "gpu-node-rank"
 )
 
 // Contracts lists them in the order reports show them.
-var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst, ContractGPUNodeMulti, ContractGPUNodeMultiPick}
+var Contracts = []string{ContractModel, ContractGPU, ContractGPUNode, ContractGPUNodeFirst, ContractGPUNodeMulti, ContractGPUNodeMultiPick, ContractGPUNodeRank}
 
 // composes reports whether contract c's nodes are per GPU with a plugin
 // that composes several GPUs in one task.
-func composes(c string) bool { return c == ContractGPUNodeMulti || c == ContractGPUNodeMultiPick }
+func composes(c string) bool {
+	return c == ContractGPUNodeMulti || c == ContractGPUNodeMultiPick || c == ContractGPUNodeRank
+}
 
 // offer applies a contract to the policy's decisions.
 type offer struct {
@@ -73,12 +84,15 @@ func (o *offer) decide(s *placement.Snapshot, pol placement.Policy, p Pod) *plac
 		return &placement.Decision{Request: r.ID, Policy: pol.Name(), Refusal: &placement.Refusal{Code: placement.RefusedTooLarge,
 			Message: fmt.Sprintf("%d GPUs in one request: with one device group per GPU Nomad takes a request's instances from one group", p.NumGPU)}}
 	}
-	r.NomadPicksFirst = o.contract == ContractGPUNodeMultiPick
+	r.NomadPicksFirst = o.contract == ContractGPUNodeMultiPick || o.contract == ContractGPUNodeRank
+	// the contracts before cell ranks wrote index affinities; on their
+	// nodes, which fingerprint no ranks, Nomad's order is the index's anyway
+	r.NomadIndexOrder = o.contract != ContractGPUNodeRank
 	d := pol.Decide(s, r)
 	switch o.contract {
 	case ContractGPUNode:
 		s.NomadPicksGPU(d, o.rng)
-	case ContractGPUNodeFirst, ContractGPUNodeMulti, ContractGPUNodeMultiPick:
+	case ContractGPUNodeFirst, ContractGPUNodeMulti, ContractGPUNodeMultiPick, ContractGPUNodeRank:
 		s.NomadPicksFirstGPU(d)
 	}
 	return d

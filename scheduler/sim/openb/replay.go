@@ -93,18 +93,19 @@ func Mix(pods []Pod, coverage float64) placement.Mix {
 // Snapshot builds the cluster with nodes added in the given order (the
 // order in which equal scores are broken).
 func Snapshot(nodes []Node, order []int) (*placement.Snapshot, error) {
-	return snapshotOf(nodes, order, false)
+	return snapshotOf(nodes, order, false, false)
 }
 
 // snapshotOf is Snapshot, its nodes with one device group per GPU whose
 // plugin composes several in one task when multi (ContractGPUNodeMulti,
-// ContractGPUNodeMultiPick).
-func snapshotOf(nodes []Node, order []int, multi bool) (*placement.Snapshot, error) {
+// ContractGPUNodeMultiPick, ContractGPUNodeRank), fingerprinting cell
+// ranks when ranked (ContractGPUNodeRank).
+func snapshotOf(nodes []Node, order []int, multi, ranked bool) (*placement.Snapshot, error) {
 	s := placement.NewSnapshot()
 	for _, i := range order {
 		n := nodes[i]
 		nd, err := sim.NodeFromSpec(sim.NodeSpec{ID: n.Name, CPU: n.CPU, MemoryMiB: n.MemoryMiB,
-			GPUs: n.GPUs, Model: n.Model, Topology: TopologyFor(n.GPUs), SharesPerGPU: SharesPerGPU, PerGPU: multi, MultiGPU: multi})
+			GPUs: n.GPUs, Model: n.Model, Topology: TopologyFor(n.GPUs), SharesPerGPU: SharesPerGPU, PerGPU: multi, MultiGPU: multi, CellRanks: ranked})
 		if err != nil {
 			return nil, err
 		}
@@ -130,7 +131,7 @@ func ReplayMigrate(trace, policy string, seed int64, nodes []Node, w Workload, m
 }
 
 func replay(trace, policy string, seed int64, nodes []Node, w Workload, mix placement.Mix, progress func(done, total int), budget int, contract string) (*Result, error) {
-	s, err := snapshotOf(nodes, w.NodeOrder, composes(contract))
+	s, err := snapshotOf(nodes, w.NodeOrder, composes(contract), contract == ContractGPUNodeRank)
 	if err != nil {
 		return nil, err
 	}
