@@ -10,8 +10,8 @@ import (
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/devicefn/fixture"
-	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/fixtures"
+	"github.com/gpushare/gpushare/internal/devcluster"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
