@@ -51,7 +51,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 		seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
 	s.nomadSaid = out.said
 	if !c.full { // reuse off: node sets found again too
-		out.known = s.knownNodeSets(built.Snapshot)
+		out.known = s.mirror.knownNodeSets(built.Snapshot)
 	}
 	c.looked = 0
 	anyGone := false
@@ -94,7 +94,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 			c.replay(s, look, out)
 		})
 	}
-	s.keepNodeSets(built.Snapshot, out.seen)
+	s.mirror.keepNodeSets(built.Snapshot, out.seen)
 	// forget what concerned groups whose job is gone: the refusals and
 	// back-offs every pass (few, and the records save the refusals); the
 	// placements' reasons and the allowed nodes, one entry per pinned
@@ -102,10 +102,8 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	s.refusals.sweep(s.state)
 	if anyGone {
 		s.answers.sweep(s.state)
-		s.forgetFeasible()
-	} else {
-		s.rules.Sweep()
 	}
+	s.mirror.forget(anyGone)
 	if c.full {
 		s.note(func() { s.answers.setStages(out.stages) })
 	} else {
@@ -216,12 +214,12 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 		return facts, stage, false, nil
 	}
 	// Nomad's own rules first: a group no node passes waits, holding nothing
-	ns, err := s.feasibleNodes(built.Snapshot, job, name, out)
+	ns, err := s.mirror.feasibleNodes(built.Snapshot, job, name, out)
 	if err != nil || ns.none != "" {
 		pending[key] = cmp.Or(ns.none, fmt.Sprint(err))
 		return facts, stage, false, nil
 	}
-	out.shared(func() { s.noteFeasible(key, ns) })
+	out.shared(func() { s.mirror.noteFeasible(key, ns) })
 	if r, ok := s.refusals.refusedForGood(key); ok {
 		if r.holds(job, shape, ns.hash) {
 			pending[key] = r.reason

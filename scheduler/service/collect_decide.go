@@ -39,7 +39,7 @@ type decideEntry struct {
 func (s *loop) prepare(job *api.Job, tg *api.TaskGroup, stage lifecycle.Result, out *collected) decideEntry {
 	name := *tg.Name
 	e := decideEntry{job: job, key: model.KeyOf(job, name)}
-	ns, err := s.feasibleNodes(out.built.Snapshot, job, name, out)
+	ns, err := s.mirror.feasibleNodes(out.built.Snapshot, job, name, out)
 	if err != nil || ns.none != "" {
 		e.none = cmp.Or(ns.none, fmt.Sprint(err))
 		return e
@@ -87,7 +87,7 @@ func (s *loop) replay(e decideEntry, out *collected) {
 		pending[key] = e.none
 		return
 	}
-	out.shared(func() { s.noteFeasible(key, e.ns) })
+	out.shared(func() { s.mirror.noteFeasible(key, e.ns) })
 	if r, ok := s.refusals.refusedForGood(key); ok {
 		if r.holds(e.job, out.shape, e.ns.hash) {
 			pending[key] = r.reason

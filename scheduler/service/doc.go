@@ -33,7 +33,8 @@
 //     its state: the stager (staging: stager.go, hold.go, hold_stage.go,
 //     hold_keep.go, hold_release.go, hold_rules.go; it reaches Nomad, the
 //     signing key, the lease and the answers through small interfaces),
-//     introspection (introspect.go, which locks itself),
+//     the rule mirror (ruleMirror, feasible.go: which nodes a group's
+//     own rules allow), introspection (introspect.go, which locks itself),
 //     stopping and preemptionLog (preemptions.go), refusals (refusals.go,
 //     retry.go), answers (answers.go), unconfirmed (confirm.go), and,
 //     keeping nothing, the promoter (promote.go) and pools (pool.go),
@@ -113,10 +114,11 @@
 //     Nomad refused is tried again by the next pass;
 //   - caches of what Nomad or the job says, rebuilt when lost: nomadSaid
 //     (the pass under way), priors (prior.go: the pins of running
-//     allocations' versions) and feasibleOf (the nodes a group's rules
-//     allowed when last decided); nodeSets (feasible.go): the node sets
-//     groups' rules allowed in the last pass, kept while the snapshot's
-//     nodes are the same; and collected (collect_cache.go): what collect
+//     allocations' versions) and the rule mirror's (ruleMirror,
+//     feasible.go): the groups' compiled rules, the nodes a group's rules
+//     allowed when last decided, and the node sets groups' rules allowed
+//     in the last pass, kept while the snapshot's nodes are the same; and
+//     collected (collect_cache.go): what collect
 //     derived for each job in the passes before, reused until the model
 //     marks the job, a node it read, or its pinned shares' shortage
 //     changed, so that a pass looks again only at what changed (thousands

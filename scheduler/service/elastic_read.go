@@ -132,7 +132,7 @@ func indexed(allocs []*api.Allocation) []indexedAlloc {
 // elasticRequest is a group's request on the nodes its rules allow, as
 // collect makes it for a group to decide (prepare), or why there is none.
 func (s *loop) elasticRequest(built *model.Built, job *api.Job, name string) (r placement.Request, why string) {
-	ns, err := s.feasibleNodes(built.Snapshot, job, name, &collected{seen: map[string]nodeSet{}})
+	ns, err := s.mirror.feasibleNodes(built.Snapshot, job, name, &collected{seen: map[string]nodeSet{}})
 	if err != nil || ns.none != "" {
 		return r, cmp.Or(ns.none, fmt.Sprint(err))
 	}

@@ -14,6 +14,27 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
+// ruleMirror is the service's side of the feasibility mirror (package
+// feasible): which of the model's nodes a group's own rules allow, as
+// Nomad's scheduler checks them. It owns the compiled rules, the node
+// sets the last pass found and the set each group was last decided on;
+// it reads the model (c.state), under the model's lock or during a
+// pass's read, and keeps its maps under the same lock.
+type ruleMirror struct {
+	c *cluster
+	// rules caches each group's own feasibility rules; sets are the node
+	// sets the last pass found groups' rules allow (feasibleNodes), kept
+	// while the snapshot's nodes are the same; of is the hash of the node
+	// set each group was last decided on, for the refusal it may earn
+	rules *feasible.Cache
+	sets  nodeSetMemo
+	of    map[decide.Key]uint64
+}
+
+func newRuleMirror(c *cluster) *ruleMirror {
+	return &ruleMirror{c: c, rules: feasible.NewCache(), of: map[decide.Key]uint64{}}
+}
+
 // nodeSet is where a group's own rules let Nomad place it, among the
 // nodes of the snapshot (Nomad's rules first: docs/gate-and-pin.md, "The pin").
 type nodeSet struct {
@@ -76,9 +97,9 @@ func skipFor(job *api.Job, group string) feasible.Skip {
 
 // checkFor returns the group's rules against the live allocations of its
 // job, leaving out the group's own when its placement replaces them. The
-// caller holds s.mu.
-func (s *loop) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible.Rules, *feasible.Check, error) {
-	rules, err := s.rules.Rules(job, group, skipFor(job, group))
+// caller holds the model's lock.
+func (fm *ruleMirror) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible.Rules, *feasible.Check, error) {
+	rules, err := fm.rules.Rules(job, group, skipFor(job, group))
 	if err != nil {
 		return nil, nil, err
 	}
@@ -88,8 +109,8 @@ func (s *loop) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible
 			if tg == nil || tg.Name == nil || (ownReplaced && *tg.Name == group) {
 				continue
 			}
-			for _, a := range s.state.GroupAllocs(nsOf(job), *job.ID, *tg.Name) {
-				allocs = append(allocs, feasible.Alloc{Group: a.TaskGroup, NodeID: a.NodeID, Node: s.state.Nodes[a.NodeID]})
+			for _, a := range fm.c.state.GroupAllocs(nsOf(job), *job.ID, *tg.Name) {
+				allocs = append(allocs, feasible.Alloc{Group: a.TaskGroup, NodeID: a.NodeID, Node: fm.c.state.Nodes[a.NodeID]})
 			}
 		}
 	}
@@ -100,9 +121,9 @@ func (s *loop) checkFor(job *api.Job, group string, ownReplaced bool) (*feasible
 // (computed once for groups whose rules are the same: in out.seen for the
 // pass, and in out.known from the passes before while the nodes are the
 // same; nodeSetMemo). The group's own allocations do not count (its
-// placement replaces them). The caller holds s.mu.
-func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, out *collected) (nodeSet, error) {
-	rules, check, err := s.checkFor(job, group, true)
+// placement replaces them). The caller holds the model's lock.
+func (fm *ruleMirror) feasibleNodes(snap *placement.Snapshot, job *api.Job, group string, out *collected) (nodeSet, error) {
+	rules, check, err := fm.checkFor(job, group, true)
 	if err != nil {
 		return nodeSet{}, err
 	}
@@ -119,7 +140,7 @@ func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group strin
 	nodes := snap.Nodes()
 	apiNodes := make([]*api.Node, len(nodes))
 	for i, n := range nodes {
-		apiNodes[i] = s.state.Nodes[n.ID]
+		apiNodes[i] = fm.c.state.Nodes[n.ID]
 	}
 	sel := check.Select(apiNodes)
 	allowed, models, tally := sel.Allowed, sel.Models, sel.Tally
@@ -133,7 +154,7 @@ func (s *loop) feasibleNodes(snap *placement.Snapshot, job *api.Job, group strin
 		ns.none = fmt.Sprintf("%s: %s; Nomad cannot place it there either. Change the job's datacenters, node pool, constraints, drivers, devices or volumes, or add nodes that meet them (checked again every pass)",
 			placement.RefusedRules, tally.String())
 		if strings.Contains(tally.String(), "missing devices") {
-			ns.none += "; the cluster's gpushare devices: " + s.deviceNames()
+			ns.none += "; the cluster's gpushare devices: " + fm.deviceNames()
 		}
 	case len(allowed) < len(nodes) || models != nil:
 		if len(allowed) < len(nodes) {
@@ -171,24 +192,24 @@ type nodeSetMemo struct {
 }
 
 // knownNodeSets returns the node sets kept for snap, none when its nodes
-// are not those they were found on. The caller holds s.mu.
-func (s *loop) knownNodeSets(snap *placement.Snapshot) map[string]nodeSet {
-	if s.nodeSets.of.is(snap) {
-		return s.nodeSets.sets
+// are not those they were found on. The caller holds the model's lock.
+func (fm *ruleMirror) knownNodeSets(snap *placement.Snapshot) map[string]nodeSet {
+	if fm.sets.of.is(snap) {
+		return fm.sets.sets
 	}
 	return nil
 }
 
 // keepNodeSets keeps, for the next pass, the node sets a pass on snap
-// used (seen) that some node passes. The caller holds s.mu.
-func (s *loop) keepNodeSets(snap *placement.Snapshot, seen map[string]nodeSet) {
+// used (seen) that some node passes. The caller holds the model's lock.
+func (fm *ruleMirror) keepNodeSets(snap *placement.Snapshot, seen map[string]nodeSet) {
 	sets := make(map[string]nodeSet, len(seen))
 	for k, ns := range seen {
 		if ns.none == "" {
 			sets[k] = ns
 		}
 	}
-	s.nodeSets = nodeSetMemo{of: epochOf(snap), sets: sets}
+	fm.sets = nodeSetMemo{of: epochOf(snap), sets: sets}
 }
 
 // narrow returns the models a request may use (feasible.Selection.Narrow).
@@ -213,15 +234,15 @@ func (ns nodeSet) keepable(keep []placement.Held) []placement.Held {
 
 // failingNodes lists the nodes among ids that the current version of the
 // group's job no longer allows (nodes not in the state are left to the
-// caller). The caller holds s.mu.
-func (s *loop) failingNodes(job *api.Job, group string, ids []string) []string {
-	_, check, err := s.checkFor(job, group, true)
+// caller). The caller holds the model's lock.
+func (fm *ruleMirror) failingNodes(job *api.Job, group string, ids []string) []string {
+	_, check, err := fm.checkFor(job, group, true)
 	if err != nil {
 		return nil
 	}
 	var out []string
 	for _, id := range ids {
-		if n, ok := s.state.Nodes[id]; ok && check.Reason(n) != "" {
+		if n, ok := fm.c.state.Nodes[id]; ok && check.Reason(n) != "" {
 			out = append(out, id)
 		}
 	}
@@ -230,39 +251,47 @@ func (s *loop) failingNodes(job *api.Job, group string, ids []string) []string {
 
 // holdable is model.State.Feasible: the nodes a pinned group's missing
 // allocations may still be placed on by Nomad, so that its shares are held
-// there only. The caller holds s.mu.
-func (s *loop) holdable(job *api.Job, group string) func(node string) bool {
-	_, check, err := s.checkFor(job, group, true)
+// there only. The caller holds the model's lock.
+func (fm *ruleMirror) holdable(job *api.Job, group string) func(node string) bool {
+	_, check, err := fm.checkFor(job, group, true)
 	if err != nil {
 		return nil
 	}
 	return func(id string) bool {
-		n, ok := s.state.Nodes[id]
+		n, ok := fm.c.state.Nodes[id]
 		return ok && check.Reason(n) == ""
 	}
 }
 
 // noteFeasible remembers the node set a group was decided on, for the
-// refusal it may earn. The caller holds s.mu.
-func (s *loop) noteFeasible(k decide.Key, ns nodeSet) {
-	if s.feasibleOf == nil {
-		s.feasibleOf = map[decide.Key]uint64{}
+// refusal it may earn. The caller holds the model's lock.
+func (fm *ruleMirror) noteFeasible(k decide.Key, ns nodeSet) {
+	if fm.of == nil {
+		fm.of = map[decide.Key]uint64{}
 	}
-	s.feasibleOf[k] = ns.hash
+	fm.of[k] = ns.hash
 }
 
-// forgetFeasible drops what concerned groups whose job is gone.
-func (s *loop) forgetFeasible() {
-	dropGone(s.cluster, s.feasibleOf)
-	s.rules.Sweep()
+// forget drops the rules no group read since the last sweep and, when
+// a job went (gone), what concerned groups whose job is gone. The caller
+// does not hold the model's lock.
+func (fm *ruleMirror) forget(gone bool) {
+	if gone {
+		dropGone(fm.c, fm.of)
+	}
+	fm.rules.Sweep()
 }
+
+// decidedOn is the hash of the node set group k was last decided on (0:
+// every node). The caller holds the model's lock.
+func (fm *ruleMirror) decidedOn(k decide.Key) uint64 { return fm.of[k] }
 
 // deviceNames lists the gpushare device groups the cluster's nodes offer
 // ("nvidia/gpushare/<model>"), for a request whose device no node has.
-// The caller holds s.mu.
-func (s *loop) deviceNames() string {
+// The caller holds the model's lock.
+func (fm *ruleMirror) deviceNames() string {
 	set := map[string]bool{}
-	for _, n := range s.state.Nodes {
+	for _, n := range fm.c.state.Nodes {
 		if n.NodeResources == nil {
 			continue
 		}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
-	"github.com/gpushare/gpushare/scheduler/feasible"
 	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -60,9 +59,6 @@ type loop struct {
 	// shape the last one hashed (shapeMemo.hashOf).
 	warnedShape uint64
 	shape       shapeMemo
-	// nodeSets are the node sets the last pass found groups' rules allow
-	// (feasibleNodes), kept while the snapshot's nodes are the same.
-	nodeSets nodeSetMemo
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
 	// lastLockHold is how long the last pass held mu, lastRead how long
@@ -85,10 +81,9 @@ type loop struct {
 	observations observations
 	// intro watches allocations that share a GPU (introspect.go)
 	intro *introspection
-	// rules caches each group's own feasibility rules (feasible.go), and
-	// feasibleOf the nodes they allowed when the group was last decided.
-	rules      *feasible.Cache
-	feasibleOf map[decide.Key]uint64
+	// mirror is which nodes each group's own rules allow, as Nomad
+	// checks them (feasible.go)
+	mirror *ruleMirror
 	// collected is what collect found for each job (collect_cache.go).
 	collected *collectCache
 	// decoded are the nodes' device groups a pin reads (runtime.go).
@@ -155,7 +150,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		refusals:  newRefusals(&c.mu),
 		preempted: stopping{}, observations: observations{},
 		dirty: make(chan struct{}, 1), intro: intro,
-		rules: feasible.NewCache(), feasibleOf: map[decide.Key]uint64{},
+		mirror:  newRuleMirror(c),
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
 	}
 }

@@ -89,7 +89,7 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 			gone = append(gone, n)
 		}
 	}
-	for _, n := range s.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
+	for _, n := range s.mirror.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
 		if !slices.Contains(gone, n) {
 			gone = append(gone, n)
 		}
@@ -195,7 +195,7 @@ func (s *loop) inPlaceOnly(job *api.Job, group string, keep []placement.Held) bo
 		outside = outside || !model.Usable(n)
 		nodes = append(nodes, h.Node)
 	}
-	return outside && len(s.failingNodes(job, group, nodes)) == 0
+	return outside && len(s.mirror.failingNodes(job, group, nodes)) == 0
 }
 
 // keptAction is the pin of a group kept where it runs, as the step makes

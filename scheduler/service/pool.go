@@ -21,13 +21,13 @@ type pools struct {
 	profile *interference.Model
 	policy  string // the placement policy's name
 	// allowed are the nodes a group's own rules allow
-	// (loop.feasibleNodes).
+	// (ruleMirror.feasibleNodes).
 	allowed func(snap *placement.Snapshot, job *api.Job, group string, out *collected) (nodeSet, error)
 }
 
 // pools is the loop's pools.
 func (s *loop) pools() pools {
-	return pools{state: s.state, profile: s.profile, policy: s.policy.Name(), allowed: s.feasibleNodes}
+	return pools{state: s.state, profile: s.profile, policy: s.policy.Name(), allowed: s.mirror.feasibleNodes}
 }
 
 // pin is the pin of a parameterized parent (lifecycle.Pool): a pool of

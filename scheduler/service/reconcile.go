@@ -249,7 +249,7 @@ func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape
 		s.metrics.decisions.WithLabelValues("never").Inc()
 		pending[a.Group] = a.Reason
 		s.mu.Lock()
-		s.refusals.refuse(a.Group, newRefusal(job, a.Reason, shape, s.feasibleOf[a.Group]))
+		s.refusals.refuse(a.Group, newRefusal(job, a.Reason, shape, s.mirror.decidedOn(a.Group)))
 		s.mu.Unlock()
 		log.Warn("refused for good: no node of this cluster can ever hold the group; it is decided again when the job or the cluster's nodes change", "reason", a.Reason)
 	case decide.Preempt:

@@ -101,7 +101,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.records.trusted
 	c.verifyHold = s.records.ownHold
-	s.state.Feasible = s.loop.holdable
+	s.state.Feasible = s.loop.mirror.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and
 	// a VC counts only the allocations of the namespaces it admits
 	s.state.Managed = managed.has
