@@ -375,6 +375,7 @@ func carryPins(client *api.Client, job *api.Job) []string {
 		placement, signature := pin.Carried(pin.Group(old, group))
 		if _, err := pin.Repeat(job, group, placement, signature); err == nil {
 			carried = append(carried, group)
+			carryEnded(client, old, job, group) // a batch group's count without what ended
 		}
 	}
 	return carried

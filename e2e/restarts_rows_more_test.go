@@ -69,13 +69,13 @@ func (e *env) byStatus(id string) (failed, running []string) {
 // allocation the failure needs), that one fails too and is failed for
 // good; the two running stay. Then the same file registered again while
 // they run: under Nomad alone nothing is created, the two stay. Under
-// gpushare the two stay (updated in place), but the failed one may run
-// again beyond its policy: a pin written again (the registration, or a
-// re-pin the scheduler makes when the failure leaves an allocation to
-// place) is a new version of the job, and Nomad ignores the terminal
-// allocations of an older version of a batch job, so it places the failed
-// one anew, with a reschedule attempt of its own — a known defect of the
-// scheduler, measured and reported, not asserted (measure).
+// gpushare the two stay (updated in place), and the failed one is not run
+// again: the pin written for the file is a new version of the job, and
+// Nomad ignores the terminal allocations of an older version of a batch
+// job, so the scheduler writes it with the count lowered by the names
+// that ended (scheduler/service/batchended.go). The failure itself is
+// measured, not asserted (measure): a re-pin between it and Nomad's
+// delayed reschedule ran it a third time in 3 of 6 runs before nodePinRoom.
 func (e *env) rowFailedBatch(prefix string, s *scheduler, add, measure func(string, int, bool, string)) {
 	t := e.t.(*testing.T)
 	id := prefix + "fails"
@@ -105,7 +105,7 @@ func (e *env) rowFailedBatch(prefix string, s *scheduler, add, measure func(stri
 	seen, v := e.allocIDs(id), e.version(id)
 	e.registerJob(spec())
 	e.quiet(id, s)
-	measure("… the same batch jobspec registered again while it runs", e.createdSince(id, seen), e.keptRunning(running[0]) && e.keptRunning(running[1]),
+	add("… the same batch jobspec registered again while it runs", e.createdSince(id, seen), e.keptRunning(running[0]) && e.keptRunning(running[1]),
 		fmt.Sprintf("job version %d -> %d; created: %v", v, e.version(id), e.createdList(id, seen)))
 	must.NoError(t, os.WriteFile(done, nil, 0o644))
 	e.eventually(liveness, id+"'s two running to complete", func() bool {
@@ -135,9 +135,10 @@ func (e *env) createdList(id string, seen map[string]bool) []string {
 // again: under Nomad alone nothing is created (an unchanged job makes no
 // new version) and the completed one is not run again; the two running
 // stay. Under gpushare the pin written again is a new version, whose
-// evaluation ignores the completed allocation of the older version: the
-// same defect as rowFailedBatch's, measured, not asserted.
-func (e *env) rowCompletedBatchAgain(prefix string, s *scheduler, measure func(string, int, bool, string)) {
+// count the scheduler lowers by the name that completed, so Nomad places
+// nothing: the same (e2e/TestBatchRegisteredAgain runs it through both
+// `nomad job run` and `gpushare job run`).
+func (e *env) rowCompletedBatchAgain(prefix string, s *scheduler, add func(string, int, bool, string)) {
 	id := prefix + "part"
 	done := filepath.Join(e.dir, id+".done")
 	spec := func() *api.Job {
@@ -171,7 +172,7 @@ func (e *env) rowCompletedBatchAgain(prefix string, s *scheduler, measure func(s
 	seen, v := e.allocIDs(id), e.version(id)
 	e.registerJob(spec())
 	e.quiet(id, s)
-	measure("a batch group of 3, one completed: the same jobspec registered again while two run", e.createdSince(id, seen),
+	add("a batch group of 3, one completed: the same jobspec registered again while two run", e.createdSince(id, seen),
 		e.keptRunning(running[0]) && e.keptRunning(running[1]), fmt.Sprintf("job version %d -> %d; created: %v", v, e.version(id), e.createdList(id, seen)))
 	must.NoError(e.t, os.WriteFile(done, nil, 0o644))
 	e.eventually(liveness, id+"'s running allocations to complete", func() bool {

@@ -152,7 +152,7 @@ func (e *env) rowOps(who, prefix string, s *scheduler) []restartRow {
 	step("job distinct_hosts", func() { e.rowJobDistinctHosts(prefix, gated, add) })
 	step("no rule", func() { e.rowNoRule(prefix, gated, add) })
 	step("failed batch", func() { e.rowFailedBatch(prefix, s, add, measure) })
-	step("completed batch registered again", func() { e.rowCompletedBatchAgain(prefix, s, measure) })
+	step("completed batch registered again", func() { e.rowCompletedBatchAgain(prefix, s, add) })
 	step("new version waiting", func() { e.rowNewVersionWaits(prefix, gated, add) })
 	step("mixed cluster", func() { e.rowMixedCluster(prefix, s, add) })
 	step("staging", func() { e.rowStaged(prefix, s, add) })

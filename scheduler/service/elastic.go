@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -202,15 +203,10 @@ type indexedAlloc struct {
 
 // allocIndex reads N from an allocation name "job.group[N]" (-1: none).
 func allocIndex(name string) int {
-	i := strings.LastIndexByte(name, '[')
-	if i < 0 || !strings.HasSuffix(name, "]") {
-		return -1
+	if n, ok := model.NameIndex(name); ok {
+		return n
 	}
-	n, err := strconv.Atoi(name[i+1 : len(name)-1])
-	if err != nil {
-		return -1
-	}
-	return n
+	return -1
 }
 
 // resizePass is what resize decides on: the pass's snapshot (left as

@@ -173,7 +173,8 @@ func (s *loop) ranUnchanged(job *api.Job, key decide.Key, out *collected) (ran, 
 // runEnded reports whether the run of allocation last's version (every
 // allocation of the group that names it; those that name none when last
 // names none) ended as Nomad counts it: as many of them completed or
-// failed with no reschedule left as the group's count.
+// failed with no reschedule left as the group's count; or whether every
+// name of the group's count ended, in whichever version (EndedNames).
 func runEnded(all []*api.Allocation, last *api.Allocation, job *api.Job, group string) bool {
 	version := func(a *api.Allocation) (uint64, bool) {
 		if a.Job == nil || a.Job.Version == nil {
@@ -191,7 +192,11 @@ func runEnded(all []*api.Allocation, last *api.Allocation, job *api.Job, group s
 			ended++
 		}
 	}
-	return ended >= pin.Count(pin.Group(job, group))
+	// or, name by name, whatever version each last ran: a batch group's
+	// version that gpushare wrote with its count lowered by what had
+	// ended (batchended.go) ends with the names it ran
+	count := pin.Count(pin.Group(job, group))
+	return ended >= count || model.EndedNames(all, job, group, false) >= count
 }
 
 // poolGone reports whether none of the nodes a parameterized parent's pool

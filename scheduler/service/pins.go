@@ -282,6 +282,7 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	s.mu.Lock()
 	prior, kept := s.state.Prior(a.Group)
 	staged, waits := s.staging.waitingFor(a.Group)
+	ended := s.endedAgain(job, a.Group)
 	s.mu.Unlock()
 	switch {
 	case waits && staged.kept:
@@ -304,6 +305,7 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	if err != nil {
 		return nil, nil, err
 	}
+	lowerEnded(c, a.Group.Group, ended, rec)
 	s.mu.Lock()
 	if !(a.Kept && kept) { // signed in the same registration: the pin is the record
 		tg := pin.Group(c, a.Group.Group)
