@@ -242,26 +242,26 @@ func (s *loop) deriveGroup(job *api.Job, tg *api.TaskGroup, gated []string, out 
 	req.Avoid = g.Req.Avoid
 	if ns.apart { // distinct_hosts at job level: off the nodes the job's other groups are pinned to
 		g.Apart = model.JobKey(key.Namespace, key.Job)
-		req.Avoid = append(slices.Clip(req.Avoid), s.pinnedNodesOfOthers(job, name)...)
+		req.Avoid = append(slices.Clip(req.Avoid), s.moves.pinnedNodesOfOthers(job, name)...)
 	}
 	req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
 	req.Models = ns.narrow(req.Models)
 	g.Req = req
 	if stage.Do == lifecycle.Place || stage.Do == lifecycle.Adopt {
 		live := s.state.GroupAllocs(key.Namespace, key.Job, name)
-		held := s.held(key)
-		keep := s.keep(job, key, held)
+		held := s.moves.held(key)
+		keep := s.moves.keep(job, key, held)
 		// a change Nomad replaces allocations for (a new image, env,
 		// config) several at once where two share a node on GPUs of
 		// their own: beside what runs, staged (hold.go)
-		together := replacedTogether(job, tg, live) && s.replacedAnyway(job, key)
-		if (stage.Beside || together) && s.replacedAnyway(job, key) {
+		together := replacedTogether(job, tg, live) && s.moves.replacedAnyway(job, key)
+		if (stage.Beside || together) && s.moves.replacedAnyway(job, key) {
 			// the same placement, but a change Nomad replaces
 			// allocations for, deployed with canaries: they need
 			// room beside what runs
 			keep = nil
 		}
-		if s.inPlaceOnly(job, name, keep) {
+		if s.moves.inPlaceOnly(job, name, keep) {
 			// unchanged, on nodes that take no new work (ineligible,
 			// draining) but still run it: its pin is written back
 			// without a decision, and Nomad updates it in place

@@ -58,14 +58,14 @@ func (s *loop) prepare(job *api.Job, tg *api.TaskGroup, stage lifecycle.Result, 
 	req.Avoid = nil // a group placed anew avoids no node of its own
 	if ns.apart {   // distinct_hosts at job level: off the nodes the job's other groups are pinned to
 		g.Apart = model.JobKey(e.key.Namespace, e.key.Job)
-		req.Avoid = append(slices.Clip(req.Avoid), s.pinnedNodesOfOthers(job, name)...)
+		req.Avoid = append(slices.Clip(req.Avoid), s.moves.pinnedNodesOfOthers(job, name)...)
 	}
 	req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
 	req.Models = ns.narrow(req.Models)
 	g.Req = req
 	// no allocation runs: nothing to keep or to prefer (s.keep, s.held);
 	// replaced together or with canaries, it replaces nothing
-	together := replacedTogether(job, tg, nil) && s.replacedAnyway(job, e.key)
+	together := replacedTogether(job, tg, nil) && s.moves.replacedAnyway(job, e.key)
 	if !stage.Beside && !together {
 		g.Replaces = stage.Replaces // a new version takes its old shares
 	}

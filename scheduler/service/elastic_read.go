@@ -141,7 +141,7 @@ func (s *loop) elasticRequest(built *model.Built, job *api.Job, name string) (r 
 		return r, err.Error()
 	}
 	if ns.apart {
-		req.Avoid = s.pinnedNodesOfOthers(job, name)
+		req.Avoid = s.moves.pinnedNodesOfOthers(job, name)
 	}
 	req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
 	req.Models = ns.narrow(req.Models)

@@ -69,7 +69,7 @@ func (s *loop) facts(job *api.Job, tg *api.TaskGroup, gated []string, out *colle
 				short = !nodePinRoom(built, key, rec.Nodes, r.Shares, missing)
 			}
 		}
-		g.PinLost, lost = s.lost(job, name, short)
+		g.PinLost, lost = s.moves.lost(job, name, short)
 		if why, failed := s.state.NomadFailed(job, name); failed {
 			if _, missing := s.state.Missing(job, tg); missing > 0 {
 				// Nomad evaluated this pin and could not place it: decided

@@ -82,8 +82,10 @@ type loop struct {
 	// intro watches allocations that share a GPU (introspect.go)
 	intro *introspection
 	// mirror is which nodes each group's own rules allow, as Nomad
-	// checks them (feasible.go)
+	// checks them (feasible.go); moves where groups run and whether they
+	// stay (moves.go)
 	mirror *ruleMirror
+	moves  moves
 	// collected is what collect found for each job (collect_cache.go).
 	collected *collectCache
 	// decoded are the nodes' device groups a pin reads (runtime.go).
@@ -144,7 +146,7 @@ var (
 
 func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, policy placement.Policy, prof *interference.Model,
 	m *metrics, now func() time.Time, intro *introspection) *loop {
-	return &loop{
+	s := &loop{
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
 		answers:   newAnswers(&c.mu),
 		refusals:  newRefusals(&c.mu),
@@ -153,6 +155,8 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		mirror:  newRuleMirror(c),
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
 	}
+	s.moves = moves{state: c.state, rules: s.mirror, policy: policy.Name()}
+	return s
 }
 
 // run decides a pass whenever the model changed, and every 2s, until ctx

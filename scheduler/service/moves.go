@@ -20,6 +20,25 @@ import (
 // capacity is gone (lost), and every pin that replaces running
 // allocations is counted and said (countRestarts).
 
+// moves reads from the model where a group's allocations run and
+// whether they stay there (keep, held, lost, inPlaceOnly, replacedAnyway,
+// pinnedNodesOfOthers): derived every pass, it keeps nothing. Its methods
+// read state under the model's lock or during a pass's read.
+type moves struct {
+	state *model.State
+	// rules says which nodes a group's current rules no longer allow
+	// (ruleMirror); policy is the placement policy's name (pin.Digest)
+	rules  nodeRules
+	policy string
+}
+
+// nodeRules is what moves asks of the feasibility mirror (feasible.go).
+type nodeRules interface {
+	failingNodes(job *api.Job, group string, ids []string) []string
+}
+
+var _ nodeRules = (*ruleMirror)(nil)
+
 // keep returns held, where a gated group's allocations run, when they
 // all run under the pin an earlier version of the group carried and the
 // group was re-registered unchanged in everything the decision depends on
@@ -27,11 +46,11 @@ import (
 // writes that pin back byte for byte, so that Nomad updates the
 // allocations in place instead of replacing them. Under a node pin each
 // allocation need only run on a pinned node: Nomad chose its GPU and
-// shares there. The caller holds s.mu.
-func (s *loop) keep(job *api.Job, key decide.Key, held []placement.Held) []placement.Held {
-	prior, ok := s.state.Prior(key)
-	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) ||
-		len(held) != len(s.state.GroupAllocs(key.Namespace, key.Job, key.Group)) { // one holds no shares
+// shares there. The caller holds the model's lock.
+func (mv moves) keep(job *api.Job, key decide.Key, held []placement.Held) []placement.Held {
+	prior, ok := mv.state.Prior(key)
+	if !ok || prior.Record.Request == "" || prior.Record.Request != pin.Digest(job, key.Group, mv.policy) ||
+		len(held) != len(mv.state.GroupAllocs(key.Namespace, key.Job, key.Group)) { // one holds no shares
 		return nil
 	}
 	for _, h := range held {
@@ -51,10 +70,10 @@ func (s *loop) keep(job *api.Job, key decide.Key, held []placement.Held) []place
 }
 
 // held is where a group's live allocations run, one entry each. The
-// caller holds s.mu.
-func (s *loop) held(key decide.Key) []placement.Held {
+// caller holds the model's lock.
+func (mv moves) held(key decide.Key) []placement.Held {
 	var out []placement.Held
-	for _, a := range s.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
+	for _, a := range mv.state.GroupAllocs(key.Namespace, key.Job, key.Group) {
 		if shares := model.Shares(a); len(shares) > 0 {
 			out = append(out, placement.Held{Node: a.NodeID, Shares: shares})
 		}
@@ -72,24 +91,24 @@ func (s *loop) held(key decide.Key) []placement.Held {
 // placed until it is pinned elsewhere. A batch group whose pinned nodes
 // that remain still have room for its missing allocations has lost
 // nothing they need. It returns the nodes to avoid. The caller holds
-// s.mu.
-func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
-	rec, ok := s.state.Record(job, group)
+// the model's lock.
+func (mv moves) lost(job *api.Job, group string, short bool) (bool, []string) {
+	rec, ok := mv.state.Record(job, group)
 	if !ok {
 		return false, nil
 	}
-	live, missing := s.state.Missing(job, pin.Group(job, group))
+	live, missing := mv.state.Missing(job, pin.Group(job, group))
 	if missing == 0 {
 		return false, nil
 	}
 	var gone []string
 	for _, n := range rec.Nodes {
-		node, ok := s.state.Nodes[n]
+		node, ok := mv.state.Nodes[n]
 		if !ok || !model.Usable(node) {
 			gone = append(gone, n)
 		}
 	}
-	for _, n := range s.mirror.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
+	for _, n := range mv.rules.failingNodes(job, group, rec.Nodes) { // the job's own rules changed
 		if !slices.Contains(gone, n) {
 			gone = append(gone, n)
 		}
@@ -119,7 +138,7 @@ func (s *loop) lost(job *api.Job, group string, short bool) (bool, []string) {
 		}
 	}
 	for _, n := range rec.Nodes {
-		for _, uuid := range model.UnhealthyGPUs(s.state.Nodes[n]) {
+		for _, uuid := range model.UnhealthyGPUs(mv.state.Nodes[n]) {
 			if slices.Contains(rec.GPUs, uuid) && !inUse[uuid] {
 				return true, nil // the core never chooses an unhealthy GPU
 			}
@@ -180,22 +199,22 @@ func (s *loop) countRestarts(orig *api.Job, a decide.Action, rec *pin.Record, re
 // placement core: some of its nodes take no new work (ineligible or
 // draining, so the snapshot leaves them out) but are up, and the job's own
 // rules still allow every one of them. Nomad updates allocations in place
-// on such nodes. The caller holds s.mu.
-func (s *loop) inPlaceOnly(job *api.Job, group string, keep []placement.Held) bool {
+// on such nodes. The caller holds the model's lock.
+func (mv moves) inPlaceOnly(job *api.Job, group string, keep []placement.Held) bool {
 	if len(keep) == 0 {
 		return false
 	}
 	var nodes []string
 	outside := false
 	for _, h := range keep {
-		n, ok := s.state.Nodes[h.Node]
+		n, ok := mv.state.Nodes[h.Node]
 		if !ok || n.Status != api.NodeStatusReady {
 			return false
 		}
 		outside = outside || !model.Usable(n)
 		nodes = append(nodes, h.Node)
 	}
-	return outside && len(s.mirror.failingNodes(job, group, nodes)) == 0
+	return outside && len(mv.rules.failingNodes(job, group, nodes)) == 0
 }
 
 // keptAction is the pin of a group kept where it runs, as the step makes
@@ -216,22 +235,22 @@ func keptAction(key decide.Key, policy string, req placement.Request, keep []pla
 // replacedAnyway reports whether Nomad replaces the group's running
 // allocations for a change of its current version even when it is pinned
 // as before: the version they run (its Prior) has another pin.Spec, or
-// none is known. The caller holds s.mu.
-func (s *loop) replacedAnyway(job *api.Job, key decide.Key) bool {
-	prior, ok := s.state.Prior(key)
+// none is known. The caller holds the model's lock.
+func (mv moves) replacedAnyway(job *api.Job, key decide.Key) bool {
+	prior, ok := mv.state.Prior(key)
 	return !ok || prior.Spec == "" || prior.Spec != pin.Spec(job, key.Group)
 }
 
 // pinnedNodesOfOthers lists the nodes the job's groups other than group
 // are pinned to (their allocations may not be there yet, so the job's
-// live allocations alone do not say). The caller holds s.mu.
-func (s *loop) pinnedNodesOfOthers(job *api.Job, group string) []string {
+// live allocations alone do not say). The caller holds the model's lock.
+func (mv moves) pinnedNodesOfOthers(job *api.Job, group string) []string {
 	var out []string
 	for _, tg := range job.TaskGroups {
-		if *tg.Name == group || !s.state.Pinned(job, *tg.Name) {
+		if *tg.Name == group || !mv.state.Pinned(job, *tg.Name) {
 			continue
 		}
-		if rec, ok := s.state.Record(job, *tg.Name); ok {
+		if rec, ok := mv.state.Record(job, *tg.Name); ok {
 			out = append(out, rec.Nodes...)
 		}
 	}
