@@ -78,24 +78,7 @@ func TestBatchRegisteredAgain(t *testing.T) {
 	path := filepath.Join(dir, id+".nomad.hcl")
 	must.NoError(t, os.WriteFile(path, []byte(fmt.Sprintf(batchAgainSpec, id, done)), 0o644))
 	run(nomadBin, "job", "run", "-detach", path)
-	var running []string
-	e.eventually(liveness, id+": index 0 complete, two running", func() bool {
-		stubs, _, err := e.nomad.Jobs().Allocations(id, true, nil)
-		if err != nil {
-			return false
-		}
-		complete := 0
-		running = nil
-		for _, a := range stubs {
-			switch {
-			case a.ClientStatus == api.AllocClientStatusComplete:
-				complete++
-			case a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun:
-				running = append(running, a.ID)
-			}
-		}
-		return complete == 1 && len(running) == 2
-	})
+	running := e.oneCompleteTwoRun(id)
 	e.quiet(id, s)
 	seen := e.allocIDs(id)
 	again := func(bin, when string, newVersion bool) {
@@ -132,4 +115,28 @@ func (e *env) count(id string) int {
 	j, _, err := e.nomad.Jobs().Info(id, nil)
 	must.NoError(e.t, err)
 	return *j.TaskGroups[0].Count
+}
+
+// oneCompleteTwoRun waits until one allocation of job id completed and two
+// run, and returns the two.
+func (e *env) oneCompleteTwoRun(id string) []string {
+	var running []string
+	e.eventually(liveness, id+": index 0 complete, two running", func() bool {
+		stubs, _, err := e.nomad.Jobs().Allocations(id, true, nil)
+		if err != nil {
+			return false
+		}
+		complete := 0
+		running = nil
+		for _, a := range stubs {
+			switch {
+			case a.ClientStatus == api.AllocClientStatusComplete:
+				complete++
+			case a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun:
+				running = append(running, a.ID)
+			}
+		}
+		return complete == 1 && len(running) == 2
+	})
+	return running
 }

@@ -150,24 +150,7 @@ func (e *env) rowCompletedBatchAgain(prefix string, s *scheduler, add func(strin
 		})
 	}
 	e.registerJob(spec())
-	var running []string
-	e.eventually(liveness, id+": index 0 complete, two running", func() bool {
-		stubs, _, err := e.nomad.Jobs().Allocations(id, true, nil)
-		if err != nil {
-			return false
-		}
-		complete := 0
-		running = nil
-		for _, a := range stubs {
-			switch {
-			case a.ClientStatus == api.AllocClientStatusComplete:
-				complete++
-			case a.ClientStatus == api.AllocClientStatusRunning && a.DesiredStatus == api.AllocDesiredStatusRun:
-				running = append(running, a.ID)
-			}
-		}
-		return complete == 1 && len(running) == 2
-	})
+	running := e.oneCompleteTwoRun(id)
 	e.quiet(id, s)
 	seen, v := e.allocIDs(id), e.version(id)
 	e.registerJob(spec())
