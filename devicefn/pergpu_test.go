@@ -136,7 +136,8 @@ func TestDecodeGPUGroupRefuses(t *testing.T) {
 	must.ErrorIs(t, err, ErrBadAttributes)
 }
 
-// FuzzDecodeGPUGroup: any name, index and node_links either decode to a
+// FuzzDecodeGPUGroup: any name, index, node_links (and a cell rank
+// derived from them) either decode to a
 // group whose encoding decodes back to it, or are refused; never a panic.
 // A decoded group always merges.
 func FuzzDecodeGPUGroup(f *testing.F) {
@@ -149,6 +150,9 @@ func FuzzDecodeGPUGroup(f *testing.F) {
 		attrs := GPUGroups(inv, 100, SharingMPS, nil)[0].Attributes()
 		attrs[AttrGPUIndex] = IntAttr(index, "")
 		attrs[AttrNodeLinks] = StringAttr(links)
+		if len(links)%2 == 0 { // a cell rank too, in range or not
+			attrs[AttrCellRank] = IntAttr(int64(len(links)/3)-index, "")
+		}
 		g, err := DecodeGPUGroup(name, attrs)
 		if err != nil {
 			return
