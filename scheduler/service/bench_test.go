@@ -285,10 +285,10 @@ func (p *passTimes) add(s *Service, kind string) {
 	start := time.Now()
 	pprof.Do(context.Background(), pprof.Labels("kind", kind), func(ctx context.Context) { s.loop.reconcile(ctx) })
 	p.pass += time.Since(start)
-	p.longest = max(p.longest, s.loop.lastLongestHold)
-	p.held += s.loop.lastLockHold
-	p.read += s.loop.lastRead
-	p.decided += s.loop.lastLockHold + s.loop.lastStep
+	p.longest = max(p.longest, s.loop.timing.longestHold)
+	p.held += s.loop.timing.lockHold
+	p.read += s.loop.timing.read
+	p.decided += s.loop.timing.lockHold + s.loop.timing.step
 }
 
 func (p passTimes) lockMS(n int) float64   { return ms(p.held, n) }

@@ -37,6 +37,6 @@ func TestAPassReportsTheLongestLockHold(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	s.mu.Unlock()
 	s.loop.reconcile(context.Background())
-	must.GreaterEq(t, 50*time.Millisecond, s.loop.lastLongestHold)
+	must.GreaterEq(t, 50*time.Millisecond, s.loop.timing.longestHold)
 	must.Eq(t, 0, s.mu.longest()) // the pass took it: the next starts over
 }

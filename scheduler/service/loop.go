@@ -61,13 +61,8 @@ type loop struct {
 	shape       shapeMemo
 	// pinDelay waits between a decision and its pin (SetPinDelay).
 	pinDelay time.Duration
-	// lastLockHold is how long the last pass held mu, lastRead how long
-	// it took to read the model (mu held or not), lastStep how long it
-	// then took to decide (before any pin) beyond the time mu was held.
-	lastLockHold, lastRead, lastStep time.Duration
-	// lastLongestHold is the longest anyone held mu at once from the end
-	// of the pass before to the end of the last (timedMutex).
-	lastLongestHold time.Duration
+	// timing is how long the last pass held mu and took (metrics, bench)
+	timing passTiming
 	// onStep, when set (tests), sees the actions of every step; onRead
 	// runs during every pass's read of the model, without s.mu.
 	onStep func([]decide.Action)
@@ -140,7 +135,7 @@ type leadership interface {
 }
 
 var (
-	_ notes        = (*loop)(nil)
+	_ notes        = loopNotes{}
 	_ nomadActions = nomadClient{}
 )
 
@@ -184,25 +179,48 @@ func (s *loop) markDirty() {
 	}
 }
 
-// The loop's notes the records save and read (records' notes). The
-// caller holds s.mu.
-
-func (s *loop) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {
-	pending, placed = s.answers.notes()
-	return pending, s.refusals.refusedGroups(), placed
+// passTiming is how long the last pass held mu (lockHold), took to read
+// the model (read, mu held or not) and then to decide before any pin
+// beyond the time mu was held (step); longestHold is the longest anyone
+// held mu at once from the end of the pass before to the end of the last
+// (timedMutex).
+type passTiming struct {
+	lockHold, read, step, longestHold time.Duration
 }
 
-func (s *loop) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
-	s.answers.readNotes(pending, placed)
-	s.refusals.readFrom(pending, refused)
+// loopNotes are the notes the records save and read (records' notes) of
+// what the loop's parts keep: the answers, the refusals, the allocations
+// being stopped for a preemption, the observations and the priors. The
+// caller holds the model's lock.
+type loopNotes struct {
+	answers      *answers
+	refusals     *refusals
+	preempted    *stopping
+	observations observations
+	priors       *priors
 }
 
-func (s *loop) preemptedAllocs() map[string]time.Time { return s.preempted }
+// notesOf are the notes of loop s's parts.
+func notesOf(s *loop) loopNotes {
+	return loopNotes{answers: &s.answers, refusals: &s.refusals, preempted: &s.preempted, observations: s.observations, priors: &s.priors}
+}
+
+func (n loopNotes) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {
+	pending, placed = n.answers.notes()
+	return pending, n.refusals.refusedGroups(), placed
+}
+
+func (n loopNotes) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
+	n.answers.readNotes(pending, placed)
+	n.refusals.readFrom(pending, refused)
+}
+
+func (n loopNotes) preemptedAllocs() map[string]time.Time { return *n.preempted }
 
 // readPreempted takes the leader's preemptions; those this replica made
 // keep their own time.
-func (s *loop) readPreempted(read map[string]time.Time) { s.preempted = s.preempted.merge(read) }
+func (n loopNotes) readPreempted(read map[string]time.Time) { *n.preempted = n.preempted.merge(read) }
 
-func (s *loop) forgetGone(wanted map[string]bool) { s.observations.forget(wanted) }
+func (n loopNotes) forgetGone(wanted map[string]bool) { n.observations.forget(wanted) }
 
-func (s *loop) keyChanged() { s.priors.forget() }
+func (n loopNotes) keyChanged() { n.priors.forget() }

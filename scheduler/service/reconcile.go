@@ -46,13 +46,13 @@ func (s *loop) reconcile(ctx context.Context) {
 	held := time.Since(locked)
 	r := s.readModel(now, &held)
 	snap, groups := r.built.Snapshot, r.groups
-	s.lastLockHold, s.lastRead = held, time.Since(locked)
+	s.timing.lockHold, s.timing.read = held, time.Since(locked)
 	// the stages collect found are copied for the API beside the step,
 	// which does not read them; done before any action rewrites them
 	published := make(chan struct{})
 	go func() { defer close(published); s.publishStages() }()
 	defer func() { <-published }()
-	s.metrics.lockHold.Observe(s.lastLockHold.Seconds())
+	s.metrics.lockHold.Observe(s.timing.lockHold.Seconds())
 	for _, pr := range r.built.Problems {
 		s.log.Warn("model problem", "problem", pr)
 	}
@@ -68,7 +68,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	// the step's own changes to the snapshot are undone beside what is
 	// done with its actions, which do not read it until releaseHolds
 	actions, restore := decide.StepThenRestore(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, stepConfig(s.cfg))
-	s.lastStep = time.Since(locked) - s.lastLockHold
+	s.timing.step = time.Since(locked) - s.timing.lockHold
 	restored := make(chan struct{})
 	go func() { defer close(restored); restore() }()
 	defer func() { <-restored }() // a pass that stops early: the next reads the snapshot
@@ -133,8 +133,8 @@ func (s *loop) reconcile(ctx context.Context) {
 	s.metrics.refused.Set(float64(refused))
 	s.publishFigures(pending) // per namespace and state (figures.go)
 	s.records.saveState(ctx)
-	s.lastLongestHold = s.mu.longest()
-	s.metrics.longestHold.Set(s.lastLongestHold.Seconds())
+	s.timing.longestHold = s.mu.longest()
+	s.metrics.longestHold.Set(s.timing.longestHold.Seconds())
 }
 
 // passRead is what a pass read of the model (readModel).

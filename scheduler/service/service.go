@@ -91,7 +91,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.metrics.reg.MustRegister(s.loop.elastic.resizes)
 	s.view = newAPIView(s.loop, s.lease)
 	s.metrics.addFigures(s.loop, s.lease.follows)
-	s.records = newRecords(c, log, n, s.lease, s.loop, intro, now, config.Duration(cfg.Nomad.RequestTimeout))
+	s.records = newRecords(c, log, n, s.lease, notesOf(s.loop), intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
 	s.loop.staging = newStager(stagerDeps{cluster: c, nomad: n, signer: s.records, lease: s.lease, notes: &s.loop.answers,
 		profile: prof, log: log, now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout), dirty: s.loop.markDirty})
