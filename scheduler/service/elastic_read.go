@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
@@ -20,18 +21,36 @@ import (
 // call that hands them, with what the step did, to the elastic type once
 // the pass's pins are sent.
 
+// elasticScan reads the groups that opted in from the model. It keeps
+// nothing of its own: the loop builds it from what it holds where a pass
+// reads the model (readElastic).
+type elasticScan struct {
+	state   *model.State
+	profile *interference.Model
+	// allowed are the nodes a group's own rules allow
+	// (ruleMirror.feasibleNodes), others the nodes the job's other groups
+	// are pinned to (moves.pinnedNodesOfOthers)
+	allowed func(snap *placement.Snapshot, job *api.Job, group string, out *collected) (nodeSet, error)
+	others  func(job *api.Job, group string) []string
+}
+
 // readElastic lists the groups that opted in to elastic resizing
-// (gpushare.elastic), as the pass's read of the model finds them: their
-// scaling block, count, stage, live allocations and, for those that run
-// every allocation, their request on the nodes their rules allow. The
+// (gpushare.elastic), as the pass's read of the model finds them. The
 // caller is the pass's read of the model (readModel).
 func (s *loop) readElastic(built *model.Built) []elasticGroup {
 	if s.elastic == nil {
 		return nil
 	}
-	stages := s.passStages()
+	scan := elasticScan{state: s.state, profile: s.profile, allowed: s.mirror.feasibleNodes, others: s.moves.pinnedNodesOfOthers}
+	return scan.read(built, s.passStages())
+}
+
+// read lists the groups that opted in: their scaling block, count,
+// stage (in stages, the pass's), live allocations and, for those that
+// run every allocation, their request on the nodes their rules allow.
+func (e elasticScan) read(built *model.Built, stages map[decide.Key]lifecycle.Result) []elasticGroup {
 	var out []elasticGroup
-	for _, job := range s.state.Jobs {
+	for _, job := range e.state.Jobs {
 		for _, tg := range job.TaskGroups {
 			if job.Meta[MetaElastic] == "" && tg.Meta[MetaElastic] == "" {
 				continue
@@ -41,7 +60,7 @@ func (s *loop) readElastic(built *model.Built) []elasticGroup {
 			if known && !on {
 				continue
 			}
-			out = append(out, s.elasticGroupOf(built, job, tg, v, known, stages))
+			out = append(out, e.groupOf(built, job, tg, v, known, stages))
 		}
 	}
 	slices.SortFunc(out, func(a, b elasticGroup) int { return decide.Key.Compare(a.key, b.key) })
@@ -56,8 +75,8 @@ func (s *loop) passStages() map[decide.Key]lifecycle.Result {
 	return s.answers.allStages()
 }
 
-// elasticGroupOf reads one group that opted in.
-func (s *loop) elasticGroupOf(built *model.Built, job *api.Job, tg *api.TaskGroup, v string, known bool, stages map[decide.Key]lifecycle.Result) elasticGroup {
+// groupOf reads one group that opted in.
+func (e elasticScan) groupOf(built *model.Built, job *api.Job, tg *api.TaskGroup, v string, known bool, stages map[decide.Key]lifecycle.Result) elasticGroup {
 	name := *tg.Name
 	g := elasticGroup{key: model.KeyOf(job, name), count: pin.Count(tg)}
 	if job.JobModifyIndex != nil {
@@ -99,9 +118,9 @@ func (s *loop) elasticGroupOf(built *model.Built, job *api.Job, tg *api.TaskGrou
 	}
 	g.running = stage.State == lifecycle.Running
 	g.unplaced = !g.running
-	g.allocs = indexed(s.state.GroupAllocs(g.key.Namespace, g.key.Job, name))
+	g.allocs = indexed(e.state.GroupAllocs(g.key.Namespace, g.key.Job, name))
 	if g.running {
-		g.req, g.reqErr = s.elasticRequest(built, job, name)
+		g.req, g.reqErr = e.request(built, job, name)
 	}
 	return g
 }
@@ -129,19 +148,19 @@ func indexed(allocs []*api.Allocation) []indexedAlloc {
 	return out
 }
 
-// elasticRequest is a group's request on the nodes its rules allow, as
-// collect makes it for a group to decide (prepare), or why there is none.
-func (s *loop) elasticRequest(built *model.Built, job *api.Job, name string) (r placement.Request, why string) {
-	ns, err := s.mirror.feasibleNodes(built.Snapshot, job, name, &collected{seen: map[string]nodeSet{}})
+// request is a group's request on the nodes its rules allow, as collect
+// makes it for a group to decide (prepare), or why there is none.
+func (e elasticScan) request(built *model.Built, job *api.Job, name string) (r placement.Request, why string) {
+	ns, err := e.allowed(built.Snapshot, job, name, &collected{seen: map[string]nodeSet{}})
 	if err != nil || ns.none != "" {
 		return r, cmp.Or(ns.none, fmt.Sprint(err))
 	}
-	req, err := s.state.Request(job, name, s.profile)
+	req, err := e.state.Request(job, name, e.profile)
 	if err != nil {
 		return r, err.Error()
 	}
 	if ns.apart {
-		req.Avoid = s.moves.pinnedNodesOfOthers(job, name)
+		req.Avoid = e.others(job, name)
 	}
 	req.Allowed, req.DistinctNodes, req.Limits = ns.allowed, ns.distinct, ns.limits
 	req.Models = ns.narrow(req.Models)
