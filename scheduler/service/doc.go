@@ -26,22 +26,25 @@
 //     other job, whatever its name, is modelled (hold_watch.go). It
 //     watches Nomad's namespaces too: the stream covers those of when it
 //     opened, and a new one opens it again (watch_namespaces.go);
-//   - loop (loop.go, reconcile.go, confirm.go, pins.go, moves.go, lifecycle.go,
-//     feasible.go, prior.go, promote.go, introspect.go, observe.go): the decision
-//     loop; it acts on Nomad through nomadActions, asks the records
-//     through recordKeeper and the lease through leadership. It composes a type per concern that owns
-//     its state: the stager (staging: stager.go, hold.go, hold_stage.go,
-//     hold_keep.go, hold_release.go, hold_rules.go; it reaches Nomad, the
-//     signing key, the lease and the answers through small interfaces),
-//     the rule mirror (ruleMirror, feasible.go: which nodes a group's
-//     own rules allow), introspection (introspect.go, which locks itself),
-//     stopping and preemptionLog (preemptions.go), refusals (refusals.go,
-//     retry.go), answers (answers.go), unconfirmed (confirm.go), and,
-//     keeping nothing, the promoter (promote.go) and pools (pool.go),
-//     which it builds from what it holds where it calls them;
+//   - loop (loop.go, reconcile.go, collect*.go, lifecycle.go, pins.go,
+//     confirm.go, prior.go, introspect.go, observe.go): the decision loop;
+//     it acts on Nomad through nomadActions, asks the records through
+//     recordKeeper and the lease through leadership. It composes a type
+//     per concern that owns its state: the stager (staging: stager.go,
+//     hold.go, hold_stage.go, hold_keep.go, hold_release.go,
+//     hold_rules.go; it reaches Nomad, the signing key, the lease and the
+//     answers through small interfaces), the rule mirror (ruleMirror,
+//     feasible.go: which nodes a group's own rules allow), introspection
+//     (introspect.go, which locks itself), stopping and preemptionLog
+//     (preemptions.go), refusals (refusals.go, retry.go), answers
+//     (answers.go), unconfirmed (confirm.go), and, keeping nothing, moves
+//     (moves.go: where a group runs and whether it stays), the promoter
+//     (promote.go), pools (pool.go) and elasticScan (elastic_read.go),
+//     built from what it holds; loopNotes (loop.go) are what the records
+//     save and read of those parts;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
-//     and reads the loop's notes through notes;
+//     and reads the loop's notes (loopNotes) through notes;
 //   - apiView (view.go, miglayout.go, ui_family.go): what the API shows,
 //     read under the model's lock from the model and from what the
 //     loop's parts keep for it (answers, refusals, unpairs, preemptions,
