@@ -76,6 +76,7 @@ func TestABatchGroupRegisteredAgainCountsWhatEnded(t *testing.T) {
 			must.Greater(t, registers, f.registers, must.Sprint("pinned, round ", round))
 			must.Eq(t, first, pinOf(t, f.jobs["etl"]), must.Sprint("the earlier pin, byte for byte"))
 			must.Eq(t, 1, countOf(f, "etl"), must.Sprint("the completed one is not run again, round ", round))
+			must.Zero(t, restarts(t, s), must.Sprint("the running one is updated in place, round ", round))
 			f.updatedInPlace(t, "etl", "alloc-b")
 			onePass(t, s)
 			must.Eq(t, lifecycle.Running, stageOf(s, "etl").State, must.Sprint("round ", round, ": ", stageOf(s, "etl").Why))

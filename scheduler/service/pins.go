@@ -262,20 +262,25 @@ func (s *loop) writePins(job *api.Job, acts []decide.Action, errs map[decide.Key
 	var done []decide.Action
 	recs := map[decide.Key]*pin.Record{}
 	for _, a := range acts {
-		rec, pinned, err := s.writePin(job, a)
+		rec, pinned, same, err := s.writePin(job, a)
 		if err != nil {
 			errs[a.Group] = err
 			continue
 		}
 		job, recs[a.Group] = pinned, rec
+		a.Kept = a.Kept || same // the running version again: nothing replaced
 		done = append(done, a)
 	}
 	return job, done, recs
 }
 
 // writePin writes group a's pin as the action decided into a copy of job,
-// signed, and returns it; job is left as it was.
-func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, error) {
+// signed, and returns it; job is left as it was. same: the group was at
+// the gate and is now, in everything Nomad replaces allocations for, the
+// pinned version its allocations run (the same placement and signature,
+// the same spec): the decision placed it where it was, and Nomad updates
+// its allocations in place, as for an earlier pin written back.
+func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, bool, error) {
 	c := pin.Writable(job)
 	var rec *pin.Record
 	var err error
@@ -303,7 +308,7 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 		rec, err = pin.PinWith(c, a.Group.Group, a.Decision, s.runtime(a.Decision))
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	lowerEnded(c, a.Group.Group, ended, rec)
 	s.mu.Lock()
@@ -316,5 +321,10 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, e
 	}
 	s.answers.place(a.Group, rec.Reason)
 	s.mu.Unlock()
-	return rec, c, nil
+	same := false
+	if tg := pin.Group(c, a.Group.Group); kept && tg != nil && slices.Contains(pin.Gated(job), a.Group.Group) {
+		placement, signature := pin.Carried(tg)
+		same = placement == prior.Placement && signature == prior.Signature && prior.Spec != "" && prior.Spec == pin.Spec(c, a.Group.Group)
+	}
+	return rec, c, same, nil
 }
