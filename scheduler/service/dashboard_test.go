@@ -117,7 +117,7 @@ func servedMetrics(t *testing.T) map[string]map[string]bool {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	f.util = 30
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 	labels := map[string]map[string]bool{} // metric -> its labels
 	for _, m := range scrapeSamples(t, s) {
 		if labels[m.name] == nil {

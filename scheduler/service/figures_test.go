@@ -114,7 +114,7 @@ func TestMetricsShowSharesGroupsAndHealth(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	s.loop.reconcile(t.Context())
 	f.util = 40
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 
 	m := scrapeSamples(t, s)
 	used := map[string]string{"node": "dgx1", "gpu": rec.GPUs[0], "model": "Tesla V100-SXM2-16GB"}

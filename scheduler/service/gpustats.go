@@ -13,10 +13,10 @@ import (
 // nodes with gpushare devices, and records each GPU's stats and each
 // job's utilisation in the history (/v1/gpus, /v1/history, the page).
 // Every replica samples: a follower's page shows them too.
-func (s *loop) sampleGPUs(ctx context.Context) {
-	s.mu.Lock()
+func (s *sampler) sampleGPUs(ctx context.Context) {
+	s.c.mu.Lock()
 	var nodes []string
-	for id, n := range s.state.Nodes {
+	for id, n := range s.c.state.Nodes {
 		if hasGPUShare(n) {
 			nodes = append(nodes, id)
 		}
@@ -27,7 +27,7 @@ func (s *loop) sampleGPUs(ctx context.Context) {
 		shares    []string
 	}
 	var allocs []held
-	for _, a := range s.state.Allocs {
+	for _, a := range s.c.state.Allocs {
 		if !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
 			continue
 		}
@@ -35,7 +35,7 @@ func (s *loop) sampleGPUs(ctx context.Context) {
 			allocs = append(allocs, held{gpuhistory.JobKey{Namespace: allocNamespace(a.Namespace), Job: a.JobID}, a.ID, a.TaskGroup, sh})
 		}
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 
 	round := gpuhistory.NewRound()
 	for _, n := range nodes {

@@ -99,11 +99,11 @@ func TestGPUStatsAndHistory(t *testing.T) {
 	for _, sh := range rec.Shares {
 		f.proc[sh] = 60
 	}
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 	must.EqOp(t, 1, f.reads) // one read per node
 	clock = clock.Add(30 * time.Second)
 	f.util = 40
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 
 	var gpus GPUs
 	getJSON(t, s, "/v1/gpus", &gpus)
@@ -141,7 +141,7 @@ func TestGPUStatsAndHistory(t *testing.T) {
 	// without its processes' stats, the job is its part of its GPU's
 	clear(f.proc)
 	clock = clock.Add(30 * time.Second)
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 	getJSON(t, s, "/v1/history", &h)
 	must.EqOp(t, 10.0, h.Jobs[0].Utilization[2].Value) // 40% × 25/100 shares
 

@@ -113,7 +113,7 @@ func (s *loop) introspectSample(ctx context.Context) {
 	byNode := map[string][]*api.DeviceGroupStats{}
 	got := map[string]float64{}
 	for _, p := range probes {
-		stats := s.deviceStats(ctx, byNode, p.node)
+		stats := deviceStatsOnce(ctx, s.nomad, s.log, byNode, p.node)
 		if pct, ok := processSM(stats, p.shares); ok {
 			got[p.id] = pct
 		}

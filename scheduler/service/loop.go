@@ -72,8 +72,6 @@ type loop struct {
 	// (preemptions.go)
 	preempted   stopping
 	preemptions preemptionLog
-	// observations of groups running alone, by group key (observe.go)
-	observations observations
 	// intro watches allocations that share a GPU (introspect.go)
 	intro *introspection
 	// mirror is which nodes each group's own rules allow, as Nomad
@@ -145,8 +143,8 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		cluster: c, cfg: cfg, log: log, nomad: n, policy: policy, profile: prof, metrics: m, now: now,
 		answers:   newAnswers(&c.mu),
 		refusals:  newRefusals(&c.mu),
-		preempted: stopping{}, observations: observations{},
-		dirty: make(chan struct{}, 1), intro: intro,
+		preempted: stopping{},
+		dirty:     make(chan struct{}, 1), intro: intro,
 		mirror:  newRuleMirror(c),
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
 	}
@@ -200,9 +198,9 @@ type loopNotes struct {
 	priors       *priors
 }
 
-// notesOf are the notes of loop s's parts.
-func notesOf(s *loop) loopNotes {
-	return loopNotes{answers: &s.answers, refusals: &s.refusals, preempted: &s.preempted, observations: s.observations, priors: &s.priors}
+// notesOf are the notes of loop s's parts and of the samples obs.
+func notesOf(s *loop, obs observations) loopNotes {
+	return loopNotes{answers: &s.answers, refusals: &s.refusals, preempted: &s.preempted, observations: obs, priors: &s.priors}
 }
 
 func (n loopNotes) reasons() (pending map[decide.Key]string, refused map[decide.Key]bool, placed map[decide.Key]string) {

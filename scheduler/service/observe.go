@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -19,6 +21,36 @@ const (
 	// maxObservations bounds the samples kept per group.
 	maxObservations = 60
 )
+
+// sampler reads the GPUs' device stats on a ticker of its own (Service's
+// Run), beside the decision loop: every replica records each GPU's and
+// each job's use in the history (sampleGPUs, gpustats.go), and the leader
+// keeps the samples of groups running alone, from which it learns their
+// profiles (observe). It reads the model under its lock and writes what it
+// learned through it (cluster.write).
+type sampler struct {
+	c       *cluster
+	nomad   statsReader
+	lease   follower
+	profile *interference.Model
+	log     hclog.Logger
+	now     func() time.Time
+	// history is the GPUs' and jobs' use (it locks itself; the view and
+	// the figures read it); observations the samples of groups running
+	// alone, under the model's lock
+	history      *gpuhistory.Store
+	observations observations
+}
+
+// statsReader reads a node's device stats from Nomad.
+type statsReader interface {
+	DeviceStats(ctx context.Context, nodeID string) ([]*api.DeviceGroupStats, error)
+}
+
+// follower says whether this replica campaigns and does not lead.
+type follower interface {
+	follows() bool
+}
 
 // observations are the samples of groups running alone, by group key
 // (pin.GroupKey), at most maxObservations each, from which their
@@ -52,7 +84,7 @@ func (o observations) forget(wanted map[string]bool) {
 // GPUs and learns each group's interference profile from them, for groups
 // that declare none. Samples of shared GPUs are skipped: they measure the
 // sum of several jobs.
-func (s *loop) observe(ctx context.Context) {
+func (s *sampler) observe(ctx context.Context) {
 	if s.lease.follows() {
 		return // the leader samples; the others read what it learned
 	}
@@ -60,9 +92,9 @@ func (s *loop) observe(ctx context.Context) {
 		id, key, node string
 		shares        map[string]bool
 	}
-	s.mu.Lock()
+	s.c.mu.Lock()
 	users := map[string]int{} // GPU UUID -> live allocations on it
-	for _, a := range s.state.Allocs {
+	for _, a := range s.c.state.Allocs {
 		if !model.Live(a) {
 			continue
 		}
@@ -71,7 +103,7 @@ func (s *loop) observe(ctx context.Context) {
 		}
 	}
 	var targets []target
-	for _, a := range s.state.Allocs {
+	for _, a := range s.c.state.Allocs {
 		if !model.Live(a) || a.ClientStatus != api.AllocClientStatusRunning {
 			continue
 		}
@@ -83,7 +115,7 @@ func (s *loop) observe(ctx context.Context) {
 		for u := range gpus {
 			alone = alone && users[u] == 1
 		}
-		job := s.state.Jobs[model.JobKey(a.Namespace, a.JobID)]
+		job := s.c.state.Jobs[model.JobKey(a.Namespace, a.JobID)]
 		if !alone || job == nil {
 			continue
 		}
@@ -96,28 +128,28 @@ func (s *loop) observe(ctx context.Context) {
 		}
 		targets = append(targets, target{id: a.ID, key: pin.GroupKey(job, a.TaskGroup), node: a.NodeID, shares: shares})
 	}
-	s.mu.Unlock()
+	s.c.mu.Unlock()
 	s.log.Trace("sampling device stats of allocations running alone", "allocations", len(targets))
 
 	byNode := map[string][]*api.DeviceGroupStats{}
 	for _, t := range targets {
-		stats := s.deviceStats(ctx, byNode, t.node)
+		stats := deviceStatsOnce(ctx, s.nomad, s.log, byNode, t.node)
 		obs, ok := observation(stats, t.shares)
 		if !ok {
 			s.log.Trace("no gpushare device stats for allocation yet", "alloc_id", t.id)
 			continue
 		}
-		s.mu.Lock()
+		s.c.mu.Lock()
 		list := s.observations.add(t.key, obs)
 		if p, ok := interference.Learn(list); ok {
 			p.Name = "learned"
-			if _, had := s.state.Learned[t.key]; !had {
+			if _, had := s.c.state.Learned[t.key]; !had {
 				s.log.Info("learned an interference profile from a group running alone", "group", t.key, "sm_util", p.SM, "mem_bw", p.MemBW)
 			}
 			key := t.key
-			s.write(func() { s.state.Learn(key, p) })
+			s.c.write(func() { s.c.state.Learn(key, p) })
 		}
-		s.mu.Unlock()
+		s.c.mu.Unlock()
 	}
 }
 
@@ -189,14 +221,15 @@ func every(ctx context.Context, interval time.Duration, f func(context.Context))
 	}
 }
 
-// deviceStats reads a node's device stats once per sampling round (byNode
-// keeps them); a node whose stats cannot be read has none.
-func (s *loop) deviceStats(ctx context.Context, byNode map[string][]*api.DeviceGroupStats, node string) []*api.DeviceGroupStats {
+// deviceStatsOnce reads a node's device stats through n once per
+// sampling round (byNode keeps them); a node whose stats cannot be read
+// has none.
+func deviceStatsOnce(ctx context.Context, n statsReader, log hclog.Logger, byNode map[string][]*api.DeviceGroupStats, node string) []*api.DeviceGroupStats {
 	stats, ok := byNode[node]
 	if !ok {
 		var err error
-		if stats, err = s.nomad.DeviceStats(ctx, node); err != nil {
-			s.log.Debug("cannot read the node's device stats", "node_id", node, "error", err)
+		if stats, err = n.DeviceStats(ctx, node); err != nil {
+			log.Debug("cannot read the node's device stats", "node_id", node, "error", err)
 		}
 		byNode[node] = stats
 	}

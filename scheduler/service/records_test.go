@@ -245,7 +245,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		follower.mu.Lock()
 		defer follower.mu.Unlock()
 		return map[string]int{
-			"leader learned": len(leader.state.Learned), "leader samples": len(leader.loop.observations) + len(leader.loop.intro.alone),
+			"leader learned": len(leader.state.Learned), "leader samples": len(leader.sampler.observations) + len(leader.loop.intro.alone),
 			"leader knowledge": leader.loop.intro.know.cur().Len(), "leader preempted": len(leader.loop.preempted),
 			"leader unpaired": len(leader.loop.intro.rec.unpaired), "leader obs": len(leader.loop.intro.rec.obs) + len(leader.loop.intro.rec.bad),
 			"follower learned": len(follower.state.Learned), "follower knowledge": follower.loop.intro.know.cur().Len(),
@@ -272,7 +272,7 @@ func TestChurnKeepsMemoryFlat(t *testing.T) {
 		leader.mu.Lock()
 		k := key(id)
 		leader.state.Learn(k.String(), interference.Profile{Name: "learned", SM: 0.4, MemBW: 0.2})
-		leader.loop.observations[k.String()] = []interference.Observation{{SMUtilPct: 40, MemUtilPct: 20}}
+		leader.sampler.observations[k.String()] = []interference.Observation{{SMUtilPct: 40, MemUtilPct: 20}}
 		leader.loop.intro.alone[k.String()] = []float64{40}
 		leader.loop.preempted["alloc-"+id] = now
 		leader.loop.intro.rec.noteUnpaired(k, "slow", now)

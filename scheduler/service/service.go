@@ -34,6 +34,7 @@ type Service struct {
 	*cluster
 	watcher *watcher
 	loop    *loop
+	sampler *sampler
 	view    *apiView
 	records *records
 	api     *httpAPI
@@ -91,7 +92,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.metrics.reg.MustRegister(s.loop.elastic.resizes)
 	s.view = newAPIView(s.loop, s.lease)
 	s.metrics.addFigures(s.loop, s.lease.follows)
-	s.records = newRecords(c, log, n, s.lease, notesOf(s.loop), intro, now, config.Duration(cfg.Nomad.RequestTimeout))
+	s.sampler = &sampler{c: c, nomad: n, lease: s.lease, profile: prof, log: log, now: now, history: s.loop.history, observations: observations{}}
+	s.records = newRecords(c, log, n, s.lease, notesOf(s.loop, s.sampler.observations), intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
 	s.loop.staging = newStager(stagerDeps{cluster: c, nomad: n, signer: s.records, lease: s.lease, notes: &s.loop.answers,
 		profile: prof, log: log, now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout), dirty: s.loop.markDirty})
@@ -137,8 +139,8 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		every(ctx, config.Duration(s.cfg.ObserveInterval), func(ctx context.Context) {
-			s.loop.sampleGPUs(ctx)
-			s.loop.observe(ctx)
+			s.sampler.sampleGPUs(ctx)
+			s.sampler.observe(ctx)
 		})
 	}()
 	go func() {

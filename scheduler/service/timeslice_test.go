@@ -62,7 +62,7 @@ func TestTimesliceFiguresShown(t *testing.T) {
 			Devices: []*api.AllocatedDeviceResource{{Vendor: "nvidia", Type: "gpushare", DeviceIDs: rec.Shares}}}}}})
 	must.NoError(t, s.watcher.resync(t.Context()))
 
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 	var st JobStatus
 	getJSON(t, s, "/v1/jobs/train?namespace=default", &st)
 	must.SliceEmpty(t, st.Groups[0].Timeslice) // not time-sliced: nothing reported
@@ -71,7 +71,7 @@ func TestTimesliceFiguresShown(t *testing.T) {
 	for _, sh := range rec.Shares {
 		f.ts[sh] = [3]int64{2000, 12500, 7}
 	}
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 	getJSON(t, s, "/v1/jobs/train?namespace=default", &st)
 	must.Eq(t, []AllocTimeslice{{Alloc: "a1b2c3d4-0000-4000-8000-000000000001", QuantumSeconds: 2, SuspendedSeconds: 12.5, Turns: 7}}, st.Groups[0].Timeslice)
 
@@ -97,7 +97,7 @@ func TestTimesliceFiguresShown(t *testing.T) {
 
 	// the allocation gone from the stats: its series go with it
 	clear(f.ts)
-	s.loop.sampleGPUs(t.Context())
+	s.sampler.sampleGPUs(t.Context())
 	must.StrNotContains(t, metricsText(t, s), "gpushare_timeslice_suspended_seconds{")
 }
 
