@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -24,9 +25,10 @@ import (
 // the time its GPUs are expected to be free for one of r's allocations, or
 // nil when r should not hold any: r needs fewer than two GPUs per
 // allocation, the cluster lacks the nodes, or they would not free within
-// r's own expected run time.
-func (st *step) reserveFor(r placement.Request) map[string]time.Time {
-	key := fmt.Sprintf("%d|%d|%s|%d%s", r.Shares, r.Count, strings.Join(r.Models, ","), st.expected(r), allowedKey(r.Allowed))
+// r's own expected run time (unless r is past its wait bound: it holds
+// them however long they take).
+func (st *step) reserveFor(r placement.Request, overdue bool) map[string]time.Time {
+	key := fmt.Sprintf("%d|%d|%s|%d%s|%t", r.Shares, r.Count, strings.Join(r.Models, ","), st.expected(r), allowedKey(r.Allowed), overdue)
 	if st.rooms == nil {
 		st.rooms = map[string]map[string]time.Time{}
 	}
@@ -62,7 +64,11 @@ func (st *step) reserveFor(r placement.Request) map[string]time.Time {
 		}
 	}
 	var held map[string]time.Time
-	if hold := queue.Hold(rooms, r.Count, st.expected(r)); hold != nil {
+	within := st.expected(r)
+	if overdue {
+		within = time.Duration(math.MaxInt64)
+	}
+	if hold := queue.Hold(rooms, r.Count, within); hold != nil {
 		held = map[string]time.Time{}
 		for _, h := range hold {
 			held[h.Node] = now.Add(h.In)

@@ -24,9 +24,11 @@ type Group struct {
 	Submit time.Time
 	// Bound is the latest start the wait bound allows the group: when it
 	// would have started had the cluster been run exclusively, first come
-	// first served (queue.Shadow; zero: no bound). Under
-	// Config.ShortestFirst a group past its bound goes before every group
-	// that is not.
+	// first served, or later while its completion stays within that
+	// schedule's tail (queue.Shadow.Bound; zero: no bound). Under
+	// Config.WaitBound a group past its bound goes before every group
+	// that is not. The service keeps no such shadow (it would need the
+	// queue's history since the cluster started) and sets none.
 	Bound time.Time
 	// Repin marks a pinned group whose pinned capacity is gone or whose
 	// GPU turned unhealthy before its allocation ran.
@@ -67,13 +69,16 @@ type Config struct {
 	// group that declares its run time holds nodes: with none declared
 	// the ends are guesses, and holding nodes on guesses idles them.
 	Reservations bool
-	// ShortestFirst orders the queue by expected run time, shortest first
-	// (SJF), in place of the highest response ratio, and bounds every
-	// group's wait by its Group.Bound: groups past it go first, in
-	// submission order. Shortest first wins the average; the bound keeps a
-	// long group from waiting longer than it would have with no sharing and
-	// no reordering at all (where the caller gives no bound, shortest first
-	// may starve it).
+	// WaitBound bounds every group's wait by its Group.Bound: groups past
+	// it go first, in submission order, and the first of them that does
+	// not fit holds the nodes that free first for it however long they
+	// take (with Reservations). It keeps a group from waiting longer than
+	// it would have with no sharing and no reordering at all.
+	WaitBound bool
+	// ShortestFirst orders the queue (after the groups past their bound,
+	// under WaitBound) by expected run time, shortest first (SJF), in place
+	// of the highest response ratio. Without WaitBound it may starve a long
+	// group.
 	ShortestFirst bool
 	// IdleFirst gives a fractional group of one allocation a GPU nobody
 	// uses when one is free (its shares are still what it asked for), and
@@ -231,7 +236,7 @@ func (st *step) decide() []Action {
 			}
 			var reserve *Action
 			if held == nil && cfg.Reservations && req.Expected > 0 && reservable(d) {
-				if held = st.reserveFor(req); held != nil {
+				if held = st.reserveFor(req, q.overdue); held != nil {
 					heldFor = g.Key
 					w.Reason += "; " + heldReason(held, in.Now)
 					reserve = &Action{Kind: Reserve, Group: g.Key, Hold: held, Reason: heldReason(held, in.Now)}

@@ -41,13 +41,20 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 	if len(waiting) == 0 && len(running) == 0 {
 		return waiting
 	}
+	s.advanceShadow()
 	byKey := make(map[decide.Key]int, len(waiting))
 	groups := make([]decide.Group, 0, len(waiting))
 	for _, i := range waiting {
 		j := s.out[i].Job
 		k := jobKey(j.ID)
 		byKey[k] = i
-		groups = append(groups, decide.Group{Key: k, Req: s.loopRequest(j, k), Submit: at(j.Arrival)})
+		g := decide.Group{Key: k, Req: s.loopRequest(j, k), Submit: at(j.Arrival)}
+		if s.shadow != nil {
+			if t, ok := s.shadow.Bound(j.ID, s.opts.BoundTail); ok {
+				g.Bound = at(t)
+			}
+		}
+		groups = append(groups, g)
 	}
 	ends := map[string]time.Time{}
 	for _, r := range s.run {
@@ -59,7 +66,8 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 			ends[a] = end
 		}
 	}
-	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true, MaxSlowdown: s.opts.MaxSlowdown}
+	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true, MaxSlowdown: s.opts.MaxSlowdown,
+		WaitBound: s.shadow != nil, ShortestFirst: s.shadow != nil}
 	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith, Running: running}
 	left := waiting[:0:0]
 	placed, unpaired := false, false
@@ -112,6 +120,26 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 		return s.scheduleLoop(left)
 	}
 	return left
+}
+
+// advanceShadow brings the wait bound's shadow (queue.Shadow: the jobs
+// arrived so far, run exclusively first come first served at their
+// declared run times, the default where none is) to now.
+func (s *sim) advanceShadow() {
+	if s.shadow == nil {
+		return
+	}
+	for ; s.shadowNext < len(s.out) && s.out[s.shadowNext].Job.Arrival <= s.now; s.shadowNext++ {
+		j := s.out[s.shadowNext].Job
+		t := s.declared(j)
+		if t <= 0 {
+			t = defaultExpected.Seconds()
+		}
+		if err := s.shadow.Arrive(j.ID, j.Arrival, j.Scale, t); err != nil {
+			panic(err) // jobs are numbered in arrival order, once each
+		}
+	}
+	s.shadow.Advance(s.now)
 }
 
 // loopRequest is job j's request as a user of the service would write it:

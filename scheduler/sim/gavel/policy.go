@@ -24,6 +24,8 @@ var PolicyInfo = map[string]string{
 		"pairs are observed 10 minutes after they form: a pair where a job is slower than its bound, or that is slower summed over both jobs than one after the other, is unpaired (the newer job waits again, losing its work since it started) and not formed again on that GPU model; " +
 		"observations refine the predictions of the pair and its jobs, and of every pair on that GPU model: the model's mean error there shifts them and its spread is their uncertainty",
 	"gpushare-fifo": "ablation: the same step with no run times declared (first come, first served) and reservations off",
+	"gpushare-bounded": "variant (not run by default; issue 46): gpushare ordered shortest expected run time first, with every job's wait bounded: a job whose wait reaches its start in a shadow schedule of the same arrivals on the same cluster run exclusively, first come first served, at the declared run times (queue.Shadow), " +
+		"goes before every job that has not, in arrival order, and the first of them that does not fit holds the servers that free first however long they take",
 }
 
 type shareMode int
@@ -50,15 +52,20 @@ type policySpec struct {
 	// reserve declares run times and turns the step's reservations on
 	// (shareModel only).
 	reserve bool
+	// bounded orders the step's queue shortest first with every job's
+	// wait bounded by an exclusive FCFS shadow (decide.Config.ShortestFirst,
+	// queue.Shadow.Bound; shareModel with reserve only).
+	bounded bool
 }
 
 var specs = map[string]policySpec{
-	"exclusive":     {core: placement.PolicyBestFit},
-	"hived":         {core: placement.PolicyHived},
-	"packing":       {core: placement.PolicyGPUPacking, share: shareAlways},
-	"sjf-bsbf":      {core: placement.PolicyBestFit, share: shareBSBF, order: orderSJF},
-	"gpushare":      {core: placement.PolicyGpushare, share: shareModel, reserve: true},
-	"gpushare-fifo": {core: placement.PolicyGpushare, share: shareModel},
+	"exclusive":        {core: placement.PolicyBestFit},
+	"hived":            {core: placement.PolicyHived},
+	"packing":          {core: placement.PolicyGPUPacking, share: shareAlways},
+	"sjf-bsbf":         {core: placement.PolicyBestFit, share: shareBSBF, order: orderSJF},
+	"gpushare":         {core: placement.PolicyGpushare, share: shareModel, reserve: true},
+	"gpushare-fifo":    {core: placement.PolicyGpushare, share: shareModel},
+	"gpushare-bounded": {core: placement.PolicyGpushare, share: shareModel, reserve: true, bounded: true},
 }
 
 func specFor(name string) (policySpec, error) {

@@ -11,6 +11,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // Options tune a simulation.
@@ -45,6 +46,11 @@ type Options struct {
 	// Timeslice places single-GPU jobs that would wait time-sliced
 	// (the exclusive policy only; see timeslice.go).
 	Timeslice Timeslice
+	// BoundTail lets a job of gpushare-bounded wait past its start in the
+	// exclusive FCFS shadow while its completion stays within this
+	// quantile of the shadow's completion times (queue.Shadow.Bound; 0:
+	// no later than its shadow start).
+	BoundTail float64
 	// afterStep, when set (tests), sees the simulation after each
 	// scheduling round.
 	afterStep func(s *sim)
@@ -132,6 +138,11 @@ type sim struct {
 	left map[int]float64
 	// replicas numbers the grown replicas, in the order they grew.
 	replicas int
+	// shadow is the wait bound's exclusive FCFS schedule (policies with
+	// spec.bounded; nil for the others); shadowNext is the first job not
+	// yet arrived in it.
+	shadow     *queue.Shadow
+	shadowNext int
 	// wholeWaits: a multi-GPU job waits ahead of the job being placed in
 	// this round (time-slicing then takes no GPU a job holds; see
 	// Timeslice.Greedy).
@@ -196,6 +207,11 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	s := &sim{spec: spec, opts: opts, cluster: c, thr: thr, snap: snap, pol: pol,
 		run: map[int]*running{}, onGPU: map[string][]int{}, out: make([]Outcome, len(jobs)),
 		gpuNode: map[string]string{}, allocJob: map[string]int{}, know: know, left: map[int]float64{}}
+	if spec.bounded {
+		if s.shadow, err = queue.NewShadow(c.Nodes, c.GPUsPerNode); err != nil {
+			return nil, 0, err
+		}
+	}
 	for _, n := range snap.Nodes() {
 		for _, g := range n.GPUs {
 			s.gpuNode[g.UUID] = n.ID
