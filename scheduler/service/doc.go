@@ -27,7 +27,7 @@
 //     watches Nomad's namespaces too: the stream covers those of when it
 //     opened, and a new one opens it again (watch_namespaces.go);
 //   - loop (loop.go, reconcile.go, collect*.go, lifecycle.go, pins.go,
-//     confirm.go, prior.go, introspect.go, observe.go): the decision loop;
+//     confirm.go, prior.go, introspect.go): the decision loop;
 //     it acts on Nomad through nomadActions, asks the records through
 //     recordKeeper and the lease through leadership. It composes a type
 //     per concern that owns its state: the stager (staging: stager.go,
@@ -42,6 +42,10 @@
 //     (promote.go), pools (pool.go) and elasticScan (elastic_read.go),
 //     built from what it holds; loopNotes (loop.go) are what the records
 //     save and read of those parts;
+//   - sampler (observe.go, gpustats.go): reads the GPUs' device stats
+//     on a ticker of its own beside the loop: the history every replica
+//     shows, and on the leader the samples of groups running alone, from
+//     which profiles are learned; it reads Nomad through statsReader;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes (loopNotes) through notes;
@@ -99,7 +103,7 @@
 //   - preempted (saved in the records) and preemptions (the last ones,
 //     for the API; preemptions.go): allocations Nomad is stopping whose
 //     capacity is already given away;
-//   - observations (observe.go; under the model's lock), and
+//   - observations (the sampler's, observe.go; under the model's lock), and
 //     introspection's samples (introspect.go, behind its own lock): stats
 //     of groups running alone or sharing, from which profiles are learned
 //     (the learned profiles and unpair reasons are saved);
