@@ -81,8 +81,8 @@ type loop struct {
 	moves  moves
 	// collected is what collect found for each job (collect_cache.go).
 	collected *collectCache
-	// decoded are the nodes' device groups a pin reads (runtime.go).
-	decoded map[string]decodedNode
+	// runtimes reads what a pin writes besides the pins (runtime.go).
+	runtimes *runtimes
 
 	// history is what the GPUs and the jobs did (gpustats.go).
 	history *gpuhistory.Store
@@ -145,7 +145,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		refusals:  newRefusals(&c.mu),
 		preempted: stopping{},
 		dirty:     make(chan struct{}, 1), intro: intro,
-		mirror:  newRuleMirror(c),
+		mirror: newRuleMirror(c), runtimes: &runtimes{c: c, cfg: cfg},
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
 	}
 	s.moves = moves{state: c.state, rules: s.mirror, policy: policy.Name()}

@@ -305,7 +305,7 @@ func (s *loop) writePin(job *api.Job, a decide.Action) (*pin.Record, *api.Job, b
 			rec.Reason = "kept where its allocations run: the group was registered again unchanged"
 		}
 	default:
-		rec, err = pin.PinWith(c, a.Group.Group, a.Decision, s.runtime(a.Decision))
+		rec, err = pin.PinWith(c, a.Group.Group, a.Decision, s.runtimes.of(a.Decision))
 	}
 	if err != nil {
 		return nil, nil, false, err

@@ -4,26 +4,37 @@ import (
 	"slices"
 
 	"github.com/gpushare/gpushare/devicefn"
+	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
 
-// runtime is what the pin of d writes besides the pins: the configured
+// runtimes reads what a pin writes besides the pins from the
+// configuration and the nodes' device groups, which it decodes once per
+// node object (deviceGroups). Its decoded nodes are guarded by the
+// model's lock.
+type runtimes struct {
+	c       *cluster
+	cfg     *config.Config
+	decoded map[string]decodedNode
+}
+
+// of is what the pin of d writes besides the pins: the configured
 // run-time priority of opportunistic groups (config opportunistic block),
 // the quantum of time-sliced ones (config timeslice block)
 // and the sharing mode of the GPUs d chose, read from their nodes' device
 // attributes. Sharing is "" when the GPUs differ or one is not found.
-func (s *loop) runtime(d *placement.Decision) pin.Runtime {
+func (s *runtimes) of(d *placement.Decision) pin.Runtime {
 	rt := pin.Runtime{}
 	rt.ClientPriority, rt.ThreadScale = s.cfg.OpportunisticPriority()
 	rt.TimesliceQuantum = s.cfg.TimesliceQuantum()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
 	first := true
 	for _, p := range d.Placements {
-		groups := s.deviceGroups(s.state.Nodes[p.Node])
+		groups := s.deviceGroups(s.c.state.Nodes[p.Node])
 		for _, uuid := range p.GPUs {
 			sharing, perGPU := "", 0
 			for _, g := range groups {
@@ -50,15 +61,16 @@ type decodedNode struct {
 
 // deviceGroups decodes node's gpushare device groups once per node
 // object (an update of the node is a new object in the model): every pin
-// reads them, and a pass may send thousands. The caller holds s.mu.
-func (s *loop) deviceGroups(node *api.Node) []*devicefn.Group {
+// reads them, and a pass may send thousands. The caller holds the
+// model's lock.
+func (s *runtimes) deviceGroups(node *api.Node) []*devicefn.Group {
 	if node == nil || node.NodeResources == nil {
 		return nil
 	}
 	if d, ok := s.decoded[node.ID]; ok && d.node == node {
 		return d.groups
 	}
-	if s.decoded == nil || len(s.decoded) > 2*len(s.state.Nodes)+64 {
+	if s.decoded == nil || len(s.decoded) > 2*len(s.c.state.Nodes)+64 {
 		s.decoded = map[string]decodedNode{} // drop the nodes gone
 	}
 	var groups []*devicefn.Group
