@@ -45,7 +45,9 @@
 //   - sampler (observe.go, gpustats.go): reads the GPUs' device stats
 //     on a ticker of its own beside the loop: the history every replica
 //     shows, and on the leader the samples of groups running alone, from
-//     which profiles are learned; it reads Nomad through statsReader;
+//     which profiles are learned, and those introspection keeps of
+//     allocations alone or sharing a GPU (introspectSample); it reads
+//     Nomad through statsReader;
 //   - records (state.go, records.go, submit.go): the records in Nomad
 //     Variables (varStore), the signing key and the submit times; it saves
 //     and reads the loop's notes (loopNotes) through notes;

@@ -101,14 +101,14 @@ type probe struct {
 // introspectSample reads the plugin's per-share process SM utilisation of
 // every running allocation on a GPU: alone, it tells the group's
 // utilisation alone; sharing, the allocation's progress next to its
-// partners. Only the leader samples.
-func (s *loop) introspectSample(ctx context.Context) {
+// partners; introspection keeps them. Only the leader samples.
+func (s *sampler) introspectSample(ctx context.Context) {
 	if s.lease.follows() {
 		return
 	}
-	s.mu.Lock()
-	probes := probesOf(s.state, s.preempted)
-	s.mu.Unlock()
+	s.c.mu.Lock()
+	probes := probesOf(s.c.state, *s.preempted)
+	s.c.mu.Unlock()
 
 	byNode := map[string][]*api.DeviceGroupStats{}
 	got := map[string]float64{}

@@ -119,7 +119,7 @@ func (sc *pairScene) sample(t *testing.T, old ...int64) {
 	for _, v := range old {
 		sc.f.report(sc.old, v)
 		sc.f.report(sc.new, 50)
-		sc.s.loop.introspectSample(t.Context())
+		sc.s.sampler.introspectSample(t.Context())
 		*sc.clock = sc.clock.Add(sc.s.cfg.IntrospectionWindow() / 2)
 	}
 }

@@ -26,7 +26,8 @@ const (
 // Run), beside the decision loop: every replica records each GPU's and
 // each job's use in the history (sampleGPUs, gpustats.go), and the leader
 // keeps the samples of groups running alone, from which it learns their
-// profiles (observe). It reads the model under its lock and writes what it
+// profiles (observe), and introspection's samples of allocations alone
+// or sharing a GPU (introspectSample). It reads the model under its lock and writes what it
 // learned through it (cluster.write).
 type sampler struct {
 	c       *cluster
@@ -40,6 +41,12 @@ type sampler struct {
 	// alone, under the model's lock
 	history      *gpuhistory.Store
 	observations observations
+	// intro keeps the samples of allocations alone or sharing a GPU
+	// (introspect.go; it locks itself), which introspectSample reads
+	// leaving out the allocations being stopped for a preemption
+	// (preempted, the loop's, under the model's lock)
+	intro     *introspection
+	preempted *stopping
 }
 
 // statsReader reads a node's device stats from Nomad.

@@ -92,7 +92,8 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.metrics.reg.MustRegister(s.loop.elastic.resizes)
 	s.view = newAPIView(s.loop, s.lease)
 	s.metrics.addFigures(s.loop, s.lease.follows)
-	s.sampler = &sampler{c: c, nomad: n, lease: s.lease, profile: prof, log: log, now: now, history: s.loop.history, observations: observations{}}
+	s.sampler = &sampler{c: c, nomad: n, lease: s.lease, profile: prof, log: log, now: now, history: s.loop.history, observations: observations{},
+		intro: intro, preempted: &s.loop.preempted}
 	s.records = newRecords(c, log, n, s.lease, notesOf(s.loop, s.sampler.observations), intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
 	s.loop.staging = newStager(stagerDeps{cluster: c, nomad: n, signer: s.records, lease: s.lease, notes: &s.loop.answers,
@@ -146,7 +147,7 @@ func (s *Service) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		if s.cfg.IntrospectionOn() {
-			every(ctx, s.cfg.IntrospectionEvery(), s.loop.introspectSample)
+			every(ctx, s.cfg.IntrospectionEvery(), s.sampler.introspectSample)
 		}
 	}()
 	go func() {
