@@ -370,7 +370,7 @@ func (s *loop) unpair(ctx context.Context, a decide.Action, pending map[decide.K
 	if p := a.Pair; p != nil {
 		s.intro.markIncompatible(p.GPUModel, p.Slow, p.With)
 	}
-	if err := s.gateAgain(ctx, a.Allocs, nil); err != nil {
+	if err := s.gate.gateAgain(ctx, a.Allocs, nil); err != nil {
 		pending[a.Group] = s.refusals.failed(a.Group, "unpair", err, s.now())
 		log.Warn("cannot unpair; will retry", "error", err, "reason", a.Reason)
 		return err

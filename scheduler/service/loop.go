@@ -81,6 +81,8 @@ type loop struct {
 	moves  moves
 	// collected is what collect found for each job (collect_cache.go).
 	collected *collectCache
+	// gate stops allocations by gating their groups again (preemptions.go)
+	gate *gater
 	// runtimes reads what a pin writes besides the pins (runtime.go).
 	runtimes *runtimes
 

@@ -12,6 +12,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/nomad/api"
 )
 
 // What the loop keeps of the allocations it stops by gating their group
@@ -110,7 +111,7 @@ func (l *preemptionLog) recent() []Preemption {
 // Nomad replaces the allocations, and the replacements wait at the gate
 // until capacity frees.
 func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key) error {
-	return s.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
+	return s.gate.gateAgain(ctx, allocIDs, func(t decide.Key, ids []string) {
 		s.metrics.preemptions.Add(float64(len(ids)))
 		s.preemptions.note(t, ids, forKey, s.now())
 		s.log.Warn("preempted opportunistic allocations for a guaranteed job; their group waits at the gate again",
@@ -122,61 +123,96 @@ func (s *loop) preempt(ctx context.Context, allocIDs []string, forKey decide.Key
 // of a namespace the scheduler does not manage.
 var errNotManaged = errors.New("namespace not managed by this scheduler")
 
+// gater stops allocations by gating their groups again (preempt,
+// unpair): it registers each group unpinned, so that Nomad stops its
+// allocations and their replacements wait at the gate, and stops the
+// allocations. It keeps nothing: the allocations it stopped go into the
+// loop's stopping set (stopped, under the model's lock), whose capacity
+// the next passes count free.
+type gater struct {
+	c       *cluster
+	nomad   gateNomad
+	records submitKeeper
+	lease   writeGate
+	stopped *stopping
+	managed namespaces
+	now     func() time.Time
+	timeout time.Duration
+}
+
+// gateNomad is what gating again asks of Nomad.
+type gateNomad interface {
+	Job(ctx context.Context, namespace, id string) (*api.Job, error)
+	Register(ctx context.Context, job *api.Job, index uint64) (uint64, error)
+	StopAlloc(ctx context.Context, id string) error
+}
+
+// submitKeeper keeps a job's place in the queue across the scheduler's
+// registration (submit.go). The caller holds the model's lock.
+type submitKeeper interface {
+	keepSubmit(job *api.Job, from, to uint64)
+}
+
+var (
+	_ gateNomad    = nomadClient{}
+	_ submitKeeper = (*records)(nil)
+)
+
 // gateAgain stops allocations by gating their groups again: Nomad stops
 // them, and their replacements wait at the gate to be placed again. done,
 // when set, hears of each group gated again with its allocations stopped.
 // Namespaces are walls: it acts on none of them when one belongs to a
 // namespace the scheduler does not manage.
-func (s *loop) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
+func (g *gater) gateAgain(ctx context.Context, allocIDs []string, done func(t decide.Key, ids []string)) error {
 	targets := map[decide.Key][]string{}
-	s.mu.Lock()
+	g.c.mu.Lock()
 	for _, id := range allocIDs {
-		if a, ok := s.state.Allocs[id]; ok {
-			if !s.state.Manages(a.Namespace) {
-				s.mu.Unlock()
-				return fmt.Errorf("%w: allocation %s is of namespace %s; it manages %s", errNotManaged, id, model.AllocKey(a).Namespace, s.namespaces())
+		if a, ok := g.c.state.Allocs[id]; ok {
+			if !g.c.state.Manages(a.Namespace) {
+				g.c.mu.Unlock()
+				return fmt.Errorf("%w: allocation %s is of namespace %s; it manages %s", errNotManaged, id, model.AllocKey(a).Namespace, g.managed)
 			}
 			targets[model.AllocKey(a)] = append(targets[model.AllocKey(a)], id)
 		}
 	}
-	s.mu.Unlock()
+	g.c.mu.Unlock()
 	// each request has its own timeout: a slow one does not use up the
 	// time of those after it
 	for _, t := range slices.SortedFunc(maps.Keys(targets), decide.Key.Compare) {
-		rctx, cancel := s.request(ctx)
-		job, err := s.nomad.Job(rctx, t.Namespace, t.Job)
+		rctx, cancel := context.WithTimeout(ctx, g.timeout)
+		job, err := g.nomad.Job(rctx, t.Namespace, t.Job)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("reading job %s: %w", t.Job, err)
 		}
 		index := *job.JobModifyIndex
 		pin.Unpin(job, t.Group)
-		if err := s.lease.mayWrite(); err != nil {
+		if err := g.lease.mayWrite(); err != nil {
 			return err
 		}
-		rctx, cancel = s.request(ctx)
-		registered, err := s.nomad.Register(rctx, job, index)
+		rctx, cancel = context.WithTimeout(ctx, g.timeout)
+		registered, err := g.nomad.Register(rctx, job, index)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("gating %s/%s again: %w", t.Job, t.Group, err)
 		}
-		s.mu.Lock()
-		s.records.keepSubmit(job, index, registered) // it keeps its place in the queue
-		s.mu.Unlock()
+		g.c.mu.Lock()
+		g.records.keepSubmit(job, index, registered) // it keeps its place in the queue
+		g.c.mu.Unlock()
 		for _, id := range targets[t] {
-			if err := s.lease.mayWrite(); err != nil {
+			if err := g.lease.mayWrite(); err != nil {
 				return err
 			}
-			rctx, cancel := s.request(ctx)
-			err := s.nomad.StopAlloc(rctx, id)
+			rctx, cancel := context.WithTimeout(ctx, g.timeout)
+			err := g.nomad.StopAlloc(rctx, id)
 			cancel()
 			if err != nil && !isNotFound(err) {
 				return fmt.Errorf("stopping allocation %s of %s/%s: %w", id, t.Job, t.Group, err)
 			}
 		}
-		s.mu.Lock()
-		s.preempted.stop(targets[t], s.now()) // its capacity is free for this pass on
-		s.mu.Unlock()
+		g.c.mu.Lock()
+		g.stopped.stop(targets[t], g.now()) // its capacity is free for this pass on
+		g.c.mu.Unlock()
 		if done != nil {
 			done(t, targets[t])
 		}

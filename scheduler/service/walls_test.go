@@ -75,7 +75,7 @@ func TestGateAgainRefusesAnotherNamespace(t *testing.T) {
 	s, err := newService(nsConfig("team-a"), testLogger(), f, fixedClock)
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
-	err = s.loop.gateAgain(t.Context(), []string{"alloc-a1", "alloc-b1"}, nil)
+	err = s.loop.gate.gateAgain(t.Context(), []string{"alloc-a1", "alloc-b1"}, nil)
 	must.True(t, errors.Is(err, errNotManaged), must.Sprint(err))
 	must.StrContains(t, err.Error(), "allocation alloc-b1 is of namespace team-b")
 	must.Eq(t, 0, f.registers)
