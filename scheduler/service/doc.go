@@ -36,7 +36,9 @@
 //     answers through small interfaces), the rule mirror (ruleMirror,
 //     feasible.go: which nodes a group's own rules allow), introspection
 //     (introspect.go, which locks itself), stopping and preemptionLog
-//     (preemptions.go), refusals (refusals.go, retry.go), answers
+//     (preemptions.go), the gater (preemptions.go: stops allocations by
+//     gating their groups again, for preempt and unpair), runtimes
+//     (runtime.go: what a pin writes besides the pins), refusals (refusals.go, retry.go), answers
 //     (answers.go), unconfirmed (confirm.go), and, keeping nothing, moves
 //     (moves.go: where a group runs and whether it stays), the promoter
 //     (promote.go), pools (pool.go) and elasticScan (elastic_read.go),
