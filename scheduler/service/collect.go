@@ -44,12 +44,12 @@ type collected struct {
 // Most groups of a large cluster run where they were pinned and nothing
 // about them changes from one pass to the next: collect looks again only
 // at the jobs whose inputs changed (collectCache), and reuses for the
-// others what the last pass found. The caller holds s.mu.
-func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[decide.Key]*api.Job, map[decide.Key]string, []decide.Action) {
+// others what the last pass found. It returns what the pass decides on:
+// out's groups, jobs, pending, inPlace and said. The caller holds s.mu.
+func (s *loop) collect(built *model.Built, shape uint64) *collected {
 	c := s.collectCache()
 	out := &collected{jobs: make(map[decide.Key]*api.Job, c.sized), groups: make([]decide.Group, 0, c.sized),
 		seen: map[string]nodeSet{}, said: map[decide.Key]string{}, shape: shape, built: built}
-	s.nomadSaid = out.said
 	if !c.full { // reuse off: node sets found again too
 		out.known = s.mirror.knownNodeSets(built.Snapshot)
 	}
@@ -111,7 +111,7 @@ func (s *loop) collect(built *model.Built, shape uint64) ([]decide.Group, map[de
 	}
 	s.priors.sweep(s.state)
 	c.sized = len(out.jobs)
-	return out.groups, out.jobs, out.pending, out.inPlace
+	return out
 }
 
 // deriveJob looks at every group of job (by job key k) as collect does,

@@ -459,7 +459,8 @@ func collectReading(l *loop, built *model.Built, shape uint64) ([]decide.Group, 
 		l.mu.Lock()
 		l.endRead()
 	}()
-	return l.collect(built, shape)
+	out := l.collect(built, shape)
+	return out.groups, out.jobs, out.pending, out.inPlace
 }
 
 // The nodes a group's rules allow are found again only when the nodes

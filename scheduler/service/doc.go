@@ -123,8 +123,8 @@
 //     only change, is read from Nomad every pass (the job's latest
 //     deployment, the version an older allocation runs), and a promote
 //     Nomad refused is tried again by the next pass;
-//   - caches of what Nomad or the job says, rebuilt when lost: nomadSaid
-//     (the pass under way), priors (prior.go: the pins of running
+//   - caches of what Nomad or the job says, rebuilt when lost: priors
+//     (prior.go: the pins of running
 //     allocations' versions) and the rule mirror's (ruleMirror,
 //     feasible.go): the groups' compiled rules, the nodes a group's rules
 //     allowed when last decided, and the node sets groups' rules allowed

@@ -42,9 +42,6 @@ type loop struct {
 	// groups wait and their places in the queue, why pinned ones are
 	// where they are, their stages (answers.go)
 	answers answers
-	// nomadSaid is, for the pass under way, what Nomad said of the pins it
-	// could not place (collect fills it)
-	nomadSaid map[decide.Key]string
 	// priors: allocations whose version's pin was asked for or read
 	// (prior.go)
 	priors priors

@@ -94,7 +94,7 @@ func (s *loop) reconcile(ctx context.Context) {
 			pins = append(pins, a) // sent together once the preemptions are done
 			continue
 		}
-		if err := s.execute(ctx, a, r.jobs[a.Group], r.shape, r.pending, failed); err != nil && a.Kind == decide.Unpair {
+		if err := s.execute(ctx, a, r.jobs[a.Group], r.shape, r.said[a.Group], r.pending, failed); err != nil && a.Kind == decide.Unpair {
 			s.sharesOf(a.Allocs, kept)
 		}
 	}
@@ -145,6 +145,8 @@ type passRead struct {
 	jobs    map[decide.Key]*api.Job
 	pending map[decide.Key]string
 	inPlace []decide.Action
+	// said is what Nomad said of the pins it could not place (collect)
+	said    map[decide.Key]string
 	ends    map[string]time.Time
 	running map[string]decide.Running
 	// promotions are the deployments of the scheduler's own pins that
@@ -185,7 +187,8 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	confirmed := make(chan struct{})
 	go func() { defer close(confirmed); s.unconfirmed.confirm(s.state, s.now, s.log, s.metrics) }()
 	defer func() { <-confirmed }() // before the read ends, also if collect fails
-	r.groups, r.jobs, r.pending, r.inPlace = s.collect(r.built, r.shape)
+	out := s.collect(r.built, r.shape)
+	r.groups, r.jobs, r.pending, r.inPlace, r.said = out.groups, out.jobs, out.pending, out.inPlace, out.said
 	// what a hold takes, and where none of a group's may run
 	s.staging.holdRules(snap, r.groups)
 	// a group waiting for its holds keeps its decision and its shares
@@ -229,8 +232,9 @@ func stepConfig(cfg *config.Config) decide.Config {
 
 // execute carries out one action of the step but a pin (sendPins). It
 // returns why a preemption or an unpairing failed: the allocations it was
-// to stop still run.
-func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, pending map[decide.Key]string, failed map[decide.Key]bool) error {
+// to stop still run. nomadSaid is what Nomad said of the group's pin it
+// could not place, if it did.
+func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape uint64, nomadSaid string, pending map[decide.Key]string, failed map[decide.Key]bool) error {
 	log := s.log.With("job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group)
 	switch a.Kind {
 	case decide.Wait:
@@ -239,8 +243,8 @@ func (s *loop) execute(ctx context.Context, a decide.Action, job *api.Job, shape
 		if st, ok := s.answers.stage(a.Group); ok && st.Beside {
 			pending[a.Group] = "its new version is deployed with canaries, which need room beside the running allocations (Nomad keeps those until the deployment is promoted); " + a.Reason
 		}
-		if why := s.nomadSaid[a.Group]; why != "" {
-			pending[a.Group] = "its pinned version could not be placed (" + why + "); " + a.Reason
+		if nomadSaid != "" {
+			pending[a.Group] = "its pinned version could not be placed (" + nomadSaid + "); " + a.Reason
 		}
 		log.Debug("group waits", "reason", a.Reason)
 	case decide.Reserve:
