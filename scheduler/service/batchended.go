@@ -34,18 +34,18 @@ import (
 // group gpushare pins again on its own (not gated), what ended in the
 // current version (Nomad ignores older ones already). 0 when nothing
 // would, or when every name ended (no allocation left to run: such a
-// group is not pinned again). The caller holds s.mu.
-func (s *loop) endedAgain(job *api.Job, key decide.Key) int {
+// group is not pinned again). The caller holds the model's lock.
+func (p *pinner) endedAgain(job *api.Job, key decide.Key) int {
 	tg := pin.Group(job, key.Group)
 	if tg == nil {
 		return 0
 	}
-	all := s.state.AllAllocs(key.Namespace, key.Job, key.Group)
+	all := p.c.state.AllAllocs(key.Namespace, key.Job, key.Group)
 	var n int
 	if slices.Contains(pin.Gated(job), key.Group) {
-		prior, ok := s.state.Prior(key)
+		prior, ok := p.c.state.Prior(key)
 		if !ok || prior.Record == nil || prior.Spec == "" || prior.Spec != pin.Spec(job, key.Group) ||
-			prior.Record.Request != pin.Digest(job, key.Group, s.policy.Name()) {
+			prior.Record.Request != pin.Digest(job, key.Group, p.policy) {
 			return 0 // a changed file: a new version Nomad alone makes too
 		}
 		n = model.EndedNames(all, job, key.Group, false)

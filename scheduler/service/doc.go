@@ -37,7 +37,10 @@
 //     feasible.go: which nodes a group's own rules allow), introspection
 //     (introspect.go, which locks itself), stopping and preemptionLog
 //     (preemptions.go), the gater (preemptions.go: stops allocations by
-//     gating their groups again, for preempt and unpair), runtimes
+//     gating their groups again, for preempt and unpair), the pinner
+//     (pins.go, batchended.go: writes a pass's pins into their jobs,
+//     signed, and registers them; it reaches Nomad, the records, staging
+//     and the answers through small interfaces) with its runtimes
 //     (runtime.go: what a pin writes besides the pins), refusals (refusals.go, retry.go), answers
 //     (answers.go), unconfirmed (confirm.go), and, keeping nothing, moves
 //     (moves.go: where a group runs and whether it stays), the promoter

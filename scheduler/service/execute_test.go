@@ -262,7 +262,7 @@ func TestUnpairRequestsEachHaveTheirTimeout(t *testing.T) {
 	const timeout = 5 * time.Minute
 	sc := newPairScene(t, func(c *config.Config) { c.Nomad.RequestTimeout = timeout.String() })
 	slow := &slowStops{statsNomad: sc.f, delay: 20 * time.Millisecond}
-	sc.s.loop.nomad, sc.s.loop.gate.nomad = slow, slow
+	sc.s.loop.nomad, sc.s.loop.gate.nomad, sc.s.loop.pins.nomad = slow, slow, slow
 	sc.sample(t, 20, 20, 20)
 	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, []string{"alloc-new"}, sc.f.stopped)

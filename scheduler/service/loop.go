@@ -80,8 +80,10 @@ type loop struct {
 	collected *collectCache
 	// gate stops allocations by gating their groups again (preemptions.go)
 	gate *gater
-	// runtimes reads what a pin writes besides the pins (runtime.go).
-	runtimes *runtimes
+	// pins writes the pins a pass sends into their jobs and registers
+	// them (pins.go); its runtimes read what a pin writes besides the
+	// pins (runtime.go)
+	pins *pinner
 
 	// history is what the GPUs and the jobs did (gpustats.go).
 	history *gpuhistory.Store
@@ -144,7 +146,7 @@ func newLoop(c *cluster, cfg *config.Config, log hclog.Logger, n nomadActions, p
 		refusals:  newRefusals(&c.mu),
 		preempted: stopping{},
 		dirty:     make(chan struct{}, 1), intro: intro,
-		mirror: newRuleMirror(c), runtimes: &runtimes{c: c, cfg: cfg},
+		mirror:  newRuleMirror(c),
 		history: gpuhistory.New(gpuhistory.Span, config.Duration(cfg.ObserveInterval)),
 	}
 	s.moves = moves{state: c.state, rules: s.mirror, policy: policy.Name()}

@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
-	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -18,7 +17,7 @@ import (
 // (held), an ungated group is adopted only when Nomad's own placement
 // cannot run (lifecycle.Reconcile), a pinned group is placed again only when its
 // capacity is gone (lost), and every pin that replaces running
-// allocations is counted and said (countRestarts).
+// allocations is counted and said (the pinner's countRestarts, pins.go).
 
 // moves reads from the model where a group's allocations run and
 // whether they stay there (keep, held, lost, inPlaceOnly, replacedAnyway,
@@ -145,53 +144,6 @@ func (mv moves) lost(job *api.Job, group string, short bool) (bool, []string) {
 		}
 	}
 	return false, nil
-}
-
-// countRestarts says how many running allocations of the group a pin
-// just registered makes Nomad replace: every one, unless the pin was the
-// group's earlier pin written back (Kept), for Nomad treats a change of a
-// device block's constraints or of group meta as destructive; a node pin
-// after a node pin replaces only those on nodes it leaves out
-// (replacedBy). Nomad's
-// constraints are per group, so moving one allocation of a count > 1 group
-// moves them all; the log, the API's records and
-// gpushare_restarts_total{reason} say so. registered is the index Nomad
-// gave the pin's registration (0: none said): an allocation created at or
-// after it is the pin's own, which Nomad may have placed, and the event
-// stream brought, before this runs; it replaces nothing (the churn run's
-// "replace" warnings named such allocations, received by their client
-// after the warning).
-func (s *loop) countRestarts(orig *api.Job, a decide.Action, rec *pin.Record, registered uint64) {
-	if a.Kept {
-		return
-	}
-	var before []*api.Allocation
-	s.mu.Lock()
-	for _, al := range s.state.GroupAllocs(a.Group.Namespace, a.Group.Job, a.Group.Group) {
-		if registered == 0 || al.CreateIndex < registered {
-			before = append(before, al)
-		}
-	}
-	s.mu.Unlock()
-	running := replacedBy(orig, a.Group.Group, rec, before) // a node pin keeps those on its nodes
-	if len(running) == 0 {
-		return
-	}
-	reason := "moved" // gated again while allocations run: unpaired, preempted or changed
-	s.mu.Lock()
-	stage, _ := s.answers.stage(a.Group)
-	s.mu.Unlock()
-	switch {
-	case stage.Do == lifecycle.Grow:
-		reason = "scale" // scaled past its pin
-	case a.Kind == decide.Repin:
-		reason = "repin"
-	case !slices.Contains(pin.Gated(orig), a.Group.Group):
-		reason = "adopt"
-	}
-	s.metrics.restarts.WithLabelValues(reason).Add(float64(len(running)))
-	s.log.Warn("the pin makes Nomad replace the group's running allocations (Nomad's constraints are per group: a new pin replaces every allocation of it)",
-		"job_id", a.Group.Job, "namespace", a.Group.Namespace, "group", a.Group.Group, "allocations", running, "reason", reason)
 }
 
 // inPlaceOnly reports whether keep (where an unchanged group's

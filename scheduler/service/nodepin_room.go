@@ -11,8 +11,10 @@ import (
 // model calls a pinned group short (model.Built.Short) when fewer of the
 // shares its record names are free than its missing allocations need;
 // but under a node pin the record names the GPUs the policy expected, and
-// Nomad takes any GPU with room on a pinned node (the lowest-indexed), so
-// another allocation on the recorded shares leaves the pin short only
+// Nomad takes any GPU with room on a pinned node (the first in the node's
+// cell order, which the pin's cell-rank affinities give it; the
+// lowest-indexed on a node without ranks: pin/node.go), so another
+// allocation on the recorded shares leaves the pin short only
 // when the nodes themselves lack room. The shares the snapshot holds for
 // the group itself count as its own. Pinned again without need, a batch
 // group would run again what ended: a new version, and Nomad ignores a

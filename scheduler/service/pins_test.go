@@ -276,7 +276,7 @@ func TestOneUnwritablePinLeavesTheOthers(t *testing.T) {
 	s.loop.reconcile(ctx)
 	must.SliceLen(t, 2, pins)
 	pins[1].Decision = &placement.Decision{} // placed nothing: cannot be written
-	errs := s.loop.pinJob(t.Context(), f.jobs["two"], pins)
+	errs := s.loop.pins.pinJob(t.Context(), f.jobs["two"], pins)
 	must.NoError(t, errs[pins[0].Group])
 	must.ErrorContains(t, errs[pins[1].Group], "placed nothing")
 	must.Eq(t, 1, f.registers)

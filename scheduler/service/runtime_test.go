@@ -21,13 +21,13 @@ func TestPinsDecodeANodesDevicesOncePerVersion(t *testing.T) {
 	d := &placement.Decision{Placements: []placement.Placement{{Node: node.ID}}}
 	s.mu.Lock()
 	model := s.state.Nodes[node.ID]
-	uuid := s.loop.runtimes.deviceGroups(model)[0].GPUs[0].UUID
+	uuid := s.loop.pins.runtimes.deviceGroups(model)[0].GPUs[0].UUID
 	s.mu.Unlock()
 	d.Placements[0].GPUs = []string{uuid}
-	must.Eq(t, devicefn.SharingMPS, s.loop.runtimes.of(d).Sharing)
+	must.Eq(t, devicefn.SharingMPS, s.loop.pins.runtimes.of(d).Sharing)
 	s.mu.Lock()
-	first := s.loop.runtimes.deviceGroups(model)[0]
-	must.True(t, first == s.loop.runtimes.deviceGroups(model)[0], must.Sprint("the same node object was decoded again"))
+	first := s.loop.pins.runtimes.deviceGroups(model)[0]
+	must.True(t, first == s.loop.pins.runtimes.deviceGroups(model)[0], must.Sprint("the same node object was decoded again"))
 	s.mu.Unlock()
 
 	// the node's GPUs now time-sliced: a new object, decoded again
@@ -42,7 +42,7 @@ func TestPinsDecodeANodesDevicesOncePerVersion(t *testing.T) {
 	s.mu.Lock()
 	s.state.PutNode(&c)
 	s.mu.Unlock()
-	must.Eq(t, devicefn.SharingTimeslice, s.loop.runtimes.of(d).Sharing)
+	must.Eq(t, devicefn.SharingTimeslice, s.loop.pins.runtimes.of(d).Sharing)
 }
 
 // A node whose plugin offers one device group per GPU (device_groups =
@@ -58,7 +58,7 @@ func TestPinsReadTheSharingModeOfPerGPUGroups(t *testing.T) {
 	f := &fakeNomad{nodes: []*api.Node{node}, jobs: map[string]*api.Job{}}
 	s := newTestService(t, f)
 	d := &placement.Decision{Placements: []placement.Placement{{Node: node.ID, GPUs: []string{g.GPUs[0].UUID, g.GPUs[3].UUID}}}}
-	rt := s.loop.runtimes.of(d)
+	rt := s.loop.pins.runtimes.of(d)
 	must.Eq(t, devicefn.SharingMPS, rt.Sharing)
 	must.Eq(t, 100, rt.SharesPerGPU)
 
@@ -75,5 +75,5 @@ func TestPinsReadTheSharingModeOfPerGPUGroups(t *testing.T) {
 	s.mu.Lock()
 	s.state.PutNode(&c)
 	s.mu.Unlock()
-	must.Eq(t, "", s.loop.runtimes.of(d).Sharing)
+	must.Eq(t, "", s.loop.pins.runtimes.of(d).Sharing)
 }

@@ -100,6 +100,9 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout)}
 	s.loop.staging = newStager(stagerDeps{cluster: c, nomad: n, signer: s.records, lease: s.lease, notes: &s.loop.answers,
 		profile: prof, log: log, now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout), dirty: s.loop.markDirty})
+	s.loop.pins = &pinner{c: c, nomad: n, records: s.records, staging: s.loop.staging, answers: &s.loop.answers, lease: s.lease,
+		runtimes: &runtimes{c: c, cfg: cfg}, unconfirmed: &s.loop.unconfirmed, metrics: s.metrics, log: log, now: now,
+		policy: policy.Name(), timeout: config.Duration(cfg.Nomad.RequestTimeout)}
 	s.watcher = &watcher{cluster: c, log: log, nomad: n, metrics: s.metrics, ns: managed,
 		interval: config.Duration(cfg.ResyncInterval), changed: s.loop.markDirty}
 	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.view, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
