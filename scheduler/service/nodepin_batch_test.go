@@ -12,8 +12,8 @@ import (
 )
 
 // A node-pinned batch group of two whose allocations Nomad put on GPUs
-// other than those its record expected (Nomad takes the lowest-indexed
-// GPU with room on a pinned node, the record names what the policy
+// other than those its record expected (Nomad takes the first GPU with
+// room in a pinned node's cell order, the record names what the policy
 // chose), the recorded shares since taken by another job: one allocation
 // fails with a reschedule attempt left. Its node has room (the GPU it
 // freed), so Nomad reschedules it there: the group is left pinned, not

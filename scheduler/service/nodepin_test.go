@@ -80,7 +80,8 @@ func TestANodePinnedGroupScaledKeepsWhatRuns(t *testing.T) {
 	trusted, ok := s.state.Record(f.jobs["web"], "g")
 	must.True(t, ok, must.Sprint("a node pin's record is trusted"))
 	must.Eq(t, rec.Nodes, trusted.Nodes)
-	// the GPU Nomad takes: the lowest-indexed with room
+	// the GPU Nomad takes: the first with room in the node's cell order
+	// (the pin's cell-rank affinities), GPU 0 here
 	must.Eq(t, []string{gpuUUIDs(t, nodes[0])[0]}, rec.GPUs)
 	first := rec.Nodes[0]
 	f.runningAt("web", "alloc-1", first, rec.Shares)
