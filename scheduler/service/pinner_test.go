@@ -53,17 +53,7 @@ func TestPinnerAloneWritesSignsAndRegisters(t *testing.T) {
 			f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
 			f.put(gated("x", 25))
 			s := newTestService(t, f)
-			var pins []decide.Action
-			s.loop.onStep = func(acts []decide.Action) {
-				for _, a := range acts {
-					if a.Kind == decide.Pin {
-						pins = append(pins, a)
-					}
-				}
-			}
-			ctx, cancel := context.WithCancel(t.Context()) // the pass sends nothing
-			cancel()
-			s.loop.reconcile(ctx)
+			pins := decidedPins(t, s)
 			must.SliceLen(t, 1, pins)
 			must.Eq(t, 0, f.registers)
 

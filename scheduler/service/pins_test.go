@@ -263,6 +263,20 @@ func TestOneUnwritablePinLeavesTheOthers(t *testing.T) {
 	job.TaskGroups = append(job.TaskGroups, &second)
 	f.put(job)
 	s := newTestService(t, f)
+	pins := decidedPins(t, s)
+	must.SliceLen(t, 2, pins)
+	pins[1].Decision = &placement.Decision{} // placed nothing: cannot be written
+	errs := s.loop.pins.pinJob(t.Context(), f.jobs["two"], pins)
+	must.NoError(t, errs[pins[0].Group])
+	must.ErrorContains(t, errs[pins[1].Group], "placed nothing")
+	must.Eq(t, 1, f.registers)
+	must.Eq(t, []string{pins[1].Group.Group}, pin.Gated(f.jobs["two"]))
+}
+
+// decidedPins runs a pass of s that sends nothing and returns the pins it
+// decided.
+func decidedPins(t *testing.T, s *Service) []decide.Action {
+	t.Helper()
 	var pins []decide.Action
 	s.loop.onStep = func(acts []decide.Action) {
 		for _, a := range acts {
@@ -274,11 +288,5 @@ func TestOneUnwritablePinLeavesTheOthers(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context()) // the pass sends nothing
 	cancel()
 	s.loop.reconcile(ctx)
-	must.SliceLen(t, 2, pins)
-	pins[1].Decision = &placement.Decision{} // placed nothing: cannot be written
-	errs := s.loop.pins.pinJob(t.Context(), f.jobs["two"], pins)
-	must.NoError(t, errs[pins[0].Group])
-	must.ErrorContains(t, errs[pins[1].Group], "placed nothing")
-	must.Eq(t, 1, f.registers)
-	must.Eq(t, []string{pins[1].Group.Group}, pin.Gated(f.jobs["two"]))
+	return pins
 }
