@@ -72,7 +72,7 @@ const (
 	// AttrCellRank is the GPU's rank in its node's cell order: its
 	// position when the leaves of the node's cell tree (built from the
 	// whole link matrix and NUMA nodes, as the scheduler builds it:
-	// scheduler/cells.Tree.LeafOrder) are read left to right. GPUs next
+	// devicefn/cells.Tree.LeafOrder) are read left to right. GPUs next
 	// to each other in it share the smallest cells (DGX-1 V100: GPUs 0, 3,
 	// 1, 2, 4, 7, 5, 6 have ranks 0..7), so a scheduler's node pin that
 	// asks Nomad to prefer low ranks (${device.attr.cell_rank} <= k) has

@@ -2,7 +2,7 @@ package plugin
 
 import (
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
 )
 
 // cellRanks gives each GPU of the inventory, by position, its rank in

@@ -3,8 +3,8 @@ package decide
 import (
 	"testing"
 
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/placement"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 	"github.com/shoenig/test/must"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpushare/gpushare/scheduler/topologies"
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/shoenig/test/must"
 )
 

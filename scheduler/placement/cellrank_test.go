@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/cells"
-	"github.com/gpushare/gpushare/scheduler/topologies"
+	"github.com/gpushare/gpushare/devicefn/cells"
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/shoenig/test/must"
 )
 

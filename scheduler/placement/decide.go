@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
 )
 
 // Decide places one request. It never changes the snapshot as seen from

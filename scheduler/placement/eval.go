@@ -5,7 +5,7 @@ import (
 	"math/bits"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
 	"github.com/gpushare/gpushare/scheduler/interference"
 )
 

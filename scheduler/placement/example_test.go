@@ -3,8 +3,8 @@ package placement_test
 import (
 	"fmt"
 
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/placement"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
 func Example() {

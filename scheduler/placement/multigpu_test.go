@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/topologies"
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/shoenig/test/must"
 )
 

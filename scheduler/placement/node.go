@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
 )
 
 // MetaRack is the node meta key that names a node's rack.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
 )
 
 // NomadPicksGPU re-chooses the GPUs of a decision of one allocation as

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gpushare/gpushare/scheduler/topologies"
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/shoenig/test/must"
 )
 

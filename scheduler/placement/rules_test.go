@@ -3,8 +3,8 @@ package placement
 import (
 	"testing"
 
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/interference"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 	"github.com/shoenig/test/must"
 )
 

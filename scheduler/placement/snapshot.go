@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
 	"github.com/gpushare/gpushare/scheduler/interference"
 )
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/model"
@@ -13,7 +14,6 @@ import (
 	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/gpushare/gpushare/scheduler/sim"
 	"github.com/gpushare/gpushare/scheduler/sim/gavel"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/placement"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
 // NodeSpec describes a simulated node whose GPUs are wired like a real

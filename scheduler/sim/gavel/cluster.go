@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	simrun "github.com/gpushare/gpushare/scheduler/sim"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
 // Cluster is the simulated cluster: Nodes servers of GPUsPerNode V100s

@@ -7,10 +7,10 @@ import (
 	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/scheduler/cells"
+	"github.com/gpushare/gpushare/devicefn/cells"
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/gpushare/gpushare/scheduler/sim"
-	"github.com/gpushare/gpushare/scheduler/topologies"
 )
 
 // SharesPerGPU is the GPU granularity of the replay. openb requests are in

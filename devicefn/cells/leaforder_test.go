@@ -3,7 +3,7 @@ package cells
 import (
 	"testing"
 
-	"github.com/gpushare/gpushare/scheduler/topologies"
+	"github.com/gpushare/gpushare/devicefn/topologies"
 	"github.com/shoenig/test/must"
 )
 
