@@ -139,6 +139,12 @@ func (e *engine) explainAmong(s *Snapshot, r *Request) *Refusal {
 		if mostFracNode != "" {
 			msg += " (node " + mostFracNode + ")"
 		}
+		if tally[whyInterference] > 0 {
+			// the GPUs with room are refused by a bound, not by room: say
+			// so, or "needs 50, the most free is 50" reads as a contradiction
+			msg += fmt.Sprintf("; on %d node(s) a GPU has room, but sharing it would slow a production job by more than its bound (%.0f%% for this job)",
+				tally[whyInterference], 100*e.bound(r.MaxSlowdown))
+		}
 		return &Refusal{RefusedNoCapacity, msg}
 	case tally[whyCPU] > 0:
 		best := Resources{}

@@ -125,6 +125,21 @@ func TestInterferencePrefersTheBestPairing(t *testing.T) {
 	must.Less(t, 1.0, d.Placements[0].Predicted)
 }
 
+// A GPU with room refused by a bound, beside nodes with none: the
+// refusal says both, not only that the most free on any GPU is what the
+// job asks for.
+func TestRefusalNamesTheBoundBesideFullNodes(t *testing.T) {
+	m, pr := gavel(t, "ResNet-50 (batch size 16)")
+	hog := pr[0]
+	s := cluster(t, NodeSpec{ID: "n", GPUs: 1}, NodeSpec{ID: "full", GPUs: 1})
+	must.NoError(t, s.AddAlloc(Alloc{ID: "hog", Node: "n", Shares: shareRange("GPU-n-0", 0, 50), Profile: hog}))
+	must.NoError(t, s.AddAlloc(Alloc{ID: "whole", Node: "full", Shares: shareRange("GPU-full-0", 0, 100), Profile: hog}))
+	d := policy(t, PolicyGpushare, Options{Model: m}).Decide(s, Request{ID: "prod", Count: 1, Shares: 50, Class: ClassProduction, Profile: hog})
+	must.False(t, d.Placed())
+	must.StrContains(t, d.Refusal.Message, "the most free on any GPU is 50")
+	must.StrContains(t, d.Refusal.Message, "on 1 node(s) a GPU has room, but sharing it would slow a production job by more than its bound (10% for this job)")
+}
+
 func TestProductionSlowdownBound(t *testing.T) {
 	m, pr := gavel(t, "ResNet-50 (batch size 16)")
 	hog := pr[0]
