@@ -195,6 +195,8 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	c.register(fs, strings.Join(gavel.DefaultTraces, ","), strings.Join(gavel.Policies, ","))
 	clusters := fs.String("cluster", "pcie,dgx1", "clusters: pcie (16 x 4 V100 on PCIe), dgx1 (8 x DGX-1 V100); name:N sets the node count")
 	slowdown := fs.Float64("max-slowdown", gavel.DefaultMaxSlowdown, "gpushare: the largest predicted slowdown a pairing may cause a job")
+	boundedCost := fs.Bool("bounded-cost", false, "gpushare: also pair a job whose outcome one uncertainty below the prediction loses, when the expected gain exceeds that outcome's cost bounded by introspection (one observation window); measured, not the default (docs/results)")
+	stretch := fs.Float64("max-stretch", gavel.DefaultMaxStretch, "gpushare: what sharing may cost a job over its life, a share of its run time alone: its GPU is not shared once it lost that much (0: no bound)")
 	var rb gavel.Robustness
 	fs.Float64Var(&rb.Bias, "model-bias", 0, "robustness: add this to every predicted normalised throughput of a pair (+0.15: the model believes pairs 0.15 faster than they run)")
 	fs.Float64Var(&rb.Noise, "model-noise", 0, "robustness: the standard deviation of an error added to each job's prediction with each partner")
@@ -237,6 +239,9 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	if err == nil && !(*slowdown > 0 && *slowdown < 1) {
 		err = fmt.Errorf("-max-slowdown %v: want a value within (0, 1)", *slowdown)
 	}
+	if err == nil && !(*stretch >= 0 && *stretch <= 10) {
+		err = fmt.Errorf("-max-stretch %v: want a share of a job's run time within 0..10 (0: no bound)", *stretch)
+	}
 	if err == nil {
 		err = checkRobustness(rb, *observe, *checkpoint, *unc)
 	}
@@ -271,7 +276,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 		conds = append(conds, gavel.HeldOutConditions...)
 	}
 	rep, err := gavel.Run(ctx, gavel.Config{Data: data, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
-		Options: gavel.Options{MaxSlowdown: *slowdown, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
+		Options: gavel.Options{MaxSlowdown: *slowdown, MaxStretch: stretchOption(*stretch), BoundedCost: *boundedCost, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
 			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds, Elastic: elastic, Timeslice: ts})
 	if err != nil {
 		return simFail(io, err)
@@ -352,4 +357,13 @@ func elasticRuns(share float64, factor int, seeds string, cost time.Duration) ([
 		out = append(out, gavel.Elastic{Share: share, MaxFactor: factor, Seed: uint64(s), ResizeCost: cost.Seconds()})
 	}
 	return out, nil
+}
+
+// stretchOption is -max-stretch as gavel.Options reads it: 0 there means
+// the default, a negative value no bound.
+func stretchOption(v float64) float64 {
+	if v == 0 {
+		return -1
+	}
+	return v
 }

@@ -24,6 +24,7 @@ func TestSimUsageAndFlags(t *testing.T) {
 		{"bad format", []string{"sim", "gavel", "-format", "pdf"}, 1, "svg or png"},
 		{"bad cluster", []string{"sim", "gavel", "-cluster", "tpu"}, 1, "unknown cluster"},
 		{"bad slowdown", []string{"sim", "gavel", "-max-slowdown", "1.5"}, 1, "max-slowdown"},
+		{"bad stretch", []string{"sim", "gavel", "-max-stretch", "-0.5"}, 1, "-max-stretch -0.5: want a share"},
 		{"unknown policy", []string{"sim", "gavel", "-traces", "795a4c", "-policies", "magic", "-quiet"}, 1, "unknown gavel policy"},
 		{"bad elastic share", []string{"sim", "gavel", "-elastic-share", "1.5"}, 1, "-elastic-share"},
 		{"bad elastic max", []string{"sim", "gavel", "-elastic-share", "0.5", "-elastic-max", "1"}, 1, "-elastic-max"},

@@ -18,12 +18,21 @@ type Introspection struct {
 	// Samples is the least number of samples a judgement needs; they are
 	// taken every window / samples.
 	Samples int `hcl:"samples,optional"`
+	// MaxStretch bounds what sharing may cost a job over its life, as a
+	// share of its declared run time: a GPU is not shared with an
+	// allocation that has already lost more than that to sharing (its
+	// time shared, weighted by one less its observed throughput there).
+	// nil means DefaultMaxStretch; 0 turns the bound off.
+	MaxStretch *float64 `hcl:"max_stretch,optional"`
 }
 
 // Introspection defaults.
 const (
 	DefaultIntrospectionWindow  = "30s"
 	DefaultIntrospectionSamples = 3
+	// DefaultMaxStretch: sharing may cost a job at most two fifths of its
+	// run time alone, over its life.
+	DefaultMaxStretch = 0.4
 )
 
 // IntrospectionOn reports whether paired jobs are watched.
@@ -45,6 +54,18 @@ func (c *Config) introspection() *Introspection {
 	return c.Introspection
 }
 
+// MaxStretch is the bound on what sharing may cost a job over its life
+// (0: none; none either without introspection, which observes it).
+func (c *Config) MaxStretch() float64 {
+	if !c.IntrospectionOn() {
+		return 0
+	}
+	if m := c.introspection().MaxStretch; m != nil {
+		return *m
+	}
+	return DefaultMaxStretch
+}
+
 // IntrospectionEvery is how often the service samples paired jobs.
 func (c *Config) IntrospectionEvery() time.Duration {
 	return c.IntrospectionWindow() / time.Duration(max(c.IntrospectionSamples(), 1))
@@ -63,6 +84,9 @@ func (i *Introspection) merge(o *Introspection) {
 	if o.Samples != 0 {
 		i.Samples = o.Samples
 	}
+	if o.MaxStretch != nil {
+		i.MaxStretch = o.MaxStretch
+	}
 }
 
 func (i *Introspection) validate(bad func(format string, a ...any)) {
@@ -71,5 +95,8 @@ func (i *Introspection) validate(bad func(format string, a ...any)) {
 	}
 	if i.Samples < 2 || i.Samples > 100 {
 		bad("introspection.samples = %d: want 2..100 samples per window", i.Samples)
+	}
+	if m := i.MaxStretch; m != nil && !(*m >= 0 && *m <= 10) {
+		bad("introspection.max_stretch = %v: want a share of a job's run time within 0..10 (0: no bound; for example 0.4)", *m)
 	}
 }

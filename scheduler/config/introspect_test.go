@@ -13,6 +13,7 @@ func TestIntrospection(t *testing.T) {
 	must.True(t, c.IntrospectionOn())
 	must.Eq(t, 30*time.Second, c.IntrospectionWindow())
 	must.Eq(t, 10*time.Second, c.IntrospectionEvery())
+	must.Eq(t, DefaultMaxStretch, c.MaxStretch())
 
 	c, err := Parse("s.hcl", []byte("introspection {\n  window = \"6s\"\n  samples = 4\n}\n"))
 	must.NoError(t, err)
@@ -24,6 +25,18 @@ func TestIntrospection(t *testing.T) {
 	must.NoError(t, err)
 	must.False(t, c.IntrospectionOn())
 	must.Eq(t, 30*time.Second, c.IntrospectionWindow())
+	must.Eq(t, 0.0, c.MaxStretch(), must.Sprint("nothing observes what sharing costs"))
+
+	c, err = Parse("s.hcl", []byte("introspection {\n  max_stretch = 0\n}\n"))
+	must.NoError(t, err)
+	must.NoError(t, c.Validate())
+	must.Eq(t, 0.0, c.MaxStretch())
+	c, err = Parse("s.hcl", []byte("introspection {\n  max_stretch = 0.25\n}\n"))
+	must.NoError(t, err)
+	must.Eq(t, 0.25, c.MaxStretch())
+	c, err = Parse("s.hcl", []byte("introspection {\n  max_stretch = -1\n}\n"))
+	must.NoError(t, err)
+	must.ErrorContains(t, c.Validate(), "s.hcl:2: introspection.max_stretch = -1: want a share")
 
 	c, err = Parse("s.hcl", []byte("introspection {\n  window = \"10ms\"\n  samples = 1\n}\n"))
 	must.NoError(t, err)

@@ -62,6 +62,9 @@ func (st *step) worthSharing(req placement.Request, d *placement.Decision) *plac
 	if gain > 0 && worst <= alone {
 		return d
 	}
+	if gain > 0 && st.cfg.ObserveWithin > 0 && gain > st.badPairCost(tr, tj, lr, lj, w) {
+		return d // a wrong prediction costs no more than introspection lets it
+	}
 	why := fmt.Sprintf("take longer, summed over both jobs, than waiting about %s for a GPU of its own", queue.Seconds(min(w, tr)).Round(time.Second))
 	if gain > 0 {
 		why = fmt.Sprintf("end it in about %s at worst (%.2fx of alone within the prediction's uncertainty), later than waiting about %s for a GPU of its own and running alone",
@@ -69,6 +72,24 @@ func (st *step) worthSharing(req placement.Request, d *placement.Decision) *plac
 	}
 	return &placement.Decision{Request: d.Request, Policy: d.Policy, Refusal: &placement.Refusal{Code: placement.RefusedInterference,
 		Message: fmt.Sprintf("sharing GPU %s (predicted %.2fx of alone, %.2fx for the job there) would %s", p.GPUs[0], nj, nr, why)}}
+}
+
+// badPairCost is what a pairing costs, summed over both jobs, when the
+// throughputs are one uncertainty below the predictions (lr, lj), given
+// that introspection sees the pair within ObserveWithin and unpairs it
+// if it loses: the smaller of the pessimistic pair's own loss against
+// waiting, and the observation window's: the partner slowed to lr for
+// the window, and the job, moved back to the queue having lost its work,
+// starting no earlier than the window's end instead of when a GPU would
+// have freed for it.
+func (st *step) badPairCost(tr, tj, lr, lj, w float64) float64 {
+	loss := -queue.PairGain(tr, tj, lr, lj, w)
+	if loss <= 0 {
+		return 0
+	}
+	o := st.cfg.ObserveWithin.Seconds()
+	window := o*(1-min(lr, 1)) + max(0, o-min(w, tr))
+	return min(loss, window)
 }
 
 // pessimistic is a predicted throughput one uncertainty lower (1 when the

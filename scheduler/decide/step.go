@@ -86,6 +86,19 @@ type Config struct {
 	// for training clusters. Off, the placement core packs fractions by
 	// fragmentation (FGD), for inference clusters.
 	IdleFirst bool
+	// ObserveWithin is how soon introspection sees a pair's progress and
+	// unpairs it when it loses (0: never, or no introspection). It bounds
+	// what a pairing the prediction was wrong about can cost: sharing is
+	// then weighed on the expected gain against that bounded cost, not on
+	// the pessimistic outcome alone (see worthSharing).
+	ObserveWithin time.Duration
+	// MaxStretch bounds what sharing costs a job over its life: a GPU is
+	// not shared with an allocation that has already lost more than this
+	// share of its run time alone to sharing (Input.Stretched). The
+	// slowdown bound holds instant by instant; this keeps a long job from
+	// being slowed by one partner after another until it ends far later
+	// than alone, the jobs a completion-time tail is made of. 0: no bound.
+	MaxStretch float64
 	// VCs names the virtual clusters with guaranteed capacity; a group
 	// naming another is not guaranteed and does not go first.
 	VCs []string
@@ -125,6 +138,12 @@ type Input struct {
 	// ever moved: the executor leaves out those it may not stop (of
 	// namespaces it does not manage), which stay as neighbours.
 	Running map[string]Running
+	// Stretched is, by allocation, the share of its run time alone that
+	// sharing has cost it so far: the time it ran shared, weighted by one
+	// less its throughput there, over its run time alone (observed; an
+	// allocation not listed has lost nothing known). Config.MaxStretch
+	// reads it.
+	Stretched map[string]float64
 }
 
 // Step decides every group once, in queue order, on the snapshot as
@@ -392,7 +411,7 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 	if st.cfg.IdleFirst {
 		d = st.worthSharing(req, d)
 	}
-	if st.in.Compatible == nil || req.Count != 1 {
+	if st.in.Compatible == nil && st.cfg.MaxStretch <= 0 || req.Count != 1 {
 		return d
 	}
 	for range st.snap.Nodes() {
@@ -404,7 +423,9 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 			return d
 		}
 		req.Avoid = append(slices.Clip(req.Avoid), p.Node)
-		d = st.core(req)
+		if d = st.core(req); st.cfg.IdleFirst {
+			d = st.worthSharing(req, d) // weighed as the first choice was
+		}
 	}
 	return d
 }
@@ -441,11 +462,17 @@ func (st *step) core(req placement.Request) *placement.Decision {
 	return d
 }
 
+// compatible reports whether group g may share the given GPUs with what
+// runs there: the caller's Compatible, and no allocation there past
+// MaxStretch.
 func (st *step) compatible(g Key, gpus []string) bool {
 	for _, u := range gpus {
 		for _, a := range st.snap.OnGPU(u) {
-			if !st.in.Compatible(g, a) {
+			if st.in.Compatible != nil && !st.in.Compatible(g, a) {
 				return false
+			}
+			if st.cfg.MaxStretch > 0 && st.in.Stretched[a] > st.cfg.MaxStretch {
+				return false // sharing has cost it enough already
 			}
 		}
 	}

@@ -53,6 +53,8 @@ type introspection struct {
 	alone map[string][]float64
 	// shared are the samples of allocations while they share their GPU.
 	shared map[string]*sharedRun
+	// lost is, by allocation, what sharing has cost it so far (charge).
+	lost map[string]*lostTally
 	// rec is what is persisted (introspect_state.go).
 	rec pairRecords
 	// prof holds the configured profiles, never gone with a job.
@@ -67,6 +69,13 @@ type sharedRun struct {
 	fed      time.Time // when it was last observed into the knowledge
 }
 
+// lostTally is the time sharing has cost an allocation, charged at each
+// judgement since the one before (at; zero while it was not judged).
+type lostTally struct {
+	at   time.Time
+	lost time.Duration
+}
+
 type sample struct {
 	at  time.Time
 	pct float64
@@ -78,7 +87,7 @@ func newIntrospection(cfg *config.Config, prof *interference.Model) *introspecti
 		know: newKnowledge(prof),
 		unpairs: prometheus.NewCounter(prometheus.CounterOpts{Name: "gpushare_unpairs_total",
 			Help: "Allocations stopped and their group gated again because their pairing on a GPU ran slower than a production job's bound."}),
-		alone: map[string][]float64{}, shared: map[string]*sharedRun{},
+		alone: map[string][]float64{}, shared: map[string]*sharedRun{}, lost: map[string]*lostTally{},
 		rec: newPairRecords(), prof: prof,
 	}
 }
@@ -247,6 +256,8 @@ func (in *introspection) running(snap *placement.Snapshot, state *model.State, n
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	out := map[string]decide.Running{}
+	charged := map[string]bool{}
+	defer in.settle(state, charged)
 	for _, id := range slices.Sorted(maps.Keys(in.shared)) {
 		a, ok := state.Allocs[id]
 		pa, inSnap := snap.Alloc(id)
@@ -278,6 +289,8 @@ func (in *introspection) running(snap *placement.Snapshot, state *model.State, n
 		ref, refErr := in.aloneRef(state, a, pa)
 		if norm, err, ok := in.judge(run, ref, refErr); ok {
 			r.Norm, r.Err = norm, err
+			in.charge(id, norm, now)
+			charged[id] = true
 			if len(others) == 1 && now.Sub(run.fed) >= in.window {
 				if po, ok := snap.Alloc(others[0]); ok {
 					run.fed = now
@@ -286,6 +299,48 @@ func (in *introspection) running(snap *placement.Snapshot, state *model.State, n
 			}
 		}
 		out[id] = r
+	}
+	return out
+}
+
+// charge adds to allocation id's loss to sharing the time since it was
+// last judged, weighted by one less its throughput now (norm). The first
+// judgement of a run only starts the clock: the window before it is the
+// judgement's own. The caller holds in.mu.
+func (in *introspection) charge(id string, norm float64, now time.Time) {
+	t := in.lost[id]
+	if t == nil {
+		t = &lostTally{}
+		in.lost[id] = t
+	}
+	if !t.at.IsZero() && now.After(t.at) {
+		t.lost += time.Duration(float64(now.Sub(t.at)) * max(0, 1-norm))
+	}
+	t.at = now
+}
+
+// settle stops the clock of the allocations not judged in this pass (they
+// run alone, or their run is too new), and forgets those gone. The caller
+// holds in.mu.
+func (in *introspection) settle(state *model.State, charged map[string]bool) {
+	for id, t := range in.lost {
+		if _, ok := state.Allocs[id]; !ok {
+			delete(in.lost, id)
+		} else if !charged[id] {
+			t.at = time.Time{}
+		}
+	}
+}
+
+// lostToSharing is, by allocation, the time sharing has cost it so far.
+func (in *introspection) lostToSharing() map[string]time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[string]time.Duration, len(in.lost))
+	for id, t := range in.lost {
+		if t.lost > 0 {
+			out[id] = t.lost
+		}
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http/httptest"
 	"slices"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
@@ -292,4 +294,45 @@ func TestIntrospectionOff(t *testing.T) {
 // knows it: their fractions, kept apart per group.
 func profileOf(job string) interference.Profile {
 	return interference.Profile{SM: 0.5, MemBW: 0.1, ID: key(job).String()}
+}
+
+// What sharing costs an allocation is charged at each judgement: the time
+// since the one before, weighted by one less its observed throughput
+// (old at 0.5 of alone: half of it). A pass that does not judge it (its
+// partner gone: alone) stops the clock, so its time alone is not charged.
+// The step reads it as a share of the group's declared run time
+// (decide.Input.Stretched), none for a group that declares none.
+func TestWhatSharingCostsIsCharged(t *testing.T) {
+	sc := newPairScene(t)
+	sc.sample(t, 25, 25, 25)
+	sc.s.loop.reconcile(t.Context()) // the first judgement starts the clock
+	must.MapEmpty(t, sc.s.loop.intro.lostToSharing())
+	*sc.clock = sc.clock.Add(time.Minute)
+	sc.sample(t, 25, 25, 25)
+	sc.s.loop.reconcile(t.Context())
+	lost := sc.s.loop.intro.lostToSharing()
+	// a minute and the three samples (9 s) since, at 0.5 of alone: 69 s x 0.5
+	must.Eq(t, 34500*time.Millisecond, lost["alloc-old"])
+	must.Eq(t, 0*time.Second, lost["alloc-new"], must.Sprint("new runs at its speed alone"))
+
+	sc.s.loop.mu.Lock()
+	must.MapEmpty(t, sc.s.loop.stretched(), must.Sprint("no run time declared"))
+	key := model.JobKey("default", "old")
+	declared := *sc.s.loop.state.Jobs[key] // a new version that declares one
+	declared.Meta = maps.Clone(declared.Meta)
+	declared.Meta[pin.MetaExpected] = "10m"
+	declared.ModifyIndex = ptr(*declared.ModifyIndex + 1)
+	sc.s.loop.state.Jobs[key] = &declared
+	must.Eq(t, 34.5/600, sc.s.loop.stretched()["alloc-old"])
+	sc.s.loop.mu.Unlock()
+
+	// alone for an hour (its partner's samples stop), then judged again:
+	// only the time since counts
+	sc.s.loop.intro.mu.Lock()
+	sc.s.loop.intro.settle(sc.s.loop.state, map[string]bool{})
+	sc.s.loop.intro.mu.Unlock()
+	*sc.clock = sc.clock.Add(time.Hour)
+	sc.sample(t, 25, 25, 25)
+	sc.s.loop.reconcile(t.Context())
+	must.Eq(t, 34500*time.Millisecond, sc.s.loop.intro.lostToSharing()["alloc-old"])
 }

@@ -67,7 +67,7 @@ func (s *loop) reconcile(ctx context.Context) {
 	start := s.now()
 	// the step's own changes to the snapshot are undone beside what is
 	// done with its actions, which do not read it until releaseHolds
-	actions, restore := decide.StepThenRestore(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running}, stepConfig(s.cfg))
+	actions, restore := decide.StepThenRestore(s.policy, decide.Input{Snapshot: snap, Groups: groups, Ends: r.ends, Now: now, Running: r.running, Stretched: r.stretched}, stepConfig(s.cfg))
 	s.timing.step = time.Since(locked) - s.timing.lockHold
 	restored := make(chan struct{})
 	go func() { defer close(restored); restore() }()
@@ -149,6 +149,8 @@ type passRead struct {
 	said    map[decide.Key]string
 	ends    map[string]time.Time
 	running map[string]decide.Running
+	// stretched is what sharing has cost allocations so far (stretched)
+	stretched map[string]float64
 	// promotions are the deployments of the scheduler's own pins that
 	// wait for a promote (promotable)
 	promotions []promotion
@@ -168,6 +170,7 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 		relocked := time.Now()
 		if r.built != nil {
 			r.running = s.running(r.built.Snapshot, now)
+			r.stretched = s.stretched()
 		}
 		s.endRead()
 		*held += time.Since(relocked)
@@ -227,6 +230,7 @@ func stepConfig(cfg *config.Config) decide.Config {
 		VCs:             cfg.VCNames(),
 		MaxSlowdown:     cfg.ProductionMaxSlowdown,
 		InPlacePins:     cfg.InPlacePinsOn(),
+		MaxStretch:      cfg.MaxStretch(),
 	}
 }
 
@@ -447,20 +451,7 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 // not hold nodes or weigh sharing against waiting on such guesses. The
 // caller holds s.mu.
 func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
-	expected := map[decide.Key]time.Duration{}
-	runFor := func(k decide.Key) time.Duration {
-		if d, ok := expected[k]; ok {
-			return d
-		}
-		var d time.Duration
-		if job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]; job != nil {
-			if r, err := s.state.Request(job, k.Group, s.profile); err == nil && r.Expected > 0 {
-				d = r.Expected
-			}
-		}
-		expected[k] = d
-		return d
-	}
+	runFor := s.declaredRuntimes()
 	ends := map[string]time.Time{}
 	for _, a := range snap.Allocs() {
 		if k, ok := holds[a.ID]; ok {
@@ -478,6 +469,46 @@ func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Ke
 		}
 	}
 	return ends
+}
+
+// declaredRuntimes returns each group's declared run time (0: none),
+// read once per group. The caller holds s.mu.
+func (s *loop) declaredRuntimes() func(decide.Key) time.Duration {
+	expected := map[decide.Key]time.Duration{}
+	return func(k decide.Key) time.Duration {
+		if d, ok := expected[k]; ok {
+			return d
+		}
+		var d time.Duration
+		if job := s.state.Jobs[model.JobKey(k.Namespace, k.Job)]; job != nil {
+			if r, err := s.state.Request(job, k.Group, s.profile); err == nil && r.Expected > 0 {
+				d = r.Expected
+			}
+		}
+		expected[k] = d
+		return d
+	}
+}
+
+// stretched is decide.Input.Stretched: by allocation of a group that
+// declares its run time, the share of it that sharing has cost the
+// allocation so far, as introspection observed it. The caller holds s.mu.
+func (s *loop) stretched() map[string]float64 {
+	if s.cfg.MaxStretch() <= 0 {
+		return nil
+	}
+	runFor := s.declaredRuntimes()
+	out := map[string]float64{}
+	for id, lost := range s.intro.lostToSharing() {
+		a, ok := s.state.Allocs[id]
+		if !ok {
+			continue
+		}
+		if d := runFor(model.AllocKey(a)); d > 0 {
+			out[id] = lost.Seconds() / d.Seconds()
+		}
+	}
+	return out
 }
 
 func nsOf(job *api.Job) string {

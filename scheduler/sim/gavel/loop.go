@@ -67,8 +67,11 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 		}
 	}
 	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true, MaxSlowdown: s.opts.MaxSlowdown,
-		WaitBound: s.shadow != nil, ShortestFirst: s.shadow != nil}
-	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith, Running: running}
+		WaitBound: s.shadow != nil, ShortestFirst: s.shadow != nil, MaxStretch: max(s.opts.MaxStretch, 0)}
+	if s.introspecting() && s.opts.BoundedCost {
+		cfg.ObserveWithin = queue.Seconds(s.opts.ObserveAfter)
+	}
+	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith, Running: running, Stretched: s.stretched()}
 	left := waiting[:0:0]
 	placed, unpaired := false, false
 	restore := s.lend()
@@ -176,4 +179,18 @@ func (s *sim) fitsWith(g decide.Key, alloc string) bool {
 	}
 	_, _, fits := s.thr.Pair(s.out[id].Job.Type, s.out[other].Job.Type)
 	return fits
+}
+
+// stretched is, by allocation, the share of its run time alone that
+// sharing has cost each running job so far (decide.Input.Stretched).
+func (s *sim) stretched() map[string]float64 {
+	out := map[string]float64{}
+	for _, r := range s.run {
+		if r.out.SharedLoss > 0 {
+			for _, a := range r.allocs {
+				out[a] = r.out.SharedLoss / (r.job.Steps / r.iso)
+			}
+		}
+	}
+	return out
 }

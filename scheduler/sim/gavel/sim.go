@@ -46,6 +46,15 @@ type Options struct {
 	// Timeslice places single-GPU jobs that would wait time-sliced
 	// (the exclusive policy only; see timeslice.go).
 	Timeslice Timeslice
+	// BoundedCost lets gpushare pair a job whose pessimistic outcome loses
+	// when the expected gain exceeds that outcome's cost bounded by
+	// introspection (decide.Config.ObserveWithin; measured, not the
+	// default: it lost on the held-out GPU types).
+	BoundedCost bool
+	// MaxStretch is gpushare's bound on what sharing may cost a job over
+	// its life, a share of its run time alone (decide.Config.MaxStretch;
+	// default DefaultMaxStretch, negative: none).
+	MaxStretch float64
 	// BoundTail lets a job of gpushare-bounded wait past its start in the
 	// exclusive FCFS shadow while its completion stays within this
 	// quantile of the shadow's completion times (queue.Shadow.Bound; 0:
@@ -60,6 +69,10 @@ type Options struct {
 // ten minutes of samples.
 const DefaultObserveAfter = 600
 
+// DefaultMaxStretch is gpushare's bound on what sharing may cost a job
+// over its life: a fifth of its run time alone.
+const DefaultMaxStretch = 0.4
+
 // DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
 const DefaultMaxSlowdown = 0.6
 
@@ -70,8 +83,10 @@ type Outcome struct {
 	Finish float64
 	// Placed is false when the job could never run (larger than the cluster).
 	Placed bool
-	// SharedFor is the time it spent sharing a GPU.
-	SharedFor float64
+	// SharedFor is the time it spent sharing a GPU, and SharedLoss what
+	// that cost it: the time shared weighted by one less its normalised
+	// throughput there.
+	SharedFor, SharedLoss float64
 	// Moves counts the times introspection moved it off a GPU, and Lost
 	// the work it lost to them (seconds alone).
 	Moves int
@@ -157,6 +172,9 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	}
 	if opts.MaxSlowdown == 0 {
 		opts.MaxSlowdown = DefaultMaxSlowdown
+	}
+	if opts.MaxStretch == 0 {
+		opts.MaxStretch = DefaultMaxStretch
 	}
 	if err := opts.Robustness.checkFit(); err != nil {
 		return nil, 0, err
@@ -277,6 +295,7 @@ func (s *sim) advance(t float64) {
 		r.rem -= r.rate * dt
 		if len(r.gpus) == 1 && len(s.onGPU[r.gpus[0]]) > 1 {
 			r.out.SharedFor += dt
+			r.out.SharedLoss += dt * max(0, 1-r.rate/r.iso)
 		}
 		if r.rem <= 1e-9*r.job.Steps || r.rem/r.rate <= 1e-6 {
 			done = append(done, id)
