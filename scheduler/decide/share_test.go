@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
-	"github.com/gpushare/gpushare/fixtures"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/shoenig/test/must"
@@ -126,19 +125,10 @@ func TestABadPairingCostsWhatIntrospectionLetsIt(t *testing.T) {
 // than the bound's share of its run time alone (Input.Stretched) is not
 // shared again; the group takes another, or waits.
 func TestAJobSharingHasCostEnoughIsNotSharedAgain(t *testing.T) {
-	s := snapshot(t, fixtures.PCIe4GPU, fixtures.DGX1V100)
+	s := halvesOnTwoNodes(t)
 	stretched := map[string]float64{}
-	for _, id := range []string{"n1", "n2"} {
-		n, _ := s.Node(id)
-		for i := range n.GPUs {
-			var shares []string
-			for k := range 50 {
-				shares = append(shares, devicefn.ShareID{UUID: n.GPUs[i].UUID, Index: k}.String())
-			}
-			a := id + "-half" + string(rune('0'+i))
-			must.NoError(t, s.AddAlloc(placement.Alloc{ID: a, Node: id, Shares: shares}))
-			stretched[a] = 0.5
-		}
+	for _, a := range s.Allocs() {
+		stretched[a.ID] = 0.5
 	}
 	gs := []Group{group("x", 1, 50, 0, time.Hour)}
 	in := Input{Snapshot: s, Groups: gs, Now: now, Stretched: stretched}

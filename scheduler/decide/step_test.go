@@ -211,9 +211,10 @@ func TestIdleFirst(t *testing.T) {
 	must.MapLen(t, 4, gpus(c)) // one per GPU, then the fifth shares
 }
 
-// Compatible steers a group away from nodes where the GPU the core chose
-// holds an allocation it may not share with.
-func TestCompatible(t *testing.T) {
+// halvesOnTwoNodes is a PCIe node (n1) and a DGX-1 (n2) with an
+// allocation on half of each GPU, named <node>-half<GPU index>.
+func halvesOnTwoNodes(t *testing.T) *placement.Snapshot {
+	t.Helper()
 	s := snapshot(t, fixtures.PCIe4GPU, fixtures.DGX1V100)
 	for _, id := range []string{"n1", "n2"} {
 		n, _ := s.Node(id)
@@ -225,6 +226,13 @@ func TestCompatible(t *testing.T) {
 			must.NoError(t, s.AddAlloc(placement.Alloc{ID: id + "-half" + string(rune('0'+i)), Node: id, Shares: shares}))
 		}
 	}
+	return s
+}
+
+// Compatible steers a group away from nodes where the GPU the core chose
+// holds an allocation it may not share with.
+func TestCompatible(t *testing.T) {
+	s := halvesOnTwoNodes(t)
 	gs := []Group{group("x", 1, 50, 0, time.Hour)}
 	in := Input{Snapshot: s, Groups: gs, Now: now, Compatible: func(Key, string) bool { return false }}
 	must.Eq(t, []string{"wait x"}, kinds(Step(policy(t), in, cfg())))
