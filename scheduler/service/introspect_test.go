@@ -336,3 +336,32 @@ func TestWhatSharingCostsIsCharged(t *testing.T) {
 	sc.s.loop.reconcile(t.Context())
 	must.Eq(t, 34500*time.Millisecond, sc.s.loop.intro.lostToSharing()["alloc-old"])
 }
+
+// A follower samples nothing, so it charges nothing: what sharing cost is
+// the leader's. An allocation gone from the model is forgotten.
+func TestWhatSharingCostsIsTheLeadersAndForgotten(t *testing.T) {
+	sc := newPairScene(t)
+	sc.s.lease.need.Store(true) // campaigning, without the lease
+	for range 2 {
+		sc.sample(t, 25, 25, 25)
+		sc.s.loop.reconcile(t.Context())
+		*sc.clock = sc.clock.Add(time.Minute)
+	}
+	must.MapEmpty(t, sc.s.loop.intro.lostToSharing())
+
+	sc.s.lease.need.Store(false)
+	for range 2 {
+		sc.sample(t, 25, 25, 25)
+		sc.s.loop.reconcile(t.Context())
+		*sc.clock = sc.clock.Add(time.Minute)
+	}
+	must.MapContainsKey(t, sc.s.loop.intro.lostToSharing(), "alloc-old")
+
+	sc.s.loop.mu.Lock()
+	delete(sc.s.loop.state.Allocs, "alloc-old")
+	sc.s.loop.intro.mu.Lock()
+	sc.s.loop.intro.settle(sc.s.loop.state, map[string]bool{})
+	sc.s.loop.intro.mu.Unlock()
+	sc.s.loop.mu.Unlock()
+	must.MapNotContainsKey(t, sc.s.loop.intro.lostToSharing(), "alloc-old")
+}
