@@ -199,7 +199,10 @@ func (s *loop) readModel(now time.Time, held *time.Duration) (r passRead) {
 	r.groups, kept = s.staging.keepStaged(r.built, r.jobs, r.groups)
 	r.inPlace = append(r.inPlace, kept...)
 	r.elastic = s.readElastic(r.built)
-	if s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups) { // only reservations read them
+	// the running jobs' expected ends: reservations read them, and with
+	// idle_gpu_first so does the rule that sharing must beat waiting, in
+	// every pass, as the simulator's policy does
+	if len(r.groups) > 0 && (s.cfg.IdleGPUFirst || s.cfg.ReservationsOn() && anyMultiGPU(snap, r.groups)) {
 		r.ends = s.expectedEnds(snap, r.built.HeldFor, now)
 	}
 	<-confirmed
