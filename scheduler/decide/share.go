@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
@@ -164,4 +165,47 @@ func (st *step) declared(id string) bool {
 	}
 	_, ok := st.in.Ends[id]
 	return ok
+}
+
+// compatible reports whether group g may share the given GPUs with what
+// runs there (partnerOK), or why not: the caller's Compatible refuses, or
+// an allocation there is past MaxStretch.
+func (st *step) compatible(g Key, gpus []string) int {
+	for _, u := range gpus {
+		for _, a := range st.snap.OnGPU(u) {
+			if st.in.Compatible != nil && !st.in.Compatible(g, a) {
+				return partnerForbidden
+			}
+			if st.cfg.MaxStretch > 0 && st.in.Stretched[a] > st.cfg.MaxStretch {
+				return partnerStretched // sharing has cost it enough already
+			}
+		}
+	}
+	return partnerOK
+}
+
+// Why a group may not share a GPU with what runs there (compatible).
+const (
+	partnerOK        = iota
+	partnerForbidden // the caller's Compatible
+	partnerStretched // past MaxStretch
+)
+
+// steeredRefusal adds to a capacity refusal the nodes place steered the
+// group away from for the jobs on their GPUs (steered: by Compatible, by
+// MaxStretch), which the core counts only as nodes the request avoids.
+func steeredRefusal(d *placement.Decision, steered [2]int, maxStretch float64) *placement.Decision {
+	if d.Placed() || d.Refusal == nil || d.Refusal.Code != placement.RefusedNoCapacity || steered[0]+steered[1] == 0 {
+		return d
+	}
+	var why []string
+	if n := steered[1]; n > 0 {
+		why = append(why, fmt.Sprintf("on %d node(s) a GPU has room, but sharing has already cost the job there more than max_stretch (%.0f%%) of its run time alone", n, 100*maxStretch))
+	}
+	if n := steered[0]; n > 0 {
+		why = append(why, fmt.Sprintf("on %d node(s) a GPU has room, but the job there may not share a GPU with this one", n))
+	}
+	out := *d
+	out.Refusal = &placement.Refusal{Code: d.Refusal.Code, Message: d.Refusal.Message + "; " + strings.Join(why, "; ")}
+	return &out
 }

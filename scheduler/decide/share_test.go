@@ -123,7 +123,7 @@ func TestABadPairingCostsWhatIntrospectionLetsIt(t *testing.T) {
 
 // Config.MaxStretch: a GPU whose allocation sharing has already cost more
 // than the bound's share of its run time alone (Input.Stretched) is not
-// shared again; the group takes another, or waits.
+// shared again; the group takes another, or waits, and says so.
 func TestAJobSharingHasCostEnoughIsNotSharedAgain(t *testing.T) {
 	s := halvesOnTwoNodes(t)
 	stretched := map[string]float64{}
@@ -135,7 +135,10 @@ func TestAJobSharingHasCostEnoughIsNotSharedAgain(t *testing.T) {
 	c := cfg()
 	must.Eq(t, []string{"pin x"}, kinds(Step(policy(t), in, c)), must.Sprint("no bound: stretched jobs share"))
 	c.MaxStretch = 0.4
-	must.Eq(t, []string{"wait x"}, kinds(Step(policy(t), in, c)))
+	as := Step(policy(t), in, c)
+	must.Eq(t, []string{"wait x"}, kinds(as))
+	// the reason names the bound, not only "nodes the request avoids"
+	must.StrContains(t, as[0].Reason, "on 2 node(s) a GPU has room, but sharing has already cost the job there more than max_stretch (40%) of its run time alone")
 	for _, ok := range []string{"n1", "n2"} {
 		n, _ := s.Node(ok)
 		for i := range n.GPUs {

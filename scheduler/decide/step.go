@@ -414,20 +414,23 @@ func (st *step) place(g Key, req placement.Request) *placement.Decision {
 	if st.in.Compatible == nil && st.cfg.MaxStretch <= 0 || req.Count != 1 {
 		return d
 	}
+	var steered [2]int // nodes avoided for a partner: by Compatible, by MaxStretch
 	for range st.snap.Nodes() {
 		if !d.Placed() {
-			return d
+			return steeredRefusal(d, steered, st.cfg.MaxStretch)
 		}
 		p := d.Placements[0]
-		if st.compatible(g, p.GPUs) {
+		why := st.compatible(g, p.GPUs)
+		if why == partnerOK {
 			return d
 		}
+		steered[why-1]++
 		req.Avoid = append(slices.Clip(req.Avoid), p.Node)
 		if d = st.core(req); st.cfg.IdleFirst {
 			d = st.worthSharing(req, d) // weighed as the first choice was
 		}
 	}
-	return d
+	return steeredRefusal(d, steered, st.cfg.MaxStretch)
 }
 
 // stayPlacements are the placements of allocations that stay where they
@@ -460,23 +463,6 @@ func (st *step) core(req placement.Request) *placement.Decision {
 		st.snap.NomadPicksFirstGPU(d)
 	}
 	return d
-}
-
-// compatible reports whether group g may share the given GPUs with what
-// runs there: the caller's Compatible, and no allocation there past
-// MaxStretch.
-func (st *step) compatible(g Key, gpus []string) bool {
-	for _, u := range gpus {
-		for _, a := range st.snap.OnGPU(u) {
-			if st.in.Compatible != nil && !st.in.Compatible(g, a) {
-				return false
-			}
-			if st.cfg.MaxStretch > 0 && st.in.Stretched[a] > st.cfg.MaxStretch {
-				return false // sharing has cost it enough already
-			}
-		}
-	}
-	return true
 }
 
 // sharesPerGPU lists the distinct shares_per_gpu of the cluster's GPUs.
