@@ -169,14 +169,16 @@ func (st *step) declared(id string) bool {
 
 // compatible reports whether group g may share the given GPUs with what
 // runs there (partnerOK), or why not: the caller's Compatible refuses, or
-// an allocation there is past MaxStretch.
+// an allocation there is past MaxStretch. A time-sliced allocation is
+// never past it: it is slower by its turns, which it opted into, not by a
+// pairing (as introspection never unpairs it).
 func (st *step) compatible(g Key, gpus []string) int {
 	for _, u := range gpus {
 		for _, a := range st.snap.OnGPU(u) {
 			if st.in.Compatible != nil && !st.in.Compatible(g, a) {
 				return partnerForbidden
 			}
-			if st.cfg.MaxStretch > 0 && st.in.Stretched[a] > st.cfg.MaxStretch {
+			if st.cfg.MaxStretch > 0 && st.in.Stretched[a] > st.cfg.MaxStretch && !st.timesliced(a) {
 				return partnerStretched // sharing has cost it enough already
 			}
 		}
@@ -208,4 +210,10 @@ func steeredRefusal(d *placement.Decision, steered [2]int, maxStretch float64) *
 	out := *d
 	out.Refusal = &placement.Refusal{Code: d.Refusal.Code, Message: d.Refusal.Message + "; " + strings.Join(why, "; ")}
 	return &out
+}
+
+// timesliced reports whether allocation id of the snapshot is time-sliced.
+func (st *step) timesliced(id string) bool {
+	a, ok := st.snap.Alloc(id)
+	return ok && a.Timeslice
 }

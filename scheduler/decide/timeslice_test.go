@@ -77,3 +77,28 @@ func TestIntrospectionLeavesTimeslicedAlone(t *testing.T) {
 		}
 	}
 }
+
+// MaxStretch binds what pairing costs a job, not what its turns cost a
+// time-sliced one: a time-sliced group joins a GPU whose time-sliced job
+// has run at half speed for most of its life (stretched 0.9), while a
+// capped group is steered off the same GPU when its job is not
+// time-sliced.
+func TestStretchLeavesTimeslicedAlone(t *testing.T) {
+	c := Config{DefaultExpected: time.Hour, IdleFirst: true, MaxStretch: 0.4}
+	for _, timeslice := range []bool{true, false} {
+		s, ends := busyHalves(t, interference.Profile{}, timeslice, 10*time.Hour)
+		stretched := map[string]float64{}
+		for _, a := range s.Allocs() {
+			stretched[a.ID] = 0.9
+		}
+		g := group("new", 1, 50, 0, time.Hour)
+		g.Req.Timeslice = timeslice
+		as := Step(policy(t), Input{Snapshot: s, Groups: []Group{g}, Ends: ends, Now: now, Stretched: stretched}, c)
+		if timeslice {
+			must.Eq(t, []string{"pin new"}, kinds(as))
+			continue
+		}
+		must.Eq(t, []string{"wait new"}, kinds(as))
+		must.StrContains(t, as[0].Reason, "max_stretch (40%)")
+	}
+}

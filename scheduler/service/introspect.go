@@ -289,8 +289,10 @@ func (in *introspection) running(snap *placement.Snapshot, state *model.State, n
 		ref, refErr := in.aloneRef(state, a, pa)
 		if norm, err, ok := in.judge(run, ref, refErr); ok {
 			r.Norm, r.Err = norm, err
-			in.charge(id, norm, now)
-			charged[id] = true
+			if !pa.Timeslice { // slower by its turns, not by a pairing
+				in.charge(id, norm, now)
+				charged[id] = true
+			}
 			if len(others) == 1 && now.Sub(run.fed) >= in.window {
 				if po, ok := snap.Alloc(others[0]); ok {
 					run.fed = now

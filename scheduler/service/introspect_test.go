@@ -71,9 +71,17 @@ type pairScene struct {
 	s        *Service
 	clock    *time.Time
 	old, new *pin.Record
+	// meta is added to each job's meta (set before the jobs run)
+	meta map[string]string
 }
 
 func newPairScene(t *testing.T, edit ...func(*config.Config)) *pairScene {
+	t.Helper()
+	return newPairSceneWith(t, nil, edit...)
+}
+
+// newPairSceneWith is newPairScene with meta added to both jobs'.
+func newPairSceneWith(t *testing.T, meta map[string]string, edit ...func(*config.Config)) *pairScene {
 	t.Helper()
 	f := &statsNomad{fakeNomad: &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}, sm: map[string]int64{}}
 	cfg := config.Default()
@@ -86,7 +94,7 @@ func newPairScene(t *testing.T, edit ...func(*config.Config)) *pairScene {
 	clock := time.Unix(100000, 0)
 	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return clock })
 	must.NoError(t, err)
-	sc := &pairScene{f: f, s: s, clock: &clock}
+	sc := &pairScene{f: f, s: s, clock: &clock, meta: meta}
 	sc.old = sc.run(t, "old", clock.Add(-time.Hour))
 	sc.new = sc.run(t, "new", clock.Add(-time.Minute))
 	must.Eq(t, sc.old.GPUs, sc.new.GPUs) // packed: the model sees no interference
@@ -99,6 +107,7 @@ func (sc *pairScene) run(t *testing.T, id string, started time.Time) *pin.Record
 	t.Helper()
 	j := gated(id, 25)
 	j.Meta[pin.MetaClass], j.Meta[pin.MetaSMUtil], j.Meta[pin.MetaMemBW] = "production", "0.5", "0.1"
+	maps.Copy(j.Meta, sc.meta)
 	sc.f.put(j)
 	must.NoError(t, sc.s.watcher.resync(t.Context()))
 	sc.s.loop.reconcile(t.Context())
@@ -364,4 +373,16 @@ func TestWhatSharingCostsIsTheLeadersAndForgotten(t *testing.T) {
 	sc.s.loop.intro.mu.Unlock()
 	sc.s.loop.mu.Unlock()
 	must.MapNotContainsKey(t, sc.s.loop.intro.lostToSharing(), "alloc-old")
+}
+
+// A time-sliced job is slower by its turns, not by a pairing: nothing is
+// charged to what sharing costs it (decide leaves it out of MaxStretch).
+func TestTurnsAreNotChargedToSharing(t *testing.T) {
+	sc := newPairSceneWith(t, map[string]string{pin.MetaTimeslice: "true"})
+	for range 2 {
+		sc.sample(t, 25, 25, 25)
+		sc.s.loop.reconcile(t.Context())
+		*sc.clock = sc.clock.Add(time.Minute)
+	}
+	must.MapEmpty(t, sc.s.loop.intro.lostToSharing()) // TestWhatSharingCostsIsCharged: 34.5 s without the opt-in
 }
