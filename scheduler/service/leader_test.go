@@ -107,17 +107,23 @@ func TestLeaseRenewed(t *testing.T) {
 
 // A renewal refused with a conflict (another replica holds the lock) stops
 // the decision loop at once; the replica sends no pin afterwards, even
-// from a pass that was still running.
+// from a pass that was still running, and shows none of the queue's
+// gauges of its last pass.
 func TestLostLockStopsLeading(t *testing.T) {
 	l := &fakeLocker{}
 	s, f, stop := leaderService(t, l)
 	waitFor(t, "leading", s.IsLeader)
+	f.put(gated("huge", 900)) // more than the node's 8 GPUs: refused for good
+	must.NoError(t, s.watcher.resync(t.Context()))
+	waitFor(t, "a pass that refuses huge", func() bool { return counterValue(t, s, "gpushare_refused_groups") == 1 })
 	l.set(func(l *fakeLocker) {
 		l.renew = func(context.Context) error { return fmt.Errorf("renew conflict %w", api.ErrLockConflict) }
 		l.acquire = fmt.Errorf("acquire conflict %w", api.ErrLockConflict)
 	})
 	waitFor(t, "leadership to end", func() bool { return !s.IsLeader() && !s.lease.leading.Load() })
 	stop()
+	// the queue's gauges are the leader's: none on a replica that no longer leads
+	must.EqOp(t, 0.0, counterValue(t, s, "gpushare_refused_groups"))
 	registers := f.registers
 	f.put(gated("second", 25))
 	must.NoError(t, s.watcher.resync(t.Context()))

@@ -35,10 +35,10 @@ type metrics struct {
 func newMetrics() *metrics {
 	m := &metrics{
 		reg:     prometheus.NewRegistry(),
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_pending_groups", Help: "Task groups waiting for gpushare after the last pass, for any reason (capacity, Nomad's rules, a backoff, ...): /v1/groups state pending."}),
-		refused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_refused_groups", Help: "Task groups refused for good until their job or the cluster's nodes change (a bad request, larger than any node): /v1/groups state refused."}),
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_pending_groups", Help: "Task groups waiting for gpushare after the last pass, for any reason (capacity, Nomad's rules, a backoff, ...): /v1/groups state pending. 0 on a replica that does not lead."}),
+		refused: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_refused_groups", Help: "Task groups refused for good until their job or the cluster's nodes change (a bad request, larger than any node): /v1/groups state refused. 0 on a replica that does not lead."}),
 		oldestPending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_oldest_pending_seconds",
-			Help: "How long the longest-waiting group at the gate has waited since its job was submitted."}),
+			Help: "How long the longest-waiting group at the gate has waited since its job was submitted. 0 on a replica that does not lead."}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: "gpushare_leader", Help: "1 while this replica holds the leader lock."}),
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "gpushare_decisions_total", Help: "Placement decisions by outcome."},
 			[]string{"outcome"}),

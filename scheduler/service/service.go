@@ -210,6 +210,11 @@ func (s *Service) lead(ctx context.Context) error {
 		}
 	}
 	s.loop.run(ctx)
+	// the queue's gauges are the leader's passes' figures: a replica that
+	// no longer decides shows none rather than its last pass's for ever
+	s.metrics.pending.Set(0)
+	s.metrics.refused.Set(0)
+	s.metrics.oldestPending.Set(0)
 	s.log.Info("leadership ended")
 	return nil
 }
