@@ -181,14 +181,23 @@ func (s *sim) fitsWith(g decide.Key, alloc string) bool {
 	return fits
 }
 
-// stretched is, by allocation, the share of its run time alone that
-// sharing has cost each running job so far (decide.Input.Stretched).
+// stretched is, by allocation, what sharing has cost each running job so
+// far as a share of its declared run time (decide.Input.Stretched), as
+// the service charges it: a job that declares none (gpushare-fifo, or no
+// run times under -robustness) is not bounded, and a run time declared
+// wrong (run times off) is the one divided by.
 func (s *sim) stretched() map[string]float64 {
 	out := map[string]float64{}
+	if !s.spec.reserve {
+		return out // no run time declared
+	}
 	for _, r := range s.run {
-		if r.out.SharedLoss > 0 {
+		if r.out.SharedLoss <= 0 {
+			continue
+		}
+		if d := s.declared(r.job); d > 0 {
 			for _, a := range r.allocs {
-				out[a] = r.out.SharedLoss / (r.job.Steps / r.iso)
+				out[a] = r.out.SharedLoss / d
 			}
 		}
 	}

@@ -101,3 +101,22 @@ func TestConditions(t *testing.T) {
 		must.NoError(t, err)
 	}
 }
+
+// What sharing has cost a running job is a share of its declared run
+// time, as the service charges it: the true one when run times are
+// exact, the one declared when they are off, and none (not bounded) when
+// no run time is declared or the policy declares none (gpushare-fifo).
+func TestStretchedIsAShareOfTheDeclaredRunTime(t *testing.T) {
+	s := &sim{thr: tinyThroughputs(t), cluster: oneGPU, spec: specs["gpushare"]}
+	j := Job{ID: 3, Type: "A", Steps: 100, Scale: 1}
+	s.run = map[int]*running{3: {job: j, allocs: []string{"a"}, out: &Outcome{SharedLoss: 10}}}
+	must.Eq(t, map[string]float64{"a": 10 / s.expected(j)}, s.stretched())
+	s.opts.Robustness = Robustness{RuntimeSigma: 1, Seed: 1}
+	must.Eq(t, map[string]float64{"a": 10 / s.declared(j)}, s.stretched())
+	must.NotEq(t, s.expected(j), s.declared(j))
+	s.opts.Robustness = Robustness{NoRuntimes: true}
+	must.MapEmpty(t, s.stretched())
+	s.opts.Robustness = Robustness{}
+	s.spec = specs["gpushare-fifo"]
+	must.MapEmpty(t, s.stretched())
+}
