@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,4 +235,50 @@ func displayProfile(p interference.Profile) *interference.Profile {
 		p.Name = "learned"
 	}
 	return &p
+}
+
+// chargesEvery is how often the leader saves what sharing has cost each
+// allocation (the charge max_stretch reads), in the Variable
+// gpushare/state/charges: a new leader starts from the old one's charges,
+// short by at most this much of their growth. The charge changes at every
+// judgement, so saving it whenever it changed would write a Variable on
+// almost every pass.
+const chargesEvery = time.Minute
+
+// chargeItems are what sharing has cost each allocation bound reports
+// max_stretch bounds so far, by allocation ID, in whole seconds (rounded
+// down: a new leader never charges more than was observed).
+func (in *introspection) chargeItems(bound func(id string) bool) map[string]string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	items := make(map[string]string, len(in.lost))
+	for id, t := range in.lost {
+		if sec := int64(t.lost / time.Second); sec > 0 && bound(id) {
+			items[id] = strconv.FormatInt(sec, 10)
+		}
+	}
+	return items
+}
+
+// readCharges takes the leader's charges. An allocation this replica
+// charged more (it led since the leader last saved) keeps its own; one
+// the leader no longer lists is dropped (it is gone); a value that is not
+// a count of seconds is skipped. The clock of each starts again at its
+// next judgement.
+func (in *introspection) readCharges(items map[string]string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	lost := make(map[string]*lostTally, len(items))
+	for id, v := range items {
+		sec, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || sec <= 0 || sec > math.MaxInt64/int64(time.Second) {
+			continue
+		}
+		d := time.Duration(sec) * time.Second
+		if own := in.lost[id]; own != nil && own.lost > d {
+			d = own.lost
+		}
+		lost[id] = &lostTally{lost: d}
+	}
+	in.lost = lost
 }

@@ -514,6 +514,17 @@ func (s *loop) stretched() map[string]float64 {
 	return out
 }
 
+// boundsCharge reports whether max_stretch bounds allocation id: the
+// bound is on and its group declares a run time (stretched lists only
+// those). The caller holds s.mu.
+func (s *loop) boundsCharge(id string) bool {
+	if s.cfg.MaxStretch() <= 0 {
+		return false
+	}
+	a, ok := s.state.Allocs[id]
+	return ok && s.declaredRuntimes()(model.AllocKey(a)) > 0
+}
+
 func nsOf(job *api.Job) string {
 	if job.Namespace == nil {
 		return ""

@@ -46,6 +46,7 @@ var (
 	preemptedKind     = kind{name: "preempted"}
 	introspectionKind = kind{name: "introspection"}
 	submittedKind     = kind{name: "submitted"}
+	chargesKind       = kind{name: "charges"}
 )
 
 // path is the Variable of shard i.

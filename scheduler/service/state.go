@@ -36,6 +36,9 @@ import (
 //   - preempted: allocations being stopped for a guaranteed group;
 //   - introspection: pairs seen breaking a bound, observations of
 //     pairings, and why groups were unpaired (introspect_state.go);
+//   - charges: what sharing has cost each running allocation that
+//     max_stretch bounds (introspect_state.go), at most every
+//     chargesEvery;
 //   - submitted: when jobs the scheduler registered again were first
 //     submitted (submit.go).
 //
@@ -70,9 +73,13 @@ type records struct {
 	// saved: variable path -> hash of what was last written or read
 	saved        map[string]string
 	reasonsSaved time.Time
+	chargesSaved time.Time
 	// submitted keeps when jobs the scheduler registered again were
 	// submitted (submit.go)
 	submitted map[string]submitted
+	// bounded reports whether max_stretch bounds an allocation (its
+	// charge is saved); the loop's boundsCharge.
+	bounded func(allocID string) bool
 }
 
 // varStore is the part of Nomad that holds the records.
@@ -113,6 +120,8 @@ type notes interface {
 type introRecords interface {
 	items(wanted map[string]bool) map[string]string
 	read(items map[string]string)
+	chargeItems(bound func(id string) bool) map[string]string
+	readCharges(items map[string]string)
 }
 
 var (
@@ -123,7 +132,7 @@ var (
 
 func newRecords(c *cluster, log hclog.Logger, vars varStore, lease writeLease, n notes, intro introRecords, now func() time.Time, timeout time.Duration) *records {
 	return &records{cluster: c, log: log, vars: vars, lease: lease, notes: n, intro: intro, now: now, timeout: timeout,
-		saved: map[string]string{}, submitted: map[string]submitted{}}
+		saved: map[string]string{}, submitted: map[string]submitted{}, bounded: func(string) bool { return true }}
 }
 
 // request bounds one request to Nomad.
@@ -279,8 +288,12 @@ func (s *records) saveState(ctx context.Context) {
 	vars[preemptedKind.path(0)] = preempted
 	vars[introspectionKind.path(0)] = s.intro.items(wanted)
 	vars[submittedKind.path(0)] = s.submittedItems()
+	if now := s.now(); now.Sub(s.chargesSaved) >= chargesEvery {
+		s.chargesSaved = now
+		vars[chargesKind.path(0)] = s.intro.chargeItems(s.bounded)
+	}
 	var plans [][]varWrite
-	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind} {
+	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind, chargesKind} {
 		if items, ok := vars[k.path(0)]; ok {
 			plans = append(plans, s.plan(k, items))
 		}
@@ -379,6 +392,10 @@ func (s *records) loadState(ctx context.Context, withReasons bool) error {
 	if err != nil {
 		return err
 	}
+	chargeItems, err := s.readKind(ctx, chargesKind, seen)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	maps.Copy(s.saved, seen) // what is there need not be written again
@@ -416,6 +433,7 @@ func (s *records) loadState(ctx context.Context, withReasons bool) error {
 	s.notes.readPreempted(preempted)
 	s.intro.read(introItems)
 	s.loadSubmitted(submittedItems)
+	s.intro.readCharges(chargeItems)
 	if !s.stateLoaded {
 		s.stateLoaded = true
 		s.state.ForgetParsed() // placements read before are judged again

@@ -1,0 +1,91 @@
+package service
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/hashicorp/go-hclog"
+	"github.com/shoenig/test/must"
+)
+
+// What sharing has cost each allocation max_stretch bounds (its group
+// declares a run time) is saved at most every chargesEvery, in whole
+// seconds rounded down, and a new leader starts from it instead of from
+// zero.
+func TestANewLeaderStartsFromTheChargesSaved(t *testing.T) {
+	sc := newPairSceneWith(t, map[string]string{pin.MetaExpected: "10m"})
+	sc.s.records.stateLoaded = true // records are saved
+	charge := func(after time.Duration) {
+		sc.sample(t, 25, 25, 25)
+		sc.s.loop.reconcile(t.Context())
+		*sc.clock = sc.clock.Add(after)
+	}
+	charge(time.Minute)
+	charge(0) // 34.5 s (TestWhatSharingCostsIsCharged), saved by the pass
+	must.Eq(t, 34500*time.Millisecond, sc.s.loop.intro.lostToSharing()["alloc-old"])
+	saved := sc.f.vars[chargesKind.path(0)]
+	must.Eq(t, map[string]string{"alloc-old": "34"}, saved, must.Sprint("whole seconds, rounded down; none for an allocation sharing cost nothing"))
+
+	// charged more within the minute: not written again
+	*sc.clock = sc.clock.Add(30 * time.Second)
+	charge(0)
+	must.Greater(t, 34500*time.Millisecond, sc.s.loop.intro.lostToSharing()["alloc-old"])
+	must.Eq(t, saved, sc.f.vars[chargesKind.path(0)])
+	sc.s.records.saveState(t.Context())
+	must.Eq(t, "34", sc.f.vars[chargesKind.path(0)]["alloc-old"])
+
+	// a minute on, the pass saves the charge as it stands
+	*sc.clock = sc.clock.Add(time.Minute)
+	charge(0)
+	lost := sc.s.loop.intro.lostToSharing()["alloc-old"]
+	must.Greater(t, 80*time.Second, lost)
+	must.Eq(t, strconv.Itoa(int(lost/time.Second)), sc.f.vars[chargesKind.path(0)]["alloc-old"])
+
+	// the leader is gone: the next one starts from what was saved
+	next, err := newService(sc.s.cfg, hclog.NewNullLogger(), sc.f, func() time.Time { return *sc.clock })
+	must.NoError(t, err)
+	must.NoError(t, next.watcher.resync(t.Context()))
+	must.NoError(t, next.records.loadState(t.Context(), true))
+	must.Eq(t, map[string]time.Duration{"alloc-old": lost.Truncate(time.Second)}, next.loop.intro.lostToSharing())
+	next.mu.Lock()
+	must.Eq(t, float64(lost/time.Second)/600, next.loop.stretched()["alloc-old"])
+	next.mu.Unlock()
+}
+
+// Only what max_stretch reads is saved: nothing for a group that
+// declares no run time, nor when the bound is off.
+func TestChargesMaxStretchDoesNotReadAreNotSaved(t *testing.T) {
+	for name, sc := range map[string]*pairScene{
+		"no run time declared": newPairScene(t),
+		"max_stretch = 0": newPairSceneWith(t, map[string]string{pin.MetaExpected: "10m"}, func(c *config.Config) {
+			c.Introspection.MaxStretch = ptr(0.0)
+		}),
+	} {
+		sc.s.records.stateLoaded = true
+		for range 2 {
+			sc.sample(t, 25, 25, 25)
+			sc.s.loop.reconcile(t.Context())
+			*sc.clock = sc.clock.Add(2 * time.Minute)
+		}
+		must.MapContainsKey(t, sc.s.loop.intro.lostToSharing(), "alloc-old", must.Sprint(name))
+		must.MapNotContainsKey(t, sc.f.vars, chargesKind.path(0), must.Sprint(name))
+	}
+}
+
+// Charges read from the Variables: a value that is not a positive count
+// of seconds is skipped, an allocation the replica charged more keeps its
+// own, and one the leader no longer lists is dropped.
+func TestChargesReadKeepTheLargerAndSkipTheBad(t *testing.T) {
+	in := newPairScene(t).s.loop.intro
+	in.lost["mine"] = &lostTally{lost: 90 * time.Second, at: time.Unix(5, 0)}
+	in.lost["gone"] = &lostTally{lost: time.Hour}
+	in.lost["behind"] = &lostTally{lost: time.Second}
+	in.readCharges(map[string]string{"mine": "60", "behind": "20", "new": "7", "text": "soon", "negative": "-3", "zero": "0", "huge": "99999999999999999999"})
+	must.Eq(t, map[string]time.Duration{"mine": 90 * time.Second, "behind": 20 * time.Second, "new": 7 * time.Second}, in.lostToSharing())
+	must.True(t, in.lost["mine"].at.IsZero(), must.Sprint("its clock starts again at its next judgement"))
+	must.Eq(t, map[string]string{"mine": "90", "behind": "20", "new": "7"}, in.chargeItems(func(string) bool { return true }))
+	must.Eq(t, map[string]string{"new": "7"}, in.chargeItems(func(id string) bool { return id == "new" }))
+}
