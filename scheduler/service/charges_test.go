@@ -89,3 +89,26 @@ func TestChargesReadKeepTheLargerAndSkipTheBad(t *testing.T) {
 	must.Eq(t, map[string]string{"mine": "90", "behind": "20", "new": "7"}, in.chargeItems(func(string) bool { return true }))
 	must.Eq(t, map[string]string{"new": "7"}, in.chargeItems(func(id string) bool { return id == "new" }))
 }
+
+// A running allocation is expected to end when queue.Left says from what
+// the service knows of it: the time since its tasks started, what
+// sharing has cost it and its throughput when last judged; one past its
+// declared run time is expected to need as much again as it has done.
+func TestExpectedEndsCountWhatSharingCost(t *testing.T) {
+	sc := newPairSceneWith(t, map[string]string{pin.MetaExpected: "10m"})
+	begin := *sc.clock // old started an hour before, new a minute before
+	sc.sample(t, 25, 25, 25)
+	sc.s.loop.reconcile(t.Context())
+	*sc.clock = sc.clock.Add(time.Minute)
+	sc.sample(t, 25, 25, 25)
+	sc.s.loop.reconcile(t.Context()) // old: 34.5 s lost, at 0.5 of alone
+	now := *sc.clock
+
+	sc.s.mu.Lock()
+	defer sc.s.mu.Unlock()
+	ends := sc.s.loop.expectedEnds(sc.s.state.Snapshot(sc.s.loop.profile, nil).Snapshot, nil, now)
+	ranNew := now.Sub(begin.Add(-time.Minute))
+	must.Eq(t, now.Add(10*time.Minute-ranNew), ends["alloc-new"], must.Sprint("alone: its run time less the time it ran"))
+	doneOld := now.Sub(begin.Add(-time.Hour)) - 34500*time.Millisecond
+	must.Eq(t, now.Add(2*doneOld), ends["alloc-old"], must.Sprint("past its 10m: as much again as it has done, at half its speed"))
+}

@@ -70,10 +70,13 @@ type sharedRun struct {
 }
 
 // lostTally is the time sharing has cost an allocation, charged at each
-// judgement since the one before (at; zero while it was not judged).
+// judgement since the one before (at; zero while it was not judged), and
+// its normalised throughput at the last judgement (norm; 0 while it was
+// not judged: alone).
 type lostTally struct {
 	at   time.Time
 	lost time.Duration
+	norm float64
 }
 
 type sample struct {
@@ -318,7 +321,7 @@ func (in *introspection) charge(id string, norm float64, now time.Time) {
 	if !t.at.IsZero() && now.After(t.at) {
 		t.lost += time.Duration(float64(now.Sub(t.at)) * max(0, 1-norm))
 	}
-	t.at = now
+	t.at, t.norm = now, norm
 }
 
 // settle stops the clock of the allocations not judged in this pass (they
@@ -329,9 +332,23 @@ func (in *introspection) settle(state *model.State, charged map[string]bool) {
 		if _, ok := state.Allocs[id]; !ok {
 			delete(in.lost, id)
 		} else if !charged[id] {
-			t.at = time.Time{}
+			t.at, t.norm = time.Time{}, 0
 		}
 	}
+}
+
+// progress is, by allocation sharing has cost something, that cost so far
+// and its normalised throughput when last judged (0: alone since).
+func (in *introspection) progress() map[string]lostTally {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make(map[string]lostTally, len(in.lost))
+	for id, t := range in.lost {
+		if t.lost > 0 || t.norm > 0 {
+			out[id] = lostTally{lost: t.lost, norm: t.norm}
+		}
+	}
+	return out
 }
 
 // lostToSharing is, by allocation, the time sharing has cost it so far.

@@ -15,6 +15,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 )
@@ -447,14 +448,17 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 }
 
 // expectedEnds returns when each allocation of the snapshot whose group
-// declares its run time is expected to end: its creation time plus that
-// run time, or now plus it for the holds of pinned groups not yet
-// allocated. Allocations of groups that declare none are left out: the
+// declares its run time is expected to end: now plus what queue.Left
+// expects of it from the time it ran since its tasks started (its
+// creation, before), what sharing has cost it (introspection's charge)
+// and its throughput when last judged, or now plus the run time for the
+// holds of pinned groups not yet allocated. Allocations of groups that declare none are left out: the
 // step expects them to run default_expected_runtime from now, and does
 // not hold nodes or weigh sharing against waiting on such guesses. The
 // caller holds s.mu.
 func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
 	runFor := s.declaredRuntimes()
+	progress := s.intro.progress()
 	ends := map[string]time.Time{}
 	for _, a := range snap.Allocs() {
 		if k, ok := holds[a.ID]; ok {
@@ -464,11 +468,16 @@ func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Ke
 			continue
 		}
 		al, ok := s.state.Allocs[a.ID]
-		if !ok || al.CreateTime <= 0 {
+		if !ok {
 			continue
 		}
+		started := startedAt(al)
+		if started.UnixNano() <= 0 {
+			continue // neither started nor created, as far as is known
+		}
 		if d := runFor(model.AllocKey(al)); d > 0 {
-			ends[a.ID] = time.Unix(0, al.CreateTime).Add(d)
+			p := progress[a.ID]
+			ends[a.ID] = now.Add(queue.Left(d, now.Sub(started), p.lost, p.norm))
 		}
 	}
 	return ends

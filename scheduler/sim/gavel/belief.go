@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/queue"
 )
 
 // Robustness is how wrong the scheduler's knowledge is in a run: the
@@ -99,16 +100,20 @@ func (s *sim) declared(j Job) float64 {
 	return t
 }
 
-// believedLeft is how long running job r is believed to need from now: its
-// declared run time (or the default) scaled by the fraction of its work
-// left, at its current rate. With exact run times it is the truth.
+// believedLeft is how long running job r is believed to need from now, as
+// the service knows it (queue.Left): the run time declared for the work
+// left when it last started (the default where none is), less the time it
+// ran since net of what sharing cost it then, at its rate now. When the
+// declared run times are exact that is the truth, which is returned as it
+// is (no rounding moves a decision).
 func (s *sim) believedLeft(r *running) float64 {
-	if s.opts.Robustness.Exact() {
+	if s.opts.Robustness.RuntimeSigma == 0 {
 		return r.rem / r.rate
 	}
 	t := s.declared(r.job)
 	if t == 0 {
 		t = defaultExpected.Seconds()
 	}
-	return t * (r.rem / r.job.Steps) * (r.iso / r.rate)
+	return queue.Left(queue.Seconds(t*r.startRem/r.job.Steps), queue.Seconds(s.now-r.started),
+		queue.Seconds(r.out.SharedLoss-r.lossAtStart), r.rate/r.iso).Seconds()
 }

@@ -17,9 +17,10 @@ import (
 // cluster can never hold, a Wait leaves it queued. Queue order,
 // reservations and pairing are the service's; the simulator adds only what
 // a live cluster would tell the service: when running jobs are expected to
-// end (here their true remaining work at their current rates, as SJF-BSBF
-// knows it) and which job types fit in one GPU's memory together (Gavel's
-// measurements).
+// end (believedLeft: as the service reckons it from the declared run
+// times, which with exact ones is their true remaining work at their
+// current rates) and which job types fit in one GPU's memory together
+// (Gavel's measurements).
 
 // epoch is the simulator's time 0 as the step's clock.
 var epoch = time.Unix(0, 0).UTC()

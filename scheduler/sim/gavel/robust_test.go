@@ -6,8 +6,10 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/interference"
+	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/shoenig/test/must"
 )
 
@@ -119,4 +121,31 @@ func TestStretchedIsAShareOfTheDeclaredRunTime(t *testing.T) {
 	s.opts.Robustness = Robustness{}
 	s.spec = specs["gpushare-fifo"]
 	must.MapEmpty(t, s.stretched())
+}
+
+// With run times declared wrong, the step is told when running jobs end as
+// the service knows it (queue.Left): from the declared run time, the time
+// a job ran and what sharing cost it, not from the work it has left, which
+// only the simulator knows. With exact run times that is the truth.
+func TestBelievedLeftIsWhatTheServiceKnows(t *testing.T) {
+	s := &sim{thr: tinyThroughputs(t), cluster: oneGPU, spec: specs["gpushare"], now: 50}
+	j := Job{ID: 3, Type: "A", Steps: 100, Scale: 1}
+	iso, _ := s.thr.Isolated("A", 1, true)
+	r := &running{job: j, rem: 30, startRem: 100, iso: iso, rate: iso / 2, out: &Outcome{SharedLoss: 10}}
+	must.Eq(t, 30/(iso/2), s.believedLeft(r), must.Sprint("exact: the truth"))
+
+	for _, seed := range []uint64{1, 2, 3} {
+		s.opts.Robustness = Robustness{RuntimeSigma: 1, Seed: seed}
+		d := s.declared(j)
+		want := queue.Left(queue.Seconds(d), 50*time.Second, 10*time.Second, 0.5).Seconds()
+		must.EqOp(t, want, s.believedLeft(r))
+		r.rem = 90 // the work left is not what the service sees
+		must.EqOp(t, want, s.believedLeft(r))
+		r.rem = 30
+	}
+	// restarted with 40 steps left, having lost 4 s to sharing before
+	s.opts.Robustness = Robustness{RuntimeSigma: 1, Seed: 1}
+	r.started, r.startRem, r.lossAtStart = 20, 40, 4
+	d := s.declared(j)
+	must.EqOp(t, queue.Left(queue.Seconds(d*0.4), 30*time.Second, 6*time.Second, 0.5).Seconds(), s.believedLeft(r))
 }

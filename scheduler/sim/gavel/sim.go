@@ -116,11 +116,12 @@ type running struct {
 	// started is when it last started, partner the job sharing its GPU
 	// (-1: none) since pairedAt, and seen whether its progress with that
 	// partner was observed.
-	started  float64
-	startRem float64
-	partner  int
-	pairedAt float64
-	seen     bool
+	started     float64
+	startRem    float64
+	lossAtStart float64 // its Outcome.SharedLoss when it started
+	partner     int
+	pairedAt    float64
+	seen        bool
 	// elastic jobs may grow to max replicas: grown are the replicas beyond
 	// the job's own GPUs (gpus), oldest first.
 	elastic bool
@@ -462,7 +463,7 @@ func (s *sim) start(j Job, ps []placement.Placement, shares []string) {
 		r.rem = left // moved back to the queue: its work left
 		delete(s.left, j.ID)
 	}
-	r.startRem = r.rem
+	r.startRem, r.lossAtStart = r.rem, r.out.SharedLoss
 	for _, p := range ps {
 		r.allocs = append(r.allocs, p.AllocID)
 		s.allocJob[p.AllocID] = j.ID
