@@ -86,8 +86,8 @@ func TestChargesReadKeepTheLargerAndSkipTheBad(t *testing.T) {
 	in.readCharges(map[string]string{"mine": "60", "behind": "20", "new": "7", "text": "soon", "negative": "-3", "zero": "0", "huge": "99999999999999999999"})
 	must.Eq(t, map[string]time.Duration{"mine": 90 * time.Second, "behind": 20 * time.Second, "new": 7 * time.Second}, in.lostToSharing())
 	must.True(t, in.lost["mine"].at.IsZero(), must.Sprint("its clock starts again at its next judgement"))
-	must.Eq(t, map[string]string{"mine": "90", "behind": "20", "new": "7"}, in.chargeItems(func(string) bool { return true }))
-	must.Eq(t, map[string]string{"new": "7"}, in.chargeItems(func(id string) bool { return id == "new" }))
+	must.Eq(t, map[string]string{"mine": "90", "behind": "20", "new": "7"}, in.chargeItems(map[string]float64{"mine": 1, "behind": 1, "new": 1, "absent": 1}))
+	must.Eq(t, map[string]string{"new": "7"}, in.chargeItems(map[string]float64{"new": 1}))
 }
 
 // A running allocation is expected to end when queue.Left says from what

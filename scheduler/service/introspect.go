@@ -353,12 +353,10 @@ func (in *introspection) progress() map[string]lostTally {
 
 // lostToSharing is, by allocation, the time sharing has cost it so far.
 func (in *introspection) lostToSharing() map[string]time.Duration {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	out := make(map[string]time.Duration, len(in.lost))
-	for id, t := range in.lost {
-		if t.lost > 0 {
-			out[id] = t.lost
+	out := map[string]time.Duration{}
+	for id, p := range in.progress() {
+		if p.lost > 0 {
+			out[id] = p.lost
 		}
 	}
 	return out

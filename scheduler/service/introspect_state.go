@@ -245,16 +245,17 @@ func displayProfile(p interference.Profile) *interference.Profile {
 // almost every pass.
 const chargesEvery = time.Minute
 
-// chargeItems are what sharing has cost each allocation bound reports
-// max_stretch bounds so far, by allocation ID, in whole seconds (rounded
-// down: a new leader never charges more than was observed).
-func (in *introspection) chargeItems(bound func(id string) bool) map[string]string {
+// chargeItems are what sharing has cost each allocation of bounded (those
+// max_stretch bounds, loop.stretched) so far, by allocation ID, in whole
+// seconds (rounded down: a new leader never charges more than was
+// observed).
+func (in *introspection) chargeItems(bounded map[string]float64) map[string]string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	items := make(map[string]string, len(in.lost))
-	for id, t := range in.lost {
-		if sec := int64(t.lost / time.Second); sec > 0 && bound(id) {
-			items[id] = strconv.FormatInt(sec, 10)
+	items := make(map[string]string, len(bounded))
+	for id := range bounded {
+		if t := in.lost[id]; t != nil && t.lost >= time.Second {
+			items[id] = strconv.FormatInt(int64(t.lost/time.Second), 10)
 		}
 	}
 	return items

@@ -452,10 +452,10 @@ func clusterShape(snap *placement.Snapshot) uint64 {
 // expects of it from the time it ran since its tasks started (its
 // creation, before), what sharing has cost it (introspection's charge)
 // and its throughput when last judged, or now plus the run time for the
-// holds of pinned groups not yet allocated. Allocations of groups that declare none are left out: the
-// step expects them to run default_expected_runtime from now, and does
-// not hold nodes or weigh sharing against waiting on such guesses. The
-// caller holds s.mu.
+// holds of pinned groups not yet allocated. Allocations of groups that
+// declare none are left out: the step expects them to run
+// default_expected_runtime from now, and does not hold nodes or weigh
+// sharing against waiting on such guesses. The caller holds s.mu.
 func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Key, now time.Time) map[string]time.Time {
 	runFor := s.declaredRuntimes()
 	progress := s.intro.progress()
@@ -521,17 +521,6 @@ func (s *loop) stretched() map[string]float64 {
 		}
 	}
 	return out
-}
-
-// boundsCharge reports whether max_stretch bounds allocation id: the
-// bound is on and its group declares a run time (stretched lists only
-// those). The caller holds s.mu.
-func (s *loop) boundsCharge(id string) bool {
-	if s.cfg.MaxStretch() <= 0 {
-		return false
-	}
-	a, ok := s.state.Allocs[id]
-	return ok && s.declaredRuntimes()(model.AllocKey(a)) > 0
 }
 
 func nsOf(job *api.Job) string {

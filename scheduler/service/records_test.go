@@ -367,15 +367,15 @@ func (n *fakeNotes) reasons() (map[decide.Key]string, map[decide.Key]bool, map[d
 func (n *fakeNotes) readReasons(pending, placed map[decide.Key]string, refused map[decide.Key]bool) {
 	n.pending, n.placed, n.refused = pending, placed, refused
 }
-func (n *fakeNotes) preemptedAllocs() map[string]time.Time      { return n.preempted }
-func (n *fakeNotes) readPreempted(p map[string]time.Time)       { n.preempted = p }
-func (n *fakeNotes) forgetGone(map[string]bool)                 {}
-func (n *fakeNotes) keyChanged()                                { n.keyChanges++ }
-func (noIntro) items(map[string]bool) map[string]string         { return map[string]string{} }
-func (noIntro) read(map[string]string)                          {}
-func (noIntro) chargeItems(func(string) bool) map[string]string { return map[string]string{} }
-func (noIntro) readCharges(map[string]string)                   {}
-func (alwaysLeads) mayWrite() error                             { return nil }
+func (n *fakeNotes) preemptedAllocs() map[string]time.Time       { return n.preempted }
+func (n *fakeNotes) readPreempted(p map[string]time.Time)        { n.preempted = p }
+func (n *fakeNotes) forgetGone(map[string]bool)                  {}
+func (n *fakeNotes) keyChanged()                                 { n.keyChanges++ }
+func (noIntro) items(map[string]bool) map[string]string          { return map[string]string{} }
+func (noIntro) read(map[string]string)                           {}
+func (noIntro) chargeItems(map[string]float64) map[string]string { return map[string]string{} }
+func (noIntro) readCharges(map[string]string)                    {}
+func (alwaysLeads) mayWrite() error                              { return nil }
 
 type (
 	noIntro     struct{}

@@ -77,9 +77,9 @@ type records struct {
 	// submitted keeps when jobs the scheduler registered again were
 	// submitted (submit.go)
 	submitted map[string]submitted
-	// bounded reports whether max_stretch bounds an allocation (its
-	// charge is saved); the loop's boundsCharge.
-	bounded func(allocID string) bool
+	// stretched lists the allocations max_stretch bounds (their charges
+	// are saved): the loop's stretched. The caller holds s.mu.
+	stretched func() map[string]float64
 }
 
 // varStore is the part of Nomad that holds the records.
@@ -120,7 +120,7 @@ type notes interface {
 type introRecords interface {
 	items(wanted map[string]bool) map[string]string
 	read(items map[string]string)
-	chargeItems(bound func(id string) bool) map[string]string
+	chargeItems(bounded map[string]float64) map[string]string
 	readCharges(items map[string]string)
 }
 
@@ -132,7 +132,7 @@ var (
 
 func newRecords(c *cluster, log hclog.Logger, vars varStore, lease writeLease, n notes, intro introRecords, now func() time.Time, timeout time.Duration) *records {
 	return &records{cluster: c, log: log, vars: vars, lease: lease, notes: n, intro: intro, now: now, timeout: timeout,
-		saved: map[string]string{}, submitted: map[string]submitted{}, bounded: func(string) bool { return true }}
+		saved: map[string]string{}, submitted: map[string]submitted{}, stretched: func() map[string]float64 { return nil }}
 }
 
 // request bounds one request to Nomad.
@@ -290,7 +290,7 @@ func (s *records) saveState(ctx context.Context) {
 	vars[submittedKind.path(0)] = s.submittedItems()
 	if now := s.now(); now.Sub(s.chargesSaved) >= chargesEvery {
 		s.chargesSaved = now
-		vars[chargesKind.path(0)] = s.intro.chargeItems(s.bounded)
+		vars[chargesKind.path(0)] = s.intro.chargeItems(s.stretched())
 	}
 	var plans [][]varWrite
 	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind, chargesKind} {
