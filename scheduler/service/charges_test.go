@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/config"
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/go-hclog"
 	"github.com/shoenig/test/must"
@@ -111,4 +112,28 @@ func TestExpectedEndsCountWhatSharingCost(t *testing.T) {
 	must.Eq(t, now.Add(10*time.Minute-ranNew), ends["alloc-new"], must.Sprint("alone: its run time less the time it ran"))
 	doneOld := now.Sub(begin.Add(-time.Hour)) - 34500*time.Millisecond
 	must.Eq(t, now.Add(2*doneOld), ends["alloc-old"], must.Sprint("past its 10m: as much again as it has done, at half its speed"))
+}
+
+// A time-sliced allocation runs one turn in as many as its GPU's
+// rotation holds, and has lost the time its launches waited for their
+// turn, as its device plugin reported it: two opted-in jobs of 10m on one
+// GPU, old started an hour ago and suspended 50m of it, new started a
+// minute ago with no figures reported yet. Introspection charges neither
+// (TestTurnsAreNotChargedToSharing), so without the rotation both would be
+// reckoned at their speed alone.
+func TestExpectedEndsCountTimeSlicedTurns(t *testing.T) {
+	sc := newPairSceneWith(t, map[string]string{pin.MetaExpected: "10m", pin.MetaTimeslice: "true"})
+	begin := *sc.clock
+	sc.s.loop.history.SetTimeslices([]gpuhistory.AllocTimeslice{{Alloc: "alloc-old",
+		Timeslice: gpuhistory.Timeslice{GPU: sc.old.GPUs[0], Quantum: 2 * time.Second, Suspended: 50 * time.Minute, Turns: 900}}})
+	*sc.clock = sc.clock.Add(time.Minute)
+	now := *sc.clock
+
+	sc.s.mu.Lock()
+	defer sc.s.mu.Unlock()
+	ends := sc.s.loop.expectedEnds(sc.s.state.Snapshot(sc.s.loop.profile, nil).Snapshot, nil, now)
+	ranNew := now.Sub(begin.Add(-time.Minute)) // 2m, all of it counted as done
+	must.Eq(t, now.Add(2*(10*time.Minute-ranNew)), ends["alloc-new"], must.Sprint("one turn in two: what is left takes twice as long"))
+	doneOld := now.Sub(begin.Add(-time.Hour)) - 50*time.Minute // 11m: past its 10m
+	must.Eq(t, now.Add(2*doneOld), ends["alloc-old"], must.Sprint("past its 10m: as much again as it has done, at one turn in two"))
 }

@@ -476,11 +476,37 @@ func (s *loop) expectedEnds(snap *placement.Snapshot, holds map[string]decide.Ke
 			continue // neither started nor created, as far as is known
 		}
 		if d := runFor(model.AllocKey(al)); d > 0 {
-			p := progress[a.ID]
-			ends[a.ID] = now.Add(queue.Left(d, now.Sub(started), p.lost, p.norm))
+			lost, rate := s.soFar(snap, a, progress)
+			ends[a.ID] = now.Add(queue.Left(d, now.Sub(started), lost, rate))
 		}
 	}
 	return ends
+}
+
+// soFar is what allocation a has lost of the time it ran and its speed
+// now, a share of its speed alone, for queue.Left. A time-sliced one lost
+// the time its launches waited for their turn, as its device plugin last
+// reported it, and runs one turn in as many as its GPU's rotation holds
+// (a GPU that holds a time-sliced allocation holds no other kind); any
+// other lost what introspection charged to sharing and runs at its
+// throughput as last judged (progress; 0: alone).
+func (s *loop) soFar(snap *placement.Snapshot, a placement.Alloc, progress map[string]lostTally) (time.Duration, float64) {
+	if !a.Timeslice {
+		p := progress[a.ID]
+		return p.lost, p.norm
+	}
+	var lost time.Duration
+	gpu, _, _ := snap.SoleGPU(a.ID)
+	if ts, ok := s.history.TimesliceOf(a.ID); ok {
+		lost = ts.Suspended
+		if ts.GPU != "" {
+			gpu = ts.GPU // of several GPUs, the one it waited most on
+		}
+	}
+	if n := len(snap.OnGPU(gpu)); n > 1 {
+		return lost, 1 / float64(n)
+	}
+	return lost, 1
 }
 
 // declaredRuntimes returns each group's declared run time (0: none),
