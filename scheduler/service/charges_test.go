@@ -12,8 +12,8 @@ import (
 	"github.com/shoenig/test/must"
 )
 
-// What sharing has cost each allocation max_stretch bounds (its group
-// declares a run time) is saved at most every chargesEvery, in whole
+// What sharing has cost each allocation whose group declares a run time
+// (what max_stretch and expected ends read) is saved at most every chargesEvery, in whole
 // seconds rounded down, and a new leader starts from it instead of from
 // zero.
 func TestANewLeaderStartsFromTheChargesSaved(t *testing.T) {
@@ -56,23 +56,37 @@ func TestANewLeaderStartsFromTheChargesSaved(t *testing.T) {
 	next.mu.Unlock()
 }
 
-// Only what max_stretch reads is saved: nothing for a group that
-// declares no run time, nor when the bound is off.
-func TestChargesMaxStretchDoesNotReadAreNotSaved(t *testing.T) {
-	for name, sc := range map[string]*pairScene{
-		"no run time declared": newPairScene(t),
-		"max_stretch = 0": newPairSceneWith(t, map[string]string{pin.MetaExpected: "10m"}, func(c *config.Config) {
+// The charges of the groups that declare a run time are saved, whether
+// max_stretch is on or not: expected ends net them from the time each ran
+// (queue.Left) as well. A group that declares none has no use for its
+// charge after a failover: nothing is saved for it.
+func TestChargesSavedAreThoseOfDeclaredRunTimes(t *testing.T) {
+	for name, tc := range map[string]struct {
+		sc    *pairScene
+		saved bool
+	}{
+		"no run time declared": {newPairScene(t), false},
+		"max_stretch = 0": {newPairSceneWith(t, map[string]string{pin.MetaExpected: "10m"}, func(c *config.Config) {
 			c.Introspection.MaxStretch = ptr(0.0)
-		}),
+		}), true},
 	} {
+		sc := tc.sc
 		sc.s.records.stateLoaded = true
 		for range 2 {
 			sc.sample(t, 25, 25, 25)
 			sc.s.loop.reconcile(t.Context())
 			*sc.clock = sc.clock.Add(2 * time.Minute)
 		}
-		must.MapContainsKey(t, sc.s.loop.intro.lostToSharing(), "alloc-old", must.Sprint(name))
-		must.MapNotContainsKey(t, sc.f.vars, chargesKind.path(0), must.Sprint(name))
+		lost := sc.s.loop.intro.lostToSharing()["alloc-old"]
+		must.Positive(t, lost, must.Sprint(name))
+		if !tc.saved {
+			must.MapNotContainsKey(t, sc.f.vars, chargesKind.path(0), must.Sprint(name))
+			continue
+		}
+		must.Eq(t, map[string]string{"alloc-old": strconv.Itoa(int(lost / time.Second))}, sc.f.vars[chargesKind.path(0)], must.Sprint(name))
+		sc.s.mu.Lock()
+		must.MapEmpty(t, sc.s.loop.stretched(), must.Sprint("the bound is off: the step reads no charge"))
+		sc.s.mu.Unlock()
 	}
 }
 

@@ -238,7 +238,7 @@ func displayProfile(p interference.Profile) *interference.Profile {
 }
 
 // chargesEvery is how often the leader saves what sharing has cost each
-// allocation (the charge max_stretch reads), in the Variable
+// allocation (the charge max_stretch and expected ends read), in the Variable
 // gpushare/state/charges: a new leader starts from the old one's charges,
 // short by at most this much of their growth. The charge changes at every
 // judgement, so saving it whenever it changed would write a Variable on
@@ -246,7 +246,7 @@ func displayProfile(p interference.Profile) *interference.Profile {
 const chargesEvery = time.Minute
 
 // chargeItems are what sharing has cost each allocation of bounded (those
-// max_stretch bounds, loop.stretched) so far, by allocation ID, in whole
+// of groups that declare a run time, loop.charged) so far, by allocation ID, in whole
 // seconds (rounded down: a new leader never charges more than was
 // observed).
 func (in *introspection) chargeItems(bounded map[string]float64) map[string]string {

@@ -528,13 +528,21 @@ func (s *loop) declaredRuntimes() func(decide.Key) time.Duration {
 	}
 }
 
-// stretched is decide.Input.Stretched: by allocation of a group that
-// declares its run time, the share of it that sharing has cost the
-// allocation so far, as introspection observed it. The caller holds s.mu.
+// stretched is decide.Input.Stretched: charged, when max_stretch is on.
+// The caller holds s.mu.
 func (s *loop) stretched() map[string]float64 {
 	if s.cfg.MaxStretch() <= 0 {
 		return nil
 	}
+	return s.charged()
+}
+
+// charged is, by allocation of a group that declares its run time, the
+// share of it that sharing has cost the allocation so far, as
+// introspection observed it: what max_stretch bounds and what queue.Left
+// nets from the time it ran (expectedEnds), and so what the leader saves
+// for the next (records.charged). The caller holds s.mu.
+func (s *loop) charged() map[string]float64 {
 	runFor := s.declaredRuntimes()
 	out := map[string]float64{}
 	for id, lost := range s.intro.lostToSharing() {

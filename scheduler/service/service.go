@@ -96,7 +96,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 		intro: intro, preempted: &s.loop.preempted}
 	s.records = newRecords(c, log, n, s.lease, notesOf(s.loop, s.sampler.observations), intro, now, config.Duration(cfg.Nomad.RequestTimeout))
 	s.loop.records = s.records
-	s.records.stretched = s.loop.stretched
+	s.records.charged = s.loop.charged
 	s.loop.gate = &gater{c: c, nomad: n, records: s.records, lease: s.lease, stopped: &s.loop.preempted, managed: managed,
 		now: now, timeout: config.Duration(cfg.Nomad.RequestTimeout)}
 	s.loop.staging = newStager(stagerDeps{cluster: c, nomad: n, signer: s.records, lease: s.lease, notes: &s.loop.answers,

@@ -77,9 +77,10 @@ type records struct {
 	// submitted keeps when jobs the scheduler registered again were
 	// submitted (submit.go)
 	submitted map[string]submitted
-	// stretched lists the allocations max_stretch bounds (their charges
-	// are saved): the loop's stretched. The caller holds s.mu.
-	stretched func() map[string]float64
+	// charged lists the allocations whose charges are saved (their
+	// groups declare a run time): the loop's charged. The caller holds
+	// s.mu.
+	charged func() map[string]float64
 }
 
 // varStore is the part of Nomad that holds the records.
@@ -132,7 +133,7 @@ var (
 
 func newRecords(c *cluster, log hclog.Logger, vars varStore, lease writeLease, n notes, intro introRecords, now func() time.Time, timeout time.Duration) *records {
 	return &records{cluster: c, log: log, vars: vars, lease: lease, notes: n, intro: intro, now: now, timeout: timeout,
-		saved: map[string]string{}, submitted: map[string]submitted{}, stretched: func() map[string]float64 { return nil }}
+		saved: map[string]string{}, submitted: map[string]submitted{}, charged: func() map[string]float64 { return nil }}
 }
 
 // request bounds one request to Nomad.
@@ -290,7 +291,7 @@ func (s *records) saveState(ctx context.Context) {
 	vars[submittedKind.path(0)] = s.submittedItems()
 	if now := s.now(); now.Sub(s.chargesSaved) >= chargesEvery {
 		s.chargesSaved = now
-		vars[chargesKind.path(0)] = s.intro.chargeItems(s.stretched())
+		vars[chargesKind.path(0)] = s.intro.chargeItems(s.charged())
 	}
 	var plans [][]varWrite
 	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind, chargesKind} {
