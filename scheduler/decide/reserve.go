@@ -79,22 +79,14 @@ func (st *step) reserveFor(r placement.Request, overdue bool) map[string]time.Ti
 }
 
 // gpuEnds returns when each busy GPU's last allocation is expected to end,
-// never before now (an overdue job may end at any moment).
+// each allocation ending when left says.
 func (st *step) gpuEnds() map[string]time.Time {
 	if st.gpuEnd != nil {
 		return st.gpuEnd
 	}
-	now := st.in.Now
 	st.gpuEnd = map[string]time.Time{}
 	for _, a := range st.snap.Allocs() {
-		end, ok := st.ends[a.ID]
-		if !ok {
-			end, ok = st.in.Ends[a.ID]
-		}
-		if !ok {
-			end = now.Add(st.cfg.DefaultExpected)
-		}
-		end = later(end, now)
+		end := st.in.Now.Add(st.left(a.ID))
 		for _, sh := range a.Shares {
 			if id, err := devicefn.ParseShareID(sh); err == nil {
 				st.gpuEnd[id.UUID] = later(st.gpuEnd[id.UUID], end)

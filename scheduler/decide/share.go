@@ -107,9 +107,14 @@ func known(v float64) float64 {
 	return v
 }
 
-// left is how long allocation id is expected to run from now; one that
-// has overrun what was expected of it may need as long as a job of the
-// default length.
+// left is how long allocation id is expected to run from now, the one
+// rule of a running allocation's end that holds (gpuEnds) and the rule
+// that sharing must beat waiting both read. An end not after now was
+// declared wrong (the service and the simulator pass queue.Left's, never
+// past: they know how long a job ran); all the step knows then is that the
+// job is late, and it takes the default length, as for an allocation that
+// declared none, rather than "any moment", which would hold GPUs idle for
+// it.
 func (st *step) left(id string) time.Duration {
 	end, ok := st.ends[id]
 	if !ok {

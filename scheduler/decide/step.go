@@ -124,7 +124,8 @@ type Input struct {
 	Snapshot *placement.Snapshot
 	Groups   []Group
 	// Ends is when each allocation of the snapshot is expected to end,
-	// from a declared run time; one not listed declared none and is
+	// from a declared run time (queue.Left, after now); one not listed
+	// declared none, and it and one whose end is not after now (late) are
 	// expected to end DefaultExpected from now.
 	Ends map[string]time.Time
 	Now  time.Time

@@ -169,6 +169,23 @@ func TestReservationWithBackfilling(t *testing.T) {
 	must.Eq(t, []string{"wait big", "pin tail"}, kinds(run(off, 5*time.Hour)))
 }
 
+// An allocation whose end has passed was declared wrong: it is taken to
+// need the default length, in the hold as in the rule that sharing must
+// beat waiting (left), not to end "any moment", which would hold its node
+// from now for a job that is late.
+func TestALateAllocationIsExpectedTheDefaultLength(t *testing.T) {
+	s := snapshot(t, fixtures.DGX1V100)
+	ends := map[string]time.Time{}
+	busy(t, s, ends, "late", []int{0, 1, 2, 3, 4, 5, 6}, -10*time.Minute)
+	gs := []Group{group("big", 1, 800, time.Minute, 3*time.Hour)}
+	as := Step(policy(t), Input{Snapshot: s, Groups: gs, Now: now, Ends: ends}, cfg())
+	must.Eq(t, []string{"wait big", "reserve big"}, kinds(as))
+	must.Eq(t, map[string]time.Time{"n1": now.Add(cfg().DefaultExpected)}, as[1].Hold)
+
+	st := &step{in: Input{Snapshot: s, Now: now, Ends: ends}, cfg: cfg()}
+	must.Eq(t, cfg().DefaultExpected, st.left("late"))
+}
+
 // A group that declares no run time holds no nodes: the ends it would wait
 // for are guesses, and nodes held on guesses idle.
 func TestNoReservationWithoutADeclaredRunTime(t *testing.T) {
