@@ -208,29 +208,4 @@ func stripEnv(tg *api.TaskGroup, rec *Record) {
 	}
 }
 
-// CarryEnv writes into group of job the environment the pin wrote into
-// the same group of old (its placement record's env), but for what the
-// new version's task sets itself and unless the group is no longer
-// opportunistic: `gpushare job run` carries it with the pins, as the
-// service would write it again.
-func CarryEnv(old, job *api.Job, group string) {
-	rec, ok := ParseRecord(old, group)
-	tg := Group(job, group)
-	if !ok || tg == nil || Meta(job, tg)[MetaClass] != string(placement.ClassOpportunistic) {
-		return
-	}
-	t := gpuTask(tg)
-	if t == nil {
-		return
-	}
-	stripEnv(tg, nil)
-	env := map[string]string{}
-	for k, v := range rec.Env {
-		if _, set := t.Env[k]; !set {
-			env[k] = v
-		}
-	}
-	writeEnv(t, env)
-}
-
 func ref[T any](v T) *T { return &v }

@@ -177,30 +177,6 @@ func TestPinWithZeroRuntimeWritesNothing(t *testing.T) {
 	must.MapEmpty(t, j.TaskGroups[0].Tasks[1].Env)
 }
 
-// `gpushare job run` carries the env with the pins into a new version,
-// but for what the new version sets itself.
-func TestCarryEnv(t *testing.T) {
-	old := runtimeJob("opportunistic", 25)
-	_, err := PinWith(old, "g", quarter, mps(0.5))
-	must.NoError(t, err)
-	next := runtimeJob("opportunistic", 25)
-	CarryEnv(old, next, "g")
-	gpu := next.TaskGroups[0].Tasks[1]
-	must.Eq(t, map[string]string{EnvMPSClientPriority: "1"}, gpu.Env)
-	must.SliceLen(t, 1, threadsTemplates(gpu))
-
-	next = runtimeJob("opportunistic", 25)
-	next.TaskGroups[0].Tasks[1].Env = map[string]string{EnvMPSClientPriority: "0"}
-	CarryEnv(old, next, "g")
-	must.Eq(t, map[string]string{EnvMPSClientPriority: "0"}, next.TaskGroups[0].Tasks[1].Env)
-
-	// a group that is production now gets none
-	next = runtimeJob("production", 25)
-	CarryEnv(old, next, "g")
-	must.MapEmpty(t, next.TaskGroups[0].Tasks[1].Env)
-	must.SliceEmpty(t, next.TaskGroups[0].Tasks[1].Templates)
-}
-
 // A pin written back unchanged (a group registered again as it was) never
 // overwrites the priority or thread percentage the task now sets itself.
 func TestRepeatLeavesUsersOwnPriority(t *testing.T) {

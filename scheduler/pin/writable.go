@@ -7,8 +7,8 @@ import (
 	"github.com/hashicorp/nomad/api"
 )
 
-// Writable returns a copy of job that PinWith, Repeat, Unpin and CarryEnv,
-// and a caller setting a group's meta, may change without changing job
+// Writable returns a copy of job that PinWith, Repeat and Unpin, and a
+// caller setting a group's meta, may change without changing job
 // (not AddGate, which rewrites a legacy gate in place). What they write is
 // copied: the job and its constraints; each group, its constraints and
 // meta; each task, its environment and templates; each task's resources

@@ -62,8 +62,7 @@ func TestWritableLeavesTheJobAsItWas(t *testing.T) {
 			_, err := Repeat(j, "g", p.TaskGroups[0].Meta[MetaPlacement], "sig")
 			return err
 		},
-		"Unpin":    func(j *api.Job) error { Unpin(j, "g"); return nil },
-		"CarryEnv": func(j *api.Job) error { CarryEnv(writableJobs(t)["pinned before"], j, "g"); return nil },
+		"Unpin": func(j *api.Job) error { Unpin(j, "g"); return nil },
 		"meta": func(j *api.Job) error {
 			Group(j, "g").Meta[MetaSignature] = "signed"
 			return nil
