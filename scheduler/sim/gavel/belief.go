@@ -102,18 +102,15 @@ func (s *sim) declared(j Job) float64 {
 
 // believedLeft is how long running job r is believed to need from now, as
 // the service knows it (queue.Left): the run time declared for the work
-// left when it last started (the default where none is), less the time it
-// ran since net of what sharing cost it then, at its rate now. When the
+// left when it last started, less the time it ran since net of what
+// sharing cost it then, at its rate now. When the
 // declared run times are exact that is the truth, which is returned as it
 // is (no rounding moves a decision).
 func (s *sim) believedLeft(r *running) float64 {
 	if s.opts.Robustness.RuntimeSigma == 0 {
 		return r.rem / r.rate
 	}
-	t := s.declared(r.job)
-	if t == 0 {
-		t = defaultExpected.Seconds()
-	}
-	return queue.Left(queue.Seconds(t*r.startRem/r.job.Steps), queue.Seconds(s.now-r.started),
+	// the caller asks only of jobs that declared a run time
+	return queue.Left(queue.Seconds(s.declared(r.job)*r.startRem/r.job.Steps), queue.Seconds(s.now-r.started),
 		queue.Seconds(r.out.SharedLoss-r.lossAtStart), r.rate/r.iso).Seconds()
 }
