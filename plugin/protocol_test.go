@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -50,7 +51,14 @@ func TestServedOverTheProtocol(t *testing.T) {
 	// the schema Nomad receives decodes the config as the plugin's own
 	schema, err := bc.ConfigSchema(ctx, &pb.ConfigSchemaRequest{})
 	must.NoError(t, err)
-	cfg, err := hclspec.EncodeHCL(schema.GetSpec(), []byte("shares_per_gpu = 10\nfingerprint_period = \"100ms\"\nfixture = \""+path+"\""), "client.hcl")
+	// per-reservation MPS daemons (the default) through the fake control
+	// (mpsd_test.go): the host needs no NVIDIA MPS tools
+	wd, err := os.Getwd()
+	must.NoError(t, err)
+	t.Setenv("FAKE_MPS_RECORD", filepath.Join(t.TempDir(), "record"))
+	hcl := fmt.Sprintf("shares_per_gpu = 10\nfingerprint_period = \"100ms\"\nfixture = %q\nmps {\n control = %q\n daemon_dir = %q\n}",
+		path, filepath.Join(wd, "testdata", "fake-mps-control"), filepath.Join(shortTempDir(t), "d"))
+	cfg, err := hclspec.EncodeHCL(schema.GetSpec(), []byte(hcl), "client.hcl")
 	must.NoError(t, err)
 	_, err = bc.SetConfig(ctx, &pb.SetConfigRequest{MsgpackConfig: cfg, PluginApiVersion: device.ApiVersion010})
 	must.NoError(t, err)
@@ -74,7 +82,7 @@ func TestServedOverTheProtocol(t *testing.T) {
 	must.EqOp(t, "Tesla V100-SXM2-16GB", g.GetDeviceName())
 	must.SliceLen(t, 80, g.GetDevices())
 	must.EqOp(t, v100+"0:0", g.GetDevices()[0].GetID())
-	must.True(t, g.GetDevices()[0].GetHealthy())
+	must.True(t, g.GetDevices()[0].GetHealthy(), must.Sprint(g.GetDevices()[0].GetHealthDescription()))
 	must.EqOp(t, "00000000:8A:00.0", g.GetDevices()[79].GetHwLocality().GetPciBusId())
 	must.EqOp(t, "NV2,SYS,SYS,SYS,X,NV1,NV1,NV2", g.GetAttributes()["gpu4.links"].GetStringVal())
 
