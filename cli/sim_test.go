@@ -34,6 +34,7 @@ func TestSimUsageAndFlags(t *testing.T) {
 		{"bad timeslice quantum", []string{"sim", "gavel", "-timeslice", "-timeslice-quantum", "1ms"}, 1, "-timeslice-quantum"},
 		{"timeslice without exclusive", []string{"sim", "gavel", "-timeslice", "-traces", "925e2b", "-policies", "packing", "-quiet"}, 1, "run the policy exclusive"},
 		{"unknown trace", []string{"sim", "openb", "-traces", "nope", "-seeds", "42", "-quiet"}, 1, "nope"},
+		{"unknown GPU type", []string{"sim", "gavel", "-gpu", "a100", "-traces", "925e2b", "-quiet"}, 1, `GPU type "a100": no measured throughputs (known: k80, p100, v100)`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,6 +81,36 @@ func TestSimGavelJSONAndOut(t *testing.T) {
 
 // TestSimGavelElastic: -elastic-share runs gpushare again once per seed,
 // beside the run without, and reports grows and shrinks.
+// -gpu runs the clusters at another GPU type's measured throughputs: the
+// JSON names it, the jobs run at its speed (a K80 is slower), and the page
+// says the model was fitted on V100 pairs only.
+func TestSimGavelOnAnotherGPUType(t *testing.T) {
+	avg := map[string]float64{}
+	for _, gpu := range []string{"v100", "k80"} {
+		dir := t.TempDir()
+		code, out, errOut := run("sim", "gavel", "-gpu", gpu, "-traces", "925e2b", "-cluster", "pcie:2", "-policies", "exclusive,gpushare", "-json", "-quiet", "-out", dir)
+		must.EqOp(t, 0, code, must.Sprint(errOut))
+		var j struct {
+			GPU     string
+			Metrics []struct {
+				Policy string  `json:"policy"`
+				AvgJCT float64 `json:"avg_jct_h"`
+			}
+		}
+		must.NoError(t, json.Unmarshal([]byte(out), &j))
+		must.EqOp(t, gpu, j.GPU)
+		avg[gpu] = j.Metrics[0].AvgJCT
+		md, err := os.ReadFile(filepath.Join(dir, "gavel.md"))
+		must.NoError(t, err)
+		if gpu == "k80" {
+			must.StrContains(t, string(md), "Measured K80 throughputs alone and co-located (Gavel, OSDI'20); gpushare's interference model fitted on V100 pairs only, never on K80's.")
+		} else {
+			must.StrContains(t, string(md), "Measured V100 throughputs alone and co-located (Gavel, OSDI'20). Policies:")
+		}
+	}
+	must.Greater(t, avg["v100"], avg["k80"], must.Sprint("exclusive's average JCT: K80s are slower"))
+}
+
 func TestSimGavelElastic(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := run("sim", "gavel", "-traces", "925e2b", "-cluster", "pcie:2", "-policies", "exclusive,gpushare",

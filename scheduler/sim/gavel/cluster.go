@@ -47,11 +47,12 @@ func ParseCluster(s string) (Cluster, error) {
 // GPUs is the cluster's GPU count.
 func (c Cluster) GPUs() int { return c.Nodes * c.GPUsPerNode }
 
-func (c Cluster) snapshot() (*placement.Snapshot, error) {
+// snapshot is the cluster's nodes with GPUs of the given model.
+func (c Cluster) snapshot(model string) (*placement.Snapshot, error) {
 	s := placement.NewSnapshot()
 	for i := range c.Nodes {
 		n, err := simrun.NodeFromSpec(simrun.NodeSpec{ID: fmt.Sprintf("node-%03d", i), CPU: 1 << 40, MemoryMiB: 1 << 40,
-			GPUs: c.GPUsPerNode, Model: "V100", Topology: c.Topology})
+			GPUs: c.GPUsPerNode, Model: model, Topology: c.Topology})
 		if err != nil {
 			return nil, err
 		}

@@ -113,6 +113,48 @@ func TestEmbeddedData(t *testing.T) {
 	}
 }
 
+// The other GPU types Gavel measured ship too (data/README.md: converted
+// from simulation_throughputs.json as the V100 files were): each reads its
+// own rows only, a throughput Gavel did not measure (0) is scaled from the
+// measured ones, and an unknown type names the known ones.
+func TestThroughputsOfEachGPUType(t *testing.T) {
+	d := Embedded()
+	gpus, err := d.GPUs()
+	must.NoError(t, err)
+	must.Eq(t, []string{"k80", "p100", "v100"}, gpus)
+	k80, err := d.ThroughputsOf("k80")
+	must.NoError(t, err)
+	v, err := k80.Isolated("ResNet-18 (batch size 16)", 1, true)
+	must.NoError(t, err)
+	must.Eq(t, 4.795294551566172, v)
+	one, err := k80.Isolated("ResNet-50 (batch size 128)", 1, true)
+	must.NoError(t, err)
+	two, err := k80.Isolated("ResNet-50 (batch size 128)", 2, true)
+	must.NoError(t, err)
+	must.Eq(t, 2*one, two, must.Sprint("measured 0 on 2 K80s: scaled from 1"))
+	na, nb, ok := k80.Pair("A3C", "CycleGAN")
+	must.True(t, ok)
+	must.Eq(t, [2]float64{0.4262, 0.5803}, [2]float64{na, nb})
+	must.SliceLen(t, 676, k80.rows, must.Sprint("the single-GPU pairs of k80, not of k80_unconsolidated"))
+	v100, err := d.Throughputs()
+	must.NoError(t, err)
+	vn, _, _ := v100.Pair("A3C", "CycleGAN")
+	must.Eq(t, 0.6358, vn)
+
+	_, err = d.ThroughputsOf("a100")
+	must.ErrorContains(t, err, `GPU type "a100": no measured throughputs (known: k80, p100, v100)`)
+
+	// one file holding several types: each reads its own
+	iso := "gpu_type,job_type,scale_factor,throughput_steps_per_s\nv100,A,1,10\nk80,A,1,2\nk80_unconsolidated,A,2,3\n"
+	pairs := "gpu_type,job_a,scale_a,job_b,scale_b,norm_a,norm_b\nv100,A,1,A,1,0.5,0.5\nk80,A,1,A,1,0.4,0.4\n"
+	thr, err := ReadThroughputsOf("k80", strings.NewReader(iso), strings.NewReader(pairs))
+	must.NoError(t, err)
+	must.Eq(t, map[isoKey]float64{{"A", 1, true}: 2, {"A", 2, false}: 3}, thr.iso)
+	must.Eq(t, 0.4, thr.pair[pairKey{"A", "A"}][0])
+	_, err = ReadThroughputsOf("p100", strings.NewReader(iso), strings.NewReader(pairs))
+	must.ErrorContains(t, err, `no isolated throughput of GPU type "p100"`)
+}
+
 func TestPairBenefit(t *testing.T) {
 	// r has 90 s left alone, j needs 50 s alone. Waiting: 90 + 140 = 230.
 	// At 0.6 each, j finishes at 83.3 s and r, 50 s done, runs 40 s alone.

@@ -10,6 +10,7 @@ import (
 
 // JSON is the machine-readable result of a run.
 type JSON struct {
+	GPU        string       `json:"gpu"`
 	Metrics    []Metrics    `json:"metrics"`
 	Goals      []Goal       `json:"goals,omitempty"`
 	Conditions []Condition  `json:"conditions,omitempty"`
@@ -19,7 +20,7 @@ type JSON struct {
 
 // JSON returns the result for --json.
 func (r *Report) JSON() JSON {
-	return JSON{Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions, Elastic: r.Elastic, Timesliced: r.Timesliced}
+	return JSON{GPU: r.GPU, Metrics: r.Metrics, Goals: r.Goals(), Conditions: r.Conditions, Elastic: r.Elastic, Timesliced: r.Timesliced}
 }
 
 // Goal checks gpushare against its goal on one trace and cluster: the

@@ -68,19 +68,47 @@ func (d Data) Trace(name string) ([]Job, error) {
 	return ReadTrace(f)
 }
 
-// Throughputs reads the isolated and co-located throughputs.
-func (d Data) Throughputs() (*Throughputs, error) {
-	f, err := d.fsys.Open("isolated_throughputs_v100.csv")
+// DefaultGPU is the GPU type the simulated clusters run at unless told
+// otherwise, and the one the interference model is fitted on
+// (interference.Default).
+const DefaultGPU = "v100"
+
+// Throughputs reads the isolated and co-located throughputs of DefaultGPU.
+func (d Data) Throughputs() (*Throughputs, error) { return d.ThroughputsOf(DefaultGPU) }
+
+// ThroughputsOf reads the isolated and co-located throughputs Gavel
+// measured on GPU type gpu (isolated_throughputs_<gpu>.csv and
+// colocation_pairs_<gpu>.csv; see data/README.md).
+func (d Data) ThroughputsOf(gpu string) (*Throughputs, error) {
+	if gpu == "" {
+		gpu = DefaultGPU
+	}
+	f, err := d.fsys.Open("isolated_throughputs_" + gpu + ".csv")
 	if err != nil {
-		return nil, err
+		known, _ := d.GPUs()
+		return nil, fmt.Errorf("GPU type %q: no measured throughputs (known: %s): %w", gpu, strings.Join(known, ", "), err)
 	}
 	defer f.Close()
-	g, err := d.fsys.Open("colocation_pairs_v100.csv")
+	g, err := d.fsys.Open("colocation_pairs_" + gpu + ".csv")
+	if err != nil {
+		return nil, fmt.Errorf("GPU type %q: %w", gpu, err)
+	}
+	defer g.Close()
+	return ReadThroughputsOf(gpu, f, g)
+}
+
+// GPUs lists the GPU types the data has throughputs of, sorted.
+func (d Data) GPUs() ([]string, error) {
+	names, err := fs.Glob(d.fsys, "isolated_throughputs_*.csv")
 	if err != nil {
 		return nil, err
 	}
-	defer g.Close()
-	return ReadThroughputs(f, g)
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		out = append(out, strings.TrimSuffix(strings.TrimPrefix(n, "isolated_throughputs_"), ".csv"))
+	}
+	slices.Sort(out)
+	return out, nil
 }
 
 // ReadTrace parses a tab-separated trace: job_type, command, num_steps_arg,
@@ -132,8 +160,9 @@ type pairKey struct {
 	a, b string
 }
 
-// Throughputs are Gavel's measured V100 numbers.
+// Throughputs are Gavel's measured numbers of one GPU type.
 type Throughputs struct {
+	gpu  string // the GPU type they were measured on
 	iso  map[isoKey]float64
 	pair map[pairKey][2]float64 // normalised throughputs of a and b (single-GPU jobs)
 	// rows are the single-GPU pairs as measured, in file order: what the
@@ -172,28 +201,43 @@ func readCSV(r io.Reader, need ...string) ([]map[string]string, error) {
 }
 
 // ReadThroughputs parses isolated_throughputs_v100.csv and
-// colocation_pairs_v100.csv. Rows of gpu_type v100 are jobs on one server;
-// v100_unconsolidated rows are jobs spread across servers.
+// colocation_pairs_v100.csv (ReadThroughputsOf DefaultGPU).
 func ReadThroughputs(isolated, pairs io.Reader) (*Throughputs, error) {
-	t := &Throughputs{iso: map[isoKey]float64{}, pair: map[pairKey][2]float64{}}
+	return ReadThroughputsOf(DefaultGPU, isolated, pairs)
+}
+
+// ReadThroughputsOf parses the throughputs of GPU type gpu: rows of
+// gpu_type gpu are jobs on one server, rows of gpu_type
+// gpu_unconsolidated jobs spread across servers; other rows are skipped.
+func ReadThroughputsOf(gpu string, isolated, pairs io.Reader) (*Throughputs, error) {
+	t := &Throughputs{gpu: gpu, iso: map[isoKey]float64{}, pair: map[pairKey][2]float64{}}
 	rows, err := readCSV(isolated, "gpu_type", "job_type", "scale_factor", "throughput_steps_per_s")
 	if err != nil {
 		return nil, err
 	}
 	for i, m := range rows {
+		if m["gpu_type"] != gpu && m["gpu_type"] != gpu+"_unconsolidated" {
+			continue
+		}
 		scale, err1 := strconv.Atoi(m["scale_factor"])
 		thr, err2 := strconv.ParseFloat(m["throughput_steps_per_s"], 64)
-		if err1 != nil || err2 != nil || scale < 1 || thr <= 0 {
+		if err1 != nil || err2 != nil || scale < 1 || thr < 0 {
 			return nil, fmt.Errorf("%w: isolated line %d: %v", ErrFormat, i+2, m)
 		}
-		t.iso[isoKey{m["job_type"], scale, m["gpu_type"] == "v100"}] = thr
+		if thr == 0 {
+			continue // not measured (K80: ResNet-50 at batch 128 on 2 or more): Isolated scales the measured
+		}
+		t.iso[isoKey{m["job_type"], scale, m["gpu_type"] == gpu}] = thr
+	}
+	if len(t.iso) == 0 {
+		return nil, fmt.Errorf("%w: no isolated throughput of GPU type %q", ErrFormat, gpu)
 	}
 	rows, err = readCSV(pairs, "gpu_type", "job_a", "scale_a", "job_b", "scale_b", "norm_a", "norm_b")
 	if err != nil {
 		return nil, err
 	}
 	for i, m := range rows {
-		if m["gpu_type"] != "v100" || m["scale_a"] != "1" || m["scale_b"] != "1" {
+		if m["gpu_type"] != gpu || m["scale_a"] != "1" || m["scale_b"] != "1" {
 			continue
 		}
 		na, err1 := strconv.ParseFloat(m["norm_a"], 64)
@@ -236,4 +280,22 @@ func (t *Throughputs) Pair(a, b string) (na, nb float64, ok bool) {
 		return 0, 0, false
 	}
 	return v[0], v[1], true
+}
+
+// gpuName is how a GPU type is named on the simulated nodes and in
+// reports: "v100" is "V100".
+func gpuName(gpu string) string {
+	if gpu == "" {
+		gpu = DefaultGPU
+	}
+	return strings.ToUpper(gpu)
+}
+
+// modelFittedOn says, in a report, that the interference model was fitted
+// on another GPU type's pairs than the one the cluster ran at.
+func modelFittedOn(gpu string) string {
+	if gpu == "" || gpu == DefaultGPU {
+		return ""
+	}
+	return "; gpushare's interference model fitted on " + gpuName(DefaultGPU) + " pairs only, never on " + gpuName(gpu) + "'s"
 }

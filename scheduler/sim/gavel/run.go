@@ -19,7 +19,12 @@ var DefaultTraces = []string{"0e4a51", "103959", "11cb48", "2869ce", "6214e9", "
 
 // Config selects what Run simulates.
 type Config struct {
-	Data     Data
+	Data Data
+	// GPU is the GPU type whose measured throughputs the clusters run at
+	// (Data.ThroughputsOf; "" is DefaultGPU). The interference model is
+	// fitted on V100 pairs (interference.Default) whatever it is: another
+	// type is one the model was never fitted on.
+	GPU      string
 	Traces   []string
 	Clusters []Cluster
 	Policies []string
@@ -40,6 +45,8 @@ type Config struct {
 // Report holds the metrics of every trace x cluster x policy, and of the
 // perturbed conditions.
 type Report struct {
+	// GPU is the GPU type the clusters ran at.
+	GPU        string
 	Metrics    []Metrics
 	Conditions []Condition
 	Elastic    []ElasticRun
@@ -51,7 +58,10 @@ type Report struct {
 
 // Run simulates every combination, Workers at a time.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
-	thr, err := cfg.Data.Throughputs()
+	if cfg.GPU == "" {
+		cfg.GPU = DefaultGPU
+	}
+	thr, err := cfg.Data.ThroughputsOf(cfg.GPU)
 	if err != nil {
 		return nil, err
 	}
@@ -147,7 +157,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Timeslice: cfg.Timeslice}
+	rep := &Report{GPU: cfg.GPU, Timeslice: cfg.Timeslice}
 	conds := make([][]Metrics, len(cfg.Conditions))
 	for _, e := range cfg.Elastic {
 		rep.Elastic = append(rep.Elastic, ElasticRun{Elastic: e})
@@ -232,7 +242,7 @@ func (r *Report) WriteDir(dir, format string) error {
 	}
 	var md strings.Builder
 	md.WriteString("# Gavel MSR traces: job completion time\n\n")
-	md.WriteString("Measured V100 throughputs alone and co-located (Gavel, OSDI'20). Policies:\n\n")
+	fmt.Fprintf(&md, "Measured %s throughputs alone and co-located (Gavel, OSDI'20)%s. Policies:\n\n", gpuName(r.GPU), modelFittedOn(r.GPU))
 	for _, p := range Policies {
 		fmt.Fprintf(&md, "- `%s`: %s\n", p, PolicyInfo[p])
 	}

@@ -189,7 +189,7 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	if rb := opts.Robustness; rb.FitFolds > 0 && spec.share == shareModel {
 		opts.Model = heldOutModel(thr, rb.FitFolds, rb.FitFold)
 	}
-	snap, err := c.snapshot()
+	snap, err := c.snapshot(gpuName(thr.gpu))
 	if err != nil {
 		return nil, 0, err
 	}
