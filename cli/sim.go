@@ -208,7 +208,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	observe := fs.Duration("observe-after", gavel.DefaultObserveAfter*time.Second, "gpushare: how long a pair runs before its progress is seen")
 	checkpoint := fs.Duration("checkpoint", 0, "how often jobs checkpoint: a job moved off its GPU loses its work since the last one (0: since it last started)")
 	robust := fs.Bool("robustness", false, "also run gpushare (and sjf-bsbf where run times change) under the standard perturbed conditions: model bias +0.15 and -0.15, model noise 0.2, run times off by a log-normal factor (sigma 1), none declared; report the goals of each")
-	heldOut := fs.Bool("held-out", false, "also run gpushare with its interference model fitted on part of the measured pairs only (either half, a quarter): GPU types the model was not fitted on; report the goals of each")
+	heldOut := fs.Bool("held-out", false, "also run gpushare with its interference model fitted on part of the measured pairs only (either half, a quarter; of -gpu's type): GPU types the model was not fitted on; report the goals of each")
 	unc := fs.Float64("uncertainty-scale", 1, "gpushare: scale of the uncertainty of an unobserved prediction (1: the model's cross-validated RMSE)")
 	elShare := fs.Float64("elastic-share", 0, "elastic groups: also run the gpushare policies with this fraction of the jobs elastic (drawn per seed), each growing into idle GPUs one replica at a time up to -elastic-max times its GPUs and shrinking, newest replica first and never below its own GPUs, when a waiting job needs them; reported beside the run without (0: off)")
 	elMax := fs.Int("elastic-max", gavel.DefaultElasticMax, "elastic groups: an elastic job runs on at most this many times the GPUs it asks for")
