@@ -245,15 +245,15 @@ func displayProfile(p interference.Profile) *interference.Profile {
 // almost every pass.
 const chargesEvery = time.Minute
 
-// chargeItems are what sharing has cost each allocation of bounded (those
-// of groups that declare a run time, loop.charged) so far, by allocation ID, in whole
-// seconds (rounded down: a new leader never charges more than was
-// observed).
-func (in *introspection) chargeItems(bounded map[string]float64) map[string]string {
+// chargeItems are what sharing has cost each allocation of charged (those
+// of groups that declare a run time, loop.charged) so far, by allocation
+// ID, in whole seconds (rounded down: a new leader never charges more
+// than was observed).
+func (in *introspection) chargeItems(charged map[string]float64) map[string]string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	items := make(map[string]string, len(bounded))
-	for id := range bounded {
+	items := make(map[string]string, len(charged))
+	for id := range charged {
 		if t := in.lost[id]; t != nil && t.lost >= time.Second {
 			items[id] = strconv.FormatInt(int64(t.lost/time.Second), 10)
 		}

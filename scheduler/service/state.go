@@ -121,7 +121,7 @@ type notes interface {
 type introRecords interface {
 	items(wanted map[string]bool) map[string]string
 	read(items map[string]string)
-	chargeItems(bounded map[string]float64) map[string]string
+	chargeItems(charged map[string]float64) map[string]string
 	readCharges(items map[string]string)
 }
 
