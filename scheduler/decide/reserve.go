@@ -18,8 +18,10 @@ import (
 // those nodes only if they expect to end before it could start. Without
 // them a stream of small jobs keeps taking the GPUs a large job waits for
 // (on the Gavel traces the reservation halves the average JCT). Expected
-// ends are an input: the service derives them from declared run times,
-// the simulator from the jobs' true remaining work.
+// ends are an input (Input.Ends): the service and the simulator derive
+// them from declared run times and the work done (queue.Left; with exact
+// run times the simulator's are the truth), and the step reads each
+// through left.
 
 // reserveFor returns the nodes held for request r (queue.Hold), each with
 // the time its GPUs are expected to be free for one of r's allocations, or
