@@ -242,7 +242,7 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 		if _, err := thr.Isolated(jobs[i].Type, jobs[i].Scale, true); err != nil {
 			return nil, 0, fmt.Errorf("job %d: %w", jobs[i].ID, err)
 		}
-		if _, err := opts.Timeslice.shares(jobs[i].Type); opts.Timeslice.On && jobs[i].Scale == 1 && err != nil {
+		if _, err := opts.Timeslice.shares(jobs[i].Type, thr.gpu); opts.Timeslice.On && jobs[i].Scale == 1 && err != nil {
 			return nil, 0, fmt.Errorf("job %d: %w", jobs[i].ID, err)
 		}
 	}

@@ -2,9 +2,11 @@ package gavel
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/placement"
@@ -39,7 +41,7 @@ type Timeslice struct {
 	// single-GPU jobs to run dry.
 	Greedy bool `json:"greedy,omitempty"`
 	// MemoryGB is each job type's GPU memory (nil: MemoryEstimateGB); a
-	// GPU has GPUMemoryGB.
+	// GPU has its type's GPUMemoryGB.
 	MemoryGB map[string]float64 `json:"-"`
 }
 
@@ -48,9 +50,12 @@ type Timeslice struct {
 const (
 	DefaultQuantum    = 2.0
 	DefaultSwitchCost = 0.05
-	// GPUMemoryGB is the memory of Gavel's V100s.
-	GPUMemoryGB = 16.0
 )
+
+// GPUMemoryGB is the memory of one GPU of each type Gavel measured: its
+// V100s and P100s have 16 GB, a K80 board's two dies 12 GB each (Gavel's
+// unit of a K80 is one die).
+var GPUMemoryGB = map[string]float64{"v100": 16, "p100": 16, "k80": 12}
 
 // MemoryEstimateGB is gpushare's estimate of each Gavel job type's GPU
 // memory on a 16 GB V100 (Gavel publishes none): the typical footprint of
@@ -109,17 +114,28 @@ func (t *Timeslice) check(policy string) error {
 	return nil
 }
 
-// shares is the shares of one GPU a job of type typ asks for its memory.
-func (t *Timeslice) shares(typ string) (int, error) {
+// shares is the shares of one GPU of type gpu a job of type typ asks for
+// its memory.
+func (t *Timeslice) shares(typ, gpu string) (int, error) {
+	if gpu == "" {
+		gpu = DefaultGPU
+	}
+	total, ok := GPUMemoryGB[gpu]
+	if !ok {
+		return 0, fmt.Errorf("time-slicing: the memory of GPU type %s is not known (known: %s)", gpuName(gpu), strings.Join(slices.Sorted(maps.Keys(GPUMemoryGB)), ", "))
+	}
 	mem := t.MemoryGB
 	if mem == nil {
 		mem = MemoryEstimateGB
 	}
 	gb, ok := mem[typ]
-	if !ok || gb <= 0 || gb > GPUMemoryGB {
+	switch {
+	case !ok || gb <= 0:
 		return 0, fmt.Errorf("time-slicing: no GPU memory estimate for job type %q", typ)
+	case gb > total:
+		return 0, fmt.Errorf("time-slicing: job type %q needs %.1f GB, more than a %s's %.0f GB", typ, gb, gpuName(gpu), total)
 	}
-	return int(math.Ceil(gb / GPUMemoryGB * devicefn.DefaultSharesPerGPU)), nil
+	return int(math.Ceil(gb / total * devicefn.DefaultSharesPerGPU)), nil
 }
 
 // slice is the share of its isolated throughput a time-sliced job gets on
@@ -138,7 +154,7 @@ func (t *Timeslice) slice(n int) float64 {
 // Gavel measured able to share a GPU with it.
 func (s *sim) placeTimesliced(j Job) bool {
 	const spg = devicefn.DefaultSharesPerGPU
-	mem, err := s.opts.Timeslice.shares(j.Type)
+	mem, err := s.opts.Timeslice.shares(j.Type, s.thr.gpu)
 	if err != nil {
 		panic(err) // checked for every job before the run
 	}

@@ -35,7 +35,7 @@ func (r *Report) TimesliceTable() report.Table {
 func TimesliceNotes(ts Timeslice) string {
 	return fmt.Sprintf("exclusive (FIFO, a GPU per single-GPU job) against the same policy where a single-GPU job that would wait "+
 		"is time-sliced instead: placed by the placement core as a time-sliced request for its GPU memory's shares (gpushare's per-type "+
-		"estimate on a 16 GB V100; never beside a job Gavel measured unable to share a GPU with it), at most %d per GPU, "+
+		"estimate, out of the GPU's memory: 16 GB on a V100 or P100, 12 GB on a K80; never beside a job Gavel measured unable to share a GPU with it), at most %d per GPU, "+
 		"each running at its isolated throughput for 1/n of the time less a %.3g s switch per %.3g s quantum; %s. Multi-GPU jobs hold whole GPUs "+
 		"in both. Utilisation counts GPUs with at least one job; jobs time-sliced are those that took turns with another at some point.",
 		ts.maxPerGPU(), ts.switchCost(), ts.quantum(), greedyNote(ts.Greedy))

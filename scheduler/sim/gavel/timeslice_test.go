@@ -1,6 +1,7 @@
 package gavel
 
 import (
+	"maps"
 	"slices"
 	"testing"
 
@@ -117,14 +118,31 @@ func TestTimesliceBadInput(t *testing.T) {
 	must.ErrorContains(t, err, "leaves nothing")
 	_, _, err = Simulate("exclusive", jobs, oneGPU, thr, Options{Timeslice: Timeslice{On: true}})
 	must.ErrorContains(t, err, `no GPU memory estimate for job type "A"`)
-	// every Gavel job type has an estimate that fits a V100
-	all, err := Embedded().Throughputs()
+	// every Gavel job type has an estimate that fits a GPU of each type
+	// Gavel measured, in more of a K80's 12 GB than of a V100's 16
+	gpus, err := Embedded().GPUs()
 	must.NoError(t, err)
-	for k := range all.iso {
-		n, err := (&Timeslice{}).shares(k.typ)
+	must.SliceContainsAll(t, gpus, slices.Collect(maps.Keys(GPUMemoryGB)))
+	for _, gpu := range gpus {
+		all, err := Embedded().ThroughputsOf(gpu)
 		must.NoError(t, err)
-		must.Between(t, 1, n, 100)
+		for k := range all.iso {
+			n, err := (&Timeslice{}).shares(k.typ, gpu)
+			must.NoError(t, err)
+			must.Between(t, 1, n, 100)
+		}
 	}
+	v100, err := (&Timeslice{}).shares("ResNet-50 (batch size 128)", "v100")
+	must.NoError(t, err)
+	k80, err := (&Timeslice{}).shares("ResNet-50 (batch size 128)", "k80")
+	must.NoError(t, err)
+	must.EqOp(t, 69, v100) // 11 of 16 GB
+	must.EqOp(t, 92, k80)  // 11 of 12 GB
+	// a job larger than the GPU, and a GPU type of unknown memory
+	_, err = (&Timeslice{MemoryGB: map[string]float64{"A": 14}}).shares("A", "k80")
+	must.ErrorContains(t, err, "more than a K80's 12 GB")
+	_, err = (&Timeslice{}).shares("A3C", "a100")
+	must.ErrorContains(t, err, "memory of GPU type A100 is not known (known: k80, p100, v100)")
 }
 
 func avgJCT(out []Outcome) float64 {
