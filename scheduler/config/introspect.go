@@ -24,6 +24,14 @@ type Introspection struct {
 	// time shared, weighted by one less its observed throughput there).
 	// nil means DefaultMaxStretch; 0 turns the bound off.
 	MaxStretch *float64 `hcl:"max_stretch,optional"`
+	// BoundedCost pairs on the prediction and leaves its uncertainty to
+	// introspection: a pairing is tried when its expected gain exceeds
+	// what it costs if it is one uncertainty worse, bounded by one window
+	// (after which a losing pair is unpaired), and a production job's
+	// bound is checked at its predicted slowdown (a pair seen breaking it
+	// is unpaired). Off (nil), a pairing whose pessimistic outcome loses or
+	// breaks a bound is not tried. Needs introspection.
+	BoundedCost *bool `hcl:"bounded_cost,optional"`
 }
 
 // Introspection defaults.
@@ -66,6 +74,14 @@ func (c *Config) MaxStretch() float64 {
 	return DefaultMaxStretch
 }
 
+// BoundedCost reports whether pairings are tried on their predictions,
+// with introspection bounding what a wrong one costs (Introspection.
+// BoundedCost; never without introspection).
+func (c *Config) BoundedCost() bool {
+	b := c.introspection().BoundedCost
+	return c.IntrospectionOn() && b != nil && *b
+}
+
 // IntrospectionEvery is how often the service samples paired jobs.
 func (c *Config) IntrospectionEvery() time.Duration {
 	return c.IntrospectionWindow() / time.Duration(max(c.IntrospectionSamples(), 1))
@@ -86,6 +102,9 @@ func (i *Introspection) merge(o *Introspection) {
 	}
 	if o.MaxStretch != nil {
 		i.MaxStretch = o.MaxStretch
+	}
+	if o.BoundedCost != nil {
+		i.BoundedCost = o.BoundedCost
 	}
 }
 

@@ -38,6 +38,16 @@ func TestIntrospection(t *testing.T) {
 	must.NoError(t, err)
 	must.ErrorContains(t, c.Validate(), "s.hcl:2: introspection.max_stretch = -1: want a share")
 
+	// bounded cost: off by default, on when asked, never without introspection
+	must.False(t, Default().BoundedCost())
+	c, err = Parse("s.hcl", []byte("introspection {\n  bounded_cost = true\n}\n"))
+	must.NoError(t, err)
+	must.NoError(t, c.Validate())
+	must.True(t, c.BoundedCost())
+	c, err = Parse("s.hcl", []byte("introspection {\n  bounded_cost = true\n  enabled = false\n}\n"))
+	must.NoError(t, err)
+	must.False(t, c.BoundedCost(), must.Sprint("nothing would undo a wrong pairing"))
+
 	c, err = Parse("s.hcl", []byte("introspection {\n  window = \"10ms\"\n  samples = 1\n}\n"))
 	must.NoError(t, err)
 	err = c.Validate()

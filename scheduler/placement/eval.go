@@ -226,8 +226,9 @@ type estimate struct{ v, unc float64 }
 // of the jobs already there with it (mate), each with its uncertainty, and
 // the loss of total normalised throughput the pairing causes; ok is false
 // when a production job's predicted slowdown plus the prediction's
-// uncertainty would exceed its bound, or when the new job was seen to
-// break a bound with a job on g on this GPU model.
+// uncertainty (the prediction alone under Options.BoundOnPrediction) would
+// exceed its bound, or when the new job was seen to break a bound with a
+// job on g on this GPU model.
 func (e *engine) interfere(g *GPU, r *Request) (pred, mate estimate, loss float64, ok bool) {
 	if len(g.allocs) == 0 || r.Timeslice {
 		// time-sliced jobs take turns: none runs beside another
@@ -257,7 +258,7 @@ func (e *engine) interfere(g *GPU, r *Request) (pred, mate estimate, loss float6
 		after += v
 	}
 	pred = estimate{out[k], unc[k]}
-	if r.Class == ClassProduction && 1-out[k]+unc[k] > e.bound(r.MaxSlowdown)+1e-9 {
+	if r.Class == ClassProduction && e.breaks(pred, r.MaxSlowdown) {
 		return pred, estimate{}, 0, false
 	}
 	mate = estimate{v: 1}
@@ -265,13 +266,22 @@ func (e *engine) interfere(g *GPU, r *Request) (pred, mate estimate, loss float6
 		if out[j] < mate.v {
 			mate = estimate{out[j], unc[j]}
 		}
-		if a.Class == ClassProduction {
-			if 1-out[j]+unc[j] > e.bound(a.MaxSlowdown)+1e-9 {
-				return pred, estimate{}, 0, false
-			}
+		if a.Class == ClassProduction && e.breaks(estimate{out[j], unc[j]}, a.MaxSlowdown) {
+			return pred, estimate{}, 0, false
 		}
 	}
 	return pred, mate, 1 - (after - before), true
+}
+
+// breaks reports whether a production job predicted to run at p would be
+// slowed past its bound (own, else the policy's): at the prediction one
+// uncertainty worse, or under Options.BoundOnPrediction at the prediction.
+func (e *engine) breaks(p estimate, own float64) bool {
+	slow := 1 - p.v
+	if !e.opts.BoundOnPrediction {
+		slow += p.unc
+	}
+	return slow > e.bound(own)+1e-9
 }
 
 // bestFit is FGD's BestFit cost: the node's free CPU and GPU left after the

@@ -78,6 +78,14 @@ type Options struct {
 	// MaxSlowdown is the default slowdown bound of production jobs
 	// (gpushare); 0 means the snapshot's DefaultMaxSlowdown (10%).
 	MaxSlowdown float64
+	// BoundOnPrediction checks a production job's slowdown bound at the
+	// predicted slowdown rather than at the prediction one uncertainty
+	// worse. It is for a Predictor whose pairings are watched and undone
+	// once seen breaking a bound (introspection with bounded cost): a
+	// wrong prediction then costs at most one observation window below
+	// the bound, where the uncertainty's margin keeps every pairing not
+	// observed yet off a GPU type the model was not fitted on.
+	BoundOnPrediction bool
 	// TimesliceMaxPerGPU is the most time-sliced allocations one GPU
 	// takes (Request.Timeslice); 0 means DefaultTimesliceMaxPerGPU.
 	TimesliceMaxPerGPU int

@@ -235,7 +235,19 @@ func stepConfig(cfg *config.Config) decide.Config {
 		MaxSlowdown:     cfg.ProductionMaxSlowdown,
 		InPlacePins:     cfg.InPlacePinsOn(),
 		MaxStretch:      cfg.MaxStretch(),
+		ObserveWithin:   observeWithin(cfg),
 	}
+}
+
+// observeWithin is how soon introspection judges a new pairing, which
+// bounds what a wrong one costs (decide.Config.ObserveWithin): one window,
+// under bounded_cost only (0: a pairing whose pessimistic outcome loses
+// is not tried).
+func observeWithin(cfg *config.Config) time.Duration {
+	if !cfg.BoundedCost() {
+		return 0
+	}
+	return cfg.IntrospectionWindow()
 }
 
 // execute carries out one action of the step but a pin (sendPins). It

@@ -78,7 +78,7 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	intro := newIntrospection(cfg, prof)
 	policy, err := placement.New(cfg.Policy, placement.Options{Seed: cfg.Seed, Model: prof, VCs: cfg.VirtualClusters(), Mix: cfg.Mix(),
 		MaxSlowdown: cfg.ProductionMaxSlowdown, Predictor: intro.predictor(cfg.IntrospectionOn()),
-		TimesliceMaxPerGPU: cfg.TimesliceMaxPerGPU()})
+		TimesliceMaxPerGPU: cfg.TimesliceMaxPerGPU(), BoundOnPrediction: cfg.BoundedCost()})
 	if err != nil {
 		return nil, err
 	}

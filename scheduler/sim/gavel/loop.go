@@ -69,7 +69,7 @@ func (s *sim) scheduleLoop(waiting []int) []int {
 	}
 	cfg := decide.Config{DefaultExpected: defaultExpected, Reservations: s.spec.reserve, IdleFirst: true, MaxSlowdown: s.opts.MaxSlowdown,
 		WaitBound: s.shadow != nil, ShortestFirst: s.shadow != nil, MaxStretch: max(s.opts.MaxStretch, 0)}
-	if s.introspecting() && s.opts.BoundedCost {
+	if s.introspecting() && s.opts.boundedCost() {
 		cfg.ObserveWithin = queue.Seconds(s.opts.ObserveAfter)
 	}
 	in := decide.Input{Snapshot: s.snap, Groups: groups, Ends: ends, Now: at(s.now), Compatible: s.fitsWith, Running: running, Stretched: s.stretched()}

@@ -46,11 +46,16 @@ type Options struct {
 	// Timeslice places single-GPU jobs that would wait time-sliced
 	// (the exclusive policy only; see timeslice.go).
 	Timeslice Timeslice
-	// BoundedCost lets gpushare pair a job whose pessimistic outcome loses
-	// when the expected gain exceeds that outcome's cost bounded by
-	// introspection (decide.Config.ObserveWithin; measured, not the
-	// default: it lost on the held-out GPU types).
-	BoundedCost bool
+	// NoBoundedCost turns off the gpushare policies' bounded-cost pairing
+	// (the ablation, the policy before it): with it, a pairing is weighed
+	// on its expected gain against what it costs if it is as bad as one
+	// uncertainty below its prediction, bounded by introspection
+	// (decide.Config.ObserveWithin), and the production bound is checked
+	// at the prediction (placement.Options.BoundOnPrediction), as a pair
+	// seen breaking it is unpaired within an observation window. Without,
+	// a pairing whose pessimistic outcome loses, or breaks the bound, is
+	// not tried. Bounded cost needs introspection.
+	NoBoundedCost bool
 	// MaxStretch is gpushare's bound on what sharing may cost a job over
 	// its life, a share of its run time alone (decide.Config.MaxStretch;
 	// default DefaultMaxStretch, negative: none).
@@ -75,6 +80,10 @@ const DefaultMaxStretch = 0.4
 
 // DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
 const DefaultMaxSlowdown = 0.6
+
+// boundedCost reports whether the gpushare policies weigh a pairing's
+// cost bounded by introspection (Options.NoBoundedCost).
+func (o *Options) boundedCost() bool { return !o.NoBoundedCost && !o.NoIntrospection }
 
 // Outcome is one job's life.
 type Outcome struct {
@@ -196,7 +205,8 @@ func Simulate(policy string, jobs []Job, c Cluster, thr *Throughputs, opts Optio
 	if opts.ObserveAfter <= 0 {
 		opts.ObserveAfter = DefaultObserveAfter
 	}
-	popts := placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown, TimesliceMaxPerGPU: opts.Timeslice.maxPerGPU()}
+	popts := placement.Options{Model: opts.Model, MaxSlowdown: opts.MaxSlowdown, TimesliceMaxPerGPU: opts.Timeslice.maxPerGPU(),
+		BoundOnPrediction: opts.boundedCost()}
 	var know *interference.Knowledge
 	if spec.share == shareModel {
 		rb := opts.Robustness
