@@ -196,7 +196,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	clusters := fs.String("cluster", "pcie,dgx1", "clusters: pcie (16 servers x 4 GPUs on PCIe), dgx1 (8 DGX-1 servers x 8 GPUs); name:N sets the node count")
 	gpu := fs.String("gpu", gavel.DefaultGPU, "the GPU type whose measured throughputs the clusters run at: v100, p100 or k80 (Gavel's; with -data, any type the directory has); gpushare's interference model is fitted on V100 pairs only, so p100 and k80 are GPU types it never saw")
 	slowdown := fs.Float64("max-slowdown", gavel.DefaultMaxSlowdown, "gpushare: the largest predicted slowdown a pairing may cause a job")
-	boundedCost := fs.Bool("bounded-cost", true, "gpushare: pair a job on the expected gain when it exceeds what the pairing costs if it is one uncertainty worse than predicted, bounded by introspection (one observation window), and check the production bound at the prediction; -bounded-cost=false: only pairings whose pessimistic outcome wins and keeps the bound (the policy before; docs/results)")
+	boundedCost := fs.Bool("bounded-cost", false, "gpushare: pair a job on the expected gain when it exceeds what the pairing costs if it is one uncertainty worse than predicted, bounded by introspection (one observation window), and check the production bound at the prediction; measured, not the default (docs/results)")
 	stretch := fs.Float64("max-stretch", gavel.DefaultMaxStretch, "gpushare: what sharing may cost a job over its life, a share of its run time alone: its GPU is not shared once it lost that much (0: no bound)")
 	var rb gavel.Robustness
 	fs.Float64Var(&rb.Bias, "model-bias", 0, "robustness: add this to every predicted normalised throughput of a pair (+0.15: the model believes pairs 0.15 faster than they run)")
@@ -277,7 +277,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 		conds = append(conds, gavel.HeldOutConditions...)
 	}
 	rep, err := gavel.Run(ctx, gavel.Config{Data: data, GPU: *gpu, Traces: traces, Clusters: cl, Policies: splitList(c.policies),
-		Options: gavel.Options{MaxSlowdown: *slowdown, MaxStretch: stretchOption(*stretch), NoBoundedCost: !*boundedCost, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
+		Options: gavel.Options{MaxSlowdown: *slowdown, MaxStretch: stretchOption(*stretch), BoundedCost: *boundedCost, Robustness: rb, NoIntrospection: *noIntro, ObserveAfter: observe.Seconds(),
 			Checkpoint: checkpoint.Seconds(), UncertaintyScale: *unc}, Workers: c.workers, Progress: c.progress(io), Conditions: conds, Elastic: elastic, Timeslice: ts})
 	if err != nil {
 		return simFail(io, err)

@@ -161,21 +161,21 @@ func TestGpushareByHand(t *testing.T) {
 	}
 }
 
-// Bounded cost (the default): the model predicts two A jobs at 0.833 each,
+// Bounded cost (Options.BoundedCost): the model predicts two A jobs at 0.833 each,
 // within a bound of 0.3, but with an uncertainty of 0.2 one uncertainty
 // below is 0.633, past it. gpushare pairs them on the prediction, sees
 // them run at the measured 0.6 five seconds later and unpairs them: the
 // wrong prediction cost job 1 no more than that window (and its lost
-// work). With NoBoundedCost the uncertainty keeps them apart and job 1
-// waits for job 0 (the policy before).
+// work). Without it (the default) the uncertainty keeps them apart and
+// job 1 waits for job 0.
 func TestBoundedCostPairsOnThePredictionAndIntrospectionUndoesIt(t *testing.T) {
 	thr := tinyThroughputs(t)
 	jobs := []Job{{Type: "A", Steps: 100, Scale: 1}, {Type: "A", Steps: 50, Arrival: 10, Scale: 1}}
 	m := tinyModel()
 	m.Uncertainty = 0.2
-	run := func(no bool) ([]Outcome, int) {
+	run := func(bounded bool) ([]Outcome, int) {
 		unpairs := 0
-		opts := Options{Model: m, MaxSlowdown: 0.3, ObserveAfter: 5, NoBoundedCost: no,
+		opts := Options{Model: m, MaxSlowdown: 0.3, ObserveAfter: 5, BoundedCost: bounded,
 			OnStep: func(_ float64, as []decide.Action) {
 				for _, a := range as {
 					if a.Kind == decide.Unpair {
@@ -187,16 +187,16 @@ func TestBoundedCostPairsOnThePredictionAndIntrospectionUndoesIt(t *testing.T) {
 		must.NoError(t, err)
 		return out, unpairs
 	}
-	out, unpairs := run(false)
+	out, unpairs := run(true)
 	must.Eq(t, 1, unpairs)
 	must.Eq(t, 10.0, out[1].Start) // paired at once
 	must.Eq(t, 1, out[1].Moves)
 	must.InDelta(t, 5*(1-0.6), out[0].SharedLoss, 1e-6) // job 0 lost a window at 0.6
 
-	before, unpairs := run(true)
+	without, unpairs := run(false)
 	must.Eq(t, 0, unpairs)
-	must.Eq(t, 100.0, before[1].Start) // waited for job 0
-	must.InDelta(t, 150, before[1].Finish, 1e-6)
+	must.Eq(t, 100.0, without[1].Start) // waited for job 0
+	must.InDelta(t, 150, without[1].Finish, 1e-6)
 	// what the wrong pairing cost job 1: at most the window and the work it lost in it
-	must.Between(t, 0, out[1].Finish-before[1].Finish, 5+out[1].Lost)
+	must.Between(t, 0, out[1].Finish-without[1].Finish, 5+out[1].Lost)
 }
