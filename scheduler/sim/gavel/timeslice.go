@@ -114,12 +114,9 @@ func (t *Timeslice) check(policy string) error {
 	return nil
 }
 
-// shares is the shares of one GPU of type gpu a job of type typ asks for
-// its memory.
+// shares is the shares of one GPU of type gpu (a Throughputs' type, never
+// empty) a job of type typ asks for its memory.
 func (t *Timeslice) shares(typ, gpu string) (int, error) {
-	if gpu == "" {
-		gpu = DefaultGPU
-	}
 	total, ok := GPUMemoryGB[gpu]
 	if !ok {
 		return 0, fmt.Errorf("time-slicing: the memory of GPU type %s is not known (known: %s)", gpuName(gpu), strings.Join(slices.Sorted(maps.Keys(GPUMemoryGB)), ", "))
