@@ -55,8 +55,8 @@ type Options struct {
 	// observation window. Off (the default), a pairing whose pessimistic
 	// outcome loses, or breaks the bound, is not tried. Measured, not the
 	// default: it lowers the average JCT on GPU types the model never saw
-	// but meets both goals in no more runs, and loses some on V100
-	// (docs/results). Bounded cost needs introspection.
+	// but meets both goals in one run more on P100, none on K80, and loses
+	// runs on V100 (docs/results). Bounded cost needs introspection.
 	BoundedCost bool
 	// MaxStretch is gpushare's bound on what sharing may cost a job over
 	// its life, a share of its run time alone (decide.Config.MaxStretch;
