@@ -77,7 +77,8 @@ type Options struct {
 const DefaultObserveAfter = 600
 
 // DefaultMaxStretch is gpushare's bound on what sharing may cost a job
-// over its life: a fifth of its run time alone.
+// over its life: two fifths of its run time alone (as the service's
+// introspection.max_stretch default).
 const DefaultMaxStretch = 0.4
 
 // DefaultMaxSlowdown is the slowdown bound gpushare gives the jobs it pairs.
