@@ -2,13 +2,11 @@ package service
 
 import (
 	"testing"
-	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/scheduler/config"
 	"github.com/gpushare/gpushare/scheduler/nomadattr"
 	"github.com/gpushare/gpushare/scheduler/pin"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -25,19 +23,6 @@ func interposerNode(t *testing.T, id string) *api.Node {
 		d.Attributes = nomadattr.ToAPI(attrs)
 	}
 	return n
-}
-
-// replica is a scheduler replica of the given config on f, its records
-// read from f's Variables as a new leader reads them before its first
-// pass.
-func replica(t *testing.T, f *fakeNomad, cfg *config.Config) *Service {
-	t.Helper()
-	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
-	must.NoError(t, err)
-	must.NoError(t, s.watcher.resync(t.Context()))
-	must.NoError(t, s.records.loadSecret(t.Context(), true))
-	must.NoError(t, s.records.loadState(t.Context(), true))
-	return s
 }
 
 // The pins that rewrite what the user wrote, each read back by a replica
@@ -62,7 +47,7 @@ func TestASecondReplicaKeepsSplitModelAndLoweredPins(t *testing.T) {
 	cfg := config.Default()
 	cfg.Opportunistic = &config.Opportunistic{ActiveThreadScale: 0.5}
 
-	first := replica(t, f, cfg)
+	first := loadedServiceWith(t, f, cfg)
 	first.loop.reconcile(t.Context())
 	ids := []string{"split", "model", "low"}
 	recs := map[string]*pin.Record{}
@@ -80,7 +65,7 @@ func TestASecondReplicaKeepsSplitModelAndLoweredPins(t *testing.T) {
 	must.MapContainsKey(t, recs["low"].Env, pin.EnvMPSThreads)
 
 	registered := f.registers
-	second := replica(t, f, cfg)
+	second := loadedServiceWith(t, f, cfg)
 	second.loop.reconcile(t.Context())
 	for _, id := range ids {
 		f.runningAt(id, "alloc-"+id, "node-1", recs[id].Shares)

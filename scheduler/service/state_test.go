@@ -21,7 +21,13 @@ import (
 // the fake's Variables, as a leader does before its first pass.
 func loadedService(t *testing.T, f *fakeNomad) *Service {
 	t.Helper()
-	s, err := newService(config.Default(), hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
+	return loadedServiceWith(t, f, config.Default())
+}
+
+// loadedServiceWith is loadedService of the given config.
+func loadedServiceWith(t *testing.T, f *fakeNomad, cfg *config.Config) *Service {
+	t.Helper()
+	s, err := newService(cfg, hclog.NewNullLogger(), f, func() time.Time { return time.Unix(1000, 0) })
 	must.NoError(t, err)
 	must.NoError(t, s.watcher.resync(t.Context()))
 	must.NoError(t, s.records.loadSecret(t.Context(), true))
