@@ -150,6 +150,12 @@ func TestPlacementOfAPurgedIncarnationIsNotTrusted(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	_, ok = s.state.Record(f.jobs["q"], "g")
 	must.False(t, ok)
+	// and job status says why gpushare no longer follows it
+	st, ok := s.view.jobStatus("default", "q", "default")
+	must.True(t, ok)
+	must.Eq(t, "not-gpushare", st.Groups[0].State)
+	must.StrContains(t, st.Groups[0].Reason, "carries a gpushare placement that does not verify")
+	must.StrContains(t, st.Groups[0].Reason, "put the gate back")
 }
 
 func contains(list []string, s string) bool {
@@ -217,4 +223,10 @@ func TestPinnedSpecEditedAfterItsPinIsNotTrusted(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	_, ok = s.state.Record(f.jobs["q"], "g")
 	must.False(t, ok)
+	// and job status says why gpushare no longer follows it
+	st, ok := s.view.jobStatus("default", "q", "default")
+	must.True(t, ok)
+	must.Eq(t, "not-gpushare", st.Groups[0].State)
+	must.StrContains(t, st.Groups[0].Reason, "carries a gpushare placement that does not verify")
+	must.StrContains(t, st.Groups[0].Reason, "put the gate back")
 }
