@@ -150,8 +150,14 @@ func TestPlacementOfAPurgedIncarnationIsNotTrusted(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	_, ok = s.state.Record(f.jobs["q"], "g")
 	must.False(t, ok)
-	// and job status says why gpushare no longer follows it
-	st, ok := s.view.jobStatus("default", "q", "default")
+	mustSayPinDoesNotVerify(t, s, "q")
+}
+
+// mustSayPinDoesNotVerify checks that job status says why gpushare no
+// longer follows the group of job id, whose pin does not verify.
+func mustSayPinDoesNotVerify(t *testing.T, s *Service, id string) {
+	t.Helper()
+	st, ok := s.view.jobStatus("default", id, "default")
 	must.True(t, ok)
 	must.Eq(t, "not-gpushare", st.Groups[0].State)
 	must.StrContains(t, st.Groups[0].Reason, "carries a gpushare placement that does not verify")
@@ -223,10 +229,5 @@ func TestPinnedSpecEditedAfterItsPinIsNotTrusted(t *testing.T) {
 	must.NoError(t, s.watcher.resync(t.Context()))
 	_, ok = s.state.Record(f.jobs["q"], "g")
 	must.False(t, ok)
-	// and job status says why gpushare no longer follows it
-	st, ok := s.view.jobStatus("default", "q", "default")
-	must.True(t, ok)
-	must.Eq(t, "not-gpushare", st.Groups[0].State)
-	must.StrContains(t, st.Groups[0].Reason, "carries a gpushare placement that does not verify")
-	must.StrContains(t, st.Groups[0].Reason, "put the gate back")
+	mustSayPinDoesNotVerify(t, s, "q")
 }

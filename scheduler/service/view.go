@@ -192,7 +192,7 @@ func (v *apiView) jobStatus(ns, id, name string) (JobStatus, bool) {
 			shown.Reason = v.answers.placedWhy(key) // the meta says where, the records why
 			gs.State, gs.Placement = "pinned", &shown
 		default:
-			gs.Reason = v.unmanagedWhy(job, tg, gs.Lifecycle, gs.LifecycleWhy)
+			gs.Reason = v.unmanagedWhy(tg, gs.Lifecycle, gs.LifecycleWhy)
 		}
 		out.Groups = append(out.Groups, gs)
 	}
@@ -206,13 +206,13 @@ func (v *apiView) jobStatus(ns, id, name string) (JobStatus, bool) {
 // adopt_ungated is off; or Nomad placed it as it was and gpushare had
 // nothing to adopt.
 // The caller holds the model's lock.
-func (v *apiView) unmanagedWhy(job *api.Job, tg *api.TaskGroup, state, why string) string {
+func (v *apiView) unmanagedWhy(tg *api.TaskGroup, state, why string) string {
 	switch {
 	case !pin.Wants(tg):
 		return "it asks for no nvidia/gpushare device: Nomad alone places it, and gpushare has nothing to follow"
 	case state == string(lifecycle.Unmanaged) && strings.Contains(why, "dispatched"):
 		return why
-	case pinCarried(job, tg):
+	case carries(tg):
 		return "it carries a gpushare placement that does not verify: its request or gpushare meta was changed after gpushare pinned it, or the placement was written by hand, copied from another group, or made for an earlier job of the same name; gpushare holds no shares for it and does not follow it: put the gate back (the constraint ${meta.gpushare_gate} = pending) and register it again to have it placed"
 	case !v.cfg.AdoptUngatedOn():
 		return "it asks for nvidia/gpushare shares without the gate (the constraint ${meta.gpushare_gate} = pending), and adopt_ungated is off: Nomad alone places it, and gpushare counts its shares but does not follow it"
@@ -271,9 +271,9 @@ func (v *apiView) unpaired() []Unpaired { return v.unpairs.allUnpaired() }
 // preempted lists the groups last preempted, oldest first.
 func (v *apiView) preemptionsLog() []Preemption { return v.preemptions.recent() }
 
-// pinCarried reports whether group tg of job carries a gpushare
-// placement (pin.ParseRecord reads one).
-func pinCarried(job *api.Job, tg *api.TaskGroup) bool {
-	_, ok := pin.ParseRecord(job, *tg.Name)
-	return ok
+// carries reports whether group tg carries a gpushare placement (in its
+// meta or, for a node pin, its constraints: pin.Carried).
+func carries(tg *api.TaskGroup) bool {
+	placement, _ := pin.Carried(tg)
+	return placement != ""
 }
