@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,8 +86,12 @@ var configSpec = hclspec.NewObject(map[string]*hclspec.Spec{
 				hclspec.NewAttr("context_mib", "number", false),
 				hclspec.NewLiteral("0"),
 			),
+			"turn_ms": hclspec.NewDefault(
+				hclspec.NewAttr("turn_ms", "number", false),
+				hclspec.NewLiteral(strconv.Itoa(DefaultTurnMs)),
+			),
 		})),
-		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h", unified_memory = false, unified_oversubscription_pct = 100, context_mib = 0 }`),
+		hclspec.NewLiteral(`{ enabled = false, library = "`+DefaultInterposerLibrary+`", state_dir = "`+DefaultInterposerStateDir+`", gc_after = "168h", unified_memory = false, unified_oversubscription_pct = 100, context_mib = 0, turn_ms = `+strconv.Itoa(DefaultTurnMs)+` }`),
 	),
 	"fixture": hclspec.NewDefault(
 		hclspec.NewAttr("fixture", "string", false),
@@ -208,7 +213,19 @@ type InterposerConfig struct {
 	// processes that uses the driver: the memory its CUDA context takes
 	// (hundreds of MiB; 0, the default, charges none).
 	ContextMiB int `cty:"context_mib"`
+	// TurnMs is the round in which the capped tasks of one GPU take turns
+	// when MPS does not run them (the library's src/slice.c, "Side by
+	// side"): each has its share of it; 0 paces each on its own, as
+	// before, and two contexts' switches then take time from them.
+	TurnMs int `cty:"turn_ms"`
 }
+
+// DefaultTurnMs is interposer.turn_ms's default, MaxTurnMs its bound (the
+// library's too).
+const (
+	DefaultTurnMs = 100
+	MaxTurnMs     = 10000
+)
 
 // MaxContextMiB bounds interposer.context_mib.
 const MaxContextMiB = 16384
@@ -270,6 +287,9 @@ func (c *Config) validate() (time.Duration, error) {
 	}
 	if ip := c.Interposer; ip.ContextMiB < 0 || ip.ContextMiB > MaxContextMiB {
 		bad("interposer.context_mib = %d: must be between 0 and %d (MiB charged to each process of a task for its CUDA context)", ip.ContextMiB, MaxContextMiB)
+	}
+	if ip := c.Interposer; ip.TurnMs < 0 || ip.TurnMs > MaxTurnMs {
+		bad("interposer.turn_ms = %d: must be between 0 and %d (the round in which capped tasks of a GPU take turns; 0: each paced on its own)", ip.TurnMs, MaxTurnMs)
 	}
 	if ip := c.Interposer; ip.UnifiedOversubscriptionPct < 0 || ip.UnifiedOversubscriptionPct > MaxUnifiedOversubscriptionPct {
 		bad("interposer.unified_oversubscription_pct = %d: must be between 0 and %d (percent of the share an opportunistic task may hold beyond it as managed memory)",

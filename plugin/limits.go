@@ -134,6 +134,10 @@ type interposerLimits struct {
 	unifiedExtraBytes uint64
 	// contextBytes is charged for each process's CUDA context (0: none)
 	contextBytes uint64
+	// turnMs is the round of turns of the GPU's capped tasks
+	// (interposer.turn_ms), written for a capped reservation (computePct
+	// < 100) only: 0 paces it on its own
+	turnMs int
 	// mpsThreadPct is the MPS active thread percentage the reservation's
 	// processes run under (0: not MPS); computePct is then 100
 	mpsThreadPct int
@@ -160,6 +164,9 @@ func (l interposerLimits) file() []byte {
 	}
 	if l.contextBytes > 0 {
 		b = fmt.Appendf(b, "context_bytes=%d\n", l.contextBytes)
+	}
+	if filePct(l.computePct) < 100 {
+		b = fmt.Appendf(b, "turn_ms=%d\n", l.turnMs)
 	}
 	if l.timesliceID > 0 {
 		b = fmt.Appendf(b, "timeslice_id=%d\n", l.timesliceID)

@@ -48,3 +48,41 @@ func TestReserveInterposerContextMiB(t *testing.T) {
 		}
 	}
 }
+
+// interposer.turn_ms reaches a capped reservation's limits as turn_ms: the
+// round in which the library's capped tasks of one GPU take turns
+// (src/slice.c, "Side by side"), 100 ms by default, 0 when turned off. A
+// reservation the library does not pace (under MPS, whose thread
+// percentage holds it; a whole GPU) gets none.
+func TestReserveInterposerTurnMs(t *testing.T) {
+	for _, c := range []struct {
+		sharing, extra string
+		ids            []string
+		want           string
+	}{
+		{"timeslice", "", shares(3, 10, 35), "turn_ms=100\n"},
+		{"timeslice", "turn_ms = 250\n", shares(3, 10, 35), "turn_ms=250\n"},
+		{"timeslice", "turn_ms = 0\n", shares(3, 10, 35), "turn_ms=0\n"},
+		{"mps", "", shares(3, 10, 35), ""},
+		{"timeslice", "", shares(3, 0, 100), ""},
+	} {
+		dir := t.TempDir()
+		lib := filepath.Join(dir, "libgpushare-cuda.so")
+		must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
+		p, _, _ := newPlugin(t, fixtures.DGX1V100, `sharing = "`+c.sharing+`"
+interposer {
+  enabled = true
+  library = "`+lib+`"
+  state_dir = "`+filepath.Join(dir, "reservations")+`"
+  `+c.extra+`}`)
+		res, err := p.Reserve(c.ids)
+		must.NoError(t, err)
+		limits, err := os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
+		must.NoError(t, err)
+		if c.want == "" {
+			must.StrNotContains(t, string(limits), "turn_ms", must.Sprint(c))
+		} else {
+			must.StrContains(t, string(limits), "\n"+c.want, must.Sprint(c))
+		}
+	}
+}

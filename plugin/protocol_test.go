@@ -159,6 +159,7 @@ func TestConfigAsNomadSendsIt(t *testing.T) {
 			m.Daemons, m.Control, m.DaemonDir, m.GCAfter = MPSDaemonsReservation, DefaultMPSControl, DefaultMPSDaemonDir, "1h"
 			wantCfg.MIGInstances = devicefn.MIGWhole // added after the reference
 			wantCfg.DeviceGroups = devicefn.DeviceGroupsModel
+			wantCfg.Interposer.TurnMs = DefaultTurnMs
 			must.Eq(t, &wantCfg, p.cfg)
 		})
 	}

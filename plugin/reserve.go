@@ -250,7 +250,7 @@ func (p *Plugin) grant(cfg *Config, ids []string, g grant) (*device.ContainerRes
 			memMiB += m
 		}
 		lim := interposerLimits{memoryBytes: memMiB << 20, computePct: g.computePct,
-			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20, wholeGPUs: g.wholeGPUs}
+			contextBytes: uint64(cfg.Interposer.ContextMiB) << 20, turnMs: cfg.Interposer.TurnMs, wholeGPUs: g.wholeGPUs}
 		if mps {
 			// the MPS daemon already holds the task to its SMs (its active
 			// thread percentage): pacing its time too would leave it

@@ -35,6 +35,7 @@ const (
 	sliceMembersOff = 96
 	sliceMemberSize = 64
 	sliceMembers    = 48
+	sliceCapped     = 1 // a member's flags (offset 12): GS_SLICE_CAPPED
 )
 
 // Stat names of a time-sliced reservation's shares (Nomad's client stats).
@@ -85,7 +86,9 @@ func readRotation(path string) (map[uint64]sliceMember, error) {
 	for i := range sliceMembers {
 		m := data[sliceMembersOff+i*sliceMemberSize:][:sliceMemberSize]
 		id := binary.LittleEndian.Uint64(m)
-		if id == 0 || binary.LittleEndian.Uint64(m[48:]) == 0 { // free, or never given a turn
+		// free, never given a turn, or a capped task taking turns side by
+		// side (flags: sliceCapped), which is not time-sliced
+		if id == 0 || binary.LittleEndian.Uint64(m[48:]) == 0 || binary.LittleEndian.Uint32(m[12:])&sliceCapped != 0 {
 			continue
 		}
 		out[id] = sliceMember{QuantumNs: binary.LittleEndian.Uint64(m[16:]),

@@ -73,6 +73,16 @@ func putMember(t *testing.T, path string, slot int, id, quantumNs, suspendedNs, 
 	must.NoError(t, err)
 }
 
+// flagMember sets the flags of the member in slot (offset 12).
+func flagMember(t *testing.T, path string, slot int, flags uint32) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	must.NoError(t, err)
+	defer f.Close()
+	_, err = f.WriteAt(binary.LittleEndian.AppendUint32(nil, flags), int64(96+64*slot+12))
+	must.NoError(t, err)
+}
+
 // A time-sliced reservation's shares report its quantum, its suspended
 // time and its turns, read from its GPU's rotation; the GPU's other
 // shares (another reservation that never took a turn) do not.
@@ -87,6 +97,11 @@ func TestStatsReportTimeSlicing(t *testing.T) {
 	rotation := filepath.Join(state, "slice", sliceRotationName(key, v100+"3"))
 	putMember(t, rotation, 5, timesliceID(filepath.Base(a.Envs[EnvLimits])), 2e9, 1500e6, 7)
 	putMember(t, rotation, 6, timesliceID(filepath.Base(b.Envs[EnvLimits])), 2e9, 0, 0)
+	// a capped task taking turns side by side (flags 1) is not time-sliced
+	c, err := p.Reserve(shares(3, 40, 70))
+	must.NoError(t, err)
+	putMember(t, rotation, 7, timesliceID(filepath.Base(c.Envs[EnvLimits])), 30e6, 700e6, 9)
+	flagMember(t, rotation, 7, sliceCapped)
 
 	ch, err := p.Stats(t.Context(), 50*time.Millisecond)
 	must.NoError(t, err)
@@ -109,7 +124,7 @@ func TestStatsReportTimeSlicing(t *testing.T) {
 		must.Eq(t, int64(7), *a[StatTimesliceTurns].IntNumeratorVal)
 		must.MapContainsKey(t, a, StatUtilization)
 	}
-	for _, id := range append(shares(3, 10, 35), shares(2, 0, 10)...) {
+	for _, id := range append(append(shares(3, 10, 35), shares(2, 0, 10)...), shares(3, 40, 70)...) {
 		must.MapNotContainsKey(t, stats[id].Stats.Attributes, StatTimesliceSuspended, must.Sprint(id))
 	}
 }

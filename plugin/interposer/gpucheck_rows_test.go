@@ -17,8 +17,8 @@ import (
 
 // gpuCheckRows is the table's length, gpuCheckMeasured its reported rows.
 const (
-	gpuCheckRows     = 21
-	gpuCheckMeasured = 5
+	gpuCheckRows     = 22
+	gpuCheckMeasured = 6
 )
 
 // kernels is the compute rows' kernel, from calib.
@@ -109,7 +109,7 @@ func (g *gpuChecker) pair(clock func(parties, party int) []string, dirs [2]strin
 // neighbour (kernels back to back), measured over the same window (4 s
 // after 1 s; 5 s after 3 s with TGS, whose loop takes time to settle):
 //   - a task capped at 25% beside one capped at 75%: two normal tasks
-//     whose caps fill the GPU;
+//     whose caps fill the GPU, in turns on their GPU's rotation;
 //   - a production task (class=production, not capped) busy 25% of the
 //     time (each kernel followed by three times its length of host time)
 //     beside an opportunistic one, sharing a TGS channel: the neighbour
@@ -119,8 +119,9 @@ func (g *gpuChecker) pair(clock func(parties, party int) []string, dirs [2]strin
 func (g *gpuChecker) noisyNeighbours(k kernels) ([]checkRow, error) {
 	var rows []checkRow
 	spin := []string{"spin:" + k.n + ":5000:1000"}
-	task, hog := reservation(g.t, "compute_pct=25\n"), reservation(g.t, "compute_pct=75\n")
-	clock := g.clockOn() // the task runs alone, then its neighbour comes
+	task, hog := reservation(g.t, "compute_pct=25\ntimeslice_id=251\n"), reservation(g.t, "compute_pct=75\ntimeslice_id=252\n")
+	sliceFile(g.t, task, hog) // as the plugin links it: the two take turns
+	clock := g.clockOn()      // the task runs alone, then its neighbour comes
 	alone, err := g.output(g.cmdIn(clock(1, 0), task, spin...), spin)
 	if err != nil {
 		return rows, err

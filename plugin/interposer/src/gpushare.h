@@ -37,6 +37,8 @@ struct gs_limits {
     uint64_t context_bytes; /* charged to each process that uses the driver: its context */
     uint64_t timeslice_id;  /* the reservation in its GPU's time-slice rotation (slice.c) */
     int whole_gpus;         /* whole GPUs the reservation holds (0: a fraction; compose.c) */
+    int turn_set;           /* turn_ms present */
+    uint64_t turn_ms;       /* capped tasks side by side take turns of a round this long (slice.c); 0: they do not */
 };
 
 /* A task's GPUs put back together from its merged reservations (compose.c):
@@ -164,7 +166,7 @@ CUresult gs_pool_free(CUdeviceptr p, CUresult r, uint64_t pool);
 #define GS_SLICE_MEMBERS 48
 struct gs_slice_member { /* 64 bytes */
     uint64_t id;            /* the reservation's timeslice_id; 0: free */
-    uint32_t share, pad;    /* its compute cap, permille */
+    uint32_t share, flags;  /* its compute cap, permille; GS_SLICE_CAPPED */
     uint64_t quantum_ns;    /* the quantum its task was given */
     uint64_t seen_ns;       /* its latest launch or ask: present while recent */
     uint64_t want_since_ns; /* when its present wait for a turn began; 0: none */
@@ -182,12 +184,18 @@ struct gs_slice {
     } lock;
     struct gs_slice_member m[GS_SLICE_MEMBERS]; /* at offset 96 */
 };
+#define GS_SLICE_CAPPED 1u /* a capped task taking turns side by side (gs_turns_open), not time-sliced */
 /* From GPUSHARE_TIMESLICE_QUANTUM_MS at load (hooks.c), clamped; 0: the
  * task is not time-sliced. */
 extern uint64_t gs_slice_quantum_ns;
 void gs_slice_env(const char *value); /* sets it from the variable's value */
 /* Maps <gs_dir>/slice: 0, or -1 with a line on stderr. */
 int gs_slice_open(void);
+/* A capped task (compute_pct < 100, not time-sliced) joins its GPU's
+ * rotation to take turns with the other capped tasks there (slice.c, "Side
+ * by side"): 0, or -1 (no rotation, or turn_ms=0), silently: it is then
+ * paced on its own, as before. */
+int gs_turns_open(void);
 /* At a launch: 0 when it is the task's turn (*pool: the pool's share,
  * permille; *resumed: 1 at this process's first launch of a new turn),
  * else how long to wait before asking again. */

@@ -296,6 +296,8 @@ static void setup_mode(void)
         }
         if (gs_slice_quantum_ns && gs_lim.klass_id != GS_CLASS_PRODUCTION && gs_slice_open() == 0)
             m = M_PACE, pace.sliced = 1;
+        else if (m == M_PACE && !chan && share < GS_SHARE_FULL && gs_turns_open() == 0)
+            pace.sliced = 1; /* capped: in turns with the GPU's other capped tasks (slice.c) */
     }
     if (m == M_PACE) {
         /* the pacers first: the first pool's device picks its own */

@@ -105,6 +105,14 @@ int gs_limits_read(const char *path, struct gs_limits *out)
                 break;
             }
             out->whole_gpus = (int)n;
+        } else if (strcmp(k, "turn_ms") == 0) {
+            if (gs_parse_u64(v, &n) < 0 || n > 10000) {
+                fprintf(stderr, "gpushare: %s: turn_ms=%s: must be 0-10000\n", path, v);
+                rc = -1;
+                break;
+            }
+            out->turn_set = 1;
+            out->turn_ms = n;
         } else if (strcmp(k, "class") == 0) {
             snprintf(out->klass, sizeof out->klass, "%s", v);
         }
