@@ -17,7 +17,7 @@ import (
 
 // gpuCheckRows is the table's length, gpuCheckMeasured its reported rows.
 const (
-	gpuCheckRows     = 22
+	gpuCheckRows     = 23
 	gpuCheckMeasured = 6
 )
 

@@ -238,22 +238,24 @@ func (g *gpuChecker) run() (string, []checkRow, error) {
 	}
 	k := kernels{n: n, alone: alone}
 	share := k.share
-	spin := []string{"spin:" + n + ":4000"}
 	for _, c := range []struct {
-		extra    string
-		measured bool
-	}{{"", false}, {"turn_ms=0\n", true}} {
+		extra, spin, name string
+		measured          bool
+	}{
+		{"", "spin:" + n + ":4000", "", false},
+		{"turn_ms=0\n", "spin:" + n + ":4000", " (not in turns)", true},
+		// a framework's deep queue: 16 kernels launched, then waited for
+		{"", "spin:" + n + ":5000:1000:0:16", " (16 queued)", false},
+	} {
 		d30, d70 := reservation(g.t, "compute_pct=30\ntimeslice_id=301\n"+c.extra), reservation(g.t, "compute_pct=70\ntimeslice_id=302\n"+c.extra)
 		sliceFile(g.t, d30, d70)
+		spin := []string{c.spin}
 		both, err := g.pair(g.clockOn(), [2]string{d30, d70}, [2][]string{spin, spin})
 		if err != nil {
 			return gpu, rows, fmt.Errorf("compute runs: %v", err)
 		}
 		p30, p70 := share(both[0][0]), share(both[1][0])
-		name := "compute caps 30% and 70% side by side"
-		if c.measured {
-			name += ", not in turns"
-		}
+		name := "caps 30% and 70% side by side" + c.name
 		rows = append(rows, checkRow{name: name, want: "30 and 70 (within 5 points)", measured: c.measured,
 			got: fmt.Sprintf("%.1f and %.1f (kernels of %.2f ms)", p30, p70, float64(alone)/1e6), held: math.Abs(p30-30) <= 5 && math.Abs(p70-70) <= 5})
 	}

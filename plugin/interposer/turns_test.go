@@ -82,3 +82,29 @@ func TestCappedTurnsKeepTheCapBesideAGoneNeighbour(t *testing.T) {
 	must.Between(t, 27, ws[0].share(), 34)
 	must.Greater(t, 0, members[62].turns) // they took turns while both ran
 }
+
+// A framework queues many kernels between synchronisations. A capped task
+// in its turn is paced even when the pool is the whole GPU, so that what it
+// queues ahead stays within two kernels (2 ms at least) and never runs
+// past its turn; and while it waits for its pacer it asks again often
+// enough (4 ms) not to count as idle and lose the turn. Caps of 30% and
+// 70%, 16 and 64 kernels of 2 ms launched before each wait: each gets its
+// cap. (Unpaced at the whole GPU both got 50%, each turn a batch; with the
+// pacer's 20 ms sleeps the 70% task lost every turn and got nothing.)
+func TestCappedTurnsBoundADeepQueue(t *testing.T) {
+	g := newGPUChecker(t, false)
+	l, err := g.fieldsOn(g.clock(1)(0), "", "calib:2000")
+	must.NoError(t, err)
+	k := kernels{n: l[0][2], alone: num(l[0][3])}
+	for _, depth := range []string{"16", "64"} {
+		d30, d70 := reservation(t, "compute_pct=30\ntimeslice_id=71\n"), reservation(t, "compute_pct=70\ntimeslice_id=72\n")
+		sliceFile(t, d30, d70)
+		spin := []string{"spin:" + k.n + ":5000:1000:0:" + depth}
+		both, err := g.pair(g.clockOn(), [2]string{d30, d70}, [2][]string{spin, spin})
+		must.NoError(t, err)
+		p30, p70 := k.share(both[0][0]), k.share(both[1][0])
+		t.Logf("%s queued: %.1f%% and %.1f%%", depth, p30, p70)
+		must.Between(t, 26, p30, 36)
+		must.Between(t, 65, p70, 74)
+	}
+}

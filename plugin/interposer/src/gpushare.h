@@ -197,9 +197,10 @@ int gs_slice_open(void);
  * paced on its own, as before. */
 int gs_turns_open(void);
 /* At a launch: 0 when it is the task's turn (*pool: the pool's share,
- * permille; *resumed: 1 at this process's first launch of a new turn),
- * else how long to wait before asking again. */
-uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed);
+ * permille; *resumed: 1 at this process's first launch of a new turn;
+ * *left: what is left of the turn, ns), else how long to wait before
+ * asking again. */
+uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed, uint64_t *left);
 
 /* ---- the hook table (hooks.c) ----------------------------------------
  * Each intercepted driver symbol, with our hook and the real function. A

@@ -71,18 +71,24 @@ void gs_pacer_resume(struct gs_pacer *p, uint64_t now)
     p->last_ns = now;
 }
 
-uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now)
+uint64_t gs_pacer_delay_ahead(struct gs_pacer *p, uint64_t now, uint64_t ahead_ns)
 {
     if (p->share >= GS_SHARE_FULL)
         return 0;
     earn(p, now);
-    if (p->debt_ns <= 0)
+    int64_t over = p->debt_ns - (int64_t)ahead_ns;
+    if (over <= 0)
         return 0;
     if (p->share == 0)
         return p->window_ns; /* nothing earned ever: check again later */
     /* the time it takes the share to earn the debt back, rounded up: a
      * delay that earns nothing would be asked again forever */
-    return ((uint64_t)p->debt_ns * GS_SHARE_FULL + p->share - 1) / p->share;
+    return ((uint64_t)over * GS_SHARE_FULL + p->share - 1) / p->share;
+}
+
+uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now)
+{
+    return gs_pacer_delay_ahead(p, now, 0);
 }
 
 void gs_pacer_charge(struct gs_pacer *p, uint64_t now, uint64_t ns)

@@ -38,6 +38,11 @@ void gs_pacer_set_share(struct gs_pacer *p, uint32_t share, uint64_t now);
 void gs_pacer_resume(struct gs_pacer *p, uint64_t now);
 /* How long to wait before the next launch (0: launch now). */
 uint64_t gs_pacer_delay(struct gs_pacer *p, uint64_t now);
+/* The same, the debt allowed to reach ahead_ns first: a task may have that
+ * much work queued ahead of what its share has earned (capped tasks in
+ * turns, slice.c: enough to keep the GPU busy while the host wakes, never
+ * past the turn's end). */
+uint64_t gs_pacer_delay_ahead(struct gs_pacer *p, uint64_t now, uint64_t ahead_ns);
 /* A launch: returns what it was charged, to hand back to gs_pacer_done. */
 uint64_t gs_pacer_launch(struct gs_pacer *p, uint64_t now);
 /* A measured kernel finished: busy_ns is its measured run time on the

@@ -264,7 +264,7 @@ static uint32_t pool_of(int i, uint64_t now)
     return sum < GS_SHARE_FULL ? sum : GS_SHARE_FULL;
 }
 
-uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed)
+uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed, uint64_t *left)
 {
     if (!S || lock() != 0)
         return 0;
@@ -308,6 +308,7 @@ uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed)
         seen_turn = m->turns;
         m->active_ns = now;
         *pool = pool_of(i, now);
+        *left = S->turn_end_ns > now ? S->turn_end_ns - now : 0;
     } else {
         /* until the quantum's end, or the holder seen idle */
         const struct gs_slice_member *o = &S->m[S->holder - 1];

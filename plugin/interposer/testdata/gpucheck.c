@@ -21,9 +21,10 @@
  *                   time measured alone (run it without a compute cap:
  *                   under one, the events around a kernel also span the
  *                   pacer's wait before it)
- *   spin:N:MS[:SKIP[:GAP]]  kernels of N (from calib) for MS ms, two in
- *                   flight, or with GAP µs of host time (a sleep) after
- *                   each kernel one at a time: "spin <rc> <kernels> <wall
+ *   spin:N:MS[:SKIP[:GAP[:DEPTH]]]  kernels of N (from calib) for MS ms,
+ *                   two in flight (DEPTH launched, then waited for: a deep
+ *                   queue, as a framework's), or with GAP µs of host time (a
+ *                   sleep) after each kernel one at a time: "spin <rc> <kernels> <wall
  *                   ns>", the kernels finished and the time after the first
  *                   SKIP ms; the work done is kernels x alone ns
  *   capture:N:K     on a stream of its own, a capture in global mode
@@ -274,9 +275,9 @@ int main(int argc, char **argv)
     }
     for (int i = 1; i < argc; i++) {
         char *c = argv[i], *arg = strchr(c, ':');
-        unsigned long long a = 0, b = 0, x = 0, y = 0;
+        unsigned long long a = 0, b = 0, x = 0, y = 0, z = 0;
         if (arg)
-            sscanf(arg + 1, "%llu:%llu:%llu:%llu", &a, &b, &x, &y);
+            sscanf(arg + 1, "%llu:%llu:%llu:%llu:%llu", &a, &b, &x, &y, &z);
         if (strcmp(c, "info") == 0) {
             size_t fr = 0, tot = 0, dt = 0;
             char name[256] = "unknown";
@@ -324,7 +325,7 @@ int main(int argc, char **argv)
              * kept busy while the host wakes up, so a share is bounded by
              * its cap, not by the host's latency */
             for (int more = 1; more && !r;) {
-                unsigned k = y ? 1 : 2;
+                unsigned k = y ? 1 : z ? (unsigned)z : 2;
                 for (unsigned j = 0; j < k && !r; j++)
                     r = launch1(f, &n, NULL);
                 if (!r)
