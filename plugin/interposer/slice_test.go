@@ -202,3 +202,46 @@ func TestTimeSliceQuantumChecked(t *testing.T) {
 
 	must.StrContains(t, one(reservation(t, "compute_pct=100\n"), "100"), "launches are not time-sliced")
 }
+
+// A time-sliced task that queues many kernels between waits (a framework)
+// keeps to its quantum: in its turn it is paced at the pool (at most 99.9%
+// of the GPU), its queue at most two kernels ahead and never past the
+// turn's end. Two at 100% launching 64 kernels of 2 ms per wait, quantum
+// 100 ms: once they know their kernels' length, every run in the launch log
+// is about a quantum's worth (50 kernels, and at most the two ahead);
+// unpaced, a holder queued its whole 64 (128 ms) in each turn.
+func TestTimeSlicedDeepQueueKeepsItsQuantum(t *testing.T) {
+	g := newGPUChecker(t, false)
+	l, err := g.fieldsOn(g.clock(1)(0), "", "calib:2000")
+	must.NoError(t, err)
+	a, c := reservation(t, "compute_pct=100\ntimeslice_id=81\n"), reservation(t, "compute_pct=100\ntimeslice_id=82\n")
+	sliceFile(t, a, c)
+	log := filepath.Join(t.TempDir(), "log")
+	clock := g.clockOn()
+	args := []string{"spin:" + l[0][2] + ":3000:500:0:64"}
+	var runs [2][][]string
+	var errs [2]error
+	done := make(chan int)
+	for i, dir := range []string{a, c} {
+		go func() {
+			cmd := g.cmdIn(clock(2, i), dir, args...)
+			cmd.Env = append(cmd.Env, "GPUSHARE_TIMESLICE_QUANTUM_MS=100", "FAKECUDA_LOG="+log)
+			runs[i], errs[i] = g.output(cmd, args)
+			done <- i
+		}()
+	}
+	<-done
+	<-done
+	must.NoError(t, errs[0])
+	must.NoError(t, errs[1])
+	got, per := launchRuns(t, log)
+	longest := 0
+	must.Greater(t, 20, len(got)) // they alternated: 3 s of 100 ms quanta
+	// the first runs are launched before the tasks know their kernels'
+	// length (charged nothing until then), and the last is cut by the end
+	for _, r := range got[4 : len(got)-1] {
+		longest = max(longest, r[1])
+	}
+	t.Logf("%d runs, the longest %d kernels of 2 ms after the first 4; per process %v; %v %v; runs %v", len(got), longest, per, runs[0], runs[1], got)
+	must.Between(t, 40, longest, 54)
+}

@@ -196,11 +196,16 @@ int gs_slice_open(void);
  * by side"): 0, or -1 (no rotation, or turn_ms=0), silently: it is then
  * paced on its own, as before. */
 int gs_turns_open(void);
-/* At a launch: 0 when it is the task's turn (*pool: the pool's share,
- * permille; *resumed: 1 at this process's first launch of a new turn;
- * *left: what is left of the turn, ns), else how long to wait before
- * asking again. */
-uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed, uint64_t *left);
+/* The task's turn, as gs_slice_turn finds it. */
+struct gs_turn {
+    uint32_t pool; /* the pool's share, permille */
+    int resumed;   /* 1 at this process's first launch of a new turn */
+    uint64_t left; /* what is left of the turn, ns */
+    uint64_t ask;  /* the holder asks again within this, or it looks idle */
+};
+/* At a launch: 0 when it is the task's turn (*t filled), else how long to
+ * wait before asking again. */
+uint64_t gs_slice_turn(uint64_t now, struct gs_turn *t);
 
 /* ---- the hook table (hooks.c) ----------------------------------------
  * Each intercepted driver symbol, with our hook and the real function. A

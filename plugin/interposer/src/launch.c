@@ -91,8 +91,7 @@ static int mode; /* written once, by setup (release), read by every launch */
 #define WINDOW_NS (100 * MS)  /* the pacer's credit window and the TGS window */
 #define IDLE_NS (50 * MS)     /* a production gap longer than this is idle */
 #define MAX_SLEEP_NS (20 * MS) /* a long wait is re-decided at least this often */
-#define TURN_AHEAD_NS (2 * MS) /* a capped task in its turn may queue this much ahead, at least */
-#define TURN_SLEEP_NS (4 * MS) /* ... and waits at most this long before asking again */
+#define TURN_AHEAD_NS (2 * MS) /* a task in its turn may queue this much ahead, at least */
 #define POOL 64               /* event pairs per context: measured in flight at most */
 #define CTXS 4                /* contexts with a pool of events at once */
 /* One launch in GS_SAMPLE, at random, is measured between two events; the
@@ -131,7 +130,6 @@ static struct {
     uint32_t base;  /* the share without production present: compute_pct */
     int tgs_on;     /* opportunistic with a channel */
     int sliced;     /* time-sliced: launches wait for the task's turn (slice.c) */
-    int turns;      /* ... as a capped task side by side: paced in its turn too */
     struct pool {
         int made;      /* the events exist, in ctx */
         CUcontext ctx;
@@ -300,7 +298,7 @@ static void setup_mode(void)
         if (gs_slice_quantum_ns && gs_lim.klass_id != GS_CLASS_PRODUCTION && gs_slice_open() == 0)
             m = M_PACE, pace.sliced = 1;
         else if (m == M_PACE && !chan && share < GS_SHARE_FULL && gs_turns_open() == 0)
-            pace.sliced = pace.turns = 1; /* capped: in turns with the GPU's other capped tasks (slice.c) */
+            pace.sliced = 1; /* capped: in turns with the GPU's other capped tasks (slice.c) */
     }
     if (m == M_PACE) {
         /* the pacers first: the first pool's device picks its own */
@@ -463,25 +461,27 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
         now = now_ns();
         /* time-sliced: out of its turn, wait; in it, the pool's share */
         uint32_t base = pace.base;
-        int resumed = 0;
-        uint64_t left = 0, ahead = 0;
-        uint64_t d = pace.sliced ? gs_slice_turn(now, &base, &resumed, &left) : 0;
+        struct gs_turn turn = {.pool = base};
+        uint64_t ahead = 0, ask = MAX_SLEEP_NS;
+        uint64_t d = pace.sliced ? gs_slice_turn(now, &turn) : 0;
         if (d)
             goto sleep;
-        if (pace.turns) {
-            /* a capped task in its turn is paced even at the whole GPU, so
-             * that what it queues ahead (a framework queues hundreds of
-             * kernels) is bounded: enough to keep the GPU busy while the
-             * host wakes (two kernels, 2 ms at least), never past the turn */
-            if (base >= GS_SHARE_FULL)
-                base = GS_SHARE_FULL - 1;
+        if (pace.sliced) {
+            /* in its turn a task is paced even at the whole GPU, so that
+             * what it queues ahead (a framework queues hundreds of kernels)
+             * is bounded: enough to keep the GPU busy while the host wakes
+             * (two kernels, 2 ms at least), never past the turn; and it
+             * asks again before it would look idle (slice.c), or the next
+             * task would take the turn it is about to use */
+            base = turn.pool < GS_SHARE_FULL ? turn.pool : GS_SHARE_FULL - 1;
             ahead = 2 * pc->est_ns > TURN_AHEAD_NS ? 2 * pc->est_ns : TURN_AHEAD_NS;
-            if (ahead > left)
-                ahead = left;
+            if (ahead > turn.left)
+                ahead = turn.left;
+            ask = turn.ask;
         }
         plock();
         harvest();
-        if (resumed)
+        if (turn.resumed)
             gs_pacer_resume(pc, now);
         /* the share from the read-only limits (or the TGS loop), never the
          * region's copy, which the task can write (README, who can reach
@@ -499,11 +499,8 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
     sleep:
         if (d > MAX_SLEEP_NS)
             d = MAX_SLEEP_NS;
-        /* a capped task waiting for its pacer in its turn asks again well
-         * within the time after which a holder counts as idle (slice.c),
-         * or its neighbour would take the turn it is about to use */
-        if (pace.turns && d > TURN_SLEEP_NS)
-            d = TURN_SLEEP_NS;
+        if (d > ask)
+            d = ask;
         pthread_mutex_unlock(&pace.mu);
         struct timespec ts = {(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
         nanosleep(&ts, NULL);

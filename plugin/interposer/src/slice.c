@@ -264,7 +264,7 @@ static uint32_t pool_of(int i, uint64_t now)
     return sum < GS_SHARE_FULL ? sum : GS_SHARE_FULL;
 }
 
-uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed, uint64_t *left)
+uint64_t gs_slice_turn(uint64_t now, struct gs_turn *t)
 {
     if (!S || lock() != 0)
         return 0;
@@ -304,11 +304,12 @@ uint64_t gs_slice_turn(uint64_t now, uint32_t *pool, int *resumed, uint64_t *lef
     uint64_t wait = 0;
     if (S->holder == (uint32_t)i + 1) {
         static uint64_t seen_turn; /* the turns this process saw begin */
-        *resumed = m->turns != seen_turn;
+        t->resumed = m->turns != seen_turn;
         seen_turn = m->turns;
         m->active_ns = now;
-        *pool = pool_of(i, now);
-        *left = S->turn_end_ns > now ? S->turn_end_ns - now : 0;
+        t->pool = pool_of(i, now);
+        t->left = S->turn_end_ns > now ? S->turn_end_ns - now : 0;
+        t->ask = idle / 2 > MS ? idle / 2 : MS;
     } else {
         /* until the quantum's end, or the holder seen idle */
         const struct gs_slice_member *o = &S->m[S->holder - 1];
