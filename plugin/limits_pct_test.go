@@ -29,14 +29,7 @@ func TestReserveInterposerContextMiB(t *testing.T) {
 		{"", ""},
 		{"context_mib = 512\n", "context_bytes=536870912\n"},
 	} {
-		dir := t.TempDir()
-		lib := filepath.Join(dir, "libgpushare-cuda.so")
-		must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
-		p, _, _ := newPlugin(t, fixtures.DGX1V100, `interposer {
-  enabled = true
-  library = "`+lib+`"
-  state_dir = "`+filepath.Join(dir, "reservations")+`"
-  `+c.extra+`}`)
+		p := interposerPluginWith(t, "mps", c.extra)
 		res, err := p.Reserve(shares(3, 10, 35))
 		must.NoError(t, err)
 		limits, err := os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
@@ -66,15 +59,7 @@ func TestReserveInterposerTurnMs(t *testing.T) {
 		{"mps", "", shares(3, 10, 35), ""},
 		{"timeslice", "", shares(3, 0, 100), ""},
 	} {
-		dir := t.TempDir()
-		lib := filepath.Join(dir, "libgpushare-cuda.so")
-		must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
-		p, _, _ := newPlugin(t, fixtures.DGX1V100, `sharing = "`+c.sharing+`"
-interposer {
-  enabled = true
-  library = "`+lib+`"
-  state_dir = "`+filepath.Join(dir, "reservations")+`"
-  `+c.extra+`}`)
+		p := interposerPluginWith(t, c.sharing, c.extra)
 		res, err := p.Reserve(c.ids)
 		must.NoError(t, err)
 		limits, err := os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
@@ -85,4 +70,21 @@ interposer {
 			must.StrContains(t, string(limits), "\n"+c.want, must.Sprint(c))
 		}
 	}
+}
+
+// interposerPluginWith is a plugin on the DGX-1 fixture sharing as sharing
+// says, with the interposer on (its library a placeholder file, its
+// state_dir a temporary directory) and more of its block in extra.
+func interposerPluginWith(t *testing.T, sharing, extra string) *Plugin {
+	t.Helper()
+	dir := t.TempDir()
+	lib := filepath.Join(dir, "libgpushare-cuda.so")
+	must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
+	p, _, _ := newPlugin(t, fixtures.DGX1V100, `sharing = "`+sharing+`"
+interposer {
+  enabled = true
+  library = "`+lib+`"
+  state_dir = "`+filepath.Join(dir, "reservations")+`"
+  `+extra+`}`)
+	return p
 }

@@ -39,15 +39,7 @@ interposer {
 // Time-sliced sharing has nothing else limiting compute: the limits file
 // paces the task to its share.
 func TestReserveInterposerTimeslicePaced(t *testing.T) {
-	dir := t.TempDir()
-	lib := filepath.Join(dir, "libgpushare-cuda.so")
-	must.NoError(t, os.WriteFile(lib, []byte("not really"), 0o644))
-	p, _, _ := newPlugin(t, fixtures.DGX1V100, `sharing = "timeslice"
-interposer {
-  enabled = true
-  library = "`+lib+`"
-  state_dir = "`+filepath.Join(dir, "reservations")+`"
-}`)
+	p := interposerPluginWith(t, "timeslice", "")
 	res, err := p.Reserve(shares(3, 10, 35))
 	must.NoError(t, err)
 	limits, err := os.ReadFile(filepath.Join(res.Envs[EnvLimits], "limits"))
