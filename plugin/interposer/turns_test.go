@@ -1,6 +1,8 @@
 package interposer
 
 import (
+	"encoding/binary"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -107,4 +109,27 @@ func TestCappedTurnsBoundADeepQueue(t *testing.T) {
 		must.Between(t, 26, p30, 36)
 		must.Between(t, 65, p70, 74)
 	}
+}
+
+// A capped task that finds its GPU's rotation full (48 members) takes no
+// turns and is paced on its own at its cap, saying so once; it neither
+// spins nor stops.
+func TestCappedTaskBesideAFullRotationIsPacedOnItsOwn(t *testing.T) {
+	b := build(t)
+	dir := reservation(t, "compute_pct=30\ntimeslice_id=91\n")
+	rot := sliceFile(t, dir)
+	data, err := os.ReadFile(rot)
+	must.NoError(t, err)
+	for i := range 48 { // members present for ever (seen far in the future)
+		m := data[96+64*i:]
+		binary.LittleEndian.PutUint64(m, uint64(1000+i))
+		binary.LittleEndian.PutUint64(m[24:], 1<<62)
+	}
+	must.NoError(t, os.WriteFile(rot, data, 0o666))
+	w, stderr := runOne(t, b, kernRun{run{limits: dir, program: b.kdirect, mode: "direct", env: gpuEnv(t)},
+		[]string{"kern:1000", "run:2000:500:2000"}})
+	t.Logf("beside a full rotation: %.2f%%; %s", w.share(), stderr)
+	must.Between(t, 28, w.share(), 32)
+	must.StrContains(t, stderr, "rotation is full")
+	must.MapNotContainsKey(t, sliceMembers(t, rot), 91)
 }

@@ -203,8 +203,9 @@ struct gs_turn {
     uint64_t left; /* what is left of the turn, ns */
     uint64_t ask;  /* the holder asks again within this, or it looks idle */
 };
-/* At a launch: 0 when it is the task's turn (*t filled), else how long to
- * wait before asking again. */
+/* At a launch: 0 when it is the task's turn (*t filled) or when the task
+ * has no place in the rotation (*t left as it was), else how long to wait
+ * before asking again. */
 uint64_t gs_slice_turn(uint64_t now, struct gs_turn *t);
 
 /* ---- the hook table (hooks.c) ----------------------------------------

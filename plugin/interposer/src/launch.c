@@ -461,7 +461,8 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
         now = now_ns();
         /* time-sliced: out of its turn, wait; in it, the pool's share */
         uint32_t base = pace.base;
-        struct gs_turn turn = {.pool = base};
+        /* what a task outside the rotation gets (none mapped, or full) */
+        struct gs_turn turn = {.pool = base, .ask = MAX_SLEEP_NS};
         uint64_t ahead = 0, ask = MAX_SLEEP_NS;
         uint64_t d = pace.sliced ? gs_slice_turn(now, &turn) : 0;
         if (d)
