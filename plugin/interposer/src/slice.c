@@ -30,8 +30,9 @@
  * In turns, the GPU switches once a turn, and a kernel's measured time is
  * its own. A capped member's turn is its share of a round (turn_ms, 100 ms
  * by default: 30 ms of 100 for a 30% cap), and in it the holder runs with
- * the pool of the caps of the members that want the GPU (the holder and
- * those waiting), so that over a round each gets its cap; a member alone,
+ * the pool of the caps of the members that want the GPU (the holder, those
+ * waiting, those that launched in their turn within a round: wants), so
+ * that over a round each gets its cap; a member alone,
  * or beside idle ones, runs at its own cap, paced as before. Under MPS a
  * task's compute_pct is 100 (its limit is MPS's thread percentage), so it
  * never takes turns: MPS runs clients' kernels together, without switches. */
