@@ -92,6 +92,52 @@ job "x" {
 // shows each allocation suspended for some of its turns (the plugin's
 // stats, /v1/jobs/<id>).
 func TestTimeSlicedJobsAlternate(t *testing.T) {
+	ids := []string{"ts-a", "ts-b"}
+	e, s, bin := kernelJobs(t, "", "", "gpushare-timeslice-", "timeslice {\n  quantum = \"500ms\"\n}\n", timesliceJob, ids)
+	// while they run: the scheduler's figures of each allocation
+	seen := map[string]service.AllocTimeslice{}
+	waitKernelJobs(t, e, s, ids, 60*time.Second, func(id string, st service.JobStatus) {
+		for _, g := range st.Groups {
+			for _, ts := range g.Timeslice {
+				if ts.Turns >= seen[id].Turns {
+					seen[id] = ts
+				}
+			}
+		}
+	})
+	for _, id := range ids {
+		b := finishedStdout(t, e, id)
+		must.StrContains(t, b, pin.EnvTimesliceQuantum+"=500\n", must.Sprintf("job %s", id))
+		must.StrContains(t, b, "run 0 ", must.Sprintf("job %s ran its kernels", id))
+	}
+	runs, per, median := kernelRuns(t, bin)
+	t.Logf("%d runs (median %d kernels), per process %v; scheduler's figures %+v", len(runs), median, per, seen)
+	must.MapLen(t, 2, per, must.Sprint("both tasks launched"))
+	for _, n := range per {
+		must.Greater(t, 100, n)
+	}
+	// they alternated: a run per turn of 500 ms while both lived (6 s
+	// each), where kernel-by-kernel interleaving would make thousands
+	must.Between(t, 3, len(runs), 60)
+	must.Greater(t, 20, median)
+	// the scheduler saw each suspended, in turns, through the plugin's stats
+	for _, id := range ids {
+		ts, ok := seen[id]
+		must.True(t, ok, must.Sprintf("job %s: no time-slice figures in /v1/jobs", id))
+		must.EqOp(t, 0.5, ts.QuantumSeconds)
+		must.Greater(t, 0, ts.SuspendedSeconds, must.Sprintf("job %s", id))
+		must.Greater(t, uint64(1), ts.Turns, must.Sprintf("job %s", id))
+	}
+}
+
+// kernelJobs starts a one-client cluster on the one-GPU fixture whose
+// plugin preloads the interposer (plugin config before its interposer
+// block in before, more lines of that block in inside), with the fake
+// driver and kernprog built into bin, a scheduler (more config in
+// schedCfg), and registers the gated raw_exec job hcl (variables bin, gpu:
+// the fake GPU both share, log: the launch log) once per id.
+func kernelJobs(t *testing.T, before, inside, prefix, schedCfg, hcl string, ids []string) (*env, *scheduler, string) {
+	t.Helper()
 	bin := buildInterposer(t)
 	root, err := devcluster.RepoRoot()
 	must.NoError(t, err)
@@ -101,35 +147,32 @@ func TestTimeSlicedJobsAlternate(t *testing.T) {
 	fixture := filepath.Join(t.TempDir(), "one-gpu.hcl")
 	must.NoError(t, os.WriteFile(fixture, []byte(oneGPU), 0o644))
 	c := startCluster(t, devcluster.Client{Name: "one", Fixture: fixture, PluginConfig: fmt.Sprintf(
-		"interposer {\n  enabled = true\n  library = %q\n  state_dir = %q\n}\n", filepath.Join(bin, "libgpushare-cuda.so"), filepath.Join(bin, "reservations"))})
-	e := envOn(t, c, map[string]string{"one": fixture}, "gpushare-timeslice-")
-	s := e.startScheduler("s1", "observe_interval = \"1s\"\ntimeslice {\n  quantum = \"500ms\"\n}\n")
-
-	gpu, log := filepath.Join(bin, "gpu"), filepath.Join(bin, "launches")
-	ids := []string{"ts-a", "ts-b"}
+		"%sinterposer {\n  enabled = true\n  library = %q\n  state_dir = %q\n%s}\n",
+		before, filepath.Join(bin, "libgpushare-cuda.so"), filepath.Join(bin, "reservations"), inside)})
+	e := envOn(t, c, map[string]string{"one": fixture}, prefix)
+	s := e.startScheduler("s1", "observe_interval = \"1s\"\n"+schedCfg)
 	for _, id := range ids {
-		job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: timesliceJob,
-			Variables: fmt.Sprintf("bin = %q\ngpu = %q\nlog = %q\n", bin, gpu, log), Canonicalize: true})
+		job, err := e.nomad.Jobs().ParseHCLOpts(&api.JobsParseRequest{JobHCL: hcl, Canonicalize: true,
+			Variables: fmt.Sprintf("bin = %q\ngpu = %q\nlog = %q\n", bin, filepath.Join(bin, "gpu"), filepath.Join(bin, "launches"))})
 		must.NoError(t, err)
 		job.ID, job.Name = &id, &id
 		_, _, err = e.nomad.Jobs().Register(job, nil)
 		must.NoError(t, err)
 		t.Cleanup(func() { _, _, _ = e.nomad.Jobs().Deregister(id, true, nil) })
 	}
-	// while they run: the scheduler's figures of each allocation
-	seen := map[string]service.AllocTimeslice{}
-	e.eventually(60*time.Second, "both jobs finished", func() bool {
+	return e, s, bin
+}
+
+// waitKernelJobs waits until every job of ids has finished, handing each
+// poll's /v1/jobs/<id> to seen.
+func waitKernelJobs(t *testing.T, e *env, s *scheduler, ids []string, timeout time.Duration, seen func(id string, st service.JobStatus)) {
+	t.Helper()
+	e.eventually(timeout, "both jobs finished", func() bool {
 		done := 0
 		for _, id := range ids {
 			var st service.JobStatus
 			if getJSON(s.http+"/v1/jobs/"+id+"?namespace=default", &st) == nil {
-				for _, g := range st.Groups {
-					for _, ts := range g.Timeslice {
-						if ts.Turns >= seen[id].Turns {
-							seen[id] = ts
-						}
-					}
-				}
+				seen(id, st)
 			}
 			allocs, _, _ := e.nomad.Jobs().Allocations(id, true, nil)
 			for _, a := range allocs {
@@ -140,21 +183,29 @@ func TestTimeSlicedJobsAlternate(t *testing.T) {
 		}
 		return done == len(ids)
 	})
-	for _, id := range ids {
-		a := waitFinished(t, e.nomad, id)
-		must.Eq(t, "complete", a.ClientStatus, must.Sprintf("job %s: task events: %s", id, events(a)))
-		r, err := e.nomad.AllocFS().Cat(a, "alloc/logs/work.stdout.0", nil)
-		must.NoError(t, err)
-		raw, err := io.ReadAll(r)
-		r.Close()
-		must.NoError(t, err)
-		b := string(raw)
-		must.StrContains(t, b, pin.EnvTimesliceQuantum+"=500\n", must.Sprintf("job %s", id))
-		must.StrContains(t, b, "run 0 ", must.Sprintf("job %s ran its kernels", id))
-	}
-	data, err := os.ReadFile(log)
+}
+
+// finishedStdout is what job id's task printed; the job completed.
+func finishedStdout(t *testing.T, e *env, id string) string {
+	t.Helper()
+	a := waitFinished(t, e.nomad, id)
+	must.Eq(t, "complete", a.ClientStatus, must.Sprintf("job %s: task events: %s", id, events(a)))
+	r, err := e.nomad.AllocFS().Cat(a, "alloc/logs/work.stdout.0", nil)
 	must.NoError(t, err)
-	var runs [][2]int // (pid, kernels) of consecutive kernels of one process
+	defer r.Close()
+	raw, err := io.ReadAll(r)
+	must.NoError(t, err)
+	return string(raw)
+}
+
+// kernelRuns reads kernelJobs' launch log: the runs of consecutive kernels
+// of one process as (pid, kernels), the kernels per process, and the
+// median run.
+func kernelRuns(t *testing.T, bin string) ([][2]int, map[int]int, int) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(bin, "launches"))
+	must.NoError(t, err)
+	var runs [][2]int
 	per := map[int]int{}
 	for _, l := range strings.Fields(string(data)) {
 		pid, err := strconv.Atoi(l)
@@ -166,26 +217,11 @@ func TestTimeSlicedJobsAlternate(t *testing.T) {
 			runs = append(runs, [2]int{pid, 1})
 		}
 	}
+	must.SliceNotEmpty(t, runs, must.Sprint("no kernel was launched"))
 	lens := make([]int, 0, len(runs))
 	for _, r := range runs {
 		lens = append(lens, r[1])
 	}
 	slices.Sort(lens)
-	t.Logf("%d kernels in %d runs (median %d kernels), per process %v; scheduler's figures %+v", len(strings.Fields(string(data))), len(runs), lens[len(lens)/2], per, seen)
-	must.MapLen(t, 2, per, must.Sprint("both tasks launched"))
-	for _, n := range per {
-		must.Greater(t, 100, n)
-	}
-	// they alternated: a run per turn of 500 ms while both lived (6 s
-	// each), where kernel-by-kernel interleaving would make thousands
-	must.Between(t, 3, len(runs), 60)
-	must.Greater(t, 20, lens[len(lens)/2])
-	// the scheduler saw each suspended, in turns, through the plugin's stats
-	for _, id := range ids {
-		ts, ok := seen[id]
-		must.True(t, ok, must.Sprintf("job %s: no time-slice figures in /v1/jobs", id))
-		must.EqOp(t, 0.5, ts.QuantumSeconds)
-		must.Greater(t, 0, ts.SuspendedSeconds, must.Sprintf("job %s", id))
-		must.Greater(t, uint64(1), ts.Turns, must.Sprintf("job %s", id))
-	}
+	return runs, per, lens[len(lens)/2]
 }

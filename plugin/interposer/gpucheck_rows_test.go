@@ -86,8 +86,8 @@ func (g *gpuChecker) computeAccuracy(k kernels) ([]checkRow, error) {
 }
 
 // pair runs two programs at once on clock (started together), each in
-// its reservation directory.
-func (g *gpuChecker) pair(clock func(parties, party int) []string, dirs [2]string, args [2][]string) ([2][][]string, error) {
+// its reservation directory, with env added to both environments.
+func (g *gpuChecker) pair(clock func(parties, party int) []string, dirs [2]string, args [2][]string, env ...string) ([2][][]string, error) {
 	var out [2][][]string
 	var errs [2]error
 	var wg sync.WaitGroup
@@ -95,7 +95,9 @@ func (g *gpuChecker) pair(clock func(parties, party int) []string, dirs [2]strin
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i], errs[i] = g.output(g.cmdIn(clock(2, i), dirs[i], args[i]...), args[i])
+			c := g.cmdIn(clock(2, i), dirs[i], args[i]...)
+			c.Env = append(c.Env, env...)
+			out[i], errs[i] = g.output(c, args[i])
 		}()
 	}
 	wg.Wait()

@@ -217,23 +217,9 @@ func TestTimeSlicedDeepQueueKeepsItsQuantum(t *testing.T) {
 	a, c := reservation(t, "compute_pct=100\ntimeslice_id=81\n"), reservation(t, "compute_pct=100\ntimeslice_id=82\n")
 	sliceFile(t, a, c)
 	log := filepath.Join(t.TempDir(), "log")
-	clock := g.clockOn()
 	args := []string{"spin:" + l[0][2] + ":3000:500:0:64"}
-	var runs [2][][]string
-	var errs [2]error
-	done := make(chan int)
-	for i, dir := range []string{a, c} {
-		go func() {
-			cmd := g.cmdIn(clock(2, i), dir, args...)
-			cmd.Env = append(cmd.Env, "GPUSHARE_TIMESLICE_QUANTUM_MS=100", "FAKECUDA_LOG="+log)
-			runs[i], errs[i] = g.output(cmd, args)
-			done <- i
-		}()
-	}
-	<-done
-	<-done
-	must.NoError(t, errs[0])
-	must.NoError(t, errs[1])
+	runs, err := g.pair(g.clockOn(), [2]string{a, c}, [2][]string{args, args}, "GPUSHARE_TIMESLICE_QUANTUM_MS=100", "FAKECUDA_LOG="+log)
+	must.NoError(t, err)
 	got, per := launchRuns(t, log)
 	longest := 0
 	must.Greater(t, 20, len(got)) // they alternated: 3 s of 100 ms quanta
