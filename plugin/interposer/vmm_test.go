@@ -162,8 +162,22 @@ func TestExecResetsTheCharge(t *testing.T) {
 // compute_pct=0 would pace every launch for ever: the limits file is
 // refused (no memory, no pacing) with a line on stderr that names it.
 func TestComputePctZeroRefused(t *testing.T) {
+	mustRefuseLimits(t, "compute_pct=0\n", "compute_pct=0: must be 1-100")
+}
+
+// A round of turns out of range, or not a number, is refused the same way
+// (src/slice.c, "Side by side": a task's turn is its share of the round).
+func TestTurnMsOutOfRangeRefused(t *testing.T) {
+	mustRefuseLimits(t, "compute_pct=30\nturn_ms=10001\n", "turn_ms=10001: must be 0-10000")
+	mustRefuseLimits(t, "compute_pct=30\nturn_ms=100ms\n", "turn_ms=100ms: must be 0-10000")
+}
+
+// mustRefuseLimits: a 4 GiB cap with more lines that make the file
+// malformed gives no memory, and stderr says why.
+func mustRefuseLimits(t *testing.T, more, says string) {
+	t.Helper()
 	b, r := vmmprog(t)
-	r.limits = reservation(t, fmt.Sprintf("memory_bytes=%d\ncompute_pct=0\n", 4*gib))
+	r.limits = reservation(t, fmt.Sprintf("memory_bytes=%d\n%s", 4*gib, more))
 	c := r.cmd(b, "alloc:1048576")
 	var stderr strings.Builder
 	c.Stderr = &stderr
@@ -172,8 +186,8 @@ func TestComputePctZeroRefused(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	check(t, strings.Split(strings.TrimSpace(string(out)), "\n"), "alloc 2")
-	if !strings.Contains(stderr.String(), "compute_pct=0: must be 1-100") {
-		t.Errorf("stderr does not name compute_pct: %q", stderr.String())
+	if !strings.Contains(stderr.String(), says) {
+		t.Errorf("stderr does not say %q: %q", says, stderr.String())
 	}
 }
 
