@@ -28,7 +28,8 @@ func TestANewLeaderStartsFromTheChargesSaved(t *testing.T) {
 	charge(0) // 34.5 s (TestWhatSharingCostsIsCharged), saved by the pass
 	must.Eq(t, 34500*time.Millisecond, sc.s.loop.intro.lostToSharing()["alloc-old"])
 	saved := sc.f.vars[chargesKind.path(0)]
-	must.Eq(t, map[string]string{"alloc-old": "34"}, saved, must.Sprint("whole seconds, rounded down; none for an allocation sharing cost nothing"))
+	must.Eq(t, map[string]string{"alloc-old": "34", normPrefix + "alloc-old": "0.500"}, saved,
+		must.Sprint("whole seconds, rounded down, and the throughput last judged; none for an allocation sharing cost nothing"))
 
 	// charged more within the minute: not written again
 	*sc.clock = sc.clock.Add(30 * time.Second)
@@ -54,6 +55,21 @@ func TestANewLeaderStartsFromTheChargesSaved(t *testing.T) {
 	next.mu.Lock()
 	must.Eq(t, float64(lost/time.Second)/600, next.loop.stretched()["alloc-old"])
 	next.mu.Unlock()
+
+	// and, until it has judged the pair itself (its first pass has no
+	// samples), expects old to end at the throughput the old leader last
+	// judged it at, half of alone, not as if it ran alone: old is past its
+	// 10m, so it needs as much again as it has done, at half its speed
+	next.loop.reconcile(t.Context())
+	must.Eq(t, 0.5, next.loop.intro.progress()["alloc-old"].norm)
+	now := *sc.clock
+	endOf := func(s *Service) time.Time {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.loop.expectedEnds(s.state.Snapshot(s.loop.profile, nil).Snapshot, nil, now)["alloc-old"]
+	}
+	leader, follower := endOf(sc.s), endOf(next)
+	must.Less(t, 2*time.Second, leader.Sub(follower).Abs(), must.Sprintf("the old leader expects %s, the new one %s", leader, follower))
 }
 
 // The charges of the groups that declare a run time are saved, whether
@@ -83,7 +99,7 @@ func TestChargesSavedAreThoseOfDeclaredRunTimes(t *testing.T) {
 			must.MapNotContainsKey(t, sc.f.vars, chargesKind.path(0), must.Sprint(name))
 			continue
 		}
-		must.Eq(t, map[string]string{"alloc-old": strconv.Itoa(int(lost / time.Second))}, sc.f.vars[chargesKind.path(0)], must.Sprint(name))
+		must.Eq(t, map[string]string{"alloc-old": strconv.Itoa(int(lost / time.Second)), normPrefix + "alloc-old": "0.500"}, sc.f.vars[chargesKind.path(0)], must.Sprint(name))
 		sc.s.mu.Lock()
 		must.MapEmpty(t, sc.s.loop.stretched(), must.Sprint("the bound is off: the step reads no charge"))
 		sc.s.mu.Unlock()
@@ -98,11 +114,14 @@ func TestChargesReadKeepTheLargerAndSkipTheBad(t *testing.T) {
 	in.lost["mine"] = &lostTally{lost: 90 * time.Second, at: time.Unix(5, 0)}
 	in.lost["gone"] = &lostTally{lost: time.Hour}
 	in.lost["behind"] = &lostTally{lost: time.Second}
-	in.readCharges(map[string]string{"mine": "60", "behind": "20", "new": "7", "text": "soon", "negative": "-3", "zero": "0", "huge": "99999999999999999999"})
+	in.readCharges(map[string]string{"mine": "60", "behind": "20", "new": "7", "text": "soon", "negative": "-3", "zero": "0", "huge": "99999999999999999999",
+		normPrefix + "new": "0.4", normPrefix + "behind": "fast", normPrefix + "mine": "-1", normPrefix + "gone": "0.5"})
 	must.Eq(t, map[string]time.Duration{"mine": 90 * time.Second, "behind": 20 * time.Second, "new": 7 * time.Second}, in.lostToSharing())
+	must.Eq(t, map[string]lostTally{"mine": {lost: 90 * time.Second}, "behind": {lost: 20 * time.Second}, "new": {lost: 7 * time.Second, norm: 0.4}}, in.progress(),
+		must.Sprint("a throughput that is not a number above 0 is skipped; one without a charge is not a charge"))
 	must.True(t, in.lost["mine"].at.IsZero(), must.Sprint("its clock starts again at its next judgement"))
-	must.Eq(t, map[string]string{"mine": "90", "behind": "20", "new": "7"}, in.chargeItems(map[string]float64{"mine": 1, "behind": 1, "new": 1, "absent": 1}))
-	must.Eq(t, map[string]string{"new": "7"}, in.chargeItems(map[string]float64{"new": 1}))
+	must.Eq(t, map[string]string{"mine": "90", "behind": "20", "new": "7", normPrefix + "new": "0.400"}, in.chargeItems(map[string]float64{"mine": 1, "behind": 1, "new": 1, "absent": 1}))
+	must.Eq(t, map[string]string{"new": "7", normPrefix + "new": "0.400"}, in.chargeItems(map[string]float64{"new": 1}))
 }
 
 // A running allocation is expected to end when queue.Left says from what

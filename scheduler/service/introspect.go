@@ -260,7 +260,7 @@ func (in *introspection) running(snap *placement.Snapshot, state *model.State, n
 	defer in.mu.Unlock()
 	out := map[string]decide.Running{}
 	charged := map[string]bool{}
-	defer in.settle(state, charged)
+	defer in.settle(state, snap, charged)
 	for _, id := range slices.Sorted(maps.Keys(in.shared)) {
 		a, ok := state.Allocs[id]
 		pa, inSnap := snap.Alloc(id)
@@ -324,15 +324,24 @@ func (in *introspection) charge(id string, norm float64, now time.Time) {
 	t.at, t.norm = now, norm
 }
 
-// settle stops the clock of the allocations not judged in this pass (they
-// run alone, or their run is too new), and forgets those gone. The caller
+// settle stops the clock of the allocations not judged in this pass (their
+// run is too new, or they run alone), forgets the throughput of those that
+// no longer share a GPU in snap (0: alone) and forgets those gone. One
+// that still shares keeps the throughput it was last judged at until it is
+// judged again: its expected end counts it (a new leader's first passes,
+// before a window of samples is in, read the old leader's). The caller
 // holds in.mu.
-func (in *introspection) settle(state *model.State, charged map[string]bool) {
+func (in *introspection) settle(state *model.State, snap *placement.Snapshot, charged map[string]bool) {
 	for id, t := range in.lost {
 		if _, ok := state.Allocs[id]; !ok {
 			delete(in.lost, id)
-		} else if !charged[id] {
-			t.at, t.norm = time.Time{}, 0
+			continue
+		}
+		if !charged[id] {
+			t.at = time.Time{}
+		}
+		if uuid, _, ok := snap.SoleGPU(id); !ok || len(snap.OnGPU(uuid)) < 2 {
+			t.norm = 0
 		}
 	}
 }

@@ -248,29 +248,47 @@ const chargesEvery = time.Minute
 // chargeItems are what sharing has cost each allocation of charged (those
 // of groups that declare a run time, loop.charged) so far, by allocation
 // ID, in whole seconds (rounded down: a new leader never charges more
-// than was observed).
+// than was observed), and, under normPrefix and its ID, the throughput it
+// ran at when last judged while it still shares (what its expected end
+// reads until the new leader judges it again).
 func (in *introspection) chargeItems(charged map[string]float64) map[string]string {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	items := make(map[string]string, len(charged))
 	for id := range charged {
-		if t := in.lost[id]; t != nil && t.lost >= time.Second {
-			items[id] = strconv.FormatInt(int64(t.lost/time.Second), 10)
+		t := in.lost[id]
+		if t == nil || t.lost < time.Second {
+			continue
+		}
+		items[id] = strconv.FormatInt(int64(t.lost/time.Second), 10)
+		if t.norm > 0 {
+			items[normPrefix+id] = strconv.FormatFloat(t.norm, 'f', 3, 64)
 		}
 	}
 	return items
 }
 
+// normPrefix marks the charges' items that hold an allocation's
+// throughput when last judged rather than its charge. A replica that
+// predates them skips them: their values are not counts of seconds.
+const normPrefix = "norm/"
+
 // readCharges takes the leader's charges. An allocation this replica
 // charged more (it led since the leader last saved) keeps its own; one
 // the leader no longer lists is dropped (it is gone); a value that is not
-// a count of seconds is skipped. The clock of each starts again at its
-// next judgement.
+// a count of seconds is skipped. Each keeps the throughput the leader last
+// judged it at (normPrefix; none: alone), so that its expected end counts
+// its sharing until this replica judges it; a throughput that is not a
+// number above 0 is skipped. The clock of each starts again at its next
+// judgement.
 func (in *introspection) readCharges(items map[string]string) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	lost := make(map[string]*lostTally, len(items))
 	for id, v := range items {
+		if strings.HasPrefix(id, normPrefix) {
+			continue
+		}
 		sec, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || sec <= 0 || sec > math.MaxInt64/int64(time.Second) {
 			continue
@@ -279,7 +297,11 @@ func (in *introspection) readCharges(items map[string]string) {
 		if own := in.lost[id]; own != nil && own.lost > d {
 			d = own.lost
 		}
-		lost[id] = &lostTally{lost: d}
+		t := &lostTally{lost: d}
+		if n, err := strconv.ParseFloat(items[normPrefix+id], 64); err == nil && n > 0 && !math.IsInf(n, 0) {
+			t.norm = n
+		}
+		lost[id] = t
 	}
 	in.lost = lost
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -336,10 +337,13 @@ func TestWhatSharingCostsIsCharged(t *testing.T) {
 	sc.s.loop.mu.Unlock()
 
 	// alone for an hour (its partner's samples stop), then judged again:
-	// only the time since counts
+	// only the time since counts, and while it runs alone its expected end
+	// reads its speed alone, not the throughput it had shared
+	must.Eq(t, 0.5, sc.s.loop.intro.progress()["alloc-old"].norm)
 	sc.s.loop.intro.mu.Lock()
-	sc.s.loop.intro.settle(sc.s.loop.state, map[string]bool{})
+	sc.s.loop.intro.settle(sc.s.loop.state, placement.NewSnapshot(), map[string]bool{})
 	sc.s.loop.intro.mu.Unlock()
+	must.Eq(t, 0.0, sc.s.loop.intro.progress()["alloc-old"].norm)
 	*sc.clock = sc.clock.Add(time.Hour)
 	sc.sample(t, 25, 25, 25)
 	sc.s.loop.reconcile(t.Context())
@@ -369,7 +373,7 @@ func TestWhatSharingCostsIsTheLeadersAndForgotten(t *testing.T) {
 	sc.s.loop.mu.Lock()
 	delete(sc.s.loop.state.Allocs, "alloc-old")
 	sc.s.loop.intro.mu.Lock()
-	sc.s.loop.intro.settle(sc.s.loop.state, map[string]bool{})
+	sc.s.loop.intro.settle(sc.s.loop.state, placement.NewSnapshot(), map[string]bool{})
 	sc.s.loop.intro.mu.Unlock()
 	sc.s.loop.mu.Unlock()
 	must.MapNotContainsKey(t, sc.s.loop.intro.lostToSharing(), "alloc-old")
