@@ -16,7 +16,8 @@
  * The table, the limits and dlsym are in hooks.c; the driver types we need
  * (no CUDA headers) in gpushare.h.
  *
- * Kernel launches are intercepted in launch.c (pacing, the TGS channel). */
+ * Kernel launches are intercepted in launchhooks.c and paced in launch.c
+ * (pacing, the TGS channel). */
 #define _GNU_SOURCE
 #include "gpushare.h"
 

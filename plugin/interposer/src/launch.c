@@ -1,6 +1,7 @@
 /* gpushare CUDA interposer: kernel launches, paced to the task's share of
  * GPU time (src/pace.c) and, for production tasks, counted into the GPU's
- * TGS channel (README, "Compute control").
+ * TGS channel (README, "Compute control"); the exported launch hooks that call it are
+ * in launchhooks.c.
  *
  * What a launch costs depends on the task, decided once, at its first
  * launch (setup), and kept in `mode`:
@@ -20,6 +21,7 @@
  * No path allocates or calls getenv; only M_PACE locks. */
 #define _GNU_SOURCE
 #include "gpushare.h"
+#include "launch.h"
 #include "pace.h"
 
 #include <dlfcn.h>
@@ -32,42 +34,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
-/* The launch API's own driver types (CUDA 12 cuda.h layouts, 64-bit). */
-typedef void *CUfunction;
+/* The driver's types a paced launch uses (CUDA 12 cuda.h, 64-bit). */
 typedef void *CUevent;
 typedef void *CUcontext;
-typedef void *CUgraphExec;
-typedef struct CUlaunchAttribute_st CUlaunchAttribute; /* only passed through */
-typedef struct {
-    unsigned gridDimX, gridDimY, gridDimZ;
-    unsigned blockDimX, blockDimY, blockDimZ;
-    unsigned sharedMemBytes;
-    CUstream hStream;
-    CUlaunchAttribute *attrs;
-    unsigned numAttrs;
-} CUlaunchConfig;
 
 enum { CUDA_ERROR_NOT_READY = 600 };
 enum { CAPTURE_NONE = 0, CAPTURE_MODE_RELAXED = 2 }; /* CUstreamCaptureStatus, CUstreamCaptureMode */
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
-
-typedef CUresult (*cuLaunchKernel_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned,
-                                      unsigned, unsigned, unsigned, CUstream, void **, void **);
-typedef cuLaunchKernel_fn cuLaunchKernel_ptsz_fn;
-typedef CUresult (*cuLaunchKernelEx_fn)(const CUlaunchConfig *, CUfunction, void **, void **);
-typedef cuLaunchKernelEx_fn cuLaunchKernelEx_ptsz_fn;
-typedef CUresult (*cuLaunchCooperativeKernel_fn)(CUfunction, unsigned, unsigned, unsigned,
-                                                 unsigned, unsigned, unsigned, unsigned,
-                                                 CUstream, void **);
-typedef cuLaunchCooperativeKernel_fn cuLaunchCooperativeKernel_ptsz_fn;
-typedef CUresult (*cuGraphLaunch_fn)(CUgraphExec, CUstream);
-typedef cuGraphLaunch_fn cuGraphLaunch_ptsz_fn;
-/* the legacy launches (the block shape set by cuFuncSetBlockShape) */
-typedef CUresult (*cuLaunch_fn)(CUfunction);
-typedef CUresult (*cuLaunchGrid_fn)(CUfunction, int, int);
-typedef CUresult (*cuLaunchGridAsync_fn)(CUfunction, int, int, CUstream);
 
 /* The driver calls a paced launch makes: not intercepted (no hook of ours
  * in front of them), found in the real driver at setup. The last three may
@@ -84,8 +56,7 @@ static struct {
     CUresult (*current)(CUcontext *);        /* cuCtxGetCurrent */
 } ev;
 
-enum { M_UNSET = 0, M_PASS, M_PRODUCE, M_PACE };
-static int mode; /* written once, by setup (release), read by every launch */
+int gs_launch_mode; /* written once, by setup (release), read by every launch */
 
 #define MS 1000000ull
 #define WINDOW_NS (100 * MS)  /* the pacer's credit window and the TGS window */
@@ -318,16 +289,16 @@ static void setup_mode(void)
             m = M_PASS;
         }
     }
-    __atomic_store_n(&mode, m, __ATOMIC_RELEASE);
+    __atomic_store_n(&gs_launch_mode, m, __ATOMIC_RELEASE);
 }
 
-static int setup(void)
+int gs_launch_setup(void)
 {
     pthread_once(&setup_once, setup_mode);
-    return __atomic_load_n(&mode, __ATOMIC_ACQUIRE);
+    return __atomic_load_n(&gs_launch_mode, __ATOMIC_ACQUIRE);
 }
 
-static void produce(void)
+void gs_launch_produce(void)
 {
     gs_tgs_produce(chan, &producer, now_ns(), 1);
 }
@@ -419,7 +390,7 @@ static void harvest(void)
 
 /* Whether s is capturing (or its capture was invalidated): what is
  * launched there does not run now, it is recorded into a graph. */
-static int capturing(CUstream s)
+int gs_launch_capturing(CUstream s)
 {
     int st = CAPTURE_NONE;
     if (!ev.capturing)
@@ -431,8 +402,8 @@ static int capturing(CUstream s)
  * held, the debt paid and the start event recorded on the stream; *pl and
  * *slot name the pair, *slot -1 when the launch goes unmeasured (charged
  * at the mean). Never waits on the GPU: its events are polled. */
-static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint64_t *charged,
-                        struct gs_pacer **pcp)
+void gs_pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint64_t *charged,
+                    struct gs_pacer **pcp)
 {
     pthread_mutex_lock(&pace.mu);
     uint64_t now = now_ns();
@@ -532,8 +503,8 @@ static void pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint
 
 /* After it: the end event, and pace.mu released. A launch the driver refused
  * ran nothing: its charge (to pc) is taken back. */
-static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t charged,
-                       struct gs_pacer *pc, CUresult r)
+void gs_pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t charged,
+                   struct gs_pacer *pc, CUresult r)
 {
     if (r != CUDA_SUCCESS) {
         plock();
@@ -552,98 +523,3 @@ static void pace_after(CUstream s, int graph, struct pool *p, int slot, uint64_t
     }
     pthread_mutex_unlock(&pace.mu);
 }
-
-/* A paced launch (graph: of a graph) on s; not paced when s is capturing:
- * nothing runs then (the graph's launches are paced, by what they run),
- * and event calls there would be recorded into the graph or invalidate it. */
-#define PACED(graph, s, call)                                                   \
-    do {                                                                        \
-        if (capturing(s))                                                       \
-            return call;                                                        \
-        struct pool *pl_;                                                       \
-        int slot_;                                                              \
-        uint64_t charged_;                                                      \
-        struct gs_pacer *pc_;                                                   \
-        pace_before(s, graph, &pl_, &slot_, &charged_, &pc_);                   \
-        CUresult r_ = call;                                                     \
-        pace_after(s, graph, pl_, slot_, charged_, pc_, r_);                    \
-        return r_;                                                              \
-    } while (0)
-
-/* One hook: the exported function is the whole path of a task without a
- * compute limit (a load of mode and of the real function, a tail call);
- * everything else is in name##_slow, kept out of line so the fast path
- * sets up no frame. A _ptsz variant's NULL stream is the per-thread
- * default stream, which the (legacy) event record names
- * CU_STREAM_PER_THREAD. */
-#define LAUNCH_HOOK(name, ptsz, stream, params, args)                           \
-    static __attribute__((noinline)) CUresult name##_run params                 \
-    {                                                                           \
-        int m = __atomic_load_n(&mode, __ATOMIC_ACQUIRE);                       \
-        if (m == M_UNSET)                                                       \
-            m = setup();                                                        \
-        name##_fn real = (name##_fn)gs_hooks[H_##name].real;                    \
-        if (!real)                                                              \
-            return CUDA_ERROR_NOT_FOUND;                                        \
-        if (m == M_PASS)                                                        \
-            return real args;                                                   \
-        if (m == M_PRODUCE) {                                                   \
-            produce();                                                          \
-            return real args;                                                   \
-        }                                                                       \
-        CUstream s_ = (stream);                                                 \
-        if ((ptsz) && s_ == NULL)                                               \
-            s_ = CU_STREAM_PER_THREAD;                                          \
-        PACED(GRAPH_##name, s_, real args);                                     \
-    }                                                                           \
-    /* a graph's memory is charged at its launch (graphmem.c) */               \
-    static __attribute__((noinline)) CUresult name##_slow params                \
-    {                                                                           \
-        if (!GRAPH_##name || !__atomic_load_n(&gs_graph_mem, __ATOMIC_RELAXED)) \
-            return name##_run args;                                             \
-        uint64_t a_[GS_GRAPH_DEVS];                                             \
-        int t_ = gs_graph_launch_begin(GS_FIRST args, a_);                      \
-        if (t_ < 0)                                                             \
-            return CUDA_ERROR_OUT_OF_MEMORY;                                    \
-        CUresult r_ = name##_run args;                                          \
-        if (t_)                                                                 \
-            gs_graph_launch_end(GS_FIRST args, a_, r_);                         \
-        return r_;                                                              \
-    }                                                                           \
-    EXPORT CUresult name params                                                 \
-    {                                                                           \
-        name##_fn real = (name##_fn)gs_hooks[H_##name].real;                    \
-        if (__builtin_expect(__atomic_load_n(&mode, __ATOMIC_ACQUIRE) == M_PASS && real && \
-                             !(GRAPH_##name && __atomic_load_n(&gs_graph_mem, __ATOMIC_RELAXED)), 1)) \
-            return real args;                                                   \
-        return name##_slow args;                                                \
-    }
-/* the first argument: a graph launch's executable */
-#define GS_FIRST(a, ...) ((void *)(uintptr_t)(a))
-
-/* which hooks launch graphs */
-enum { GRAPH_cuLaunchKernel = 0, GRAPH_cuLaunchKernel_ptsz = 0, GRAPH_cuLaunchKernelEx = 0,
-       GRAPH_cuLaunchKernelEx_ptsz = 0, GRAPH_cuLaunchCooperativeKernel = 0,
-       GRAPH_cuLaunchCooperativeKernel_ptsz = 0, GRAPH_cuGraphLaunch = 1, GRAPH_cuGraphLaunch_ptsz = 1,
-       GRAPH_cuLaunch = 0, GRAPH_cuLaunchGrid = 0, GRAPH_cuLaunchGridAsync = 0 };
-
-#define KPARAMS(tail)                                                           \
-    (CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, \
-     unsigned bz, unsigned shmem, CUstream hs, void **kp tail)
-#define EXTRA , void **extra
-#define NOTHING
-
-LAUNCH_HOOK(cuLaunchKernel, 0, hs, KPARAMS(EXTRA), (f, gx, gy, gz, bx, by, bz, shmem, hs, kp, extra))
-LAUNCH_HOOK(cuLaunchKernel_ptsz, 1, hs, KPARAMS(EXTRA), (f, gx, gy, gz, bx, by, bz, shmem, hs, kp, extra))
-LAUNCH_HOOK(cuLaunchCooperativeKernel, 0, hs, KPARAMS(NOTHING), (f, gx, gy, gz, bx, by, bz, shmem, hs, kp))
-LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, 1, hs, KPARAMS(NOTHING), (f, gx, gy, gz, bx, by, bz, shmem, hs, kp))
-LAUNCH_HOOK(cuLaunchKernelEx, 0, cfg ? cfg->hStream : NULL,
-            (const CUlaunchConfig *cfg, CUfunction f, void **kp, void **extra), (cfg, f, kp, extra))
-LAUNCH_HOOK(cuLaunchKernelEx_ptsz, 1, cfg ? cfg->hStream : NULL,
-            (const CUlaunchConfig *cfg, CUfunction f, void **kp, void **extra), (cfg, f, kp, extra))
-LAUNCH_HOOK(cuGraphLaunch, 0, hs, (CUgraphExec g, CUstream hs), (g, hs))
-LAUNCH_HOOK(cuGraphLaunch_ptsz, 1, hs, (CUgraphExec g, CUstream hs), (g, hs))
-/* the legacy launches: cuLaunch and cuLaunchGrid run on the NULL stream */
-LAUNCH_HOOK(cuLaunch, 0, NULL, (CUfunction f), (f))
-LAUNCH_HOOK(cuLaunchGrid, 0, NULL, (CUfunction f, int gw, int gh), (f, gw, gh))
-LAUNCH_HOOK(cuLaunchGridAsync, 0, hs, (CUfunction f, int gw, int gh, CUstream hs), (f, gw, gh, hs))
