@@ -203,7 +203,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	fs.Float64Var(&rb.Noise, "model-noise", 0, "robustness: the standard deviation of an error added to each job's prediction with each partner")
 	fs.Float64Var(&rb.RuntimeSigma, "runtime-sigma", 0, "robustness: declared run times are off by a log-normal factor exp(N(0, sigma))")
 	fs.BoolVar(&rb.NoRuntimes, "no-runtimes", false, "robustness: no run time is declared (gpushare and sjf-bsbf see the default for every job)")
-	seed := fs.Uint64("robustness-seed", 1, "robustness: seed of the model noise and the run-time errors")
+	seed := fs.Uint64("robustness-seed", 1, "robustness: seed of the model noise and the run-time errors (-model-noise, -runtime-sigma, and -robustness's conditions)")
 	noIntro := fs.Bool("no-introspection", false, "gpushare: no observation of pairs, no unpairing, predictions without uncertainty (the ablation)")
 	observe := fs.Duration("observe-after", gavel.DefaultObserveAfter*time.Second, "gpushare: how long a pair runs before its progress is seen")
 	checkpoint := fs.Duration("checkpoint", 0, "how often jobs checkpoint: a job moved off its GPU loses its work since the last one (0: since it last started)")
@@ -271,7 +271,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	}
 	var conds []gavel.Robustness
 	if *robust {
-		conds = gavel.StandardConditions
+		conds = gavel.StandardConditionsSeeded(*seed)
 	}
 	if *heldOut {
 		conds = append(conds, gavel.HeldOutConditions...)

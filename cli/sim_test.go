@@ -207,3 +207,27 @@ func TestSimOpenbJSON(t *testing.T) {
 	must.Between(t, 80, j.Limits[1].Offline, j.Limits[1].Bound)
 	must.Nil(t, j.Limits[1].GapShare)
 }
+
+// -robustness-seed draws -robustness's model noise and run-time errors:
+// those two conditions run with it and say so by name, the others are as
+// they were (a seed changes nothing they perturb).
+func TestSimGavelRobustnessSeed(t *testing.T) {
+	code, out, errOut := run("sim", "gavel", "-traces", "925e2b", "-cluster", "pcie:2", "-policies", "exclusive,sjf-bsbf,gpushare",
+		"-robustness", "-robustness-seed", "2", "-json", "-quiet")
+	must.EqOp(t, 0, code, must.Sprint(errOut))
+	var j struct {
+		Conditions []struct {
+			Condition gavel.Robustness `json:"condition"`
+		}
+	}
+	must.NoError(t, json.Unmarshal([]byte(out), &j))
+	must.SliceLen(t, len(gavel.StandardConditions), j.Conditions)
+	for i, c := range j.Conditions {
+		want := gavel.StandardConditions[i]
+		if want.Noise > 0 || want.RuntimeSigma > 0 {
+			want.Seed, want.Name = 2, want.Name+", seed 2"
+		}
+		must.Eq(t, want, c.Condition)
+	}
+	must.Eq(t, gavel.StandardConditions, gavel.StandardConditionsSeeded(1), must.Sprint("seed 1 is the standard conditions, names unchanged"))
+}

@@ -2,6 +2,7 @@ package gavel
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpushare/gpushare/scheduler/sim/report"
@@ -17,6 +18,23 @@ var StandardConditions = []Robustness{
 	{Name: "model noise sd 0.2", Noise: 0.2, Seed: 1},
 	{Name: "run times off, log-normal sigma 1", RuntimeSigma: 1, Seed: 1},
 	{Name: "no run times declared", NoRuntimes: true},
+}
+
+// StandardConditionsSeeded is StandardConditions with the model noise and
+// the run-time errors drawn from seed (`-robustness-seed`); a seed other
+// than 1 is named in those conditions, so that two seeds' reports are
+// told apart.
+func StandardConditionsSeeded(seed uint64) []Robustness {
+	out := slices.Clone(StandardConditions)
+	for i := range out {
+		if out[i].Noise > 0 || out[i].RuntimeSigma > 0 {
+			out[i].Seed = seed
+			if seed != 1 {
+				out[i].Name += fmt.Sprintf(", seed %d", seed)
+			}
+		}
+	}
+	return out
 }
 
 // Condition is the result of one perturbed run: the policies it changes,
