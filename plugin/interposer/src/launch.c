@@ -4,8 +4,8 @@
  * in launchhooks.c.
  *
  * What a launch costs depends on the task, decided once, at its first
- * launch (setup), and kept in `mode`:
- *   M_PASS     no compute limit: a load of `mode` and the real call, nothing
+ * launch (gs_launch_setup), and kept in `gs_launch_mode`:
+ *   M_PASS     no compute limit: a load of the mode and the real call, nothing
  *              else (not under gpushare; compute_pct 100 and not
  *              opportunistic; production without a TGS channel);
  *   M_PRODUCE  production with a channel: a clock read and a few relaxed
@@ -56,7 +56,7 @@ static struct {
     CUresult (*current)(CUcontext *);        /* cuCtxGetCurrent */
 } ev;
 
-int gs_launch_mode; /* written once, by setup (release), read by every launch */
+int gs_launch_mode; /* written once, by gs_launch_setup (release), read by every launch */
 
 #define MS 1000000ull
 #define WINDOW_NS (100 * MS)  /* the pacer's credit window and the TGS window */
@@ -487,7 +487,7 @@ void gs_pace_before(CUstream s, int graph, struct pool **pl, int *slot, uint64_t
     /* graph launches are all measured: they differ from one another */
     int measure = p && (graph ? 1 : gs_sample_pick(&p->samp, pc));
     if (!measure || p->n == POOL)
-        return; /* unmeasured: pace_after */
+        return; /* unmeasured: gs_pace_after */
     unsigned i = (p->head + p->n) % POOL;
     CUresult r = ev.record(p->start[i], s);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY) {
