@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/internal/usertext"
@@ -101,6 +102,7 @@ func jobStatus(args []string, io IO) int {
 			}
 			fmt.Fprintf(io.Out, "    interference profile: %s (sm %.2f, memory bandwidth %.2f)\n", name, g.Profile.SM, g.Profile.MemBW)
 		}
+		printExpected(io, g.Expected)
 		printElastic(io, g.Elastic)
 	}
 	printChildren(io, fam)
@@ -293,4 +295,21 @@ func nShares(n int) string {
 		return "1 share"
 	}
 	return fmt.Sprintf("%d shares", n)
+}
+
+// printExpected says the run time the queue orders a group by, and where
+// it comes from.
+func printExpected(io IO, e *service.ExpectedRuntime) {
+	if e == nil {
+		return
+	}
+	d := time.Duration(e.Seconds * float64(time.Second)).Round(time.Second)
+	switch {
+	case e.Source == "learned" && e.Runs == 1:
+		fmt.Fprintf(io.Out, "    expected run time: %s, learned: what its last run took\n", d)
+	case e.Source == "learned":
+		fmt.Fprintf(io.Out, "    expected run time: %s, learned: the median of its last %d runs\n", d, e.Runs)
+	default:
+		fmt.Fprintf(io.Out, "    expected run time: %s, declared (gpushare.expected_runtime)\n", d)
+	}
 }

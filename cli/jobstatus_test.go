@@ -114,3 +114,20 @@ func TestJobStatusOneLinePerPlacement(t *testing.T) {
     allocation alloc-2: node bbbb2222, GPU 0 (3 shares)
     allocation alloc-3: holds no shares`)
 }
+
+// The run time the queue orders a group by is said, and where it comes
+// from: learned from its runs, or declared.
+func TestJobStatusSaysTheExpectedRunTime(t *testing.T) {
+	for expected, want := range map[string]string{
+		`{"seconds":7980,"source":"learned","runs":4}`: "    expected run time: 2h13m0s, learned: the median of its last 4 runs\n",
+		`{"seconds":600,"source":"learned","runs":1}`:  "    expected run time: 10m0s, learned: what its last run took\n",
+		`{"seconds":5400,"source":"declared"}`:         "    expected run time: 1h30m0s, declared (gpushare.expected_runtime)\n",
+	} {
+		status := `{"namespace":"default","id":"etl","type":"batch","status":"pending","groups":[{"name":"g","state":"pending",
+			"reason":"waits","expected_runtime":` + expected + `}]}`
+		sched := serveJSON(t, map[string]any{"/v1/jobs/etl": status, "/v1/gpus": `{"nodes":[]}`})
+		code, out, errOut := run("job", "status", "-scheduler", sched, "-address", "http://127.0.0.1:1", "etl")
+		must.EqOp(t, 0, code, must.Sprint(errOut))
+		must.StrContains(t, out, want)
+	}
+}

@@ -55,7 +55,9 @@ const batchAgainSpec = `job %q {
 // allocations of an older version of a batch job; the scheduler writes
 // the pinned version with the count lowered by what ended
 // (scheduler/service/batchended.go), so nothing that ended runs again,
-// and the two running are kept.
+// and the two running are kept. The job declares no run time: once its
+// three allocations finished, the scheduler says it expects the next run
+// to take their median (learned run times, docs/users.md).
 func TestBatchRegisteredAgain(t *testing.T) {
 	e := newEnv(t)
 	s := e.startScheduler("s", "")
@@ -105,6 +107,22 @@ func TestBatchRegisteredAgain(t *testing.T) {
 		return len(r) == 0
 	})
 	e.quiet(id, s)
+	// the job declares no run time: its three runs, each finished on its
+	// own, are what the next run of it is expected to take
+	var st struct {
+		Groups []struct {
+			Expected *struct {
+				Seconds float64
+				Source  string
+				Runs    int
+			} `json:"expected_runtime"`
+		}
+	}
+	e.eventually(liveness, id+"'s run time learned from its three runs", func() bool {
+		return getJSON(s.http+"/v1/jobs/"+id, &st) == nil && len(st.Groups) == 1 && st.Groups[0].Expected != nil &&
+			st.Groups[0].Expected.Source == "learned" && st.Groups[0].Expected.Runs == 3
+	})
+	must.Positive(t, st.Groups[0].Expected.Seconds)
 	again(nomadBin, "all ended", true)
 	again(cliBin, "all ended", false)
 	e.stopJobs(id)

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"time"
 
@@ -114,4 +115,17 @@ func responseRatio(g Group, now time.Time, def time.Duration) float64 {
 		waited = now.Sub(g.Submit)
 	}
 	return queue.ResponseRatio(waited, expected)
+}
+
+// learnedNote says, in a waiting group's reason, the run time its order
+// was learned from its family's finished runs (placement.Request's
+// LearnedFrom; none declared), or nothing.
+func learnedNote(r placement.Request) string {
+	switch {
+	case r.LearnedFrom == 1:
+		return fmt.Sprintf(", expected run time %s as its last run took", r.Expected.Round(time.Second))
+	case r.LearnedFrom > 1:
+		return fmt.Sprintf(", expected run time %s, the median of its last %d runs", r.Expected.Round(time.Second), r.LearnedFrom)
+	}
+	return ""
 }

@@ -62,12 +62,15 @@ type Group struct {
 
 // Config is what the configuration says about deciding.
 type Config struct {
-	// DefaultExpected is the run time of a group that declares none.
+	// DefaultExpected is the run time of a group that declares none (and
+	// has none learned from its previous runs: placement.Request's
+	// LearnedFrom, filled by the service).
 	DefaultExpected time.Duration
 	// Reservations lets the first waiting multi-GPU group that does not
 	// fit hold the nodes that free first for it (EASY backfilling). Only a
-	// group that declares its run time holds nodes: with none declared
-	// the ends are guesses, and holding nodes on guesses idles them.
+	// group whose run time is known (declared, or learned from its
+	// previous runs) holds nodes: with none the ends are guesses, and
+	// holding nodes on guesses idles them.
 	Reservations bool
 	// WaitBound bounds every group's wait by its Group.Bound: groups past
 	// it go first, in submission order, and the first of them that does
@@ -247,7 +250,7 @@ func (st *step) decide() []Action {
 				continue
 			}
 			w := Action{Kind: Wait, Group: g.Key, Refusal: d.Refusal, Position: i + 1, Of: len(queue), Ratio: q.ratio}
-			w.Reason = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f)", d.Refusal, i+1, len(queue), q.ratio)
+			w.Reason = fmt.Sprintf("%s; position %d of %d in the queue (response ratio %.2f%s)", d.Refusal, i+1, len(queue), q.ratio, learnedNote(req))
 			if rule := placement.OnePerNode(st.snap, req); rule != "" {
 				w.Reason += "; " + rule
 			}

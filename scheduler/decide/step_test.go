@@ -399,3 +399,19 @@ func (p *panicking) Decide(s *placement.Snapshot, r placement.Request) *placemen
 	p.after--
 	return p.Policy.Decide(s, r)
 }
+
+// A waiting group whose run time the service learned from its previous
+// runs (none declared) says so, and what it was learned from.
+func TestAWaitSaysItsRunTimeWasLearned(t *testing.T) {
+	for n, want := range map[int]string{
+		0: "(response ratio 1.00)",
+		1: "(response ratio 1.00, expected run time 1h0m0s as its last run took)",
+		3: "(response ratio 1.00, expected run time 1h0m0s, the median of its last 3 runs)",
+	} {
+		gs := []Group{group("a", 1, 400, 0, time.Hour), group("b", 1, 400, 0, time.Hour), group("c", 1, 400, 0, time.Hour)}
+		gs[2].Req.LearnedFrom = n
+		as := Step(policy(t), Input{Snapshot: snapshot(t, fixtures.DGX1V100), Groups: gs, Now: now}, cfg())
+		must.Eq(t, []string{"pin a", "pin b", "wait c", "reserve c"}, kinds(as))
+		must.StrContains(t, as[2].Reason, want)
+	}
+}

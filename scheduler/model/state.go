@@ -6,17 +6,24 @@ import (
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
 	"github.com/gpushare/gpushare/scheduler/placement"
+	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/hashicorp/nomad/api"
 )
 
 // Request is pin.Request with the learned profile filled in when the
-// group declares none.
+// group declares none, and the run time learned from its family's
+// finished runs (Runs) when it declares none.
 func (s *State) Request(job *api.Job, group string, profiles *interference.Model) (placement.Request, error) {
 	r, err := s.request(job, group, profiles)
 	if err == nil && !r.Profile.Known() {
 		if p, ok := s.Learned[r.ID]; ok {
 			r.Profile = p
 			r.Profile.Name = LearnedName(r.ID)
+		}
+	}
+	if err == nil && r.Expected == 0 {
+		if runs := s.Runs[RunsKey(job, group)]; len(runs) > 0 {
+			r.Expected, r.LearnedFrom = runs.Expected(), len(runs)
 		}
 	}
 	if err == nil && r.Profile.Name == "" {
@@ -48,6 +55,10 @@ type State struct {
 	// Learned are interference profiles observed from groups that ran
 	// alone on their GPU, by group key; used when a group declares none.
 	Learned map[string]interference.Profile
+	// Runs are the latest finished runs of batch groups, by RunsKey: the
+	// run time of a group that declares none is learned from them
+	// (runs.go).
+	Runs map[string]queue.Runs
 	// Gone are deletions seen in events, by kind and ID, at their index (merge.go).
 	Gone deletions
 	// ownJobs are the jobs whose model copy the scheduler put itself
@@ -105,7 +116,7 @@ func (s *State) forgetJob(job *api.Job) {
 
 // New returns an empty state.
 func New() *State {
-	return &State{Nodes: map[string]*api.Node{}, Jobs: map[string]*api.Job{}, Allocs: map[string]*api.Allocation{}, Learned: map[string]interference.Profile{}}
+	return &State{Nodes: map[string]*api.Node{}, Jobs: map[string]*api.Job{}, Allocs: map[string]*api.Allocation{}, Learned: map[string]interference.Profile{}, Runs: map[string]queue.Runs{}}
 }
 
 // JobKey is the key of a job in State.Jobs.
@@ -167,10 +178,13 @@ func FromStub(s *api.AllocationListStub) *api.Allocation {
 		Job:         &api.Job{Version: &version}, // the version it runs (Current)
 		CreateIndex: s.CreateIndex, ModifyIndex: s.ModifyIndex, CreateTime: s.CreateTime, ModifyTime: s.ModifyTime,
 	}
-	if s.ClientStatus == api.AllocClientStatusFailed {
+	switch s.ClientStatus {
+	case api.AllocClientStatusFailed:
 		// whether Nomad reschedules it (FailedForGood); a listing does
 		// not say how it is marked (its desired transition)
 		a.TaskStates, a.RescheduleTracker, a.NextAllocation = s.TaskStates, s.RescheduleTracker, s.NextAllocation
+	case api.AllocClientStatusComplete:
+		a.TaskStates = s.TaskStates // how long it ran (noteRun)
 	}
 	return a
 }
@@ -196,6 +210,7 @@ func (s *State) PutAlloc(a *api.Allocation) {
 		// devices never change: keep what we read (slimmed already)
 		res = prev.AllocatedResources
 	}
+	s.noteRun(a) // before its task states are slimmed
 	// only what the scheduler reads of it is kept (slim.go)
 	c := s.slimAlloc(a, res)
 	if prev, ok := s.Allocs[a.ID]; ok && prev.ModifyIndex == c.ModifyIndex && reflect.DeepEqual(prev, c) {

@@ -86,6 +86,10 @@ type Request struct {
 	// placement policies do not use it; the service orders waiting groups
 	// by it (see queue.ResponseRatio).
 	Expected time.Duration `json:"expected_runtime,omitempty"`
+	// LearnedFrom is how many finished runs of the group Expected was
+	// learned from, when the job declares none (0: declared, or none);
+	// the service fills it (model.State.Request, queue.Runs).
+	LearnedFrom int `json:"expected_runtime_learned_from,omitempty"`
 	// Timeslice: the request's allocations are time-sliced (Gandiva's
 	// suspend/resume; package pin sets it from gpushare.timeslice). Its
 	// Shares count its GPU memory, not a cap on its compute: it goes only

@@ -184,6 +184,10 @@ type GroupStatus struct {
 	// Profile is the interference profile decisions use: declared in meta,
 	// named, or learned from the group's stats while it ran alone.
 	Profile *interference.Profile `json:"profile,omitempty"`
+	// Expected is the run time the queue orders the group by, when one is
+	// known: declared in gpushare.expected_runtime, or learned from its
+	// family's finished runs (model/runs.go).
+	Expected *ExpectedRuntime `json:"expected_runtime,omitempty"`
 	// Unpaired says why the group was last moved off a GPU it shared.
 	Unpaired *Unpaired `json:"unpaired,omitempty"`
 	// Elastic, for a group that opted in (gpushare.elastic), says whether
@@ -193,6 +197,15 @@ type GroupStatus struct {
 	// Timeslice, for a time-sliced group's allocations (gpushare.timeslice),
 	// is each one's quantum, suspended time and turns (timeslice.go).
 	Timeslice []AllocTimeslice `json:"timeslice,omitempty"`
+}
+
+// ExpectedRuntime is a group's run time as the queue knows it.
+type ExpectedRuntime struct {
+	Seconds float64 `json:"seconds"`
+	// Source is "declared" (gpushare.expected_runtime) or "learned".
+	Source string `json:"source"`
+	// Runs is how many finished runs a learned one is the median of.
+	Runs int `json:"runs,omitempty"`
 }
 
 func (s *httpAPI) handleJob(w http.ResponseWriter, r *http.Request) {

@@ -43,6 +43,7 @@ type kind struct {
 var (
 	reasonsKind       = kind{name: "reasons", numbered: true}
 	learnedKind       = kind{name: "learned"}
+	runsKind          = kind{name: "runtimes"}
 	preemptedKind     = kind{name: "preempted"}
 	introspectionKind = kind{name: "introspection"}
 	submittedKind     = kind{name: "submitted"}

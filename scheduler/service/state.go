@@ -33,6 +33,8 @@ import (
 //     each pinned group was placed where it is (kept out of the signed
 //     meta, which holds only what the decision is);
 //   - learned: the interference profiles learned from groups running alone;
+//   - runtimes: the latest finished runs of batch groups, from which the
+//     run time of one that declares none is learned (runs.go);
 //   - preempted: allocations being stopped for a guaranteed group;
 //   - introspection: pairs seen breaking a bound, observations of
 //     pairings, and why groups were unpaired (introspect_state.go);
@@ -282,6 +284,7 @@ func (s *records) saveState(ctx context.Context) {
 	}
 	s.notes.forgetGone(wanted)
 	vars[learnedKind.path(0)] = learned
+	vars[runsKind.path(0)] = s.runsItems()
 	preempted := map[string]string{}
 	for id, at := range s.notes.preemptedAllocs() {
 		preempted[id] = strconv.FormatInt(at.Unix(), 10)
@@ -294,7 +297,7 @@ func (s *records) saveState(ctx context.Context) {
 		vars[chargesKind.path(0)] = s.intro.chargeItems(s.charged())
 	}
 	var plans [][]varWrite
-	for _, k := range []kind{reasonsKind, learnedKind, preemptedKind, introspectionKind, submittedKind, chargesKind} {
+	for _, k := range []kind{reasonsKind, learnedKind, runsKind, preemptedKind, introspectionKind, submittedKind, chargesKind} {
 		if items, ok := vars[k.path(0)]; ok {
 			plans = append(plans, s.plan(k, items))
 		}
@@ -381,6 +384,10 @@ func (s *records) loadState(ctx context.Context, withReasons bool) error {
 	if err != nil {
 		return err
 	}
+	runsItems, err := s.readKind(ctx, runsKind, seen)
+	if err != nil {
+		return err
+	}
 	preemptedItems, err := s.readKind(ctx, preemptedKind, seen)
 	if err != nil {
 		return err
@@ -425,6 +432,7 @@ func (s *records) loadState(ctx context.Context, withReasons bool) error {
 			s.state.Unlearn(id) // the leader dropped it: its job is gone
 		}
 	}
+	s.readRuns(runsItems)
 	preempted := map[string]time.Time{}
 	for id, v := range preemptedItems {
 		if sec, err := strconv.ParseInt(v, 10, 64); err == nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/gpushare/gpushare/scheduler/lifecycle"
 	"github.com/gpushare/gpushare/scheduler/model"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/placement"
 	"github.com/hashicorp/nomad/api"
 )
 
@@ -151,8 +152,11 @@ func (v *apiView) jobStatus(ns, id, name string) (JobStatus, bool) {
 	for _, tg := range job.TaskGroups {
 		gs := GroupStatus{Name: *tg.Name, State: "not-gpushare"}
 		key := model.KeyOf(job, *tg.Name)
-		if r, err := v.c.state.Request(job, *tg.Name, v.profile); err == nil && r.Profile.Known() {
-			gs.Profile = displayProfile(r.Profile)
+		if r, err := v.c.state.Request(job, *tg.Name, v.profile); err == nil {
+			if r.Profile.Known() {
+				gs.Profile = displayProfile(r.Profile)
+			}
+			gs.Expected = expectedRuntime(r)
 		}
 		gs.Unpaired = v.unpairs.lastUnpaired(key)
 		gs.Elastic = v.elastic.statusOf(key)
@@ -276,4 +280,16 @@ func (v *apiView) preemptionsLog() []Preemption { return v.preemptions.recent() 
 func carries(tg *api.TaskGroup) bool {
 	placement, _ := pin.Carried(tg)
 	return placement != ""
+}
+
+// expectedRuntime is the run time of a group's request as GroupStatus
+// shows it (nil: none known).
+func expectedRuntime(r placement.Request) *ExpectedRuntime {
+	switch {
+	case r.Expected <= 0:
+		return nil
+	case r.LearnedFrom > 0:
+		return &ExpectedRuntime{Seconds: r.Expected.Seconds(), Source: "learned", Runs: r.LearnedFrom}
+	}
+	return &ExpectedRuntime{Seconds: r.Expected.Seconds(), Source: "declared"}
 }
