@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/gpushare/gpushare/devicefn"
 	"github.com/gpushare/gpushare/internal/usertext"
@@ -300,16 +299,7 @@ func nShares(n int) string {
 // printExpected says the run time the queue orders a group by, and where
 // it comes from.
 func printExpected(io IO, e *service.ExpectedRuntime) {
-	if e == nil {
-		return
-	}
-	d := time.Duration(e.Seconds * float64(time.Second)).Round(time.Second)
-	switch {
-	case e.Source == "learned" && e.Runs == 1:
-		fmt.Fprintf(io.Out, "    expected run time: %s, learned: what its last run took\n", d)
-	case e.Source == "learned":
-		fmt.Fprintf(io.Out, "    expected run time: %s, learned: the median of its last %d runs\n", d, e.Runs)
-	default:
-		fmt.Fprintf(io.Out, "    expected run time: %s, declared (gpushare.expected_runtime)\n", d)
+	if e != nil {
+		fmt.Fprintf(io.Out, "    expected run time: %s\n", e)
 	}
 }

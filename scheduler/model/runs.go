@@ -33,8 +33,10 @@ func RunsKey(job *api.Job, group string) string {
 }
 
 // noteRun adds a's run to its family's runs when a finished on its own
-// and its job, in the model, is a batch job (or sysbatch). Its length is
-// its tasks' first start to their last finish.
+// and its job, in the model, is a batch job (or sysbatch) of a namespace
+// the scheduler manages. Its length is its tasks' first start to their
+// last finish, less what sharing its GPU cost it (RunCost): a run time is
+// declared alone, and one learned is too.
 func (s *State) noteRun(a *api.Allocation) {
 	if a.ClientStatus != api.AllocClientStatusComplete || a.DesiredStatus != api.AllocDesiredStatusRun {
 		return
@@ -44,11 +46,17 @@ func (s *State) noteRun(a *api.Allocation) {
 		return
 	}
 	start, end, ok := ranFor(a.TaskStates)
-	if !ok {
+	if !ok || !s.Manages(a.Namespace) {
 		return
 	}
+	took := end.Sub(start)
+	if s.RunCost != nil {
+		if cost := s.RunCost(a.ID); cost > 0 && cost < took {
+			took -= cost // as it would have run alone
+		}
+	}
 	key := RunsKey(job, a.TaskGroup)
-	if runs, changed := s.Runs[key].With(queue.Run{Alloc: a.ID, Ended: end, Took: end.Sub(start)}); changed {
+	if runs, changed := s.Runs[key].With(queue.Run{Alloc: a.ID, Ended: end, Took: took}); changed {
 		s.Runs[key] = runs
 	}
 }

@@ -70,6 +70,20 @@ func TestARunTimeIsLearnedFromFinishedRuns(t *testing.T) {
 	_, n = expectedOf(t, s, job)
 	must.EqOp(t, 3, n)
 
+	// a run that shared its GPU counts as it would have run alone: what
+	// sharing cost it is netted (a cost past its run is not believed)
+	s.RunCost = func(id string) time.Duration {
+		return map[string]time.Duration{"a4": time.Hour, "a5": 9 * time.Hour}[id]
+	}
+	s.PutAlloc(ranAlloc("a4", job, end.Add(3*time.Hour), 5*time.Hour, api.AllocClientStatusComplete, api.AllocDesiredStatusRun))
+	s.PutAlloc(ranAlloc("a5", job, end.Add(4*time.Hour), 8*time.Hour, api.AllocClientStatusComplete, api.AllocDesiredStatusRun))
+	runs := s.Runs["default/etl/g"]
+	must.EqOp(t, 4*time.Hour, runs[len(runs)-2].Took)
+	must.EqOp(t, 8*time.Hour, runs[len(runs)-1].Took)
+	d, n = expectedOf(t, s, job)
+	must.EqOp(t, 4*time.Hour, d, must.Sprint("2, 3, 4, 4, 8 hours"))
+	must.EqOp(t, 5, n)
+
 	// declared: the declaration, not the runs
 	declared := runsJob("etl", api.JobTypeBatch, map[string]string{pin.MetaExpected: "90m"})
 	d, n = expectedOf(t, s, declared)

@@ -2,6 +2,7 @@ package model
 
 import (
 	"reflect"
+	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
 	"github.com/gpushare/gpushare/scheduler/interference"
@@ -59,6 +60,10 @@ type State struct {
 	// run time of a group that declares none is learned from them
 	// (runs.go).
 	Runs map[string]queue.Runs
+	// RunCost, when set, is what sharing its GPU cost an allocation that
+	// finished (introspection's charge, a time-sliced one's turns waited),
+	// netted from its run (noteRun).
+	RunCost func(alloc string) time.Duration
 	// Gone are deletions seen in events, by kind and ID, at their index (merge.go).
 	Gone deletions
 	// ownJobs are the jobs whose model copy the scheduler put itself

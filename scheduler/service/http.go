@@ -208,6 +208,19 @@ type ExpectedRuntime struct {
 	Runs int `json:"runs,omitempty"`
 }
 
+// String says the run time and where it comes from, as the CLI and the
+// page show it.
+func (e ExpectedRuntime) String() string {
+	d := time.Duration(e.Seconds * float64(time.Second)).Round(time.Second)
+	switch {
+	case e.Source == "learned" && e.Runs == 1:
+		return fmt.Sprintf("%s, learned: what its last run took", d)
+	case e.Source == "learned":
+		return fmt.Sprintf("%s, learned: the median of its last %d runs", d, e.Runs)
+	}
+	return fmt.Sprintf("%s, declared (gpushare.expected_runtime)", d)
+}
+
 func (s *httpAPI) handleJob(w http.ResponseWriter, r *http.Request) {
 	ns := r.URL.Query().Get("namespace")
 	id := r.PathValue("id")

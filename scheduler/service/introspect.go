@@ -360,6 +360,17 @@ func (in *introspection) progress() map[string]lostTally {
 	return out
 }
 
+// chargeOf is what sharing has cost allocation id so far (0: nothing, or
+// not known).
+func (in *introspection) chargeOf(id string) time.Duration {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if t := in.lost[id]; t != nil {
+		return max(t.lost, 0)
+	}
+	return 0
+}
+
 // lostToSharing is, by allocation, the time sharing has cost it so far.
 func (in *introspection) lostToSharing() map[string]time.Duration {
 	out := map[string]time.Duration{}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
@@ -43,6 +44,8 @@ func TestARunTimeLearnedOutlivesNomadsGarbageCollection(t *testing.T) {
 	st, ok := s.view.jobStatus("default", "big", "default")
 	must.True(t, ok)
 	must.Eq(t, &ExpectedRuntime{Seconds: 3 * 3600, Source: "learned", Runs: 1}, st.Groups[0].Expected)
+	rr := uiServe(s, "GET", "/ui/jobs/big?namespace=default", "", nil)
+	must.StrContains(t, rr.Body.String(), "<dt>Expected run time</dt><dd>3h0m0s, learned: what its last run took</dd>")
 	s.records.saveState(t.Context())
 	must.MapContainsKey(t, f.vars, runsKind.path(0))
 
@@ -72,4 +75,34 @@ func TestARunTimeLearnedOutlivesNomadsGarbageCollection(t *testing.T) {
 	gone := clocked(t, f, &now)
 	gone.records.saveState(t.Context())
 	must.MapEmpty(t, f.vars[runsKind.path(0)])
+}
+
+// A run that shared its GPU is learned as it would have run alone: the
+// service nets what introspection charged to sharing, or, for a
+// time-sliced allocation, the turns it waited.
+func TestARunIsLearnedNetOfWhatSharingCostIt(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	job := gated("etl", 25)
+	job.Type = ptr(api.JobTypeBatch)
+	f.put(job)
+	now := time.Unix(100000, 0)
+	s := clocked(t, f, &now)
+	s.loop.intro.mu.Lock()
+	s.loop.intro.lost["shared"] = &lostTally{lost: 90 * time.Minute}
+	s.loop.intro.mu.Unlock()
+	s.loop.history.SetTimeslices([]gpuhistory.AllocTimeslice{{Alloc: "sliced",
+		Timeslice: gpuhistory.Timeslice{Quantum: 2 * time.Second, Suspended: 3 * time.Hour, Turns: 900}}})
+	end := time.Unix(90000, 0)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range []string{"shared", "alone", "sliced"} {
+		s.state.PutAlloc(&api.Allocation{ID: id, Namespace: "default", JobID: "etl", TaskGroup: "g", ModifyIndex: 5,
+			DesiredStatus: api.AllocDesiredStatusRun, ClientStatus: api.AllocClientStatusComplete,
+			TaskStates: map[string]*api.TaskState{"t": {State: "dead", StartedAt: end.Add(-4 * time.Hour), FinishedAt: end}}})
+	}
+	took := map[string]time.Duration{}
+	for _, r := range s.state.Runs["default/etl/g"] {
+		took[r.Alloc] = r.Took
+	}
+	must.Eq(t, map[string]time.Duration{"shared": 150 * time.Minute, "alone": 4 * time.Hour, "sliced": time.Hour}, took)
 }

@@ -109,6 +109,14 @@ func newService(cfg *config.Config, logger hclog.Logger, n nomadAPI, now func() 
 	s.api = &httpAPI{cfg: cfg, log: log, nomad: n, view: s.view, profile: prof, metrics: s.metrics.reg, now: now, ns: managed}
 	s.metrics.reg.MustRegister(intro.unpairs)
 	s.state.Trust = s.records.trusted
+	// a finished run is learned as it would have run alone (model/runs.go)
+	// (a time-sliced one less the turns it waited, as loop.soFar counts it)
+	s.state.RunCost = func(id string) time.Duration {
+		if ts, ok := s.loop.history.TimesliceOf(id); ok {
+			return ts.Suspended
+		}
+		return intro.chargeOf(id)
+	}
 	c.verifyHold = s.records.ownHold
 	s.state.Feasible = s.loop.mirror.holdable
 	// namespaces are walls: an allocation of another is a neighbour, and

@@ -190,6 +190,9 @@ func (s *httpAPI) handleUIJob(w http.ResponseWriter, r *http.Request) {
 			jg.Nodes, jg.GPUs, jg.Shares = s.view.nodeNames(p.Nodes), p.GPUs, len(p.Shares)
 			jg.Cell, jg.Policy, jg.Class, jg.VC, jg.Reason = p.Cell, p.Policy, p.Class, p.VC, p.Reason
 		}
+		if g.Expected != nil {
+			jg.Expected = g.Expected.String()
+		}
 		if g.Profile != nil {
 			jg.Profile = fmt.Sprintf("%s (SM %.2f, memory bandwidth %.2f)", cmp.Or(g.Profile.Name, "declared"), g.Profile.SM, g.Profile.MemBW)
 		}

@@ -208,8 +208,11 @@ type JobGroup struct {
 	VC                  string
 	Allocs              []string
 	Profile             string
-	Unpaired            *Event
-	Position, Of        int
+	// Expected is the run time the queue orders it by, and where it
+	// comes from (declared, or learned from its runs); "" when none.
+	Expected     string
+	Unpaired     *Event
+	Position, Of int
 	// Elastic, for a group that opted in to elastic resizing
 	// (gpushare.elastic): whether the scheduler resizes it, why it does or
 	// does not now, and its last resize.

@@ -177,3 +177,13 @@ func TestPageShowsNamesNotIDs(t *testing.T) {
 	must.StrContains(t, body, `title="GPU-ffffffff-0000-4000-8000-000000000009">GPU-ffffffff</span>`) // not in the map: shortened
 	must.StrContains(t, body, `<span title="allocation `+alloc+`">01234567</span>`)
 }
+
+// A group's expected run time is on its page, with where it comes from.
+func TestPageSaysTheExpectedRunTime(t *testing.T) {
+	job := Job{Namespace: "ml", ID: "etl", Now: time.Unix(0, 0), Groups: []JobGroup{
+		{Name: "g", State: "pending", Reason: "waits", Expected: "2h13m0s, learned: the median of its last 4 runs"},
+		{Name: "h", State: "pending", Reason: "waits"}}}
+	body := render(t, job)
+	must.StrContains(t, body, "<dt>Expected run time</dt><dd>2h13m0s, learned: the median of its last 4 runs</dd>")
+	must.EqOp(t, 1, strings.Count(body, "Expected run time"), must.Sprint("none for a group without one"))
+}
