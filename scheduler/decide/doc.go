@@ -14,4 +14,10 @@
 // queue order (guaranteed tenants first, then the highest response ratio),
 // reservations with backfilling, preemption and refusals live here and
 // nowhere else.
+//
+// A "declared" run time, throughout, is a request's Expected: the
+// service fills it from the group's gpushare.expected_runtime or, when the
+// group declares none, from its family's finished runs
+// (placement.Request.LearnedFrom; model/runs.go). The step treats the two
+// alike, and says which it ordered a waiting group by.
 package decide
