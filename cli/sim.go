@@ -23,11 +23,18 @@ const simUsage = `Usage: gpushare sim <trace set> [flags]
           as arrived demand grows to 130%, validated against the published numbers
   gavel   Gavel MSR traces in time with measured co-location throughputs:
           job completion time, queueing delay, makespan, GPU utilisation
+  gavel-throughputs
+          convert throughputs measured in Gavel's form (its
+          simulation_throughputs.json) of another GPU type into files for
+          'gpushare sim gavel -data DIR -gpu TYPE'
 
 Run 'gpushare sim openb -h' or 'gpushare sim gavel -h' for flags.
 `
 
 func runSim(args []string, io IO) int {
+	if len(args) > 0 && args[0] == "gavel-throughputs" {
+		return simGavelThroughputs(args[1:], io)
+	}
 	if len(args) == 0 || (args[0] != "openb" && args[0] != "gavel") {
 		fmt.Fprint(io.Err, simUsage)
 		if len(args) > 0 && isHelp(args[0]) {
@@ -194,7 +201,7 @@ func simGavel(ctx context.Context, args []string, io IO) int {
 	var c simCommon
 	c.register(fs, strings.Join(gavel.DefaultTraces, ","), strings.Join(gavel.Policies, ","))
 	clusters := fs.String("cluster", "pcie,dgx1", "clusters: pcie (16 servers x 4 GPUs on PCIe), dgx1 (8 DGX-1 servers x 8 GPUs); name:N sets the node count")
-	gpu := fs.String("gpu", gavel.DefaultGPU, "the GPU type whose measured throughputs the clusters run at: v100, p100 or k80 (Gavel's; with -data, any type the directory has); gpushare's interference model is fitted on V100 pairs only, so p100 and k80 are GPU types it never saw")
+	gpu := fs.String("gpu", gavel.DefaultGPU, "the GPU type whose measured throughputs the clusters run at: v100, p100 or k80 (Gavel's; with -data, any type the directory has: 'gpushare sim gavel-throughputs' makes one from measurements in Gavel's form); gpushare's interference model is fitted on V100 pairs only, so p100 and k80 are GPU types it never saw")
 	slowdown := fs.Float64("max-slowdown", gavel.DefaultMaxSlowdown, "gpushare: the largest predicted slowdown a pairing may cause a job")
 	boundedCost := fs.Bool("bounded-cost", false, "gpushare: pair a job on the expected gain when it exceeds what the pairing costs if it is one uncertainty worse than predicted, bounded by introspection (one observation window), and check the production bound at the prediction; measured, not the default (docs/results)")
 	stretch := fs.Float64("max-stretch", gavel.DefaultMaxStretch, "gpushare: what sharing may cost a job over its life, a share of its run time alone: its GPU is not shared once it lost that much (0: no bound)")

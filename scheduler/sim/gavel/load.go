@@ -86,7 +86,7 @@ func (d Data) ThroughputsOf(gpu string) (*Throughputs, error) {
 	f, err := d.fsys.Open("isolated_throughputs_" + gpu + ".csv")
 	if err != nil {
 		known, _ := d.GPUs()
-		return nil, fmt.Errorf("GPU type %q: no measured throughputs (known: %s): %w", gpu, strings.Join(known, ", "), err)
+		return nil, fmt.Errorf("GPU type %q: no measured throughputs (known: %s): %w; measurements of another type in Gavel's form become a -data directory with 'gpushare sim gavel-throughputs'", gpu, strings.Join(known, ", "), err)
 	}
 	defer f.Close()
 	g, err := d.fsys.Open("colocation_pairs_" + gpu + ".csv")
