@@ -22,7 +22,7 @@ func (s *State) Request(job *api.Job, group string, profiles *interference.Model
 			r.Profile.Name = LearnedName(r.ID)
 		}
 	}
-	if err == nil && r.Expected == 0 {
+	if err == nil && r.Expected == 0 && len(s.Runs) > 0 {
 		if runs := s.Runs[RunsKey(job, group)]; len(runs) > 0 {
 			r.Expected, r.LearnedFrom = runs.Expected(), len(runs)
 		}
