@@ -1,6 +1,8 @@
 package model
 
 import (
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -134,4 +136,25 @@ func TestChildrenLearnFromTheirFamily(t *testing.T) {
 	s.DeleteJob("default", "train")
 	must.False(t, s.RunsWanted("default/train/g"), must.Sprint("the family's job is gone"))
 	must.False(t, s.RunsWanted("not a key"))
+}
+
+// Namespaces are walls: a job of the same ID in another namespace is
+// another family, and a namespace the scheduler does not manage adds
+// nothing.
+func TestRunsStayInTheirNamespace(t *testing.T) {
+	s := New()
+	s.Managed = func(ns string) bool { return ns != "theirs" }
+	end := time.Date(2026, 11, 30, 6, 0, 0, 0, time.UTC)
+	for _, ns := range []string{"default", "team-b", "theirs"} {
+		job := runsJob("etl", api.JobTypeBatch, nil)
+		job.Namespace = &ns
+		s.PutJob(job)
+		a := ranAlloc("run-"+ns, job, end, map[string]time.Duration{"default": time.Hour, "team-b": 5 * time.Hour, "theirs": 9 * time.Hour}[ns],
+			api.AllocClientStatusComplete, api.AllocDesiredStatusRun)
+		a.Namespace = ns
+		s.PutAlloc(a)
+	}
+	must.Eq(t, []string{"default/etl/g", "team-b/etl/g"}, slices.Sorted(maps.Keys(s.Runs)))
+	must.EqOp(t, time.Hour, s.Runs["default/etl/g"].Expected())
+	must.EqOp(t, 5*time.Hour, s.Runs["team-b/etl/g"].Expected())
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpushare/gpushare/scheduler/gpuhistory"
 	"github.com/gpushare/gpushare/scheduler/pin"
+	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/hashicorp/nomad/api"
 	"github.com/shoenig/test/must"
 )
@@ -105,4 +106,24 @@ func TestARunIsLearnedNetOfWhatSharingCostIt(t *testing.T) {
 		took[r.Alloc] = r.Took
 	}
 	must.Eq(t, map[string]time.Duration{"shared": 150 * time.Minute, "alone": 4 * time.Hour, "sliced": time.Hour}, took)
+}
+
+// Records of runs that do not parse are skipped, the others read, and a
+// run read that this replica saw already counts once.
+func TestRunsReadSkipTheBad(t *testing.T) {
+	f := &fakeNomad{nodes: []*api.Node{dgx1(t)}, jobs: map[string]*api.Job{}}
+	now := time.Unix(100000, 0)
+	s := clocked(t, f, &now)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.records.readRuns(map[string]string{
+		"a": `["default/etl/g", [["r1", 1000, 3600], ["r2", 2000, 7200], ["bad", "x", 1]]]`,
+		"b": `not json`,
+		"c": `["", [["r3", 1000, 60]]]`,
+		"d": `["default/etl/g", "no runs"]`,
+	})
+	s.records.readRuns(map[string]string{"a": `["default/etl/g", [["r2", 2000, 7200]]]`})
+	must.MapLen(t, 1, s.state.Runs)
+	must.Eq(t, queue.Runs{{Alloc: "r1", Ended: time.Unix(1000, 0), Took: time.Hour}, {Alloc: "r2", Ended: time.Unix(2000, 0), Took: 2 * time.Hour}},
+		s.state.Runs["default/etl/g"])
 }
