@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/gpushare/gpushare/scheduler/decide"
+	"github.com/gpushare/gpushare/scheduler/pin"
 	"github.com/gpushare/gpushare/scheduler/queue"
 	"github.com/hashicorp/nomad/api"
 )
@@ -87,13 +88,5 @@ func (s *State) RunsWanted(key string) bool {
 		return false
 	}
 	job := s.Jobs[JobKey(k.Namespace, k.Job)]
-	if job == nil {
-		return false
-	}
-	for _, tg := range job.TaskGroups {
-		if tg != nil && tg.Name != nil && *tg.Name == k.Group {
-			return true
-		}
-	}
-	return false
+	return job != nil && pin.Group(job, k.Group) != nil
 }
